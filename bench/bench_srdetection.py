@@ -81,9 +81,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from leaklab.data.benchmarks import load_humaneval
-    from leaklab.detectors import variant_store
     from leaklab.detectors.srdetection import black_scores, inputs_from_tasks
     from leaklab.models.tiny import build_tokenizer, init_llama
+    from leaklab.perturb import store as variant_store
     from leaklab.recipe import EvaluateConfig
 
     tasks = load_humaneval()[: args.tasks]

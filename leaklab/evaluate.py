@@ -83,7 +83,7 @@ def srdetection_specs(recipe: Recipe) -> list[str]:
 def prepare_variants(run: RunDir, recipe: Recipe, eval_set: EvalSet, log=print) -> None:
     """Attach SrDetection's variant sets to `eval_set`: the run's own copy (<run>/variants.jsonl) when
     it has one, else from the per-benchmark cache (built there if missing) and written to the run."""
-    from leaklab.detectors import variant_store
+    from leaklab.perturb import store as variant_store
 
     sets = variant_store.read_run_variants(run.root, eval_set.tasks)
     if sets is None:
@@ -416,8 +416,8 @@ def _audit_srdetection(recipe: Recipe, model, tokenizer, tasks: list[Task], out:
     specs = srdetection_specs(recipe)
     if not specs:
         return None
-    from leaklab.detectors import variant_store
     from leaklab.detectors.srdetection import GenerationCache, inputs_from_tasks, score_srdetection
+    from leaklab.perturb import store as variant_store
 
     cfg = recipe.evaluate.srdetection
     sets = variant_store.variant_sets_for(tasks, cfg, log=log)

@@ -6,6 +6,8 @@
     <run>/checkpoints/checkpoint-N HF Trainer checkpoints (adapter or full weights)
     <run>/results.jsonl            one metric a line (see `append_results`)
     <run>/scores/step-N/<evaluation>.jsonl   per-sample scores
+    <run>/variants.jsonl           SrDetection's variant sets, see leaklab.perturb.store
+    <run>/variants_summary.json    how many variants were built and verified, and why some are missing
     <run>/report/                  markdown, CSV and PNG built from the files above
 
 Writes are atomic: whole files go through a temporary file and `os.replace`; result rows are appended
@@ -156,6 +158,14 @@ class RunDir:
     @property
     def report(self) -> Path:
         return self.root / "report"
+
+    @property
+    def variants(self) -> Path:
+        return self.root / "variants.jsonl"
+
+    @property
+    def variants_summary(self) -> Path:
+        return self.root / "variants_summary.json"
 
     def scores(self, step: int, evaluation: str) -> Path:
         return self.root / "scores" / f"step-{step}" / f"{evaluation}.jsonl"

@@ -187,8 +187,8 @@ def prefilter_tasks(model, tokenizer, tasks, recipe, log=print) -> dict:
     """SrDetection §3.2: drop the tasks whose original already has a lower perplexity than every one of
     its variants under the base model (they look "leaked" before any injection). Tasks the rule cannot
     decide (too few verified variants) are kept. Returns the counts, the dropped ids and the kept ids."""
-    from leaklab.detectors import variant_store
     from leaklab.detectors.srdetection import gray_box_decisions, gray_scores, inputs_from_tasks
+    from leaklab.perturb import store as variant_store
 
     cfg = recipe.evaluate.srdetection
     sets = variant_store.variant_sets_for(tasks, cfg, log=log)

@@ -33,7 +33,7 @@ from leaklab.detectors.srdetection import (
     score_srdetection,
     srdetection_metrics,
 )
-from leaklab.detectors.variants import Variant, VariantSet
+from leaklab.perturb.variants import Variant, VariantSet
 from leaklab.recipe import EvaluateConfig, RecipeError, SrDetectionConfig, load_recipe
 from leaklab.signals.generation import Completion
 from leaklab.signals.logprobs import SignalCache
@@ -291,7 +291,7 @@ def test_evaluate_detection_writes_scores_and_rows_and_reuses_signals(tmp_path):
 
 def test_variant_sets_are_built_once_per_benchmark_and_round_trip(tmp_path, monkeypatch):
     from leaklab.data.benchmarks import load_humaneval
-    from leaklab.detectors import variant_store
+    from leaklab.perturb import store as variant_store
 
     tasks = load_humaneval()[:3]
     cfg = SrDetectionConfig(n_variants=3, verify=False, replace_examples=False)
@@ -333,7 +333,7 @@ NOT_PYTHON = Task("bad/parse", "humaneval", "def f(x:\n", "    return x\n", "f",
 
 def test_bad_input_gives_fewer_variants_recorded_and_undecided():
     from leaklab.data.benchmarks import load_humaneval
-    from leaklab.detectors import variant_store
+    from leaklab.perturb import store as variant_store
 
     good = load_humaneval()[0]
     tasks = [good, BROKEN_TESTS, NOT_PYTHON]

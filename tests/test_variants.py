@@ -17,20 +17,12 @@ import pytest
 
 from leaklab.data.benchmarks import load_humaneval
 from leaklab.data.tasks import Task
-from leaklab.detectors.variants import (
-    RESERVED,
-    SYNONYMS,
-    RunError,
-    analyse_task,
-    find_examples,
-    format_value,
-    llm_prompt,
-    make_variants,
-    mutate_value,
-    program_text,
-    propose_renames,
-    rename_task,
-)
+from leaklab.perturb.examples import RunError, find_examples, format_value, mutate_value
+from leaklab.perturb.identifiers import RESERVED, analyse_task, program_text
+from leaklab.perturb.llm import llm_prompt
+from leaklab.perturb.renaming import propose_renames, rename_task
+from leaklab.perturb.variants import make_variants
+from leaklab.perturb.vocabulary import SYNONYMS
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -538,7 +530,7 @@ def test_llm_proposals_are_checked_and_rendered_by_leaklab(humaneval):
 
 def test_rename_task_rejects_unsafe_requests(humaneval):
     task = humaneval["HumanEval/0"]
-    from leaklab.detectors.variants import NotRenamable
+    from leaklab.perturb.identifiers import NotRenamable
 
     with pytest.raises(NotRenamable):
         rename_task(task, {"enumerate": "walk"})

@@ -1,10 +1,11 @@
-"""SrDetection's variant sets for the pipeline: built once per benchmark, verified in the sandbox, kept.
+"""Build, verify and cache variant sets for the pipeline: built once per benchmark with sandboxed
+executors, stored as JSON lines (per-benchmark cache and the run's own copy), read back.
 
     sets = variant_sets_for(tasks, recipe.evaluate.srdetection)        # cached; builds what is missing
     write_run_variants(run.root, sets, min_variants=2)                 # <run>/variants.jsonl + summary
     sets = read_run_variants(run.root, tasks)                          # what every checkpoint reuses
 
-`leaklab.detectors.variants.make_variants` asks for two executors; here they are thin wrappers around
+`leaklab.perturb.variants.make_variants` asks for two executors; here they are thin wrappers around
 `leaklab.execution` (the only place benchmark code runs):
   run_solution   the task's canonical solution on new example inputs (function calls, or stdin for
                  APPS stdio tasks), for tau_t;
@@ -16,8 +17,9 @@
 The cache (`<LEAKLAB_CACHE>/variants/<benchmark>-<settings>.jsonl`) holds one line per task, keyed by a
 hash of the task's content, so any run, split or checkpoint on the same benchmark reuses it. Its file
 name hashes the settings that change variants (n, seed, verify, example replacement) and the source of
-`variants.py`, so a change to the variant code never serves stale variants. A variant is stored as the
-Task fields that differ from its original (prompt, solution, tests, entry point) plus its metadata.
+the modules that make variants (`VARIANT_CODE`), so a change to that code never serves stale variants.
+A variant is stored as the Task fields that differ from its original (prompt, solution, tests, entry
+point) plus its metadata.
 """
 
 from __future__ import annotations
@@ -33,13 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.tasks import Task
-from leaklab.detectors import variants as variants_module
-from leaklab.detectors.variants import RunError, Variant, VariantSet, make_variants
-from leaklab.rundir import append_rows, read_rows, write_atomic, write_json
+from leaklab.perturb.examples import RunError
+from leaklab.perturb.variants import Variant, VariantSet, make_variants
+from leaklab.rundir import RunDir, append_rows, read_rows, write_atomic, write_json
 
 # Task fields a variant may change (rename_task, replace_examples); the rest are the original's.
 CHANGED_FIELDS = ("prompt", "solution", "tests", "entry_point")
 STORE_VERSION = 1  # bump when the stored form changes
+# The modules whose source decides what variants come out (hashed into the cache file's name).
+VARIANT_CODE = tuple(
+    Path(__file__).with_name(f"{name}.py")
+    for name in ("identifiers", "renaming", "vocabulary", "examples", "llm", "variants")
+)
 
 
 # --------------------------------------------------------------------------- executors (sandbox)
@@ -184,7 +191,7 @@ def task_key(task: Task) -> str:
 
 def settings_key(cfg) -> str:
     """What changes the variants: the settings and the variant code itself."""
-    code = hashlib.sha256(Path(variants_module.__file__).read_bytes()).hexdigest()
+    code = hashlib.sha256(b"".join(path.read_bytes() for path in VARIANT_CODE)).hexdigest()
     payload = json.dumps([STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code])
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -218,10 +225,6 @@ def variant_sets_for(
 # --------------------------------------------------------------------------- the run's copy
 
 
-def run_variants_path(run_root: str | Path) -> Path:
-    return Path(run_root) / "variants.jsonl"
-
-
 def summary(sets: Sequence[VariantSet], min_variants: int = 2) -> dict[str, Any]:
     """Counts SrDetection reports: how many variants were built and verified, and why some are missing."""
     counts = Counter(len(vs.variants) for vs in sets)
@@ -253,15 +256,16 @@ def write_run_variants(
 ) -> dict:
     """<run>/variants.jsonl (one set a line) and <run>/variants_summary.json; returns the summary."""
     lines = [json.dumps(set_to_json(vs, t)) + "\n" for vs, t in zip(sets, tasks)]
-    write_atomic(run_variants_path(run_root), "".join(lines))
+    run = RunDir(run_root)
+    write_atomic(run.variants, "".join(lines))
     info = summary(sets, min_variants)
-    write_json(Path(run_root) / "variants_summary.json", info)
+    write_json(run.variants_summary, info)
     return info
 
 
 def read_run_variants(run_root: str | Path, tasks: Sequence[Task]) -> list[VariantSet] | None:
     """The run's variant sets in the order of `tasks`; None when the run has none for all of them."""
-    path = run_variants_path(run_root)
+    path = RunDir(run_root).variants
     if not path.exists():
         return None
     by_id = {row["task_id"]: row for row in read_rows(path)}

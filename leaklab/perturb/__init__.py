@@ -1,0 +1,10 @@
+"""Perturbed task sets that evaluations compare against, one job per module:
+
+identifiers   parse a task's code: identifier roles and scopes, what may be renamed (`analyse_task`)
+renaming      apply a name mapping to program, prompt, tests and prose (`rename_task`, `propose_renames`)
+vocabulary    synonym tables and prefixes: candidate new names in the original's style
+examples      find the examples a prompt shows, mutate their inputs, write new inputs and outputs back
+llm           the LLM backend: leaklab's renaming prompt, and reading a proposal back as a name mapping
+variants      SrDetection's variants: rename + replace examples, verify, keep (`make_variants`)
+store         sandboxed executors, building, JSON form, the per-benchmark cache and the run's copy
+"""

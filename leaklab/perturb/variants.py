@@ -1,0 +1,251 @@
+"""Build and check semantics-preserving variants of benchmark tasks for SrDetection (§3.1.1, App. A.1):
+`make_variants` puts renaming and example replacement together, keeps the variants that parse and
+pass their tests, and reports why the others were dropped (`Variant`, `VariantSet`).
+
+A variant x_i = tau_t(tau_v(tau_f(x_0))) of a task x_0:
+  tau_f  renames every function (definitions and call sites, recursion included). When the entry point
+         is renamed, the prompt, the tests and `Task.entry_point` follow.
+  tau_v  renames parameters and variables. Renaming is per identifier across the whole program, which
+         keeps every scope consistent; an identifier is renamed only if *all* its occurrences are
+         ordinary variables: builtins, imported names, class attributes, names that refer to a global
+         the program does not define, and names it cannot locate exactly are never touched.
+         Attributes and keyword names of calls to outside code are left as they are.
+  tau_t  replaces the example inputs shown in the problem statement (doctest `>>> f(...)` lines,
+         `f(...) => out` lines, `Input: a = ..., b = ...` / `Output: ...` pairs, APPS stdin/stdout
+         samples) by type-aware mutations of the originals; the shown outputs come from running the
+         canonical solution through a caller-supplied executor.
+
+The paper asked an LLM for all three; leaklab renames deterministically from the AST and a curated
+vocabulary (an LLM can still propose the names, see `llm=`), and edits the source text in place at the
+identifiers' token positions, so formatting, comments and whitespace stay byte-identical. Docstrings,
+comments and an APPS statement get the same rename where they mention a renamed function or
+parameter as a word (a name that is also an English word only where the text uses it as code).
+The parts: `identifiers` (what may be renamed), `renaming` and `vocabulary` (tau_f, tau_v),
+`examples` (tau_t), `llm` (names proposed by a model).
+
+Nothing here executes benchmark or model code. Two callables do, supplied by the caller (in the
+pipeline: thin wrappers around `leaklab.execution.sandbox`):
+  run_solution(task, inputs) -> outputs   runs the task's canonical solution on each input (a list of
+                                          positional arguments, or a stdin string for stdio tasks) and
+                                          returns the value / stdout, or a `RunError` (any Exception
+                                          instance is accepted too) for an input that failed.
+  verify(task) -> bool                    runs the task's own tests on a variant.
+Every variant must parse and (when `verify` is given) pass its renamed tests; the others are dropped and
+the fraction kept is reported. Bad input never raises: it yields fewer variants and the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from leaklab.data.tasks import Task
+from leaklab.perturb.examples import find_examples, new_examples, replace_examples
+from leaklab.perturb.identifiers import NotRenamable, TaskCode, analyse_task, program_text
+from leaklab.perturb.llm import llm_prompt, renames_from_proposal
+from leaklab.perturb.renaming import propose_renames, rename_task
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One verified variant: the renamed task plus what was renamed and replaced."""
+
+    task: Task
+    function_renames: dict[str, str]
+    variable_renames: dict[str, str]
+    examples_replaced: int
+    source: str  # "vocabulary" or "llm": who proposed the names
+
+    @property
+    def renames(self) -> dict[str, str]:
+        return {**self.function_renames, **self.variable_renames}
+
+
+@dataclass
+class VariantSet:
+    """The variants of one task and the bookkeeping SrDetection reports."""
+
+    task_id: str
+    n_requested: int
+    variants: list[Variant] = field(default_factory=list)
+    n_candidates: int = 0  # distinct candidates built and checked
+    n_verified: int = 0  # candidates that parsed and passed `verify`
+    tests_run: bool = False  # False when no `verify` was given: only the parse check ran
+    reasons: list[str] = field(default_factory=list)  # why there are fewer than n_requested
+    notes: list[str] = field(default_factory=list)  # what else happened (e.g. no examples to replace)
+
+    @property
+    def fraction_verified(self) -> float:
+        return self.n_verified / self.n_candidates if self.n_candidates else 0.0
+
+
+# --------------------------------------------------------------------------- putting it together
+
+RunSolution = Callable[[Task, list[Any]], list[Any]]
+Verify = Callable[[Task], bool]
+
+
+def _function_params(analysis: TaskCode, name: str | None) -> list[str]:
+    for node in ast.walk(analysis.program.tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            return [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+    return []
+
+
+def _example_tasks(
+    task: Task, analysis: TaskCode, count: int, seed: int, run_solution: RunSolution
+) -> tuple[list[tuple[Task, int]], str | None]:
+    """`count` copies of the task, each with its own new examples (tau_t); one executor call in all."""
+    examples = find_examples(task, _function_params(analysis, task.entry_point))
+    if not examples:
+        return [(task, 0)] * count, "no replaceable examples in the prompt"
+    per_copy = [
+        new_examples(examples, random.Random(f"{seed}:{task.task_id}:examples:{i}")) for i in range(count)
+    ]
+    flat = [
+        list(args) if ex.kind == "call" else args[0]
+        for inputs in per_copy
+        for ex, args in zip(examples, inputs)
+        if args
+    ]
+    try:
+        outputs = list(run_solution(task, flat)) if flat else []
+    except Exception as err:  # the executor is someone else's code: report, do not crash
+        return [(task, 0)] * count, f"run_solution failed: {type(err).__name__}: {err}"
+    if len(outputs) != len(flat):
+        return [(task, 0)] * count, f"run_solution returned {len(outputs)} outputs for {len(flat)} inputs"
+    copies, k = [], 0
+    for inputs in per_copy:
+        outs = []
+        for args in inputs:
+            outs.append(outputs[k] if args else None)
+            k += bool(args)
+        copies.append(replace_examples(task, examples, inputs, outs))
+    return copies, None
+
+
+def _parses(task: Task) -> bool:
+    try:
+        ast.parse(program_text(task)[0])
+        if task.tests.strip():
+            ast.parse(task.tests)
+        return True
+    except SyntaxError:
+        return False
+
+
+def make_variants(
+    task: Task,
+    n: int = 10,
+    seed: int = 0,
+    *,
+    run_solution: RunSolution | None = None,
+    verify: Verify | None = None,
+    llm: Callable[[str], str] | None = None,
+    transform_examples: bool = True,
+    max_attempts: int | None = None,
+) -> VariantSet:
+    """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed.
+
+    Names come from the vocabulary, or from `llm` (a callable taking leaklab's prompt and returning a
+    proposed program) when given; either way leaklab renders and checks the variant itself. Example
+    replacement (tau_t) needs `run_solution`; without it only renaming is applied. Never raises on bad
+    input: `VariantSet.reasons` says why fewer than n variants came back.
+    """
+    result = VariantSet(task_id=task.task_id, n_requested=n, tests_run=verify is not None)
+    try:
+        analysis = analyse_task(task)
+    except NotRenamable as err:
+        result.reasons.append(str(err))
+        return result
+    if not analysis.functions and not analysis.variables:
+        frozen = ", ".join(f"{k} ({v})" for k, v in sorted(analysis.frozen.items())[:6])
+        result.reasons.append("no renamable identifiers" + (f"; kept: {frozen}" if frozen else ""))
+        return result
+
+    attempts = max_attempts or 3 * n
+    bases: list[tuple[Task, int]] = [(task, 0)] * n
+    if transform_examples and run_solution is not None:
+        bases, why = _example_tasks(task, analysis, n, seed, run_solution)
+        if why:
+            result.notes.append(why)
+
+    seen = {task.prompt + task.solution + task.tests}
+    failures: dict[str, int] = {}
+    for attempt in range(attempts):
+        if len(result.variants) >= n:
+            break
+        base, replaced = bases[attempt % len(bases)]
+        rng = random.Random(f"{seed}:{task.task_id}:names:{attempt}")
+        try:
+            if llm is None:
+                renames = propose_renames(analysis, rng)
+            else:
+                used = [name for v in result.variants for name in v.renames.values()]
+                renames = renames_from_proposal(analysis, llm(llm_prompt(task, used)))
+            candidate = rename_task(base, renames, analysis if base is task else None)
+        except NotRenamable as err:
+            failures[str(err)] = failures.get(str(err), 0) + 1
+            continue
+        except Exception as err:  # an LLM backend failing is not our caller's problem
+            failures[f"{type(err).__name__}: {err}"] = failures.get(f"{type(err).__name__}: {err}", 0) + 1
+            continue
+        key = candidate.prompt + candidate.solution + candidate.tests
+        if key in seen:
+            failures["duplicate of an earlier variant"] = (
+                failures.get("duplicate of an earlier variant", 0) + 1
+            )
+            continue
+        seen.add(key)
+        result.n_candidates += 1
+        index = len(result.variants)
+        candidate = dataclasses.replace(
+            candidate,
+            task_id=f"{task.task_id}#v{index}",
+            metadata={
+                **task.metadata,
+                "variant_of": task.task_id,
+                "variant_index": index,
+                "renames": renames,
+            },
+        )
+        if not _parses(candidate):
+            failures["the variant does not parse"] = failures.get("the variant does not parse", 0) + 1
+            continue
+        if not _verified(candidate, verify, failures):
+            continue
+        result.n_verified += 1
+        functions = {k: v for k, v in renames.items() if k in analysis.functions}
+        variables = {k: v for k, v in renames.items() if k not in analysis.functions}
+        result.variants.append(
+            Variant(candidate, functions, variables, replaced, "llm" if llm else "vocabulary")
+        )
+
+    if len(result.variants) < n:
+        result.reasons.append(f"{len(result.variants)} of {n} variants after {attempts} attempts")
+        result.reasons.extend(f"{count}x {why}" for why, count in failures.items())
+    return result
+
+
+def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int]) -> bool:
+    if verify is None:
+        return True
+    try:
+        ok = bool(verify(candidate))
+    except Exception as err:
+        ok = False
+        why = f"verify raised {type(err).__name__}"
+    else:
+        why = "the benchmark's tests failed on the variant"
+    if not ok:
+        failures[why] = failures.get(why, 0) + 1
+    return ok
+
+
+def make_variant_sets(tasks: Sequence[Task], n: int = 10, seed: int = 0, **kwargs: Any) -> list[VariantSet]:
+    """`make_variants` for each task (same seed: each task's own stream is keyed by its id)."""
+    return [make_variants(task, n, seed, **kwargs) for task in tasks]

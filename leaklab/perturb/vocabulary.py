@@ -1,0 +1,336 @@
+"""Vocabulary for new identifier names: synonym groups, fallback prefixes, and candidate names in the
+original's style (snake_case, camelCase, UPPER), most natural first."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+# Groups of interchangeable identifier words. A name is split into words (snake_case or camelCase) and
+# each word may be swapped for another member of a group it belongs to, so `has_close_elements` can
+# become `contains_near_items` and `nums` can become `values`: variants read like code a person wrote.
+SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    # containers and their elements
+    ("numbers", "nums", "values", "vals", "arr", "array", "items", "data", "seq", "xs"),
+    ("list", "lst", "seq", "items", "arr", "collection"),
+    ("lst", "arr", "seq", "items", "xs", "values", "elems"),
+    ("arr", "array", "nums", "values", "lst", "seq", "data"),
+    ("elements", "items", "entries", "members", "values", "elems"),
+    ("element", "elem", "item", "entry", "member", "value"),
+    ("number", "num", "value", "val", "integer"),
+    ("num", "number", "value", "val", "n", "x"),
+    ("string", "text", "txt", "word", "st", "line"),
+    ("text", "txt", "content", "message", "msg", "string"),
+    ("sentence", "phrase", "text", "line"),
+    ("word", "token", "term", "w"),
+    ("words", "tokens", "terms", "parts"),
+    ("char", "ch", "letter", "symbol", "character"),
+    ("chars", "letters", "symbols", "characters"),
+    ("letter", "char", "ch", "symbol"),
+    ("digit", "dig", "figure", "numeral"),
+    ("digits", "figures", "numerals"),
+    ("index", "idx", "pos", "position", "ind"),
+    ("count", "cnt", "total", "tally", "counter", "amount"),
+    ("result", "res", "ans", "answer", "output", "out", "ret", "outcome"),
+    ("res", "result", "ans", "out", "output"),
+    ("ans", "res", "result", "answer", "out"),
+    ("total", "acc", "accum", "running", "tot", "summed"),
+    ("max", "maximum", "largest", "biggest", "highest", "top", "best"),
+    ("min", "minimum", "smallest", "lowest", "least"),
+    ("largest", "biggest", "greatest", "max", "highest"),
+    ("smallest", "least", "lowest", "min", "tiniest"),
+    ("greatest", "largest", "max", "biggest"),
+    ("closest", "nearest"),
+    ("left", "lo", "low", "start", "begin"),
+    ("right", "hi", "high", "end", "stop"),
+    ("mid", "middle", "center", "half"),
+    ("prev", "previous", "last", "before", "old", "earlier"),
+    ("current", "cur", "curr", "now", "present"),
+    ("temp", "tmp", "aux", "buf", "scratch"),
+    ("flag", "ok", "found", "done", "valid", "good"),
+    ("key", "name", "label", "tag"),
+    ("value", "val", "item", "amount", "v"),
+    ("val", "value", "v", "item"),
+    ("freq", "counts", "frequency", "occurrences", "tally", "hist"),
+    ("counts", "freq", "tally", "occurrences", "hist"),
+    ("grid", "matrix", "board", "table", "mat", "cells"),
+    ("row", "line", "rec", "r"),
+    ("col", "column", "field"),
+    ("path", "route", "trail", "walk"),
+    ("threshold", "limit", "tolerance", "cutoff", "eps", "bound", "margin"),
+    ("distance", "dist", "gap", "diff", "delta", "separation"),
+    ("diff", "delta", "difference", "gap", "change"),
+    ("length", "size", "count", "width", "extent"),
+    ("size", "length", "count", "dim", "extent"),
+    ("start", "begin", "first", "low", "lo", "origin", "head"),
+    ("end", "stop", "last", "high", "hi", "finish", "tail"),
+    ("suffix", "tail", "ending", "postfix"),
+    ("prefix", "head", "beginning", "start", "lead"),
+    ("beginning", "start", "begin", "head", "opening"),
+    ("group", "chunk", "block", "part", "piece", "batch"),
+    ("groups", "chunks", "blocks", "parts", "pieces", "batches"),
+    ("pair", "couple", "duo", "tup"),
+    ("pairs", "couples", "tuples", "duos"),
+    ("depth", "level", "nesting"),
+    ("height", "ht", "tall"),
+    ("width", "breadth", "wd"),
+    ("area", "surface", "region"),
+    ("side", "edge", "leg"),
+    ("base", "radix"),
+    ("factor", "divisor", "div"),
+    ("factors", "divisors", "divs"),
+    ("prime", "primal"),
+    ("primes", "prime_nums", "prime_list"),
+    ("op", "operator", "operation"),
+    ("ops", "operators", "operations"),
+    ("operand", "argument", "term", "arg"),
+    ("operands", "arguments", "terms", "args_list"),
+    ("balance", "level", "depth", "opened"),
+    ("paren", "bracket", "brace"),
+    ("parens", "brackets", "braces"),
+    ("planet", "world", "body"),
+    ("planets", "worlds", "bodies"),
+    ("stack", "stk", "pile"),
+    ("queue", "fifo", "pending", "todo"),
+    ("node", "vertex", "nd"),
+    ("graph", "adj", "edges", "neighbors"),
+    ("memo", "cache", "dp", "table"),
+    ("dp", "memo", "table", "best"),
+    ("seen", "visited", "met", "known"),
+    ("target", "goal", "aim", "want"),
+    ("step", "stride", "inc"),
+    ("steps", "moves", "turns"),
+    ("score", "points", "mark"),
+    ("cost", "price", "expense"),
+    ("weight", "mass", "load"),
+    ("new", "fresh", "updated"),
+    ("old", "former", "original"),
+    ("vowels", "vowel_chars", "vowel_set"),
+    ("coeffs", "coefficients", "coefs", "weights"),
+    ("poly", "polynomial"),
+    ("delimiter", "delim", "sep", "separator", "joiner"),
+    ("substring", "sub", "piece", "fragment", "snippet"),
+    ("product", "prod", "mult"),
+    ("mean", "average", "avg"),
+    ("average", "mean", "avg"),
+    ("deviation", "dev", "spread"),
+    ("year", "yr"),
+    ("month", "mon"),
+    ("day", "dd"),
+    ("date", "day_str", "date_str"),
+    ("lower", "small", "low"),
+    ("upper", "capital", "big"),
+    ("odd", "uneven"),
+    ("even", "paired"),
+    ("positive", "pos", "nonneg"),
+    ("negative", "neg"),
+    ("unique", "distinct", "different"),
+    ("common", "shared", "mutual"),
+    ("close", "near", "nearby", "adjacent"),
+    ("below", "under", "beneath"),
+    ("above", "over", "exceeds"),
+    ("nested", "deep", "inner"),
+    ("rolling", "running", "moving", "cumulative"),
+    ("cyclic", "circular", "rotating", "cycled"),
+    ("palindrome", "mirror", "symmetric"),
+    ("strings", "texts", "words", "lines", "items"),
+    ("evens", "even_nums", "even_vals"),
+    ("odds", "odd_nums", "odd_vals"),
+    ("results", "outputs", "answers", "outcomes"),
+    ("sentences", "phrases", "lines"),
+    ("grades", "marks", "scores"),
+    ("extensions", "suffixes", "exts"),
+    ("coords", "positions", "points", "locations"),
+    ("squares", "squared_vals", "sq"),
+    ("sum", "total", "summed"),
+    ("squared", "sq", "powered"),
+    ("flg", "flag", "ok", "found"),
+    ("delimeter", "delim", "sep", "separator"),
+    ("maxlen", "max_len", "longest_len", "best_len"),
+    ("strlen", "str_len", "text_len", "length_of"),
+    ("longest", "longest_one", "max_str"),
+    ("prefixes", "heads", "starts", "leads"),
+    ("note", "tone", "beat"),
+    ("map", "mapping", "table", "lookup"),
+    ("dic", "mapping", "table", "lookup", "dct"),
+    ("dict", "mapping", "table", "lookup"),
+    ("times", "count", "occurrences", "hits"),
+    ("rescale", "normalize", "scale"),
+    ("unit", "unit_range", "unit_interval"),
+    ("factorize", "factor_out", "decompose"),
+    ("concatenate", "join_all", "glue", "combine"),
+    ("coeff", "coef", "weight"),
+    ("median", "middle_value", "mid_value"),
+    ("monotonic", "monotone", "ordered"),
+    ("derivative", "deriv", "differentiate"),
+    ("distribution", "split", "allocation"),
+    ("power", "exponent", "pw"),
+    ("decimal", "dec", "base10"),
+    ("binary", "bin_str", "bits"),
+    ("shuffle", "scramble", "mix"),
+    ("state", "status", "mode"),
+    ("multiply", "mul", "times"),
+    ("summation", "total", "accum"),
+    ("var", "variable", "item"),
+    ("histogram", "hist", "tally", "frequency"),
+    ("capacity", "cap", "volume"),
+    ("solution", "answer", "solve"),
+    ("intersection", "overlap", "common"),
+    ("interval", "span", "range_pair", "segment"),
+    ("compare", "contrast", "match"),
+    ("fix", "repair", "clean"),
+    ("spaces", "blanks", "whitespace"),
+    ("numerator", "num_part", "top"),
+    ("denom", "denominator", "bottom"),
+    ("game", "actual", "real"),
+    ("guess", "pred", "prediction"),
+    ("strong", "strength", "power_score"),
+    ("pat", "pattern", "patt"),
+    ("roman", "numeral"),
+    ("need", "required", "wanted"),
+    ("remaining", "left_over", "available", "stock"),
+    ("eat", "eaten", "consumed"),
+    ("correct", "valid", "proper", "balanced"),
+    ("bracketing", "brackets", "parens"),
+    ("collision", "crash", "impact"),
+    ("race", "contest"),
+    ("triples", "triplets", "trios"),
+    ("zero", "nil", "null"),
+    ("fly", "soar", "float"),
+    ("will", "can", "does"),
+    ("to", "into", "as"),
+    ("one", "single"),
+    ("unique", "distinct", "different"),
+    # verbs, mostly for function names
+    ("get", "fetch", "find", "compute", "obtain", "retrieve"),
+    ("find", "search", "locate", "get", "seek", "detect"),
+    ("compute", "calculate", "calc", "evaluate", "determine"),
+    ("calculate", "compute", "calc", "evaluate", "determine"),
+    ("make", "build", "create", "construct", "form", "generate"),
+    ("check", "verify", "test", "validate"),
+    ("is", "check", "test"),
+    ("has", "contains", "includes", "holds"),
+    ("sort", "order", "arrange", "rank"),
+    ("sorted", "ordered", "arranged", "ranked"),
+    ("filter", "select", "keep", "pick"),
+    ("remove", "drop", "delete", "discard"),
+    ("add", "append", "insert", "push"),
+    ("reverse", "flip", "invert"),
+    ("encode", "encrypt", "encipher", "scramble"),
+    ("decode", "decrypt", "decipher", "unscramble"),
+    ("shift", "rotate", "offset", "move"),
+    ("split", "separate", "divide"),
+    ("parse", "read", "process", "interpret"),
+    ("convert", "transform", "translate", "change"),
+    ("truncate", "trim", "cut", "chop"),
+    ("intersperse", "interleave", "weave"),
+    ("solve", "compute", "process", "handle"),
+    ("helper", "aux", "util", "support"),
+    ("func", "fn", "callback", "op"),
+    ("fib", "fibonacci"),
+    ("fact", "factorial"),
+    # single letters, kept single or short, grouped by the role they usually play
+    ("i", "j", "k", "idx", "pos", "p"),
+    ("j", "k", "jj", "q", "col"),
+    ("k", "m", "kk", "cnt"),
+    ("n", "m", "size", "num", "count", "limit"),
+    ("m", "n", "cnt", "size"),
+    ("s", "t", "text", "st", "word", "txt", "line"),
+    ("t", "u", "text", "tt"),
+    ("x", "y", "z", "u", "v", "val", "num"),
+    ("y", "z", "w", "yy"),
+    ("z", "w", "zz"),
+    ("a", "p", "u", "first", "lhs", "aa"),
+    ("b", "q", "v", "second", "rhs", "bb"),
+    ("c", "ch", "cc", "third"),
+    ("d", "dd", "delta", "dig"),
+    ("e", "elem", "item", "entry"),
+    ("f", "fn", "func", "g"),
+    ("g", "gg", "grp"),
+    ("h", "hh", "height"),
+    ("l", "lst", "arr", "seq", "items"),
+    ("p", "q", "pt", "point"),
+    ("q", "p", "qq"),
+    ("r", "rr", "rem"),
+    ("v", "val", "w", "vv"),
+    ("w", "wd", "word", "ww"),
+    ("N", "M", "K", "SIZE", "LIMIT"),
+)
+
+# Fallbacks for names whose words are not in the vocabulary: a verb prefix for functions, a qualifier
+# prefix for variables (`fib` -> `compute_fib`, `foo` -> `cur_foo`).
+FUNCTION_PREFIXES = ("get", "compute", "find", "calc", "do")
+VARIABLE_PREFIXES = ("cur", "my", "new", "tmp", "the")
+
+
+def _synonym_table(groups: Sequence[Sequence[str]]) -> dict[str, list[str]]:
+    table: dict[str, list[str]] = {}
+    for group in groups:
+        for word in group:
+            alternatives = table.setdefault(word, [])
+            alternatives.extend(w for w in group if w != word and w not in alternatives)
+    return table
+
+
+SYNONYMS = _synonym_table(SYNONYM_GROUPS)
+
+
+def _split_words(name: str) -> tuple[str, list[str], str]:
+    """`__minPath2` -> ("__", ["min", "Path"], "2"): leading underscores, words, trailing digits."""
+    lead = name[: len(name) - len(name.lstrip("_"))]
+    core = name[len(lead) :]
+    digits = core[len(core.rstrip("0123456789")) :]
+    core = core[: len(core) - len(digits)]
+    words = [
+        w for part in core.split("_") for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+", part)
+    ]
+    return lead, words or [core], digits
+
+
+def _join_words(original: str, words: list[str], new_words: list[str]) -> str:
+    """Join replacement words in the original's style (snake_case, camelCase, UPPER)."""
+    lead, _, digits = _split_words(original)
+    styled = []
+    for old, new in zip(words, new_words):
+        if old.isupper() and len(old) > 1:
+            styled.append(new.upper())
+        elif old[:1].isupper():
+            styled.append(new[:1].upper() + new[1:])
+        else:
+            styled.append(new)
+    core = original[len(lead) : len(original) - len(digits) if digits else None]
+    if "_" in core or len(words) == 1:
+        joined = "_".join(styled)
+    else:  # camelCase / PascalCase: words are glued, each keeps its own capital
+        joined = "".join(styled)
+    return lead + joined + digits
+
+
+def candidates(name: str, is_function: bool, rng: random.Random) -> list[str]:
+    """New names for `name`, most natural first, shuffled within each tier by `rng`."""
+    lead, words, digits = _split_words(name)
+    tiers: list[list[str]] = []
+    whole = SYNONYMS.get(name)  # a name that is itself a vocabulary entry: `nums`, `N`, `prime_list`
+    if whole:
+        tiers.append(list(whole))
+    swappable = [i for i, w in enumerate(words) if SYNONYMS.get(w.lower())]
+    if swappable:  # swap some of the words, keep the others, the style, the underscores and digits
+        swapped = []
+        for _ in range(12):
+            new_words = [w.lower() for w in words]
+            chosen = [i for i in swappable if rng.random() < 0.6] or [rng.choice(swappable)]
+            for i in chosen:
+                new_words[i] = rng.choice(SYNONYMS[words[i].lower()])
+            swapped.append(_join_words(name, words, new_words))
+        tiers.append(swapped)
+    prefixes = FUNCTION_PREFIXES if is_function else VARIABLE_PREFIXES
+    core = name[len(lead) :]
+    camel = "_" not in core and any(c.isupper() for c in core[1:])
+    tiers.append([lead + p + (core[0].upper() + core[1:] if camel else "_" + core) for p in prefixes])
+    out: list[str] = []
+    for tier in tiers:
+        tier = list(dict.fromkeys(tier))
+        rng.shuffle(tier)
+        out.extend(c for c in tier if c not in out and c != name)
+    return out
