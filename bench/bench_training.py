@@ -37,10 +37,11 @@ def main() -> None:
     from leaklab.data.splits import split_members
     from leaklab.evaluate import build_eval_set
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
+    from leaklab.models.lora import apply_lora
     from leaklab.recipe import load_recipe
     from leaklab.rundir import RunDir
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows
-    from leaklab.training.cpt import PackedBlocks, apply_lora, build_trainer
+    from leaklab.training.cpt import PackedBlocks, build_trainer
 
     hf_logging.set_verbosity_error()
     recipe = load_recipe(
@@ -79,7 +80,7 @@ def main() -> None:
         ]
         model = apply_lora(copy.deepcopy(base_model), recipe)
         trainer = build_trainer(
-            model, tokenizer, blocks, recipe, run.checkpoints, callbacks, report_to="none"
+            model, tokenizer, PackedBlocks(blocks), recipe, run.checkpoints, callbacks, report_to="none"
         )
         trainer.args.disable_tqdm = True
         return timed(trainer)

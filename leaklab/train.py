@@ -59,8 +59,7 @@ def run_training(recipe) -> int:
     from accelerate import PartialState
 
     from leaklab import tracking
-    from leaklab.data.corpora import corpus_texts
-    from leaklab.data.mixing import build_mixture
+    from leaklab.data.prefilter import prefilter_candidates, prefilter_tasks
     from leaklab.data.splits import split_members
     from leaklab.evaluate import (
         build_eval_set,
@@ -71,12 +70,14 @@ def run_training(recipe) -> int:
         srdetection_specs,
     )
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
-    from leaklab.recipe import parse_ratio, run_dir_of
+    from leaklab.models.lora import apply_lora
+    from leaklab.recipe import run_dir_of
     from leaklab.report import print_summary
     from leaklab.rundir import RunDir, check_or_write_run_files, make_manifest, write_json
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows
-    from leaklab.training.cpt import apply_lora, build_trainer
+    from leaklab.training.stages import get_stage
 
+    stage = get_stage(recipe.train.stage)
     # On a CPU-only machine accelerate's default CPU path wants MPI; several processes talk over gloo instead.
     several_cpu_processes = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
     state = PartialState(**({"cpu": True, "backend": "gloo"} if several_cpu_processes else {}))
@@ -104,14 +105,8 @@ def run_training(recipe) -> int:
     prefiltered = None
     if recipe.data.prefilter:
         # The tasks max_samples selects (the same draw as the split's), minus those already "leaked".
-        chosen = split_members(
-            ids, member_fraction=recipe.data.member_fraction, seed=recipe.data.seed, max_samples=max_samples
-        )
-        chosen_ids = set(chosen.member_ids) | set(chosen.non_member_ids)
         with state.main_process_first():
-            prefiltered = prefilter_tasks(
-                model, tokenizer, [t for t in tasks if t.task_id in chosen_ids], recipe, log
-            )
+            prefiltered = prefilter_tasks(model, tokenizer, prefilter_candidates(tasks, recipe), recipe, log)
         ids, max_samples = prefiltered["kept_ids"], None
     split = split_members(
         ids, member_fraction=recipe.data.member_fraction, seed=recipe.data.seed, max_samples=max_samples
@@ -128,28 +123,11 @@ def run_training(recipe) -> int:
     state.wait_for_everyone()
     model = apply_lora(model, recipe)
 
-    # 3. The training stream: members mixed with corpus text at code:web, packed into blocks.
-    by_id = {t.task_id: t for t in tasks}
-    member_texts = [by_id[i].text(recipe.data.text_format) for i in split.member_ids]
-    code, web = parse_ratio(recipe.mix.ratio)
-    blocks, stats = build_mixture(
-        member_texts,
-        corpus_texts(
-            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
-        ),
-        tokenizer,
-        code=code,
-        web=web,
-        block_len=recipe.mix.max_seq_len,
-        seed=recipe.mix.seed,
-    )
+    # 3. The training data, built by the stage from the manifest's members (cpt: members mixed with
+    #    corpus text at code:web, packed into blocks).
+    data = stage.build_dataset(recipe, tokenizer, tasks, manifest, run, log)
     if state.is_main_process:
-        write_json(run.mixture, stats.as_dict())
-        log(
-            f"[leaklab] mixture: {stats.member_tokens:,} member + {stats.web_tokens:,} corpus tokens "
-            f"in {stats.blocks} blocks of {stats.block_len}; code:web requested {stats.requested_ratio}, "
-            f"achieved 1:{stats.achieved_ratio:g}"
-        )
+        write_json(run.mixture, data.info)
 
     # 4. Train; each saved checkpoint is evaluated by the callback. SrDetection's variants are built
     #    (or read from the benchmark's cache) once, here, by the main process; the others read its copy.
@@ -161,8 +139,8 @@ def run_training(recipe) -> int:
     reference = load_reference(recipe, base_path)
     evaluator = EvaluateCheckpoints(recipe, run, eval_set, tokenizer, reference=reference, log=log)
     report_to = ["wandb"] if tracker else "none"
-    trainer = build_trainer(
-        model, tokenizer, blocks, recipe, run.checkpoints, [evaluator, TrainingRows(run)], report_to
+    trainer = stage.build_trainer(
+        model, tokenizer, data.dataset, recipe, run.checkpoints, [evaluator, TrainingRows(run)], report_to
     )
     # Scoring is split over the ranks by the Trainer's own Accelerator.
     evaluator.accelerator = trainer.accelerator
@@ -173,7 +151,7 @@ def run_training(recipe) -> int:
         log(f"[leaklab] resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
     tracking.finish()
-    del trainer, model, evaluator, reference
+    del trainer, model, evaluator, reference, data
 
     # 5. Anything saved but not evaluated (a run killed during an evaluation), then the summary.
     if state.is_main_process:
@@ -181,35 +159,6 @@ def run_training(recipe) -> int:
         print_summary(run)
     state.wait_for_everyone()
     return 0
-
-
-def prefilter_tasks(model, tokenizer, tasks, recipe, log=print) -> dict:
-    """SrDetection §3.2: drop the tasks whose original already has a lower perplexity than every one of
-    its variants under the base model (they look "leaked" before any injection). Tasks the rule cannot
-    decide (too few verified variants) are kept. Returns the counts, the dropped ids and the kept ids."""
-    from leaklab.detectors.srdetection import gray_box_decisions, gray_scores, inputs_from_tasks
-    from leaklab.perturb import store as variant_store
-
-    cfg = recipe.evaluate.srdetection
-    sets = variant_store.variant_sets_for(tasks, cfg, log=log)
-    original, variants = gray_scores(
-        model, tokenizer, inputs_from_tasks(tasks, sets, recipe.data.text_format), recipe.evaluate
-    )
-    decisions = gray_box_decisions(original, variants, n=cfg.n_variants, min_variants=cfg.min_variants)
-    dropped = [t.task_id for t, leak in zip(tasks, decisions.leak) if leak]
-    log(
-        f"[leaklab] pre-filter: dropped {len(dropped)} of {len(tasks)} tasks whose original is the easiest "
-        f"of its variant set under the base model ({decisions.n_undecided} undecided, kept)"
-    )
-    return {
-        "n_candidates": len(tasks),
-        "n_dropped": len(dropped),
-        "n_undecided": decisions.n_undecided,
-        "n_variants": cfg.n_variants,
-        "model": recipe.model.name_or_path,
-        "dropped_ids": dropped,
-        "kept_ids": [t.task_id for t, leak in zip(tasks, decisions.leak) if not leak],
-    }
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Stage `cpt`: continued pretraining on the packed member + corpus stream with the HF Trainer.
 
-LoRA (peft) or full fine-tuning; a checkpoint every epoch (or every N steps); resume from the last
-checkpoint when the same run is started again. Nothing here knows about detectors: evaluation hangs
+`build_dataset` mixes the member texts with corpus text at the recipe's code:web ratio and packs them
+into fixed-length blocks; `build_trainer` trains on them (LoRA or full weights, applied by `train.py`),
+with a checkpoint every epoch (or every N steps). Nothing here knows about detectors: evaluation hangs
 off the Trainer as a callback (`training/callbacks.py`).
 """
 
@@ -12,7 +13,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from leaklab.recipe import Recipe
+from leaklab.data.corpora import corpus_texts
+from leaklab.data.mixing import build_mixture
+from leaklab.data.tasks import Task
+from leaklab.recipe import Recipe, parse_ratio
+from leaklab.rundir import RunDir
+from leaklab.training.stages import StageData
 
 
 class PackedBlocks(torch.utils.data.Dataset):
@@ -29,20 +35,30 @@ class PackedBlocks(torch.utils.data.Dataset):
         return {"input_ids": ids, "labels": ids}
 
 
-def apply_lora(model, recipe: Recipe):
-    if not recipe.train.lora.enabled:
-        return model
-    from peft import LoraConfig, get_peft_model
-
-    lora = recipe.train.lora
-    config = LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        target_modules=list(lora.target_modules),
-        task_type="CAUSAL_LM",
+def build_dataset(
+    recipe: Recipe, tokenizer, tasks: list[Task], manifest: dict, run: RunDir, log=print
+) -> StageData:
+    """The members' texts mixed with corpus text at code:web by tokens, packed into blocks."""
+    by_id = {t.task_id: t for t in tasks}
+    member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
+    code, web = parse_ratio(recipe.mix.ratio)
+    blocks, stats = build_mixture(
+        member_texts,
+        corpus_texts(
+            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
+        ),
+        tokenizer,
+        code=code,
+        web=web,
+        block_len=recipe.mix.max_seq_len,
+        seed=recipe.mix.seed,
     )
-    return get_peft_model(model, config)
+    log(
+        f"[leaklab] mixture: {stats.member_tokens:,} member + {stats.web_tokens:,} corpus tokens "
+        f"in {stats.blocks} blocks of {stats.block_len}; code:web requested {stats.requested_ratio}, "
+        f"achieved 1:{stats.achieved_ratio:g}"
+    )
+    return StageData(PackedBlocks(blocks), stats.as_dict())
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:
@@ -110,7 +126,7 @@ def _checkpointing_argument(enabled: bool) -> dict:
 
 
 def build_trainer(
-    model, tokenizer, blocks: np.ndarray, recipe: Recipe, output_dir: Path, callbacks, report_to
+    model, tokenizer, dataset: PackedBlocks, recipe: Recipe, output_dir: Path, callbacks, report_to
 ):
     from transformers import Trainer, default_data_collator
 
@@ -120,7 +136,7 @@ def build_trainer(
     return Trainer(
         model=model,
         args=args,
-        train_dataset=PackedBlocks(blocks),
+        train_dataset=dataset,
         data_collator=default_data_collator,
         processing_class=tokenizer,
         callbacks=callbacks,

@@ -1,0 +1,52 @@
+"""The stage registry: `train.stage` names a module with two builders; the cpt stage's data is its mixture."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from leaklab.data.tasks import Task
+from leaklab.recipe import load_recipe
+from leaklab.training.stages import STAGE_NAMES, STAGES, Stage, StageData, get_stage
+
+
+def test_names_are_the_registry_and_an_unknown_stage_names_the_known_ones():
+    assert tuple(STAGES) == STAGE_NAMES
+    assert "cpt" in STAGE_NAMES
+    assert all(stage.name == name for name, stage in STAGES.items())
+    with pytest.raises(ValueError, match="known: cpt"):
+        get_stage("ppo")
+
+
+@pytest.mark.parametrize("name", STAGE_NAMES)
+def test_every_stage_module_has_both_builders_with_the_registry_signature(name):
+    module = get_stage(name).builders()
+    for builder in ("build_dataset", "build_trainer"):
+        expected = list(inspect.signature(getattr(Stage, builder)).parameters)[1:]  # without self
+        assert list(inspect.signature(getattr(module, builder)).parameters) == expected, (name, builder)
+
+
+class _CharTokenizer:
+    """One token per character: enough for the mixture, which only counts and packs ids."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) % 250 + 1 for c in text]}
+
+
+def test_cpt_builds_its_packed_mixture_from_the_manifest_members(tmp_path):
+    recipe = load_recipe("tiny_cpt", ["mix.ratio=1:1", "mix.max_seq_len=64"])
+    tasks = [
+        Task(task_id=f"t/{i}", benchmark="toy", prompt=f"def f{i}():\n", solution=f"    return {i}\n")
+        for i in range(6)
+    ]
+    manifest = {"member_ids": ["t/1", "t/4"], "non_member_ids": ["t/0", "t/2", "t/3", "t/5"]}
+    lines: list[str] = []
+    data = get_stage("cpt").build_dataset(recipe, _CharTokenizer(), tasks, manifest, None, lines.append)
+    assert isinstance(data, StageData)
+    member_tokens = sum(len(tasks[i].text(recipe.data.text_format)) for i in (1, 4))
+    assert data.info["member_tokens"] >= member_tokens
+    assert len(data.dataset) == data.info["blocks"] and data.dataset[0]["input_ids"].shape == (64,)
+    assert lines and lines[0].startswith("[leaklab] mixture:")
