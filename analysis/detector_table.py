@@ -3,8 +3,9 @@ per epoch, the best value of each epoch and column in bold.
 
     python analysis/detector_table.py RUN_DIR [RUN_DIR ...] [--oracle] [--names NAME ...]
 
-Reads each run's `results.jsonl` (rows with "evaluation": "detection"; the "detector" field is a score
-column such as "ppl" or "mink@0.2", the "metric" field a key of `leaklab.metrics.detection_metrics`).
+Reads each run's `results.jsonl` with `leaklab.results.load_detection` (rows with "evaluation":
+"detection"; the "column" field names a score column such as "ppl" or "mink@0.2", the "metric" field a
+key of `leaklab.metrics.detection_metrics`).
 Each run is one group of columns (headed by the run directory's name, or --names), one row per epoch
 and detector. By default the cross-validated metrics are shown; --oracle shows the oracle-threshold
 ones, which is what the paper's table reports. When a (step, detector, metric) was written twice the
@@ -22,73 +23,9 @@ import math
 import sys
 from pathlib import Path
 
-# Display names and the paper's row order; other detectors follow in alphabetical order.
-DISPLAY = {
-    "ppl": "PPL",
-    "lowercase": "Lowercase",
-    "zlib": "Zlib",
-    "mink": "Min-K% Prob",
-    "minkpp": "Min-K%++ Prob",
-    "dcpdd": "DC-PDD",
-    "ref": "Ref. ratio",
-    "ref_diff": "Ref. difference",
-    "srdetection": "SrDetection",
-    "srdetection_gray": "SrDetection gray box",
-    "srdetection_black": "SrDetection black box",
-}
+from leaklab.results import Table, column_sort_key, display_name, is_rule, largest_n_only, load_detection
+
 METRICS = [("accuracy", "Acc."), ("precision", "Prec."), ("recall", "Rec."), ("f1", "F1")]
-
-Table = dict[tuple[float, str], dict[str, float | None]]  # (epoch, detector) -> metric -> value
-
-
-def load_detection(run_dir: str | Path) -> Table:
-    """Detection metric values of one run, keyed by (epoch, detector)."""
-    from leaklab.rundir import read_rows
-
-    path = Path(run_dir) / "results.jsonl"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir}: no results.jsonl (is it a leaklab run directory?)")
-    rows = [r for r in read_rows(path) if r.get("evaluation") == "detection" and r.get("detector")]
-    rows.sort(key=lambda r: r.get("step", 0))  # stable: later lines of a step still win
-    table: Table = {}
-    for row in rows:
-        key = (float(row.get("epoch") or 0.0), str(row["detector"]))
-        table.setdefault(key, {})[row["metric"]] = row.get("value")
-    return table
-
-
-def display_name(detector: str) -> str:
-    base, _, k = detector.partition("@")
-    name = DISPLAY.get(base, base)
-    if k.startswith("n="):  # SrDetection: the number of variants compared
-        return f"{name} ({k})"
-    return f"{name} (k={k})" if k else name
-
-
-def _threshold_free(detector: str) -> bool:
-    return detector.startswith("srdetection")
-
-
-def largest_n_only(table: Table) -> Table:
-    """The table without the SrDetection columns of smaller n (per epoch and detector family)."""
-    largest: dict[tuple[float, str], int] = {}
-    for epoch, detector in table:
-        base, _, n = detector.partition("@n=")
-        if _threshold_free(detector) and n.isdigit():
-            largest[epoch, base] = max(largest.get((epoch, base), 0), int(n))
-    keep = {}
-    for (epoch, detector), metrics in table.items():
-        base, _, n = detector.partition("@n=")
-        if _threshold_free(detector) and n.isdigit() and int(n) != largest[epoch, base]:
-            continue
-        keep[epoch, detector] = metrics
-    return keep
-
-
-def _order(detector: str) -> tuple[int, str]:
-    base = detector.partition("@")[0]
-    rank = list(DISPLAY).index(base) if base in DISPLAY else len(DISPLAY)
-    return rank, detector
 
 
 def _epoch(epoch: float) -> str:
@@ -103,7 +40,7 @@ def render(runs: dict[str, Table], oracle: bool = False) -> str:
     """The markdown table for runs (name -> table)."""
 
     def cell(table: Table, epoch: float, detector: str, metric: str):
-        suffix = "_oracle" if oracle and not _threshold_free(detector) else ""
+        suffix = "_oracle" if oracle and not is_rule(detector) else ""
         return table.get((epoch, detector), {}).get(metric + suffix)
 
     epochs = sorted({e for table in runs.values() for e, _ in table})
@@ -112,7 +49,9 @@ def render(runs: dict[str, Table], oracle: bool = False) -> str:
         header += [f"{run} {label}" if len(runs) > 1 else label for _, label in METRICS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for epoch in epochs:
-        detectors = sorted({d for table in runs.values() for e, d in table if e == epoch}, key=_order)
+        detectors = sorted(
+            {d for table in runs.values() for e, d in table if e == epoch}, key=column_sort_key
+        )
         # Best value of each (run, metric) among this epoch's detectors.
         best = {}
         for run, table in runs.items():

@@ -17,8 +17,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from detector_table import Table, _order, display_name, largest_n_only, load_detection  # noqa: E402
+from leaklab.results import Table, column_sort_key, display_name, largest_n_only, load_detection
 
 
 def run_ratio(run_dir: str | Path) -> str:
@@ -68,7 +67,7 @@ def _web_share(ratio: str) -> float:
 
 def render(points: dict[str, dict[str, float]]) -> str:
     ratios = sorted(points, key=_web_share)
-    detectors = sorted({d for values in points.values() for d in values}, key=_order)
+    detectors = sorted({d for values in points.values() for d in values}, key=column_sort_key)
     lines = ["| Method | " + " | ".join(ratios) + " |", "|---|" + "---|" * len(ratios)]
     for d in detectors:
         cells = [f"{100 * points[r][d]:.2f}" if d in points[r] else "–" for r in ratios]
@@ -84,7 +83,7 @@ def plot(points: dict[str, dict[str, float]], path: Path, title: str) -> None:
 
     ratios = sorted(points, key=_web_share)
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for d in sorted({d for values in points.values() for d in values}, key=_order):
+    for d in sorted({d for values in points.values() for d in values}, key=column_sort_key):
         xs = [i for i, r in enumerate(ratios) if d in points[r]]
         ys = [100 * points[ratios[i]][d] for i in xs]
         style = {"lw": 2.5} if d.startswith("srdetection") else {"lw": 1, "alpha": 0.8}

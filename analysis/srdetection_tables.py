@@ -15,8 +15,7 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from detector_table import Table, load_detection  # noqa: E402 - a sibling script, not a package
+from leaklab.results import Table, load_detection
 
 TABLES = {"srdetection_gray": "Table 3 (gray box)", "srdetection_black": "Table 11 (black box)"}
 

@@ -44,11 +44,17 @@ def eleven_passes(model, tokenizer, inputs, settings) -> None:
 
 
 def srdetection(model, tokenizer, inputs, settings, cache=None) -> None:
+    from leaklab.detectors import build_detector
     from leaklab.detectors.srdetection import score_srdetection
     from leaklab.signals.logprobs import SignalCache
 
     score_srdetection(
-        ["srdetection_gray"], model, tokenizer, inputs, settings=settings, cache=cache or SignalCache()
+        [build_detector("srdetection_gray")],
+        model,
+        tokenizer,
+        inputs,
+        settings=settings,
+        cache=cache or SignalCache(),
     )
 
 
@@ -119,7 +125,7 @@ def main() -> None:
 
     black_s = None
     if args.black:
-        from leaklab.detectors.srdetection import GenerationCache
+        from leaklab.signals.continuations import GenerationCache
 
         start = time.perf_counter()
         black_scores(model, tokenizer, inputs, cfg, cache=GenerationCache())

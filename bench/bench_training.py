@@ -35,7 +35,7 @@ def main() -> None:
     from leaklab.data.corpora import corpus_texts
     from leaklab.data.mixing import build_mixture
     from leaklab.data.splits import split_members
-    from leaklab.evaluate import build_eval_set
+    from leaklab.evaluations.base import build_eval_set
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
     from leaklab.models.lora import apply_lora
     from leaklab.recipe import load_recipe

@@ -46,8 +46,8 @@ def _build_tiny(args: list[str]) -> int:
 
 
 def _audit(args: list[str]) -> int:
+    from leaklab.audit import audit_model, audit_overrides
     from leaklab.data.benchmarks import DataUnavailableError
-    from leaklab.evaluate import audit_model, audit_overrides
     from leaklab.models.load import ModelUnavailableError
     from leaklab.recipe import RecipeError, load_recipe
 

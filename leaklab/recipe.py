@@ -22,6 +22,13 @@ from typing import Any
 
 import yaml
 
+# Plug-ins own their settings and names; the recipe reads their registries, never the other way round
+# (a test forbids import cycles). None of these imports torch.
+from leaklab.detectors import validate_specs
+from leaklab.detectors.srdetection import SrDetectionConfig
+from leaklab.evaluations import EVALUATIONS
+from leaklab.training.stages import STAGE_NAMES
+
 PACKAGE_RECIPES = Path(__file__).parent / "recipes"
 
 
@@ -103,7 +110,7 @@ class LoraConfig:
 
 @dataclass
 class TrainConfig:
-    stage: str = "cpt"  # cpt (sft and rl come with later issues)
+    stage: str = "cpt"  # a name in leaklab/training/stages.py: cpt (sft and rl come with later issues)
     epochs: int = 3
     learning_rate: float = 1e-4
     lr_scheduler: str = "constant"
@@ -122,30 +129,9 @@ class TrainConfig:
 
 
 @dataclass
-class SrDetectionConfig:
-    """SrDetection (§3.1): how variants are built, and the black box's prefix / suffix split."""
-
-    n_variants: int = 10  # variants built per task; the detector spec's n values must not exceed it
-    seed: int = 0  # seeds the names and example inputs of the variants
-    # A decision needs at least min(n, min_variants) verified variants; fewer: undecided (not a leak).
-    min_variants: int = 2
-    verify: bool = True  # run the benchmark's own tests on every variant (in the sandbox); drop failures
-    replace_examples: bool = True  # tau_t: new example inputs, outputs from the canonical solution
-    sandbox_workers: int = 2
-    sandbox_timeout_s: float = 10.0  # per test run
-    # Black box: the greedy continuation of a prefix is compared with the true suffix. The cut is at
-    # `prefix_fraction` of the tokens of the solution (`split: solution`, the prompt always stays in the
-    # prefix) or of the whole text (`split: text`); the paper does not say where it cut.
-    split: str = "solution"
-    prefix_fraction: float = 0.5
-    ngram: int = 7  # N of the N-gram overlap, in tokens (App. A.1)
-    max_new_tokens: int = 128  # suffixes longer than this are compared on their first max_new_tokens
-    generation_batch_size: int = 64  # rows decoded together
-    n_bootstrap: int = 1000  # audit: resamples for the 95% interval of the leakage rate
-
-
-@dataclass
 class EvaluateConfig:
+    # Per-checkpoint evaluations (leaklab/evaluations/): detection now; mri, counterfactual, extraction next.
+    evaluations: list[str] = field(default_factory=lambda: ["detection"])
     detectors: list[str] = field(default_factory=lambda: ["ppl"])
     every_checkpoint: bool = True
     base_model: bool = True  # evaluate the untrained model as step 0
@@ -161,7 +147,8 @@ class EvaluateConfig:
     # DC-PDD's reference corpus for token frequencies: builtin (stdlib source + pydoc) or a corpus source.
     dcpdd_corpus: str = "builtin"
     cv_folds: int = 5
-    n_bootstrap: int = 0  # bootstrap resamples for 95% intervals of the detection metrics (0: none)
+    # Bootstrap resamples for the 95% intervals of every metric (AUROC, TPR@FPR, F1, leak rate; 0: none).
+    n_bootstrap: int = 1000
     seed: int = 0
     # Settings of the srdetection_gray / srdetection_black detectors.
     srdetection: SrDetectionConfig = field(default_factory=SrDetectionConfig)
@@ -202,7 +189,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "data.benchmark": ("humaneval", "apps", "humaneval_plus", "mbpp_plus", "bigcodebench"),
     "data.text_format": ("prompt+solution", "solution", "prompt"),
-    "train.stage": ("cpt",),
+    "train.stage": STAGE_NAMES,
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
@@ -439,10 +426,15 @@ def _validate(recipe: Recipe) -> list[str]:
             f"train.batch_size: {recipe.train.batch_size} is not a multiple of train.micro_batch_size "
             f"{recipe.train.micro_batch_size}"
         )
-    for name in recipe.evaluate.detectors:
-        known = _known_detectors()
-        if known is not None and name.split(":")[0] not in known:
-            problems.append(f"evaluate.detectors: unknown detector {name!r}{_closest(name, known)}")
+    for name in recipe.evaluate.evaluations:
+        if name not in EVALUATIONS:
+            problems.append(
+                f"evaluate.evaluations: unknown evaluation {name!r}{_closest(name, EVALUATIONS)} "
+                f"(known: {', '.join(EVALUATIONS)})"
+            )
+    problems.extend(
+        f"evaluate.detectors: {p}" for p in validate_specs(recipe.evaluate.detectors, recipe.evaluate)
+    )
     if recipe.evaluate.cv_folds < 2:
         problems.append("evaluate.cv_folds: need at least 2 folds")
     problems.extend(_validate_srdetection(recipe))
@@ -459,32 +451,7 @@ def _validate_srdetection(recipe: Recipe) -> list[str]:
         problems.append("evaluate.srdetection: sandbox_workers and sandbox_timeout_s must be positive")
     if not 0 < sr.prefix_fraction < 1:
         problems.append(f"evaluate.srdetection.prefix_fraction: must be in (0, 1), got {sr.prefix_fraction}")
-    try:
-        from leaklab.detectors import SRDETECTORS, build_detector
-    except ImportError:
-        return problems
-    for spec in recipe.evaluate.detectors:
-        if spec.split(":")[0].strip() not in SRDETECTORS:
-            continue
-        try:
-            detector = build_detector(spec)
-        except ValueError as err:
-            problems.append(f"evaluate.detectors: {err}")
-            continue
-        if max(detector.n) > sr.n_variants:
-            problems.append(
-                f"evaluate.detectors: {spec!r} compares up to n={max(detector.n)} variants but "
-                f"evaluate.srdetection.n_variants is {sr.n_variants}"
-            )
     return problems
-
-
-def _known_detectors() -> list[str] | None:
-    try:
-        from leaklab.detectors import DETECTORS, SRDETECTORS
-    except ImportError:  # the registry is optional while the package is being assembled
-        return None
-    return sorted({**DETECTORS, **SRDETECTORS})
 
 
 def parse_ratio(ratio: str) -> tuple[float, float]:

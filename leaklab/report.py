@@ -8,35 +8,52 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections import defaultdict
 from pathlib import Path
 
+from leaklab.results import column_of, detection_rows, ordered
 from leaklab.rundir import RunDir, write_atomic
 
 # Shown in the summary table and plotted, in this order, when present.
 HEADLINE_METRICS = ("auroc", "f1", "accuracy", "precision", "recall", "f1_oracle", "tpr@1%fpr", "tpr@5%fpr")
 
 
-def detection_rows(rows: list[dict]) -> list[dict]:
-    return [r for r in rows if r.get("evaluation") == "detection" and r.get("detector") is not None]
+def metric_table(rows: list[dict], metric: str, intervals: bool = True) -> str:
+    """Markdown: a row per checkpoint, a column per detector (in `results.ordered` order), for one
+    metric; with `intervals`, each cell also shows its bootstrap 95% interval when the rows have one."""
+    value, low, high = {}, {}, {}
+    epochs = {}
+    for r in rows:
+        column = column_of(r)
+        if column is None:
+            continue
+        if r.get("metric") == metric:
+            value[(r["step"], column)] = r.get("value")
+            epochs[r["step"]] = r.get("epoch", 0.0)
+        elif r.get("metric") == f"{metric}_ci_low":
+            low[(r["step"], column)] = r.get("value")
+        elif r.get("metric") == f"{metric}_ci_high":
+            high[(r["step"], column)] = r.get("value")
+    columns = ordered(c for _, c in value)
 
+    def cell(key) -> str:
+        v = value.get(key)
+        if v is None:
+            return "–"
+        if intervals and low.get(key) is not None and high.get(key) is not None:
+            return f"{v:.3f} [{low[key]:.2f}, {high[key]:.2f}]"
+        return f"{v:.3f}"
 
-def metric_table(rows: list[dict], metric: str) -> str:
-    """Markdown: a row per checkpoint, a column per detector, for one metric."""
-    rows = [r for r in rows if r.get("metric") == metric and r.get("detector") is not None]
-    detectors = sorted({r["detector"] for r in rows})
-    value = {(r["step"], r["detector"]): r["value"] for r in rows}
-    epochs = {r["step"]: r.get("epoch", 0.0) for r in rows}
-    lines = ["| step | epoch | " + " | ".join(detectors) + " |", "|---|---|" + "---|" * len(detectors)]
+    lines = ["| step | epoch | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for step in sorted(epochs):
-        cells = ["–" if value.get((step, d)) is None else f"{value[(step, d)]:.3f}" for d in detectors]
+        cells = [cell((step, c)) for c in columns]
         lines.append(f"| {step} | {epochs[step]:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def _run_header(run: RunDir) -> str:
     """Model, benchmark, split and mixture of the run, from its own files."""
-    import json
 
     facts = []
     if run.recipe.exists():
@@ -67,17 +84,15 @@ def plot_metric(rows: list[dict], metric: str, path: Path, evaluation: str = "de
 
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for r in rows:
-        wanted = (
-            r.get("evaluation") == evaluation and r.get("metric") == metric and r.get("detector") is not None
-        )
+        wanted = r.get("evaluation") == evaluation and r.get("metric") == metric and column_of(r) is not None
         if wanted and r.get("value") is not None:
-            series[r["detector"]].append((r.get("epoch", 0.0), r["value"]))
+            series[column_of(r)].append((r.get("epoch", 0.0), r["value"]))
     if not series:
         return False
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    for detector, points in sorted(series.items()):
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=detector)
+    for column in ordered(series):
+        points = sorted(series[column])
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=column)
     if metric in ("auroc", "f1", "accuracy", "f1_oracle"):
         ax.axhline(0.5, color="grey", lw=0.8, ls="--", label="chance")
     if metric in HEADLINE_METRICS:
@@ -147,11 +162,11 @@ def plot_histograms(scores: dict, out_dir: Path) -> list[Path]:
 
 
 def rows_csv(rows: list[dict]) -> str:
-    columns = ["step", "epoch", "evaluation", "detector", "metric", "value"]
+    columns = ["step", "epoch", "evaluation", "detector", "params", "column", "metric", "value"]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({**r, "params": json.dumps(r["params"])} if r.get("params") else r for r in rows)
     return buffer.getvalue()
 
 
@@ -187,7 +202,10 @@ def print_summary(run: RunDir) -> None:
     rows = detection_rows(run.results_rows())
     report = build_report(run.root)
     print(f"\nrun directory: {run.root}")
-    print("\nAUROC, members vs non-members (0.5 = chance), per checkpoint (rows) and detector (columns):")
+    print(
+        "\nAUROC, members vs non-members (0.5 = chance), per checkpoint (rows) and detector (columns), "
+        "with bootstrap 95% intervals:"
+    )
     print(metric_table(rows, "auroc"))
     print("macro-F1 at a cross-validated threshold:")
     print(metric_table(rows, "f1"))

@@ -8,7 +8,14 @@
     <run>/scores/step-N/<evaluation>.jsonl   per-sample scores
     <run>/variants.jsonl           SrDetection's variant sets, see leaklab.perturb.store
     <run>/variants_summary.json    how many variants were built and verified, and why some are missing
+    <run>/cache/generations/       greedy continuations per model fingerprint (leaklab.signals.continuations)
+    <run>/cache/executions/        sandbox verdicts of generated programs, per model fingerprint
     <run>/report/                  markdown, CSV and PNG built from the files above
+
+A result row is `{"step", "epoch", "evaluation", "detector", "params", "column", "metric", "value", ...}`:
+`detector` is the family (e.g. "srdetection_gray"), `params` its parameters ({"n": 10}), `column` the
+display name ("srdetection_gray@n=10"); rows that belong to no detector (training loss, done markers)
+have `detector` and `column` null.
 
 Writes are atomic: whole files go through a temporary file and `os.replace`; result rows are appended
 with one `write` per batch, a torn tail left by a crash is cut off before the next append, and rows
@@ -26,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 # A row is identified by these fields; a second row with the same key is a duplicate.
-ROW_KEY = ("step", "evaluation", "detector", "metric")
+ROW_KEY = ("step", "evaluation", "column", "metric")
+
+
+def cache_root() -> Path:
+    """Where leaklab keeps what outlives a run (the builtin model, per-benchmark variant sets):
+    `$LEAKLAB_CACHE`, else ~/.cache/leaklab."""
+    return Path(os.environ.get("LEAKLAB_CACHE", Path.home() / ".cache" / "leaklab")).expanduser()
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> None:
@@ -64,7 +77,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 def row_key(row: dict[str, Any]) -> tuple:
-    return tuple(row.get(k) for k in ROW_KEY)
+    # A row written before rows had a `column` field is keyed by its detector name instead.
+    return tuple(row.get(k) if k != "column" else row.get("column", row.get("detector")) for k in ROW_KEY)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -167,6 +181,14 @@ class RunDir:
     def variants_summary(self) -> Path:
         return self.root / "variants_summary.json"
 
+    @property
+    def generation_cache(self) -> Path:
+        return self.root / "cache" / "generations"
+
+    @property
+    def execution_cache(self) -> Path:
+        return self.root / "cache" / "executions"
+
     def scores(self, step: int, evaluation: str) -> Path:
         return self.root / "scores" / f"step-{step}" / f"{evaluation}.jsonl"
 
@@ -247,10 +269,13 @@ class RunMismatchError(RuntimeError):
     """A run directory that already holds a different recipe or split."""
 
 
-def check_or_write_run_files(run: RunDir, recipe, manifest: dict[str, Any]) -> None:
-    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist they are the same."""
-    from leaklab.recipe import config_hash, to_yaml
+def check_or_write_run_files(
+    run: RunDir, recipe_yaml: str, recipe_hash: str, manifest: dict[str, Any]
+) -> None:
+    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist they are the same.
 
+    recipe_yaml / recipe_hash: `recipe.to_yaml(r)` and `recipe.config_hash(r)` (passed in, so this module
+    stays below the recipe module)."""
     if run.manifest.exists():
         old = read_json(run.manifest)
         if old != manifest:
@@ -259,11 +284,11 @@ def check_or_write_run_files(run: RunDir, recipe, manifest: dict[str, Any]) -> N
                 f"choose another run_name or output_dir"
             )
         old_recipe = run.root / "recipe_hash.txt"
-        if old_recipe.exists() and old_recipe.read_text().strip() != config_hash(recipe):
+        if old_recipe.exists() and old_recipe.read_text().strip() != recipe_hash:
             raise RunMismatchError(
                 f"{run.root} already holds a run of a different recipe; choose another run_name or output_dir"
             )
-    write_atomic(run.recipe, to_yaml(recipe))
-    write_atomic(run.root / "recipe_hash.txt", config_hash(recipe) + "\n")
+    write_atomic(run.recipe, recipe_yaml)
+    write_atomic(run.root / "recipe_hash.txt", recipe_hash + "\n")
     write_json(run.manifest, manifest)
     write_json(run.root / "environment.json", environment_info())

@@ -63,12 +63,13 @@ def log_metrics(metrics: dict[str, Any], step: int) -> None:
 
 
 def log_rows(rows: list[dict[str, Any]]) -> None:
-    """Result rows as W&B metrics named <evaluation>/<detector>/<metric>."""
+    """Result rows as W&B metrics named <evaluation>/<column>/<metric> (column: e.g. "mink@0.2")."""
     by_step: dict[int, dict[str, Any]] = {}
     for row in rows:
-        if row.get("value") is None or row.get("detector") is None:
+        column = row.get("column") or row.get("detector")
+        if row.get("value") is None or column is None:
             continue
-        key = f"{row['evaluation']}/{row['detector']}/{row['metric']}"
+        key = f"{row['evaluation']}/{column}/{row['metric']}"
         by_step.setdefault(row["step"], {})[key] = row["value"]
     for step, metrics in sorted(by_step.items()):
         log_metrics(metrics, step)

@@ -61,17 +61,10 @@ def run_training(recipe) -> int:
     from leaklab import tracking
     from leaklab.data.prefilter import prefilter_candidates, prefilter_tasks
     from leaklab.data.splits import split_members
-    from leaklab.evaluate import (
-        build_eval_set,
-        evaluate_run,
-        load_reference,
-        load_tasks,
-        prepare_variants,
-        srdetection_specs,
-    )
+    from leaklab.evaluate import Evaluator, build_eval_set, evaluate_run, load_tasks
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
     from leaklab.models.lora import apply_lora
-    from leaklab.recipe import run_dir_of
+    from leaklab.recipe import config_hash, run_dir_of, to_yaml
     from leaklab.report import print_summary
     from leaklab.rundir import RunDir, check_or_write_run_files, make_manifest, write_json
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows
@@ -115,7 +108,7 @@ def run_training(recipe) -> int:
     if prefiltered is not None:
         manifest["prefilter"] = {k: v for k, v in prefiltered.items() if k != "kept_ids"}
     if state.is_main_process:
-        check_or_write_run_files(run, recipe, manifest)
+        check_or_write_run_files(run, to_yaml(recipe), config_hash(recipe), manifest)
         log(f"[leaklab] run directory: {run.root}")
         log(
             f"[leaklab] {len(split.member_ids)} members, {len(split.non_member_ids)} non-members of {recipe.data.benchmark}"
@@ -129,21 +122,22 @@ def run_training(recipe) -> int:
     if state.is_main_process:
         write_json(run.mixture, data.info)
 
-    # 4. Train; each saved checkpoint is evaluated by the callback. SrDetection's variants are built
-    #    (or read from the benchmark's cache) once, here, by the main process; the others read its copy.
+    # 4. Train; each saved checkpoint is evaluated by the callback. What the evaluations need once per
+    #    run (SrDetection's variants, say) is prepared here, by the main process first; the others read
+    #    its copy.
     eval_set = build_eval_set(tasks, manifest, recipe.data.text_format)
-    if srdetection_specs(recipe):
-        with state.main_process_first():
-            prepare_variants(run, recipe, eval_set, log=log)
+    evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
+    with state.main_process_first():
+        evaluator.prepare()
     tracker = tracking.start(recipe, run.root, is_main_process=state.is_main_process)
-    reference = load_reference(recipe, base_path)
-    evaluator = EvaluateCheckpoints(recipe, run, eval_set, tokenizer, reference=reference, log=log)
+    callback = EvaluateCheckpoints(evaluator, tokenizer, log=log)
     report_to = ["wandb"] if tracker else "none"
     trainer = stage.build_trainer(
-        model, tokenizer, data.dataset, recipe, run.checkpoints, [evaluator, TrainingRows(run)], report_to
+        model, tokenizer, data.dataset, recipe, run.checkpoints, [callback, TrainingRows(run)], report_to
     )
     # Scoring is split over the ranks by the Trainer's own Accelerator.
-    evaluator.accelerator = trainer.accelerator
+    if state.num_processes > 1:
+        evaluator.accelerator = trainer.accelerator
     # The newest complete checkpoint (trainer_state.json is written last, so a half-written one is skipped).
     complete = run.checkpoint_dirs()
     resume = str(complete[-1][1]) if complete else None
@@ -151,7 +145,7 @@ def run_training(recipe) -> int:
         log(f"[leaklab] resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
     tracking.finish()
-    del trainer, model, evaluator, reference, data
+    del trainer, model, evaluator, callback, data
 
     # 5. Anything saved but not evaluated (a run killed during an evaluation), then the summary.
     if state.is_main_process:

@@ -10,6 +10,7 @@ Text "a a b b" (after BOS) scores a|BOS (1/2), a|a (1/4), b|a (1/2), b|b (1/4).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import types
 import zlib
@@ -274,22 +275,36 @@ def generic_signals() -> Signals:
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_registry_walk(name):
-    known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES}
+    """Every registered detector: a kind, known needs, typed columns, and (score kind) finite scores."""
+    from leaklab.detectors import KINDS
+    from leaklab.detectors.srdetection import GENERATIONS, VARIANTS
+
+    known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES, VARIANTS, GENERATIONS}
     detector = build_detector(name)
-    assert detector.name == name and detector.needs and detector.needs <= known
+    assert detector.name == name and detector.kind in KINDS
+    assert detector.needs and detector.needs <= known
+    columns = detector.columns()
+    assert columns and all(isinstance(params, dict) for params in columns.values())
+    if hasattr(detector, "config"):
+        assert dataclasses.is_dataclass(detector.config)
+    if detector.kind == "rule":
+        # Rules read variants, not token statistics; their golden decisions are in test_srdetection.py.
+        assert VARIANTS in detector.needs
+        return
+    assert not detector.needs & {VARIANTS, GENERATIONS}
     scores = detector.score(generic_signals())
-    assert list(scores) == detector.columns()
+    assert list(scores) == list(columns)
     for column, values in scores.items():
         assert values.shape == (2,) and np.isfinite(values[0]) and np.isnan(values[1]), column
-    # Every registered detector has a hand-computed golden value above.
+    # Every registered score detector has a hand-computed golden value above.
     assert any(key.split("@")[0].split(":")[0] == name for key in GOLDEN), f"add a golden value for {name}"
 
 
 def test_spec_parsing_and_errors():
     assert parse_spec("mink:k=0.05,0.1,0.2") == ("mink", {"k": ["0.05", "0.1", "0.2"]})
     assert parse_spec("ppl") == ("ppl", {})
-    assert build_detector("mink:k=0.05,0.1").columns() == ["mink@0.05", "mink@0.1"]
-    assert build_detector("ref:forms=diff").columns() == ["ref_diff"]
+    assert build_detector("mink:k=0.05,0.1").columns() == {"mink@0.05": {"k": 0.05}, "mink@0.1": {"k": 0.1}}
+    assert build_detector("ref:forms=diff").columns() == {"ref_diff": {"form": "diff"}}
     assert columns_of(["ppl", "mink:k=0.1", "mink:k=0.1,0.2"]) == ["ppl", "mink@0.1", "mink@0.2"]
     with pytest.raises(ValueError, match="did you mean 'mink'"):
         build_detector("minkk")

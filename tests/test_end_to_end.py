@@ -35,7 +35,7 @@ def _only_run_dir(root: Path) -> RunDir:
 def _check_results(run: RunDir, expected_steps: list[int]) -> list[dict]:
     rows = run.results_rows()
     det = [r for r in rows if r["evaluation"] == "detection"]
-    keys = collections.Counter((r["step"], r["detector"], r["metric"]) for r in det)
+    keys = collections.Counter((r["step"], r["column"], r["metric"]) for r in det)
     assert max(keys.values()) == 1, "a result row was written twice"
     assert sorted({r["step"] for r in det}) == expected_steps
     for step in expected_steps:
@@ -64,7 +64,7 @@ def test_tiny_run_trains_evaluates_and_reports(leaklab_cache, tmp_path):
     assert len(steps) == 2, "one checkpoint per epoch"
     det = _check_results(run, [0, *steps])
     assert {r["metric"] for r in det} >= {"auroc", "f1", "accuracy", "precision", "recall"}
-    assert "AUROC" in out.stdout and "| step | epoch | dcpdd |" in out.stdout and str(run.root) in out.stdout
+    assert "AUROC" in out.stdout and "| step | epoch | ppl |" in out.stdout and str(run.root) in out.stdout
     assert (run.report / "report.md").exists() and (run.report / "detection_auroc.png").exists()
     manifest = json.loads(run.manifest.read_text())
     assert len(manifest["member_ids"]) == 12 and len(manifest["non_member_ids"]) == 12
@@ -101,11 +101,9 @@ def test_tiny_run_trains_evaluates_and_reports(leaklab_cache, tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"evaluating step {last}" in again.stdout
     rescored = {
-        (r["detector"], r["metric"]): r["value"]
-        for r in _check_results(run, [0, *steps])
-        if r["step"] == last
+        (r["column"], r["metric"]): r["value"] for r in _check_results(run, [0, *steps]) if r["step"] == last
     }
-    original = {(r["detector"], r["metric"]): r["value"] for r in det if r["step"] == last}
+    original = {(r["column"], r["metric"]): r["value"] for r in det if r["step"] == last}
     assert rescored.keys() == original.keys()
     assert rescored[("ppl", "auroc")] == pytest.approx(original[("ppl", "auroc")], abs=1e-6)
 
@@ -174,7 +172,7 @@ def test_audit_scores_a_whole_benchmark_without_training(leaklab_cache, tmp_path
     run = _only_run_dir(tmp_path)
     scores = [json.loads(line) for line in run.scores(0, "audit").read_text().splitlines()]
     assert len(scores) == 20 and all(s["ppl"] < 0 for s in scores)  # higher = member, so -PPL
-    rows = {(r["detector"], r["metric"]): r["value"] for r in run.results_rows()}
+    rows = {(r["column"], r["metric"]): r["value"] for r in run.results_rows()}
     assert rows[("ppl", "n")] == 20
     assert rows[("ppl", "mean")] == pytest.approx(sum(s["ppl"] for s in scores) / 20)
     assert (run.report / "audit_ppl.png").exists()

@@ -15,8 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = "leaklab"
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
 
@@ -161,13 +159,6 @@ def describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
     return " -> ".join([*steps, cycle[-1]])
 
 
-# TEMPORARY (remove once the recipe / detectors untangling lands): at 835db22 the test finds
-# leaklab.detectors -> leaklab.detectors.srdetection -> leaklab.detectors, in the tangle
-# {detectors, detectors.srdetection, recipe, rundir, signals.logprobs}.
-@pytest.mark.xfail(
-    strict=False,
-    reason="known cycle being removed: detectors <-> detectors.srdetection, via recipe, rundir, signals.logprobs",
-)
 def test_no_import_cycles_in_the_package():
     graph = import_graph()
     found = [

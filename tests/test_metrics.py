@@ -121,3 +121,61 @@ def test_degenerate_inputs():
     assert few["cv_folds"] == 2  # limited by the two non-members
     with pytest.raises(ValueError):
         detection_metrics([0.1, 0.2], [1, 2])
+
+
+def _loop_bootstrap(s, y, decisions, n, seed):
+    """An independent reference: one resample at a time, through sklearn's AUROC and plain loops."""
+    rng = np.random.default_rng(seed)
+    pos, neg = np.flatnonzero(y), np.flatnonzero(~y)
+    draws = {}
+    for _ in range(n):
+        idx = np.concatenate([rng.choice(pos, len(pos)), rng.choice(neg, len(neg))])
+        bs, by = np.nan_to_num(s[idx], nan=-1e9), y[idx]
+        cut = {"auroc": roc_auc_score(by, bs)}
+        thresholds = [*np.unique(bs[bs > -1e9]), np.inf]
+        for name, level in (("tpr@1%fpr", 0.01), ("tpr@5%fpr", 0.05)):
+            ok = [
+                ((bs >= t) & by).sum() / by.sum()
+                for t in thresholds
+                if ((bs >= t) & ~by).sum() <= level * (~by).sum() + 1e-9
+            ]
+            cut[name] = max(ok)
+        f1s = [f1_score(by, bs >= t, average="macro", zero_division=0) for t in thresholds]
+        cut["f1_oracle"] = max(f1s)
+        cut["f1"] = f1_score(by, decisions[idx], average="macro", zero_division=0)
+        cut["accuracy"] = np.mean(by == decisions[idx])
+        for k, v in cut.items():
+            draws.setdefault(k, []).append(v)
+    return {k: np.percentile(v, [2.5, 97.5]) for k, v in draws.items()}
+
+
+def test_vectorised_bootstrap_equals_a_resample_by_resample_loop():
+    from leaklab.metrics import _bootstrap, cv_decisions
+
+    s, y = noisy(seed=7)
+    s = s.copy()
+    s[:3] = np.nan  # unscored samples
+    s[10:16] = s[20]  # ties
+    y = np.asarray(y).astype(bool)
+    decisions, _ = cv_decisions(s, y, folds=5, seed=0)
+    fast = _bootstrap(np.where(np.isnan(s), -np.inf, s), y, decisions, 60, 4)
+    slow = _loop_bootstrap(s, y, decisions, 60, 4)
+    for name, (low, high) in slow.items():
+        assert fast[f"{name}_ci_low"] == pytest.approx(low, abs=1e-9), name
+        assert fast[f"{name}_ci_high"] == pytest.approx(high, abs=1e-9), name
+
+
+def test_rule_metrics_and_leak_rate_by_hand():
+    from leaklab.metrics import leak_rate, rule_metrics
+
+    leak = np.array([1, 1, 0, 1, 0, 0], bool)
+    labels = np.array([1, 1, 1, 0, 0, 0])
+    m = rule_metrics(leak, labels, margin=[0.5, 0.2, np.nan, 0.1, -0.3, -0.1], decided=[1, 1, 0, 1, 1, 1])
+    # members: 2 of 3 flagged; non-members: 1 of 3 flagged -> accuracy 4/6, macro-F1 = (2/3 + 2/3) / 2
+    assert m["accuracy"] == pytest.approx(4 / 6) and m["f1"] == pytest.approx(2 / 3)
+    assert m["n_leaks"] == 3 and m["n_undecided"] == 1
+    # margins: members 0.5, 0.2, NaN(lowest); non-members 0.1, -0.3, -0.1 -> 6 of 9 pairs ordered right
+    assert m["auroc"] == pytest.approx(6 / 9)
+    rate = leak_rate(leak, [1, 1, 0, 1, 1, 1], n_bootstrap=300, seed=1)
+    assert rate["leak_rate"] == pytest.approx(3 / 5) and rate["n_decided"] == 5
+    assert 0.0 <= rate["leak_rate_ci_low"] < 0.6 < rate["leak_rate_ci_high"] <= 1.0

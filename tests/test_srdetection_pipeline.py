@@ -22,10 +22,9 @@ import pytest
 from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
 
 from leaklab.data.tasks import Task
-from leaklab.detectors import build_detector, run_detectors
+from leaklab.detectors import build_detector, run_detectors, score_detectors
 from leaklab.detectors.srdetection import (
     Decisions,
-    GenerationCache,
     SrInputs,
     cut_text,
     decisions_by_n,
@@ -35,6 +34,7 @@ from leaklab.detectors.srdetection import (
 )
 from leaklab.perturb.variants import Variant, VariantSet
 from leaklab.recipe import EvaluateConfig, RecipeError, SrDetectionConfig, load_recipe
+from leaklab.signals.continuations import GenerationCache
 from leaklab.signals.generation import Completion
 from leaklab.signals.logprobs import SignalCache
 
@@ -65,7 +65,7 @@ LABELS = np.array([1, 0, 1, 0])
 
 def test_gray_box_margins_and_decisions_by_hand():
     model, tok = bigram()
-    sr = score_srdetection(["srdetection_gray:n=1,2"], model, tok, GRAY, cache=SignalCache())
+    sr = score_srdetection([build_detector("srdetection_gray:n=1,2")], model, tok, GRAY, cache=SignalCache())
     one, two = sr.decisions["srdetection_gray@n=1"], sr.decisions["srdetection_gray@n=2"]
     # margin = min_i log PPL(x_i) - log PPL(x_0) over the first n variants
     np.testing.assert_allclose(one.margin[:3], [0.5 * LN2, -LN2, 0.0], atol=1e-6)
@@ -83,7 +83,9 @@ def test_gray_box_margins_and_decisions_by_hand():
 
 def test_rule_metrics_by_hand():
     model, tok = bigram()
-    d = score_srdetection(["srdetection_gray:n=1"], model, tok, GRAY, cache=SignalCache()).decisions
+    d = score_srdetection(
+        [build_detector("srdetection_gray:n=1")], model, tok, GRAY, cache=SignalCache()
+    ).decisions
     m = srdetection_metrics(d["srdetection_gray@n=1"], LABELS)
     # leak = [1, 0, 0, 0] vs labels [1, 0, 1, 0]: tp 1, fn 1, fp 0, tn 2 (undecided counts as "no leak")
     assert m["accuracy"] == 0.75 and m["precision_member"] == 1.0 and m["recall_member"] == 0.5
@@ -102,13 +104,13 @@ def test_gray_box_reuses_the_baselines_cache_in_one_engine_call():
     cache = SignalCache()
     run_detectors(["ppl"], model, tok, GRAY.texts, cache=cache)
     forwards = count_forwards(model)
-    sr = score_srdetection(["srdetection_gray"], model, tok, GRAY, cache=cache)
+    sr = score_srdetection([build_detector("srdetection_gray")], model, tok, GRAY, cache=cache)
     # Every original is a hit (ppl scored them), and so are the variants whose text equals one of them;
     # only "c c" and "a b c a" are new.
     assert sr.info["gray"]["texts"] == 9 and sr.info["gray"]["cached"] == 7
     first = forwards[0]
     assert first > 0
-    again = score_srdetection(["srdetection_gray"], model, tok, GRAY, cache=cache)
+    again = score_srdetection([build_detector("srdetection_gray")], model, tok, GRAY, cache=cache)
     assert forwards[0] == first, "a second evaluation of the same model does no forward pass"
     assert again.info["gray"]["cached"] == 9
 
@@ -148,7 +150,7 @@ def test_black_box_margins_by_hand(tmp_path):
     settings = EvaluateConfig(srdetection=SrDetectionConfig(split="text", ngram=2))
     gen = GreedyBigram(tok)
     sr = score_srdetection(
-        ["srdetection_black:n=1,2"],
+        [build_detector("srdetection_black:n=1,2")],
         model,
         tok,
         BLACK,
@@ -170,7 +172,7 @@ def test_black_box_margins_by_hand(tmp_path):
 
     # The same model again, even from a fresh cache object on the same directory: nothing is generated.
     again = score_srdetection(
-        ["srdetection_black"],
+        [build_detector("srdetection_black")],
         model,
         tok,
         BLACK,
@@ -211,15 +213,17 @@ def test_leak_rate_and_interval():
 
 
 def test_specs_and_recipe_validation():
-    assert build_detector("srdetection_black:n=1,3").columns() == [
+    assert list(build_detector("srdetection_black:n=1,3").columns()) == [
         "srdetection_black@n=1",
         "srdetection_black@n=3",
     ]
     with pytest.raises(ValueError, match="did you mean 'n'"):
         build_detector("srdetection_gray:nn=3")
-    with pytest.raises(ValueError, match="needs variant sets"):
-        model, tok = bigram()
+    model, tok = bigram()
+    with pytest.raises(ValueError, match="is a rule detector"):
         run_detectors(["ppl", "srdetection_gray"], model, tok, ["a"], cache=SignalCache())
+    with pytest.raises(ValueError, match="needs each sample's variants"):
+        score_detectors(["ppl", "srdetection_gray"], model, tok, ["a"], cache=SignalCache())
     with pytest.raises(RecipeError, match="n_variants is 10"):
         load_recipe("tiny_cpt", ['evaluate.detectors=["srdetection_gray:n=1,12"]'])
     with pytest.raises(RecipeError, match="prefix_fraction"):
@@ -244,8 +248,9 @@ def variant(task: Task, i: int, prompt: str, solution: str) -> Variant:
     return Variant(renamed, {}, {}, 0, "vocabulary")
 
 
-def test_evaluate_detection_writes_scores_and_rows_and_reuses_signals(tmp_path):
-    from leaklab.evaluate import EvalSet, evaluate_detection
+def test_detection_evaluation_writes_scores_and_typed_rows_and_reuses_signals(tmp_path):
+    from leaklab.evaluate import Evaluator
+    from leaklab.evaluations.base import EvalSet
     from leaklab.rundir import RunDir
 
     model, tok = bigram()
@@ -261,28 +266,44 @@ def test_evaluate_detection_writes_scores_and_rows_and_reuses_signals(tmp_path):
         texts=[t.text() for t in tasks],
         prompts=[t.prompt for t in tasks],
         tasks=tasks,
-        variant_sets=sets,
     )
     recipe = load_recipe(
-        "tiny_cpt", ['evaluate.detectors=[ppl, "srdetection_gray:n=1,2"]', "evaluate.cv_folds=2"]
+        "tiny_cpt",
+        [
+            'evaluate.detectors=[ppl, "srdetection_gray:n=1,2"]',
+            "evaluate.cv_folds=2",
+            "evaluate.n_bootstrap=20",
+        ],
     )
-    run = RunDir(tmp_path)
+
+    def evaluator(root):
+        ev = Evaluator(recipe, RunDir(root), eval_set, signal_cache=cache)
+        ev.evaluations[0].variant_sets = sets  # what `prepare` reads or builds
+        return ev
+
     cache = SignalCache()
-    rows = evaluate_detection(model, tok, eval_set, recipe, run, step=3, epoch=1.0, cache=cache)
-    value = {(r["detector"], r["metric"]): r["value"] for r in rows}
+    rows = evaluator(tmp_path).evaluate(model, tok, step=3, epoch=1.0)
+    value = {(r["column"], r["metric"]): r["value"] for r in rows}
     assert value[("srdetection_gray@n=2", "n_undecided")] == 1
     assert value[("srdetection_gray@n=2", "n_leaks")] == 1 and value[("srdetection_gray@n=2", "f1")] == 1.0
     assert ("ppl", "auroc") in value and rows[-1]["metric"] == "done"
     assert sorted(rows[-1]["specs"]) == ["ppl", "srdetection_gray:n=1,2"]
-    cells = [json.loads(line) for line in run.scores(3, "detection").read_text().splitlines()]
+    # Rows carry the family and its parameters, and intervals for baselines and rules alike.
+    typed = {(r["detector"], json.dumps(r.get("params"))) for r in rows if r["metric"] == "f1"}
+    assert typed == {("ppl", "{}"), ("srdetection_gray", '{"n": 1}'), ("srdetection_gray", '{"n": 2}')}
+    assert ("ppl", "auroc_ci_low") in value and ("srdetection_gray@n=2", "f1_ci_high") in value
+    cells = [json.loads(line) for line in RunDir(tmp_path).scores(3, "detection").read_text().splitlines()]
     assert cells[0]["srdetection_gray@n=2"] == pytest.approx(0.5 * LN2, abs=1e-6)
     assert cells[0]["srdetection_gray@n=2:leak"] == 1 and cells[1]["srdetection_gray@n=2:leak"] == 0
     assert cells[2]["srdetection_gray@n=2"] is None and cells[2]["srdetection_gray@n=2:leak"] is None
 
-    forwards = count_forwards(model)
-    evaluate_detection(
-        model, tok, eval_set, recipe, RunDir(tmp_path / "again"), step=3, epoch=1.0, cache=cache
+    # Done: the same step is not evaluated twice in a run directory.
+    assert (
+        evaluator(tmp_path).pending(3) == []
+        and evaluator(tmp_path).evaluate(model, tok, step=3, epoch=1.0) == []
     )
+    forwards = count_forwards(model)
+    evaluator(tmp_path / "again").evaluate(model, tok, step=3, epoch=1.0)
     assert forwards[0] == 0, "the same checkpoint again: every text (originals and variants) is cached"
 
 
@@ -348,15 +369,18 @@ def test_bad_input_gives_fewer_variants_recorded_and_undecided():
 
 
 def test_summary_line_shows_the_rule_f1_at_the_largest_n():
-    from leaklab.training.callbacks import summary_line
+    from leaklab.evaluations.detection import Detection
+
+    def row(detector, params, column, metric, value):
+        return {"detector": detector, "params": params, "column": column, "metric": metric, "value": value}
 
     rows = [
-        {"detector": "ppl", "metric": "auroc", "value": 0.61},
-        {"detector": "srdetection_gray@n=3", "metric": "f1", "value": 0.5},
-        {"detector": "srdetection_gray@n=10", "metric": "f1", "value": 0.7},
-        {"detector": "srdetection_gray@n=10", "metric": "auroc", "value": 0.9},
+        row("ppl", {}, "ppl", "auroc", 0.61),
+        row("srdetection_gray", {"n": 3}, "srdetection_gray@n=3", "f1", 0.5),
+        row("srdetection_gray", {"n": 10}, "srdetection_gray@n=10", "f1", 0.7),
+        row("srdetection_gray", {"n": 10}, "srdetection_gray@n=10", "auroc", 0.9),
     ]
-    line = summary_line(rows, 5, 1.0)
+    line = Detection().summary(rows)
     assert "ppl AUROC 0.610" in line and "srdetection_gray@n=10 F1 0.700" in line
     assert "n=3" not in line and "AUROC 0.900" not in line
 
@@ -402,7 +426,7 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
     steps = [0, *(s for s, _ in run.checkpoint_dirs())]
     assert len(steps) == 3
     rows = [r for r in run.results_rows() if r["evaluation"] == "detection"]
-    value = {(r["step"], r["detector"], r["metric"]): r["value"] for r in rows}
+    value = {(r["step"], r["column"], r["metric"]): r["value"] for r in rows}
     for step in steps:
         for mode in ("gray", "black"):
             for k in (1, 3, 5, 10):
@@ -424,7 +448,7 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
     run.results.write_text("".join(kept))
     again = _run(["-m", "leaklab.cli", "evaluate", str(root)], leaklab_cache)
     assert "building SrDetection variants" not in again.stdout
-    redone = {(r["detector"], r["metric"]): r["value"] for r in run.results_rows() if r["step"] == last}
+    redone = {(r["column"], r["metric"]): r["value"] for r in run.results_rows() if r["step"] == last}
     for mode in ("gray", "black"):
         key = (f"srdetection_{mode}@n=10", "f1")
         assert redone[key] == pytest.approx(value[(last, *key)], abs=1e-9)
@@ -445,7 +469,7 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
     )
     assert "leakage rate on humaneval" in audit.stdout
     (audit_root,) = (tmp_path / "audit").iterdir()
-    rates = {(r["detector"], r["metric"]): r["value"] for r in RunDir(audit_root).results_rows()}
+    rates = {(r["column"], r["metric"]): r["value"] for r in RunDir(audit_root).results_rows()}
     rate = rates[("srdetection_gray@n=10", "leak_rate")]
     low, high = (
         rates[("srdetection_gray@n=10", "leak_rate_ci_low")],

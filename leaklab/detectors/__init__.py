@@ -1,13 +1,20 @@
-"""The detector registry and `run_detectors`: specs in, one score column per detector output.
+"""The detector registry: one table of every detector, and the functions that run them.
 
 A spec is a registry name, optionally with parameters: "ppl", "mink:k=0.05,0.1,0.2", "dcpdd:a=0.02",
-"ref:forms=diff". A parameter takes every comma-separated value up to the next `key=`. Each detector
-declares the signals it needs; `run_detectors` computes each needed signal once (batched, cached) and
-hands the same `Signals` to every detector.
+"ref:forms=diff", "srdetection_gray:n=1,3,5,10". A parameter takes every comma-separated value up to the
+next `key=`. Every spec of a recipe is built (and so checked) when the recipe loads.
 
-SrDetection ("srdetection_gray", "srdetection_black:n=1,3,5,10") is registered apart, in SRDETECTORS:
-it reads the sample's variants and (black box) greedy generations, not a per-text token statistic, so
-the evaluator hands those specs to `leaklab.detectors.srdetection.score_srdetection` instead.
+Each detector is a small dataclass declaring
+  - `kind`: "score" (one number per sample, higher = more likely a member; metrics need a threshold or
+    none, as AUROC) or "rule" (the detector decides leak / not leak itself; SrDetection),
+  - `needs`: the signals it reads (token statistics of the target, lowercase, reference, corpus token
+    frequencies; variants and generations for SrDetection),
+  - `columns()`: score column -> the parameters that produced it (result rows carry both),
+  - optionally `config`: the dataclass of its own recipe section, and `check(evaluate_settings)`.
+
+`score_detectors` runs any mix of specs: score detectors share one batched pass of the signal engine
+(`run_detectors`), rule detectors get their variant inputs and the shared generation cache. Adding a
+detector: one class in a module here, one line in DETECTORS, one golden test.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import dataclasses
 import difflib
 import typing
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +43,7 @@ from leaklab.detectors.likelihood import (
     Signals,
     Zlib,
 )
-from leaklab.detectors.srdetection import SrDetectionBlack, SrDetectionGray
+from leaklab.detectors.srdetection import VARIANTS, SrDetectionBlack, SrDetectionGray
 
 DETECTORS: dict[str, type] = {
     "ppl": Ppl,
@@ -45,16 +53,42 @@ DETECTORS: dict[str, type] = {
     "minkpp": MinKPlusPlus,
     "dcpdd": DcPdd,
     "ref": ReferenceRatio,
-}
-# Self-referential detectors: they need variant sets (and generations), see the module docstring.
-SRDETECTORS: dict[str, type] = {
     "srdetection_gray": SrDetectionGray,
     "srdetection_black": SrDetectionBlack,
 }
+KINDS = ("score", "rule")
 
 
-def is_srdetection(spec: str) -> bool:
-    return parse_spec(spec)[0] in SRDETECTORS
+def kind_of(spec: str) -> str:
+    """ "score" or "rule" (unknown names raise ValueError with a hint)."""
+    name = parse_spec(spec)[0]
+    if name not in DETECTORS:
+        raise ValueError(f"unknown detector {name!r}{_did_you_mean(name, DETECTORS)}")
+    return DETECTORS[name].kind
+
+
+def needs_of(specs: Sequence[str]) -> frozenset[str]:
+    """Every signal the specs read."""
+    return frozenset().union(*(DETECTORS[parse_spec(s)[0]].needs for s in specs))
+
+
+def needs_variants(specs: Sequence[str]) -> bool:
+    return VARIANTS in needs_of(specs)
+
+
+def validate_specs(specs: Sequence[str], settings=None) -> list[str]:
+    """One line per problem of the specs (unknown names or parameters, bad values, a spec that asks for
+    more than `settings` provides), each naming the spec; [] when every spec builds."""
+    problems = []
+    for spec in specs:
+        try:
+            detector = build_detector(spec)
+        except ValueError as err:
+            problems.append(f"{spec!r}: {err}")
+            continue
+        if settings is not None and hasattr(detector, "check"):
+            problems.extend(detector.check(settings))
+    return problems
 
 
 def parse_spec(spec: str) -> tuple[str, dict[str, list[str]]]:
@@ -81,7 +115,7 @@ def _did_you_mean(name: str, options: Iterable[str]) -> str:
 def build_detector(spec: str):
     """The detector instance a spec names; unknown names and parameters raise ValueError with a hint."""
     name, params = parse_spec(spec)
-    known = {**DETECTORS, **SRDETECTORS}
+    known = DETECTORS
     if name not in known:
         raise ValueError(f"unknown detector {name!r}{_did_you_mean(name, known)} (known: {', '.join(known)})")
     cls = known[name]
@@ -132,7 +166,7 @@ def run_detectors(
     corpus_texts: Iterable[str] | None = None,
     info: dict[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Score every text with every detector; score column name -> float array (higher = member).
+    """Score every text with every score detector; score column name -> float array (higher = member).
 
     prompts: prompts[i] is the prefix of texts[i] that is context, not scored, when
         settings.scoring_span == "solution" (ignored otherwise).
@@ -151,12 +185,9 @@ def run_detectors(
         token_frequencies,
     )
 
-    misplaced = [spec for spec in specs if is_srdetection(spec)]
-    if misplaced:
-        raise ValueError(
-            f"{misplaced[0]!r} needs variant sets: score it with "
-            "leaklab.detectors.srdetection.score_srdetection (the evaluator does)"
-        )
+    rules = [spec for spec in specs if kind_of(spec) == "rule"]
+    if rules:
+        raise ValueError(f"{rules[0]!r} is a rule detector: score it with score_detectors")
     detectors = [build_detector(spec) for spec in specs]
     needs = set().union(*(d.needs for d in detectors))
     scoring = ScoringSettings.from_config(settings)
@@ -221,13 +252,111 @@ def _corpus(source: str | None) -> Iterable[str] | None:
     return corpus_texts(source)
 
 
+@dataclass
+class DetectorScores:
+    """What `score_detectors` returns.
+
+    columns: score column -> float per sample, higher = more likely a member (for a rule detector its
+        margin: > 0 iff the rule says leak, NaN when undecided).
+    params: score column -> (detector name, its parameters).
+    decisions: rule columns only -> the rule's per-sample `Decisions`.
+    """
+
+    columns: dict[str, np.ndarray] = field(default_factory=dict)
+    params: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    decisions: dict[str, Any] = field(default_factory=dict)
+
+    def cells(self, i: int) -> dict[str, float | int | None]:
+        """Sample i's score per column (None for NaN) and, for rule columns, `<column>:leak`
+        (1 leak, 0 not, None undecided): one per-sample record's worth."""
+        out: dict[str, float | int | None] = {}
+        for column, values in self.columns.items():
+            value = float(values[i])
+            out[column] = None if np.isnan(value) else value
+            decisions = self.decisions.get(column)
+            if decisions is not None:
+                out[f"{column}:leak"] = int(decisions.leak[i]) if decisions.decided[i] else None
+        return out
+
+
+def score_detectors(
+    specs: Sequence[str],
+    model,
+    tokenizer,
+    texts: list[str],
+    *,
+    prompts: list[str] | None = None,
+    rule_inputs=None,
+    settings=None,
+    reference=None,
+    accelerator=None,
+    cache=None,
+    generation_cache=None,
+    info: dict[str, Any] | None = None,
+) -> DetectorScores:
+    """Every spec, score and rule detectors alike, on one model (see `run_detectors` for the arguments).
+
+    rule_inputs: the originals with their verified variants (`srdetection.SrInputs`), for rule
+        detectors that need variants. generation_cache: shared greedy continuations (black box).
+    Under several processes call it on every rank; every rank gets the full result.
+    """
+    from leaklab.detectors.srdetection import score_srdetection
+
+    detectors = {spec: build_detector(spec) for spec in specs}
+    out = DetectorScores()
+    score_specs = [s for s, d in detectors.items() if d.kind == "score"]
+    rules = [d for d in detectors.values() if d.kind == "rule"]
+    out.columns.update(
+        run_detectors(
+            score_specs,
+            model,
+            tokenizer,
+            texts,
+            prompts=prompts,
+            settings=settings,
+            reference=reference,
+            accelerator=accelerator,
+            cache=cache,
+            info=info,
+        )
+        if score_specs
+        else {}
+    )
+    if rules:
+        if rule_inputs is None:
+            raise ValueError(f"{rules[0].name!r} needs each sample's variants (rule_inputs)")
+        sr = score_srdetection(
+            rules,
+            model,
+            tokenizer,
+            rule_inputs,
+            settings=settings,
+            accelerator=accelerator,
+            cache=cache,
+            generation_cache=generation_cache,
+        )
+        out.columns.update(sr.columns)
+        out.decisions.update(sr.decisions)
+        if info is not None:
+            info["rules"] = sr.info
+    for detector in detectors.values():
+        for column, params in detector.columns().items():
+            out.params[column] = (detector.name, params)
+    return out
+
+
 __all__ = [
     "DETECTORS",
-    "SRDETECTORS",
+    "KINDS",
+    "DetectorScores",
     "Signals",
     "build_detector",
     "columns_of",
-    "is_srdetection",
+    "kind_of",
+    "needs_of",
+    "needs_variants",
     "parse_spec",
     "run_detectors",
+    "score_detectors",
+    "validate_specs",
 ]

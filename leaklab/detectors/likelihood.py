@@ -18,8 +18,9 @@ token (ceil(k n) >= 1 whenever n >= 1, so k n < 1 means "the single lowest token
 sigma_t at SIGMA_FLOOR so a (numerically) deterministic next-token distribution gives a finite z_t;
 ratio detectors give NaN when the denominator NLL is 0 (a perfectly predicted text).
 
-A detector is a small dataclass: `name`, the `needs` it reads from `Signals`, its parameters as fields
-(set from a spec such as "mink:k=0.05,0.1,0.2"), `columns()` and `score(signals)`. Register it in
+A detector is a small dataclass: `name`, `kind = "score"`, the `needs` it reads from `Signals`, its
+parameters as fields (set from a spec such as "mink:k=0.05,0.1,0.2"), `columns()` (score column ->
+the parameters that produced it, which result rows carry) and `score(signals)`. Register it in
 `leaklab/detectors/__init__.py` and give it a golden test.
 """
 
@@ -115,10 +116,11 @@ def _check_k(ks: tuple[float, ...]) -> None:
 @dataclass
 class Ppl:
     name: ClassVar[str] = "ppl"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
 
-    def columns(self) -> list[str]:
-        return ["ppl"]
+    def columns(self) -> dict[str, dict]:
+        return {"ppl": {}}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         with np.errstate(over="ignore"):
@@ -128,10 +130,11 @@ class Ppl:
 @dataclass
 class Zlib:
     name: ClassVar[str] = "zlib"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
 
-    def columns(self) -> list[str]:
-        return ["zlib"]
+    def columns(self) -> dict[str, dict]:
+        return {"zlib": {}}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         entropy = np.array(
@@ -143,10 +146,11 @@ class Zlib:
 @dataclass
 class Lowercase:
     name: ClassVar[str] = "lowercase"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, LOWERCASE})
 
-    def columns(self) -> list[str]:
-        return ["lowercase"]
+    def columns(self) -> dict[str, dict]:
+        return {"lowercase": {}}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         original, lower = _nlls(signals.target), _nlls(signals.lowercase)
@@ -156,14 +160,15 @@ class Lowercase:
 @dataclass
 class MinK:
     name: ClassVar[str] = "mink"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
     k: tuple[float, ...] = (0.2,)
 
     def __post_init__(self) -> None:
         _check_k(self.k)
 
-    def columns(self) -> list[str]:
-        return [_k_column("mink", k) for k in self.k]
+    def columns(self) -> dict[str, dict]:
+        return {_k_column("mink", k): {"k": k} for k in self.k}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         return {
@@ -177,14 +182,15 @@ class MinK:
 @dataclass
 class MinKPlusPlus:
     name: ClassVar[str] = "minkpp"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, DISTRIBUTION})
     k: tuple[float, ...] = (0.2,)
 
     def __post_init__(self) -> None:
         _check_k(self.k)
 
-    def columns(self) -> list[str]:
-        return [_k_column("minkpp", k) for k in self.k]
+    def columns(self) -> dict[str, dict]:
+        return {_k_column("minkpp", k): {"k": k} for k in self.k}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         zs = [minkpp_z(s.logprob, s.mean, s.var) for s in signals.target]
@@ -197,6 +203,7 @@ class MinKPlusPlus:
 @dataclass
 class DcPdd:
     name: ClassVar[str] = "dcpdd"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, FREQUENCIES})
     a: float = 0.01  # upper clip of each token's alpha (METHODS.md §2)
 
@@ -204,8 +211,8 @@ class DcPdd:
         if not self.a > 0:
             raise ValueError(f"dcpdd: a must be positive, got {self.a}")
 
-    def columns(self) -> list[str]:
-        return ["dcpdd"]
+    def columns(self) -> dict[str, dict]:
+        return {"dcpdd": {"a": self.a}}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         table = signals.frequencies
@@ -219,6 +226,7 @@ class DcPdd:
 @dataclass
 class ReferenceRatio:
     name: ClassVar[str] = "ref"
+    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, REFERENCE})
     forms: tuple[str, ...] = field(default=("ratio", "diff"))
 
@@ -227,8 +235,8 @@ class ReferenceRatio:
         if unknown or not self.forms:
             raise ValueError(f"ref: forms must be ratio and/or diff, got {list(self.forms)}")
 
-    def columns(self) -> list[str]:
-        return [{"ratio": "ref", "diff": "ref_diff"}[f] for f in self.forms]
+    def columns(self) -> dict[str, dict]:
+        return {{"ratio": "ref", "diff": "ref_diff"}[f]: {"form": f} for f in self.forms}
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         target, reference = _nlls(signals.target), _nlls(signals.reference)

@@ -2,7 +2,7 @@
 that run them on a model.
 
 A sample x_0 is compared only with its own semantics-preserving variants x_1..x_n (built and verified
-by `leaklab.detectors.variants`, kept by `leaklab.detectors.variant_store`), so no threshold is fitted:
+by `leaklab.perturb.variants`, kept by `leaklab.perturb.store`), so no threshold is fitted:
 
   gray box:  leak  iff  PPL(x_0) < min_i PPL(x_i)      (the original is the easiest to predict)
   black box: leak  iff  NGO(x_0) > max_i NGO(x_i)      (the original's suffix is reproduced best)
@@ -27,17 +27,15 @@ Choices fixed here (the paper is silent on them):
 The decision rules at the top are pure functions of score arrays. `score_srdetection` gets the scores:
 PPL from the same signal engine and cache as the gray-box baselines (originals and all variants in one
 call, so the originals that `ppl` already scored cost nothing), NGO from greedy generations
-(`leaklab.signals.generation`), cached per (model, prompt). Importing this module does not import torch
-(recipe validation reads the registry).
+(`leaklab.signals.continuations`), cached per (model, prompt). The metrics of the rule are
+`leaklab.metrics.rule_metrics`. This module owns its recipe section (`SrDetectionConfig`,
+`evaluate.srdetection`); importing it does not import torch (recipe validation reads the registry).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -178,6 +176,31 @@ def split_prefix_suffix(
 
 # --------------------------------------------------------------------------- the detectors (registry)
 
+# --------------------------------------------------------------------------- settings and registry entries
+
+
+@dataclass
+class SrDetectionConfig:
+    """SrDetection (§3.1): how variants are built, and the black box's prefix / suffix split."""
+
+    n_variants: int = 10  # variants built per task; the detector spec's n values must not exceed it
+    seed: int = 0  # seeds the names and example inputs of the variants
+    # A decision needs at least min(n, min_variants) verified variants; fewer: undecided (not a leak).
+    min_variants: int = 2
+    verify: bool = True  # run the benchmark's own tests on every variant (in the sandbox); drop failures
+    replace_examples: bool = True  # tau_t: new example inputs, outputs from the canonical solution
+    sandbox_workers: int = 2
+    sandbox_timeout_s: float = 10.0  # per test run
+    # Black box: the greedy continuation of a prefix is compared with the true suffix. The cut is at
+    # `prefix_fraction` of the tokens of the solution (`split: solution`, the prompt always stays in the
+    # prefix) or of the whole text (`split: text`); the paper does not say where it cut.
+    split: str = "solution"
+    prefix_fraction: float = 0.5
+    ngram: int = 7  # N of the N-gram overlap, in tokens (App. A.1)
+    max_new_tokens: int = 128  # suffixes longer than this are compared on their first max_new_tokens
+    generation_batch_size: int = 64  # rows decoded together
+
+
 VARIANTS = "variants"  # needs: the sample's verified variants
 GENERATIONS = "generations"  # needs: greedy continuations of prefixes (black box)
 
@@ -192,20 +215,36 @@ def _check_ns(name: str, ns: tuple[int, ...]) -> None:
         raise ValueError(f"{name}: n must be distinct positive integers, got {list(ns)}")
 
 
+def _check_against_settings(detector, settings) -> list[str]:
+    """Problems of a spec under the recipe's evaluate settings (n may not exceed the variants built)."""
+    sr = _sr_settings(getattr(settings, "srdetection", None))
+    if max(detector.n) > sr.n_variants:
+        return [
+            f"{detector.name!r} compares up to n={max(detector.n)} variants but "
+            f"evaluate.srdetection.n_variants is {sr.n_variants}"
+        ]
+    return []
+
+
 @dataclass
 class SrDetectionGray:
     """Leak iff the original has a lower perplexity than each of its first n variants."""
 
     name: ClassVar[str] = "srdetection_gray"
+    kind: ClassVar[str] = "rule"
     mode: ClassVar[str] = "gray"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
+    config: ClassVar[type] = SrDetectionConfig  # its section of the recipe: evaluate.srdetection
     n: tuple[int, ...] = PAPER_NS
 
     def __post_init__(self) -> None:
         _check_ns(self.name, self.n)
 
-    def columns(self) -> list[str]:
-        return [column_name(self.name, n) for n in self.n]
+    def columns(self) -> dict[str, dict]:
+        return {column_name(self.name, n): {"n": n} for n in self.n}
+
+    def check(self, settings) -> list[str]:
+        return _check_against_settings(self, settings)
 
 
 @dataclass
@@ -213,15 +252,20 @@ class SrDetectionBlack:
     """Leak iff the original's greedy suffix overlaps its true suffix more than any of n variants' does."""
 
     name: ClassVar[str] = "srdetection_black"
+    kind: ClassVar[str] = "rule"
     mode: ClassVar[str] = "black"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, GENERATIONS})
+    config: ClassVar[type] = SrDetectionConfig
     n: tuple[int, ...] = PAPER_NS
 
     def __post_init__(self) -> None:
         _check_ns(self.name, self.n)
 
-    def columns(self) -> list[str]:
-        return [column_name(self.name, n) for n in self.n]
+    def columns(self) -> dict[str, dict]:
+        return {column_name(self.name, n): {"n": n} for n in self.n}
+
+    def check(self, settings) -> list[str]:
+        return _check_against_settings(self, settings)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -356,125 +400,6 @@ def cut_text(
     return Cut(prefix, tuple(ids[cut:])[:max_new_tokens])
 
 
-class GenerationCache:
-    """Greedy continuations by (model fingerprint, tokenizer, prompt, length).
-
-    In memory always; with `directory`, also one JSONL file per model fingerprint, so evaluating the same
-    checkpoint again (`leaklab evaluate`, a resumed run) generates nothing. Greedy decoding is
-    deterministic, which is what makes a cached continuation valid.
-    """
-
-    def __init__(self, directory: str | Path | None = None):
-        self.directory = Path(directory) if directory is not None else None
-        self._memory: dict[tuple[str, str], tuple[int, ...]] = {}
-        self._loaded: set[str] = set()
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def key(tokenizer_fp: str, prompt: str, max_new_tokens: int) -> str:
-        payload = json.dumps([tokenizer_fp, prompt, max_new_tokens])
-        return hashlib.sha256(payload.encode()).hexdigest()
-
-    def _file(self, model_fp: str) -> Path | None:
-        return None if self.directory is None else self.directory / f"{model_fp}.jsonl"
-
-    def _load(self, model_fp: str) -> None:
-        path = self._file(model_fp)
-        if model_fp in self._loaded or path is None:
-            return
-        from leaklab.rundir import read_rows
-
-        for row in read_rows(path):
-            self._memory[(model_fp, row["key"])] = tuple(row["ids"])
-        self._loaded.add(model_fp)
-
-    def get(self, model_fp: str, key: str) -> tuple[int, ...] | None:
-        self._load(model_fp)
-        ids = self._memory.get((model_fp, key))
-        if ids is None:
-            self.misses += 1
-        else:
-            self.hits += 1
-        return ids
-
-    def put_many(self, model_fp: str, entries: dict[str, tuple[int, ...]], write: bool = True) -> None:
-        for key, ids in entries.items():
-            self._memory[(model_fp, key)] = tuple(ids)
-        path = self._file(model_fp)
-        if write and path is not None and entries:
-            from leaklab.rundir import append_rows
-
-            rows = [{"key": k, "ids": list(v)} for k, v in entries.items()]
-            append_rows(path, rows, key=lambda r: r["key"])
-
-
-_GENERATIONS = GenerationCache()
-
-
-def _world(accelerator) -> tuple[int, int]:
-    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
-        return 0, 1
-    return int(accelerator.process_index), int(accelerator.num_processes)
-
-
-def greedy_continuations(
-    model,
-    tokenizer,
-    prompts: Sequence[str],
-    lengths: Sequence[int],
-    *,
-    batch_size: int = 64,
-    generator=None,
-    cache: GenerationCache | None = None,
-    accelerator=None,
-    info: dict[str, Any] | None = None,
-) -> list[tuple[int, ...]]:
-    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached.
-
-    Missing rows are sorted by length and decoded in groups of `batch_size` (a group decodes as many
-    steps as its longest row needs, so similar lengths waste little). Under several processes the
-    groups are spread over the ranks and gathered; call it on every rank.
-    """
-    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
-    if accelerator is not None:
-        model = accelerator.unwrap_model(model)
-    cache = _GENERATIONS if cache is None else cache
-    model_fp, tok_fp = model_fingerprint(model), tokenizer_fingerprint(tokenizer)
-    keys = [GenerationCache.key(tok_fp, p, n) for p, n in zip(prompts, lengths)]
-    out: list[tuple[int, ...] | None] = [cache.get(model_fp, k) for k in keys]
-    missing = sorted((i for i, r in enumerate(out) if r is None), key=lambda i: (lengths[i], i))
-    groups = [missing[s : s + batch_size] for s in range(0, len(missing), batch_size)]
-    rank, world = _world(accelerator)
-    fresh: dict[int, tuple[int, ...]] = {}
-    if groups:
-        if generator is None:
-            from leaklab.signals.generation import HFGenerator
-
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size)
-        for group in groups[rank::world]:
-            completions = generator.generate(
-                [prompts[i] for i in group], max_new_tokens=max(lengths[i] for i in group), temperature=0.0
-            )
-            for i, (completion, *_) in zip(group, completions):
-                ids = completion.token_ids
-                if ids is None:  # a back-end that returns text only
-                    ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
-                fresh[i] = tuple(int(t) for t in ids[: lengths[i]])
-        if world > 1:
-            from accelerate.utils import gather_object
-
-            for part in gather_object([fresh]):
-                fresh.update(part)
-        cache.put_many(model_fp, {keys[i]: ids for i, ids in fresh.items()}, write=rank == 0)
-        for i, ids in fresh.items():
-            out[i] = ids
-    if info is not None:
-        info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
-    return [tuple(r) for r in out]
-
-
 def black_scores(
     model,
     tokenizer,
@@ -482,11 +407,12 @@ def black_scores(
     sr=None,
     *,
     generator=None,
-    cache: GenerationCache | None = None,
+    cache=None,
     accelerator=None,
     info: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """NGO of every original and variant (NaN where the text cannot be cut). `sr`: a SrDetectionConfig."""
+    from leaklab.signals.continuations import greedy_continuations
     from leaklab.similarity.text import ngram_overlap
 
     sr = _sr_settings(sr)
@@ -516,11 +442,7 @@ def black_scores(
 
 
 def _sr_settings(sr):
-    if sr is None:
-        from leaklab.recipe import SrDetectionConfig
-
-        return SrDetectionConfig()
-    return sr
+    return SrDetectionConfig() if sr is None else sr
 
 
 # --------------------------------------------------------------------------- the pipeline entry point
@@ -538,7 +460,7 @@ class SrScores:
 
 
 def score_srdetection(
-    specs: Sequence[str],
+    detectors: Sequence[Any],
     model,
     tokenizer,
     inputs: SrInputs,
@@ -546,20 +468,18 @@ def score_srdetection(
     settings=None,
     accelerator=None,
     cache=None,
-    generation_cache: GenerationCache | None = None,
+    generation_cache=None,
     generator=None,
 ) -> SrScores:
-    """Run the srdetection_gray / srdetection_black specs on one model.
+    """Run srdetection_gray / srdetection_black detectors (built by `leaklab.detectors.build_detector`)
+    on one model.
 
     settings: an EvaluateConfig (its scoring settings and `srdetection` section); None for defaults.
     cache: the signal cache shared with the baselines (None: the process-wide one).
     generator: a `Generator` for the black box (default: HFGenerator on `model`).
     Every rank calls it under several processes; all get the full result.
     """
-    from leaklab.detectors import build_detector
-
     sr = _sr_settings(getattr(settings, "srdetection", None))
-    detectors = [build_detector(spec) for spec in specs]
     unknown = [d for d in detectors if getattr(d, "mode", None) not in ("gray", "black")]
     if unknown:
         raise ValueError(f"not an SrDetection spec: {unknown[0].name!r}")
@@ -600,61 +520,25 @@ def score_srdetection(
 def srdetection_metrics(
     decisions: Decisions, labels: np.ndarray | Sequence[int], *, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
-    """Detection metrics of the rule against the ground truth (no threshold: the rule decides).
+    """The rule's metrics against the ground truth (`leaklab.metrics.rule_metrics`: binary metrics of
+    the decisions, undecided counting as "not a leak"; auroc / tpr@fpr of the margin) plus
+    `variants_mean`, the mean number of variants compared."""
+    from leaklab.metrics import rule_metrics
 
-    accuracy / precision / recall / f1 (macro) and the member-class precision / recall come from the
-    decisions, undecided samples counting as "not a leak"; auroc and tpr@fpr from the margin (undecided
-    samples rank lowest). Counts: n, n_members, n_leaks, n_undecided, variants_mean (variants compared).
-    With n_bootstrap > 0, members and non-members are resampled separately (as in
-    `leaklab.metrics.detection_metrics`) for `<metric>_ci_low` / `_ci_high` of f1, accuracy and auroc.
-    """
-    from leaklab.metrics import FPR_LEVELS, auroc, binary_metrics, tpr_at_fpr
-
-    y = np.asarray(labels).astype(bool)
-    out: dict[str, float] = {
-        "n": float(len(y)),
-        "n_members": float(y.sum()),
-        "n_leaks": float(decisions.n_leaks),
-        "n_undecided": float(decisions.n_undecided),
-        "variants_mean": float(np.mean(decisions.variants_used)) if len(y) else float("nan"),
-    }
-    out.update(binary_metrics(y, decisions.leak))
-    out["auroc"] = auroc(decisions.margin, y)
-    for name, level in FPR_LEVELS.items():
-        out[name] = tpr_at_fpr(decisions.margin, y, level)
-    if n_bootstrap > 0 and y.any() and (~y).any():
-        rng = np.random.default_rng(seed)
-        pos, neg = np.flatnonzero(y), np.flatnonzero(~y)
-        draws: dict[str, list[float]] = {"f1": [], "accuracy": [], "auroc": []}
-        for _ in range(n_bootstrap):
-            idx = np.concatenate([rng.choice(pos, len(pos)), rng.choice(neg, len(neg))])
-            binary = binary_metrics(y[idx], decisions.leak[idx])
-            draws["f1"].append(binary["f1"])
-            draws["accuracy"].append(binary["accuracy"])
-            draws["auroc"].append(auroc(decisions.margin[idx], y[idx]))
-        for name, values in draws.items():
-            low, high = np.nanpercentile(values, [2.5, 97.5])
-            out[f"{name}_ci_low"], out[f"{name}_ci_high"] = float(low), float(high)
+    out = rule_metrics(
+        decisions.leak,
+        labels,
+        margin=decisions.margin,
+        decided=decisions.decided,
+        n_bootstrap=n_bootstrap,
+        seed=seed,
+    )
+    out["variants_mean"] = float(np.mean(decisions.variants_used)) if len(decisions.leak) else float("nan")
     return out
 
 
 def leak_rate(decisions: Decisions, *, n_bootstrap: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Audit (§5.3): the fraction of decided samples the rule flags, with a percentile-bootstrap 95%
-    interval over the decided samples. NaN when no sample could be decided."""
-    flags = decisions.leak[decisions.decided].astype(float)
-    out = {
-        "n": float(len(decisions.leak)),
-        "n_decided": float(len(flags)),
-        "n_undecided": float(decisions.n_undecided),
-        "n_leaks": float(flags.sum()),
-        "leak_rate": float(flags.mean()) if len(flags) else float("nan"),
-        "leak_rate_ci_low": float("nan"),
-        "leak_rate_ci_high": float("nan"),
-    }
-    if len(flags) and n_bootstrap > 0:
-        rng = np.random.default_rng(seed)
-        means = rng.choice(flags, size=(n_bootstrap, len(flags))).mean(axis=1)
-        out["leak_rate_ci_low"], out["leak_rate_ci_high"] = (
-            float(v) for v in np.percentile(means, [2.5, 97.5])
-        )
-    return out
+    """Audit (§5.3): the fraction of decided samples the rule flags, with its bootstrap 95% interval."""
+    from leaklab.metrics import leak_rate as rate
+
+    return rate(decisions.leak, decisions.decided, n_bootstrap=n_bootstrap, seed=seed)

@@ -25,14 +25,11 @@ from tqdm.auto import tqdm
 
 from leaklab.data.corpora import builtin_corpus_texts
 from leaklab.recipe import TinyModelConfig
+from leaklab.rundir import cache_root
 
 BOS, EOS, PAD = "<|bos|>", "<|endoftext|>", "<|pad|>"
 # Bump when the build procedure changes, so stale caches are not reused.
 BUILD_VERSION = 1
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("LEAKLAB_CACHE", Path.home() / ".cache" / "leaklab")).expanduser()
 
 
 def _settings_hash(obj: dict) -> str:

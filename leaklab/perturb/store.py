@@ -37,7 +37,7 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.perturb.examples import RunError
 from leaklab.perturb.variants import Variant, VariantSet, make_variants
-from leaklab.rundir import RunDir, append_rows, read_rows, write_atomic, write_json
+from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
 
 # Task fields a variant may change (rename_task, replace_examples); the rest are the original's.
 CHANGED_FIELDS = ("prompt", "solution", "tests", "entry_point")
@@ -197,8 +197,6 @@ def settings_key(cfg) -> str:
 
 
 def cache_file(tasks: Sequence[Task], cfg, cache_dir: str | Path | None = None) -> Path:
-    from leaklab.models.tiny import cache_root
-
     benchmark = tasks[0].benchmark if tasks else "none"
     return Path(cache_dir or cache_root()) / "variants" / f"{benchmark}-{settings_key(cfg)}.jsonl"
 

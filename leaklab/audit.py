@@ -1,0 +1,159 @@
+"""Audit: score a model that leaklab did not train on a whole benchmark.
+
+There is no ground truth, so the output is per-sample scores and their distribution per score column
+(count, mean, spread, quantiles, a histogram). Rule detectors (SrDetection) decide leak / no leak per
+sample without a threshold, so for them the audit gives the benchmark's leakage rate (leaks among
+decided samples) with a bootstrap 95% interval (SrDetection §5.3).
+
+    leaklab audit model=Qwen/Qwen2.5-7B benchmark=humaneval detectors=[minkpp,srdetection_gray]
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leaklab.evaluate import load_reference, load_tasks
+from leaklab.evaluations.base import float_or_none
+from leaklab.recipe import Recipe
+from leaklab.rundir import RunDir, write_atomic
+
+AUDIT_ALIASES = {
+    "model": "model.name_or_path",
+    "benchmark": "data.benchmark",
+    "detectors": "evaluate.detectors",
+}
+
+
+def audit_overrides(args: list[str]) -> list[str]:
+    """`model=X benchmark=Y detectors=[...]` -> recipe overrides (other keys pass through as they are)."""
+    out = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        out.append(f"{AUDIT_ALIASES.get(key, key)}{sep}{value}")
+    return out
+
+
+def audit_model(recipe: Recipe, log=print) -> Path:
+    """Score every task of the recipe's benchmark with its model; write <output_dir>/audit-.../."""
+    from leaklab.detectors import needs_of, needs_variants, score_detectors
+    from leaklab.detectors.likelihood import REFERENCE
+    from leaklab.detectors.srdetection import inputs_from_tasks
+    from leaklab.metrics import leak_rate
+    from leaklab.models.load import load_model_and_tokenizer
+    from leaklab.recipe import config_hash, to_yaml
+    from leaklab.report import plot_histograms
+    from leaklab.rundir import environment_info, write_json
+    from leaklab.signals.continuations import GenerationCache
+
+    cfg = recipe.evaluate
+    specs = list(cfg.detectors)
+    if REFERENCE in needs_of(specs) and not cfg.reference_model:
+        # An audited model has no base model to compare with; without a named reference, skip `ref`.
+        specs = [s for s in specs if REFERENCE not in needs_of([s])]
+        log("[leaklab] skipping 'ref': it needs evaluate.reference_model (a hub name or local directory)")
+    tasks = load_tasks(recipe)
+    if recipe.data.max_samples:
+        tasks = tasks[: recipe.data.max_samples]
+    model, tokenizer, path = load_model_and_tokenizer(recipe.model, log=log)
+    model.eval()
+    reference = load_reference(recipe, None) if REFERENCE in needs_of(specs) else None
+    slug = Path(path).name if Path(path).exists() else path.replace("/", "--")
+    out = RunDir(Path(recipe.output_dir) / f"audit-{slug}-{recipe.data.benchmark}-{config_hash(recipe)}")
+    fmt = recipe.data.text_format
+    log(f"[leaklab] auditing {path} on {len(tasks)} {recipe.data.benchmark} tasks -> {out.root}")
+
+    rule_inputs = None
+    if needs_variants(specs):
+        from leaklab.perturb import store
+
+        sets = store.variant_sets_for(tasks, cfg.srdetection, log=log)
+        log(store.describe(store.write_run_variants(out.root, sets, tasks, cfg.srdetection.min_variants)))
+        rule_inputs = inputs_from_tasks(tasks, sets, fmt)
+    scores = score_detectors(
+        specs,
+        model,
+        tokenizer,
+        [t.text(fmt) for t in tasks],
+        prompts=[t.prompt if fmt == "prompt+solution" else "" for t in tasks],
+        rule_inputs=rule_inputs,
+        settings=cfg,
+        reference=reference,
+        generation_cache=GenerationCache(out.generation_cache),
+    )
+    write_atomic(out.recipe, to_yaml(recipe))
+    write_json(out.root / "environment.json", environment_info())
+
+    records = [{"task_id": task.task_id, **scores.cells(i)} for i, task in enumerate(tasks)]
+    write_atomic(out.scores(0, "audit"), "".join(json.dumps(r) + "\n" for r in records))
+
+    base = {"step": 0, "epoch": 0.0, "evaluation": "audit", "benchmark": recipe.data.benchmark}
+    rows, leak_rows = [], []
+    for column, values in scores.columns.items():
+        detector, params = scores.params[column]
+        head = {**base, "detector": detector, "params": params, "column": column}
+        decisions = scores.decisions.get(column)
+        if decisions is None:
+            summary = distribution(values)
+            rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in summary.items()]
+        else:
+            rates = leak_rate(decisions.leak, decisions.decided, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
+            leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
+    out.append_results(rows + leak_rows)
+    plot_histograms(scores.columns, out.report)
+    if rows:
+        log(_audit_table(rows))
+    if leak_rows:
+        log(_leak_table(leak_rows, recipe.data.benchmark))
+    log(f"scores: {out.scores(0, 'audit')}\nplots: {out.report}")
+    return out.root
+
+
+def distribution(values) -> dict[str, float]:
+    """Count, undefined count, mean, standard deviation and quantiles of one score column."""
+    values = np.asarray(values, dtype=float)
+    finite = values[np.isfinite(values)]
+    some = len(finite) > 0
+    return {
+        "n": float(len(values)),
+        "n_undefined": float(len(values) - len(finite)),
+        "mean": finite.mean() if some else np.nan,
+        "std": finite.std() if some else np.nan,
+        **{f"p{q}": np.percentile(finite, q) if some else np.nan for q in (5, 25, 50, 75, 95)},
+    }
+
+
+def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
+    """The leakage rate per rule column, in %, with its bootstrap 95% interval."""
+    value = {(r["column"], r["metric"]): r["value"] for r in rows}
+    lines = [
+        f"SrDetection leakage rate on {benchmark} (leaks among decided samples; bootstrap 95% interval):",
+        "| detector | decided | undecided | leaks | leak rate % | 95% CI |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def pct(x):
+        return "–" if x is None else f"{100 * x:.1f}"
+
+    for column in dict.fromkeys(r["column"] for r in rows):
+        low, high = value.get((column, "leak_rate_ci_low")), value.get((column, "leak_rate_ci_high"))
+        lines.append(
+            f"| {column} | {value[(column, 'n_decided')]:.0f} | {value[(column, 'n_undecided')]:.0f} | "
+            f"{value[(column, 'n_leaks')]:.0f} | {pct(value.get((column, 'leak_rate')))} | "
+            f"[{pct(low)}, {pct(high)}] |"
+        )
+    return "\n".join(lines)
+
+
+def _audit_table(rows: list[dict[str, Any]]) -> str:
+    metrics = ["n", "mean", "std", "p5", "p50", "p95"]
+    columns = list(dict.fromkeys(r["column"] for r in rows))
+    value = {(r["column"], r["metric"]): r["value"] for r in rows}
+    lines = ["| detector | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
+    for column in columns:
+        cells = ["–" if value.get((column, m)) is None else f"{value[(column, m)]:.4g}" for m in metrics]
+        lines.append(f"| {column} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,15 @@
+"""Per-checkpoint evaluations, one module each, registered here (see `base.py` for the interface).
+
+  detection   every detector of `evaluate.detectors` against the manifest's ground truth
+
+A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
+here with a class like `detection.Detection`, one line in EVALUATIONS, and a test.
+"""
+
+from __future__ import annotations
+
+from leaklab.evaluations.detection import Detection
+
+EVALUATIONS: dict[str, type] = {
+    "detection": Detection,
+}

@@ -1,0 +1,108 @@
+"""What every evaluation works with: the evaluation set, the run's shared services, and its output.
+
+An evaluation (one module in this package, one line in `EVALUATIONS`) is a small class with
+  - `name`: its `evaluation` field in result rows and the file name of its per-sample records,
+  - `specs(recipe)`: what its "done" marker records; a step is evaluated again when this grows
+    (e.g. a detector added to the recipe),
+  - `needs(recipe)`: the shared services it uses (SERVICES), so the driver and the docs can tell,
+  - `prepare(ctx)`: once per run, before any checkpoint (build or read perturbed sets, say),
+  - `evaluate(ctx, model, tokenizer, step) -> EvalOutput`: once per checkpoint, on every rank under
+    several processes (the services split the work and gather it); only the main process's output is
+    written.
+The driver (`leaklab/evaluate.py`) owns everything else: done markers, resume, rank agreement, writing
+rows and records, W&B. An evaluation never imports the recipe module: it reads the recipe it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from leaklab.data.tasks import Task
+from leaklab.rundir import RunDir
+
+# The shared services an evaluation can declare it needs.
+TOKEN_STATS = "token_stats"  # batched token log-probs and next-token moments (leaklab.signals.logprobs)
+GENERATIONS = "generations"  # cached greedy continuations (leaklab.signals.continuations)
+EXECUTIONS = "executions"  # sandboxed runs of programs (leaklab.execution)
+PERTURBED = "perturbed"  # perturbed task sets built once per benchmark (leaklab.perturb)
+REFERENCE_MODEL = "reference_model"  # a model that did not see the data (the base model in a run)
+SERVICES = (TOKEN_STATS, GENERATIONS, EXECUTIONS, PERTURBED, REFERENCE_MODEL)
+
+
+@dataclass
+class EvalSet:
+    """Members and non-members of one run, in manifest order, with the texts that get scored."""
+
+    task_ids: list[str]
+    labels: np.ndarray  # 1 = member (trained on), 0 = non-member
+    texts: list[str]
+    prompts: list[str]  # the part of each text before its solution
+    tasks: list[Task] = field(default_factory=list)
+
+
+def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str) -> EvalSet:
+    """The evaluation set of a run: the manifest's members then non-members."""
+    from leaklab.detectors.srdetection import context_of
+
+    by_id = {t.task_id: t for t in tasks}
+    ids = [*manifest["member_ids"], *manifest["non_member_ids"]]
+    missing = [i for i in ids if i not in by_id]
+    if missing:
+        raise ValueError(f"{len(missing)} manifest ids are not in the benchmark (first: {missing[0]!r})")
+    labels = np.array([1] * len(manifest["member_ids"]) + [0] * len(manifest["non_member_ids"]))
+    tasks_in_order = [by_id[i] for i in ids]
+    return EvalSet(
+        task_ids=ids,
+        labels=labels,
+        texts=[t.text(text_format) for t in tasks_in_order],
+        # The part before the solution: what `scoring_span=solution` conditions on.
+        prompts=[context_of(t.text(text_format), t.solution) for t in tasks_in_order],
+        tasks=tasks_in_order,
+    )
+
+
+@dataclass
+class EvalContext:
+    """A run's shared services, handed to every evaluation.
+
+    reference: loads (model, tokenizer) of the reference model on first call (None when the recipe
+        names none and there is no base model); the driver caches it.
+    signal_cache: token statistics by (model fingerprint, text); None uses the process-wide cache.
+    generation_cache: greedy continuations, <run>/cache/generations/ in a run.
+    """
+
+    recipe: Any
+    run: RunDir
+    eval_set: EvalSet
+    accelerator: Any = None
+    reference: Callable[[], Any] = lambda: None
+    signal_cache: Any = None
+    generation_cache: Any = None
+    log: Callable[..., None] = print
+
+    @property
+    def is_main_process(self) -> bool:
+        return self.accelerator is None or bool(getattr(self.accelerator, "is_main_process", True))
+
+
+@dataclass
+class EvalOutput:
+    """One evaluation of one checkpoint.
+
+    rows: metric rows without step / epoch / evaluation (the driver adds them): `detector` (a family
+        name or None), `params` (its parameters), `column` (the display name), `metric`, `value`.
+    records: per-sample dicts, written to scores/step-N/<evaluation>.jsonl.
+    """
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def float_or_none(value) -> float | None:
+    """JSON-safe float: NaN becomes null."""
+    value = float(value)
+    return None if np.isnan(value) else value
