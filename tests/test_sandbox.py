@@ -162,7 +162,7 @@ def test_tests_that_do_not_parse_are_an_error_not_a_failure(sandbox):
     r = sandbox.check_function(ADD, "add", "x = 1\n")
     assert (r.verdict, r.reason) == ("error", "the test code defines no check()")
     r = sandbox.run_unittest(ADD, "class TestCases(:\n")
-    assert r.verdict == "error" and "does not compile" in r.reason
+    assert r.verdict == "error" and "the test code does not run: SyntaxError" in r.reason
     r = sandbox.run_unittest(ADD, "import unittest\nclass TestCases(unittest.TestCase):\n    pass\n")
     assert (r.verdict, r.reason) == ("error", "the test class holds no tests")
 

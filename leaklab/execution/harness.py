@@ -11,9 +11,23 @@ worker or to the judge are JSON lines written straight to a file descriptor.
   is answered by the candidate process as plain data (`values`). Nothing the candidate does (exit
   early, patch builtins or `check`, return an object equal to everything, write to any fd it holds)
   reaches the judge's verdict, which goes to the worker on a descriptor only the judge has.
-- `run_unittest`: program and unittest tests in one process (BigCodeBench); the report carries a
-  nonce. Tests that inspect rich objects (DataFrames, plots) cannot cross a process boundary, so this
-  kind is tamper-resistant rather than tamper-proof (see `sandbox.py`).
+- `serve_module` / `judge_unittest`: BigCodeBench's unittest classes, judged the same way. The judge
+  runs the TestCase (its own unittest, its own asserts, its own result object) with the candidate's
+  module behind references: every global of the program is a `RemoteObject` (or, for plain data, a
+  copy), and whatever the tests do with one (call it, read an attribute, index it, take its len,
+  iterate it, str it) is done by the candidate process, which answers with plain data, numpy arrays
+  and pandas tables rebuilt by the judge's own numpy and pandas (`values`, rich mode), or another
+  reference. A reference never compares equal to anything but itself, so `assertEqual(result, 3)` is
+  decided by the judge's ints, never by a candidate's `__eq__`. The candidate's process holds no test,
+  no result, no report channel: it cannot rebind `unittest.TestCase` for the tests, patch their
+  asserts, find a nonce in its stack, or write a verdict. What stays the candidate's word: what its
+  objects answer when asked (that is the behaviour under test) and the type name a reference reports
+  (so `isinstance(ax, plt.Axes)` holds for an object that says it is one). Not supported: tests that
+  patch (`unittest.mock.patch`) modules for the candidate to see, as patches apply to the judge's own
+  modules; such a test fails, it never passes wrongly.
+- `run_unittest`: program and unittest tests in one process, the report carrying a nonce: the old,
+  forgeable way (code in the process can find the nonce and write the report). Kept only for
+  `UnitTests(judged=False)`, which the hostile tests use to show what judging prevents.
 """
 
 from __future__ import annotations
@@ -209,8 +223,8 @@ class CandidateProxy:
             raise CandidateFailed("the candidate sent an over-long or unterminated reply")
         try:
             message = json.loads(line)
-        except ValueError as err:
-            raise CandidateFailed(f"the candidate sent a malformed reply: {err}") from None
+        except Exception as err:  # RecursionError from deep nesting, MemoryError: malformed all the same
+            raise CandidateFailed(f"the candidate sent a malformed reply: {type(err).__name__}") from None
         if type(message) is not dict:
             raise CandidateFailed("the candidate sent a malformed reply")
         return message
@@ -229,8 +243,8 @@ class CandidateProxy:
         if "ok" in reply:
             try:
                 return values.decode(reply["ok"])
-            except ValueError as err:
-                raise CandidateFailed(str(err)) from None
+            except Exception as err:
+                raise CandidateFailed(f"malformed value: {str(err)[:200]}") from None
         if "raise" in reply:
             name, message = str(reply["raise"]), str(reply.get("message", ""))
             # Re-raise builtin exception types as themselves so tests that expect one still work.
@@ -247,6 +261,275 @@ class CandidateProxy:
 
 class JudgeError(BaseException):
     """The test code itself is unusable (not the candidate's fault)."""
+
+
+# --------------------------------------------------------------------------- a module behind references
+
+MAX_ITEMS = 100_000  # the most elements one iteration of a reference brings across
+
+
+def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
+    """The candidate side of a judged unittest run: exec the program as __main__, list its globals
+    (plain data, or references), then answer the judge's requests on references until EOF."""
+    _reset_stdio()
+    namespace = _fresh_main()
+    if error := _exec(source, "<program>", namespace):
+        send(replies_fd, {"load_error": error})
+        _flush()
+        return 0
+    handles: dict[int, Any] = {}
+
+    def keep(obj: Any) -> dict[str, int]:
+        handles[len(handles) + 1] = obj
+        return {"$ref": len(handles)}
+
+    def encode(value: Any) -> Any:
+        return values.encode(value, rich=True, other=keep)
+
+    def handle(i: int) -> Any:
+        return handles[i]  # KeyError: the judge asked for something it was never given
+
+    names = {}
+    for name, value in list(namespace.items()):
+        if not name.startswith("__") and not isinstance(value, types.ModuleType):
+            names[name] = encode(value)
+    send(replies_fd, {"ready": True, "globals": {"$dict": [[k, v] for k, v in names.items()]}})
+    requests = os.fdopen(requests_fd, "rb", closefd=False)
+    while line := requests.readline():
+        start = time.perf_counter()
+        try:
+            request = json.loads(line)
+            obj = handle(request["ref"])
+            op = request["op"]
+            if op == "call":
+                args = values.decode(request["args"], rich=True, ref=handle)
+                kwargs = values.decode(request["kwargs"], rich=True, ref=handle)
+                out = obj(*args, **kwargs)
+            elif op == "getattr":
+                out = getattr(obj, str(request["name"]))
+            elif op == "getitem":
+                out = obj[values.decode(request["key"], rich=True, ref=handle)]
+            elif op == "contains":
+                out = values.decode(request["key"], rich=True, ref=handle) in obj
+            elif op == "len":
+                out = len(obj)
+            elif op == "iter":
+                out = []
+                for item in obj:
+                    out.append(item)
+                    if len(out) > MAX_ITEMS:
+                        raise ValueError(f"more than {MAX_ITEMS} items")
+            elif op in ("str", "repr"):
+                out = (str if op == "str" else repr)(obj)
+            elif op == "bool":
+                out = bool(obj)
+            elif op == "type":
+                out = [type(obj).__module__, type(obj).__qualname__]
+            else:
+                raise ValueError(f"unknown request {op!r}")
+            reply = {"ok": encode(out)}
+        except values.UnsupportedValue as err:
+            reply = {"unsupported": str(err)}
+        except BaseException as err:  # the candidate's doing, SystemExit included: the judge decides
+            reply = {"raise": type(err).__name__, "module": type(err).__module__, "message": str(err)[:500]}
+        reply["t"] = time.perf_counter() - start
+        send(replies_fd, reply)
+    _flush()
+    return 0
+
+
+class CandidateLink:
+    """The judge's end of a `serve_module` candidate: one request, one reply, plain data both ways."""
+
+    def __init__(self, requests_fd: int, replies_fd: int) -> None:
+        self._requests_fd = requests_fd
+        self._replies = os.fdopen(replies_fd, "rb", closefd=False)
+        self.requests = 0
+
+    def receive(self) -> dict[str, Any]:
+        try:
+            line = self._replies.readline(MAX_LINE)
+        except Exception as err:
+            raise CandidateFailed(f"the candidate's reply could not be read: {type(err).__name__}") from None
+        if not line:
+            raise CandidateFailed("the candidate process ended before answering")
+        if not line.endswith(b"\n"):
+            raise CandidateFailed("the candidate sent an over-long or unterminated reply")
+        try:
+            message = json.loads(line)
+        except Exception as err:  # RecursionError from deep nesting, MemoryError: malformed all the same
+            raise CandidateFailed(f"the candidate sent a malformed reply: {type(err).__name__}") from None
+        if type(message) is not dict:
+            raise CandidateFailed("the candidate sent a malformed reply")
+        return message
+
+    def decode(self, tree: Any) -> Any:
+        try:
+            return values.decode(tree, rich=True, ref=lambda i: RemoteObject(self, i))
+        except Exception as err:
+            raise CandidateFailed(f"the candidate sent a malformed value: {str(err)[:200]}") from None
+
+    def ask(self, op: str, ref: int, **fields: Any) -> Any:
+        self.requests += 1
+        try:
+            request = {"op": op, "ref": ref}
+            for name, value in fields.items():
+                request[name] = value if name == "name" else values.encode(value, rich=True, other=_as_ref)
+        except values.UnsupportedValue as err:
+            raise JudgeError(f"the tests pass a value that cannot reach the candidate: {err}") from None
+        try:
+            send(self._requests_fd, request)
+        except OSError:
+            raise CandidateFailed("the candidate process ended before answering") from None
+        reply = self.receive()
+        if "ok" in reply:
+            return self.decode(reply["ok"])
+        if "raise" in reply:
+            raise _exception(str(reply["raise"]), str(reply.get("module", "")), str(reply.get("message", "")))
+        if "unsupported" in reply:
+            raise CandidateFailed(
+                f"the candidate returned a value that is not plain data ({reply['unsupported']})"
+            )
+        raise CandidateFailed("the candidate sent a malformed reply")
+
+
+def _as_ref(value: Any) -> Any:
+    if isinstance(value, RemoteObject):
+        return {"$ref": object.__getattribute__(value, "_ref")}
+    raise values.UnsupportedValue(f"a {type(value).__name__} cannot be sent to the candidate")
+
+
+def _judge_class(module: str, qualname: str) -> type | None:
+    """The judge's own class of that name, if the judge has imported its module (never imports)."""
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None) if obj is not None and part.isidentifier() else None
+    return obj if isinstance(obj, type) else None
+
+
+def _exception(name: str, module: str, message: str) -> BaseException:
+    """The candidate's exception as the judge's own class of that name, so that `assertRaises` sees it;
+    a class the judge does not have (or cannot build from a message) fails the test instead."""
+    cls = _judge_class(module or "builtins", name) or getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:
+            pass
+    return CandidateFailed(f"the candidate raised {name}: {message}")
+
+
+class RemoteObject:
+    """A candidate's object that has no plain-data form (its function, a plot, an instance of its
+    class). It stays in the candidate process; what the tests ask of it crosses as plain data. It is
+    equal only to itself and hashes by identity: no comparison is ever delegated to the candidate."""
+
+    __slots__ = ("_link", "_ref", "_kind")
+
+    def __init__(self, link: CandidateLink, ref: int) -> None:
+        object.__setattr__(self, "_link", link)
+        object.__setattr__(self, "_ref", ref)
+        object.__setattr__(self, "_kind", None)
+
+    def _ask(self, op: str, **fields: Any) -> Any:
+        return object.__getattribute__(self, "_link").ask(op, object.__getattribute__(self, "_ref"), **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name=name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ask("call", args=list(args), kwargs=dict(kwargs))
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._ask("getitem", key=key)
+
+    def __contains__(self, key: Any) -> bool:
+        return self._ask("contains", key=key) is True
+
+    def __len__(self) -> int:
+        n = self._ask("len")
+        if type(n) is not int or n < 0:
+            raise CandidateFailed("the candidate's len() is not a non-negative int")
+        return n
+
+    def __iter__(self):
+        items = self._ask("iter")
+        if type(items) is not list:
+            raise CandidateFailed("the candidate's iteration is not a list")
+        return iter(items)
+
+    def __bool__(self) -> bool:
+        return self._ask("bool") is True
+
+    def __str__(self) -> str:
+        return str(self._ask("str"))
+
+    def __repr__(self) -> str:
+        return str(self._ask("repr"))
+
+    @property
+    def __class__(self) -> type:  # isinstance(ref, SomeClass) asks this after type(ref)
+        kind = object.__getattribute__(self, "_kind")
+        if kind is None:
+            named = self._ask("type")
+            kind = RemoteObject
+            if type(named) is list and len(named) == 2 and all(type(n) is str for n in named):
+                kind = _judge_class(*named) or RemoteObject
+            object.__setattr__(self, "_kind", kind)
+        return kind
+
+
+def _unittest_problem(test: Any, trace: str) -> str:
+    last = trace.strip().splitlines()[-1] if trace.strip() else "failed"
+    return f"{test.id().rsplit('.', 1)[-1]}: {last[:300]}"
+
+
+def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
+    """Run the trusted unittest class against the candidate's module behind references (see
+    `serve_module`); the verdict, as a dict."""
+    link = CandidateLink(requests_fd, replies_fd)
+    try:
+        ready = link.receive()
+    except CandidateFailed as err:
+        return {"failed": str(err)}
+    if not ready.get("ready"):
+        return {"failed": f"the program does not load: {ready.get('load_error', 'no reason given')}"}
+    namespace = _fresh_main()
+    try:
+        names = link.decode(ready.get("globals"))
+        if type(names) is not dict:
+            raise CandidateFailed("the candidate's globals are malformed")
+    except CandidateFailed as err:
+        return {"failed": str(err)}
+    for name, value in names.items():
+        if type(name) is str and name.isidentifier() and not name.startswith("__"):
+            namespace[name] = value
+    if error := _exec(tests, "<tests>", namespace):
+        return {"error": f"the test code does not run: {error}"}
+    cls = namespace.get(test_class)
+    if not (isinstance(cls, type) and issubclass(cls, unittest.TestCase)):
+        return {"error": f"the test code defines no unittest.TestCase {test_class}"}
+    result = unittest.TestResult()
+    try:
+        unittest.TestLoader().loadTestsFromTestCase(cls).run(result)
+    except BaseException as err:  # the tests' own doing (a JudgeError, SystemExit in a test)
+        return {
+            "error": f"the tests could not run: {describe(err, '<tests>', tests)}",
+            "calls": link.requests,
+        }
+    if not result.testsRun:
+        return {"error": "the test class holds no tests"}
+    problems = [_unittest_problem(t, trace) for t, trace in result.failures + result.errors]
+    problems += [f"{t.id().rsplit('.', 1)[-1]}: unexpected success" for t in result.unexpectedSuccesses]
+    if problems:
+        return {
+            "failed": f"{len(problems)} of {result.testsRun} tests failed: " + "; ".join(problems[:3]),
+            "tests": result.testsRun,
+            "calls": link.requests,
+        }
+    return {"passed": True, "tests": result.testsRun, "calls": link.requests}
 
 
 def judge_check(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
@@ -286,6 +569,20 @@ def judge_check(payload: bytes, entry_point: str, requests_fd: int, replies_fd: 
     return {"passed": True, "calls": proxy.calls}
 
 
+def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
+    try:
+        fields = json.loads(payload)
+        unittest_class = fields.get("test_class") if type(fields) is dict else None
+    except ValueError as err:
+        return {"error": f"malformed judge payload: {err}"}
+    if unittest_class is not None:
+        try:
+            return judge_unittest(fields["tests"], unittest_class, requests_fd, replies_fd)
+        except BaseException as err:  # never without a verdict; the worker reads one record per check
+            return {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
+    return judge_check(payload, entry_point, requests_fd, replies_fd)
+
+
 def serve_judge(control_fd: int) -> int:
     """A judge that serves one check after another for its worker, over a SOCK_SEQPACKET socket.
 
@@ -313,7 +610,7 @@ def serve_judge(control_fd: int) -> int:
             got += len(chunk)
         replies_fd, requests_fd = fds
         try:
-            verdict = judge_check(b"".join(chunks), meta["entry_point"], requests_fd, replies_fd)
+            verdict = _judge_one(b"".join(chunks), meta["entry_point"], requests_fd, replies_fd)
         finally:
             os.close(replies_fd)
             os.close(requests_fd)

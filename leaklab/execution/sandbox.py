@@ -29,10 +29,17 @@ Who decides a verdict, by kind of run:
   travels on a socket only the judge holds. The test code is never in the candidate's memory.
   Unforgeable. (The judge lives across checks to save a fork; test code that changes a module's
   global state could affect later checks on the same worker, which benchmark tests do not do.)
-- `UnitTests` (BigCodeBench): tests and program share one process, as their tests inspect DataFrames
-  and plots. The report needs a per-run nonce and a clean exit, and builtins and unittest are
-  restored after the program loads, which defeats exiting early, patching asserts or builtins and
-  printing "passed"; code that searches the interpreter's memory for the nonce could still forge it.
+- `UnitTests` (BigCodeBench): judged the same way. The judge runs the TestCase with its own unittest;
+  the program's module stays in the candidate process, each of its globals a reference that answers
+  calls, attribute reads, indexing, len and iteration with plain data (numpy arrays and pandas tables
+  included, rebuilt by the judge) or further references, never with a comparison. The candidate holds
+  no test, no result and no report channel, so rebinding `unittest.TestCase`, patching asserts,
+  returning an object equal to everything, or walking its stack to a harness frame finds nothing to
+  forge. Tests that `mock.patch` a module for the program to see are not supported: they fail. The
+  old in-process way survives only as `UnitTests(judged=False)`, for the hostile tests.
+
+Whatever a program writes is read defensively: a malformed report of any size or depth is `failed`
+with a reason, never `error`, and never takes the judge or the pool down.
 """
 
 from __future__ import annotations
@@ -127,13 +134,17 @@ class CheckFunction:
 
 @dataclass(frozen=True)
 class UnitTests:
-    """BigCodeBench style: `tests` defines a unittest.TestCase subclass `test_class`."""
+    """BigCodeBench style: `tests` defines a unittest.TestCase subclass `test_class`. Judged (the
+    default): the judge runs the tests against the program's module behind references (see
+    harness.py). `judged=False` runs both in one process, which the program can fool: only for the
+    hostile tests that show what judging prevents."""
 
     source: str
     tests: str
     test_class: str = "TestCases"
     timeout_s: float | None = None
     guard_calls: bool | None = None
+    judged: bool = True
 
 
 Job = Program | FunctionCalls | CheckFunction | UnitTests
@@ -356,8 +367,9 @@ class Sandbox:
         test_class: str = "TestCases",
         timeout_s: float | None = None,
         guard_calls: bool | None = None,
+        judged: bool = True,
     ) -> ExecResult:
-        return self.run_jobs([UnitTests(source, tests, test_class, timeout_s, guard_calls)])[0]
+        return self.run_jobs([UnitTests(source, tests, test_class, timeout_s, guard_calls, judged)])[0]
 
     def eval_value(self, source: str, expression: str, *, timeout_s: float | None = None) -> ExecResult:
         """Run `source`, then evaluate `expression` in its namespace; `result.value` is the value."""
@@ -481,6 +493,9 @@ class Sandbox:
         elif isinstance(job, CheckFunction):
             secret = json.dumps({"prelude": job.prelude, "tests": job.tests, "check": job.check}).encode()
             message |= {"kind": "check", "entry_point": job.entry_point, "secret_len": len(secret)}
+        elif isinstance(job, UnitTests) and job.judged:
+            secret = json.dumps({"tests": job.tests, "test_class": job.test_class}).encode()
+            message |= {"kind": "check", "entry_point": "", "module": True, "secret_len": len(secret)}
         elif isinstance(job, UnitTests):
             message |= {"kind": "unittest", "tests": job.tests, "test_class": job.test_class}
             message["nonce"] = secrets.token_hex(16)
@@ -497,10 +512,14 @@ def _text(data: bytes) -> str:
 
 
 def _lines(data: bytes) -> list[Any]:
-    """The JSON lines of a result channel; ValueError when one is malformed."""
+    """The JSON lines of a result channel; ValueError when one is malformed, whatever the parser
+    raised (a deeply nested line raises RecursionError, a huge one MemoryError)."""
     out = []
     for line in data.splitlines():
-        message = json.loads(line)
+        try:
+            message = json.loads(line)
+        except Exception as err:
+            raise ValueError(f"malformed line ({type(err).__name__})") from None
         if type(message) is not dict:
             raise ValueError("not an object")
         out.append(message)
@@ -514,6 +533,22 @@ def _ended(reply: dict[str, Any]) -> str:
 
 
 def _interpret(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> ExecResult:
+    """The verdict. What a program wrote is read defensively; should reading it still raise, the
+    program is the cause: `failed`, with the reason, never `error` (which it must not be able to
+    choose) and never an exception out of here."""
+    try:
+        return _read_reply(job, message, reply)
+    except Exception as err:
+        return ExecResult(
+            "failed",
+            reason=f"the run's report is malformed ({type(err).__name__}: {str(err)[:200]})",
+            stdout=_text(reply.get("stdout") or b""),
+            stderr=_text(reply.get("stderr") or b""),
+            duration_s=reply.get("duration_s") or 0.0,
+        )
+
+
+def _read_reply(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> ExecResult:
     timeout = message["limits"]["timeout_s"]
     result = ExecResult(
         verdict="error",
@@ -541,7 +576,7 @@ def _interpret(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> Exec
         return _program_verdict(result, reply)
     if isinstance(job, FunctionCalls):
         return _calls_verdict(result, reply, len(job.inputs))
-    if isinstance(job, CheckFunction):
+    if isinstance(job, CheckFunction) or message["kind"] == "check":
         return _check_verdict(result, reply)
     return _unittest_verdict(result, reply, message["nonce"])
 
@@ -553,8 +588,8 @@ def _program_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     result.verdict = "failed"
     result.reason = _ended(reply)
     try:
-        exceptions = [m["exception"] for m in _lines(reply["channel"]) if "exception" in m]
-    except (ValueError, KeyError):
+        exceptions = [str(m["exception"])[:2000] for m in _lines(reply["channel"]) if "exception" in m]
+    except ValueError:
         exceptions = []
     if exceptions:
         result.reason += f": {exceptions[-1]}"
@@ -580,8 +615,8 @@ def _calls(channel: bytes, expected: int) -> tuple[list[CallOutcome], str | None
         if "ok" in line:
             try:
                 calls.append(CallOutcome(True, values.decode(line["ok"]), duration_s=t))
-            except ValueError as err:
-                return calls, f"the result stream is malformed: {err}"
+            except Exception as err:  # ValueError, or RecursionError from a hostile depth
+                return calls, f"the result stream is malformed: {str(err)[:200]}"
         elif "raise" in line:
             calls.append(
                 CallOutcome(False, error=f"{line['raise']}: {line.get('message', '')}", duration_s=t)
@@ -611,15 +646,17 @@ def _calls_verdict(result: ExecResult, reply: dict[str, Any], n: int) -> ExecRes
 def _check_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     candidate = reply.get("candidate") or {}
     result.exit_code, result.signal = candidate.get("exit_code"), candidate.get("signal")
-    try:
+    try:  # the judge's own record: trusted, but read as carefully as any
         verdict = json.loads(reply["channel"])
-    except ValueError:
+    except Exception:
         verdict = None
     if type(verdict) is not dict:
         result.verdict = "error"
         result.reason = f"the judge {_ended(reply)} without a verdict"
         return result
     result.details["calls"] = verdict.get("calls")
+    if "tests" in verdict:
+        result.details["tests"] = verdict["tests"]
     if verdict.get("passed") is True:
         result.verdict = "passed"
     elif "failed" in verdict:
@@ -632,6 +669,7 @@ def _check_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
 
 
 def _unittest_verdict(result: ExecResult, reply: dict[str, Any], nonce: str) -> ExecResult:
+    """The in-process unittest report (UnitTests(judged=False)): forgeable, see harness.py."""
     try:
         reports = _lines(reply["channel"])
     except ValueError:

@@ -10,12 +10,20 @@ this path because both trust their input.
 JSON keeps None, bool, int, float (NaN and infinities included, as Python's json writes them), str
 and list; every other type is an object with one `$tag` key, so a user dict can never be mistaken for
 a tagged value (dicts themselves are tagged).
+
+With `rich=True` (the judged unittest path, whose tests look at arrays and tables) numpy arrays,
+pandas Series and DataFrames and datetimes travel as their data, dtype and labels, and are rebuilt on
+the trusted side by numpy's and pandas' own constructors; anything else may become a reference
+(`$ref`, see `harness.RemoteObject`) through the `other` hook: the object stays where it was made.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 # Deep enough for any benchmark value, shallow enough that decoding cannot exhaust the C stack.
@@ -34,12 +42,19 @@ def _type_name(value: Any) -> str:
     return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def encode(value: Any, _depth: int = 0) -> Any:
+def encode(
+    value: Any, _depth: int = 0, *, rich: bool = False, other: Callable[[Any], Any] | None = None
+) -> Any:
     """A JSON-ready tree for `value`. Runs on the untrusted side, so it may be liberal: numpy scalars
-    and arrays become their Python equivalents, subclasses of builtins become the builtin."""
+    and arrays become their Python equivalents, subclasses of builtins become the builtin. `other`
+    turns a value with no plain form into a tree (a reference) or raises UnsupportedValue."""
     if _depth > MAX_DEPTH:
         raise UnsupportedValue(f"value nested deeper than {MAX_DEPTH} levels")
     d = _depth + 1
+
+    def enc(v: Any) -> Any:
+        return encode(v, d, rich=rich, other=other)
+
     if value is None or type(value) in (bool, str):
         return value
     if isinstance(value, bool):
@@ -60,22 +75,42 @@ def encode(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, bytearray):
         return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, list):
-        return [encode(v, d) for v in value]
+        return [enc(v) for v in value]
     if isinstance(value, tuple):
-        return {"$tuple": [encode(v, d) for v in value]}
+        return {"$tuple": [enc(v) for v in value]}
     if isinstance(value, frozenset):
-        return {"$frozenset": [encode(v, d) for v in value]}
+        return {"$frozenset": [enc(v) for v in value]}
     if isinstance(value, set):
-        return {"$set": [encode(v, d) for v in value]}
+        return {"$set": [enc(v) for v in value]}
     if isinstance(value, dict):
-        return {"$dict": [[encode(k, d), encode(v, d)] for k, v in value.items()]}
-    # numpy without importing numpy: scalars have .item(), arrays .tolist().
+        return {"$dict": [[enc(k), enc(v)] for k, v in value.items()]}
     module = type(value).__module__ or ""
+    if rich:
+        if isinstance(value, datetime.datetime):
+            return {"$datetime": datetime.datetime.isoformat(value)}
+        if isinstance(value, datetime.date):
+            return {"$date": datetime.date.isoformat(value)}
+        if isinstance(value, datetime.timedelta):
+            return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+        kind = type(value).__name__
+        if module.startswith("numpy") and kind == "ndarray":
+            return {"$ndarray": [str(value.dtype), list(map(int, value.shape)), enc(value.tolist())]}
+        if module.startswith("pandas") and kind == "Series":
+            return {
+                "$series": [str(value.dtype), enc(value.name), enc(list(value.index)), enc(value.tolist())]
+            }
+        if module.startswith("pandas") and kind == "DataFrame":
+            columns = [enc(value.iloc[:, i].tolist()) for i in range(value.shape[1])]
+            dtypes = [str(t) for t in value.dtypes]
+            return {"$dataframe": [enc(list(value.columns)), enc(list(value.index)), dtypes, columns]}
+    # numpy without importing numpy: scalars have .item(), arrays .tolist().
     if module.startswith("numpy"):
         if hasattr(value, "tolist") and getattr(value, "ndim", 0):
-            return encode(value.tolist(), d)
+            return enc(value.tolist())
         if hasattr(value, "item"):
-            return encode(value.item(), d)
+            return enc(value.item())
+    if other is not None:
+        return other(value)
     raise UnsupportedValue(f"a {_type_name(value)} has no plain-data form")
 
 
@@ -84,41 +119,98 @@ def dumps(value: Any) -> str:
     return json.dumps(encode(value), ensure_ascii=False, separators=(",", ":"))
 
 
-def decode(tree: Any, _depth: int = 0) -> Any:
-    """The value back from `encode`'s tree, built only from builtin types; ValueError when malformed."""
+# dtype names as numpy and pandas print them ("int64", "<U5", "datetime64[ns]", "category");
+# anything else is rebuilt as object.
+_DTYPE = re.compile(r"[<>|=]?[a-zA-Z]{1,16}[0-9]{0,3}(\[[a-z]{1,3}\])?")
+
+
+def decode(tree: Any, _depth: int = 0, *, rich: bool = False, ref: Callable[[int], Any] | None = None) -> Any:
+    """The value back from `encode`'s tree, built only from builtin types (and, with `rich`, numpy's
+    and pandas' own constructors; with `ref`, references); ValueError when malformed."""
     if _depth > MAX_DEPTH + 1:
         raise ValueError("value nested too deeply")
     d = _depth + 1
+
+    def dec(v: Any) -> Any:
+        return decode(v, d, rich=rich, ref=ref)
+
     kind = type(tree)
     if tree is None or kind in (bool, int, float, str):
         return tree
     if kind is list:
-        return [decode(v, d) for v in tree]
+        return [dec(v) for v in tree]
     if kind is not dict or len(tree) != 1:
         raise ValueError(f"malformed value: {str(tree)[:80]}")
     ((tag, body),) = tree.items()
     try:
         if tag == "$tuple":
-            return tuple(decode(v, d) for v in _as_list(body))
+            return tuple(dec(v) for v in _as_list(body))
         if tag == "$set":
-            return {decode(v, d) for v in _as_list(body)}
+            return {dec(v) for v in _as_list(body)}
         if tag == "$frozenset":
-            return frozenset(decode(v, d) for v in _as_list(body))
+            return frozenset(dec(v) for v in _as_list(body))
         if tag == "$dict":
-            return {decode(k, d): decode(v, d) for k, v in (_as_pair(p) for p in _as_list(body))}
+            return {dec(k): dec(v) for k, v in (_as_pair(p) for p in _as_list(body))}
         if tag == "$int" and type(body) is str:
             return int(body, 16)
         if tag == "$complex":
-            re, im = _as_pair(body)
-            if type(re) is not float or type(im) is not float:
+            re_, im = _as_pair(body)
+            if type(re_) is not float or type(im) is not float:
                 raise ValueError("complex parts must be floats")
-            return complex(re, im)
+            return complex(re_, im)
         if tag == "$bytes" and type(body) is str:
             return base64.b64decode(body, validate=True)
         if tag == "$bytearray" and type(body) is str:
             return bytearray(base64.b64decode(body, validate=True))
-    except TypeError as err:  # an unhashable set member or dict key
+        if tag == "$ref" and ref is not None and type(body) is int:
+            return ref(body)
+        if rich:
+            return _decode_rich(tag, body, dec)
+    except (TypeError, OverflowError) as err:  # an unhashable set member or dict key, a bad date
         raise ValueError(f"malformed {tag}: {err}") from err
+    raise ValueError(f"malformed value with tag {tag!r}")
+
+
+def _dtype(name: Any) -> str:
+    return name if type(name) is str and _DTYPE.fullmatch(name) else "object"
+
+
+def _decode_rich(tag: str, body: Any, dec: Callable[[Any], Any]) -> Any:
+    if tag in ("$datetime", "$date") and type(body) is str and len(body) < 64:
+        parse = datetime.datetime if tag == "$datetime" else datetime.date
+        return parse.fromisoformat(body)
+    if tag == "$timedelta" and type(body) is list and len(body) == 3 and all(type(x) is int for x in body):
+        return datetime.timedelta(days=body[0], seconds=body[1], microseconds=body[2])
+    if tag == "$ndarray":
+        import numpy as np
+
+        dtype, shape, data = _as_list(body) if len(_as_list(body)) == 3 else (None, None, None)
+        if type(shape) is not list or not all(type(n) is int and n >= 0 for n in shape):
+            raise ValueError("malformed $ndarray shape")
+        try:
+            return np.array(dec(data), dtype=_dtype(dtype)).reshape(shape)
+        except Exception as err:
+            raise ValueError(f"malformed $ndarray: {err}") from None
+    if tag in ("$series", "$dataframe"):
+        import pandas as pd
+
+        parts = _as_list(body)
+        try:
+            if tag == "$series" and len(parts) == 4:
+                dtype, name, index, data = parts
+                return pd.Series(dec(data), index=dec(index), name=dec(name), dtype=_dtype(dtype))
+            if tag == "$dataframe" and len(parts) == 4 and type(parts[2]) is list and type(parts[3]) is list:
+                columns, index, dtypes, data = dec(parts[0]), dec(parts[1]), parts[2], parts[3]
+                frame = pd.DataFrame(
+                    {i: pd.Series(dec(col), dtype=_dtype(t)) for i, (col, t) in enumerate(zip(data, dtypes))}
+                )
+                frame.columns = pd.Index(columns) if columns else frame.columns
+                frame.index = pd.Index(index) if len(index) == len(frame) and index else frame.index
+                return frame
+        except ValueError:
+            raise
+        except Exception as err:
+            raise ValueError(f"malformed {tag}: {err}") from None
     raise ValueError(f"malformed value with tag {tag!r}")
 
 
@@ -138,8 +230,8 @@ def loads(text: str | bytes) -> Any:
     """Parse one `dumps` line; ValueError (never anything else) when it is not a well-formed value."""
     try:
         return decode(json.loads(text))
-    except (ValueError, RecursionError, UnicodeDecodeError) as err:
-        raise ValueError(f"malformed value: {err}") from err
+    except Exception as err:  # RecursionError from deep nesting, MemoryError, ...: all malformed
+        raise ValueError(f"malformed value: {type(err).__name__}: {err}") from None
 
 
 def short_repr(value: Any, limit: int = 200) -> str:

@@ -11,8 +11,8 @@ stderr up to a cap and the result channel, enforces the wall-clock deadline, kil
 left behind, removes the directory and replies with raw bytes and exit statuses. The parent decides
 the verdict.
 
-A judged check (HumanEval's `check(candidate)`) forks only the candidate; the test code runs in the
-worker's judge, a long-lived child with a uid of its own (`harness.serve_judge`), which gets the
+A judged check (HumanEval's `check(candidate)`, or a BigCodeBench unittest class) forks only the
+candidate; the test code runs in the worker's judge, a long-lived child with a uid of its own (`harness.serve_judge`), which gets the
 candidate's pipe ends over a socket. It is replaced when a check times out, when it dies, and every
 JUDGE_CHECKS checks. The test code and the verdict (which quotes it) only ever pass through memory
 that later forks see as zeros (`private_buffer`), so no candidate finds them in its address space.
@@ -454,10 +454,13 @@ class Worker:
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
             main = None
+            if job.get("module"):  # a judged unittest run: the whole module, behind references
+                serve, args = harness.serve_module, (job["program"], 3, 4)
+            else:
+                serve, args = harness.serve_candidate, (job["program"], job["entry_point"], 3, 4)
             cand = self._fork(
                 {0: devnull, 1: out_w, 2: err_w, 3: req_r, 4: rep_w},
-                cand_uid, limits, workdir, job["guard"],
-                harness.serve_candidate, job["program"], job["entry_point"], 3, 4,
+                cand_uid, limits, workdir, job["guard"], serve, *args,
             )  # fmt: skip
             others = [cand]
             for fd in (req_r, rep_w, out_w, err_w, devnull):
