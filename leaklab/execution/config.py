@@ -1,0 +1,62 @@
+"""The recipe's `execution:` section, and the check that a sandbox is strong enough for a reward.
+
+A reward is what a policy is optimised against: whatever a program can fake or read there, training
+finds. So RL reward computation calls `require_layers(sandbox.isolation, cfg.allow_weaker_sandbox)`
+before its first verdict, and refuses to run on a sandbox that lacks a layer (a machine without
+root, without libseccomp, a pool with layers disabled for a test) unless the recipe says
+`execution.allow_weaker_sandbox: true`. Evaluation alone (pass@k of a model that was never trained
+against the sandbox) does not need the check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExecutionConfig:
+    """`execution:` in a recipe."""
+
+    # Compute rewards even where the sandbox lacks a layer that REWARD_LAYERS names (said in the log).
+    allow_weaker_sandbox: bool = False
+
+
+# (key of Sandbox.isolation, the value it must have, what is missing without it)
+REWARD_LAYERS: tuple[tuple[str, str, str], ...] = (
+    ("uid", "separate", "a uid of its own per run (needs root)"),
+    ("network", "namespace", "no network (a network namespace)"),
+    ("mounts", "minimal-root", "a minimal read-only filesystem view without checkout or answer keys (root)"),
+    ("proc", "own-processes-only", "a /proc that shows a run only its own processes (root)"),
+    ("scratch", "per-run", "a fresh /tmp and IPC state per run (root)"),
+    ("seccomp", "filter", "a seccomp filter (pyseccomp and the system's libseccomp)"),
+)
+
+
+class WeakerSandboxError(RuntimeError):
+    """The sandbox lacks layers a reward needs, and the recipe does not allow that."""
+
+
+def missing_layers(isolation: Mapping[str, Any]) -> list[str]:
+    """What the sandbox described by `isolation` (`Sandbox.isolation`) lacks for a reward."""
+    return [why for key, wanted, why in REWARD_LAYERS if isolation.get(key) != wanted]
+
+
+def require_layers(isolation: Mapping[str, Any], allow_weaker: bool = False) -> list[str]:
+    """Raise WeakerSandboxError when a layer of REWARD_LAYERS is not in force, unless `allow_weaker`
+    (then log what is missing). Returns the missing layers (empty when all are in force)."""
+    missing = missing_layers(isolation)
+    if missing and not allow_weaker:
+        raise WeakerSandboxError(
+            "the sandbox lacks what an RL reward needs: "
+            + "; ".join(missing)
+            + ". Run as root on Linux with libseccomp installed, or set"
+            " execution.allow_weaker_sandbox=true to accept a reward a policy may learn to fake."
+        )
+    if missing:
+        log.warning("computing rewards on a weaker sandbox, without: %s", "; ".join(missing))
+    return missing
