@@ -233,7 +233,9 @@ class _Plan:
 
 
 def _from_exec(task_id: str, result: ExecResult) -> SampleResult:
-    return SampleResult(task_id, result.verdict, result.reason, duration_s=result.duration_s)
+    # Output beyond the sandbox's cap was dropped; a reward treats that as a failure (rewards.py).
+    details = {"truncated": True} if result.truncated else {}
+    return SampleResult(task_id, result.verdict, result.reason, duration_s=result.duration_s, details=details)
 
 
 def _plan_call(
@@ -273,6 +275,8 @@ def _plan_call(
         res = SampleResult(
             task.task_id, "passed", cases_passed=sum(ok), cases_total=len(ok), duration_s=r.duration_s
         )
+        if r.truncated:
+            res.details["truncated"] = True
         n_base = task.metadata.get("n_base")
         if n_base is not None:
             res.base_passed = all(ok[:n_base])

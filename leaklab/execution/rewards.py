@@ -1,0 +1,188 @@
+"""The RL reward: a completion earns 1 when its program passes all of its task's tests in the sandbox.
+
+    reward = CodeReward(allow_weaker_sandbox=False)           # the sandbox pool starts on first use
+    reward(prompts, completions, task=[task_json, ...])         # TRL's reward-function signature
+    reward.counts                                               # Counter of reasons over all calls
+    reward.close()
+
+TRL calls a reward function with the batch's prompts and completions and every other dataset column as
+a keyword argument (one value per completion). The `rl` stage puts each task, serialised by
+`task_to_json`, in a `task` column, so the function needs no table of its own and veRL's reward module
+can rebuild the same task from its `ground_truth` string. A `task_id` column is looked up in the
+`tasks` given at construction instead.
+
+Every completion of a call is checked in one batch over one pool of sandbox workers, kept for the life
+of the object (starting workers per call would cost more than the checks). Nothing a completion does
+stops training: no code, code that does not parse, a hang, megabytes of output or a sandbox failure
+all score 0 and are counted by reason (`counts`, `take_counts()` for logging).
+
+A reward is what a policy is optimised against, so before the first verdict the pool's isolation is
+checked with `execution.config.require_layers`: a sandbox without its layers (no root, no seccomp)
+refuses to score unless `allow_weaker_sandbox` says otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from leaklab.data.tasks import Task
+from leaklab.execution.config import require_layers
+from leaklab.execution.correctness import check_many
+from leaklab.execution.extract import candidate
+from leaklab.execution.sandbox import Sandbox
+
+log = logging.getLogger(__name__)
+
+# Why a completion scored what it did. `passed` and `failed` come from the tests; the others are
+# completions that never reached them, or runs that could not be judged.
+REASONS = ("passed", "failed", "no_code", "syntax_error", "too_long", "timeout", "output_limit", "error")
+MODES = ("binary", "fraction")
+
+
+@dataclass
+class Scored:
+    reward: float
+    reason: str
+    detail: str = ""
+
+
+def task_to_json(task: Task) -> str:
+    """A task as one JSON string (a dataset column, veRL's ground_truth)."""
+    return json.dumps(dataclasses.asdict(task), default=str, sort_keys=True)
+
+
+def task_from_json(text: str) -> Task:
+    data = json.loads(text)
+    data["test_cases"] = tuple(data.get("test_cases") or ())
+    known = {f.name for f in dataclasses.fields(Task)}
+    return Task(**{k: v for k, v in data.items() if k in known})
+
+
+class CodeReward:
+    """A TRL-compatible reward function over a lazily started, reused sandbox pool."""
+
+    def __init__(
+        self,
+        *,
+        mode: str = "binary",
+        workers: int = 2,
+        timeout_s: float = 3.0,
+        memory_mb: int = 1024,
+        max_output_bytes: int = 1 << 16,
+        allow_weaker_sandbox: bool = False,
+        tasks: Sequence[Task] = (),
+        sandbox: Sandbox | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"reward mode {mode!r}: use one of {', '.join(MODES)}")
+        self.__name__ = f"tests_{mode}"  # TRL names the logged reward after the function
+        self.mode = mode
+        self.allow_weaker_sandbox = allow_weaker_sandbox
+        self.tasks = {t.task_id: t for t in tasks}
+        self._sandbox_args = dict(
+            workers=workers, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes
+        )
+        self._sandbox = sandbox
+        self._own_sandbox = sandbox is None
+        self._checked = False
+        self._parsed: dict[str, Task] = {}
+        self.counts: Counter[str] = Counter()
+        self._since_take: Counter[str] = Counter()
+        self.missing_layers: list[str] = []
+
+    # ------------------------------------------------------------------ the sandbox
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = Sandbox(**self._sandbox_args)
+        if not self._checked:
+            # Raises WeakerSandboxError (before any verdict) when a layer is missing and not allowed.
+            self.missing_layers = require_layers(self._sandbox.isolation, self.allow_weaker_sandbox)
+            self._checked = True
+        return self._sandbox
+
+    def check_sandbox(self) -> list[str]:
+        """Start the pool and check its layers now (the `rl` stage does this before training)."""
+        _ = self.sandbox
+        return self.missing_layers
+
+    def close(self) -> None:
+        if self._sandbox is not None and self._own_sandbox:
+            self._sandbox.close()
+            self._sandbox = None
+            self._checked = False
+
+    def __enter__(self) -> CodeReward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ scoring
+
+    def _task(self, i: int, columns: Mapping[str, Any]) -> Task:
+        if "task" in columns:
+            text = columns["task"][i]
+            if isinstance(text, Task):
+                return text
+            if text not in self._parsed:
+                self._parsed[text] = task_from_json(text)
+            return self._parsed[text]
+        if "task_id" in columns:
+            task_id = columns["task_id"][i]
+            if task_id in self.tasks:
+                return self.tasks[task_id]
+            raise KeyError(f"reward: task {task_id!r} is not among the tasks this reward was given")
+        raise KeyError("reward: the dataset needs a `task` (task_to_json) or a `task_id` column")
+
+    def score(self, tasks: Sequence[Task], completions: Sequence[Any]) -> list[Scored]:
+        """One Scored per (task, completion), checked in one sandbox batch."""
+        if len(tasks) != len(completions):
+            raise ValueError(f"{len(tasks)} tasks for {len(completions)} completions")
+        scored: list[Scored | None] = [None] * len(tasks)
+        todo: list[tuple[int, Task, str]] = []
+        for i, (task, completion) in enumerate(zip(tasks, completions)):
+            found = candidate(task.prompt, completion, task.entry_point, task.prompt_is_code)
+            if found.code is None:
+                scored[i] = Scored(0.0, found.problem or "no_code")
+            else:
+                todo.append((i, task, found.code))
+        if todo:
+            results = check_many([(t, code) for _, t, code in todo], self.sandbox, full_program=False)
+            for (i, _, _), result in zip(todo, results):
+                scored[i] = self._from_result(result)
+        out = [s for s in scored if s is not None]
+        reasons = Counter(s.reason for s in out)
+        self.counts.update(reasons)
+        self._since_take.update(reasons)
+        return out
+
+    def _from_result(self, result) -> Scored:
+        if result.details.get("truncated"):
+            # Flooding stdout is not a solution, whatever the tests said.
+            return Scored(0.0, "output_limit", result.reason)
+        if result.verdict == "passed":
+            return Scored(1.0, "passed")
+        if result.verdict in ("timeout", "error"):
+            return Scored(0.0, result.verdict, result.reason)
+        partial = 0.0
+        if self.mode == "fraction" and result.cases_total:
+            partial = (result.cases_passed or 0) / result.cases_total
+        return Scored(partial, "failed", result.reason)
+
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
+        tasks = [self._task(i, columns) for i in range(len(completions))]
+        return [s.reward for s in self.score(tasks, completions)]
+
+    def take_counts(self) -> dict[str, int]:
+        """The reasons counted since the last call (for a training log), then reset."""
+        counts = dict(self._since_take)
+        self._since_take.clear()
+        return counts
