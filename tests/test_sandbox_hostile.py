@@ -446,6 +446,58 @@ def test_unittest_forged_records_on_every_fd_fail_judged(sandbox):
     assert r.verdict == "failed", r.reason
 
 
+def test_a_reference_cannot_pass_for_a_value_that_travels_as_data(sandbox):
+    """An object that reports the type name of a DataFrame (or an int) and answers every method with
+    what the tests want: in one process `assertIsInstance` sees through it only because the type is
+    real; judged, a claim of a type that would have come as data is not believed."""
+    liar = (
+        "class Fake:\n"
+        "    __module__ = 'pandas'\n"
+        "    __qualname__ = 'DataFrame'\n"
+        "    shape = (2, 2)\n"
+        "    def equals(self, other):\n        return True\n"
+        "def task_func():\n    return Fake()\n"
+    )
+    tests = (
+        "import unittest\nimport pandas as pd\nclass TestCases(unittest.TestCase):\n"
+        "    def test_it(self):\n        df = task_func()\n        self.assertIsInstance(df, pd.DataFrame)\n"
+        "        self.assertTrue(df.equals(pd.DataFrame({'a': [1, 2], 'b': [3, 4]})))\n"
+    )
+    r = sandbox.run_unittest(liar, tests, timeout_s=30)
+    assert r.verdict == "failed" and "not an instance" in r.reason, r.reason
+    real = "import pandas as pd\ndef task_func():\n    return pd.DataFrame({'a': [1, 2], 'b': [3, 4]})\n"
+    assert sandbox.run_unittest(real, tests, timeout_s=30).verdict == "passed"
+
+
+def test_judged_tests_share_files_with_the_program(sandbox):
+    """BigCodeBench tests make files for the program and read what it writes: across two uids."""
+    program = (
+        "import csv, os\n"
+        "def task_func(path):\n"
+        "    rows = list(csv.reader(open(path)))\n"
+        "    os.makedirs('made', exist_ok=True)\n"
+        "    out = os.path.join(os.path.dirname(path), 'out.txt')\n"
+        "    open(out, 'w').write(str(len(rows)))\n"
+        "    return out\n"
+    )
+    tests = (
+        "import os, shutil, tempfile, unittest\n"
+        "class TestCases(unittest.TestCase):\n"
+        "    def setUp(self):\n"
+        "        self.dir = tempfile.mkdtemp()\n"
+        "        self.path = os.path.join(self.dir, 'in.csv')\n"
+        "        open(self.path, 'w').write('a,b\\n1,2\\n')\n"
+        "    def tearDown(self):\n        shutil.rmtree(self.dir)\n        shutil.rmtree('made')\n"
+        "    def test_it(self):\n"
+        "        self.assertEqual(open(task_func(self.path)).read(), '2')\n"
+        "        self.assertTrue(os.path.isdir('made'))\n"
+    )
+    r = sandbox.run_unittest(program, tests, guard_calls=False)
+    if sandbox.isolation.get("scratch") != "per-run":
+        pytest.skip("needs a scratch of the run's own (root)")
+    assert r.verdict == "passed", r.reason
+
+
 # --------------------------------------------------------------------------- malformed reports
 
 DEEP = "[" * 200_000 + "]" * 200_000

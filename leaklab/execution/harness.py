@@ -35,11 +35,13 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import datetime
 import io
 import json
 import os
 import socket
 import sys
+import tempfile
 import time
 import traceback
 import types
@@ -407,6 +409,14 @@ def _judge_class(module: str, qualname: str) -> type | None:
     return obj if isinstance(obj, type) else None
 
 
+def _travels_as_data(kind: type) -> bool:
+    if kind.__module__ == "builtins" or issubclass(kind, (datetime.date, datetime.timedelta)):
+        return True
+    data_types = [(sys.modules.get("numpy"), "ndarray"), (sys.modules.get("numpy"), "generic")]
+    data_types += [(sys.modules.get("pandas"), name) for name in ("DataFrame", "Series", "Index")]
+    return any(module is not None and issubclass(kind, getattr(module, name)) for module, name in data_types)
+
+
 def _exception(name: str, module: str, message: str) -> BaseException:
     """The candidate's exception as the judge's own class of that name, so that `assertRaises` sees it;
     a class the judge does not have (or cannot build from a message) fails the test instead."""
@@ -477,6 +487,10 @@ class RemoteObject:
             kind = RemoteObject
             if type(named) is list and len(named) == 2 and all(type(n) is str for n in named):
                 kind = _judge_class(*named) or RemoteObject
+                # A genuine value of a type that travels as data would have come as data: an object
+                # claiming to be an int, a list, an ndarray or a DataFrame is lying about itself.
+                if _travels_as_data(kind):
+                    kind = RemoteObject
             object.__setattr__(self, "_kind", kind)
         return kind
 
@@ -506,6 +520,39 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
     for name, value in names.items():
         if type(name) is str and name.isidentifier() and not name.startswith("__"):
             namespace[name] = value
+    with _shared_files():
+        return _run_test_class(tests, test_class, namespace, link)
+
+
+@contextlib.contextmanager
+def _shared_files():
+    """Tests often make files (tempfile.mkdtemp, relative paths) for the program to read, and read
+    what it writes: while a judged unittest runs, the judge works in the run's own directory with
+    files and temporary directories open to the program's uid. The run's scratch is its alone."""
+    cwd, umask = os.getcwd(), os.umask(0)
+    saved = tempfile.tempdir, tempfile.mkdtemp
+    run_dir = isolation.RUN_DIR
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        path = saved[1](*args, **kwargs)
+        os.chmod(path, 0o777)
+        return path
+
+    try:
+        if os.path.isdir(run_dir):
+            os.chdir(run_dir)
+            tempfile.tempdir = "/tmp"
+        tempfile.mkdtemp = mkdtemp
+        yield
+    finally:
+        tempfile.tempdir, tempfile.mkdtemp = saved
+        os.umask(umask)
+        os.chdir(cwd)
+
+
+def _run_test_class(
+    tests: str, test_class: str, namespace: dict[str, Any], link: CandidateLink
+) -> dict[str, Any]:
     if error := _exec(tests, "<tests>", namespace):
         return {"error": f"the test code does not run: {error}"}
     cls = namespace.get(test_class)

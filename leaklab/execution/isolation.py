@@ -91,6 +91,8 @@ WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 # Sandboxed runs get uids from here up, two per worker (candidate, judge), derived from the worker's
 # pid so that two live workers, even of different pools or processes, never share one.
 UID_BASE = 1_000_000
+# A run's working directory, inside its own scratch tmpfs (when it has one).
+RUN_DIR = "/tmp/run"
 
 
 @dataclass(frozen=True)

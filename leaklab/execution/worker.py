@@ -43,7 +43,6 @@ from leaklab.execution.isolation import Limits
 _HEADER = struct.Struct("!Q")
 MADV_WIPEONFORK = 18  # Linux >= 4.14; not exported by Python's mmap module
 JUDGE_CHECKS = 500  # checks a judge serves before it is replaced
-RUN_DIR = "/tmp/run"  # a run's working directory inside its own scratch tmpfs
 
 # Imported once here so that forked children have them for free.
 DEFAULT_PRELOAD = (
@@ -323,8 +322,11 @@ class Worker:
         if own_scratch:
             isolation.mount_scratch(scratch_mb, self.rebind)
             self.scratch_mounted = True
-            path = RUN_DIR
-            os.mkdir(path, 0o700)
+            path = isolation.RUN_DIR
+            # Open to the judge too: a judged unittest's tests (another uid) make files there for the
+            # program to read and read what it writes. Nothing else shares this scratch.
+            os.mkdir(path)
+            os.chmod(path, 0o777)
         else:
             path = tempfile.mkdtemp(dir=self.run_root)
         if uid is not None:
@@ -352,6 +354,8 @@ class Worker:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 isolation.place_fds(fds)
                 isolation.enter_child(uid, limits, workdir, self.pid, cpu_limit, self.seccomp)
+                if self.fresh_scratch:  # files it makes are the judge's to read and remove, see _workdir
+                    os.umask(0)
                 isolation.apply_guards(self.guards if guard else [], workdir)
                 isolation.apply_guards(self.socket_guards, workdir)
                 code = func(*args)
