@@ -438,7 +438,10 @@ def build_root(keep: list[str], tmp_size_mb: int) -> dict[str, Any]:
         # invisible to it. (A PID namespace per run would need a mount namespace per run for its /proc,
         # which costs several milliseconds a run in the kernel's teardown; the uid of its own already
         # confines signals and ptrace, and the seccomp filter denies ptrace.)
-        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+        try:
+            _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+        except OSError:  # kernels before 5.8 know the option by its number only
+            _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
         # The worker's own files (run directories when runs share a /tmp, the judge's): not in /tmp.
         _mount("tmpfs", new + "/run/leaklab", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0711")
         # POSIX message queues of the worker's IPC namespace, listed here to be removed after each run.
@@ -449,6 +452,11 @@ def build_root(keep: list[str], tmp_size_mb: int) -> dict[str, Any]:
         if machine not in SYS_PIVOT_ROOT:
             raise OSError(errno.ENOSYS, f"pivot_root: unknown system call number on {machine}")
         _check(_libc.syscall(SYS_PIVOT_ROOT[machine], new.encode(), old.encode()), "pivot_root")
+    except OSError:
+        # Undo the half-built root (everything mounted in it goes with it): the worker goes on with
+        # the view it had, and `Sandbox.isolation` says the minimal root is not in force.
+        _libc.umount2(new.encode(), MNT_DETACH)
+        raise
     finally:
         for fd in fds.values():
             os.close(fd)
