@@ -37,8 +37,15 @@ __all__ = ["DONE_METRIC", "EvalSet", "Evaluator", "build_eval_set", "evaluate_ru
 
 def load_tasks(recipe: Recipe) -> list[Task]:
     data = recipe.data
+    # `synthetic` is drawn with data.seed and built at data.max_samples tasks; other loaders ignore both.
     return load_benchmark(
-        data.benchmark, path=data.path, hub_name=data.hub_name, split=data.split, difficulty=data.difficulty
+        data.benchmark,
+        path=data.path,
+        hub_name=data.hub_name,
+        split=data.split,
+        difficulty=data.difficulty,
+        seed=data.seed,
+        max_samples=data.max_samples,
     )
 
 

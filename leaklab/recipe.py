@@ -71,7 +71,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    benchmark: str = "humaneval"  # humaneval | apps | humaneval_plus | mbpp_plus | bigcodebench
+    benchmark: str = "humaneval"  # humaneval | apps | humaneval_plus | mbpp_plus | bigcodebench | synthetic
     # A local file or directory with the benchmark; None means the package-shipped copy or the hub.
     path: str | None = None
     hub_name: str | None = None  # e.g. codeparrot/apps; used only when `path` is None
@@ -187,7 +187,7 @@ class Recipe:
 # Values that are not free-form: checked at load with a suggestion.
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
-    "data.benchmark": ("humaneval", "apps", "humaneval_plus", "mbpp_plus", "bigcodebench"),
+    "data.benchmark": ("humaneval", "apps", "humaneval_plus", "mbpp_plus", "bigcodebench", "synthetic"),
     "data.text_format": ("prompt+solution", "solution", "prompt"),
     "train.stage": STAGE_NAMES,
     "evaluate.scoring_span": ("text", "solution"),

@@ -13,6 +13,7 @@ download and which recipe key (`data.path`) takes a local path instead.
 | mbpp_plus      | evalplus MbppPlus.jsonl(.gz)             |   the canonical solution (diff testing)  |
 | apps           | codeparrot/apps or local JSONL           | "call" (fn_name) or "stdio"              |
 | bigcodebench   | bigcode/bigcodebench or local JSONL      | "unittest": class TestCases              |
+| synthetic      | built here (data/synthetic.py), seeded   | "function": check(candidate)             |
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from leaklab.data.synthetic import load_synthetic
 from leaklab.data.tasks import Task
 
 log = logging.getLogger(__name__)
@@ -419,6 +421,7 @@ LOADERS = {
     "mbpp_plus": load_mbpp_plus,
     "apps": load_apps,
     "bigcodebench": load_bigcodebench,
+    "synthetic": load_synthetic,
 }
 
 
