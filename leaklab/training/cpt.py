@@ -75,13 +75,18 @@ def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) ->
     return micro
 
 
-def training_arguments(recipe: Recipe, output_dir: Path, world_size: int, report_to: list[str]):
+def training_arguments(
+    recipe: Recipe, output_dir: Path, world_size: int, report_to: list[str], cls=None, **extra
+):
+    """The recipe's `train` settings as `cls` (TrainingArguments, or a TRL config such as GRPOConfig,
+    given its own settings in `extra`)."""
     from transformers import TrainingArguments
 
+    cls = cls or TrainingArguments
     t = recipe.train
     micro = per_device_batch(t.batch_size, t.micro_batch_size, world_size)
     save_by_epoch = t.save_every == "epoch"
-    return TrainingArguments(
+    return cls(
         output_dir=str(output_dir),
         num_train_epochs=t.epochs,
         max_steps=t.max_steps,
@@ -108,6 +113,7 @@ def training_arguments(recipe: Recipe, output_dir: Path, world_size: int, report
         disable_tqdm=False,
         remove_unused_columns=False,
         ddp_find_unused_parameters=False,
+        **extra,
     )
 
 
