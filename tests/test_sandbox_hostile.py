@@ -27,7 +27,7 @@ import pytest
 
 from leaklab.execution.harness import JUDGE_NAME
 from leaklab.execution.isolation import WORLD_WRITABLE
-from leaklab.execution.sandbox import CheckFunction, Sandbox
+from leaklab.execution.sandbox import CheckFunction, Program, Sandbox, UnitTests
 
 TASK = "def add(a, b):\n"
 CHECK = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(5, 5) == 10\n"
@@ -695,36 +695,62 @@ def _host_tmp_bytes(uids: set[int]) -> int:
     return total
 
 
-PASS_ATTACKS = [
-    HOSTILE_UNITTEST["equal-to-everything"],
-    HOSTILE_UNITTEST["rebound-TestCase"],
-    HOSTILE_UNITTEST["forged-from-the-harness-frame"],
-    "import os\nos.write(4, b'[' * 100000 + b'\\n')\ndef add(a, b):\n    return a + b\n",
-    # 64 MiB of System V shared memory, touched, and 32 MiB in /dev/shm: pinned until the run ends.
-    "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.shmat.restype = ctypes.c_void_p\n"
-    "i = libc.shmget(4242, 64 << 20, 0o1666)\np = libc.shmat(i, None, 0)\nctypes.memset(p, 1, 64 << 20)\n"
-    "libc.shmdt(ctypes.c_void_p(p))\nopen('/dev/shm/big', 'wb').write(b'x' * (32 << 20))\n"
-    "def add(a, b):\n    return 0\n",
-    "open('/tmp/filler', 'wb').write(b'x' * (48 << 20))\ndef add(a, b):\n    return a + b\n",
-    "def add(a, b):\n    return a + b\n",
-]
+def _pass_jobs() -> list:
+    """One of each class of attack in this file, as jobs of every kind."""
+    pin = (
+        # 64 MiB of System V shared memory, touched, and 32 MiB in /dev/shm: pinned until cleaned.
+        "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.shmat.restype = ctypes.c_void_p\n"
+        "i = libc.shmget(4242, 64 << 20, 0o1666)\np = libc.shmat(i, None, 0)\nctypes.memset(p, 1, 64 << 20)\n"
+        "libc.shmdt(ctypes.c_void_p(p))\nopen('/dev/shm/big', 'wb').write(b'x' * (32 << 20))\n"
+    )
+    fill = "open('/tmp/filler', 'wb').write(b'x' * (48 << 20))\n"
+    deep = "import os\nos.write(4, b'[' * 100000 + b'\\n')\n"
+    return [
+        *(UnitTests(HOSTILE_UNITTEST[k] + "\n", UNITTEST) for k in HOSTILE_UNITTEST),
+        UnitTests(deep + "def add(a, b):\n    return a + b\n", UNITTEST),
+        UnitTests(pin + "def add(a, b):\n    return 0\n", UNITTEST),
+        UnitTests(fill + "def add(a, b):\n    return a + b\n", UNITTEST),
+        CheckFunction(
+            "class Same:\n    def __eq__(self, o):\n        return True\n" + TASK + "    return Same()\n",
+            "add",
+            CHECK,
+        ),
+        CheckFunction("import sys\nsys.exit(0)\n" + TASK + RIGHT, "add", CHECK),
+        CheckFunction(TASK + "    while True:\n        pass\n", "add", CHECK, timeout_s=0.5),
+        Program(pin + fill),
+        Program("import ctypes\nlibc = ctypes.CDLL(None)\nwhile True:\n    libc.fork()\n", timeout_s=1.0),
+        Program("x = bytearray(8 * 1024**3)"),
+        Program("import ctypes\nctypes.CDLL(None).kill(-1, 9)\nprint('survived')\n"),
+        Program("import ctypes\nprint(ctypes.CDLL(None).unshare(0x10000000))\n"),
+        UnitTests("def add(a, b):\n    return a + b\n", UNITTEST),
+    ]
 
 
 def test_two_passes_in_one_pool_same_verdicts_and_the_host_back_where_it_was():
-    with Sandbox(workers=1, timeout_s=10, memory_mb=512, scratch_mb=64) as sb:
+    with Sandbox(workers=1, timeout_s=10, memory_mb=512, max_procs=16, scratch_mb=64) as sb:
         _needs(sb, "mounts")
         uids = set(sb.sandbox_uids)
         shmem0, tmp0 = _host_shmem_kib(), _host_tmp_bytes(uids)
         passes = []
         for _ in range(2):
-            verdicts = []
-            for program in PASS_ATTACKS:
-                verdicts.append(sb.run_unittest(program, UNITTEST).verdict)
-                # Measured after each run: the run pinned 96 MiB; allow others' noise of a third.
+            outcomes = []
+            for job in _pass_jobs():
+                (r,) = sb.run_jobs([job])
+                outcomes.append((r.verdict, r.stdout))
+                # Measured after each run: a run pins up to 96 MiB; others' noise gets a third of it.
                 deadline = time.monotonic() + 5
                 while (grown := _host_shmem_kib() - shmem0) > 32 << 10 and time.monotonic() < deadline:
                     time.sleep(0.05)
-                assert grown <= 32 << 10, f"host shared memory grew by {grown} KiB after a run"
+                assert grown <= 32 << 10, f"host shared memory grew by {grown} KiB after {job}"
                 assert _host_tmp_bytes(uids) == tmp0 == 0
-            passes.append(verdicts)
-        assert passes[0] == passes[1] == ["failed"] * 5 + ["passed"] * 2, passes
+            passes.append(outcomes)
+        assert passes[0] == passes[1], passes
+        verdicts = [v for v, _ in passes[0]]
+        # The unittest attacks, a malformed report, pinned memory: failed; filling /tmp is allowed.
+        expected = ["failed"] * 6 + ["passed"] + ["failed", "failed", "timeout"]
+        # /dev/shm and /tmp share one cap: 32 + 48 MiB do not fit in 64 (ENOSPC, failed).
+        expected += ["failed", "timeout", "failed", "passed", "passed", "passed"]
+        assert verdicts == expected, passes[0]
+        assert passes[0][-3][1] == "survived\n"
+        assert passes[0][-2][1] == ("-1\n" if sb.isolation["seccomp"] == "filter" else "0\n")
+        assert sb.restarts == 0
