@@ -498,6 +498,50 @@ def test_judged_tests_share_files_with_the_program(sandbox):
     assert r.verdict == "passed", r.reason
 
 
+MOCKED = (
+    "import os, unittest\nfrom unittest.mock import MagicMock, mock_open, patch\n"
+    "class TestCases(unittest.TestCase):\n"
+    "    @patch.dict(os.environ, {'API_KEY': 'k1'})\n"
+    "    @patch('builtins.open', new_callable=mock_open, read_data='hello')\n"
+    "    @patch('subprocess.run')\n"
+    "    def test_it(self, mock_run, mock_file):\n"
+    "        mock_run.return_value = MagicMock(stdout='hi', returncode=0)\n"
+    "        self.assertEqual(task_func('f.txt'), ('hello', 'hi', 'k1'))\n"
+    "        mock_run.assert_called_once_with(['echo', 'f.txt'], capture_output=True, text=True)\n"
+)
+MOCKED_RIGHT = (
+    "import os, subprocess\n"
+    "def task_func(path):\n"
+    "    with open(path) as f:\n        text = f.read()\n"
+    "    done = subprocess.run(['echo', path], capture_output=True, text=True)\n"
+    "    return text, done.stdout, os.environ.get('API_KEY')\n"
+)
+
+
+def test_judged_tests_patch_what_the_program_uses(sandbox):
+    """`mock.patch` in the judge's tests reaches the program (a reference to the judge's mock)."""
+    r = sandbox.run_unittest(MOCKED_RIGHT, MOCKED, guard_calls=False)
+    assert r.verdict == "passed", r.reason
+    wrong = MOCKED_RIGHT.replace("['echo', path]", "['echo', 'other']")
+    r = sandbox.run_unittest(wrong, MOCKED, guard_calls=False)
+    assert r.verdict == "failed" and "Actual: run(['echo', 'other']" in r.reason, r.reason
+
+
+def test_the_program_cannot_rewrite_the_tests_mocks(sandbox):
+    """The program holds the judge's mocks by reference: it may use them as the mocked API, not touch
+    their machinery (assertions, recorded calls), which in one process silences the tests' checks."""
+    cheat = (
+        "import subprocess\n"
+        "def task_func(path):\n"
+        "    subprocess.run.assert_called_once_with = lambda *args, **kwargs: None\n"
+        "    return 'hello', 'hi', 'k1'\n"
+    )
+    weak = sandbox.run_unittest(cheat, MOCKED, judged=False, guard_calls=False)
+    assert weak.verdict == "passed", weak.reason
+    r = sandbox.run_unittest(cheat, MOCKED, guard_calls=False)
+    assert r.verdict == "failed" and "not the candidate's to use" in r.reason, r.reason
+
+
 # --------------------------------------------------------------------------- malformed reports
 
 DEEP = "[" * 200_000 + "]" * 200_000

@@ -25,7 +25,7 @@ How each kind of test decides (the sandbox child never sees an expected value):
 - "stdio" (APPS): one run per case; stdout is compared token by token per non-empty line, numbers
   within 1e-6 (APPS's whitespace-insensitive rule, written out).
 - "unittest" (BigCodeBench): all tests of the class pass, run by the judge against the program's
-  module behind references (see harness.py; tests that mock.patch a module for the program fail).
+  module behind references (see harness.py).
 
 Verdicts are those of the sandbox: passed / failed / timeout / error. For multi-case tests the verdict
 is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".

@@ -22,9 +22,13 @@ worker or to the judge are JSON lines written straight to a file descriptor.
   no result, no report channel: it cannot rebind `unittest.TestCase` for the tests, patch their
   asserts, find a nonce in its stack, or write a verdict. What stays the candidate's word: what its
   objects answer when asked (that is the behaviour under test) and the type name a reference reports
-  (so `isinstance(ax, plt.Axes)` holds for an object that says it is one). Not supported: tests that
-  patch (`unittest.mock.patch`) modules for the candidate to see, as patches apply to the judge's own
-  modules; such a test fails, it never passes wrongly.
+  (so `isinstance(ax, plt.Axes)` holds for an object that says it is one; never for a type that
+  travels as data, such as int or DataFrame). Tests that patch what the program uses
+  (`@patch('requests.get')`, `mock_open`, `patch.dict(os.environ, ...)`) work: each patch is applied
+  in the candidate too, with a `JudgeObject`, a reference to the judge's mock, which the program may
+  use as the mocked API (calls, attributes, `with`) but whose machinery (`assert_*`, `call_args`,
+  `return_value`, anything starting with "_") it cannot read or set. A patch with something that is
+  neither plain data, a mock, nor a function of the test code is not forwarded: that test fails.
 - `run_unittest`: program and unittest tests in one process, the report carrying a nonce: the old,
   forgeable way (code in the process can find the nonce and write the report). Kept only for
   `UnitTests(judged=False)`, which the hostile tests use to show what judging prevents.
@@ -36,7 +40,9 @@ import atexit
 import builtins
 import contextlib
 import datetime
+import importlib
 import io
+import itertools
 import json
 import os
 import socket
@@ -46,6 +52,7 @@ import time
 import traceback
 import types
 import unittest
+import unittest.mock
 from typing import Any
 
 from leaklab.execution import isolation, values
@@ -270,9 +277,67 @@ class JudgeError(BaseException):
 MAX_ITEMS = 100_000  # the most elements one iteration of a reference brings across
 
 
+class JudgeObject:
+    """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
+    reference. Using it (calling it, reading an attribute, entering it as a context manager) asks
+    the judge, where the mock records the call and answers as the test configured it."""
+
+    __slots__ = ("_jref",)
+
+    def __init__(self, jref: int) -> None:
+        object.__setattr__(self, "_jref", jref)
+
+    def _ask(self, op: str, **fields: Any) -> Any:
+        return _callback(op, object.__getattribute__(self, "_jref"), **fields)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return self._ask("getattr", name=name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ask("call", args=list(args), kwargs=dict(kwargs))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._ask("setattr", name=name, value=value)
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._ask("getitem", key=key)
+
+    def __iter__(self):
+        return iter(self._ask("iter"))
+
+    def __len__(self) -> int:
+        return self._ask("len")
+
+    def __bool__(self) -> bool:
+        return self._ask("bool")
+
+    def __str__(self) -> str:
+        return self._ask("str")
+
+    def __enter__(self) -> Any:
+        return self._ask("enter")
+
+    def __exit__(self, *exc: Any) -> bool:
+        return bool(self._ask("exit"))
+
+
+# Set by serve_module: sends a request about a JudgeObject to the judge and returns its answer.
+_callback: Any = None
+
+
+def _candidate_class(module: str, qualname: str) -> Any:
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None) if obj is not None else None
+    return obj
+
+
 def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
     """The candidate side of a judged unittest run: exec the program as __main__, list its globals
     (plain data, or references), then answer the judge's requests on references until EOF."""
+    global _callback
     _reset_stdio()
     namespace = _fresh_main()
     if error := _exec(source, "<program>", namespace):
@@ -280,55 +345,79 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         _flush()
         return 0
     handles: dict[int, Any] = {}
+    patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, what was there), a stack
+    missing = object()
 
     def keep(obj: Any) -> dict[str, int]:
         handles[len(handles) + 1] = obj
         return {"$ref": len(handles)}
 
     def encode(value: Any) -> Any:
-        return values.encode(value, rich=True, other=keep)
+        if isinstance(value, JudgeObject):
+            return {"$jref": object.__getattribute__(value, "_jref")}
+        return values.encode(
+            value, rich=True, other=lambda v: encode(v) if isinstance(v, JudgeObject) else keep(v)
+        )
 
     def handle(i: int) -> Any:
         return handles[i]  # KeyError: the judge asked for something it was never given
 
+    def decode(tree: Any) -> Any:
+        return values.decode(tree, rich=True, ref=handle, jref=JudgeObject)
+
+    requests = os.fdopen(requests_fd, "rb", closefd=False)
+
+    def callback(op: str, jref: int, **fields: Any) -> Any:
+        message = {"callback": op, "jref": jref}
+        message.update({k: (v if k == "name" else encode(v)) for k, v in fields.items()})
+        send(replies_fd, message)
+        answer = json.loads(requests.readline())
+        if "cb_ok" in answer:
+            return decode(answer["cb_ok"])
+        name, module = str(answer.get("cb_raise")), str(answer.get("module", "builtins"))
+        cls = _candidate_class(module, name)
+        err = RuntimeError
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            err = cls
+        raise err(str(answer.get("message", "")))
+
+    _callback = callback
     names = {}
     for name, value in list(namespace.items()):
         if not name.startswith("__") and not isinstance(value, types.ModuleType):
             names[name] = encode(value)
     send(replies_fd, {"ready": True, "globals": {"$dict": [[k, v] for k, v in names.items()]}})
-    requests = os.fdopen(requests_fd, "rb", closefd=False)
     while line := requests.readline():
         start = time.perf_counter()
         try:
             request = json.loads(line)
-            obj = handle(request["ref"])
             op = request["op"]
-            if op == "call":
-                args = values.decode(request["args"], rich=True, ref=handle)
-                kwargs = values.decode(request["kwargs"], rich=True, ref=handle)
-                out = obj(*args, **kwargs)
-            elif op == "getattr":
-                out = getattr(obj, str(request["name"]))
-            elif op == "getitem":
-                out = obj[values.decode(request["key"], rich=True, ref=handle)]
-            elif op == "contains":
-                out = values.decode(request["key"], rich=True, ref=handle) in obj
-            elif op == "len":
-                out = len(obj)
-            elif op == "iter":
-                out = []
-                for item in obj:
-                    out.append(item)
-                    if len(out) > MAX_ITEMS:
-                        raise ValueError(f"more than {MAX_ITEMS} items")
-            elif op in ("str", "repr"):
-                out = (str if op == "str" else repr)(obj)
-            elif op == "bool":
-                out = bool(obj)
-            elif op == "type":
-                out = [type(obj).__module__, type(obj).__qualname__]
+            if op == "patch":  # a test's mock.patch, to apply here too (see judge_unittest)
+                where = request["where"]
+                owner = _candidate_class(where[1], where[2]) if where[0] == "class" else None
+                if where[0] == "module":
+                    owner = importlib.import_module(where[1])
+                if owner is None:
+                    raise LookupError(f"nothing to patch at {where}")
+                attribute = str(request["attribute"])
+                patched.append((owner, attribute, getattr(owner, attribute, missing)))
+                setattr(owner, attribute, decode(request["value"]))
+                out = None
+            elif op == "unpatch":
+                if patched:
+                    owner, attribute, old = patched.pop()
+                    if old is missing:
+                        delattr(owner, attribute)
+                    else:
+                        setattr(owner, attribute, old)
+                out = None
+            elif op == "environ":
+                os.environ.clear()
+                os.environ.update({str(k): str(v) for k, v in decode(request["env"]).items()})
+                out = None
             else:
-                raise ValueError(f"unknown request {op!r}")
+                obj = handle(request["ref"])
+                out = _serve_request(obj, op, request, decode)
             reply = {"ok": encode(out)}
         except values.UnsupportedValue as err:
             reply = {"unsupported": str(err)}
@@ -340,6 +429,33 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
     return 0
 
 
+def _serve_request(obj: Any, op: str, request: dict[str, Any], decode: Any) -> Any:
+    if op == "call":
+        return obj(*decode(request["args"]), **decode(request["kwargs"]))
+    if op == "getattr":
+        return getattr(obj, str(request["name"]))
+    if op == "getitem":
+        return obj[decode(request["key"])]
+    if op == "contains":
+        return decode(request["key"]) in obj
+    if op == "len":
+        return len(obj)
+    if op == "iter":
+        out = []
+        for item in obj:
+            out.append(item)
+            if len(out) > MAX_ITEMS:
+                raise ValueError(f"more than {MAX_ITEMS} items")
+        return out
+    if op in ("str", "repr"):
+        return (str if op == "str" else repr)(obj)
+    if op == "bool":
+        return bool(obj)
+    if op == "type":
+        return [type(obj).__module__, type(obj).__qualname__]
+    raise ValueError(f"unknown request {op!r}")
+
+
 class CandidateLink:
     """The judge's end of a `serve_module` candidate: one request, one reply, plain data both ways."""
 
@@ -347,6 +463,87 @@ class CandidateLink:
         self._requests_fd = requests_fd
         self._replies = os.fdopen(replies_fd, "rb", closefd=False)
         self.requests = 0
+        self.exported: dict[int, Any] = {}  # the judge's mocks the candidate holds by reference
+
+    def encode(self, value: Any) -> Any:
+        """A value of the judge's for the candidate: plain data, a reference back to one of its own
+        objects, or a reference to a mock (or a function of the test code, such as a side_effect).
+        Nothing else of the judge's is ever handed over: a reference to a module or a socket would
+        let the candidate act inside the judge."""
+
+        def other(v: Any) -> Any:
+            if isinstance(v, RemoteObject):
+                return {"$ref": object.__getattribute__(v, "_ref")}
+            test_function = isinstance(v, types.FunctionType) and v.__code__.co_filename == "<tests>"
+            if isinstance(v, unittest.mock.NonCallableMock) or test_function:
+                self.exported[len(self.exported) + 1] = v
+                return {"$jref": len(self.exported)}
+            raise values.UnsupportedValue(
+                f"a {type(v).__name__} of the tests cannot be sent to the candidate"
+            )
+
+        return values.encode(value, rich=True, other=other)
+
+    def _serve_callback(self, message: dict[str, Any]) -> None:
+        """The candidate used a mock of ours (see JudgeObject): do it here, answer on the requests pipe."""
+        try:
+            obj = self.exported[message["jref"]]
+            op = message["callback"]
+            if op == "call":
+                out = obj(*self.decode(message["args"]), **self.decode(message["kwargs"]))
+            elif op in ("getattr", "setattr"):
+                name = str(message["name"])
+                # Only what the mocked API has: not the mock's own machinery (assert_*, configure_mock,
+                # return_value, ...), which would let the candidate rewrite what the tests check.
+                if name.startswith("_") or name in _MOCK_API:
+                    raise AttributeError(f"{name} (a mock's own attribute, not the candidate's to use)")
+                if op == "getattr":
+                    out = getattr(obj, name)
+                else:
+                    out = setattr(obj, name, self.decode(message["value"]))
+            elif op == "getitem":
+                out = obj[self.decode(message["key"])]
+            elif op == "iter":
+                out = list(itertools.islice(iter(obj), MAX_ITEMS))
+            elif op in ("len", "bool", "str"):
+                out = {"len": len, "bool": bool, "str": str}[op](obj)
+            elif op == "enter":
+                out = obj.__enter__()
+            elif op == "exit":
+                out = obj.__exit__(None, None, None)
+            else:
+                raise ValueError(f"unknown callback {op!r}")
+            answer = {"cb_ok": self.encode(out)}
+        except CandidateFailed:
+            raise
+        except Exception as err:  # the mock's configured side effect, or a refused request
+            answer = {
+                "cb_raise": type(err).__name__,
+                "module": type(err).__module__,
+                "message": str(err)[:500],
+            }
+        try:
+            send(self._requests_fd, answer)
+        except OSError:
+            raise CandidateFailed("the candidate process ended before answering") from None
+
+    def tell(self, request: dict[str, Any]) -> None:
+        """A request that is not about a reference (patch, unpatch, environ); its answer must be None."""
+        self.requests += 1
+        send(self._requests_fd, request)
+        reply = self._reply()
+        if "ok" not in reply:
+            raise CandidateFailed(
+                f"the candidate could not apply {request['op']}: {reply.get('message', '')}"
+            )
+
+    def _reply(self) -> dict[str, Any]:
+        """The answer to the last request, serving the candidate's callbacks on the way."""
+        while True:
+            message = self.receive()
+            if "callback" not in message:
+                return message
+            self._serve_callback(message)
 
     def receive(self) -> dict[str, Any]:
         try:
@@ -367,7 +564,9 @@ class CandidateLink:
 
     def decode(self, tree: Any) -> Any:
         try:
-            return values.decode(tree, rich=True, ref=lambda i: RemoteObject(self, i))
+            return values.decode(
+                tree, rich=True, ref=lambda i: RemoteObject(self, i), jref=self.exported.__getitem__
+            )
         except Exception as err:
             raise CandidateFailed(f"the candidate sent a malformed value: {str(err)[:200]}") from None
 
@@ -376,14 +575,14 @@ class CandidateLink:
         try:
             request = {"op": op, "ref": ref}
             for name, value in fields.items():
-                request[name] = value if name == "name" else values.encode(value, rich=True, other=_as_ref)
+                request[name] = value if name == "name" else self.encode(value)
         except values.UnsupportedValue as err:
             raise JudgeError(f"the tests pass a value that cannot reach the candidate: {err}") from None
         try:
             send(self._requests_fd, request)
         except OSError:
             raise CandidateFailed("the candidate process ended before answering") from None
-        reply = self.receive()
+        reply = self._reply()
         if "ok" in reply:
             return self.decode(reply["ok"])
         if "raise" in reply:
@@ -395,10 +594,8 @@ class CandidateLink:
         raise CandidateFailed("the candidate sent a malformed reply")
 
 
-def _as_ref(value: Any) -> Any:
-    if isinstance(value, RemoteObject):
-        return {"$ref": object.__getattribute__(value, "_ref")}
-    raise values.UnsupportedValue(f"a {type(value).__name__} cannot be sent to the candidate")
+# Names of the mock machinery itself: the candidate may not read them on a mock of the tests'.
+_MOCK_API = frozenset(dir(unittest.mock.MagicMock)) | frozenset(dir(unittest.mock.NonCallableMagicMock))
 
 
 def _judge_class(module: str, qualname: str) -> type | None:
@@ -520,8 +717,70 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
     for name, value in names.items():
         if type(name) is str and name.isidentifier() and not name.startswith("__"):
             namespace[name] = value
-    with _shared_files():
+    with _shared_files(), _forwarded_patches(link):
         return _run_test_class(tests, test_class, namespace, link)
+
+
+def _patch_target(owner: Any) -> list[str] | None:
+    """Where a patch applies, as the candidate can find it: a module by name, a class by its module
+    and qualified name (the judge's __main__ is the tests', the candidate's is the program)."""
+    if isinstance(owner, types.ModuleType):
+        return ["module", owner.__name__]
+    if isinstance(owner, type):
+        return ["class", owner.__module__, owner.__qualname__]
+    return None
+
+
+@contextlib.contextmanager
+def _forwarded_patches(link: CandidateLink):
+    """Tests patch what the program uses (`@patch('requests.get')`, `patch.dict(os.environ, ...)`):
+    each patch the judge's mock applies is applied in the candidate too, with a reference to the
+    judge's mock, and undone with it. A patch with something that cannot be sent (not plain data, not
+    a mock, not a function of the tests) stays the judge's own, and the test sees the real thing."""
+    patch, patch_dict = unittest.mock._patch, unittest.mock._patch_dict
+    enter, exit_ = patch.__enter__, patch.__exit__
+    apply_dict, undo_dict = patch_dict._patch_dict, patch_dict._unpatch_dict
+    forwarded: set[int] = set()
+
+    def patch_enter(self: Any) -> Any:
+        new = enter(self)
+        where = _patch_target(self.getter())
+        try:
+            value = link.encode(getattr(self.getter(), self.attribute))
+        except values.UnsupportedValue:
+            return new
+        if where is not None:
+            link.tell({"op": "patch", "where": where, "attribute": self.attribute, "value": value})
+            forwarded.add(id(self))
+        return new
+
+    def patch_exit(self: Any, *exc_info: Any) -> Any:
+        if id(self) in forwarded:
+            forwarded.discard(id(self))
+            link.tell({"op": "unpatch"})
+        return exit_(self, *exc_info)
+
+    def send_environ(self: Any) -> None:
+        if self.in_dict is os.environ:
+            link.tell({"op": "environ", "env": link.encode(dict(os.environ))})
+
+    def dict_apply(self: Any) -> Any:
+        out = apply_dict(self)
+        send_environ(self)
+        return out
+
+    def dict_undo(self: Any) -> Any:
+        out = undo_dict(self)
+        send_environ(self)
+        return out
+
+    patch.__enter__, patch.__exit__ = patch_enter, patch_exit
+    patch_dict._patch_dict, patch_dict._unpatch_dict = dict_apply, dict_undo
+    try:
+        yield
+    finally:
+        patch.__enter__, patch.__exit__ = enter, exit_
+        patch_dict._patch_dict, patch_dict._unpatch_dict = apply_dict, undo_dict
 
 
 @contextlib.contextmanager

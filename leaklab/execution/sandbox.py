@@ -35,8 +35,9 @@ Who decides a verdict, by kind of run:
   included, rebuilt by the judge) or further references, never with a comparison. The candidate holds
   no test, no result and no report channel, so rebinding `unittest.TestCase`, patching asserts,
   returning an object equal to everything, or walking its stack to a harness frame finds nothing to
-  forge. Tests that `mock.patch` a module for the program to see are not supported: they fail. The
-  old in-process way survives only as `UnitTests(judged=False)`, for the hostile tests.
+  forge. A test's `mock.patch` reaches the program as a reference to the judge's mock, usable as the
+  mocked API but not as a mock (see harness.py). The old in-process way survives only as
+  `UnitTests(judged=False)`, for the hostile tests.
 
 Whatever a program writes is read defensively: a malformed report of any size or depth is `failed`
 with a reason, never `error`, and never takes the judge or the pool down.

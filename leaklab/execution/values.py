@@ -124,15 +124,23 @@ def dumps(value: Any) -> str:
 _DTYPE = re.compile(r"[<>|=]?[a-zA-Z]{1,16}[0-9]{0,3}(\[[a-z]{1,3}\])?")
 
 
-def decode(tree: Any, _depth: int = 0, *, rich: bool = False, ref: Callable[[int], Any] | None = None) -> Any:
+def decode(
+    tree: Any,
+    _depth: int = 0,
+    *,
+    rich: bool = False,
+    ref: Callable[[int], Any] | None = None,
+    jref: Callable[[int], Any] | None = None,
+) -> Any:
     """The value back from `encode`'s tree, built only from builtin types (and, with `rich`, numpy's
-    and pandas' own constructors; with `ref`, references); ValueError when malformed."""
+    and pandas' own constructors; with `ref` and `jref`, references to the other side's objects);
+    ValueError when malformed."""
     if _depth > MAX_DEPTH + 1:
         raise ValueError("value nested too deeply")
     d = _depth + 1
 
     def dec(v: Any) -> Any:
-        return decode(v, d, rich=rich, ref=ref)
+        return decode(v, d, rich=rich, ref=ref, jref=jref)
 
     kind = type(tree)
     if tree is None or kind in (bool, int, float, str):
@@ -164,6 +172,8 @@ def decode(tree: Any, _depth: int = 0, *, rich: bool = False, ref: Callable[[int
             return bytearray(base64.b64decode(body, validate=True))
         if tag == "$ref" and ref is not None and type(body) is int:
             return ref(body)
+        if tag == "$jref" and jref is not None and type(body) is int:
+            return jref(body)
         if rich:
             return _decode_rich(tag, body, dec)
     except (TypeError, OverflowError) as err:  # an unhashable set member or dict key, a bad date
