@@ -136,6 +136,39 @@ def test_unittest_passes_and_fails(sandbox):
     assert r.verdict == "failed" and r.reason.startswith("1 of 2 tests failed: test_a")
 
 
+def test_judged_unittest_keeps_what_tests_rely_on_in_one_process(sandbox):
+    """Tests and program in two processes, behaving as one: the program's imports are the tests' too,
+    the random streams are shared across calls, a patched sys.stdout catches the program's prints,
+    numpy scalars, Counters, arrays and tables keep their types, plots answer as themselves."""
+    program = (
+        "import random\nfrom collections import Counter\nimport numpy as np\nimport pandas as pd\n"
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "def task_func(n):\n"
+        "    print('drawn')\n"
+        "    fig, ax = plt.subplots()\n    ax.set_title('T')\n"
+        "    frame = pd.DataFrame({'x': np.arange(n)})\n"
+        "    return np.random.rand(n), random.random(), Counter('aab'), np.float64(2.5), frame, ax\n"
+    )
+    tests = (
+        "import io, random, unittest\nfrom unittest.mock import patch\n"
+        "class TestCases(unittest.TestCase):\n"
+        "    def test_it(self):\n"
+        "        np.random.seed(0)\n        random.seed(1)\n        random.random()\n"
+        "        with patch('sys.stdout', new_callable=io.StringIO) as out:\n"
+        "            arr, r, counts, f, frame, ax = task_func(3)\n"
+        "        np.random.seed(0)\n        random.seed(1)\n        random.random()\n"
+        "        self.assertTrue(np.allclose(arr, np.random.rand(3)))\n"
+        "        self.assertEqual(r, random.random())\n"
+        "        self.assertEqual(out.getvalue(), 'drawn\\n')\n"
+        "        self.assertEqual(counts, Counter('aab'))\n"
+        "        self.assertIsInstance(f, np.floating)\n"
+        "        pd.testing.assert_frame_equal(frame, pd.DataFrame({'x': np.arange(3)}))\n"
+        "        self.assertIsInstance(ax, plt.Axes)\n        self.assertEqual(ax.get_title(), 'T')\n"
+    )
+    r = sandbox.run_unittest(program, tests, timeout_s=60)
+    assert r.verdict == "passed", r.reason
+
+
 def test_mixed_jobs_in_one_batch(sandbox):
     jobs = [
         Program("print('p')"),

@@ -542,6 +542,14 @@ def test_the_program_cannot_rewrite_the_tests_mocks(sandbox):
     assert r.verdict == "failed" and "not the candidate's to use" in r.reason, r.reason
 
 
+def test_the_program_cannot_hand_the_judge_a_function_of_its_choosing(sandbox):
+    """A library function the program names as its entry point runs in the program's process, not in
+    the judge (which would then exit, or run a shell, on the tests' arguments)."""
+    for program in ("from os import _exit as add\n", "from os import system as add\n"):
+        r = sandbox.run_unittest(program, UNITTEST)
+        assert r.verdict == "failed", r.reason
+
+
 # --------------------------------------------------------------------------- malformed reports
 
 DEEP = "[" * 200_000 + "]" * 200_000

@@ -366,6 +366,7 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         return values.decode(tree, rich=True, ref=handle, jref=JudgeObject)
 
     requests = os.fdopen(requests_fd, "rb", closefd=False)
+    rng = None
 
     def callback(op: str, jref: int, **fields: Any) -> Any:
         message = {"callback": op, "jref": jref}
@@ -382,11 +383,18 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         raise err(str(answer.get("message", "")))
 
     _callback = callback
-    names = {}
+    names, imported = {}, {}
     for name, value in list(namespace.items()):
-        if not name.startswith("__") and not isinstance(value, types.ModuleType):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, types.ModuleType):
+            imported[name] = [value.__name__, ""]
+        elif _importable(value):  # from sklearn.preprocessing import StandardScaler: the judge's own
+            imported[name] = [value.__module__, value.__qualname__]
+        else:
             names[name] = encode(value)
-    send(replies_fd, {"ready": True, "globals": {"$dict": [[k, v] for k, v in names.items()]}})
+    globals_ = {"$dict": [[k, v] for k, v in names.items()]}
+    send(replies_fd, {"ready": True, "globals": globals_, "imported": imported})
     while line := requests.readline():
         start = time.perf_counter()
         try:
@@ -417,16 +425,108 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
                 out = None
             else:
                 obj = handle(request["ref"])
-                out = _serve_request(obj, op, request, decode)
+                if "rng" in request:
+                    _set_rng_state(decode(request["rng"]))
+                try:
+                    out = _serve_request(obj, op, request, decode)
+                finally:
+                    rng = encode(_rng_state()) if "rng" in request else None
             reply = {"ok": encode(out)}
         except values.UnsupportedValue as err:
             reply = {"unsupported": str(err)}
         except BaseException as err:  # the candidate's doing, SystemExit included: the judge decides
             reply = {"raise": type(err).__name__, "module": type(err).__module__, "message": str(err)[:500]}
         reply["t"] = time.perf_counter() - start
+        if rng is not None:
+            reply["rng"] = rng
+            rng = None
         send(replies_fd, reply)
     _flush()
     return 0
+
+
+def _rng_state() -> dict[str, Any]:
+    """The global random streams tests seed (random, numpy.random), to carry across a call."""
+    import random
+
+    state: dict[str, Any] = {"random": random.getstate()}
+    if "numpy" in sys.modules:
+        state["numpy"] = sys.modules["numpy"].random.get_state()
+    return state
+
+
+def _set_rng_state(state: Any) -> None:
+    import random
+
+    if type(state) is not dict:
+        return
+    if "random" in state:
+        random.setstate(state["random"])
+    if "numpy" in state:
+        import numpy as np
+
+        np.random.set_state(state["numpy"])
+
+
+def _importable(value: Any) -> bool:
+    """A class of an installed module (not the program's own), which the judge can import itself.
+    (Functions stay references: the candidate runs them, as it would in one process.)"""
+    if not isinstance(value, type):
+        return False
+    module = getattr(value, "__module__", None)
+    return (
+        isinstance(module, str) and module not in ("__main__", "builtins") and "<" not in value.__qualname__
+    )
+
+
+# Modules whose classes, or whose module under another name, the candidate may not have the judge
+# import for the tests: they reach processes, files, the interpreter. (A module under its own name,
+# `os` for `os`, is what the tests' own `import os` would give them.)
+_NOT_FOR_THE_JUDGE = frozenset(
+    [
+        "os",
+        "posix",
+        "sys",
+        "subprocess",
+        "shutil",
+        "ctypes",
+        "socket",
+        "signal",
+        "importlib",
+        "builtins",
+        "pty",
+        "multiprocessing",
+        "threading",
+        "runpy",
+        "code",
+        "codeop",
+        "pickle",
+        "marshal",
+        "io",
+        "tempfile",
+        "pathlib",
+        "gc",
+        "inspect",
+        "types",
+        "leaklab",
+    ]
+)
+
+
+def _judge_import(name: str, module: str, qualname: str) -> Any:
+    """What the program imported, imported by the judge itself (from its read-only sys.path)."""
+    if not all(part.isidentifier() for part in module.split(".")):
+        return None
+    own_name = not qualname and name == module.rsplit(".", 1)[-1]
+    if module.split(".")[0] in _NOT_FOR_THE_JUDGE and not own_name:
+        return None
+    try:
+        obj: Any = importlib.import_module(module)
+    except Exception:
+        return None
+    for part in qualname.split(".") if qualname else ():
+        obj = getattr(obj, part, None) if part.isidentifier() else None
+    return obj
 
 
 def _serve_request(obj: Any, op: str, request: dict[str, Any], decode: Any) -> Any:
@@ -474,8 +574,7 @@ class CandidateLink:
         def other(v: Any) -> Any:
             if isinstance(v, RemoteObject):
                 return {"$ref": object.__getattribute__(v, "_ref")}
-            test_function = isinstance(v, types.FunctionType) and v.__code__.co_filename == "<tests>"
-            if isinstance(v, unittest.mock.NonCallableMock) or test_function:
+            if _exportable(v):
                 self.exported[len(self.exported) + 1] = v
                 return {"$jref": len(self.exported)}
             raise values.UnsupportedValue(
@@ -576,6 +675,8 @@ class CandidateLink:
             request = {"op": op, "ref": ref}
             for name, value in fields.items():
                 request[name] = value if name == "name" else self.encode(value)
+            if op == "call":  # one random stream, as if tests and program shared a process
+                request["rng"] = self.encode(_rng_state())
         except values.UnsupportedValue as err:
             raise JudgeError(f"the tests pass a value that cannot reach the candidate: {err}") from None
         try:
@@ -583,6 +684,9 @@ class CandidateLink:
         except OSError:
             raise CandidateFailed("the candidate process ended before answering") from None
         reply = self._reply()
+        if "rng" in reply:
+            with contextlib.suppress(Exception):  # a state the program garbled: the stream goes on
+                _set_rng_state(self.decode(reply["rng"]))
         if "ok" in reply:
             return self.decode(reply["ok"])
         if "raise" in reply:
@@ -592,6 +696,17 @@ class CandidateLink:
                 f"the candidate returned a value that is not plain data ({reply['unsupported']})"
             )
         raise CandidateFailed("the candidate sent a malformed reply")
+
+
+def _exportable(value: Any) -> bool:
+    """What of the judge's the candidate may hold by reference: mocks, the tests' own functions (side
+    effects), in-memory streams (a patched sys.stdout the tests read back) and their bound methods.
+    Nothing there leads to the judge's files, modules or verdict channel."""
+    if isinstance(value, (types.MethodType, types.BuiltinMethodType)):
+        value = value.__self__
+    if isinstance(value, types.FunctionType):
+        return value.__code__.co_filename == "<tests>"
+    return isinstance(value, (unittest.mock.NonCallableMock, io.StringIO, io.BytesIO))
 
 
 # Names of the mock machinery itself: the candidate may not read them on a mock of the tests'.
@@ -717,6 +832,12 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
     for name, value in names.items():
         if type(name) is str and name.isidentifier() and not name.startswith("__"):
             namespace[name] = value
+    imported = ready.get("imported")
+    for name, where in imported.items() if type(imported) is dict else ():
+        ok = type(where) is list and len(where) == 2 and all(type(w) is str for w in where)
+        ok = ok and type(name) is str and name.isidentifier() and not name.startswith("__")
+        if ok and (obj := _judge_import(name, *where)) is not None:
+            namespace[name] = obj
     with _shared_files(), _forwarded_patches(link):
         return _run_test_class(tests, test_class, namespace, link)
 

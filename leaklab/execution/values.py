@@ -20,8 +20,10 @@ the trusted side by numpy's and pandas' own constructors; anything else may beco
 from __future__ import annotations
 
 import base64
+import collections
 import datetime
 import json
+import pathlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +59,10 @@ def encode(
 
     if value is None or type(value) in (bool, str):
         return value
+    # A numpy scalar keeps its type (np.float64 is also a float, which would lose it).
+    numpy_scalar = (type(value).__module__ or "").startswith("numpy") and type(value).__name__ != "ndarray"
+    if rich and numpy_scalar and hasattr(value, "dtype") and hasattr(value, "item"):
+        return {"$npscalar": [str(value.dtype), enc(value.item())]}
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, int):
@@ -82,10 +88,18 @@ def encode(
         return {"$frozenset": [enc(v) for v in value]}
     if isinstance(value, set):
         return {"$set": [enc(v) for v in value]}
-    if isinstance(value, dict):
-        return {"$dict": [[enc(k), enc(v)] for k, v in value.items()]}
     module = type(value).__module__ or ""
+    if isinstance(value, dict):
+        items = [[enc(k), enc(v)] for k, v in value.items()]
+        if rich and isinstance(value, collections.Counter):
+            return {"$counter": items}
+        if rich and isinstance(value, collections.OrderedDict):
+            return {"$ordereddict": items}
+        return {"$dict": items}
     if rich:
+        if isinstance(value, pathlib.PurePath):
+            return {"$path": str(value)}
+
         if isinstance(value, datetime.datetime):
             return {"$datetime": datetime.datetime.isoformat(value)}
         if isinstance(value, datetime.date):
@@ -186,6 +200,19 @@ def _dtype(name: Any) -> str:
 
 
 def _decode_rich(tag: str, body: Any, dec: Callable[[Any], Any]) -> Any:
+    if tag in ("$counter", "$ordereddict"):
+        kind = collections.Counter if tag == "$counter" else collections.OrderedDict
+        return kind({dec(k): dec(v) for k, v in (_as_pair(p) for p in _as_list(body))})
+    if tag == "$path" and type(body) is str:
+        return pathlib.Path(body)
+    if tag == "$npscalar":
+        import numpy as np
+
+        dtype, value = _as_pair(body)
+        try:
+            return np.dtype(_dtype(dtype)).type(dec(value))
+        except Exception as err:
+            raise ValueError(f"malformed $npscalar: {err}") from None
     if tag in ("$datetime", "$date") and type(body) is str and len(body) < 64:
         parse = datetime.datetime if tag == "$datetime" else datetime.date
         return parse.fromisoformat(body)
