@@ -20,6 +20,7 @@ The evaluations themselves (`leaklab/evaluations/`) compute; this module owns wh
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,14 @@ class Evaluator:
 
     def prepare(self) -> None:
         for evaluation in self.evaluations:
+            started = time.perf_counter()
             evaluation.prepare(self.ctx)
+            seconds = time.perf_counter() - started
+            if self.ctx.is_main_process and seconds >= 0.05:  # a phase worth a line in the report
+                row = {"step": 0, "epoch": 0.0, "evaluation": "timing", "detector": None, "column": None}
+                self.run.append_results(
+                    [{**row, "metric": f"{evaluation.name} prepare", "value": round(seconds, 2)}]
+                )
 
     def pending(self, step: int) -> list[str]:
         """Names of the evaluations with no complete results at `step` (read from results.jsonl)."""
@@ -150,13 +158,14 @@ class Evaluator:
         written: list[dict[str, Any]] = []
         for name in self._agreed_pending(step):
             evaluation = next(e for e in self.evaluations if e.name == name)
+            started = time.perf_counter()
             output = evaluation.evaluate(self.ctx, model, tokenizer, step)
             if not self.ctx.is_main_process:
                 continue
-            written += self._write(evaluation, output, step, epoch)
+            written += self._write(evaluation, output, step, epoch, time.perf_counter() - started)
         return written
 
-    def _write(self, evaluation, output, step: int, epoch: float) -> list[dict[str, Any]]:
+    def _write(self, evaluation, output, step: int, epoch: float, seconds: float) -> list[dict[str, Any]]:
         import json
 
         from leaklab import tracking
@@ -177,6 +186,7 @@ class Evaluator:
                 "specs": evaluation.specs(self.recipe),
                 "n_members": int(eval_set.labels.sum()),
                 "n_non_members": int((1 - eval_set.labels).sum()),
+                "seconds": round(seconds, 2),  # wall time of this evaluation at this step (the report's)
             }
         )
         self.run.append_results(rows)
@@ -201,6 +211,7 @@ def evaluate_run(run_dir: str | Path, log=print) -> int:
     from leaklab import tracking
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
     from leaklab.recipe import load_recipe
+    from leaklab.training.stages import get_stage
 
     run = RunDir(run_dir)
     if not run.recipe.exists():
@@ -209,6 +220,8 @@ def evaluate_run(run_dir: str | Path, log=print) -> int:
     manifest = read_json(run.manifest)
     eval_set = build_eval_set(load_tasks(recipe), manifest, recipe.data.text_format)
     base_path = resolve_model_path(recipe.model, log=log)
+    # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
+    base_path = get_stage(recipe.train.stage).resolve_base(recipe, base_path, run, log)
     evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
 
     todo: list[tuple[int, float, Path | None]] = []

@@ -146,6 +146,21 @@ def tpr_at_fpr(scores, labels, max_fpr: float) -> float:
     return float((tp[ok] / n_pos).max()) if ok.any() else 0.0
 
 
+def roc_curve(scores, labels) -> tuple[np.ndarray, np.ndarray]:
+    """(FPR, TPR) at every threshold that splits the scores differently, from (0, 0) to (1, 1) in order
+    of rising FPR (member iff score >= t, NaN never a member, as in `tpr_at_fpr`); two empty arrays
+    without both classes."""
+    s, y = _prepare(scores, labels)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return np.zeros(0), np.zeros(0)
+    tp, fp, _, _ = _counts_at(s, y, _candidates(s))
+    fpr = np.concatenate([[0.0], fp / n_neg, [1.0]])
+    tpr = np.concatenate([[0.0], tp / n_pos, [1.0]])
+    order = np.lexsort((tpr, fpr))
+    return fpr[order], tpr[order]
+
+
 def cv_decisions(scores, labels, *, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list[float]]:
     """Held-out decisions from stratified k-fold threshold fitting, and the fold thresholds.
 

@@ -1,0 +1,84 @@
+"""Reports built from a run's files only, so they can be rebuilt at any time (`leaklab report RUN_DIR`).
+
+    report/index.html        the interactive page (sections: run, detection, training, one per other
+                             evaluation), with report/vega-bundle.js beside it: opens offline from disk
+    report/report.md         the metric tables with intervals, for a terminal or a pull request
+    report/results.csv       every row
+    report/detection_<metric>.png / .pdf, training_loss.png / .pdf   figures for a paper
+
+Modules: `rundata` (reading a run, tolerant of missing files), `section` (the interface evaluations use
+to contribute a section), `sections` (the built-in sections and the registry), `charts` (Vega-Lite
+specs and series styles), `html` (the page), `figures` (matplotlib), `tables` (markdown / CSV),
+`compare` (several runs side by side).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from leaklab.report.figures import file_stem, plot_histograms, plot_metric, plot_training_loss
+from leaklab.report.tables import metric_table, rows_csv
+from leaklab.results import detection_rows
+from leaklab.rundir import RunDir, write_atomic
+
+__all__ = ["HEADLINE_METRICS", "build_report", "metric_table", "plot_histograms", "print_summary", "rows_csv"]
+
+# In report.md, in this order, when present; FIGURE_METRICS also as PNG + PDF figures.
+HEADLINE_METRICS = ("auroc", "f1", "accuracy", "precision", "recall", "f1_oracle", "tpr@1%fpr", "tpr@5%fpr")
+FIGURE_METRICS = ("auroc", "tpr@1%fpr", "f1")
+
+
+def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Path]) -> str:
+    det = detection_rows(rows)
+    parts = [f"# leaklab report: {name}\n", "Interactive version: [index.html](index.html)\n"]
+    parts += [f"- missing: {p}\n" for p in problems]
+    parts.append(
+        "Detection of injected (member) vs held-out (non-member) samples, one table per metric: a row per "
+        "checkpoint (step 0 is the untrained model), a column per detector. AUROC and TPR@FPR need no "
+        "threshold; accuracy / precision / recall / F1 (macro) use a threshold chosen by k-fold "
+        "cross-validation; *_oracle uses the best threshold on all labels (what papers usually report).\n"
+    )
+    for metric in HEADLINE_METRICS:
+        if any(r["metric"] == metric for r in det):
+            parts += [f"## {metric}\n", metric_table(det, metric)]
+    parts += [f"![{p.stem}]({p.name})\n" for p in figures if p.suffix == ".png"]
+    return "\n".join(parts)
+
+
+def build_report(run_dir: str | Path) -> Path:
+    """Write every file of report/ and return the path of index.html. Never raises on a run that is
+    empty, half-written or from an older leaklab: what is missing is said on the page."""
+    from leaklab.report.html import write_page
+    from leaklab.report.rundata import load_run
+    from leaklab.report.sections import build_sections
+
+    data = load_run(run_dir)
+    out = data.run.report
+    rows = data.rows
+    figures: list[Path] = []
+    n_pos, n_neg = data.sample_counts()
+    caption = f"n = {n_pos} members + {n_neg} non-members; bands: bootstrap 95% intervals" if n_pos else ""
+    for metric in FIGURE_METRICS:
+        figures += plot_metric(rows, metric, out / f"detection_{file_stem(metric)}.png", caption=caption)
+    figures += plot_training_loss(rows, out / "training_loss.png")
+    write_atomic(out / "report.md", _markdown(data.name, rows, data.problems, figures))
+    write_atomic(out / "results.csv", rows_csv(rows))
+    links = " · ".join(
+        f'<a href="{p.name}">{p.name}</a>' for p in [out / "report.md", out / "results.csv", *figures]
+    )
+    return write_page(out, f"leaklab report: {data.name}", build_sections(data), footer=f"Files: {links}")
+
+
+def print_summary(run: RunDir) -> None:
+    """What a run ends with: the run directory, then AUROC and macro-F1 per checkpoint and detector."""
+    rows = detection_rows(run.results_rows())
+    report = build_report(run.root)
+    print(f"\nrun directory: {run.root}")
+    print(
+        "\nAUROC, members vs non-members (0.5 = chance), per checkpoint (rows) and detector (columns), "
+        "with bootstrap 95% intervals:"
+    )
+    print(metric_table(rows, "auroc"))
+    print("macro-F1 at a cross-validated threshold:")
+    print(metric_table(rows, "f1"))
+    print(f"report: {report}\n        {run.report / 'report.md'}")

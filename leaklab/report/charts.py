@@ -1,0 +1,421 @@
+"""Vega-Lite specs for the report's panels, and the series styles shared with the paper figures.
+
+Every spec carries its data inline, so a page opens from disk with no server. Rates are drawn on a
+fixed 0..1 axis with chance marked; a row's bootstrap interval (`<metric>_ci_low` / `_ci_high`) is drawn
+as a band around its line; hovering a point shows the value and its interval.
+
+Styles: detectors are grouped by family (likelihood baselines, SrDetection's n sweep, other detectors),
+each group with its own palette, line dash and point shape, so 15+ series stay distinguishable; a
+`blind` detector is drawn as a grey reference line, not as a contender. Clicking a legend entry
+highlights that series.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from leaklab.results import column_of, display_name, ordered
+
+SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier only; nothing is fetched
+LIKELIHOOD = ("ppl", "zlib", "lowercase", "mink", "minkpp", "dcpdd", "ref", "ref_diff")
+RATE_METRICS = ("auroc", "f1", "f1_oracle", "accuracy", "precision", "recall", "tpr@1%fpr", "tpr@5%fpr")
+CHANCE = {"auroc": 0.5, "f1": 0.5, "f1_oracle": 0.5, "accuracy": 0.5, "tpr@1%fpr": 0.01, "tpr@5%fpr": 0.05}
+METRIC_TITLES = {
+    "auroc": "AUROC",
+    "tpr@1%fpr": "TPR at 1% FPR",
+    "tpr@5%fpr": "TPR at 5% FPR",
+    "f1": "macro-F1 (CV threshold)",
+    "f1_oracle": "macro-F1 (oracle threshold)",
+}
+# Tableau 10 and Dark2: two qualitative palettes that do not share a hue order.
+BASELINE_COLORS = [
+    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
+    "#79706e",
+]  # fmt: skip
+OTHER_COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
+# SrDetection's settings are ramps of one hue each, light (few variants) to dark (many).
+RAMPS = [("#c9b8e6", "#3f007d"), ("#b5e0b0", "#00441b"), ("#fdd0a2", "#7f2704")]
+DASHES = [[1, 0], [6, 3], [2, 2], [8, 3, 2, 3]]
+SHAPES = ["circle", "triangle-up", "square", "diamond", "cross"]
+
+
+@dataclass(frozen=True)
+class Style:
+    color: str
+    dash: tuple[int, ...]
+    shape: str
+    group: str
+
+
+def group_of(column: str) -> str:
+    family = column.partition("@")[0]
+    if family.startswith("blind"):
+        return "blind baseline"
+    if family in LIKELIHOOD:
+        return "likelihood baselines"
+    if family.startswith("srdetection"):
+        return "SrDetection"
+    return "other detectors"
+
+
+def _mix(a: str, b: str, t: float) -> str:
+    ca = [int(a[i : i + 2], 16) for i in (1, 3, 5)]
+    cb = [int(b[i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(x + (y - x) * t):02x}" for x, y in zip(ca, cb))
+
+
+def series_styles(columns) -> dict[str, Style]:
+    """A distinct (colour, dash, shape) per column, by group; the same column gets the same style in
+    every panel and figure of a report."""
+    columns = ordered(columns)
+    styles: dict[str, Style] = {}
+    baselines = [c for c in columns if group_of(c) == "likelihood baselines"]
+    others = [c for c in columns if group_of(c) == "other detectors"]
+    for i, c in enumerate(baselines):
+        lap = i // len(BASELINE_COLORS)
+        styles[c] = Style(
+            BASELINE_COLORS[i % len(BASELINE_COLORS)], tuple(DASHES[lap % 4]), "circle", group_of(c)
+        )
+    for i, c in enumerate(others):
+        lap = i // len(OTHER_COLORS)
+        styles[c] = Style(
+            OTHER_COLORS[i % len(OTHER_COLORS)], tuple(DASHES[(2 + lap) % 4]), "square", group_of(c)
+        )
+    families = ordered({c.partition("@")[0] for c in columns if group_of(c) == "SrDetection"})
+    for f_index, family in enumerate(families):
+        members = [c for c in columns if c.partition("@")[0] == family]
+        light, dark = RAMPS[f_index % len(RAMPS)]
+        for i, c in enumerate(members):
+            t = 1.0 if len(members) == 1 else 0.25 + 0.75 * i / (len(members) - 1)
+            styles[c] = Style(_mix(light, dark, t), tuple(DASHES[1]), SHAPES[1 + f_index % 4], "SrDetection")
+    for c in columns:
+        if group_of(c) == "blind baseline":
+            styles[c] = Style("#7f7f7f", (4, 4), "cross", "blind baseline")
+    return styles
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _scale(styles: dict[str, Style], series: list[str]) -> dict[str, dict[str, Any]]:
+    """color / strokeDash / shape encodings on the `series` field with the styles' explicit ranges."""
+    names = [display_name(c) for c in series]
+    legend = {"title": None, "symbolStrokeWidth": 2, "labelLimit": 260, "orient": "right"}
+    return {
+        "color": {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            "scale": {"domain": names, "range": [styles[c].color for c in series]},
+            "legend": legend,
+        },
+        "strokeDash": {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            "scale": {"domain": names, "range": [list(styles[c].dash) for c in series]},
+            "legend": legend,
+        },
+        "shape": {
+            "field": "series",
+            "type": "nominal",
+            "sort": names,
+            "scale": {"domain": names, "range": [styles[c].shape for c in series]},
+            "legend": legend,
+        },
+    }
+
+
+def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> list[dict[str, Any]]:
+    """One value per (step, series) of `metric`, with its interval when the rows carry one. A row with
+    no column (an evaluation that reports one number per checkpoint) is the series "value"."""
+    found: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:
+        name = r.get("metric")
+        if name not in (metric, f"{metric}_ci_low", f"{metric}_ci_high"):
+            continue
+        column = column_of(r) or "value"
+        key = (int(r.get("step", 0)), column)
+        point = found.setdefault(
+            key, {"column": column, "step": key[0], "epoch": float(r.get("epoch") or 0.0), "x": None}
+        )
+        field = {metric: "value", f"{metric}_ci_low": "low", f"{metric}_ci_high": "high"}[name]
+        point[field] = r.get("value") if _finite(r.get("value")) else None
+    out = []
+    for point in found.values():
+        if point.get("value") is None:
+            continue
+        point["x"] = point[x]
+        point["series"] = display_name(point["column"])
+        out.append(point)
+    return sorted(out, key=lambda p: (p["step"], p["column"]))
+
+
+def metric_panel_spec(
+    rows: list[dict[str, Any]], metric: str, *, x: str = "epoch", bounded: bool | None = None
+) -> dict[str, Any] | None:
+    """Lines per series of one metric per checkpoint, bootstrap bands, chance and blind references.
+    None when no row has a value."""
+    values = metric_values(rows, metric, x)
+    if not values:
+        return None
+    bounded = metric in RATE_METRICS if bounded is None else bounded
+    columns = ordered(p["column"] for p in values)
+    styles = series_styles(columns)
+    contenders = [c for c in columns if styles[c].group != "blind baseline"]
+    blind = [c for c in columns if styles[c].group == "blind baseline"]
+    y_title = METRIC_TITLES.get(metric, metric)
+    y = {"field": "value", "type": "quantitative", "title": y_title}
+    if bounded:
+        y["scale"] = {"domain": [0, 1], "nice": False}
+    ticks = sorted({p["x"] for p in values})
+    x_enc = {
+        "field": "x",
+        "type": "quantitative",
+        "title": "epoch" if x == "epoch" else "step",
+        "axis": {"values": ticks, "format": "~g", "labelOverlap": True},
+    }
+    tooltip = [
+        {"field": "series", "title": "detector"},
+        {"field": "step"},
+        {"field": "epoch", "format": ".2f"},
+        {"field": "value", "format": ".3f", "title": y_title},
+        {"field": "low", "format": ".3f", "title": "95% CI low"},
+        {"field": "high", "format": ".3f", "title": "95% CI high"},
+    ]
+    enc = _scale(styles, contenders)
+    pick = {"param": "pick", "empty": True}
+    main = [p for p in values if p["column"] in contenders]
+    layers: list[dict[str, Any]] = []
+    # The band's series sits in its own field, so its scale (and absent legend) stay apart from the lines'.
+    bands = [
+        {**p, "band": p["series"]} for p in main if p.get("low") is not None and p.get("high") is not None
+    ]
+    if bands:
+        layers.append(
+            {
+                "data": {"values": bands},
+                "mark": {"type": "area"},
+                "encoding": {
+                    "x": x_enc,
+                    "y": {"field": "low", "type": "quantitative", "scale": y.get("scale")},
+                    "y2": {"field": "high"},
+                    # `fill`, not `color`: its own scale with no legend, so the legend shows lines only.
+                    "fill": {**enc["color"], "field": "band", "legend": None},
+                    # Faint until a detector is picked in the legend; then only its band shows.
+                    "opacity": {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04},
+                },
+            }
+        )
+    layers.append(
+        {
+            "data": {"values": main},
+            "mark": {"type": "line", "strokeWidth": 2, "point": False},
+            "params": [{"name": "pick", "select": {"type": "point", "fields": ["series"]}, "bind": "legend"}],
+            "encoding": {
+                "x": x_enc,
+                "y": y,
+                "color": enc["color"],
+                "strokeDash": enc["strokeDash"],
+                "opacity": {"condition": {**pick, "value": 1}, "value": 0.12},
+            },
+        }
+    )
+    layers.append(
+        {
+            "data": {"values": main},
+            "mark": {"type": "point", "filled": True, "size": 45},
+            "encoding": {
+                "x": x_enc,
+                "y": y,
+                "color": enc["color"],
+                "shape": enc["shape"],
+                "opacity": {"condition": {**pick, "value": 1}, "value": 0.12},
+                "tooltip": tooltip,
+            },
+        }
+    )
+    if blind:
+        layers.append(
+            {
+                "data": {"values": [p for p in values if p["column"] in blind]},
+                "mark": {"type": "line", "color": "#7f7f7f", "strokeDash": [4, 4], "point": True},
+                "encoding": {"x": x_enc, "y": y, "detail": {"field": "series"}, "tooltip": tooltip},
+            }
+        )
+    if metric in CHANCE and bounded:
+        layers.append(
+            {
+                "data": {"values": [{"chance": CHANCE[metric], "label": "chance"}]},
+                "layer": [
+                    {
+                        "mark": {"type": "rule", "color": "#999", "strokeDash": [3, 3]},
+                        "encoding": {"y": {"field": "chance", "type": "quantitative"}},
+                    },
+                    {
+                        "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#777"},
+                        "encoding": {
+                            "y": {"field": "chance", "type": "quantitative"},
+                            "x": {"value": 0},
+                            "text": {"field": "label"},
+                        },
+                    },
+                ],
+            }
+        )
+    return {
+        "$schema": SCHEMA,
+        "width": 340,
+        "height": 240,
+        "layer": layers,
+        "resolve": {"scale": {"fill": "independent"}, "legend": {"fill": "independent"}},
+    }
+
+
+def roc_spec(curves: dict[str, list[dict[str, Any]]], floor: float) -> dict[str, Any] | None:
+    """ROC curves (FPR on a log axis from `floor` to 1) for each titled checkpoint, side by side.
+    curves: title -> [{"column", "fpr", "tpr"}]. FPR 0 is drawn at `floor` (the axis cannot show 0)."""
+    if not any(curves.values()):
+        return None
+    columns = ordered(p["column"] for points in curves.values() for p in points)
+    styles = series_styles(columns)
+    enc = _scale(styles, columns)
+    diagonal = [
+        {"fpr": floor * (1 / floor) ** (i / 40), "tpr": floor * (1 / floor) ** (i / 40)} for i in range(41)
+    ]
+    x = {
+        "field": "fpr",
+        "type": "quantitative",
+        "scale": {"type": "log", "domain": [floor, 1], "nice": False},
+        "title": "false positive rate (log)",
+    }
+    y = {"field": "tpr", "type": "quantitative", "scale": {"domain": [0, 1]}, "title": "true positive rate"}
+    views = []
+    for title, points in curves.items():
+        if not points:
+            continue
+        values = [{**p, "series": display_name(p["column"]), "fpr": max(p["fpr"], floor)} for p in points]
+        views.append(
+            {
+                "title": title,
+                "width": 250,
+                "height": 250,
+                "layer": [
+                    {
+                        "data": {"values": diagonal},
+                        "mark": {"type": "line", "color": "#999", "strokeDash": [3, 3]},
+                        "encoding": {"x": x, "y": y},
+                    },
+                    {
+                        "data": {"values": values},
+                        "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 1.8},
+                        "encoding": {
+                            "x": x,
+                            "y": y,
+                            "color": enc["color"],
+                            "strokeDash": enc["strokeDash"],
+                            "order": {"field": "i", "type": "quantitative"},
+                            "tooltip": [
+                                {"field": "series", "title": "detector"},
+                                {"field": "fpr", "format": ".3f"},
+                                {"field": "tpr", "format": ".3f"},
+                            ],
+                        },
+                    },
+                ],
+            }
+        )
+    return {"$schema": SCHEMA, "hconcat": views, "resolve": {"scale": {"color": "shared"}}}
+
+
+def histogram_spec(
+    values: list[dict[str, Any]], steps: list[int], default_step: int
+) -> dict[str, Any] | None:
+    """Member vs non-member score histograms, one small chart per series, for the checkpoint picked in
+    the drop-down. values: [{"series", "step", "label", "bin0", "bin1", "count"}] (binned already)."""
+    if not values:
+        return None
+    series = list(dict.fromkeys(v["series"] for v in values))
+    return {
+        "$schema": SCHEMA,
+        "data": {"values": values},
+        "params": [
+            {
+                "name": "checkpoint",
+                "value": default_step,
+                "bind": {"input": "select", "options": steps, "name": "checkpoint (step): "},
+            }
+        ],
+        "transform": [{"filter": "datum.step == checkpoint"}],
+        "facet": {"field": "series", "type": "nominal", "sort": series, "title": None},
+        "columns": 4,
+        "spec": {
+            "width": 170,
+            "height": 110,
+            "mark": {"type": "bar", "opacity": 0.55, "binSpacing": 0},
+            "encoding": {
+                "x": {
+                    "field": "bin0",
+                    "type": "quantitative",
+                    "title": "score",
+                    "bin": {"binned": True},
+                    "axis": {"tickCount": 4, "format": "~g", "labelOverlap": True},
+                },
+                "x2": {"field": "bin1"},
+                "y": {"field": "count", "type": "quantitative", "stack": None, "title": "samples"},
+                "color": {
+                    "field": "label",
+                    "type": "nominal",
+                    "scale": {"domain": ["member", "non-member"], "range": ["#d62728", "#1f77b4"]},
+                    "legend": {"title": None, "orient": "top"},
+                },
+                "tooltip": [
+                    {"field": "series", "title": "detector"},
+                    {"field": "label"},
+                    {"field": "bin0", "format": ".3g", "title": "from"},
+                    {"field": "bin1", "format": ".3g", "title": "to"},
+                    {"field": "count"},
+                ],
+            },
+        },
+        "resolve": {"scale": {"x": "independent", "y": "independent"}},
+    }
+
+
+def step_lines_spec(
+    panels: list[tuple[str, list[dict[str, Any]]]], markers: list[int]
+) -> dict[str, Any] | None:
+    """Training curves side by side: (title, [{"step", "value"}]) each, checkpoints as vertical rules."""
+    views = []
+    for title, points in panels:
+        if not points:
+            continue
+        layers: list[dict[str, Any]] = [
+            {
+                "data": {"values": points},
+                "mark": {"type": "line", "point": len(points) < 60, "color": "#4e79a7"},
+                "encoding": {
+                    "x": {"field": "step", "type": "quantitative", "title": "optimizer step"},
+                    "y": {"field": "value", "type": "quantitative", "title": title, "scale": {"zero": False}},
+                    "tooltip": [{"field": "step"}, {"field": "value", "format": ".4g", "title": title}],
+                },
+            }
+        ]
+        if markers:
+            layers.append(
+                {
+                    "data": {"values": [{"step": s, "what": "checkpoint"} for s in markers]},
+                    "mark": {"type": "rule", "color": "#bbb", "strokeDash": [2, 3]},
+                    "encoding": {
+                        "x": {"field": "step", "type": "quantitative"},
+                        "tooltip": [{"field": "what"}, {"field": "step"}],
+                    },
+                }
+            )
+        views.append({"title": title, "width": 380, "height": 220, "layer": layers})
+    if not views:
+        return None
+    return {"$schema": SCHEMA, "hconcat": views}

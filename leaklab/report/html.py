@@ -1,0 +1,169 @@
+"""The report page: `report/index.html` plus the plotting library written once beside it.
+
+Plotting library: Vega-Lite (declarative JSON specs, rendered by Vega in the browser). Its JavaScript
+(Vega + Vega-Lite + vega-embed with its tooltip handler, ~0.9 MB) comes from the `vl-convert-python`
+package, which bundles it for offline use, and is written once to `report/vega-bundle.js`; the page
+loads it with a relative <script src>, so it opens from disk with no network and no server. (Plotly's
+single bundle is 4.8 MB, nearly all of the 5 MB page budget on its own.) The specs are plain dicts, so
+Python tests can check what each panel holds.
+
+The page records how its panels rendered in <pre id="render-status"> (JSON: errors, marks drawn per
+panel), which is what the browser test reads.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+
+from leaklab.report.section import Panel, Section, Table
+from leaklab.rundir import write_atomic
+
+BUNDLE = "vega-bundle.js"
+
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0 auto; max-width: 1380px;
+       padding: 16px 28px; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 4px; margin-top: 32px; }
+nav a { margin-right: 14px; } .intro { color: #444; max-width: 1000px; }
+.notes { background: #fff8e1; border-left: 4px solid #f0b400; padding: 6px 12px; margin: 8px 0; }
+.notes li { margin: 2px 0; } .items { display: flex; flex-wrap: wrap; gap: 18px 26px; }
+.panel { border: 1px solid #e5e5e5; border-radius: 6px; padding: 8px 12px; }
+.panel h3 { font-size: 1em; margin: 2px 0 6px; } .caption { font-size: 0.85em; color: #555; max-width: 560px; }
+table.facts td:first-child { color: #555; padding-right: 16px; } table { border-collapse: collapse; }
+table.data th, table.data td { border: 1px solid #ddd; padding: 3px 8px; font-size: 0.9em; text-align: left; }
+table.data th { background: #f4f4f4; } footer { margin-top: 36px; font-size: 0.85em; color: #666; }
+.vega-bind { margin: 4px 0; font-size: 0.9em; }
+"""
+
+SCRIPT = """
+const status = {errors: [], warnings: [], panels: {}, done: false};
+window.addEventListener('error', e => status.errors.push(String(e.message)));
+window.addEventListener('unhandledrejection', e => status.errors.push(String(e.reason)));
+const consoleError = console.error, consoleWarn = console.warn;
+console.error = (...a) => { status.errors.push(a.map(String).join(' ')); consoleError(...a); };
+console.warn = (...a) => { status.warnings.push(a.map(String).join(' ')); consoleWarn(...a); };
+function report() { document.getElementById('render-status').textContent = JSON.stringify(status); }
+async function draw() {
+  const specs = JSON.parse(document.getElementById('specs').textContent);
+  if (typeof vegaEmbed === 'undefined') {
+    status.errors.push('the plotting library (BUNDLE) did not load');
+  } else {
+    for (const [id, spec] of Object.entries(specs)) {
+      const el = document.getElementById(id);
+      try {
+        await vegaEmbed(el, spec, {renderer: 'svg', actions: false, tooltip: true});
+        status.panels[id] = el.querySelectorAll(
+          'g.mark-line > path, g.mark-symbol > path, g.mark-rect > path, g.mark-area > path').length;
+      } catch (err) {
+        status.errors.push(id + ': ' + err);
+        el.textContent = 'this panel could not be drawn: ' + err;
+      }
+    }
+  }
+  status.done = true;
+  report();
+}
+draw();
+""".replace("BUNDLE", BUNDLE)
+
+
+def bundle_text() -> str | None:
+    """Vega + Vega-Lite + vega-embed as one classic script, or None without vl-convert-python."""
+    try:
+        import vl_convert
+    except ImportError:
+        return None
+    return vl_convert.javascript_bundle()
+
+
+def write_bundle(report_dir: Path) -> str | None:
+    """Write the plotting library once per vl-convert version; returns a problem line or None."""
+    path = report_dir / BUNDLE
+    try:
+        import vl_convert
+    except ImportError:
+        return "vl-convert-python is not installed: no interactive panels (pip install vl-convert-python)"
+    stamp = f"/* vega bundle from vl-convert-python {getattr(vl_convert, '__version__', '?')} */\n"
+    if path.exists():
+        with path.open() as f:
+            if f.readline() == stamp:
+                return None
+    write_atomic(path, stamp + vl_convert.javascript_bundle())
+    return None
+
+
+def _clean(obj):
+    """NaN and infinities become null (JSON has neither)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _table_html(table: Table, facts: bool = False) -> str:
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in table.rows
+    )
+    head = "" if facts else "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in table.header) + "</tr>"
+    cls = "facts" if facts else "data"
+    out = f'<table class="{cls}">{head}{rows}</table>'
+    if table.title:
+        out = f"<h3>{html.escape(table.title)}</h3>" + out
+    if table.caption:
+        out += f'<div class="caption">{html.escape(table.caption)}</div>'
+    return f'<div class="panel">{out}</div>' if not facts else out
+
+
+def render_page(title: str, sections: list[Section], footer: str = "") -> tuple[str, dict[str, dict]]:
+    """The page's HTML and its specs by panel id (the specs are embedded in the page)."""
+    specs: dict[str, dict] = {}
+    body = [f"<h1>{html.escape(title)}</h1>"]
+    nav = " ".join(f'<a href="#{html.escape(s.key)}">{html.escape(s.title)}</a>' for s in sections)
+    body.append(f"<nav>{nav}</nav>")
+    for section in sections:
+        body.append(f'<section id="{html.escape(section.key)}"><h2>{html.escape(section.title)}</h2>')
+        if section.intro:
+            body.append(f'<p class="intro">{html.escape(section.intro)}</p>')
+        if section.notes:
+            notes = "".join(f"<li>{html.escape(n)}</li>" for n in section.notes)
+            body.append(f'<div class="notes"><b>Missing or partial:</b><ul>{notes}</ul></div>')
+        body.append('<div class="items">')
+        for item in section.items:
+            if isinstance(item, Panel):
+                pid = f"panel-{len(specs)}"
+                specs[pid] = item.spec
+                body.append(
+                    f'<div class="panel"><h3>{html.escape(item.title)}</h3><div id="{pid}" class="chart"></div>'
+                    f'<div class="caption">{html.escape(item.caption)}</div></div>'
+                )
+            else:
+                body.append(_table_html(item, facts=section.key == "run"))
+        body.append("</div></section>")
+    if footer:
+        body.append(f"<footer>{footer}</footer>")
+    # JSON inside <script>: "</" would end the element early.
+    data = json.dumps(_clean(specs), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    page = (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<style>{CSS}</style><script src="{BUNDLE}"></script></head><body>\n'
+        + "\n".join(body)
+        + f'\n<pre id="render-status" hidden></pre>'
+        f'<script type="application/json" id="specs">{data}</script><script>{SCRIPT}</script></body></html>\n'
+    )
+    return page, specs
+
+
+def write_page(report_dir: Path, title: str, sections: list[Section], footer: str = "") -> Path:
+    problem = write_bundle(report_dir)
+    if problem:
+        sections[0].notes.append(problem)
+    page, _ = render_page(title, sections, footer)
+    path = report_dir / "index.html"
+    write_atomic(path, page)
+    return path

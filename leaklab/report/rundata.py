@@ -1,0 +1,106 @@
+"""Everything a report reads from one run directory, read once, tolerant of what is missing.
+
+A run that has not been evaluated yet, a run killed mid-write, rows from an older leaklab (no `column`
+field): `load_run` never raises on them; it records a one-line `problems` entry per missing or
+unreadable file and the report renders what exists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leaklab.results import column_of
+from leaklab.rundir import RunDir, read_rows
+
+
+@dataclass
+class RunData:
+    run: RunDir
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    recipe: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    mixture: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # what is missing or unreadable, one line each
+    _scores: dict[tuple[int, str], list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.run.root.name
+
+    def rows_of(self, evaluation: str) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r.get("evaluation") == evaluation]
+
+    def evaluations(self) -> list[str]:
+        """Evaluations with rows, in order of first appearance."""
+        return list(dict.fromkeys(str(r.get("evaluation")) for r in self.rows if r.get("evaluation")))
+
+    def steps(self, evaluation: str = "detection") -> list[int]:
+        return sorted({int(r["step"]) for r in self.rows_of(evaluation) if column_of(r) is not None})
+
+    def epoch_of(self, step: int) -> float:
+        for r in self.rows:
+            if r.get("step") == step and r.get("epoch") is not None:
+                return float(r["epoch"])
+        return 0.0
+
+    def sample_counts(self) -> tuple[int | None, int | None]:
+        """(members, non-members): from the manifest, else from a done row."""
+        if "n_members" in self.manifest:
+            return self.manifest.get("n_members"), self.manifest.get("n_non_members")
+        for r in self.rows:
+            if r.get("metric") == "done" and "n_members" in r:
+                return r.get("n_members"), r.get("n_non_members")
+        return None, None
+
+    def scores(self, step: int, evaluation: str = "detection") -> list[dict[str, Any]]:
+        """Per-sample records of `evaluation` at `step` (complete lines only); [] when there are none."""
+        key = (step, evaluation)
+        if key not in self._scores:
+            self._scores[key] = read_rows(self.run.scores(step, evaluation))
+        return self._scores[key]
+
+
+def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:
+    if not path.exists():
+        problems.append(f"no {path.name} ({what} not shown)")
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        problems.append(f"{path.name} is unreadable ({err.__class__.__name__}); {what} not shown")
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    run = RunDir(run_dir)
+    problems: list[str] = []
+    if not run.results.exists():
+        problems.append("no results.jsonl yet: nothing has been evaluated")
+    rows = [r for r in run.results_rows() if isinstance(r, dict) and "step" in r and "metric" in r]
+    recipe: dict[str, Any] = {}
+    if run.recipe.exists():
+        try:
+            from leaklab.recipe import yaml_load
+
+            loaded = yaml_load(run.recipe.read_text())
+            recipe = loaded if isinstance(loaded, dict) else {}
+        except Exception as err:  # a damaged recipe must not stop the report; say so instead
+            problems.append(
+                f"recipe.yaml is unreadable ({err.__class__.__name__}); model and stage not shown"
+            )
+    else:
+        problems.append("no recipe.yaml (model and stage not shown)")
+    return RunData(
+        run=run,
+        rows=rows,
+        recipe=recipe,
+        manifest=_read_json(run.manifest, problems, "members and non-members"),
+        mixture=_read_json(run.mixture, problems, "training mixture"),
+        environment=_read_json(run.root / "environment.json", problems, "versions and git commit"),
+        problems=problems,
+    )

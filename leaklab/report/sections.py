@@ -1,0 +1,384 @@
+"""The report's sections: the run header, detection and training built in, one per other evaluation.
+
+`SECTIONS` maps an evaluation name to the function that draws its section, `(rows, run) -> Section |
+None`. For an evaluation not listed here the report asks its class in `leaklab.evaluations.EVALUATIONS`
+for a `report_section(rows, run)` method (see `section.py`), and falls back to a generic section (each
+metric per checkpoint) when it has none. An evaluation without rows gets no section.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import leaklab.report.charts as charts
+from leaklab.report.rundata import RunData
+from leaklab.report.section import Panel, Section, Table, panel_values
+from leaklab.results import column_of, display_name, ordered
+
+HEADLINE = ("auroc", "tpr@1%fpr", "f1")
+DELAY_LEVELS = (0.5, 0.8)
+HIST_BINS = 20
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def _counts_caption(run: RunData) -> str:
+    n_pos, n_neg = run.sample_counts()
+    return f"n = {n_pos} members + {n_neg} non-members" if n_pos is not None else "sample counts unknown"
+
+
+def _bootstrap_caption(run: RunData, rows: list[dict[str, Any]], metric: str) -> str:
+    has_band = any(r.get("metric") == f"{metric}_ci_low" and r.get("value") is not None for r in rows)
+    if not has_band:
+        return "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
+    n = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
+    return f"band: bootstrap 95% interval ({n} resamples)" if n else "band: bootstrap 95% interval"
+
+
+# --------------------------------------------------------------------------- header
+
+
+def _phase_times(run: RunData) -> list[tuple[str, float]]:
+    """Wall time per phase: training (the Trainer's own runtime, which includes the evaluations it
+    triggers), each evaluation summed over its checkpoints, and `timing` rows (prepare steps)."""
+    phases: dict[str, float] = {}
+    for r in run.rows:
+        v = r.get("value")
+        if r.get("metric") == "train_runtime" and isinstance(v, (int, float)):
+            phases["training incl. evaluations (Trainer runtime)"] = float(v)
+        elif r.get("metric") == "done" and isinstance(r.get("seconds"), (int, float)):
+            key = f"{r.get('evaluation')} (all checkpoints)"
+            phases[key] = phases.get(key, 0.0) + float(r["seconds"])
+        elif r.get("evaluation") == "timing" and isinstance(v, (int, float)):
+            phases[str(r.get("metric"))] = phases.get(str(r.get("metric")), 0.0) + float(v)
+    return list(phases.items())
+
+
+def header_section(run: RunData) -> Section:
+    recipe, m, mix, env = run.recipe, run.manifest, run.mixture, run.environment
+    facts: list[list[str]] = []
+    model = (recipe.get("model") or {}).get("name_or_path")
+    stage = (recipe.get("train") or {}).get("stage")
+    if model:
+        facts.append(["model", f"{model} (stage {stage})"])
+    if m:
+        facts.append(["benchmark", f"{m.get('benchmark')} ({m.get('data_source', '?')})"])
+        facts.append(["members / non-members", f"{m.get('n_members')} / {m.get('n_non_members')}"])
+        facts.append(["split seed", str(m.get("seed"))])
+    elif run.sample_counts()[0] is not None:
+        n_pos, n_neg = run.sample_counts()
+        facts.append(["members / non-members", f"{n_pos} / {n_neg}"])
+    if mix:
+        facts.append(
+            [
+                "mixture (code:web)",
+                f"requested {mix.get('requested_ratio')}, achieved 1:{mix.get('achieved_ratio', float('nan')):g} "
+                f"({mix.get('member_tokens', 0):,} member + {mix.get('web_tokens', 0):,} corpus tokens)",
+            ]
+        )
+    if recipe.get("seed") is not None:
+        facts.append(["training seed", str(recipe.get("seed"))])
+    steps = run.steps()
+    if steps:
+        facts.append(["checkpoints evaluated", ", ".join(f"{s} (epoch {run.epoch_of(s):g})" for s in steps)])
+    if env:
+        versions = env.get("versions") or {}
+        facts.append(
+            [
+                "versions",
+                ", ".join(f"{k} {v}" for k, v in versions.items() if v) + f", python {env.get('python')}",
+            ]
+        )
+        facts.append(["git commit", str(env.get("git") or "unknown")])
+    times = _phase_times(run)
+    for phase, seconds in times:
+        facts.append([f"wall time: {phase}", f"{seconds:.1f} s"])
+    notes = list(run.problems)
+    if not times and run.rows:
+        notes.append("no wall times recorded (a run from before timing rows)")
+    return Section("run", f"Run {run.name}", items=[Table("", ["", ""], facts)] if facts else [], notes=notes)
+
+
+# --------------------------------------------------------------------------- detection
+
+
+def _roc_points(records: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
+    from leaklab.metrics import roc_curve
+
+    labels = np.array([int(r.get("label", -1)) for r in records])
+    keep = np.isin(labels, (0, 1))
+    points = []
+    for column in columns:
+        scores = np.array([r.get(column) if r.get(column) is not None else np.nan for r in records], float)
+        if np.isnan(scores[keep]).all():
+            continue
+        fpr, tpr = roc_curve(scores[keep], labels[keep])
+        points += [
+            {"column": column, "i": i, "fpr": float(f), "tpr": float(t)}
+            for i, (f, t) in enumerate(zip(fpr, tpr))
+        ]
+    return points
+
+
+def _histograms(run: RunData, steps: list[int], columns: list[str]) -> list[dict[str, Any]]:
+    """Counts per (series, step, label) on bins shared by every checkpoint of a series."""
+    per_step = {s: run.scores(s) for s in steps}
+    values = []
+    for column in columns:
+        pooled = [r.get(column) for recs in per_step.values() for r in recs]
+        finite = np.array([v for v in pooled if isinstance(v, (int, float)) and math.isfinite(v)], float)
+        if not len(finite):
+            continue
+        lo, hi = float(finite.min()), float(finite.max())
+        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, HIST_BINS + 1)
+        for step, recs in per_step.items():
+            for label, name in ((1, "member"), (0, "non-member")):
+                xs = [r.get(column) for r in recs if r.get("label") == label]
+                xs = np.array([v for v in xs if isinstance(v, (int, float)) and math.isfinite(v)], float)
+                if not len(xs):
+                    continue
+                counts, _ = np.histogram(xs, bins=edges)
+                values += [
+                    {
+                        "series": display_name(column),
+                        "step": step,
+                        "label": name,
+                        "bin0": float(edges[i]),
+                        "bin1": float(edges[i + 1]),
+                        "count": int(c),
+                    }
+                    for i, c in enumerate(counts)
+                    if c
+                ]
+    return values
+
+
+def detection_delays(rows: list[dict[str, Any]], levels=DELAY_LEVELS) -> dict[str, list[int | None]]:
+    """column -> per level, the first step whose AUROC interval lies wholly above it (None: never)."""
+    low: dict[str, dict[int, float]] = {}
+    for r in rows:
+        if r.get("metric") == "auroc_ci_low" and isinstance(r.get("value"), (int, float)) and column_of(r):
+            low.setdefault(column_of(r), {})[int(r["step"])] = float(r["value"])
+    return {
+        column: [next((s for s in sorted(by_step) if by_step[s] > level), None) for level in levels]
+        for column, by_step in low.items()
+    }
+
+
+def _best_step(rows: list[dict[str, Any]]) -> int | None:
+    """The checkpoint with the highest AUROC of any detector (ties: the earliest)."""
+    best: tuple[float, int] | None = None
+    for r in rows:
+        v = r.get("value")
+        if r.get("metric") == "auroc" and isinstance(v, (int, float)) and math.isfinite(v):
+            cand = (v, -int(r["step"]))
+            best = cand if best is None or cand > best else best
+    return None if best is None else -best[1]
+
+
+def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | None:
+    rows = [r for r in rows if column_of(r) is not None]
+    if not rows:
+        return None
+    section = Section(
+        "detection",
+        "Detection: members vs non-members",
+        intro=(
+            "Each detector scores every sample (higher = more likely seen in training) at every checkpoint "
+            "(step 0 is the untrained model). AUROC and TPR at 1% FPR need no threshold; macro-F1 uses a "
+            "threshold chosen by cross-validation (SrDetection decides by its own rule). Click a legend "
+            "entry to highlight one detector; hover a point for its value and interval."
+        ),
+    )
+    counts = _counts_caption(run)
+    legacy = [r for r in rows if "column" not in r]
+    if legacy:
+        section.notes.append(
+            f"{len(legacy)} rows from an older leaklab (no `column` field): their detector name is used"
+        )
+    for metric in HEADLINE:
+        spec = charts.metric_panel_spec(rows, metric)
+        if spec is None:
+            section.notes.append(f"no {charts.METRIC_TITLES.get(metric, metric)} rows")
+            continue
+        caption = f"{counts}; {_bootstrap_caption(run, rows, metric)}; dashed grey: chance"
+        section.items.append(
+            Panel(charts.METRIC_TITLES.get(metric, metric) + " per checkpoint", spec, caption)
+        )
+
+    steps = run.steps()
+    if len(steps) == 1:
+        section.notes.append("one checkpoint only: curves are single points")
+    score_columns = ordered(c for c in {column_of(r) for r in rows} if c)
+    # ROC at the first, best and last checkpoint that have per-sample scores.
+    with_scores = [s for s in steps if run.scores(s)]
+    missing = [s for s in steps if s not in with_scores]
+    if missing:
+        section.notes.append(
+            f"no per-sample scores at step {', '.join(map(str, missing))} (no ROC or histogram there)"
+        )
+    if with_scores:
+        best = _best_step(rows)
+        roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
+        for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
+            if step in with_scores and what not in roles.setdefault(step, []):
+                roles[step].append(what)
+        curves, n_neg = {}, 0
+        for step in sorted(roles):
+            title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
+            records = run.scores(step)
+            n_neg = max(n_neg, sum(1 for r in records if r.get("label") == 0))
+            curves[title] = _roc_points(records, [c for c in score_columns if c in records[0]])
+        floor = 1.0 / (2 * n_neg) if n_neg else 1e-3
+        spec = charts.roc_spec(curves, floor)
+        if spec is not None:
+            section.items.append(
+                Panel(
+                    "ROC curves (log FPR) at the first, best and last checkpoint",
+                    spec,
+                    f"{counts}; FPR 0 drawn at {floor:.3g} (half of one non-member); dashed: chance. "
+                    "SrDetection's curve is that of its margin.",
+                )
+            )
+        hist = _histograms(
+            run, with_scores, [c for c in score_columns if c in run.scores(with_scores[-1])[0]]
+        )
+        spec = charts.histogram_spec(hist, with_scores, with_scores[-1])
+        if spec is not None:
+            section.items.append(
+                Panel(
+                    "Member vs non-member scores per detector",
+                    spec,
+                    f"{counts}; pick the checkpoint in the drop-down (default: the last); "
+                    f"{HIST_BINS} bins per detector, the same at every checkpoint",
+                )
+            )
+    delays = detection_delays(rows)
+    if delays:
+        table_rows = []
+        for column in ordered(delays):
+            cells = [
+                "not reached" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"
+                for s in delays[column]
+            ]
+            table_rows.append([display_name(column), *cells])
+        section.items.append(
+            Table(
+                "Detection delay",
+                ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
+                table_rows,
+                "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds the level",
+            )
+        )
+    else:
+        section.notes.append("no AUROC intervals: no detection-delay table (evaluate.n_bootstrap = 0?)")
+    return section
+
+
+# --------------------------------------------------------------------------- training
+
+
+def training_section(rows: list[dict[str, Any]], run: RunData) -> Section | None:
+    def series(metric: str) -> list[dict[str, Any]]:
+        points = {
+            int(r["step"]): r["value"]
+            for r in rows
+            if r.get("metric") == metric and isinstance(r.get("value"), (int, float))
+        }
+        return [{"step": s, "value": v} for s, v in sorted(points.items())]
+
+    loss, lr = series("loss"), series("learning_rate")
+    markers = [s for s, _ in run.run.checkpoint_dirs()] or [s for s in run.steps() if s > 0]
+    spec = charts.step_lines_spec([("training loss", loss), ("learning rate", lr)], markers)
+    if spec is None:
+        return None
+    section = Section(
+        "training",
+        "Training",
+        intro="Loss and learning rate as the Trainer logged them; dotted: saved checkpoints.",
+    )
+    section.items.append(
+        Panel("Loss and learning rate per optimizer step", spec, f"{len(loss)} logged steps")
+    )
+    return section
+
+
+# --------------------------------------------------------------------------- other evaluations
+
+
+def generic_section(name: str, rows: list[dict[str, Any]], run: RunData) -> Section | None:
+    """Each metric per checkpoint, one line per column: for evaluations that supply no section."""
+    metrics = [
+        m
+        for m in dict.fromkeys(str(r.get("metric")) for r in rows)
+        if not m.endswith(("_ci_low", "_ci_high")) and m != "done"
+    ]
+    section = Section(
+        name,
+        f"{name} (generic view)",
+        intro=f"The `{name}` evaluation supplies no report section; each of its metrics per checkpoint.",
+    )
+    for metric in metrics:
+        spec = charts.metric_panel_spec(rows, metric)
+        if spec is not None:
+            section.items.append(
+                Panel(metric, spec, f"{_counts_caption(run)}; {_bootstrap_caption(run, rows, metric)}")
+            )
+    return section if section.items else None
+
+
+SectionFn = Callable[[list[dict[str, Any]], RunData], "Section | None"]
+SECTIONS: dict[str, SectionFn] = {
+    "detection": detection_section,
+    "training": training_section,
+}
+NOT_SECTIONS = ("timing", "audit")  # rows shown elsewhere (the header) or by their own tools
+
+
+def _plugin_section(name: str) -> SectionFn | None:
+    from leaklab.evaluations import EVALUATIONS
+
+    cls = EVALUATIONS.get(name)
+    method = getattr(cls, "report_section", None) if cls is not None else None
+    if method is None:
+        return None
+    return lambda rows, run: cls().report_section(rows, run)
+
+
+def build_sections(run: RunData) -> list[Section]:
+    """The header, then one section per evaluation with rows (detection first, training second). A
+    section that fails to draw is replaced by a note saying why: one broken plug-in never costs the
+    rest of the report."""
+    sections = [header_section(run)]
+    present = run.evaluations()
+    names = [n for n in SECTIONS if n in present] + [
+        n for n in present if n not in SECTIONS and n not in NOT_SECTIONS
+    ]
+    for name in names:
+        rows = run.rows_of(name)
+        if not rows:
+            continue
+        fn = SECTIONS.get(name) or _plugin_section(name)
+        try:
+            section = fn(rows, run) if fn else generic_section(name, rows, run)
+        except Exception as err:  # a plug-in's bug is reported in the page, never a lost report
+            section = Section(
+                name, name, notes=[f"the {name} section could not be drawn: {type(err).__name__}: {err}"]
+            )
+        if section is None:
+            continue
+        kept = []
+        for item in section.items:
+            if isinstance(item, Panel) and panel_values(item) == 0:
+                section.notes.append(f"panel {item.title!r} has no data and is left out")
+            else:
+                kept.append(item)
+        section.items = kept
+        sections.append(section)
+    return sections

@@ -1,0 +1,296 @@
+"""The report package on synthetic run directories: bad input never raises, panels carry data, rates
+are drawn honestly, styles stay distinct, the section interface for other evaluations, detection
+delays by hand. The browser test is in test_report_browser.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from leaklab.report import build_report, charts
+from leaklab.report.rundata import load_run
+from leaklab.report.section import Panel, Section, Table, panel_values
+from leaklab.report.sections import build_sections, detection_delays
+
+COLUMNS = ["ppl", "zlib", "mink@0.2", "srdetection_gray@n=1", "srdetection_gray@n=10"]
+
+
+def _rows(step: int, epoch: float, auroc: dict[str, tuple[float, float, float]], legacy: bool = False):
+    rows = []
+    for column, (value, low, high) in auroc.items():
+        head = {"step": step, "epoch": epoch, "evaluation": "detection"}
+        if legacy:  # rows of an older leaklab: a detector name, no column, no params, no intervals
+            rows.append({**head, "detector": column, "metric": "auroc", "value": value})
+            continue
+        head |= {"detector": column.partition("@")[0], "params": {}, "column": column}
+        for metric, v in (("auroc", value), ("auroc_ci_low", low), ("auroc_ci_high", high)):
+            rows.append({**head, "metric": metric, "value": v})
+        for metric in ("f1", "tpr@1%fpr"):
+            rows += [
+                {**head, "metric": metric, "value": value - 0.1},
+                {**head, "metric": f"{metric}_ci_low", "value": low - 0.1},
+                {**head, "metric": f"{metric}_ci_high", "value": high - 0.1},
+            ]
+    rows.append(
+        {"step": step, "epoch": epoch, "evaluation": "detection", "detector": None, "column": None,
+         "metric": "done", "value": 20.0, "n_members": 10, "n_non_members": 10}
+        | ({} if legacy else {"seconds": 1.5})
+    )  # fmt: skip
+    return rows
+
+
+def make_run(root: Path, steps=(0, 8, 16), *, legacy=False, scores=True, files=True, training=True) -> Path:
+    """A run directory as leaklab writes it: AUROC rising with the step, per-sample scores."""
+    root.mkdir(parents=True, exist_ok=True)
+    if files:
+        (root / "recipe.yaml").write_text(
+            "model:\n  name_or_path: builtin:tiny\ntrain:\n  stage: cpt\nevaluate:\n  n_bootstrap: 1000\nseed: 0\n"
+        )
+        ids = [f"T/{i}" for i in range(20)]
+        manifest = {"benchmark": "humaneval", "seed": 0, "n_members": 10, "n_non_members": 10,
+                    "member_ids": ids[:10], "non_member_ids": ids[10:]}  # fmt: skip
+        (root / "manifest.json").write_text(json.dumps(manifest))
+        (root / "mixture.json").write_text(
+            json.dumps(
+                {"requested_ratio": "1:5", "achieved_ratio": 5.02, "member_tokens": 100, "web_tokens": 502}
+            )
+        )
+        (root / "environment.json").write_text(
+            json.dumps({"python": "3.11", "versions": {"leaklab": "0.1.0"}, "git": "abc123"})
+        )
+    rows = []
+    rng = np.random.default_rng(0)
+    for i, step in enumerate(steps):
+        level = 0.5 + 0.2 * i
+        rows += _rows(
+            step, float(i), {c: (level, level - 0.15, min(1.0, level + 0.15)) for c in COLUMNS}, legacy
+        )
+        if scores:
+            records = []
+            for k in range(20):
+                label = int(k < 10)
+                rec = {"task_id": f"T/{k}", "label": label}
+                for c in COLUMNS:
+                    rec[c] = float(rng.normal() + label * i)
+                records.append(rec)
+            out = root / "scores" / f"step-{step}"
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "detection.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if training:
+        for s in range(1, max(steps) + 1):
+            base = {"step": s, "epoch": s / 8, "evaluation": "training", "detector": None, "column": None}
+            rows += [
+                {**base, "metric": "loss", "value": 3.0 / s},
+                {**base, "metric": "learning_rate", "value": 1e-3},
+            ]
+    if rows:
+        (root / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
+def _page_specs(index: Path) -> dict[str, dict]:
+    text = index.read_text()
+    start = text.index('<script type="application/json" id="specs">') + len(
+        '<script type="application/json" id="specs">'
+    )
+    return json.loads(text[start : text.index("</script>", start)])
+
+
+def _check_page(run: Path) -> str:
+    index = build_report(run)
+    assert index == run / "report" / "index.html" and index.exists()
+    for pid, spec in _page_specs(index).items():
+        assert panel_values(Panel(pid, spec)) > 0, f"{pid} has no data"
+    return index.read_text()
+
+
+def _half_written(root: Path) -> Path:
+    run = make_run(root)
+    with (run / "results.jsonl").open("a") as f:
+        f.write('{"step": 24, "epoch": 3.0, "evaluation": "detection", "col')  # killed mid-append
+    (run / "scores" / "step-16" / "detection.jsonl").unlink()
+    (run / "mixture.json").write_text("{not json")
+    return run
+
+
+BAD_INPUT = {
+    # name: (builder, phrases the page must say)
+    "empty directory": (lambda p: (p.mkdir(), p)[1], ["no results.jsonl yet", "no recipe.yaml"]),
+    "not evaluated yet": (lambda p: make_run(p, steps=(), training=False), ["no results.jsonl yet"]),
+    "half-written": (_half_written, ["no per-sample scores at step 16", "mixture.json is unreadable"]),
+    "older leaklab rows": (
+        lambda p: make_run(p, legacy=True, scores=False, training=False),
+        ["older leaklab", "no AUROC intervals", "no wall times"],
+    ),
+    "one checkpoint": (lambda p: make_run(p, steps=(0,)), ["one checkpoint only"]),
+    "rows but no run files": (lambda p: make_run(p, files=False), ["no manifest.json", "no recipe.yaml"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_renders_what_exists_and_says_what_is_missing(tmp_path, case):
+    build, phrases = BAD_INPUT[case]
+    run = build(tmp_path / "run")
+    page = _check_page(run)
+    for phrase in phrases:
+        assert phrase in page, f"{case}: the page does not say {phrase!r}"
+    assert (run / "report" / "report.md").exists() and (run / "report" / "results.csv").exists()
+
+
+def test_full_run_has_every_panel_with_honest_axes(tmp_path):
+    run = make_run(tmp_path / "run")
+    page = _check_page(run)
+    specs = _page_specs(run / "report" / "index.html")
+    titles = [s.title for s in build_sections(load_run(run)) for s in [s]]
+    assert titles[:3] == ["Run run", "Detection: members vs non-members", "Training"]
+    items = [i for s in build_sections(load_run(run)) for i in s.items]
+    names = [i.title for i in items]
+    for expected in ("AUROC per checkpoint", "TPR at 1% FPR per checkpoint", "macro-F1 (CV threshold) per checkpoint",
+                     "Detection delay", "Loss and learning rate per optimizer step"):  # fmt: skip
+        assert expected in names
+    assert any(n.startswith("ROC curves") for n in names) and any(
+        n.startswith("Member vs non-member") for n in names
+    )
+    for item in items:
+        if isinstance(item, Panel) and "per checkpoint" in item.title:
+            # Rates: 0..1 axis, chance marked, intervals drawn, sample counts in the caption.
+            y = item.spec["layer"][1]["encoding"]["y"]
+            assert y["scale"]["domain"] == [0, 1]
+            assert any("chance" in json.dumps(layer) for layer in item.spec["layer"])
+            assert item.spec["layer"][0]["mark"]["type"] == "area"
+            assert "n = 10 members + 10 non-members" in item.caption
+    assert len(specs) == sum(isinstance(i, Panel) for i in items)
+    assert (
+        "abc123" in page
+        and "requested 1:5, achieved 1:5.02" in page
+        and "detection (all checkpoints)" in page
+    )
+
+
+def test_roc_points_match_the_records(tmp_path):
+    """The ROC panel's last point of each curve is (1, 1) and its area is the AUROC of the scores."""
+    from leaklab.metrics import auroc
+
+    run = make_run(tmp_path / "run", steps=(0, 8))
+    data = load_run(run)
+    detection = next(s for s in build_sections(data) if s.key == "detection")
+    roc = next(i for i in detection.items if i.title.startswith("ROC"))
+    last_view = roc.spec["hconcat"][-1]
+    points = last_view["layer"][1]["data"]["values"]
+    ppl = sorted((p for p in points if p["column"] == "ppl"), key=lambda p: p["i"])
+    records = data.scores(8)
+    expected = auroc([r["ppl"] for r in records], [r["label"] for r in records])
+    floor = 1 / 20  # FPR 0 is drawn at half of one of the 10 non-members
+    fpr = [0.0 if p["fpr"] == floor else p["fpr"] for p in ppl]
+    area = float(np.trapezoid([p["tpr"] for p in ppl], fpr))
+    assert (ppl[-1]["fpr"], ppl[-1]["tpr"]) == (1.0, 1.0)
+    assert area == pytest.approx(expected)
+
+
+def test_detection_delay_by_hand():
+    rows = []
+    lows = {"a": [0.40, 0.55, 0.81], "b": [0.30, 0.45, 0.50], "c": [0.51, 0.79, 0.80]}
+    for column, values in lows.items():
+        for step, low in zip((0, 10, 20), values):
+            rows.append(
+                {
+                    "step": step,
+                    "evaluation": "detection",
+                    "column": column,
+                    "metric": "auroc_ci_low",
+                    "value": low,
+                }
+            )
+    # "b" never lies above 0.5 (0.50 is not above); "c" reaches 0.8 only strictly, so never.
+    assert detection_delays(rows) == {"a": [10, 20], "b": [None, None], "c": [0, None]}
+
+
+def test_sixteen_series_keep_distinct_styles():
+    columns = [
+        "ppl", "zlib", "lowercase", "mink@0.1", "mink@0.2", "minkpp@0.2", "dcpdd", "ref", "ref_diff",
+        "srdetection_gray@n=1", "srdetection_gray@n=3", "srdetection_gray@n=5", "srdetection_gray@n=10",
+        "srdetection_black@n=1", "srdetection_black@n=10", "recall", "blind",
+    ]  # fmt: skip
+    styles = charts.series_styles(columns)
+    contenders = [c for c in columns if styles[c].group != "blind baseline"]
+    assert len({(styles[c].color, styles[c].dash, styles[c].shape) for c in contenders}) == len(contenders)
+    assert len({styles[c].color for c in contenders}) == len(contenders)  # colour alone already differs
+    assert styles["blind"].group == "blind baseline" and styles["recall"].group == "other detectors"
+
+
+def test_blind_baseline_is_a_reference_line_not_a_contender():
+    rows = [
+        {"step": s, "epoch": float(s), "evaluation": "detection", "column": c, "metric": "auroc", "value": v}
+        for s in (0, 1)
+        for c, v in (("ppl", 0.6), ("blind", 0.55))
+    ]
+    spec = charts.metric_panel_spec(rows, "auroc")
+    line = spec["layer"][0]  # no intervals: the line layer comes first
+    assert {p["column"] for p in line["data"]["values"]} == {"ppl"}
+    blind = [layer for layer in spec["layer"] if layer.get("mark", {}).get("color") == "#7f7f7f"]
+    assert len(blind) == 1 and {p["column"] for p in blind[0]["data"]["values"]} == {"blind"}
+
+
+class _WithSection:
+    name = "toy"
+
+    def report_section(self, rows, run):
+        spec = charts.metric_panel_spec(rows, "accuracy")
+        return Section("toy", "Toy accuracy", items=[Panel("accuracy", spec), Table("t", ["a"], [["1"]])])
+
+
+class _Broken:
+    name = "broken"
+
+    def report_section(self, rows, run):
+        raise KeyError("members")
+
+
+class _NoSection:
+    name = "plain"
+
+
+def test_evaluations_supply_their_sections(tmp_path, monkeypatch):
+    import leaklab.evaluations as evaluations
+
+    monkeypatch.setitem(evaluations.EVALUATIONS, "toy", _WithSection)
+    monkeypatch.setitem(evaluations.EVALUATIONS, "broken", _Broken)
+    monkeypatch.setitem(evaluations.EVALUATIONS, "plain", _NoSection)
+    monkeypatch.setitem(evaluations.EVALUATIONS, "silent", _WithSection)  # registered, but no rows
+    run = make_run(tmp_path / "run", steps=(0, 8))
+    extra = []
+    for name in ("toy", "broken", "plain"):
+        for step in (0, 8):
+            extra.append({"step": step, "epoch": step / 8, "evaluation": name, "detector": None, "column": None,
+                          "metric": "accuracy", "value": 0.3 + step / 80})  # fmt: skip
+    with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in extra))
+    sections = {s.key: s for s in build_sections(load_run(run))}
+    assert sections["toy"].title == "Toy accuracy" and len(sections["toy"].items) == 2
+    assert "could not be drawn: KeyError" in sections["broken"].notes[0]
+    assert sections["plain"].title == "plain (generic view)" and len(sections["plain"].items) == 1
+    assert "silent" not in sections
+    page = _check_page(run)
+    assert "Toy accuracy" in page and "could not be drawn" in page
+
+
+def test_roc_curve_by_hand_and_against_sklearn():
+    from sklearn.metrics import roc_curve as sk_roc
+
+    from leaklab.metrics import roc_curve
+
+    fpr, tpr = roc_curve([0.9, 0.8, 0.7, 0.1], [1, 0, 1, 0])
+    assert set(zip(fpr.tolist(), tpr.tolist())) == {(0, 0), (0, 0.5), (0.5, 0.5), (0.5, 1), (1, 1)}
+    assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0, 0, 1, 1) and (np.diff(fpr) >= 0).all()
+    rng = np.random.default_rng(1)
+    labels = (rng.random(200) < 0.4).astype(int)
+    scores = np.round(rng.normal(size=200) + labels, 1)  # ties on purpose
+    ours = set(zip(*roc_curve(scores, labels)))
+    theirs = set(zip(*sk_roc(labels, scores, drop_intermediate=False)[:2]))
+    assert {(round(a, 12), round(b, 12)) for a, b in theirs} <= {
+        (round(a, 12), round(b, 12)) for a, b in ours
+    }
+    assert roc_curve([1.0, 2.0], [1, 1])[0].size == 0  # one class: no curve
