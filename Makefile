@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.leaklab-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 QUIET  := 2>&1 | grep -v "WARNING: Location" || true
 
-.PHONY: demo test test-fast lint format bench clean
+.PHONY: demo test test-fast lint format bench clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,16 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q
+
+# The report's browser test (tests/test_report_browser.py) drives a headless Chromium: Debian's package,
+# installed here when missing and run as root (as CI is); otherwise that test is skipped and says why.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then echo "browser: $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the report's browser test"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
+			|| echo "could not install chromium: the browser test will be skipped"; \
+	else echo "no chromium (and not root with apt-get): the browser test will be skipped"; fi
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
