@@ -212,7 +212,9 @@ def setup_worker(
                     _limit_ipc(memory_mb)
                     info["ipc"] = f"namespace, shared memory <= {memory_mb} MiB"
                 if "run_scratch" not in disable:
-                    info["scratch"] = info["ipc"] = "per-run"
+                    # In the host's view (minimal root off) /var/tmp and /dev/shm stay the worker's.
+                    info["scratch"] = "per-run" if info["mounts"] == "minimal-root" else "per-run /tmp only"
+                    info["ipc"] = info["ipc"].replace("namespace", "cleared after each run")
     else:
         # An unprivileged user namespace (where the kernel allows one) still gets a network namespace.
         uid, gid = os.getuid(), os.getgid()
@@ -522,10 +524,11 @@ _libc.msgctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 _libc.semctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
 
 
-def clear_ipc() -> int:
-    """Remove every System V object and POSIX message queue of the worker's IPC namespace (which only
-    its runs use, one at a time); how many there were. Called once a run's processes are all dead, so
-    a removed segment's memory is freed at once."""
+def clear_ipc(queues: bool = True) -> int:
+    """Remove every System V object (and, with `queues`, POSIX message queue) of the worker's IPC
+    namespace, which only its runs use, one at a time; how many there were. Called once a run's
+    processes are all dead, so a removed segment's memory is freed at once. `queues` only where
+    /dev/mqueue is the worker's own mount (the minimal root): the host's lists the host's queues."""
     removed = 0
     for kind, remove in (
         ("shm", lambda i: _libc.shmctl(i, _IPC_RMID, None)),
@@ -541,7 +544,7 @@ def clear_ipc() -> int:
             remove(int(row.split()[1]))
             removed += 1
     with contextlib.suppress(OSError):
-        for name in os.listdir("/dev/mqueue"):
+        for name in os.listdir("/dev/mqueue") if queues else ():
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join("/dev/mqueue", name))
                 removed += 1

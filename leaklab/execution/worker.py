@@ -260,7 +260,7 @@ class Worker:
         if isolation.is_root() and not self.uids:
             # Programs would run as root, able to kill and delete anything: refuse instead.
             raise RuntimeError("running as root, but switching to an unprivileged uid does not work here")
-        self.fresh_scratch = self.isolation["scratch"] == "per-run"
+        self.fresh_scratch = self.isolation["scratch"].startswith("per-run")
         self.scratch_mounted = False
         self.guards = isolation.build_guards()
         # The network guard stands in for a missing namespace whatever the call guards are set to.
@@ -304,7 +304,7 @@ class Worker:
             isolation.drop_scratch()
             self.scratch_mounted = False
         if self.fresh_scratch:
-            isolation.clear_ipc()
+            isolation.clear_ipc(queues=self.isolation["mounts"] == "minimal-root")
 
     def hello(self) -> dict[str, Any]:
         return {
