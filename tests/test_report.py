@@ -42,12 +42,23 @@ def _rows(step: int, epoch: float, auroc: dict[str, tuple[float, float, float]],
     return rows
 
 
-def make_run(root: Path, steps=(0, 8, 16), *, legacy=False, scores=True, files=True, training=True) -> Path:
+def make_run(
+    root: Path,
+    steps=(0, 8, 16),
+    *,
+    legacy=False,
+    scores=True,
+    files=True,
+    training=True,
+    ratio="1:5",
+    lift=0.0,
+) -> Path:
     """A run directory as leaklab writes it: AUROC rising with the step, per-sample scores."""
     root.mkdir(parents=True, exist_ok=True)
     if files:
         (root / "recipe.yaml").write_text(
             "model:\n  name_or_path: builtin:tiny\ntrain:\n  stage: cpt\nevaluate:\n  n_bootstrap: 1000\nseed: 0\n"
+            f"mix:\n  ratio: '{ratio}'\n"
         )
         ids = [f"T/{i}" for i in range(20)]
         manifest = {"benchmark": "humaneval", "seed": 0, "n_members": 10, "n_non_members": 10,
@@ -64,7 +75,7 @@ def make_run(root: Path, steps=(0, 8, 16), *, legacy=False, scores=True, files=T
     rows = []
     rng = np.random.default_rng(0)
     for i, step in enumerate(steps):
-        level = 0.5 + 0.2 * i
+        level = 0.5 + 0.2 * i + lift
         rows += _rows(
             step, float(i), {c: (level, level - 0.15, min(1.0, level + 0.15)) for c in COLUMNS}, legacy
         )
@@ -294,3 +305,32 @@ def test_roc_curve_by_hand_and_against_sklearn():
         (round(a, 12), round(b, 12)) for a, b in ours
     }
     assert roc_curve([1.0, 2.0], [1, 1])[0].size == 0  # one class: no curve
+
+
+def test_compare_runs_of_a_ratio_sweep(tmp_path, capsys):
+    from leaklab.cli import main as cli_main
+    from leaklab.report.compare import compare_runs
+
+    a = make_run(tmp_path / "a", ratio="1:1", lift=0.05)
+    b = make_run(tmp_path / "b", ratio="1:10")
+    empty = make_run(tmp_path / "empty", steps=(), training=False)
+    text, index = compare_runs([a, b, empty], out_dir=tmp_path / "cmp")
+    # AUROC of ppl at each run's last checkpoint (step 16): 0.9 + lift, with its interval.
+    row = next(line for line in text.splitlines() if line.startswith("| PPL |"))
+    assert (
+        row.split("|")[2].strip() == "0.950 [0.80, 1.00]"
+        and row.split("|")[3].strip() == "0.900 [0.75, 1.00]"
+    )
+    assert row.split("|")[4].strip() == "–"
+    page = index.read_text()
+    assert "empty: no detection results" in page and "Mixing-ratio sweep" not in page  # the empty run has no F1 to plot
+    for pid, spec in _page_specs(index).items():
+        assert panel_values(Panel(pid, spec)) > 0
+    text, index = compare_runs([b, a], out_dir=tmp_path / "cmp2")
+    assert "Mixing-ratio sweep" in index.read_text() and (tmp_path / "cmp2" / "ratio_f1.pdf").exists()
+    sweep = text[text.index("## macro-F1 (%) by code:web ratio") :]
+    assert "| Method | 1:1 | 1:10 |" in sweep  # ordered by the share of web text
+    assert cli_main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp3"), "--step", "8"]) == 0
+    assert "step 8 (epoch 1)" in (tmp_path / "cmp3" / "index.html").read_text()
+    assert cli_main(["compare", str(a), "--step", "soon"]) == 2
+    assert "--step takes a step number" in capsys.readouterr().err

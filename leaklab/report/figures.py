@@ -134,3 +134,32 @@ def plot_histograms(scores: dict, out_dir: Path) -> list[Path]:
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def plot_ratio(points: dict[str, dict[str, float]], ratios: list[str], path: Path, title: str) -> list[Path]:
+    """SrDetection Fig. 3: macro-F1 (%) per detector against the code:web mixing ratio, the ratios in
+    the order given (PNG + PDF)."""
+    plt = _pyplot()
+    columns = ordered({c for values in points.values() for c in values})
+    styles = charts.series_styles(columns)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=130)
+    for c in columns:
+        xs = [i for i, r in enumerate(ratios) if c in points[r]]
+        st = styles[c]
+        dash = (0, st.dash) if st.dash != (1, 0) else (0, ())
+        ax.plot(xs, [100 * points[ratios[i]][c] for i in xs], color=st.color, linestyle=dash,
+                marker=_MARKERS.get(st.shape, "o"), lw=2.2 if st.group == "SrDetection" else 1.2, label=display_name(c))  # fmt: skip
+    ax.axhline(50, color="grey", lw=0.8, ls=":", label="chance")
+    ax.set_xticks(range(len(ratios)), ratios)
+    ax.set_xlabel("code : web mixing ratio")
+    ax.set_ylabel("macro-F1 (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.subplots_adjust(left=0.08, right=0.68, top=0.9, bottom=0.12)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    fig.savefig(path.with_suffix(".pdf"))
+    plt.close(fig)
+    return [path, path.with_suffix(".pdf")]

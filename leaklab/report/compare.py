@@ -1,0 +1,303 @@
+"""Several runs side by side: `leaklab compare RUN_DIR... [--step N|last] [--out DIR]`.
+
+For a mixing-ratio sweep, two models or two seeds: a table of each detector's AUROC and macro-F1 at each
+run's chosen checkpoint (the last by default), a page with each detector's curves overlaid (one small
+chart per detector, one colour per run), and, when the runs differ in their code:web ratio, the
+F1-vs-ratio figure of SrDetection's Fig. 3 (baselines: F1 at the cross-validated threshold, or the
+oracle one; SrDetection: its own rule at its largest n). `analysis/ratio_figure.py` is a thin call to
+`ratio_points` / `ratio_table` / `figures.plot_ratio` here.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import leaklab.report.charts as charts
+from leaklab.report.rundata import RunData, load_run
+from leaklab.report.section import Panel, Section, Table
+from leaklab.results import Table as ResultTable
+from leaklab.results import column_of, column_sort_key, display_name, largest_n_only, load_detection, ordered
+
+RUN_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#9c755f", "#edc948"]
+COMPARED = ("auroc", "f1")
+
+
+# --------------------------------------------------------------------------- mixing-ratio sweep
+
+
+def run_ratio(run_dir: str | Path) -> str:
+    from leaklab.recipe import yaml_load
+
+    path = Path(run_dir) / "recipe.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir}: no recipe.yaml (is it a leaklab run directory?)")
+    return str(yaml_load(path.read_text())["mix"]["ratio"])
+
+
+def web_share(ratio: str) -> float:
+    code, web = (float(x) for x in ratio.split(":"))
+    return web / code
+
+
+def f1_at(table: ResultTable, epoch: float, oracle: bool) -> dict[str, float]:
+    """column -> F1 at `epoch` (SrDetection: the rule's F1; baselines: CV or oracle threshold)."""
+    out = {}
+    for (e, column), metrics in table.items():
+        key = "f1_oracle" if oracle and not column.startswith("srdetection") else "f1"
+        value = metrics.get(key)
+        if e == epoch and isinstance(value, (int, float)) and math.isfinite(value):
+            out[column] = value
+    return out
+
+
+def ratio_points(run_dirs: list[str], epoch: str, oracle: bool) -> dict[str, dict[str, float]]:
+    """ratio -> column -> F1, one entry per run; `epoch` a number or "last". Raises ValueError /
+    FileNotFoundError with a one-line reason."""
+    points: dict[str, dict[str, float]] = {}
+    for run_dir in run_dirs:
+        ratio = run_ratio(run_dir)
+        if ratio in points:
+            raise ValueError(f"two runs with mix.ratio {ratio}: give one run per ratio")
+        table = largest_n_only(load_detection(run_dir))
+        epochs = sorted({e for e, _ in table})
+        if not epochs:
+            raise ValueError(f"{run_dir}: no detection results")
+        chosen = epochs[-1] if epoch == "last" else float(epoch)
+        if chosen not in epochs:
+            raise ValueError(
+                f"{run_dir}: no results at epoch {chosen:g} (has {', '.join(f'{e:g}' for e in epochs)})"
+            )
+        points[ratio] = f1_at(table, chosen, oracle)
+    return points
+
+
+def ratio_table(points: dict[str, dict[str, float]]) -> str:
+    ratios = sorted(points, key=web_share)
+    columns = sorted({c for values in points.values() for c in values}, key=column_sort_key)
+    lines = ["| Method | " + " | ".join(ratios) + " |", "|---|" + "---|" * len(ratios)]
+    for c in columns:
+        cells = [f"{100 * points[r][c]:.2f}" if c in points[r] else "–" for r in ratios]
+        lines.append(f"| {display_name(c)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ratio_panel(points: dict[str, dict[str, float]], what: str) -> Panel | None:
+    ratios = sorted(points, key=web_share)
+    values = [
+        {"ratio": r, "column": c, "series": display_name(c), "value": v}
+        for r in ratios
+        for c, v in points[r].items()
+    ]
+    if not values:
+        return None
+    columns = ordered(v["column"] for v in values)
+    styles = charts.series_styles(columns)
+    enc = charts._scale(styles, columns)
+    x = {"field": "ratio", "type": "ordinal", "sort": ratios, "title": "code : web mixing ratio"}
+    y = {"field": "value", "type": "quantitative", "scale": {"domain": [0, 1]}, "title": "macro-F1"}
+    spec = {
+        "$schema": charts.SCHEMA,
+        "width": 380,
+        "height": 260,
+        "data": {"values": values},
+        "layer": [
+            {"mark": {"type": "line", "point": True}, "encoding": {"x": x, "y": y, **enc, "tooltip": [
+                {"field": "series", "title": "detector"}, {"field": "ratio"}, {"field": "value", "format": ".3f"}]}},
+            {"data": {"values": [{"y": 0.5}]}, "mark": {"type": "rule", "strokeDash": [3, 3], "color": "#999"},
+             "encoding": {"y": {"field": "y", "type": "quantitative"}}},
+        ],
+    }  # fmt: skip
+    return Panel("macro-F1 vs mixing ratio (SrDetection Fig. 3)", spec, what + "; dashed: chance")
+
+
+# --------------------------------------------------------------------------- any runs side by side
+
+
+def _names(runs: list[RunData]) -> list[str]:
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):  # same run name in different output dirs
+        names = [f"{r.run.root.parent.name}/{r.name}" for r in runs]
+    return names
+
+
+def _chosen_step(run: RunData, step: str) -> int | None:
+    steps = run.steps()
+    if not steps:
+        return None
+    if step == "last":
+        return steps[-1]
+    return int(step) if int(step) in steps else None
+
+
+def _cell(rows: list[dict[str, Any]], step: int, column: str, metric: str) -> str:
+    got = {
+        r["metric"]: r.get("value")
+        for r in rows
+        if r.get("step") == step and column_of(r) == column and str(r.get("metric", "")).startswith(metric)
+    }
+    v, lo, hi = got.get(metric), got.get(f"{metric}_ci_low"), got.get(f"{metric}_ci_high")
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "–"
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+        return f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
+    return f"{v:.3f}"
+
+
+def _overlay_spec(runs: list[RunData], names: list[str], metric: str) -> dict[str, Any] | None:
+    values = []
+    for run, name in zip(runs, names):
+        for p in charts.metric_values(run.rows_of("detection"), metric):
+            values.append({**p, "run": name})
+    if not values:
+        return None
+    series = [display_name(c) for c in ordered(v["column"] for v in values)]
+    color = {
+        "field": "run",
+        "type": "nominal",
+        "sort": names,
+        "scale": {"domain": names, "range": [RUN_COLORS[i % len(RUN_COLORS)] for i in range(len(names))]},
+        "legend": {"title": None, "orient": "top", "labelLimit": 400},
+    }
+    x = {"field": "epoch", "type": "quantitative", "title": "epoch"}
+    y = {
+        "field": "value",
+        "type": "quantitative",
+        "scale": {"domain": [0, 1]},
+        "title": charts.METRIC_TITLES.get(metric, metric),
+    }
+    tooltip = [{"field": "run"}, {"field": "series", "title": "detector"}, {"field": "step"},
+               {"field": "value", "format": ".3f"}, {"field": "low", "format": ".3f"}, {"field": "high", "format": ".3f"}]  # fmt: skip
+    chance = charts.CHANCE.get(metric, 0.5)
+    return {
+        "$schema": charts.SCHEMA,
+        "data": {"values": values},
+        "facet": {"field": "series", "type": "nominal", "sort": series, "title": None},
+        "columns": 4,
+        "spec": {
+            "width": 200,
+            "height": 140,
+            "layer": [
+                {"transform": [{"filter": "isValid(datum.low) && isValid(datum.high)"}], "mark": {"type": "area", "opacity": 0.15},
+                 "encoding": {"x": x, "y": {"field": "low", "type": "quantitative", "scale": {"domain": [0, 1]}}, "y2": {"field": "high"}, "color": color}},
+                {"mark": {"type": "line", "point": True}, "encoding": {"x": x, "y": y, "color": color, "tooltip": tooltip}},
+                {"mark": {"type": "rule", "strokeDash": [3, 3], "color": "#999"}, "encoding": {"y": {"datum": chance}}},
+            ],
+        },
+    }  # fmt: skip
+
+
+def compare_runs(
+    run_dirs: list[str | Path], step: str = "last", out_dir: str | Path = "compare"
+) -> tuple[str, Path]:
+    """(markdown tables, path of the page). Runs without results are named in the page, not dropped silently."""
+    from leaklab.report.html import write_page
+    from leaklab.rundir import write_atomic
+
+    runs = [load_run(d) for d in run_dirs]
+    names = _names(runs)
+    overview, notes, chosen = [], [], {}
+    for run, name in zip(runs, names):
+        s = _chosen_step(run, step)
+        chosen[name] = s
+        n_pos, n_neg = run.sample_counts()
+        model = (run.recipe.get("model") or {}).get("name_or_path", "?")
+        ratio = (run.recipe.get("mix") or {}).get("ratio", "?")
+        overview.append([name, str(model), str(ratio), str(run.recipe.get("seed", "?")), f"{n_pos} / {n_neg}",
+                         "none" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"])  # fmt: skip
+        if s is None:
+            why = (
+                "no detection results"
+                if not run.steps()
+                else f"no step {step} (has {', '.join(map(str, run.steps()))})"
+            )
+            notes.append(f"{name}: {why}")
+        notes += [f"{name}: {p}" for p in run.problems if "results.jsonl" in p]
+    section = Section("runs", "Runs compared", notes=notes)
+    section.items.append(
+        Table("", ["run", "model", "code:web", "seed", "members / non-members", "checkpoint"], overview)
+    )
+    markdown = []
+    columns = ordered(column_of(r) for run in runs for r in run.rows_of("detection") if column_of(r))
+    for metric in COMPARED:
+        rows = []
+        for column in columns:
+            cells = [
+                "–" if chosen[n] is None else _cell(run.rows_of("detection"), chosen[n], column, metric)
+                for run, n in zip(runs, names)
+            ]
+            rows.append([display_name(column), *cells])
+        title = f"{charts.METRIC_TITLES.get(metric, metric)} at each run's {'last' if step == 'last' else 'chosen'} checkpoint"
+        section.items.append(Table(title, ["detector", *names], rows, "[bootstrap 95% interval]"))
+        markdown.append(
+            f"## {title}\n\n| detector | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
+        )
+        markdown += ["| " + " | ".join(r) + " |" for r in rows]
+        markdown.append("")
+    curves = Section("curves", "Curves per detector, runs overlaid")
+    for metric in COMPARED:
+        spec = _overlay_spec(runs, names, metric)
+        if spec is not None:
+            curves.items.append(Panel(f"{charts.METRIC_TITLES.get(metric, metric)} per checkpoint", spec,
+                                      "one colour per run; bands: bootstrap 95% intervals; dashed: chance"))  # fmt: skip
+    sections = [section, curves]
+    ratios = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
+    if len(runs) > 1 and len(ratios) == len(runs) and all(":" in x for x in ratios):
+        try:
+            points = ratio_points(
+                [str(r.run.root) for r in runs],
+                "last" if step == "last" else str(runs[0].epoch_of(int(step))),
+                False,
+            )
+        except (ValueError, FileNotFoundError) as err:
+            section.notes.append(f"no F1-vs-ratio figure: {err}")
+        else:
+            panel = _ratio_panel(
+                points,
+                "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n",
+            )
+            if panel is not None:
+                sections.append(Section("ratio", "Mixing-ratio sweep", items=[panel]))
+                from leaklab.report.figures import plot_ratio
+
+                plot_ratio(
+                    points,
+                    sorted(points, key=web_share),
+                    Path(out_dir) / "ratio_f1.png",
+                    "F1 vs mixing ratio",
+                )
+                markdown += ["## macro-F1 (%) by code:web ratio", "", ratio_table(points), ""]
+    out = Path(out_dir)
+    write_atomic(out / "compare.md", "\n".join(markdown) + "\n")
+    index = write_page(
+        out,
+        f"leaklab compare: {len(runs)} runs",
+        sections,
+        footer='Files: <a href="compare.md">compare.md</a>',
+    )
+    return "\n".join(markdown), index
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="leaklab compare", description="several runs side by side")
+    parser.add_argument("run_dirs", nargs="+")
+    parser.add_argument(
+        "--step", default="last", help="checkpoint step to compare (default: each run's last)"
+    )
+    parser.add_argument("--out", default="compare", help="output directory (default ./compare)")
+    args = parser.parse_args(argv)
+    if args.step != "last" and not args.step.isdigit():
+        print(f"leaklab: --step takes a step number or 'last', not {args.step!r}", file=sys.stderr)
+        return 2
+    missing = [d for d in args.run_dirs if not Path(d).is_dir()]
+    if missing:
+        print(f"leaklab: not a directory: {missing[0]}", file=sys.stderr)
+        return 2
+    text, index = compare_runs(args.run_dirs, args.step, args.out)
+    print(text)
+    print(f"compare: {index}")
+    return 0
