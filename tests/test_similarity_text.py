@@ -1,7 +1,10 @@
+import difflib
 import math
+import random
 
 import pytest
 
+from leaklab.similarity import text as tx
 from leaklab.similarity.text import NGO_N, ngram_overlap, ngrams
 
 
@@ -42,3 +45,89 @@ def test_short_reference_shrinks_n_and_empty_reference_is_nan():
 
 def test_works_on_characters_too():
     assert ngram_overlap("abcdefgh", "abcdefgh", n=7) == 1.0
+
+
+# --------------------------------------------------------------------------- the rest of the text suite
+
+
+def _brute_lcs(a: str, b: str) -> int:
+    """Longest common substring by the O(n*m) table (independent of the suffix automaton)."""
+    best = 0
+    prev = [0] * (len(b) + 1)
+    for ch in a:
+        cur = [0] * (len(b) + 1)
+        for j, other in enumerate(b, start=1):
+            if ch == other:
+                cur[j] = prev[j - 1] + 1
+                best = max(best, cur[j])
+        prev = cur
+    return best
+
+
+def test_bleu_golden_values_by_hand():
+    assert tx.bleu(list("abcd"), list("abcd")) == pytest.approx(1.0)
+    # p1 = 3/4, p2 = 2/3, p3 = 1/2, p4 = 0 -> epsilon 0.1 / 1; equal lengths, no brevity penalty.
+    assert tx.bleu(list("abcd"), list("abce")) == pytest.approx((0.75 * (2 / 3) * 0.5 * 0.1) ** 0.25)
+    # Two tokens against four: p1 = p2 = 1, p3 and p4 have no window (0/1 -> 0.1), penalty exp(1 - 4/2).
+    assert tx.bleu(list("ab"), list("abcd")) == pytest.approx((0.1 * 0.1) ** 0.25 * math.exp(-1))
+    assert tx.bleu(list("xy"), list("abcd")) == 0.0
+    assert tx.bleu([], list("abcd")) == 0.0
+
+
+def test_bleu_matches_codebleus_nltk_copy_on_random_token_lists():
+    bleu_module = pytest.importorskip("codebleu.bleu")
+    rng = random.Random(0)
+    for _ in range(50):
+        ref = [rng.choice("abcdef") for _ in range(rng.randint(1, 30))]
+        cand = [rng.choice("abcdef") for _ in range(rng.randint(1, 30))]
+        expected = bleu_module.sentence_bleu([ref], cand)
+        assert tx.bleu(cand, ref) == pytest.approx(expected, abs=1e-12)
+
+
+def test_code_tokens_split_punctuation_and_decode_bad_bytes():
+    assert tx.code_tokens("x+=f(y_1):  # c") == ["x", "+", "=", "f", "(", "y_1", ")", ":", "#", "c"]
+    assert tx.as_text(b"ok") == ("ok", False)
+    text, lossy = tx.as_text(b"a\xffb")
+    assert lossy and text == "a\ufffdb"
+
+
+def test_exact_match_ignores_line_endings_and_trailing_space_only():
+    assert tx.exact_match("def f():\r\n    return 1  \n\n", "def f():\n    return 1") == 1.0
+    assert tx.exact_match("def f():\n  return 1", "def f():\n    return 1") == 0.0
+
+
+def test_edit_similarity_golden():
+    assert tx.edit_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)
+    assert tx.edit_similarity("", "") == 1.0
+    assert tx.edit_similarity("abc", "") == 0.0
+
+
+def test_longest_common_substring_against_the_table_and_difflib():
+    assert tx.longest_common_substring("xabcdy", "zabcdw") == 4
+    assert tx.lcs_similarity("xabcdy", "zabcdw") == pytest.approx(4 / 6)
+    assert tx.lcs_similarity("", "") == 1.0 and tx.lcs_similarity("a", "") == 0.0
+    rng = random.Random(1)
+    for _ in range(200):
+        a = "".join(rng.choice("ab c") for _ in range(rng.randint(0, 40)))
+        b = "".join(rng.choice("ab c") for _ in range(rng.randint(0, 40)))
+        assert tx.longest_common_substring(a, b) == _brute_lcs(a, b)
+    # difflib's autojunk treats characters in > 1% of a 200+ character text as junk: on code the
+    # spaces go, and the "longest match" it reports is far too short.
+    a = "    total = 0\n" + "".join(f"    value_{i} = compute(value_{i - 1}, {i})\n" for i in range(1, 12))
+    b = a.replace("compute", "combine")
+    truth = _brute_lcs(a, b)
+    assert tx.longest_common_substring(a, b) == truth
+    junked = difflib.SequenceMatcher(None, a, b).find_longest_match(0, len(a), 0, len(b)).size
+    assert junked < truth
+
+
+def test_jaccard_and_minhash():
+    assert tx.jaccard(["a", "b", "c"], ["b", "c", "d"]) == pytest.approx(2 / 4)
+    assert tx.jaccard([], []) == 1.0
+    a = [f"t{i}" for i in range(100)]
+    b = [f"t{i}" for i in range(50, 150)]  # true Jaccard 50 / 150
+    sig_a, sig_b = tx.minhash_signature(a), tx.minhash_signature(b)
+    assert tx.minhash_similarity(sig_a, sig_a) == 1.0
+    assert abs(tx.minhash_similarity(sig_a, sig_b) - 1 / 3) < 0.15
+    assert tx.minhash_similarity(sig_a, tx.minhash_signature(["zz"])) < 0.05
+    assert tx.minhash_similarity(tx.minhash_signature([]), tx.minhash_signature([])) == 1.0

@@ -18,6 +18,8 @@ Choices the paper leaves open, fixed here:
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from collections.abc import Hashable, Sequence
 
 NGO_N = 7  # SrDetection App. A.1
@@ -42,3 +44,190 @@ def ngram_overlap(generated: Sequence[Hashable], reference: Sequence[Hashable], 
     n = min(n, len(reference))
     reference_grams = ngrams(reference, n)
     return len(ngrams(generated, n) & reference_grams) / len(reference_grams)
+
+
+# --------------------------------------------------------------------------- inputs
+
+# The code tokenisation used by every token-level metric here (BLEU, Jaccard, MinHash, 7-gram overlap):
+# runs of word characters (identifiers, keywords, numbers) and each other non-space character on its
+# own. `x+=1` -> ['x', '+', '=', '1']. Whitespace and indentation carry no tokens. This is finer than
+# codebleu's `str.split()`, which keeps `f(x):` as one token and so scores near-duplicates far lower.
+_CODE_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def as_text(value: str | bytes) -> tuple[str, bool]:
+    """(text, lossy): bytes are decoded as UTF-8 with U+FFFD for bad bytes, and lossy says so."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8"), False
+        except UnicodeDecodeError:
+            return value.decode("utf-8", errors="replace"), True
+    return value, False
+
+
+def code_tokens(text: str) -> list[str]:
+    """The token list every token-level metric uses (see `_CODE_TOKEN`)."""
+    return _CODE_TOKEN.findall(text)
+
+
+def normalise_lines(text: str) -> str:
+    """Line endings unified, trailing spaces dropped, blank lines at either end removed."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n")]
+    return "\n".join(lines).strip("\n")
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def exact_match(candidate: str, reference: str) -> float:
+    """1.0 when the two are the same text up to line endings and trailing whitespace, else 0.0."""
+    return float(normalise_lines(candidate) == normalise_lines(reference))
+
+
+BLEU_EPSILON = 0.1  # Chen & Cherry (2014) smoothing method 1, as nltk's and codebleu's default
+
+
+def bleu(
+    candidate: Sequence[Hashable],
+    reference: Sequence[Hashable],
+    max_n: int = 4,
+    epsilon: float = BLEU_EPSILON,
+) -> float:
+    """Sentence BLEU of one candidate against one reference, over token sequences.
+
+    Uniform weights over n = 1..max_n; clipped n-gram precision; an order with no match gets
+    `epsilon` matches instead of zero (smoothing method 1); brevity penalty exp(1 - r/c) when the
+    candidate is shorter. No unigram match (or an empty candidate) gives 0.0. Orders longer than the
+    candidate have precision 0/1 and are smoothed like any other zero.
+    """
+    if len(candidate) == 0 or len(reference) == 0:
+        return 0.0
+    log_sum = 0.0
+    for n in range(1, max_n + 1):
+        cand_counts = Counter(_windows(candidate, n))
+        ref_counts = Counter(_windows(reference, n))
+        matched = sum(min(count, ref_counts[gram]) for gram, count in cand_counts.items())
+        total = max(1, sum(cand_counts.values()))
+        if n == 1 and matched == 0:
+            return 0.0
+        log_sum += math.log((matched if matched > 0 else epsilon) / total) / max_n
+    c, r = len(candidate), len(reference)
+    brevity = 1.0 if c > r else math.exp(1 - r / c)
+    return brevity * math.exp(log_sum)
+
+
+def _windows(seq: Sequence[Hashable], n: int) -> list[tuple]:
+    return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+
+
+def edit_similarity(candidate: str, reference: str) -> float:
+    """1 - Levenshtein(candidate, reference) / max(len): characters, unit costs; two empty strings -> 1."""
+    from rapidfuzz.distance import Levenshtein
+
+    return float(Levenshtein.normalized_similarity(candidate, reference))
+
+
+def longest_common_substring(a: str, b: str) -> int:
+    """Length of the longest contiguous run shared by `a` and `b` (a substring, not a subsequence).
+
+    A suffix automaton of `b` (linear in len(b)) walked along `a` (linear in len(a)): at each character
+    of `a` the walk holds the longest suffix of a[:i] that occurs in `b`. difflib's SequenceMatcher is not
+    used because its autojunk heuristic drops frequent characters (spaces in code) and answers too short.
+    """
+    if not a or not b:
+        return 0
+    # States: transitions, suffix link, length of the longest string in the state.
+    trans: list[dict[str, int]] = [{}]
+    link = [-1]
+    length = [0]
+    last = 0
+    for ch in b:
+        cur = len(length)
+        trans.append({})
+        length.append(length[last] + 1)
+        link.append(0)
+        p = last
+        while p != -1 and ch not in trans[p]:
+            trans[p][ch] = cur
+            p = link[p]
+        if p != -1:
+            q = trans[p][ch]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                clone = len(length)
+                trans.append(dict(trans[q]))
+                length.append(length[p] + 1)
+                link.append(link[q])
+                while p != -1 and trans[p].get(ch) == q:
+                    trans[p][ch] = clone
+                    p = link[p]
+                link[q] = clone
+                link[cur] = clone
+        last = cur
+    best = state = run = 0
+    for ch in a:
+        while state and ch not in trans[state]:
+            state = link[state]
+            run = length[state]
+        if ch in trans[state]:
+            state = trans[state][ch]
+            run += 1
+            if run > best:
+                best = run
+        # else: state is the root and run is 0
+    return best
+
+
+def lcs_similarity(candidate: str, reference: str) -> float:
+    """Longest common substring length / max(len): 1.0 for equal texts, 0.0 when nothing is shared."""
+    longest = max(len(candidate), len(reference))
+    if longest == 0:
+        return 1.0
+    return longest_common_substring(candidate, reference) / longest
+
+
+def jaccard(candidate: Sequence[Hashable], reference: Sequence[Hashable]) -> float:
+    """|A ∩ B| / |A ∪ B| over the two token sets; two empty sets -> 1.0."""
+    a, b = set(candidate), set(reference)
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+MINHASH_PERMUTATIONS = 128
+_PRIME = (1 << 31) - 1  # a, x < 2^31 keeps a * x + b inside uint64
+
+
+def minhash_signature(tokens: Sequence[str], permutations: int = MINHASH_PERMUTATIONS, seed: int = 0):
+    """MinHash signature of a token set: per permutation h(x) = (a * x + b) mod (2^31 - 1), the minimum.
+
+    Tokens are hashed with blake2b (stable across processes, unlike `hash`), so signatures computed in
+    different workers compare. Returns a uint64 array; an empty set gives a row of the modulus (an
+    "infinite" minimum), so two empty sets agree.
+    """
+    import hashlib
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(1, _PRIME, size=permutations, dtype=np.uint64)
+    b = rng.integers(0, _PRIME, size=permutations, dtype=np.uint64)
+    x = np.array(
+        [
+            int.from_bytes(
+                hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+            )
+            % _PRIME
+            for t in set(tokens)
+        ],
+        dtype=np.uint64,
+    )
+    if x.size == 0:
+        return np.full(permutations, _PRIME, dtype=np.uint64)
+    return ((a[:, None] * x[None, :] + b[:, None]) % np.uint64(_PRIME)).min(axis=1)
+
+
+def minhash_similarity(sig_a, sig_b) -> float:
+    """Fraction of permutations whose minima agree: an unbiased estimate of the Jaccard index."""
+    return float((sig_a == sig_b).mean())

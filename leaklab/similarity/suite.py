@@ -1,0 +1,144 @@
+"""The non-LLM similarity suite over many (candidate, reference) pairs, batched over a process pool.
+
+Each unique snippet becomes one `Document` (tokens, MinHash signature, parsed `Structure`) exactly once,
+then pairs are compared from documents. Text metrics are always computed; structural metrics need both
+sides to parse and are otherwise NaN with the reason in `missing` (never an exception). Bytes that are not
+UTF-8 are decoded with replacement characters and the pair is flagged `lossy`.
+
+A pair may carry a `prefix` (e.g. the function signature the model was prompted with): text metrics
+compare the continuations alone, structural metrics compare prefix + continuation, which parses.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from leaklab.similarity import structure as st
+from leaklab.similarity import text as tx
+
+TEXT_METRICS = ("exact_match", "bleu", "edit_similarity", "lcs", "ngram_overlap_7", "jaccard", "minhash")
+STRUCTURE_METRICS = (
+    "codebleu_equal",
+    "codebleu_syntax",
+    "codebleu_dataflow",
+    "tsed",
+    "ast_similarity",
+    "mri_similarity",
+)
+METRICS = TEXT_METRICS + STRUCTURE_METRICS
+
+
+@dataclass(frozen=True)
+class Pair:
+    candidate: str | bytes
+    reference: str | bytes
+    prefix: str = ""
+
+
+@dataclass
+class Document:
+    text: str
+    lossy: bool
+    tokens: list[str]
+    minhash: np.ndarray
+    structure: st.Structure
+
+
+def document(value: str | bytes, prefix: str = "") -> Document:
+    """Everything the suite needs from one snippet, computed once."""
+    text, lossy = tx.as_text(value)
+    tokens = tx.code_tokens(text)
+    return Document(text, lossy, tokens, tx.minhash_signature(tokens), st.structure(prefix + text))
+
+
+def compare(reference: Document, candidate: Document) -> dict:
+    """All metrics of one pair: {metric: float (NaN when missing)}, `missing` {metric: reason}, `lossy`."""
+    row: dict = {
+        "exact_match": tx.exact_match(candidate.text, reference.text),
+        "bleu": tx.bleu(candidate.tokens, reference.tokens),
+        "edit_similarity": tx.edit_similarity(candidate.text, reference.text),
+        "lcs": tx.lcs_similarity(candidate.text, reference.text),
+        "ngram_overlap_7": tx.ngram_overlap(candidate.tokens, reference.tokens),
+        "jaccard": tx.jaccard(candidate.tokens, reference.tokens),
+        "minhash": tx.minhash_similarity(candidate.minhash, reference.minhash),
+    }
+    missing: dict[str, str] = {}
+    if math.isnan(row["ngram_overlap_7"]):
+        missing["ngram_overlap_7"] = "empty reference"
+    sides = (("reference", reference), ("candidate", candidate))
+    errors = [f"{side}: {doc.structure.error}" for side, doc in sides if doc.structure.error]
+    if errors:
+        for metric in STRUCTURE_METRICS:
+            row[metric] = math.nan
+            missing[metric] = "; ".join(errors)
+    else:
+        ref, cand = reference.structure, candidate.structure
+        parts = st.codebleu_parts(ref, cand)
+        row["codebleu_equal"] = parts["equal"]
+        row["codebleu_syntax"] = parts["syntax"]
+        if parts["dataflow"] is None:
+            row["codebleu_dataflow"] = math.nan
+            missing["codebleu_dataflow"] = "reference has no data-flow edge"
+        else:
+            row["codebleu_dataflow"] = parts["dataflow"]
+        row["tsed"] = st.tsed(ref, cand)
+        row["ast_similarity"] = st.ast_similarity(ref, cand)
+        row["mri_similarity"] = st.mri_similarity(ref, cand)
+    row["missing"] = missing
+    row["lossy"] = reference.lossy or candidate.lossy
+    return row
+
+
+def _document_task(item: tuple[str | bytes, str]) -> Document:
+    return document(*item)
+
+
+def _compare_task(docs: tuple[Document, Document]) -> dict:
+    return compare(*docs)
+
+
+def default_workers() -> int:
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8))
+
+
+def score_pairs(pairs: Sequence[Pair], workers: int | None = None, chunksize: int = 8) -> list[dict]:
+    """Score every pair (reference = ground truth, candidate = generation); rows in input order.
+
+    `workers` processes (default: the usable cores, at most 8; 1 = in this process). The pool is
+    started with "spawn" so a parent holding torch threads or CUDA state is never forked.
+    """
+    keys: dict[tuple[str | bytes, str], int] = {}
+    for pair in pairs:
+        for value in (pair.reference, pair.candidate):
+            keys.setdefault((value, pair.prefix), len(keys))
+    unique = list(keys)
+    workers = default_workers() if workers is None else workers
+    if workers <= 1 or len(pairs) < 2:
+        docs = [_document_task(item) for item in unique]
+        jobs = _jobs(pairs, keys, docs)
+        return [_compare_task(job) for job in jobs]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        docs = list(pool.map(_document_task, unique, chunksize=chunksize))
+        return list(pool.map(_compare_task, _jobs(pairs, keys, docs), chunksize=chunksize))
+
+
+def _jobs(pairs: Iterable[Pair], keys: dict, docs: list[Document]):
+    for pair in pairs:
+        yield docs[keys[(pair.reference, pair.prefix)]], docs[keys[(pair.candidate, pair.prefix)]]
+
+
+def provenance() -> dict:
+    """What the scores depend on, recorded next to them."""
+    return {
+        "grammar": st.grammar_versions(),
+        "tsed_costs": {"delete": st.TSED_COSTS[0], "insert": st.TSED_COSTS[1], "rename": st.TSED_COSTS[2]},
+        "bleu": {"tokens": "code tokens (\\w+ | one non-space char)", "smoothing": "method1, epsilon 0.1"},
+        "minhash_permutations": tx.MINHASH_PERMUTATIONS,
+    }

@@ -1,0 +1,182 @@
+"""Structural similarity: hand-computed values, and the `apted`, `tsed` and `codebleu` packages on fixed pairs."""
+
+import math
+import random
+import sys
+import types
+
+import pytest
+
+from leaklab.similarity import structure as st
+
+REF = '''def mean_of(xs, k=3):
+    """Docstring."""
+    total = 0
+    y = k + 1
+    if total > y:
+        total = y * 2
+    else:
+        z = total - y
+        total = z
+    return total
+'''
+CAND = """def average(items, k=2):
+    s = 0
+    w = k - 1
+    # comment
+    if s < w:
+        s = w + 2
+    return s
+"""
+# Loop-free pairs (codebleu orders merged loop edges by set(), which depends on PYTHONHASHSEED).
+PAIRS = [
+    (REF, CAND),
+    (CAND, REF),
+    ("def f(a, b):\n    c = a + b\n    d = c * a\n    return d - b\n", "def g(x, y):\n    return x * y\n"),
+    ("def f(a):\n    b, c = a, 2\n    return b ** c\n", "def f(a):\n    b, c = a, 3\n    return c ** b\n"),
+]
+
+
+def _tuple_tree(node):
+    return st.ordered_tree(node, lambda n: list(n[1:]), lambda n: n[0])
+
+
+def test_tree_edit_distance_by_hand():
+    abc = _tuple_tree(("a", ("b",), ("c",)))
+    assert st.tree_edit_distance(abc, abc) == 0
+    assert st.tree_edit_distance(abc, _tuple_tree(("a", ("b",)))) == pytest.approx(1.0)  # delete c
+    assert st.tree_edit_distance(abc, _tuple_tree(("a", ("b",), ("c",), ("d",)))) == pytest.approx(0.8)
+    assert st.tree_edit_distance(abc, _tuple_tree(("a", ("b",), ("x",)))) == pytest.approx(1.0)  # rename
+    # a(b(c)) -> a(c): delete b, its child moves up.
+    assert st.tree_edit_distance(_tuple_tree(("a", ("b", ("c",)))), _tuple_tree(("a", ("c",)))) == 1.0
+    # (max_nodes - TED) / max_nodes, clamped: 3 nodes vs 1 node -> (3 - 2) / 3.
+    assert st.normalised_tree_similarity(abc, _tuple_tree(("a",)), st.TSED_COSTS) == pytest.approx(1 / 3)
+    # a -> z(y): rename a to y (1) + insert z (0.8) -> (2 - 1.8) / 2.
+    assert st.normalised_tree_similarity(_tuple_tree(("a",)), _tuple_tree(("z", ("y",))), st.TSED_COSTS) == (
+        pytest.approx(0.1)
+    )
+    # Nothing in common: three renames -> 0. (With these costs TED never exceeds max_nodes, so the clamp
+    # at 0 only guards other costs.)
+    assert st.normalised_tree_similarity(abc, _tuple_tree(("x", ("y",), ("z",))), st.TSED_COSTS) == 0.0
+
+
+def _random_tree(rng, depth=0):
+    kids = [] if depth > 4 else [_random_tree(rng, depth + 1) for _ in range(rng.choice([0, 0, 1, 2, 3]))]
+    return (rng.choice("abcd"), *kids)
+
+
+def test_tree_edit_distance_equals_apted_on_random_trees():
+    apted = pytest.importorskip("apted")
+
+    class Node:
+        def __init__(self, t):
+            self.name, self.children = t[0], [Node(c) for c in t[1:]]
+
+    rng = random.Random(0)
+    for _ in range(60):
+        a, b = _random_tree(rng), _random_tree(rng)
+        ours = st.tree_edit_distance(_tuple_tree(a), _tuple_tree(b))
+        theirs = apted.APTED(
+            Node(a), Node(b), apted.PerEditOperationConfig(1.0, 0.8, 1.0)
+        ).compute_edit_distance()
+        assert abs(ours - theirs) <= 1e-9
+
+
+@pytest.fixture(scope="module")
+def tsed_package():
+    """The `tsed` package with its tree_sitter_language_pack import served by our pinned parser."""
+    pytest.importorskip("apted")
+    stub = types.ModuleType("tree_sitter_language_pack")
+    stub.get_parser = lambda language: st._parser()
+    stub.SupportedLanguage = str
+    saved = sys.modules.get("tree_sitter_language_pack")
+    sys.modules["tree_sitter_language_pack"] = stub
+    try:
+        module = pytest.importorskip("TSED")
+        yield module
+    finally:
+        if saved is None:
+            sys.modules.pop("tree_sitter_language_pack", None)
+        else:
+            sys.modules["tree_sitter_language_pack"] = saved
+
+
+def test_tsed_equals_the_tsed_package_with_its_labels_and_documents_the_label_difference(tsed_package):
+    for ref, cand in PAIRS:
+        r, c = st.structure(ref), st.structure(cand)
+        theirs = tsed_package.Calculate("python", ref, cand, 1.0, 0.8, 1.0)
+        assert abs(st.tsed(r, c, labels="tsed_package") - theirs) <= 1e-9
+    # The package names function_definition nodes "body:" (the last field label it reads), so two
+    # functions that differ only in a node type it overwrote look identical to it; with node types they do not.
+    r, c = st.structure(REF), st.structure(CAND)
+    assert st.tsed(r, c) != st.tsed(r, c, labels="tsed_package")
+
+
+def test_codebleu_parts_equal_the_codebleu_package_where_it_is_right():
+    codebleu = pytest.importorskip("codebleu")
+    for ref, cand in PAIRS:
+        theirs = codebleu.calc_codebleu([ref], [cand], lang="python")
+        ours = st.codebleu_parts(st.structure(ref), st.structure(cand))
+        assert ours["ngram"] == pytest.approx(theirs["ngram_match_score"], abs=1e-12)
+        assert ours["syntax"] == pytest.approx(theirs["syntax_match_score"], abs=1e-12)
+        assert ours["dataflow"] == pytest.approx(theirs["dataflow_match_score"], abs=1e-12)
+        if len(cand.split()) >= len(ref.split()):  # no brevity penalty: see the next test
+            assert ours["weighted_ngram"] == pytest.approx(theirs["weighted_ngram_match_score"], abs=1e-12)
+            assert ours["equal"] == pytest.approx(theirs["codebleu"], abs=1e-12)
+
+
+def test_codebleu_package_differences_are_documented_and_ours_hold():
+    codebleu = pytest.importorskip("codebleu")
+    # 1. Weighted n-gram: the package measures the brevity penalty against len([tokens, weights]) == 2,
+    #    so a short candidate is never penalised. Ours applies exp(1 - r/c) like BLEU.
+    theirs = codebleu.calc_codebleu([REF], [CAND], lang="python")
+    ours = st.codebleu_parts(st.structure(REF), st.structure(CAND))
+    r, c = len(REF.split()), len(CAND.split())
+    assert ours["weighted_ngram"] == pytest.approx(theirs["weighted_ngram_match_score"] * math.exp(1 - r / c))
+    # 2. A data-flow match of 0 is 0 here; the package's `theta * (dataflow or 1)` counts it as 1.
+    ref = "def f(a):\n    b = a\n    return b\n"
+    cand = "def f():\n    return 7\n"
+    theirs = codebleu.calc_codebleu([ref], [cand], lang="python")
+    ours = st.codebleu_parts(st.structure(ref), st.structure(cand))
+    assert theirs["dataflow_match_score"] == 0 and ours["dataflow"] == 0.0
+    parts = [ours[k] for k in ("ngram", "weighted_ngram", "syntax")]
+    assert ours["equal"] == pytest.approx(sum(parts) / 4)
+    assert theirs["codebleu"] == pytest.approx(
+        0.25
+        * (
+            theirs["ngram_match_score"]
+            + theirs["weighted_ngram_match_score"]
+            + theirs["syntax_match_score"]
+            + 1
+        )
+    )
+    # 3. A reference without any data flow: undefined here (mean of the other three), 1 in the package.
+    ours = st.codebleu_parts(st.structure("def f():\n    return 1\n"), st.structure(cand))
+    assert ours["dataflow"] is None
+    assert ours["equal"] == pytest.approx((ours["ngram"] + ours["weighted_ngram"] + ours["syntax"]) / 3)
+
+
+def test_strip_comments_and_docstrings():
+    assert st.strip_comments_and_docstrings('def f():\n    """doc"""\n    # c\n    return "s"  # t\n') == (
+        'def f():\n    return "s"  '
+    )
+
+
+def test_ast_similarity_by_hand_and_mri():
+    one, binop = st.structure("x = 1\n"), st.structure("x = a + 1\n")
+    # Module, Assign, Name, Constant vs Module, Assign, Name, BinOp(Name, Add, Constant): insert 3 of 7.
+    assert st.ast_similarity(one, binop) == pytest.approx(4 / 7)
+    assert st.ast_similarity(one, st.structure("y = 2\n")) == 1.0
+    same = st.structure(REF)
+    assert st.mri_similarity(same, st.structure(REF.replace("    ", "\t"))) == 1.0  # unparse normalises
+
+
+def test_structure_reports_why_it_cannot_parse():
+    assert st.structure("def f(:\n").error.startswith("SyntaxError")
+    assert st.structure("   \n").error == "empty"
+    assert st.structure(REF).error is None
+
+
+def test_grammar_versions_are_recorded():
+    versions = st.grammar_versions()
+    assert set(versions) == {"tree-sitter", "tree-sitter-python"} and all(versions.values())
