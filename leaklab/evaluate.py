@@ -191,6 +191,7 @@ class Evaluator:
         )
         self.run.append_results(rows)
         tracking.log_rows(rows)
+        tracking.log_checkpoint(evaluation.name, output.records, step)
         return rows
 
     def summary_line(self, rows: list[dict[str, Any]], step: int, epoch: float) -> str:
@@ -248,6 +249,7 @@ def evaluate_run(run_dir: str | Path, log=print) -> int:
             rows = evaluator.evaluate(model, tokenizer, step=step, epoch=epoch)
             log(evaluator.summary_line(rows, step, epoch))
             del model
+        tracking.publish_report(run.root)
     finally:
         tracking.finish()
     return len(todo)

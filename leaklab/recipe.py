@@ -160,6 +160,7 @@ class WandbConfig:
     mode: str = "offline"  # offline | online | disabled; offline runs upload later with `wandb sync`
     project: str = "leaklab"
     entity: str | None = None
+    group: str | None = None  # W&B group: give the runs of one sweep the same (e.g. ratio_sweep)
 
 
 @dataclass

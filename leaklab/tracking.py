@@ -40,6 +40,7 @@ def start(recipe: Recipe, run_dir: Path, is_main_process: bool = True):
         resume="allow",
         dir=str(run_dir),
         mode=cfg.mode,
+        group=cfg.group,  # the runs of one sweep side by side
         config=to_dict(recipe),
     )
     _run.define_metric("train/global_step")
@@ -80,3 +81,121 @@ def finish() -> None:
     if _run is not None:
         _run.finish()
         _run = None
+
+
+# --------------------------------------------------------------------------- the report's picture in W&B
+
+HEADLINE = ("auroc", "tpr@1%fpr", "f1")
+
+
+def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) -> None:
+    """One checkpoint's per-sample records: a W&B Table of them and, for detection, a ROC curve of
+    every score column and its member / non-member score histograms."""
+    if _run is None or not records:
+        return
+    import math
+
+    import numpy as np
+    import wandb
+
+    from leaklab.metrics import roc_curve
+
+    fields = list(dict.fromkeys(k for r in records for k in r))
+    payload: dict[str, Any] = {
+        f"{evaluation}/samples": wandb.Table(
+            columns=fields, data=[[r.get(f) for f in fields] for r in records]
+        )
+    }
+    labels = np.array([r.get("label") if r.get("label") in (0, 1) else -1 for r in records])
+    if evaluation == "detection" and {0, 1} <= set(labels.tolist()):
+        roc = wandb.Table(columns=["detector", "fpr", "tpr"])
+        for column in fields:
+            if column in ("task_id", "label") or column.endswith(":leak"):
+                continue
+            values = [r.get(column) for r in records]
+            scores = np.array(
+                [v if isinstance(v, (int, float)) and math.isfinite(v) else np.nan for v in values]
+            )
+            keep = (labels >= 0) & np.isfinite(scores)
+            if not keep.any():
+                continue
+            for f, t in zip(*roc_curve(scores[keep], labels[keep])):
+                roc.add_data(column, float(f), float(t))
+            for label, name in ((1, "members"), (0, "non_members")):
+                chosen = scores[keep & (labels == label)]
+                if len(chosen):
+                    payload[f"detection/{column}/scores_{name}"] = wandb.Histogram(
+                        chosen.tolist(), num_bins=20
+                    )
+        payload["detection/roc"] = wandb.plot.line(
+            roc, "fpr", "tpr", stroke="detector", title=f"ROC at step {step}"
+        )
+    _run.log({**payload, "train/global_step": step})
+
+
+def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The W&B summary of a run's detection: the detector with the highest AUROC at the last checkpoint
+    (with its interval) and each detector's detection delay (first step whose AUROC interval lies above
+    0.5 and above 0.8; -1: never)."""
+    from leaklab.results import column_of
+
+    det = [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    steps = sorted({r["step"] for r in det})
+    if not steps:
+        return {}
+    last = [r for r in det if r["step"] == steps[-1]]
+    auroc = {column_of(r): r["value"] for r in last if r["metric"] == "auroc" and r.get("value") is not None}
+    out: dict[str, Any] = {"detection/last_step": steps[-1]}
+    if auroc:
+        best = max(auroc, key=auroc.get)
+        out |= {"detection/best_detector": best, "detection/best_auroc": auroc[best]}
+        for r in last:
+            if column_of(r) == best and r["metric"] in ("auroc_ci_low", "auroc_ci_high"):
+                out[f"detection/best_{r['metric']}"] = r["value"]
+    low: dict[str, dict[int, float]] = {}
+    for r in det:
+        if r["metric"] == "auroc_ci_low" and r.get("value") is not None:
+            low.setdefault(column_of(r), {})[r["step"]] = r["value"]
+    for column, by_step in low.items():
+        for level in (0.5, 0.8):
+            first = next((s for s in sorted(by_step) if by_step[s] > level), -1)
+            out[f"detection/delay_above_{level}/{column}"] = first
+    return out
+
+
+def publish_report(run_dir: Path) -> None:
+    """Into the open W&B run: the detection summary, each headline metric per detector as one chart with
+    its bootstrap interval (value, low, high against the step), and report/ (built now) as an artifact."""
+    if _run is None:
+        return
+    import wandb
+
+    from leaklab.report import build_report
+    from leaklab.results import column_of
+    from leaklab.rundir import read_rows
+
+    rows = read_rows(Path(run_dir) / "results.jsonl")
+    _run.summary.update(detection_summary(rows))
+    det = [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    charts = {}
+    for metric in HEADLINE:
+        series: dict[str, dict[str, dict[int, float]]] = {}
+        for r in det:
+            name = r["metric"]
+            if name in (metric, f"{metric}_ci_low", f"{metric}_ci_high") and r.get("value") is not None:
+                series.setdefault(column_of(r), {}).setdefault(name, {})[r["step"]] = r["value"]
+        for column, parts in series.items():
+            steps = sorted(parts.get(metric, {}))
+            if not steps:
+                continue
+            keys = [k for k in (metric, f"{metric}_ci_low", f"{metric}_ci_high") if k in parts]
+            ys = [[parts[k].get(s, float("nan")) for s in steps] for k in keys]
+            charts[f"detection/{column}/{metric}_with_interval"] = wandb.plot.line_series(
+                xs=steps, ys=ys, keys=keys, title=f"{column}: {metric} with its 95% interval", xname="step"
+            )
+    if charts:
+        _run.log({**charts, "train/global_step": max(r["step"] for r in det)})
+    index = build_report(run_dir)
+    artifact = wandb.Artifact(f"report-{_run.id}", type="report", description="leaklab report (index.html)")
+    artifact.add_dir(str(index.parent))
+    _run.log_artifact(artifact)

@@ -144,6 +144,8 @@ def run_training(recipe) -> int:
     if resume:
         log(f"[leaklab] resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
+    if state.is_main_process:
+        tracking.publish_report(run.root)  # summary, curves with intervals, report/ as an artifact
     tracking.finish()
     del trainer, model, evaluator, callback, data
 
