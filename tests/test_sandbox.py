@@ -265,7 +265,8 @@ def test_isolation_is_reported(sandbox):
     if iso["root"] and iso["mounts"] != "shared":
         # As root every layer is in force (see isolation.py); the hostile tests show each one holding.
         assert iso["mounts"] == "minimal-root" and iso["scratch"] == "per-run"
-        assert iso["proc"] == "own-processes-only" and iso["seccomp"] == "filter", iso
+        assert iso["proc"] == "own-processes-only" and iso["pid"] == "namespace", iso
+        assert iso["seccomp"] == "filter", iso
 
 
 def test_a_worker_that_dies_mid_run_is_replaced():

@@ -26,7 +26,7 @@ import psutil
 import pytest
 
 from leaklab.execution.harness import JUDGE_NAME
-from leaklab.execution.isolation import WORLD_WRITABLE
+from leaklab.execution.isolation import INIT_NAME, WORLD_WRITABLE
 from leaklab.execution.sandbox import CheckFunction, Program, Sandbox, UnitTests
 
 TASK = "def add(a, b):\n"
@@ -85,10 +85,12 @@ def after_each(request, canaries):
 
 def _assert_nothing_left(sb: Sandbox) -> None:
     for pid in sb.worker_pids:
-        # A worker keeps one judge process between checks; anything else is a run's leftover.
+        # A worker keeps one judge process between checks, and the init of its children's PID
+        # namespace; anything else is a run's leftover.
         children = psutil.Process(pid).children(recursive=True)
-        assert [p for p in children if p.name() != JUDGE_NAME] == [], "a run left a process behind"
-        assert len(children) <= 1
+        kept = (JUDGE_NAME, INIT_NAME)
+        assert [p for p in children if p.name() not in kept] == [], "a run left a process behind"
+        assert len(children) <= 2
     uids = set(sb.sandbox_uids)
     if uids:
         stray = [p.info for p in psutil.process_iter(["pid", "uids", "name"]) if p.info["uids"].real in uids]
@@ -236,7 +238,10 @@ def test_killing_the_parent_and_everyone_else(sandbox):
     attacks = [
         "import os\nos.kill(os.getppid(), 9)\n",
         f"import os\nos.kill({me}, 9)\n",
-        f"import ctypes, os\nlibc = ctypes.CDLL(None)\nassert libc.kill({me}, 9) != 0\nassert libc.kill(os.getppid(), 9) != 0\n",
+        # The worker by its pid (in a PID namespace of its own a run sees its parent as pid 0, and
+        # kill(0) would only signal its own process group).
+        f"import ctypes\nlibc = ctypes.CDLL(None)\nassert libc.kill({me}, 9) != 0\n"
+        + "".join(f"assert libc.kill({pid}, 9) != 0\n" for pid in sandbox.worker_pids),
         # kill(-1) signals every process the caller may signal, except itself: nothing but its own uid.
         "import ctypes\nctypes.CDLL(None).kill(-1, 9)\nprint('survived')\n",
     ]
@@ -662,6 +667,18 @@ def test_the_host_and_the_answer_keys_are_out_of_sight(host_view, sandbox):
     assert [r.verdict for r in results] == ["failed"] * 3, reasons
     assert "PermissionError" in reasons[0]
     assert all("FileNotFoundError" in why for why in reasons[1:]), reasons
+
+
+def test_a_run_sees_only_its_own_processes(host_view, sandbox):
+    _needs(sandbox, "mounts")
+    probe = "import os\nprint(os.getpid(), sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+    weak = host_view.run(probe)
+    own, listed = weak.stdout.split(" ", 1)
+    assert os.getpid() in eval(listed)  # the host's processes, this one included
+    r = sandbox.run(probe)
+    own, listed = r.stdout.split(" ", 1)
+    # Its own process in a PID namespace of its own: no host pid, no other process at all.
+    assert eval(listed) == [int(own)] and int(own) < 100, r.stdout
 
 
 def test_the_visible_filesystem_is_a_short_allow_list(sandbox):

@@ -32,6 +32,7 @@ REWARD_LAYERS: tuple[tuple[str, str, str], ...] = (
     ("network", "namespace", "no network (a network namespace)"),
     ("mounts", "minimal-root", "a minimal read-only filesystem view without checkout or answer keys (root)"),
     ("proc", "own-processes-only", "a /proc that shows a run only its own processes (root)"),
+    ("pid", "namespace", "a PID namespace without the host's processes (root)"),
     ("scratch", "per-run", "a fresh /tmp and IPC state per run (root)"),
     ("seccomp", "filter", "a seccomp filter (pyseccomp and the system's libseccomp)"),
 )

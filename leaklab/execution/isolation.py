@@ -10,8 +10,9 @@ in force, `require_layers` refuses a reward computed without them):
                site-packages, /usr, a few files of /etc, five devices) with every benchmark answer key
                under it covered by an unreadable empty file (`answer_keys`). No checkout, no home
                directory, no /work, no /opt.
-               Its /proc shows a run only its own processes (hidepid=invisible): no other
-               process's command line or environment;
+               The worker's children live in a PID namespace of their own (`start_pid_namespace`),
+               whose /proc shows a run only its own processes (hidepid=invisible): no process of
+               the host, not even its pid numbers, no other command line or environment;
 - run_scratch  every run gets a fresh size-capped tmpfs at /tmp (/var/tmp, /dev/shm and /run/lock lead
                there), mounted before it starts and detached when its processes are dead; and the
                System V objects and message queues of the worker's IPC namespace (whose shared-memory
@@ -93,6 +94,10 @@ WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 UID_BASE = 1_000_000
 # A run's working directory, inside its own scratch tmpfs (when it has one).
 RUN_DIR = "/tmp/run"
+# Where this process reads its own /proc: a worker whose children live in a PID namespace of their
+# own gives /proc to them and keeps the host's here (see `start_pid_namespace`).
+PROC = "/proc"
+INIT_NAME = "leaklab-init"  # the process name of a worker's PID namespace init
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,7 @@ def setup_worker(
         "network": "shared",
         "mounts": "shared",
         "proc": "shared",
+        "pid": "shared",
         "scratch": "shared",
         "ipc": "shared",
         "seccomp": "off",
@@ -203,6 +209,11 @@ def setup_worker(
                     info.update(build_root(visible_paths(), tmp_size_mb))
                     info["mounts"] = "minimal-root"
                     info["proc"] = "own-processes-only"
+                    try:
+                        info["pid_init"] = start_pid_namespace()
+                        info["pid"] = "namespace"
+                    except OSError as err:
+                        info["pid_error"] = str(err)
                     if "run_scratch" in disable:  # one /tmp for every run of the worker
                         mount_scratch(tmp_size_mb, info["scratch_rebind"])
             except OSError as err:
@@ -485,6 +496,62 @@ def _bind_read_only(source: str, target: str) -> None:
     _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
 
 
+def start_pid_namespace() -> int:
+    """Give the worker's children a PID namespace of their own, and return the pid of its init.
+
+    Every process the worker forks from now on (runs, the judge) lives in it: a run sees no process
+    of the host, not even its pid numbers, only those of its namespace, and of those only its own
+    (hidepid). The init is a fork of the worker that mounts the namespace's /proc over /proc (the
+    worker keeps the host's at PROC), then only reaps: orphans of runs are re-parented to it, and
+    their zombies must not pile up against the run uid's process limit. One namespace per worker,
+    not per run: a run's processes are all killed before the next run starts (`Worker._end_run`)."""
+    global PROC
+    host_proc = "/run/leaklab/proc"
+    os.mkdir(host_proc, 0o700)
+    _mount("/proc", host_proc, None, MS_BIND | MS_REC, None)
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pid 1 of the new namespace
+        try:
+            os.close(ready_r)
+            try:
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+            except OSError:
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            os.write(ready_w, b"1")
+            _reap_forever()
+        finally:
+            os._exit(1)
+    os.close(ready_w)
+    started = os.read(ready_r, 1) == b"1"
+    os.close(ready_r)
+    if not started:
+        os.waitpid(pid, 0)
+        raise OSError(errno.ECHILD, "the PID namespace's init did not start")
+    PROC = host_proc
+    return pid
+
+
+def _reap_forever() -> None:
+    import gc
+
+    gc.freeze()  # touch none of the worker's pages
+    set_process_name(INIT_NAME)
+    os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    while True:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+            if pid == 0:
+                break
+        signal.sigwaitinfo({signal.SIGCHLD})
+
+
 def mount_scratch(size_mb: int, rebind: list[str] = ()) -> None:
     """A fresh tmpfs of `size_mb` at /tmp (in the minimal root /var/tmp, /dev/shm and /run/lock lead
     there too: one cap for all). Paths of `rebind` under /tmp (a virtualenv) come back read-only."""
@@ -492,7 +559,7 @@ def mount_scratch(size_mb: int, rebind: list[str] = ()) -> None:
     try:
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=1777")
         for path, fd in fds:
-            _bind_read_only(f"/proc/self/fd/{fd}", path)
+            _bind_read_only(f"{PROC}/self/fd/{fd}", path)
     finally:
         for _, fd in fds:
             os.close(fd)
@@ -536,7 +603,7 @@ def clear_ipc(queues: bool = True) -> int:
         ("sem", lambda i: _libc.semctl(i, 0, _IPC_RMID)),
     ):
         try:
-            with open(f"/proc/sysvipc/{kind}") as f:
+            with open(f"{PROC}/sysvipc/{kind}") as f:
                 rows = f.read().splitlines()[1:]
         except OSError:
             continue
@@ -649,8 +716,8 @@ def _children(pid: int | None = None) -> list[int]:
     pid = pid or os.getpid()
     kids = []
     try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
+        for tid in os.listdir(f"{PROC}/{pid}/task"):
+            with open(f"{PROC}/{pid}/task/{tid}/children") as f:
                 kids += [int(p) for p in f.read().split()]
     except OSError:
         pass
@@ -676,7 +743,7 @@ def live_descendants(pids: list[int]) -> int:
 
 def _is_zombie(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"{PROC}/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return True

@@ -261,6 +261,8 @@ class Worker:
             # Programs would run as root, able to kill and delete anything: refuse instead.
             raise RuntimeError("running as root, but switching to an unprivileged uid does not work here")
         self.fresh_scratch = self.isolation["scratch"].startswith("per-run")
+        # pid 1 of the namespace the worker's children live in (None: they share the worker's).
+        self.init: tuple[int, ...] = (self.isolation["pid_init"],) if "pid_init" in self.isolation else ()
         self.scratch_mounted = False
         self.guards = isolation.build_guards()
         # The network guard stands in for a missing namespace whatever the call guards are set to.
@@ -293,7 +295,7 @@ class Worker:
         if self.uids:
             for uid in self.uids:
                 isolation.kill_uid(uid)
-        left = isolation.reap_everything()
+        left = isolation.reap_everything(self.init)
         self._clean_state()
         return left
 
@@ -353,7 +355,9 @@ class Worker:
             try:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 isolation.place_fds(fds)
-                isolation.enter_child(uid, limits, workdir, self.pid, cpu_limit, self.seccomp)
+                # In a PID namespace of its own the child sees its parent, the worker, as pid 0.
+                parent = 0 if self.init else self.pid
+                isolation.enter_child(uid, limits, workdir, parent, cpu_limit, self.seccomp)
                 if self.fresh_scratch:  # files it makes are the judge's to read and remove, see _workdir
                     os.umask(0)
                 isolation.apply_guards(self.guards if guard else [], workdir)
@@ -544,8 +548,11 @@ class Worker:
         # Processes the run started that outlive it: below its own, or re-parented here already.
         run_pids = [p for p in (main, *others) if p is not None]
         judge = (self.judge["pid"],) if self.judge else ()
-        orphans = [p for p in isolation.live_children() if p not in run_pids and p not in judge]
-        reply["leftover_processes"] = isolation.live_descendants([*run_pids, *orphans]) + len(orphans)
+        # Orphans go to this subreaper or, inside the PID namespace, to its init.
+        keep = (*judge, *self.init)
+        orphans = [p for p in isolation.live_children() if p not in run_pids and p not in keep]
+        left = isolation.live_descendants([*run_pids, *orphans, *self.init]) + len(orphans)
+        reply["leftover_processes"] = left
         for pid in run_pids:
             for kill in (os.killpg, os.kill):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -559,11 +566,16 @@ class Worker:
             if "candidate" not in reply:
                 os.waitpid(pid, 0)
                 reply["candidate"] = {"exit_code": None, "signal": "SIGKILL", "killed_by_worker": True}
-        if isolation.reap_everything(judge) and self.uids:
-            # Every process of the run's uid descends from it and was re-parented here, so the sweep
-            # above found them all; this is a second net, cast only when there was a catch.
+        stray = isolation.reap_everything(keep) + isolation.live_descendants(list(self.init))
+        if stray and self.uids:
+            # Every process of the run's uid descends from it and was re-parented here or to the
+            # init, so the sweep above found them all; this is a second net, cast only on a catch.
             isolation.kill_uid(self.uids[0])
-            isolation.reap_everything(judge)
+            isolation.reap_everything(keep)
+            # The init reaps what died under it; wait, so the next run starts with none of them.
+            deadline = time.monotonic() + 2.0
+            while isolation.live_descendants(list(self.init)) and time.monotonic() < deadline:
+                time.sleep(0.001)
 
     def serve(self, job: dict[str, Any], out_fd: int) -> None:
         """Run a job and write the reply, private streams straight from their buffers."""
