@@ -1,7 +1,8 @@
-"""The `leaklab` command: train | evaluate | audit | report | recipes | build-tiny.
+"""The `leaklab` command: train | evaluate | audit | report | recipes | keys | build-tiny.
 
 Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
-(unknown recipe key or value, bad arguments), each explained in one line per problem on stderr.
+(unknown recipe key or value, bad arguments), 130 interrupted; each explained in one line per problem on
+stderr (`leaklab.errors`), with the traceback only under --debug or LEAKLAB_DEBUG=1.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ USAGE = """usage: leaklab COMMAND [ARGS]
                                           (no ground truth: scores and their distributions)
   report RUN_DIR                          write RUN_DIR/report/ (markdown, CSV, plots) and print the table
   recipes                                 list the recipes with a one-line description
+  keys [recipe=NAME]                      every recipe key: type, value, meaning
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
+
+  COMMAND --help shows a command's arguments; --debug (or LEAKLAB_DEBUG=1) shows tracebacks.
 """
 
 
@@ -31,90 +35,137 @@ def _recipes() -> int:
     return 0
 
 
+HELP = {
+    "evaluate": """usage: leaklab evaluate RUN_DIR [--debug]
+
+Evaluate the base model (step 0) and every checkpoint of RUN_DIR that has no complete results yet, with
+the evaluations and detectors of RUN_DIR/recipe.yaml; then rebuild RUN_DIR/report/ and print the table.
+Results already in RUN_DIR/results.jsonl are kept; an interrupted evaluation is simply run again.
+""",
+    "audit": """usage: leaklab audit model=M benchmark=B [detectors=[..]] [key.sub=value ...] [--debug]
+
+Score a model leaklab did not train on a whole benchmark (no ground truth: per-sample scores, their
+distribution, and SrDetection's leakage rate with a bootstrap interval).
+
+  model=M        a hub name, a local directory or builtin:tiny (recipe key model.name_or_path)
+  benchmark=B    humaneval | humaneval_plus | mbpp_plus | apps | bigcodebench (data.benchmark);
+                 data.path=FILE takes a local copy
+  detectors=[..] detector specs (evaluate.detectors); default: those of tiny_cpt. Detectors that need a
+                 reference model (ref) are skipped unless evaluate.reference_model names one.
+  other keys     any recipe key (`leaklab keys`), e.g. data.max_samples=20 output_dir=audits
+
+example:
+  leaklab audit model=builtin:tiny benchmark=humaneval detectors=[ppl,mink]
+""",
+    "report": """usage: leaklab report RUN_DIR
+
+Write RUN_DIR/report/ (report.md, results.csv, one PNG per metric) from RUN_DIR/results.jsonl and print
+the AUROC and F1 tables. Nothing else in RUN_DIR changes.
+""",
+    "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...]
+
+List every recipe key with its type, its value (the recipe's, or the schema default without one) and
+what it means. Any key can be set on the command line of train and audit as key.sub=value.
+""",
+}
+
+
+def _keys(args: list[str]) -> int:
+    from leaklab.keys import describe_keys, format_keys
+    from leaklab.recipe import Recipe, load_recipe
+    from leaklab.train import parse_command_line
+
+    named = any(a.partition("=")[0] in ("recipe", "--recipe") for a in args)
+    recipe_name, overrides, _ = parse_command_line(args)
+    recipe = load_recipe(recipe_name, overrides) if named or overrides else Recipe()
+    print(format_keys(describe_keys(recipe)))
+    return 0
+
+
 def _build_tiny(args: list[str]) -> int:
     from leaklab.models.tiny import build_tiny_model
-    from leaklab.recipe import RecipeError, load_recipe
+    from leaklab.recipe import load_recipe
 
-    try:
-        recipe = load_recipe("tiny_cpt", [f"model.tiny.{a}" for a in args])
-    except RecipeError as err:
-        for line in err.problems:
-            print(f"leaklab: {line}", file=sys.stderr)
-        return 2
+    recipe = load_recipe("tiny_cpt", [f"model.tiny.{a}" for a in args])
     print(build_tiny_model(recipe.model.tiny))
     return 0
 
 
 def _audit(args: list[str]) -> int:
     from leaklab.audit import audit_model, audit_overrides
-    from leaklab.data.benchmarks import DataUnavailableError
-    from leaklab.models.load import ModelUnavailableError
-    from leaklab.recipe import RecipeError, load_recipe
+    from leaklab.recipe import load_recipe
+    from leaklab.train import preflight
 
     # The tiny recipe supplies the evaluation defaults; the audit names its own model and benchmark.
-    try:
-        recipe = load_recipe("tiny_cpt", ["name=audit", *audit_overrides(args)])
-    except RecipeError as err:
-        for line in err.problems:
-            print(f"leaklab: {line}", file=sys.stderr)
-        return 2
-    try:
-        audit_model(recipe)
-    except (DataUnavailableError, ModelUnavailableError) as err:
-        print(f"leaklab: {err}", file=sys.stderr)
-        return 1
+    recipe = load_recipe("tiny_cpt", ["name=audit", *audit_overrides(args)])
+    preflight(recipe)
+    audit_model(recipe)
     return 0
 
 
-def _run_dir_arg(args: list[str]) -> str | None:
+def _run_dir(command: str, args: list[str]) -> int:
+    from pathlib import Path
+
+    from leaklab.errors import InputError
+
     if len(args) != 1 or args[0].startswith("-"):
-        print("leaklab: expected one argument, the run directory", file=sys.stderr)
-        return None
-    return args[0]
+        raise InputError(
+            f"{command}: expected one argument, the run directory (see `leaklab {command} --help`)"
+        )
+    run_dir = args[0]
+    if not (Path(run_dir) / "recipe.yaml").exists():
+        raise InputError(f"{run_dir} is not a leaklab run directory (no recipe.yaml)")
+    if command == "evaluate":
+        from leaklab.evaluate import evaluate_run
+
+        evaluate_run(run_dir)
+    from leaklab.report import print_summary
+    from leaklab.rundir import RunDir
+
+    print_summary(RunDir(run_dir))
+    return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+COMMANDS = ("train", "evaluate", "audit", "report", "recipes", "keys", "build-tiny")
+
+
+def dispatch(argv: list[str]) -> int:
+    """One command; leaklab's errors propagate to `main`, which prints them."""
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
     command, args = argv[0], argv[1:]
+    if command in HELP and any(a in ("-h", "--help") for a in args):
+        print(HELP[command], end="")
+        return 0
     if command == "train":
-        from leaklab.train import main as train_main
+        from leaklab.train import command as train_command
 
-        return train_main(args)
+        return train_command(args)
     if command == "audit":
         return _audit(args)
     if command == "recipes":
         return _recipes()
+    if command == "keys":
+        return _keys(args)
     if command == "build-tiny":
         return _build_tiny(args)
     if command in ("evaluate", "report"):
-        run_dir = _run_dir_arg(args)
-        if run_dir is None:
-            return 2
-        from pathlib import Path
-
-        if not (Path(run_dir) / "recipe.yaml").exists():
-            print(f"leaklab: {run_dir} is not a leaklab run directory (no recipe.yaml)", file=sys.stderr)
-            return 2
-        if command == "evaluate":
-            from leaklab.evaluate import evaluate_run
-
-            evaluate_run(run_dir)
-        from leaklab.report import print_summary
-        from leaklab.rundir import RunDir
-
-        print_summary(RunDir(run_dir))
-        return 0
+        return _run_dir(command, args)
     import difflib
 
-    match = difflib.get_close_matches(
-        command, ["train", "evaluate", "audit", "report", "recipes", "build-tiny"], n=1
-    )
+    match = difflib.get_close_matches(command, COMMANDS, n=1)
     hint = f"; did you mean {match[0]!r}?" if match else ""
     print(f"leaklab: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
     return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The boundary: every error leaklab raises is printed here, once (`leaklab.errors.guarded`)."""
+    from leaklab.errors import debug_requested, guarded, strip_debug
+
+    argv = sys.argv[1:] if argv is None else argv
+    return guarded(lambda: dispatch(strip_debug(argv)), debug=debug_requested(argv))
 
 
 if __name__ == "__main__":

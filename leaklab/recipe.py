@@ -26,18 +26,22 @@ import yaml
 # (a test forbids import cycles). None of these imports torch.
 from leaklab.detectors import validate_specs
 from leaklab.detectors.srdetection import SrDetectionConfig
+from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.training.stages import STAGE_NAMES
 
 PACKAGE_RECIPES = Path(__file__).parent / "recipes"
 
 
-class RecipeError(ValueError):
+class RecipeError(InputError):
     """A recipe that cannot be used; `problems` holds one line per bad key or value."""
 
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("\n".join(problems))
+
+    def lines(self) -> list[str]:
+        return list(self.problems)
 
 
 # --------------------------------------------------------------------------- schema
@@ -47,16 +51,16 @@ class RecipeError(ValueError):
 class TinyModelConfig:
     """The builtin tiny model: trained from scratch on the builtin corpus, cached by these settings."""
 
-    vocab_size: int = 4096
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    intermediate_size: int = 384
-    context_length: int = 512
-    pretrain_steps: int = 400
-    batch_size: int = 8
-    learning_rate: float = 3e-3
-    seed: int = 0
+    vocab_size: int = 4096  # byte-level BPE vocabulary trained on the builtin corpus
+    hidden_size: int = 128  # width of the tiny model
+    num_layers: int = 2  # transformer blocks
+    num_heads: int = 4  # attention heads per block
+    intermediate_size: int = 384  # MLP width
+    context_length: int = 512  # longest sequence in tokens
+    pretrain_steps: int = 400  # optimizer steps of pre-training on the builtin corpus
+    batch_size: int = 8  # pre-training sequences per step
+    learning_rate: float = 3e-3  # pre-training learning rate
+    seed: int = 0  # random seed of this section
 
 
 @dataclass
@@ -64,8 +68,8 @@ class ModelConfig:
     # "builtin:tiny" builds (or reuses) the tiny model; anything else is a hub name or a local directory.
     name_or_path: str = "builtin:tiny"
     dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    trust_remote_code: bool = False
-    attn_implementation: str | None = None
+    trust_remote_code: bool = False  # run model code shipped with hub weights (only for models you trust)
+    attn_implementation: str | None = None  # e.g. sdpa, eager, flash_attention_2; None: transformers' choice
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
 
 
@@ -75,12 +79,12 @@ class DataConfig:
     # A local file or directory with the benchmark; None means the package-shipped copy or the hub.
     path: str | None = None
     hub_name: str | None = None  # e.g. codeparrot/apps; used only when `path` is None
-    split: str = "test"
+    split: str = "test"  # the benchmark split to load
     difficulty: list[str] | None = None  # APPS: introductory | interview | competition
     max_samples: int | None = None  # cap the number of tasks before the member / non-member split
     member_fraction: float = 0.5  # 1:1 members to non-members by default
     text_format: str = "prompt+solution"  # what is injected and scored
-    seed: int = 0
+    seed: int = 0  # random seed of this section
     # SrDetection's pre-filter (§3.2): before the split, drop every task whose original already has the
     # lowest perplexity of its variant set under the base model (variants as in evaluate.srdetection).
     # It applies to the tasks max_samples selected, so the run keeps that many minus the dropped ones.
@@ -92,52 +96,53 @@ class MixConfig:
     # Where the general ("web") text comes from: "builtin" (stdlib source + pydoc topics), a hub dataset
     # name, or a local file / directory of .txt / .jsonl / .py files.
     corpus: str = "builtin"
-    corpus_text_field: str = "text"
-    corpus_split: str = "train"
+    corpus_text_field: str = "text"  # the text column of a hub or JSONL corpus
+    corpus_split: str = "train"  # split of a hub corpus
     ratio: str = "1:5"  # code:web by tokens
-    max_seq_len: int = 256
-    seed: int = 0
+    max_seq_len: int = 256  # tokens per packed training block
+    seed: int = 0  # random seed of this section
 
 
 @dataclass
 class LoraConfig:
-    enabled: bool = True
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
+    enabled: bool = True  # train LoRA adapters instead of every weight
+    r: int = 16  # LoRA rank
+    alpha: int = 32  # LoRA scaling numerator (scale = alpha / r)
+    dropout: float = 0.05  # dropout on the LoRA path
+    # the modules that get LoRA adapters
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
 @dataclass
 class TrainConfig:
     stage: str = "cpt"  # a name in leaklab/training/stages.py: cpt (sft and rl come with later issues)
-    epochs: int = 3
-    learning_rate: float = 1e-4
-    lr_scheduler: str = "constant"
+    epochs: int = 3  # passes over the training mixture (at least 1)
+    learning_rate: float = 1e-4  # peak learning rate of the injection training
+    lr_scheduler: str = "constant"  # a transformers scheduler name: constant, linear, cosine, ...
     warmup_steps: float = 0.0  # a number of steps, or a fraction of all steps when < 1
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # AdamW weight decay
     batch_size: int = 32  # global: micro_batch_size x grad accumulation x processes
-    micro_batch_size: int = 8
+    micro_batch_size: int = 8  # sequences per device per forward pass
     save_every: str = "epoch"  # "epoch" or a number of optimizer steps
-    max_steps: int = -1
-    gradient_checkpointing: bool = False
-    bf16: bool = False
+    max_steps: int = -1  # stop after this many optimizer steps (-1: run all epochs)
+    gradient_checkpointing: bool = False  # recompute activations to save memory
+    bf16: bool = False  # train in bfloat16 mixed precision
     deepspeed: str | None = None  # path to a DeepSpeed JSON (launch/zero2.json, launch/zero3.json)
-    logging_steps: int = 10
+    logging_steps: int = 10  # log the training loss every this many steps
     lora: LoraConfig = field(default_factory=LoraConfig)
-    seed: int = 0
+    seed: int = 0  # random seed of this section
 
 
 @dataclass
 class EvaluateConfig:
     # Per-checkpoint evaluations (leaklab/evaluations/): detection now; mri, counterfactual, extraction next.
     evaluations: list[str] = field(default_factory=lambda: ["detection"])
-    detectors: list[str] = field(default_factory=lambda: ["ppl"])
-    every_checkpoint: bool = True
+    detectors: list[str] = field(default_factory=lambda: ["ppl"])  # detector specs, e.g. [ppl, mink:k=0.2]
+    every_checkpoint: bool = True  # evaluate each saved checkpoint during training
     base_model: bool = True  # evaluate the untrained model as step 0
     scoring_span: str = "text"  # text | solution (solution tokens only, conditioned on the prompt)
     batch_tokens: int = 8192  # token budget of one scoring batch (padded tokens)
-    dtype: str = "float32"
+    dtype: str = "float32"  # dtype the checkpoints are scored in
     # Tokens per forward pass; None: the model's context length. Longer texts are scored in sliding
     # windows (every token once, half a window of context) or truncated (the rest is counted, not scored).
     max_length: int | None = None
@@ -146,20 +151,20 @@ class EvaluateConfig:
     reference_model: str | None = None
     # DC-PDD's reference corpus for token frequencies: builtin (stdlib source + pydoc) or a corpus source.
     dcpdd_corpus: str = "builtin"
-    cv_folds: int = 5
+    cv_folds: int = 5  # folds of the cross-validated threshold (F1, accuracy)
     # Bootstrap resamples for the 95% intervals of every metric (AUROC, TPR@FPR, F1, leak rate; 0: none).
     n_bootstrap: int = 1000
-    seed: int = 0
+    seed: int = 0  # random seed of this section
     # Settings of the srdetection_gray / srdetection_black detectors.
     srdetection: SrDetectionConfig = field(default_factory=SrDetectionConfig)
 
 
 @dataclass
 class WandbConfig:
-    enabled: bool = True
+    enabled: bool = True  # log to Weights & Biases next to the local files
     mode: str = "offline"  # offline | online | disabled; offline runs upload later with `wandb sync`
-    project: str = "leaklab"
-    entity: str | None = None
+    project: str = "leaklab"  # W&B project
+    entity: str | None = None  # W&B team or user (None: your default)
     group: str | None = None  # W&B group: give the runs of one sweep the same (e.g. ratio_sweep)
 
 
@@ -170,13 +175,13 @@ class TrackingConfig:
 
 @dataclass
 class Recipe:
-    name: str = "unnamed"
-    description: str = ""
+    name: str = "unnamed"  # the recipe's name; the run directory starts with it
+    description: str = ""  # one line shown by `leaklab recipes`
     # Where runs go; the run directory is <output_dir>/<run_name>, and run_name defaults to the recipe name
     # plus a hash of the resolved settings, so re-running the same command finds (and resumes) the same run.
     output_dir: str = "runs"
-    run_name: str | None = None
-    seed: int = 0
+    run_name: str | None = None  # the run directory's name (None: recipe name + settings hash)
+    seed: int = 0  # random seed of this section
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     mix: MixConfig = field(default_factory=MixConfig)
@@ -256,6 +261,9 @@ def find_recipe(name_or_path: str) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.is_file():
         return path
+    if path.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        # A file name, not a recipe name: say the file is missing rather than suggest a recipe.
+        raise RecipeError([f"recipe: the file {name_or_path} does not exist (names: `leaklab recipes`)"])
     known = available_recipes()
     if name_or_path in known:
         return known[name_or_path]
@@ -422,7 +430,7 @@ def _validate(recipe: Recipe) -> list[str]:
     save = recipe.train.save_every
     if save != "epoch" and not (save.isdigit() and int(save) > 0):
         problems.append(f"train.save_every: 'epoch' or a positive number of steps, got {save!r}")
-    if recipe.train.batch_size % recipe.train.micro_batch_size:
+    if recipe.train.micro_batch_size > 0 and recipe.train.batch_size % recipe.train.micro_batch_size:
         problems.append(
             f"train.batch_size: {recipe.train.batch_size} is not a multiple of train.micro_batch_size "
             f"{recipe.train.micro_batch_size}"
@@ -436,6 +444,11 @@ def _validate(recipe: Recipe) -> list[str]:
     problems.extend(
         f"evaluate.detectors: {p}" for p in validate_specs(recipe.evaluate.detectors, recipe.evaluate)
     )
+    for key in ("train.epochs", "train.batch_size", "train.micro_batch_size", "mix.max_seq_len"):
+        if get_key(recipe, key) < 1:
+            problems.append(f"{key}: must be at least 1, got {get_key(recipe, key)}")
+    if recipe.train.learning_rate <= 0:
+        problems.append(f"train.learning_rate: must be positive, got {recipe.train.learning_rate}")
     if recipe.evaluate.cv_folds < 2:
         problems.append("evaluate.cv_folds: need at least 2 folds")
     problems.extend(_validate_srdetection(recipe))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,19 +43,38 @@ def cache_root() -> Path:
     return Path(os.environ.get("LEAKLAB_CACHE", Path.home() / ".cache" / "leaklab")).expanduser()
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it (Linux reports it in /proc); else set and restore."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = "wb" if isinstance(data, bytes) else "w"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp creates the file owner-only (0600); a run file gets what open() would give it, the
+        # user's umask, so collaborators can read a shared results directory.
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, mode) as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.filename is None and err.errno:
+            # A full disk reports no file name; the user needs to know which write failed.
+            raise OSError(err.errno, err.strerror, str(path)) from err
         raise
 
 
@@ -88,14 +108,24 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         return []
     rows = []
     with path.open("rb") as f:
-        for line in f:
+        for n, line in enumerate(f, 1):
             if not line.endswith(b"\n"):
                 break  # torn tail from an interrupted append
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                _warn_once(f"{path}:{n} is not a JSON row; skipped (the file is left as it is)")
     return rows
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A damaged line is read many times per command; say so once per process."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"leaklab: warning: {message}", file=sys.stderr)
 
 
 def _repair_tail(path: Path) -> None:

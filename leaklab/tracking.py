@@ -4,6 +4,12 @@ The local files (`results.jsonl`, `scores/`) are the record; W&B is a view of th
 default so nothing reaches the network; `wandb sync <run>/wandb/offline-run-*` uploads them later.
 The W&B run id is kept in the run directory, so a resumed run continues the same W&B run. Metrics are
 logged against `train/global_step`, the same step axis the HF Trainer uses for the training loss.
+
+Offline, W&B cannot resume: every start writes a new `offline-run-*` directory whose history begins again
+at _step 0, and `wandb sync` of several of them does not merge them (wandb/wandb#3841). So a resumed
+offline run keeps one directory: the earlier ones move to `wandb/superseded/` (kept, not synced by
+`wandb sync <run>/wandb/offline-run-*`), and the new one first replays every row of results.jsonl, so it
+holds the whole history.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ def start(recipe: Recipe, run_dir: Path, is_main_process: bool = True):
     id_file = run_dir / "wandb_id.txt"
     run_id = id_file.read_text().strip() if id_file.exists() else _new_run_id()
     id_file.write_text(run_id + "\n")
+    earlier = _supersede_offline_runs(run_dir, run_id) if cfg.mode == "offline" else []
     _run = wandb.init(
         project=cfg.project,
         entity=cfg.entity,
@@ -45,7 +52,37 @@ def start(recipe: Recipe, run_dir: Path, is_main_process: bool = True):
     )
     _run.define_metric("train/global_step")
     _run.define_metric("*", step_metric="train/global_step", step_sync=True)
+    if earlier:
+        _replay(run_dir / "results.jsonl")
     return _run
+
+
+def _supersede_offline_runs(run_dir: Path, run_id: str) -> list[Path]:
+    """Move this run's earlier offline directories to wandb/superseded/; the moved paths."""
+    moved = []
+    superseded = run_dir / "wandb" / "superseded"
+    for old in sorted((run_dir / "wandb").glob(f"offline-run-*-{run_id}*")):
+        superseded.mkdir(parents=True, exist_ok=True)
+        target, n = superseded / old.name, 1
+        while target.exists():  # two starts within one second get the same directory name
+            target, n = superseded / f"{old.name}.{n}", n + 1
+        moved.append(old.rename(target))
+    return moved
+
+
+def _replay(results: Path) -> None:
+    """Every row already in results.jsonl, logged again as the live run logged it."""
+    from leaklab.rundir import read_rows
+
+    rows = read_rows(results)
+    training: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row.get("evaluation") == "training" and row.get("value") is not None:
+            # The HF Trainer's W&B callback names its logs train/<key>.
+            training.setdefault(row["step"], {})[f"train/{row['metric']}"] = row["value"]
+    for step, metrics in sorted(training.items()):
+        log_metrics(metrics, step)
+    log_rows([r for r in rows if r.get("evaluation") != "training"])
 
 
 def _new_run_id() -> str:

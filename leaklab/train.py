@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import sys
 
-from leaklab.recipe import RecipeError, load_recipe
+from leaklab.errors import debug_requested, guarded, strip_debug
+from leaklab.recipe import get_key, load_recipe
 
 
 def parse_command_line(argv: list[str]) -> tuple[str, list[str], bool]:
@@ -30,28 +31,75 @@ def parse_command_line(argv: list[str]) -> tuple[str, list[str], bool]:
     return recipe_name, overrides, print_config
 
 
+HELP = """usage: leaklab train [recipe=NAME|FILE.yaml] [key.sub=value ...] [print_config=true] [--debug]
+
+Train the recipe's model on its benchmark's members mixed with general text, evaluating every checkpoint;
+the run directory is <output_dir>/<recipe name>-<settings hash>, and the same command again resumes it.
+
+  recipe=NAME        a recipe from `leaklab recipes` or a YAML file (default tiny_cpt)
+  key.sub=value      override any recipe key; `leaklab keys recipe=NAME` lists them with their values
+  print_config=true  print the resolved recipe and exit
+  --debug            show the traceback of an error (also LEAKLAB_DEBUG=1)
+
+examples:
+  leaklab train recipe=tiny_cpt train.epochs=2
+  leaklab train recipe=humaneval_cpt model.name_or_path=/models/Qwen2.5-0.5B data.max_samples=40
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """`leaklab train ...` and `accelerate launch leaklab/train.py ...`: errors become one line + exit code."""
     argv = sys.argv[1:] if argv is None else argv
+    return guarded(lambda: command(strip_debug(argv)), debug=debug_requested(argv))
+
+
+def command(argv: list[str]) -> int:
+    """The train command; raises leaklab's errors (the caller prints them)."""
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(HELP, end="")
+        return 0
     recipe_name, overrides, print_config = parse_command_line(argv)
-    try:
-        recipe = load_recipe(recipe_name, overrides)
-    except RecipeError as err:
-        for line in err.problems:
-            print(f"leaklab: {line}", file=sys.stderr)
-        return 2
+    recipe = load_recipe(recipe_name, overrides)
     if print_config:
         from leaklab.recipe import to_yaml
 
         print(to_yaml(recipe), end="")
         return 0
-    from leaklab.data.benchmarks import DataUnavailableError
-    from leaklab.models.load import ModelUnavailableError
+    preflight(recipe)
+    return run_training(recipe)
 
-    try:
-        return run_training(recipe)
-    except (DataUnavailableError, ModelUnavailableError) as err:
-        print(f"leaklab: {err}", file=sys.stderr)
-        return 1
+
+def _looks_local(name: str) -> bool:
+    """A path rather than a hub id: absolute, explicitly relative, home-relative, or present on disk."""
+    return name.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(name))
+
+
+def preflight(recipe) -> None:
+    """Every check that needs only the recipe, before anything is loaded or written: local paths the
+    recipe names exist, and the output directory can be created."""
+    from pathlib import Path
+
+    from leaklab.errors import InputError, UnavailableError
+
+    for key in (
+        "model.name_or_path",
+        "evaluate.reference_model",
+        "data.path",
+        "train.deepspeed",
+        "mix.corpus",
+    ):
+        value = get_key(recipe, key)
+        local = value and (key in ("data.path", "train.deepspeed") or _looks_local(value))
+        if local and not Path(value).expanduser().exists():
+            raise UnavailableError(f"{key}: {value} does not exist (a local path; check the spelling)")
+    out = Path(recipe.output_dir).expanduser().absolute()
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    if not existing.is_dir():
+        raise InputError(f"output_dir: {recipe.output_dir} cannot be created: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise InputError(
+            f"output_dir: {recipe.output_dir} is not writable (no write permission on {existing})"
+        )
 
 
 def run_training(recipe) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from leaklab.data.benchmarks import (
+    DataFormatError,
     DataUnavailableError,
     load_apps,
     load_benchmark,
@@ -112,12 +113,12 @@ def test_apps_difficulty_filter():
 
 def test_rows_in_another_schema_are_named(tmp_path):
     (tmp_path / "rows.jsonl").write_text(json.dumps({"id": 1, "text": "not APPS"}) + "\n")
-    with pytest.raises(DataUnavailableError, match="lacks problem_id, question"):
+    with pytest.raises(DataFormatError, match="rows.jsonl:1: missing field.s. problem_id, question"):
         load_apps(path=tmp_path)
-    with pytest.raises(DataUnavailableError, match="lacks task_id, complete_prompt"):
+    with pytest.raises(DataFormatError, match="missing field.s. task_id, complete_prompt"):
         load_bigcodebench(path=tmp_path)
     (tmp_path / "rows.jsonl").write_text("{not json\n")
-    with pytest.raises(DataUnavailableError, match="rows.jsonl:1 is not valid JSON"):
+    with pytest.raises(DataFormatError, match="rows.jsonl:1: not valid JSON"):
         load_apps(path=tmp_path)
 
 
@@ -172,10 +173,10 @@ def test_registry_errors(tmp_path):
         "prompt": "def f():\n",
         "canonical_solution": "    return 1\n",
         "entry_point": "f",
-        "test": "",
+        "test": "def check(candidate):\n    assert candidate() == 1\n",
     }
     twice.write_text((json.dumps(row) + "\n") * 2)
-    with pytest.raises(ValueError, match="duplicate task ids"):
+    with pytest.raises(DataFormatError, match="duplicate task id.s. 'X/0'"):
         load_benchmark("humaneval", path=twice)
 
 

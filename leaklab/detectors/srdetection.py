@@ -189,13 +189,13 @@ class SrDetectionConfig:
     min_variants: int = 2
     verify: bool = True  # run the benchmark's own tests on every variant (in the sandbox); drop failures
     replace_examples: bool = True  # tau_t: new example inputs, outputs from the canonical solution
-    sandbox_workers: int = 2
+    sandbox_workers: int = 2  # sandbox processes that verify variants in parallel
     sandbox_timeout_s: float = 10.0  # per test run
     # Black box: the greedy continuation of a prefix is compared with the true suffix. The cut is at
     # `prefix_fraction` of the tokens of the solution (`split: solution`, the prompt always stays in the
     # prefix) or of the whole text (`split: text`); the paper does not say where it cut.
     split: str = "solution"
-    prefix_fraction: float = 0.5
+    prefix_fraction: float = 0.5  # where the black box cuts prefix from suffix (see split)
     ngram: int = 7  # N of the N-gram overlap, in tokens (App. A.1)
     max_new_tokens: int = 128  # suffixes longer than this are compared on their first max_new_tokens
     generation_batch_size: int = 64  # rows decoded together

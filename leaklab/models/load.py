@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from leaklab.errors import UnavailableError
 from leaklab.recipe import ModelConfig
 
 BUILTIN_TINY = "builtin:tiny"
@@ -16,8 +17,27 @@ BUILTIN_TINY = "builtin:tiny"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-class ModelUnavailableError(RuntimeError):
+class ModelUnavailableError(UnavailableError):
     """Weights that are neither local nor reachable; the message says how to get them."""
+
+
+def _unavailable(path: str, what: str, err: Exception, key: str) -> ModelUnavailableError:
+    """The one message for a model or tokenizer that cannot be loaded: a missing local path, or a hub id
+    that cannot be fetched here (offline, misspelt, gated), with what to download and which key to set."""
+    first = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    if Path(path).exists():
+        return ModelUnavailableError(
+            f"{key}: {path} exists but holds no loadable {what} ({first[:200]})\n"
+            f"a model directory needs config.json, the weights and the tokenizer files"
+        )
+    if path.startswith(("/", "./", "../", "~")):
+        return ModelUnavailableError(f"{key}: {path} does not exist (a local model directory)")
+    local = f"models/{path.split('/')[-1]}"
+    return ModelUnavailableError(
+        f"{key}: could not load the {what} of {path!r} from the hub (offline, misspelt or gated?)\n"
+        f"download it where there is network: `hf download {path} --local-dir {local}`, "
+        f"then set {key}={local} (a local directory)"
+    )
 
 
 def resolve_model_path(cfg: ModelConfig, log=print) -> str:
@@ -38,17 +58,26 @@ def torch_dtype(name: str) -> torch.dtype | str:
     return _DTYPES[name]
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False):
+def load_tokenizer(path: str, trust_remote_code: bool = False, key: str = "model.name_or_path"):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as err:
+        raise _unavailable(path, "tokenizer", err, key) from err
     if tokenizer.pad_token is None:
         # Causal LMs often ship without a pad token; padding is always masked, so EOS is a safe stand-in.
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def load_model(path: str, dtype: str = "auto", trust_remote_code: bool = False, attn_implementation=None):
+def load_model(
+    path: str,
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    attn_implementation=None,
+    key: str = "model.name_or_path",
+):
     from transformers import AutoModelForCausalLM
 
     try:
@@ -58,14 +87,8 @@ def load_model(path: str, dtype: str = "auto", trust_remote_code: bool = False, 
             trust_remote_code=trust_remote_code,
             attn_implementation=attn_implementation,
         )
-    except OSError as err:
-        if Path(path).exists():
-            raise
-        raise ModelUnavailableError(
-            f"could not load the model {path!r}: {err}\n"
-            f"  Download the weights where there is network (e.g. `hf download {path} --local-dir "
-            f"models/{path.split('/')[-1]}`), then set model.name_or_path=/path/to/that/directory."
-        ) from err
+    except (OSError, ValueError) as err:
+        raise _unavailable(path, "model", err, key) from err
 
 
 def load_model_and_tokenizer(cfg: ModelConfig, log=print):
@@ -78,9 +101,16 @@ def load_model_and_tokenizer(cfg: ModelConfig, log=print):
 def load_checkpoint(checkpoint: str | Path, base_path: str, cfg: ModelConfig):
     """A saved checkpoint as a model: base + adapter for LoRA checkpoints, the weights themselves otherwise."""
     checkpoint = Path(checkpoint)
+    if not checkpoint.is_dir():
+        raise ModelUnavailableError(
+            f"checkpoint {checkpoint} is gone (deleted while the run was being evaluated?); results "
+            f"written so far are kept: run `leaklab evaluate {checkpoint.parent.parent}` for what remains"
+        )
     if (checkpoint / "adapter_config.json").exists():
         from peft import PeftModel
 
         base = load_model(base_path, cfg.dtype, cfg.trust_remote_code, cfg.attn_implementation)
         return PeftModel.from_pretrained(base, checkpoint)
-    return load_model(str(checkpoint), cfg.dtype, cfg.trust_remote_code, cfg.attn_implementation)
+    return load_model(
+        str(checkpoint), cfg.dtype, cfg.trust_remote_code, cfg.attn_implementation, key="checkpoint"
+    )

@@ -15,15 +15,14 @@ import json
 import math
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from leaklab.data.corpora import builtin_corpus_texts
+from leaklab.progress import Progress
 from leaklab.recipe import TinyModelConfig
 from leaklab.rundir import cache_root
 
@@ -144,14 +143,9 @@ def build_tiny_model(
     )
     warmup = max(1, cfg.pretrain_steps // 20)
     model.train()
-    # A bar a person can read in a terminal, and a line every 15 s in a log file.
-    bar = tqdm(
-        range(cfg.pretrain_steps),
-        desc="pretraining tiny model",
-        unit="step",
-        mininterval=0.5 if sys.stderr.isatty() else 15,
-    )
-    for step in bar:
+    # A bar a person can read in a terminal, and a line every 15 s or 10% in a log file.
+    bar = Progress(cfg.pretrain_steps, "pretraining tiny model", unit="step", every_s=15)
+    for step in range(cfg.pretrain_steps):
         lr_scale = (
             (step + 1) / warmup
             if step < warmup
@@ -169,7 +163,9 @@ def build_tiny_model(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if step % 20 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            bar.set_postfix(f"loss={loss.item():.3f}")
+        bar.update()
+    bar.close()
 
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

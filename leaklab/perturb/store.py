@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.tasks import Task
+from leaklab.errors import UnavailableError
 from leaklab.perturb.examples import RunError
 from leaklab.perturb.variants import Variant, VariantSet, make_variants
+from leaklab.progress import Progress
 from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
 
 # Task fields a variant may change (rename_task, replace_examples); the rest are the original's.
@@ -108,8 +110,15 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print) -> list[VariantSet
                 transform_examples=cfg.replace_examples,
             )
 
-        with ThreadPoolExecutor(max_workers=2 * cfg.sandbox_workers) as pool:
-            return list(pool.map(one, tasks))
+        with (
+            ThreadPoolExecutor(max_workers=2 * cfg.sandbox_workers) as pool,
+            Progress(len(tasks), "building SrDetection variants", unit="task") as progress,
+        ):
+            sets = []
+            for variant_set in pool.map(one, tasks):
+                sets.append(variant_set)
+                progress.update()
+            return sets
 
     if needs_sandbox:
         from leaklab.execution.sandbox import Sandbox
@@ -117,7 +126,7 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print) -> list[VariantSet
         try:
             sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.sandbox_timeout_s)
         except RuntimeError as err:
-            raise RuntimeError(
+            raise UnavailableError(
                 f"{err}\n  SrDetection runs the benchmark's code to verify variants and replace examples; "
                 "without a sandbox set evaluate.srdetection.verify=false and "
                 "evaluate.srdetection.replace_examples=false (unverified, renaming only)"

@@ -39,6 +39,8 @@ from typing import Any, Protocol
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from leaklab.progress import Progress
+
 
 @dataclass(frozen=True)
 class Completion:
@@ -204,12 +206,14 @@ class HFGenerator:
             order.sort(key=lambda r: len(encoded[rows[r][0]]))
         generator = torch.Generator(device=self.device).manual_seed(seed)
         done: dict[int, Completion] = {}
-        for start in range(0, len(order), self.batch_size):
-            group = order[start : start + self.batch_size]
-            outs = self._decode_group(
-                [encoded[rows[r][0]] for r in group], max_new_tokens, stop, temperature, generator
-            )
-            done.update(zip(group, outs))
+        with Progress(len(order), "generation", unit="row", leave=False) as progress:
+            for start in range(0, len(order), self.batch_size):
+                group = order[start : start + self.batch_size]
+                outs = self._decode_group(
+                    [encoded[rows[r][0]] for r in group], max_new_tokens, stop, temperature, generator
+                )
+                done.update(zip(group, outs))
+                progress.update(len(group))
         results: list[list[Completion]] = [[] for _ in prompts]
         for r, (i, _) in enumerate(rows):
             results[i].append(done[r])

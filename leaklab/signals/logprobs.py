@@ -63,6 +63,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from leaklab.progress import Progress, say_once
+
 log = logging.getLogger(__name__)
 
 DISTRIBUTION_EPS = 0.0  # variances are clamped at zero; detectors decide how to divide by them
@@ -82,7 +84,7 @@ class ScoringSettings:
     long_texts: str = "window"  # window | truncate
     row_chunk: int = 512  # hidden states per head block
     logit_chunk: int = 1 << 20  # logits per block (row_chunk x vocabulary slice), float32: 4 MiB
-    progress: bool | None = None  # tqdm bar; None: only on a terminal
+    progress: bool | None = None  # False: silent; else a bar on a terminal, a line per 30 s / 10% in a log
 
     @classmethod
     def from_config(cls, config: Any = None) -> ScoringSettings:
@@ -663,7 +665,9 @@ def compute_token_stats(
             results[i] = stats
     n_empty = sum(r.n == 0 for r in results)
     if n_windowed or n_truncated:
-        log.warning(
+        # Every detector of every checkpoint scores the same texts: the same line once, not 28 times.
+        say_once(
+            log,
             "%d of %d texts were longer than the context (%d tokens): %s",
             n_windowed + n_truncated,
             len(texts),
@@ -706,8 +710,6 @@ def _run_segments(
     segments: list[_Segment], model, tokenizer, device, settings: ScoringSettings, distribution: bool
 ) -> dict[tuple[int, int], list[np.ndarray | None]]:
     """Forward all segments in token-budget batches; results by (text index, window index)."""
-    from tqdm.auto import tqdm
-
     out: dict[tuple[int, int], list[np.ndarray | None]] = {}
     if not segments:
         return out
@@ -718,8 +720,9 @@ def _run_segments(
         with torch.inference_mode():
             split = _split_model(model, device)
             total = sum(len(s.ids) for s in segments)
-            disable = None if settings.progress is None else not settings.progress
-            with tqdm(total=total, unit="tok", desc="token statistics", disable=disable, leave=False) as bar:
+            # A bar on a terminal; in a log file a line every 30 s or 10% (`progress: false`: silent).
+            enabled = settings.progress is not False
+            with Progress(total, "token statistics", unit="tok", enabled=enabled, leave=False) as bar:
                 for batch in _batches(segments, settings.batch_tokens):
                     values = _forward_batch(batch, model, split, device, pad_id, settings, distribution)
                     offset = 0

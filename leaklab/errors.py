@@ -1,0 +1,90 @@
+"""leaklab's own errors for what a user can fix, and the one place they become a message and an exit code.
+
+Two kinds, by what the user does next:
+  - `InputError` (exit 2): the input is wrong (a recipe key or value, a benchmark file's contents, a
+    detector setting, a run directory that holds another run); the message names the input.
+  - `UnavailableError` (exit 1): the input is fine but something it names cannot be had here (weights or
+    a dataset that is neither local nor reachable, a missing optional extra, a checkpoint that is gone);
+    the message says what to download or install and which recipe key takes a local path.
+
+`guarded(fn)` is the boundary: the command line (`leaklab ...` and `accelerate launch leaklab/train.py`)
+calls its command through it, so every error above is printed once, as `leaklab: <line>` lines on stderr,
+with no traceback unless `--debug` or LEAKLAB_DEBUG=1 asks for one. Errors of the machine (a full disk,
+a directory that cannot be written) are OSErrors and are printed the same way with exit 1; an interrupt
+exits 130. Anything else is a bug and keeps its traceback.
+
+This module imports nothing from leaklab, so every layer may raise these.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+DEBUG_ENV = "LEAKLAB_DEBUG"
+
+
+class LeaklabError(Exception):
+    """A problem the user can fix; `lines` is what is printed, one problem or hint per line."""
+
+    exit_code = 1
+
+    def lines(self) -> list[str]:
+        return [line for line in str(self).splitlines() if line.strip()]
+
+
+class InputError(LeaklabError, ValueError):
+    """Bad input: a recipe key or value, a data file's contents, a run directory that holds another run."""
+
+    exit_code = 2
+
+
+class UnavailableError(LeaklabError, RuntimeError):
+    """Something the input names cannot be had here; the message says how to get it."""
+
+    exit_code = 1
+
+
+def debug_requested(argv: list[str] | None = None) -> bool:
+    return "--debug" in (argv or []) or os.environ.get(DEBUG_ENV, "").lower() in ("1", "true", "yes")
+
+
+def strip_debug(argv: list[str]) -> list[str]:
+    return [a for a in argv if a != "--debug"]
+
+
+def _say(lines: list[str]) -> None:
+    for line in lines:
+        print(f"leaklab: {line.strip()}", file=sys.stderr)
+
+
+def guarded(fn: Callable[[], int], debug: bool = False) -> int:
+    """Run a command; turn leaklab's errors, OS errors and interrupts into lines on stderr + an exit code."""
+    debug = debug or debug_requested()
+    try:
+        return fn()
+    except LeaklabError as err:
+        if debug:
+            traceback.print_exc()
+        _say(err.lines())
+        return err.exit_code
+    except OSError as err:
+        # The machine, not the input: a full disk, a path that cannot be written or read.
+        if debug:
+            traceback.print_exc()
+        what = err.strerror or type(err).__name__
+        where = f": {err.filename}" if err.filename else (f": {err}" if not err.strerror else "")
+        _say([f"{what}{where} (run again with --debug for the traceback)"])
+        return 1
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        _say(
+            [
+                "interrupted; every file written so far is complete (writes are atomic), "
+                "so running the same command again continues"
+            ]
+        )
+        return 130

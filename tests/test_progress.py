@@ -1,0 +1,58 @@
+"""Progress in a log file: nothing for a short phase, then a line every `every_s` seconds or 10%, and a
+closing line; a repeated warning is said once and counted."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+import leaklab.progress as progress
+from leaklab.progress import Progress, say_once
+
+
+def test_off_a_terminal_a_line_per_interval_or_tenth_and_a_closing_line(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    with Progress(100, "scoring", unit="tok", every_s=30, tty=False, stream=out) as p:
+        for t in range(10):  # 10 units a second: 10 s, nothing yet
+            clock[0] = t + 1.0
+            p.update(1)
+        assert out.getvalue() == ""
+        clock[0] = 31.0
+        p.update(20)  # 30 done at 31 s: the first line
+        clock[0] = 32.0
+        p.update(5)  # 35%: less than 10% more, and 1 s since the last line: nothing
+        p.update(5)  # 40%: 10% more than the last line
+        clock[0] = 70.0
+        p.update(1)  # 41%, but 38 s since the last line
+    lines = out.getvalue().splitlines()
+    assert [line.split(": ")[1].split()[0] for line in lines] == ["30%", "40%", "41%", "done"]
+    assert lines[0].startswith("[leaklab] scoring: 30% 30/100 tok in 31s")
+    assert lines[-1] == "[leaklab] scoring: done 41/100 tok in 70s"
+
+
+def test_a_short_phase_prints_nothing_and_disabled_prints_nothing(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    with Progress(10, "quick", tty=False, stream=out) as p:
+        clock[0] = 5.0
+        p.update(10)
+    with Progress(10, "off", tty=False, stream=out, enabled=False) as p:
+        clock[0] = 100.0
+        p.update(10)
+    assert out.getvalue() == ""
+
+
+def test_a_repeated_warning_is_said_once_and_counted(caplog):
+    log = logging.getLogger("leaklab.test_progress")
+    with caplog.at_level(logging.WARNING):
+        said = [say_once(log, "%d of %d texts were longer than the context", 2, 7164) for _ in range(28)]
+        say_once(log, "%d of %d texts were longer than the context", 3, 7164)
+    assert said == [True] + [False] * 27
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "2 of 7164 texts were longer than the context",
+        "3 of 7164 texts were longer than the context",
+    ]
+    assert progress.repeats()["2 of 7164 texts were longer than the context"] == 27
