@@ -724,6 +724,11 @@ def _children(pid: int | None = None) -> list[int]:
     return kids
 
 
+def children(pid: int) -> list[int]:
+    """The children of `pid`, zombies included."""
+    return _children(pid)
+
+
 def live_children() -> list[int]:
     """The calling process's children that have not exited."""
     return [p for p in _children() if not _is_zombie(p)]

@@ -572,10 +572,11 @@ class Worker:
             # init, so the sweep above found them all; this is a second net, cast only on a catch.
             isolation.kill_uid(self.uids[0])
             isolation.reap_everything(keep)
-            # The init reaps what died under it; wait, so the next run starts with none of them.
-            deadline = time.monotonic() + 2.0
-            while isolation.live_descendants(list(self.init)) and time.monotonic() < deadline:
-                time.sleep(0.001)
+        # The init reaps what died under it; wait until it has, so that the next run starts without
+        # them (not even as zombies in its /proc, or in its uid's process count).
+        deadline = time.monotonic() + 2.0
+        while self.init and isolation.children(self.init[0]) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def serve(self, job: dict[str, Any], out_fd: int) -> None:
         """Run a job and write the reply, private streams straight from their buffers."""
