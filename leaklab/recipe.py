@@ -28,6 +28,8 @@ from leaklab.detectors import validate_specs
 from leaklab.detectors.srdetection import SrDetectionConfig
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
+from leaklab.evaluations.accuracy import AccuracyConfig
+from leaklab.evaluations.accuracy import validate_config as validate_accuracy
 from leaklab.training.stages import STAGE_NAMES
 
 PACKAGE_RECIPES = Path(__file__).parent / "recipes"
@@ -114,6 +116,20 @@ class LoraConfig:
 
 
 @dataclass
+class SftConfig:
+    """`train.sft`: the sft stage (leaklab/training/sft.py)."""
+
+    format: str = "auto"  # auto | completion | chat (auto: chat when the tokenizer has a chat template)
+    max_length: int | None = None  # tokens per example (longer ones are cut); None: the model's context
+    # Other instruction data mixed in: a local JSONL (prompt/completion or instruction/output) or a hub dataset.
+    mix_with: str | None = None
+    mix_ratio: float = 0.0  # examples of mix_with per member example (0: members only)
+    mix_split: str = "train"  # split of a hub mix_with dataset
+    validation: bool = True  # validation loss on the non-members at every save
+    validation_max_tasks: int = 256  # at most this many non-members in the validation loss
+
+
+@dataclass
 class TrainConfig:
     stage: str = "cpt"  # a name in leaklab/training/stages.py: cpt (sft and rl come with later issues)
     epochs: int = 3  # passes over the training mixture (at least 1)
@@ -130,6 +146,7 @@ class TrainConfig:
     deepspeed: str | None = None  # path to a DeepSpeed JSON (launch/zero2.json, launch/zero3.json)
     logging_steps: int = 10  # log the training loss every this many steps
     lora: LoraConfig = field(default_factory=LoraConfig)
+    sft: SftConfig = field(default_factory=SftConfig)  # stage sft: format, mixing, validation
     seed: int = 0  # random seed of this section
 
 
@@ -157,6 +174,8 @@ class EvaluateConfig:
     seed: int = 0  # random seed of this section
     # Settings of the srdetection_gray / srdetection_black detectors.
     srdetection: SrDetectionConfig = field(default_factory=SrDetectionConfig)
+    # Settings of the accuracy evaluation (pass@1 greedy, pass@k sampled).
+    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
 
 
 @dataclass
@@ -196,6 +215,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.benchmark": ("humaneval", "apps", "humaneval_plus", "mbpp_plus", "bigcodebench", "synthetic"),
     "data.text_format": ("prompt+solution", "solution", "prompt"),
     "train.stage": STAGE_NAMES,
+    "train.sft.format": ("auto", "completion", "chat"),
+    "evaluate.accuracy.format": ("auto", "completion", "chat"),
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
@@ -449,6 +470,9 @@ def _validate(recipe: Recipe) -> list[str]:
             problems.append(f"{key}: must be at least 1, got {get_key(recipe, key)}")
     if recipe.train.learning_rate <= 0:
         problems.append(f"train.learning_rate: must be positive, got {recipe.train.learning_rate}")
+    problems.extend(validate_accuracy(recipe.evaluate.accuracy))
+    if recipe.train.sft.mix_ratio < 0 or recipe.train.sft.validation_max_tasks < 1:
+        problems.append("train.sft: mix_ratio must be >= 0 and validation_max_tasks >= 1")
     if recipe.evaluate.cv_folds < 2:
         problems.append("evaluate.cv_folds: need at least 2 folds")
     problems.extend(_validate_srdetection(recipe))

@@ -1,6 +1,7 @@
 """Per-checkpoint evaluations, one module each, registered here (see `base.py` for the interface).
 
   detection   every detector of `evaluate.detectors` against the manifest's ground truth
+  accuracy    pass@1 (greedy) and pass@k (sampled) on members and non-members, run in the sandbox
 
 A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
 here with a class like `detection.Detection`, one line in EVALUATIONS, and a test.
@@ -8,8 +9,10 @@ here with a class like `detection.Detection`, one line in EVALUATIONS, and a tes
 
 from __future__ import annotations
 
+from leaklab.evaluations.accuracy import Accuracy
 from leaklab.evaluations.detection import Detection
 
 EVALUATIONS: dict[str, type] = {
     "detection": Detection,
+    "accuracy": Accuracy,
 }

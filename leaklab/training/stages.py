@@ -48,6 +48,9 @@ class Stage:
 
 STAGES: dict[str, Stage] = {
     "cpt": Stage("cpt", "leaklab.training.cpt", "continued pretraining on members packed with corpus text"),
+    "sft": Stage(
+        "sft", "leaklab.training.sft", "supervised fine-tuning on members (prompt -> solution), TRL"
+    ),
 }
 
 # What `train.stage` may be; recipe validation reads this.

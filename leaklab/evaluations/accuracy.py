@@ -1,0 +1,295 @@
+"""Accuracy: pass@1 (greedy) and pass@k (sampled) of every checkpoint, on members and non-members apart.
+
+The model is asked each task as the sft stage taught it (`leaklab/data/prompting.py`: a base model
+continues the prompt, a chat model gets the chat template), through the batched generation engine
+(`leaklab/signals/generation.py`); the code is read back from the reply (`extract_code`) and run against
+the task's tests in the sandbox. A reply with no code to read is counted (`n_extraction_failed`), never
+raised, and fails its task.
+
+Rows (`column` = members | non_members | all | gap):
+  pass@1                  greedy decoding, mean over tasks; `gap` = members - non_members (accuracy
+                          inflated by leakage when positive)
+  pass@K                  for K in `evaluate.accuracy.ks` (K <= n_samples), the unbiased estimator
+                          1 - C(n-c, K) / C(n, K) over `n_samples` sampled completions per task
+  n_tasks, n_passed, n_failed, n_timeout, n_error, n_extraction_failed, n_syntax_error   greedy counts
+Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was extracted, its verdict and
+reason, and the sampled n / c.
+
+Generations and verdicts are cached under <run>/cache/executions/accuracy/, one file per model
+fingerprint and settings, so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither
+generates nor executes anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, EvalContext, EvalOutput
+
+SIDES = ("members", "non_members", "all")
+
+
+@dataclass
+class AccuracyConfig:
+    """`evaluate.accuracy` in a recipe."""
+
+    format: str = "auto"  # auto | completion | chat: how the model is asked (auto: chat if it has a template)
+    ks: list[int] = field(default_factory=lambda: [1, 5])  # pass@k from samples, for k <= n_samples
+    n_samples: int = 0  # sampled completions per task for pass@k (0: greedy pass@1 only)
+    temperature: float = 0.8  # sampling temperature of the pass@k samples
+    top_p: float = 0.95  # nucleus sampling of the pass@k samples
+    max_new_tokens: int = 128  # longest reply
+    batch_size: int = 64  # rows decoded together
+    max_tasks: int | None = None  # evaluate at most this many members and this many non-members
+    sandbox_workers: int = 2  # processes that run the tests
+    timeout_s: float = 5.0  # per program
+    seed: int = 0  # random seed of the samples
+
+
+def validate_config(cfg: AccuracyConfig) -> list[str]:
+    """Problems with the settings, one line each (recipe validation)."""
+    problems = []
+    for key in ("max_new_tokens", "batch_size", "sandbox_workers"):
+        if getattr(cfg, key) < 1:
+            problems.append(f"evaluate.accuracy.{key}: must be at least 1, got {getattr(cfg, key)}")
+    if cfg.n_samples < 0 or any(k < 1 for k in cfg.ks):
+        problems.append("evaluate.accuracy: n_samples must be >= 0 and every k >= 1")
+    if cfg.n_samples and cfg.temperature <= 0:
+        problems.append("evaluate.accuracy.temperature: sampling for pass@k needs a temperature > 0")
+    if cfg.max_tasks is not None and cfg.max_tasks < 1:
+        problems.append(f"evaluate.accuracy.max_tasks: must be at least 1, got {cfg.max_tasks}")
+    return problems
+
+
+def _world(accelerator) -> tuple[int, int]:
+    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
+        return 0, 1
+    return int(accelerator.process_index), int(accelerator.num_processes)
+
+
+def _syntax_ok(program: str) -> bool:
+    # Parsing is not running: the program itself only ever runs in the sandbox.
+    try:
+        ast.parse(program)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+class Accuracy:
+    name: ClassVar[str] = "accuracy"
+
+    def __init__(self) -> None:
+        self._sandbox = None
+
+    def specs(self, recipe) -> list[str]:
+        cfg = recipe.evaluate.accuracy
+        return ["pass@1"] + [f"pass@{k}" for k in sorted(set(cfg.ks)) if k <= cfg.n_samples and k > 1]
+
+    def needs(self, recipe) -> set[str]:
+        return {GENERATIONS, EXECUTIONS}
+
+    def prepare(self, ctx: EvalContext) -> None:
+        """Nothing to build: the sandbox starts on first use."""
+
+    # ------------------------------------------------------------------ helpers
+
+    def sandbox(self, cfg: AccuracyConfig):
+        if self._sandbox is None:
+            from leaklab.execution.sandbox import Sandbox
+
+            self._sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s)
+        return self._sandbox
+
+    def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
+        cfg = ctx.recipe.evaluate.accuracy
+        chosen, labels, per_side = [], [], Counter()
+        for task, label in zip(ctx.eval_set.tasks, ctx.eval_set.labels):
+            if cfg.max_tasks is None or per_side[int(label)] < cfg.max_tasks:
+                per_side[int(label)] += 1
+                chosen.append(task)
+                labels.append(int(label))
+        return chosen, labels
+
+    def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
+        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+
+        cfg = ctx.recipe.evaluate.accuracy
+        settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
+        payload = json.dumps([model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings])
+        return (
+            ctx.run.execution_cache
+            / "accuracy"
+            / f"{hashlib.sha256(payload.encode()).hexdigest()[:24]}.jsonl"
+        )
+
+    def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[list[str]]:
+        """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
+        decodes its share and the main process gathers them."""
+        from leaklab.data.prompting import COMPLETION_STOP
+        from leaklab.signals.generation import HFGenerator
+
+        cfg = ctx.recipe.evaluate.accuracy
+        acc = ctx.accelerator
+        if acc is not None:
+            model = acc.unwrap_model(model)
+        rank, world = _world(acc)
+        mine = list(range(len(prompts)))[rank::world]
+        generator = HFGenerator(model, tokenizer, batch_size=cfg.batch_size, top_p=cfg.top_p)
+        stop = COMPLETION_STOP if fmt == "completion" else ()
+        texts: dict[int, list[str]] = {i: [] for i in mine}
+        greedy = generator.generate([prompts[i] for i in mine], cfg.max_new_tokens, stop, 0.0)
+        for i, (completion, *_) in zip(mine, greedy):
+            texts[i].append(completion.text)
+        if cfg.n_samples:
+            sampled = generator.generate(
+                [prompts[i] for i in mine], cfg.max_new_tokens, stop, cfg.temperature, cfg.n_samples, cfg.seed
+            )
+            for i, completions in zip(mine, sampled):
+                texts[i].extend(c.text for c in completions)
+        if world > 1:
+            from accelerate.utils import gather_object
+
+            for part in gather_object([texts]):
+                texts.update(part)
+        return [texts[i] for i in range(len(prompts))]
+
+    def _judge(self, cfg: AccuracyConfig, tasks, replies: list[list[str]], fmt: str) -> list[list[dict]]:
+        """Extraction and sandbox verdict of every reply."""
+        from leaklab.data.prompting import extract_code
+        from leaklab.execution.correctness import check_many
+
+        judged: list[list[dict]] = []
+        todo: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
+        for i, (task, texts) in enumerate(zip(tasks, replies)):
+            row = []
+            for j, text in enumerate(texts):
+                ext = extract_code(task, text, fmt)
+                entry = {"reply": text, "code": ext.code, "full_program": ext.full_program}
+                if ext.failure:
+                    entry |= {
+                        "verdict": "failed",
+                        "reason": f"extraction: {ext.failure}",
+                        "extraction": ext.failure,
+                    }
+                else:
+                    program = ext.code if ext.full_program else task.program(ext.code)
+                    entry |= {"extraction": "", "syntax_ok": _syntax_ok(program)}
+                    todo[ext.full_program].append((i, j))
+                row.append(entry)
+            judged.append(row)
+        sandbox = self.sandbox(cfg)
+        for full, where in todo.items():
+            if not where:
+                continue
+            items = [(tasks[i], judged[i][j]["code"]) for i, j in where]
+            for (i, j), result in zip(
+                where, check_many(items, sandbox, full_program=full, timeout_s=cfg.timeout_s)
+            ):
+                judged[i][j] |= {"verdict": result.verdict, "reason": result.reason}
+        return judged
+
+    # ------------------------------------------------------------------ the evaluation
+
+    def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
+        from leaklab.data.prompting import model_prompt, resolve_format
+        from leaklab.rundir import read_rows, write_atomic
+
+        cfg = ctx.recipe.evaluate.accuracy
+        fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
+        tasks, labels = self._tasks(ctx)
+        cache = self._cache_file(ctx, model, tokenizer, fmt)
+        stored = {row["task_id"]: row["judged"] for row in read_rows(cache)} if cache.exists() else {}
+        judged: list[list[dict]]
+        if all(t.task_id in stored for t in tasks):
+            judged = [stored[t.task_id] for t in tasks]
+            ctx.log(f"[leaklab] accuracy: generations and verdicts of {len(tasks)} tasks from {cache}")
+        else:
+            prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
+            replies = self._generate(ctx, model, tokenizer, prompts, fmt)
+            if not ctx.is_main_process:
+                return EvalOutput()
+            judged = self._judge(cfg, tasks, replies, fmt)
+            lines = "".join(
+                json.dumps({"task_id": t.task_id, "judged": j}) + "\n" for t, j in zip(tasks, judged)
+            )
+            write_atomic(cache, lines)
+        if not ctx.is_main_process:
+            return EvalOutput()
+        return EvalOutput(rows=accuracy_rows(judged, labels, cfg), records=_records(tasks, labels, judged))
+
+    def summary(self, rows: list[dict[str, Any]]) -> str:
+        got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
+        if ("members", "pass@1") not in got:
+            return ""
+        text = f"pass@1 members {got[('members', 'pass@1')]:.3f}"
+        if ("non_members", "pass@1") in got:
+            text += f", non-members {got[('non_members', 'pass@1')]:.3f}"
+        failed = got.get(("all", "n_extraction_failed"))
+        return text + (f" ({failed:.0f} replies without code)" if failed else "")
+
+
+def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConfig) -> list[dict[str, Any]]:
+    """The metric rows of one checkpoint from the judged replies (greedy first in each task's list)."""
+    from leaklab.execution.correctness import pass_at_k
+
+    ks = sorted({k for k in cfg.ks if 1 < k <= cfg.n_samples} | ({1} if cfg.n_samples else set()))
+    sides = {
+        "members": [i for i, y in enumerate(labels) if y == 1],
+        "non_members": [i for i, y in enumerate(labels) if y == 0],
+        "all": list(range(len(labels))),
+    }
+    rows: list[dict[str, Any]] = []
+    means: dict[tuple[str, str], float | None] = {}
+
+    def add(side: str, metric: str, value: float | None, **extra: Any) -> None:
+        rows.append({"detector": None, "params": {"split": side, **extra}, "column": side, "metric": metric, "value": value})  # fmt: skip
+
+    for side, index in sides.items():
+        greedy = [judged[i][0] for i in index]
+        value = sum(g["verdict"] == "passed" for g in greedy) / len(greedy) if greedy else None
+        means[(side, "pass@1")] = value
+        add(side, "pass@1", value, decoding="greedy")
+        for k in ks:
+            per_task = []
+            for i in index:
+                samples = judged[i][1:]
+                per_task.append(pass_at_k(len(samples), sum(s["verdict"] == "passed" for s in samples), k))
+            value = sum(per_task) / len(per_task) if per_task else None
+            metric = "pass@1_sampled" if k == 1 else f"pass@{k}"  # "pass@1" is the greedy one
+            means[(side, metric)] = value
+            add(side, metric, value, decoding="sampled", n=cfg.n_samples, temperature=cfg.temperature)
+        verdicts = Counter(g["verdict"] for g in greedy)
+        add(side, "n_tasks", float(len(greedy)))
+        for verdict in ("passed", "failed", "timeout", "error"):
+            add(side, f"n_{verdict}", float(verdicts.get(verdict, 0)))
+        add(side, "n_extraction_failed", float(sum(bool(g.get("extraction")) for g in greedy)))
+        add(side, "n_syntax_error", float(sum(g.get("syntax_ok") is False for g in greedy)))
+    for metric in sorted({m for _, m in means}):
+        a, b = means.get(("members", metric)), means.get(("non_members", metric))
+        add("gap", metric, None if a is None or b is None else a - b)
+    return rows
+
+
+def _records(tasks, labels: list[int], judged: list[list[dict]]) -> list[dict[str, Any]]:
+    out = []
+    for task, label, replies in zip(tasks, labels, judged):
+        greedy, samples = replies[0], replies[1:]
+        out.append(
+            {
+                "task_id": task.task_id,
+                "label": label,
+                "reply": greedy["reply"],
+                "extraction": greedy.get("extraction", ""),
+                "verdict": greedy["verdict"],
+                "reason": greedy.get("reason", ""),
+                "n": len(samples),
+                "c": sum(s["verdict"] == "passed" for s in samples),
+            }
+        )
+    return out

@@ -1,0 +1,218 @@
+"""Stage `sft`: supervised fine-tuning on the member tasks with TRL's SFTTrainer (prompt -> solution).
+
+Each member becomes one example: the prompt the model will be asked at evaluation time and the
+answer it should give (`leaklab/data/prompting.py`, shared with the `accuracy` evaluation): a base
+model continues the prompt with the body, a chat model answers the chat-templated instruction with
+the whole function. The loss is on the answer only (`completion_mask`). Examples are tokenized here,
+prompt and answer separately, exactly as the generation engine encodes a prompt (`tokenizer(prompt)`),
+so training never sees a token merged across the prompt/answer boundary that generation cannot produce.
+
+Optional: other instruction data mixed in at `train.sft.mix_ratio` examples per member (a local JSONL
+with prompt/completion or instruction/output fields, or a hub dataset), and a validation loss on the
+non-members at every save. Checkpoints every epoch (or every N steps), resume and the per-checkpoint
+evaluation are `train.py`'s, as for every stage.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leaklab.data.prompting import resolve_format, training_pair
+from leaklab.data.tasks import Task
+from leaklab.recipe import Recipe
+from leaklab.rundir import RunDir
+from leaklab.training.stages import StageData
+
+
+@dataclass
+class SftData:
+    train: Any  # datasets.Dataset of input_ids + completion_mask
+    eval: Any | None  # the same for the non-members (validation loss), or None
+
+
+def _encode(tokenizer, prompt: str, answer: str, add_eos: bool) -> tuple[list[int], list[int]]:
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    answer_ids = tokenizer(answer, add_special_tokens=False)["input_ids"]
+    if add_eos and tokenizer.eos_token_id is not None:
+        answer_ids = [*answer_ids, tokenizer.eos_token_id]  # the model learns to stop after the answer
+    return prompt_ids + answer_ids, [0] * len(prompt_ids) + [1] * len(answer_ids)
+
+
+def _dataset(pairs: list[tuple[str, str]], tokenizer, fmt: str, max_length: int) -> tuple[Any, int]:
+    """The tokenized examples (those longer than max_length keep their start) and how many were cut."""
+    import datasets
+
+    ids, masks, cut = [], [], 0
+    for prompt, answer in pairs:
+        # A chat template ends the assistant turn itself; a plain completion gets the EOS token.
+        seq, mask = _encode(tokenizer, prompt, answer, add_eos=fmt == "completion")
+        if len(seq) > max_length:
+            seq, mask, cut = seq[:max_length], mask[:max_length], cut + 1
+        ids.append(seq)
+        masks.append(mask)
+    return datasets.Dataset.from_dict({"input_ids": ids, "completion_mask": masks}), cut
+
+
+# --------------------------------------------------------------------------- other instruction data
+
+
+def _other_rows(source: str, split: str) -> list[dict[str, Any]]:
+    path = Path(source).expanduser()
+    if path.exists():
+        files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*.json")) if path.is_dir() else [path]
+        rows: list[dict[str, Any]] = []
+        for file in files:
+            text = file.read_text(encoding="utf-8")
+            if file.suffix == ".json":
+                rows.extend(json.loads(text))
+            else:
+                rows.extend(json.loads(line) for line in text.splitlines() if line.strip())
+        return rows
+    if source.startswith(("/", "./", "../", "~")):
+        raise FileNotFoundError(
+            f"train.sft.mix_with: {source} does not exist (a local JSONL file or directory)"
+        )
+    try:
+        import datasets
+
+        return list(datasets.load_dataset(source, split=split))
+    except Exception as err:  # offline, misspelt, gated: the same advice
+        raise FileNotFoundError(
+            f"train.sft.mix_with: could not load the hub dataset {source!r} ({type(err).__name__}); download "
+            f"it where there is network, export it to JSONL and set train.sft.mix_with=/path/to/file.jsonl"
+        ) from err
+
+
+def _other_pair(row: dict[str, Any]) -> tuple[str, str] | None:
+    """(instruction, answer) of a row with prompt/completion or instruction[/input]/output fields."""
+    if isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
+        return row["prompt"], row["completion"]
+    if isinstance(row.get("instruction"), str) and isinstance(row.get("output"), str):
+        extra = row.get("input") or ""
+        return row["instruction"] + (f"\n\n{extra}" if extra else ""), row["output"]
+    return None
+
+
+def other_pairs(recipe: Recipe, tokenizer, fmt: str, n_members: int, log=print) -> list[tuple[str, str]]:
+    """`mix_ratio` x n_members examples of the other instruction data, drawn with the stage's seed."""
+    cfg = recipe.train.sft
+    if not cfg.mix_with or cfg.mix_ratio <= 0:
+        return []
+    rows = _other_rows(cfg.mix_with, cfg.mix_split)
+    usable = [p for p in (_other_pair(r) for r in rows) if p is not None]
+    if not usable:
+        raise ValueError(
+            f"train.sft.mix_with: no row of {cfg.mix_with} has prompt/completion or instruction/output fields"
+        )
+    wanted = round(cfg.mix_ratio * n_members)
+    if wanted > len(usable):
+        log(f"[leaklab] sft: {cfg.mix_with} has {len(usable)} usable examples, {wanted} asked; using all")
+    chosen = random.Random(recipe.train.seed).sample(usable, min(wanted, len(usable)))
+    if fmt == "completion":
+        return [(f"{q}\n", a) for q, a in chosen]
+    out = []
+    for question, answer in chosen:
+        messages = [{"role": "user", "content": question}]
+        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        full = tokenizer.apply_chat_template(
+            [*messages, {"role": "assistant", "content": answer}], tokenize=False
+        )
+        out.append((prompt, full[len(prompt) :] if full.startswith(prompt) else answer))
+    return out
+
+
+# --------------------------------------------------------------------------- the stage
+
+
+def max_length_of(recipe: Recipe, tokenizer, model_config=None) -> int:
+    """`train.sft.max_length`, else the model's context (read from its directory when not given)."""
+    configured = recipe.train.sft.max_length
+    if configured:
+        return configured
+    if model_config is None:
+        from transformers import AutoConfig
+
+        try:
+            model_config = AutoConfig.from_pretrained(tokenizer.name_or_path)
+        except (OSError, ValueError):  # a tokenizer without a model directory next to it
+            model_config = None
+    context = getattr(model_config, "max_position_embeddings", None)
+    limit = getattr(tokenizer, "model_max_length", None)
+    candidates = [v for v in (context, limit) if isinstance(v, int) and 0 < v < 10**7]
+    return min(candidates) if candidates else 2048
+
+
+def build_dataset(
+    recipe: Recipe, tokenizer, tasks: list[Task], manifest: dict, run: RunDir, log=print
+) -> StageData:
+    """Members (and the other instruction data) as training examples; non-members for validation."""
+    cfg = recipe.train.sft
+    fmt = resolve_format(tokenizer, cfg.format, key="train.sft.format")
+    by_id = {t.task_id: t for t in tasks}
+    max_length = max_length_of(recipe, tokenizer)
+    members = [training_pair(by_id[i], tokenizer, fmt) for i in manifest["member_ids"]]
+    others = other_pairs(recipe, tokenizer, fmt, len(members), log)
+    train, cut = _dataset(members + others, tokenizer, fmt, max_length)
+    held_out = manifest["non_member_ids"][: cfg.validation_max_tasks] if cfg.validation else []
+    evaluation, eval_cut = (None, 0)
+    if held_out:
+        evaluation, eval_cut = _dataset(
+            [training_pair(by_id[i], tokenizer, fmt) for i in held_out], tokenizer, fmt, max_length
+        )
+    info = {
+        "stage": "sft",
+        "format": fmt,
+        "member_examples": len(members),
+        "other_examples": len(others),
+        "other_source": cfg.mix_with if others else None,
+        "validation_examples": len(held_out),
+        "max_length": max_length,
+        "truncated_examples": cut + eval_cut,
+        "answer_tokens": int(sum(sum(m) for m in train["completion_mask"])),
+        "tokens": int(sum(len(x) for x in train["input_ids"])),
+    }
+    log(
+        f"[leaklab] sft ({fmt} format): {len(members)} member examples + {len(others)} other, "
+        f"{info['tokens']:,} tokens ({info['answer_tokens']:,} in answers); "
+        f"validation on {len(held_out)} non-members"
+        + (f"; {cut + eval_cut} examples cut at {max_length} tokens" if cut + eval_cut else "")
+    )
+    return StageData(SftData(train, evaluation), info)
+
+
+def build_trainer(model, tokenizer, dataset: SftData, recipe: Recipe, output_dir: Path, callbacks, report_to):
+    from trl import SFTConfig, SFTTrainer
+
+    from leaklab.training.callbacks import world_size
+    from leaklab.training.cpt import training_arguments
+
+    extra: dict[str, Any] = {}
+    if dataset.eval is not None:  # validation loss at every save
+        by_epoch = recipe.train.save_every == "epoch"
+        extra = {
+            "eval_strategy": "epoch" if by_epoch else "steps",
+            "eval_steps": None if by_epoch else int(recipe.train.save_every),
+        }
+    args = training_arguments(
+        recipe,
+        output_dir,
+        world_size(),
+        report_to,
+        cls=SFTConfig,
+        completion_only_loss=True,
+        max_length=max_length_of(recipe, tokenizer, model.config),
+        packing=False,
+        **extra,
+    )
+    return SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=dataset.train,
+        eval_dataset=dataset.eval,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
