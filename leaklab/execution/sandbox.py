@@ -10,10 +10,14 @@
         sb.run_jobs([Program(...), FunctionCalls(...), ...])   # batched, results in order
 
 A pool of worker processes (`worker.py`) each forks one child per run. A run gets its own session,
-working directory (removed afterwards), unprivileged uid (when the pool runs as root), address-space,
-CPU-time, process and file-size limits, a wall-clock deadline, no network (a network namespace, or a
-Python socket guard where none can be made), capped stdout/stderr, and is killed together with
-everything it started. `Sandbox.isolation` says which of these layers the machine allowed.
+unprivileged uid (when the pool runs as root), address-space, CPU-time, process and file-size limits,
+a wall-clock deadline, no network (a network namespace, or a Python socket guard where none can be
+made), capped stdout/stderr, and is killed together with everything it started. As root it also gets
+a minimal read-only view of the machine (the Python installation and /usr, no checkout, no home, no
+benchmark answer keys), a PID namespace whose /proc shows only its own processes, a fresh size-capped
+/tmp (with /var/tmp, /dev/shm, /run/lock) and IPC state that vanish after it, and a seccomp filter
+against namespaces, mount, ptrace, keyctl, bpf and the like (isolation.py). `Sandbox.isolation` says
+which layers the machine allowed; `config.require_layers` refuses an RL reward without them.
 
 Verdicts are "passed", "failed" (the program is wrong: a failed test, an exception, a crash, code
 that does not parse, a missing entry point), "timeout" (wall clock or CPU time) and "error" (the run
