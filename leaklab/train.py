@@ -134,6 +134,7 @@ def run_training(recipe) -> int:
     tasks = load_tasks(recipe)
     with state.main_process_first():
         base_path = resolve_model_path(recipe.model, log=log)
+        base_path = stage.resolve_base(recipe, base_path, run, log)  # rl: train.rl.init_from
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
     model = load_model(
         base_path, recipe.model.dtype, recipe.model.trust_remote_code, recipe.model.attn_implementation

@@ -1,0 +1,240 @@
+"""Stage `rl`: reinforcement learning on the member tasks with the sandbox's verdict as the reward.
+
+`build_dataset` turns each member task into a prompt (the task's own prompt for a base model, a chat
+turn asking for the function for a chat model) plus the task itself as a JSON column, which TRL hands
+to the reward function (`execution/rewards.py`). `build_trainer` builds TRL's GRPOTrainer or
+RLOOTrainer (`train.rl.algorithm`), in process, with vLLM generation when it is installed and a GPU
+is present. Checkpoints are saved like every stage's, so the evaluation callback sees each one.
+`algorithm: ppo` is veRL's (`training/verl.py`): this module hands over to it.
+
+Where training starts: `model.name_or_path`, or `train.rl.init_from` (a checkpoint or model
+directory, a run directory, or `recipe:NAME`), resolved by `resolve_base` before the model loads. A
+LoRA checkpoint is merged into its base once and saved in the run directory, so the rl run starts
+from (and its step 0 evaluates) exactly the model the earlier stage produced.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from leaklab.data.tasks import Task
+from leaklab.execution.rewards import CodeReward, task_to_json
+from leaklab.recipe import Recipe, RecipeError
+from leaklab.rundir import RunDir
+from leaklab.training.stages import StageData
+from leaklab.training.verl import CHAT_INSTRUCTION, VERL_EXTRA, VerlRun, verl_available
+
+# --------------------------------------------------------------------------- where training starts
+
+
+def resolve_base(recipe: Recipe, base_path: str, run: RunDir, log=print) -> str:
+    """The model the rl stage starts from (see the module docstring); `base_path` when init_from is unset."""
+    rl = recipe.train.rl
+    if rl.algorithm == "ppo" and not verl_available() and rl.verl.launch != "print":
+        raise RecipeError(
+            [
+                f"train.rl.algorithm=ppo runs on veRL, which is not installed: {VERL_EXTRA} "
+                "(or set train.rl.verl.launch=print to write the files and print the command for a cluster)"
+            ]
+        )
+    if not rl.init_from:
+        return base_path
+    checkpoint = find_init_checkpoint(rl.init_from)
+    if (checkpoint / "adapter_config.json").exists():
+        return str(merge_adapter(checkpoint, Path(run.root) / "init_model", recipe, log))
+    log(f"[leaklab] rl: starting from {checkpoint}")
+    return str(checkpoint)
+
+
+def find_init_checkpoint(init_from: str) -> Path:
+    """A model directory for `train.rl.init_from`: itself, a run's last checkpoint, or recipe:NAME's."""
+    from leaklab.models.load import ModelUnavailableError
+
+    if init_from.startswith("recipe:"):
+        from leaklab.recipe import load_recipe, run_dir_of
+
+        name = init_from.split(":", 1)[1]
+        path = run_dir_of(load_recipe(name))
+        if not path.is_dir():
+            # The settings hash changes when the schema gains keys; take the newest run of that recipe.
+            runs = sorted(path.parent.glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)
+            path = runs[-1] if runs else path
+        if not path.is_dir():
+            raise ModelUnavailableError(
+                f"train.rl.init_from={init_from}: no run of recipe {name} at {path}; "
+                f"train it first: leaklab train recipe={name}"
+            )
+    else:
+        path = Path(init_from).expanduser()
+    if not path.is_dir():
+        raise ModelUnavailableError(f"train.rl.init_from: {init_from} is not a directory")
+    if (path / "config.json").exists() or (path / "adapter_config.json").exists():
+        return path
+    checkpoints = RunDir(path).checkpoint_dirs()
+    if not checkpoints:
+        raise ModelUnavailableError(
+            f"train.rl.init_from: {path} is neither a model directory nor a run with a finished checkpoint"
+        )
+    return checkpoints[-1][1]
+
+
+def merge_adapter(checkpoint: Path, target: Path, recipe: Recipe, log=print) -> Path:
+    """A LoRA checkpoint merged into its base model, saved once under `target` (reused when present)."""
+    done = target / "leaklab_init.json"
+    if done.exists() and json.loads(done.read_text()).get("checkpoint") == str(checkpoint.resolve()):
+        return target
+    from peft import PeftModel
+
+    from leaklab.models.load import load_model, load_tokenizer
+
+    base = json.loads((checkpoint / "adapter_config.json").read_text())["base_model_name_or_path"]
+    log(f"[leaklab] rl: merging the LoRA checkpoint {checkpoint} into its base {base}")
+    model = load_model(base, recipe.model.dtype, recipe.model.trust_remote_code)
+    merged = PeftModel.from_pretrained(model, checkpoint).merge_and_unload()
+    merged.save_pretrained(target)
+    tokenizer_dir = checkpoint if (checkpoint / "tokenizer_config.json").exists() else base
+    load_tokenizer(str(tokenizer_dir), recipe.model.trust_remote_code).save_pretrained(target)
+    done.write_text(json.dumps({"checkpoint": str(checkpoint.resolve()), "base": base}))
+    return target
+
+
+# --------------------------------------------------------------------------- data
+
+
+def prompt_format(recipe: Recipe, tokenizer) -> str:
+    """completion or chat; chat without a chat template is the user's error, said plainly."""
+    wanted = recipe.train.rl.prompt_format
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    if wanted == "chat" and not has_template:
+        raise RecipeError(
+            [
+                "train.rl.prompt_format=chat: the tokenizer has no chat template "
+                "(use train.rl.prompt_format=completion for a base model)"
+            ]
+        )
+    if wanted == "auto":
+        return "chat" if has_template else "completion"
+    return wanted
+
+
+def task_prompt(task: Task, fmt: str):
+    if fmt == "chat":
+        return [{"role": "user", "content": CHAT_INSTRUCTION + task.prompt}]
+    return task.prompt
+
+
+def build_dataset(
+    recipe: Recipe, tokenizer, tasks: list[Task], manifest: dict, run: RunDir, log=print
+) -> StageData:
+    """One row per member task: `prompt`, `task` (JSON, read by the reward) and `task_id`."""
+    from datasets import Dataset
+
+    by_id = {t.task_id: t for t in tasks}
+    members = [by_id[i] for i in manifest["member_ids"]]
+    fmt = prompt_format(recipe, tokenizer)
+    rows = {
+        "prompt": [task_prompt(t, fmt) for t in members],
+        "task": [task_to_json(t) for t in members],
+        "task_id": [t.task_id for t in members],
+    }
+    rl = recipe.train.rl
+    log(
+        f"[leaklab] rl: {len(members)} member prompts ({fmt}), {rl.algorithm}, "
+        f"{rl.num_generations} completions each, reward {rl.reward}"
+    )
+    info = {"stage": "rl", "algorithm": rl.algorithm, "prompts": len(members), "prompt_format": fmt}
+    return StageData(Dataset.from_dict(rows), info)
+
+
+# --------------------------------------------------------------------------- trainer
+
+
+def make_reward(recipe: Recipe) -> CodeReward:
+    """The reward with its pool started and its isolation checked: a weaker sandbox fails here, before
+    any training (exit 2 at the command line), unless execution.allow_weaker_sandbox says otherwise."""
+    from leaklab.execution.config import WeakerSandboxError
+
+    rl = recipe.train.rl
+    reward = CodeReward(
+        mode=rl.reward,
+        workers=rl.sandbox_workers or None,
+        timeout_s=rl.sandbox_timeout_s,
+        allow_weaker_sandbox=recipe.execution.allow_weaker_sandbox,
+    )
+    try:
+        reward.check_sandbox()
+    except WeakerSandboxError as err:
+        reward.close()
+        raise RecipeError([f"execution.allow_weaker_sandbox: {err}"]) from err
+    return reward
+
+
+def use_vllm(setting: str) -> bool:
+    import torch
+
+    if setting == "auto":
+        return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    return setting == "true"
+
+
+def reward_callback(reward: CodeReward):
+    """Adds the reasons counted since the last log (passed, failed, no_code, ...) to each training log,
+    so they become `evaluation: training` rows next to TRL's mean reward."""
+    from transformers import TrainerCallback
+
+    class RewardReasons(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs is not None:
+                for reason, n in reward.take_counts().items():
+                    logs[f"reward_reasons/{reason}"] = n
+
+        def on_train_end(self, args, state, control, **kwargs):
+            reward.close()
+
+    return RewardReasons()
+
+
+def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, callbacks, report_to):
+    rl = recipe.train.rl
+    if rl.algorithm == "ppo":
+        # veRL trains out of process from the model's directory (the in-process model is not used).
+        model_path = getattr(model, "name_or_path", None) or model.config._name_or_path
+        return VerlRun(recipe, dataset, output_dir, model_path)
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+    from leaklab.training.callbacks import world_size
+    from leaklab.training.cpt import training_arguments
+
+    config_cls, trainer_cls = (
+        (GRPOConfig, GRPOTrainer) if rl.algorithm == "grpo" else (RLOOConfig, RLOOTrainer)
+    )
+    vllm = use_vllm(rl.use_vllm)
+    args = training_arguments(
+        recipe,
+        output_dir,
+        world_size(),
+        report_to,
+        cls=config_cls,
+        num_generations=rl.num_generations,
+        max_completion_length=rl.max_completion_length,
+        temperature=rl.temperature,
+        top_p=rl.top_p,
+        beta=rl.beta,
+        use_vllm=vllm,
+        **({"vllm_mode": "colocate"} if vllm else {}),
+        log_completions=rl.log_completions,
+    )
+    reward = make_reward(recipe)
+    trainer = trainer_cls(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    # First in line, so the reasons are in the logs before W&B and the result rows read them.
+    trainer.callback_handler.callbacks.insert(0, reward_callback(reward))
+    return trainer
