@@ -30,6 +30,10 @@ from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.accuracy import AccuracyConfig
 from leaklab.evaluations.accuracy import validate_config as validate_accuracy
+from leaklab.execution.config import ExecutionConfig
+from leaklab.training.rl_config import CHOICES as RL_CHOICES
+from leaklab.training.rl_config import RLConfig
+from leaklab.training.rl_config import validate as validate_rl
 from leaklab.training.stages import STAGE_NAMES
 
 PACKAGE_RECIPES = Path(__file__).parent / "recipes"
@@ -111,7 +115,8 @@ class LoraConfig:
     r: int = 16  # LoRA rank
     alpha: int = 32  # LoRA scaling numerator (scale = alpha / r)
     dropout: float = 0.05  # dropout on the LoRA path
-    # the modules that get LoRA adapters
+    # The modules that get LoRA adapters; a model without any of them (GPT-2) gets peft's default for its
+    # architecture, else every linear layer. `auto` and `all-linear` are accepted too (models/lora.py).
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
@@ -147,6 +152,7 @@ class TrainConfig:
     logging_steps: int = 10  # log the training loss every this many steps
     lora: LoraConfig = field(default_factory=LoraConfig)
     sft: SftConfig = field(default_factory=SftConfig)  # stage sft: format, mixing, validation
+    rl: RLConfig = field(default_factory=RLConfig)  # stage rl: reward, algorithm (grpo | rloo | ppo)
     seed: int = 0  # random seed of this section
 
 
@@ -207,6 +213,7 @@ class Recipe:
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # the sandbox, as a reward needs it
 
 
 # Values that are not free-form: checked at load with a suggestion.
@@ -222,6 +229,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluate.long_texts": ("window", "truncate"),
     "evaluate.srdetection.split": ("solution", "text"),
     "tracking.wandb.mode": ("offline", "online", "disabled"),
+    **RL_CHOICES,
 }
 
 # Keys that change where or how results are shown, not what is computed: left out of the run hash.
@@ -476,6 +484,8 @@ def _validate(recipe: Recipe) -> list[str]:
     if recipe.evaluate.cv_folds < 2:
         problems.append("evaluate.cv_folds: need at least 2 folds")
     problems.extend(_validate_srdetection(recipe))
+    if recipe.train.stage == "rl":
+        problems.extend(validate_rl(recipe.train.rl, recipe.train.batch_size, recipe.train.micro_batch_size))
     return problems
 
 

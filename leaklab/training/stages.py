@@ -45,11 +45,20 @@ class Stage:
             model, tokenizer, dataset, recipe, output_dir, callbacks, report_to
         )
 
+    def resolve_base(self, recipe, base_path: str, run, log=print) -> str:
+        """The model training starts from: `base_path`, unless the stage module has its own
+        `resolve_base` (rl: `train.rl.init_from`, an earlier stage's checkpoint). Called before loading."""
+        hook = getattr(self.builders(), "resolve_base", None)
+        return hook(recipe, base_path, run, log) if hook else base_path
+
 
 STAGES: dict[str, Stage] = {
     "cpt": Stage("cpt", "leaklab.training.cpt", "continued pretraining on members packed with corpus text"),
     "sft": Stage(
         "sft", "leaklab.training.sft", "supervised fine-tuning on members (prompt -> solution), TRL"
+    ),
+    "rl": Stage(
+        "rl", "leaklab.training.rl", "GRPO / RLOO (TRL) or PPO (veRL) with the sandbox's verdict as reward"
     ),
 }
 
