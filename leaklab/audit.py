@@ -62,9 +62,10 @@ def audit_model(recipe: Recipe, log=print) -> Path:
     model.eval()
     reference = load_reference(recipe, None) if REFERENCE in needs_of(specs) else None
     slug = Path(path).name if Path(path).exists() else path.replace("/", "--")
-    out = RunDir(Path(recipe.output_dir) / f"audit-{slug}-{recipe.data.benchmark}-{config_hash(recipe)}")
+    benchmark = recipe.data.name or recipe.data.benchmark  # a user's own file by its own name
+    out = RunDir(Path(recipe.output_dir) / f"audit-{slug}-{benchmark}-{config_hash(recipe)}")
     fmt = recipe.data.text_format
-    log(f"[leaklab] auditing {path} on {len(tasks)} {recipe.data.benchmark} tasks -> {out.root}")
+    log(f"[leaklab] auditing {path} on {len(tasks)} {benchmark} tasks -> {out.root}")
 
     rule_inputs = None
     if needs_variants(specs):
@@ -90,7 +91,7 @@ def audit_model(recipe: Recipe, log=print) -> Path:
     records = [{"task_id": task.task_id, **scores.cells(i)} for i, task in enumerate(tasks)]
     write_atomic(out.scores(0, "audit"), "".join(json.dumps(r) + "\n" for r in records))
 
-    base = {"step": 0, "epoch": 0.0, "evaluation": "audit", "benchmark": recipe.data.benchmark}
+    base = {"step": 0, "epoch": 0.0, "evaluation": "audit", "benchmark": benchmark}
     rows, leak_rows = [], []
     for column, values in scores.columns.items():
         detector, params = scores.params[column]
@@ -107,7 +108,7 @@ def audit_model(recipe: Recipe, log=print) -> Path:
     if rows:
         log(_audit_table(rows))
     if leak_rows:
-        log(_leak_table(leak_rows, recipe.data.benchmark))
+        log(_leak_table(leak_rows, benchmark))
     log(f"scores: {out.scores(0, 'audit')}\nplots: {out.report}")
     return out.root
 

@@ -41,6 +41,7 @@ def load_tasks(recipe: Recipe) -> list[Task]:
     # `synthetic` is drawn with data.seed and built at data.max_samples tasks; other loaders ignore both.
     return load_benchmark(
         data.benchmark,
+        label=data.name,
         path=data.path,
         hub_name=data.hub_name,
         split=data.split,
@@ -58,9 +59,10 @@ def load_reference(recipe: Recipe, base_path: str | None):
         return None
     from leaklab.models.load import load_model, load_tokenizer
 
-    model = load_model(path, recipe.evaluate.dtype, recipe.model.trust_remote_code)
+    key = "evaluate.reference_model" if recipe.evaluate.reference_model else "model.name_or_path"
+    model = load_model(path, recipe.evaluate.dtype, recipe.model.trust_remote_code, key=key)
     model.eval()
-    return model, load_tokenizer(path, recipe.model.trust_remote_code)
+    return model, load_tokenizer(path, recipe.model.trust_remote_code, key=key)
 
 
 def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:

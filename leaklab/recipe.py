@@ -84,6 +84,9 @@ class DataConfig:
     benchmark: str = "humaneval"  # humaneval | apps | humaneval_plus | mbpp_plus | bigcodebench | synthetic
     # A local file or directory with the benchmark; None means the package-shipped copy or the hub.
     path: str | None = None
+    # Your own benchmark's name for the tasks, manifest and reports, when data.path holds it (read in the
+    # format of data.benchmark); None: data.benchmark.
+    name: str | None = None
     hub_name: str | None = None  # e.g. codeparrot/apps; used only when `path` is None
     split: str = "test"  # the benchmark split to load
     difficulty: list[str] | None = None  # APPS: introductory | interview | competition
@@ -454,6 +457,13 @@ def _validate(recipe: Recipe) -> list[str]:
         parse_ratio(recipe.mix.ratio)
     except ValueError as err:
         problems.append(f"mix.ratio: {err}")
+    if recipe.data.name is not None and not (
+        recipe.data.path and re.fullmatch(r"[\w.+-]+", recipe.data.name)
+    ):
+        problems.append(
+            f"data.name: {recipe.data.name!r} names a local benchmark file: set data.path too, and use "
+            f"letters, digits, '.', '+', '-' or '_'"
+        )
     if not 0 < recipe.data.member_fraction < 1:
         problems.append(f"data.member_fraction: must be in (0, 1), got {recipe.data.member_fraction}")
     save = recipe.train.save_every

@@ -254,8 +254,11 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
         data_hash.update(
             task_id.encode() + b"\0" + by_id[task_id].text(recipe.data.text_format).encode() + b"\0"
         )
+    # A user's own file (data.name) is named as such; its loader format is kept beside it.
+    named = {"benchmark_format": recipe.data.benchmark} if recipe.data.name else {}
     return {
-        "benchmark": recipe.data.benchmark,
+        "benchmark": recipe.data.name or recipe.data.benchmark,
+        **named,
         "data_source": recipe.data.path or recipe.data.hub_name or "builtin",
         "text_format": recipe.data.text_format,
         "seed": recipe.data.seed,

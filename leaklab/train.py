@@ -160,7 +160,7 @@ def run_training(recipe) -> int:
         check_or_write_run_files(run, to_yaml(recipe), config_hash(recipe), manifest)
         log(f"[leaklab] run directory: {run.root}")
         log(
-            f"[leaklab] {len(split.member_ids)} members, {len(split.non_member_ids)} non-members of {recipe.data.benchmark}"
+            f"[leaklab] {len(split.member_ids)} members, {len(split.non_member_ids)} non-members of {manifest['benchmark']}"
         )
     state.wait_for_everyone()
     model = apply_lora(model, recipe)

@@ -211,6 +211,10 @@ CASES = [
     Case("checkpoint-deleted-mid-run", _checkpoint_deleted, 1, ["checkpoint-3", "is gone", "leaklab evaluate"],
          slow=True, run_dir_target=True),
     # --- more of the same kind
+    Case("reference-model-hub-id-offline", lambda tmp, run, mp: ["audit", "model=builtin:tiny",
+         f"output_dir={tmp / 'runs'}", *SMALL_TINY, "data.max_samples=2", "detectors=[ref]",
+         "evaluate.reference_model=leaklab-tests/no-reference"], 1,
+         ["evaluate.reference_model=models/no-reference", "hf download leaklab-tests/no-reference"], slow=True),
     Case("data-path-missing", train("data.path=/no/such/bench.jsonl"), 1, ["data.path", "/no/such/bench.jsonl"]),
     Case("deepspeed-config-missing", train("train.deepspeed=/no/zero9.json"), 1, ["train.deepspeed", "/no/zero9.json"]),
     Case("unknown-recipe-key", train("train.lerning_rate=1e-3"), 2, ["train.lerning_rate", "train.learning_rate"]),
@@ -219,6 +223,7 @@ CASES = [
     Case("report-not-a-run-dir", lambda tmp, run, mp: ["report", str(tmp)], 2, ["not a leaklab run directory"]),
     Case("audit-unknown-detector", lambda tmp, run, mp: ["audit", "model=builtin:tiny", "detectors=[pll]",
          f"output_dir={tmp / 'runs'}"], 2, ["pll", "ppl"]),
+    Case("data-name-without-data-path", train("data.name=my-bench"), 2, ["data.name", "data.path"]),
     Case("unknown-command", lambda tmp, run, mp: ["evalute", "x"], 2, ["'evalute'", "did you mean 'evaluate'"]),
 ]  # fmt: skip
 
@@ -350,3 +355,59 @@ def test_rows_checked_on_a_local_file_name_file_line_and_task(tmp_path):
     ):
         load_benchmark("humaneval", path=path)
     assert len(load_benchmark("humaneval", path=rows_file(tmp_path, [good(0), good(1)]))) == 2
+
+
+def test_a_local_file_gets_its_own_benchmark_name(tmp_path, capsys):
+    from leaklab.evaluate import load_tasks
+    from leaklab.recipe import load_recipe
+    from leaklab.rundir import make_manifest
+
+    path = rows_file(tmp_path, [good(0), good(1)])
+    recipe = load_recipe("tiny_cpt", [f"data.path={path}", "data.name=my-bench"])
+    tasks = load_tasks(recipe)
+    assert {t.benchmark for t in tasks} == {"my-bench"}
+
+    class Split:
+        member_ids, non_member_ids = ["T/0"], ["T/1"]
+
+    manifest = make_manifest(recipe, tasks, Split)
+    assert (manifest["benchmark"], manifest["benchmark_format"]) == ("my-bench", "humaneval")
+    # Without data.name nothing changes (the manifests of existing runs stay byte-identical).
+    plain = load_recipe("tiny_cpt", [f"data.path={path}"])
+    assert make_manifest(plain, load_tasks(plain), Split)["benchmark"] == "humaneval"
+    assert "benchmark_format" not in make_manifest(plain, load_tasks(plain), Split)
+
+
+def test_the_sandbox_changes_no_process_state_of_its_caller():
+    """Programs set their umask and limits; judged tests chdir and set umask 0 (execution/harness.py):
+    all of it must stay inside the workers."""
+    import resource
+
+    from leaklab.execution.sandbox import Sandbox
+    from leaklab.rundir import current_umask
+
+    limits = [getattr(resource, n) for n in dir(resource) if n.startswith("RLIMIT_")]
+
+    def state():
+        return (
+            current_umask(),
+            os.getuid(), os.geteuid(), os.getgid(), os.getegid(), os.getcwd(),
+            [resource.getrlimit(lim) for lim in limits],
+        )  # fmt: skip
+
+    before = state()
+    program = (
+        "import os, resource\nos.umask(0)\nresource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\nprint(1)\n"
+    )
+    tests = (
+        "import os, unittest\nclass TestCases(unittest.TestCase):\n"
+        "    def test_it(self):\n        os.umask(0)\n        self.assertEqual(task_func(), 1)\n"
+    )
+    with Sandbox(workers=1, timeout_s=10) as sb:
+        assert sb.run(program).passed
+        assert sb.run_unittest("def task_func():\n    return 1\n", tests).passed
+        assert sb.check_function(
+            "def f():\n    return 1\n", "f", "def check(c):\n    assert c() == 1\n"
+        ).passed
+        assert state() == before
+    assert state() == before

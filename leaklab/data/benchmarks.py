@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import collections
+import dataclasses
 import difflib
 import gzip
 import importlib
@@ -487,7 +488,9 @@ LOADERS = {
 }
 
 
-def load_benchmark(name: str, **kwargs: Any) -> list[Task]:
+def load_benchmark(name: str, label: str | None = None, **kwargs: Any) -> list[Task]:
+    """The tasks of benchmark `name` (a loader above); `label` renames them (a user's own file read in
+    the format of `name` keeps its own name in tasks, caches and reports)."""
     if name not in LOADERS:
         near = difflib.get_close_matches(name, LOADERS, n=1, cutoff=0.5)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
@@ -503,4 +506,6 @@ def load_benchmark(name: str, **kwargs: Any) -> list[Task]:
     if repeated:
         shown = ", ".join(repr(t) for t in repeated[:5]) + (" ..." if len(repeated) > 5 else "")
         raise DataFormatError(f"{source}: duplicate task id(s) {shown}; every task_id must be unique")
+    if label:
+        tasks = [dataclasses.replace(t, benchmark=label) for t in tasks]
     return tasks
