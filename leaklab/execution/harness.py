@@ -455,6 +455,15 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
+def _fresh_rng_state() -> dict[str, Any]:
+    import random
+
+    state: dict[str, Any] = {"random": random.Random().getstate()}
+    if "numpy" in sys.modules:
+        state["numpy"] = sys.modules["numpy"].random.RandomState().get_state()
+    return state
+
+
 def _set_rng_state(state: Any) -> None:
     import random
 
@@ -838,6 +847,9 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
         ok = ok and type(name) is str and name.isidentifier() and not name.startswith("__")
         if ok and (obj := _judge_import(name, *where)) is not None:
             namespace[name] = obj
+    # Fresh random streams, as in a fresh process: the judge serves many checks, and the last program's
+    # stream (carried back after each call) must not choose this check's unseeded test inputs.
+    _set_rng_state(_fresh_rng_state())
     with _shared_files(), _forwarded_patches(link):
         return _run_test_class(tests, test_class, namespace, link)
 
