@@ -8,6 +8,7 @@ import json
 import pytest
 
 from conftest import SMALL_TINY
+from leaklab.data.prompting import CHAT_INSTRUCTION
 from leaklab.data.tasks import Task
 from leaklab.execution.rewards import task_from_json
 from leaklab.recipe import RecipeError, load_recipe
@@ -28,12 +29,12 @@ MANIFEST = {"member_ids": ["t/2", "t/0"], "non_member_ids": ["t/1", "t/3"]}
 class _Tok:
     chat_template = None
 
-    def apply_chat_template(self, *a, **k):  # pragma: no cover - never reached without a template
-        raise AssertionError
 
+class _ChatTok:
+    chat_template = "(a template)"
 
-class _ChatTok(_Tok):
-    chat_template = "{{ messages }}"
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+        return "<user>" + messages[0]["content"] + "<assistant>"
 
 
 def test_recipe_checks_the_rl_section():
@@ -55,8 +56,10 @@ def test_the_dataset_holds_the_members_prompts_and_tasks():
     assert data.dataset["prompt"] == [TASKS[2].prompt, TASKS[0].prompt]
     assert [task_from_json(t) for t in data.dataset["task"]] == [TASKS[2], TASKS[0]]
     assert data.info["prompt_format"] == "completion"
+    # chat models get the sft stage's user turn through their template, as the accuracy evaluation asks
     chat = rl.build_dataset(recipe, _ChatTok(), TASKS, MANIFEST, None, lambda *a: None)
-    assert chat.dataset["prompt"][0] == [{"role": "user", "content": rl.CHAT_INSTRUCTION + TASKS[2].prompt}]
+    expected = "<user>" + CHAT_INSTRUCTION.format(prompt=TASKS[2].prompt) + "<assistant>"
+    assert chat.dataset["prompt"][0] == expected and chat.info["prompt_format"] == "chat"
 
 
 def test_chat_format_without_a_chat_template_is_a_clear_error():

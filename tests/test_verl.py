@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from leaklab.data.benchmarks import load_humaneval
+from leaklab.data.prompting import CHAT_INSTRUCTION
 from leaklab.execution.rewards import task_from_json, task_to_json
 from leaklab.recipe import load_recipe
 from leaklab.rundir import RunDir
@@ -62,14 +63,14 @@ def test_dataset_rows_have_verls_fields_and_survive_parquet(tasks, tmp_path):
     import pyarrow.parquet as pq
 
     recipe = ppo_recipe("train.rl.reward=fraction")
-    rows = verl.verl_rows(tasks, recipe, "Complete this:\n")
+    rows = verl.verl_rows(tasks, recipe)
     path = verl.write_parquet(rows, tmp_path / "train.parquet")
     back = pq.read_table(path).to_pylist()
     assert len(back) == 3
     row = back[1]
     assert set(row) == {"data_source", "prompt", "ability", "reward_model", "extra_info"}
     assert row["data_source"] == "leaklab/humaneval"
-    assert row["prompt"] == [{"role": "user", "content": "Complete this:\n" + tasks[1].prompt}]
+    assert row["prompt"] == [{"role": "user", "content": CHAT_INSTRUCTION.format(prompt=tasks[1].prompt)}]
     assert row["reward_model"]["style"] == "rule"
     assert task_from_json(row["reward_model"]["ground_truth"]) == tasks[1]
     assert row["extra_info"]["task_id"] == tasks[1].task_id and row["extra_info"]["index"] == 1
@@ -88,7 +89,7 @@ def _load_like_verl(path: str, name: str):
 
 def test_the_reward_module_scores_like_the_sandbox_when_called_as_verl_calls_it(tasks):
     recipe = ppo_recipe()
-    rows = verl.verl_rows(tasks, recipe, "")
+    rows = verl.verl_rows(tasks, recipe)
     overrides = dict(
         o.split("=", 1)
         for o in verl.verl_overrides(recipe, "/m", {"train": "t", "val": "v"}, Path("/r/verl"), 3)

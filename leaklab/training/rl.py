@@ -19,12 +19,13 @@ import importlib.util
 import json
 from pathlib import Path
 
+from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
 from leaklab.data.tasks import Task
 from leaklab.execution.rewards import CodeReward, task_to_json
 from leaklab.recipe import Recipe, RecipeError
 from leaklab.rundir import RunDir
 from leaklab.training.stages import StageData
-from leaklab.training.verl import CHAT_INSTRUCTION, VERL_EXTRA, VerlRun, verl_available
+from leaklab.training.verl import VERL_EXTRA, VerlRun, verl_available
 
 # --------------------------------------------------------------------------- where training starts
 
@@ -104,25 +105,12 @@ def merge_adapter(checkpoint: Path, target: Path, recipe: Recipe, log=print) -> 
 
 
 def prompt_format(recipe: Recipe, tokenizer) -> str:
-    """completion or chat; chat without a chat template is the user's error, said plainly."""
-    wanted = recipe.train.rl.prompt_format
-    has_template = bool(getattr(tokenizer, "chat_template", None))
-    if wanted == "chat" and not has_template:
-        raise RecipeError(
-            [
-                "train.rl.prompt_format=chat: the tokenizer has no chat template "
-                "(use train.rl.prompt_format=completion for a base model)"
-            ]
-        )
-    if wanted == "auto":
-        return "chat" if has_template else "completion"
-    return wanted
-
-
-def task_prompt(task: Task, fmt: str):
-    if fmt == "chat":
-        return [{"role": "user", "content": CHAT_INSTRUCTION + task.prompt}]
-    return task.prompt
+    """completion or chat, as the sft stage and the accuracy evaluation decide it (data/prompting.py);
+    chat without a chat template is the user's error, said plainly."""
+    try:
+        return resolve_format(tokenizer, recipe.train.rl.prompt_format, key="train.rl.prompt_format")
+    except ChatFormatError as err:
+        raise RecipeError([str(err)]) from err
 
 
 def build_dataset(
@@ -135,7 +123,9 @@ def build_dataset(
     members = [by_id[i] for i in manifest["member_ids"]]
     fmt = prompt_format(recipe, tokenizer)
     rows = {
-        "prompt": [task_prompt(t, fmt) for t in members],
+        # The text generation starts from, chat template applied, exactly as sft trained on and accuracy
+        # asks: an rl run after sft sees the prompts its checkpoint learnt.
+        "prompt": [model_prompt(t, tokenizer, fmt) for t in members],
         "task": [task_to_json(t) for t in members],
         "task_id": [t.task_id for t in members],
     }

@@ -34,10 +34,6 @@ from leaklab.execution.rewards import task_to_json
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir, write_atomic
 
-# The chat turn a task is asked in (TRL's chat prompts in rl.py, and veRL's, which are always chat).
-CHAT_INSTRUCTION = (
-    "Complete the following Python function. Reply with the whole function in one ```python block.\n\n"
-)
 VERL_EXTRA = "pip install 'leaklab[verl]'"
 REWARD_MODULE = Path(__file__).with_name("verl_reward.py")
 REWARD_FUNCTION = "compute_score_batch"
@@ -47,15 +43,18 @@ def verl_available() -> bool:
     return importlib.util.find_spec("verl") is not None
 
 
-def verl_rows(tasks, recipe: Recipe, instruction: str) -> list[dict[str, Any]]:
-    """veRL's dataset rows for `tasks` (see the module docstring)."""
+def verl_rows(tasks, recipe: Recipe) -> list[dict[str, Any]]:
+    """veRL's dataset rows for `tasks` (see the module docstring). The user turn is the one the sft stage
+    and the accuracy evaluation use (data/prompting.py); veRL applies the model's chat template."""
+    from leaklab.data.prompting import CHAT_INSTRUCTION
+
     rl = recipe.train.rl
     rows = []
     for i, task in enumerate(tasks):
         rows.append(
             {
                 "data_source": f"leaklab/{task.benchmark}",
-                "prompt": [{"role": "user", "content": instruction + task.prompt}],
+                "prompt": [{"role": "user", "content": CHAT_INSTRUCTION.format(prompt=task.prompt)}],
                 "ability": "code",
                 "reward_model": {"style": "rule", "ground_truth": task_to_json(task)},
                 "extra_info": {
@@ -196,7 +195,7 @@ class VerlRun:
         from leaklab.execution.rewards import task_from_json
 
         tasks = [task_from_json(t) for t in self.dataset["task"]]
-        rows = verl_rows(tasks, self.recipe, CHAT_INSTRUCTION)
+        rows = verl_rows(tasks, self.recipe)
         files = {
             "train": write_parquet(rows, self.dir / "train.parquet"),
             # veRL wants validation files; leaklab evaluates checkpoints itself (trainer.test_freq=-1).
