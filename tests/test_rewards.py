@@ -161,3 +161,18 @@ def test_a_sandbox_without_its_layers_refuses_to_score_unless_allowed(humaneval0
         allowed = CodeReward(sandbox=weak, allow_weaker_sandbox=True)
         assert allowed([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)]) == [1.0]
         assert any("seccomp" in m for m in allowed.missing_layers)
+
+
+def test_a_failing_pool_scores_the_batch_zero_and_the_next_call_gets_a_new_pool(humaneval0, monkeypatch):
+    from leaklab.execution import rewards
+
+    t = humaneval0
+    with CodeReward(workers=1) as r:
+        real = rewards.check_many
+        monkeypatch.setattr(
+            rewards, "check_many", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("pool died"))
+        )
+        assert r([t.prompt], [t.solution], task=[task_to_json(t)]) == [0.0]
+        assert r.take_counts() == {"error": 1}
+        monkeypatch.setattr(rewards, "check_many", real)
+        assert r([t.prompt], [t.solution], task=[task_to_json(t)]) == [1.0]

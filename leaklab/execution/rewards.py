@@ -159,9 +159,18 @@ class CodeReward:
             else:
                 todo.append((i, task, found.code))
         if todo:
-            results = check_many([(t, code) for _, t, code in todo], self.sandbox, full_program=False)
+            sandbox = self.sandbox  # outside the try: a refused sandbox must stop training
+            try:
+                results = check_many([(t, code) for _, t, code in todo], sandbox, full_program=False)
+            except Exception as err:  # the pool itself failed: this batch scores 0, the next gets a new pool
+                log.error("reward: the sandbox failed on a batch of %d (%s); scored 0", len(todo), err)
+                if self._own_sandbox:
+                    self.close()
+                results = [None] * len(todo)
             for (i, _, _), result in zip(todo, results):
-                scored[i] = self._from_result(result)
+                scored[i] = (
+                    Scored(0.0, "error", "sandbox failure") if result is None else self._from_result(result)
+                )
         out = [s for s in scored if s is not None]
         reasons = Counter(s.reason for s in out)
         self.counts.update(reasons)
