@@ -30,6 +30,8 @@ from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.accuracy import AccuracyConfig
 from leaklab.evaluations.accuracy import validate_config as validate_accuracy
+from leaklab.evaluations.counterfactual import CounterfactualConfig
+from leaklab.evaluations.counterfactual import validate_config as validate_counterfactual
 from leaklab.execution.config import ExecutionConfig
 from leaklab.training.rl_config import CHOICES as RL_CHOICES
 from leaklab.training.rl_config import RLConfig
@@ -185,6 +187,8 @@ class EvaluateConfig:
     srdetection: SrDetectionConfig = field(default_factory=SrDetectionConfig)
     # Settings of the accuracy evaluation (pass@1 greedy, pass@k sampled).
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
+    # Settings of the counterfactual evaluation (target vs reference generations, similarity suite).
+    counterfactual: CounterfactualConfig = field(default_factory=CounterfactualConfig)
 
 
 @dataclass
@@ -489,6 +493,7 @@ def _validate(recipe: Recipe) -> list[str]:
     if recipe.train.learning_rate <= 0:
         problems.append(f"train.learning_rate: must be positive, got {recipe.train.learning_rate}")
     problems.extend(validate_accuracy(recipe.evaluate.accuracy))
+    problems.extend(validate_counterfactual(recipe.evaluate.counterfactual))
     if recipe.train.sft.mix_ratio < 0 or recipe.train.sft.validation_max_tasks < 1:
         problems.append("train.sft: mix_ratio must be >= 0 and validation_max_tasks >= 1")
     if recipe.evaluate.cv_folds < 2:

@@ -2,6 +2,8 @@
 
   detection   every detector of `evaluate.detectors` against the manifest's ground truth
   accuracy    pass@1 (greedy) and pass@k (sampled) on members and non-members, run in the sandbox
+  counterfactual  target vs reference generations of each function scored by the similarity suite
+              (the paper's Tables 1 and 2, members and non-members apart)
 
 A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
 here with a class like `detection.Detection`, one line in EVALUATIONS, and a test.
@@ -10,9 +12,11 @@ here with a class like `detection.Detection`, one line in EVALUATIONS, and a tes
 from __future__ import annotations
 
 from leaklab.evaluations.accuracy import Accuracy
+from leaklab.evaluations.counterfactual import Counterfactual
 from leaklab.evaluations.detection import Detection
 
 EVALUATIONS: dict[str, type] = {
     "detection": Detection,
     "accuracy": Accuracy,
+    "counterfactual": Counterfactual,
 }

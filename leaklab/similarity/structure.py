@@ -68,6 +68,9 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()) >> 1
 
 
+_label_hash = lru_cache(maxsize=65536)(_stable_hash)  # node labels repeat: hash each once per process
+
+
 # --------------------------------------------------------------------------- trees for edit distance
 
 
@@ -96,7 +99,7 @@ def ordered_tree(root, children, label) -> OrderedTree:
             idx = len(labels)
             cell = pending.pop()
             leftmost_idx = cell[0] if cell[0] >= 0 else idx
-            labels.append(_stable_hash(label(node)))
+            labels.append(_label_hash(label(node)))
             leftmost.append(leftmost_idx)
             if pending and pending[-1][0] < 0:
                 pending[-1][0] = leftmost_idx
@@ -312,8 +315,10 @@ class _DataFlow:
     def _targets(self, node, left_field="left", right_field="right"):
         """(left, right) node pairs: element-wise when both sides list the same number of parts."""
         left, right = node.child_by_field_name(left_field), node.child_by_field_name(right_field)
-        lefts = [c for c in left.children if c.type != ","]
-        rights = [c for c in right.children if c.type != ","]
+        # A string is one token: its start/content/end parts are never paired with a target's parts
+        # (codebleu pairs them, fails the token lookup and drops the whole function's data flow).
+        lefts = [] if _is_token(left) else [c for c in left.children if c.type != ","]
+        rights = [] if _is_token(right) else [c for c in right.children if c.type != ","]
         if len(lefts) != len(rights):
             lefts, rights = [left], [right]
         return (lefts or [left]), (rights or [right])
@@ -480,8 +485,14 @@ def parse_error(text: str) -> str | None:
     return None
 
 
-def structure(text: str) -> Structure:
-    """Parse `text` once into every structural representation; a snippet that does not parse carries the reason."""
+STRUCTURE_PARTS = ("tsed", "ast", "codebleu")
+
+
+def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
+    """Parse `text` once into the structural representations `parts` need (all by default).
+
+    A snippet that does not parse carries the reason in `error` and nothing else.
+    """
     error = parse_error(text)
     if error is not None:
         return Structure(error=error)
@@ -489,32 +500,40 @@ def structure(text: str) -> Structure:
     root = parser.parse(text.encode("utf-8", "surrogatepass")).root_node
     if root.has_error:
         return Structure(error="tree-sitter could not parse it (ERROR or MISSING node)")
-    tree = ordered_tree(root, _named_children, lambda n: n.type)
-    package_tree = ordered_tree(root, _named_children, _tsed_package_label)
-    python_tree = ast.parse(text)
-    ast_tree = ordered_tree(
-        python_tree,
-        lambda n: [c for c in ast.iter_child_nodes(n) if not isinstance(c, _AST_CONTEXTS)],
-        lambda n: type(n).__name__,
-    )
-    stripped = strip_comments_and_docstrings(text)
-    stripped_bytes = stripped.encode("utf-8", "surrogatepass")
-    stripped_root = parser.parse(stripped_bytes).root_node
-    subtrees = []
-    stack = [stripped_root]
-    while stack:
-        node = stack.pop()
-        subtrees.append(_stable_hash(str(node)))
-        stack.extend(c for c in node.children if c.child_count)
-    return Structure(
-        tsed_tree=tree,
-        tsed_package_tree=package_tree,
-        ast_tree=ast_tree,
-        unparsed=ast.unparse(python_tree),
-        subtrees=subtrees,
-        flow=data_flow(stripped_root, stripped_bytes),
-        words=text.strip().split(),
-    )
+    try:
+        return _parsed_structure(text, parser, root, parts)
+    except Exception as err:  # noqa: BLE001 - a metric bug must cost this snippet's scores, not the batch
+        return Structure(error=f"internal error in the structural metrics: {type(err).__name__}: {err}")
+
+
+def _parsed_structure(text: str, parser, root, parts) -> Structure:
+    result = Structure()
+    if "tsed" in parts:
+        result.tsed_tree = ordered_tree(root, _named_children, _node_type)
+        result.tsed_package_tree = ordered_tree(root, _named_children, _tsed_package_label)
+    if "ast" in parts:
+        python_tree = ast.parse(text)
+        result.ast_tree = ordered_tree(
+            python_tree,
+            lambda n: [c for c in ast.iter_child_nodes(n) if not isinstance(c, _AST_CONTEXTS)],
+            lambda n: type(n).__name__,
+        )
+        result.unparsed = ast.unparse(python_tree)
+    if "codebleu" in parts:
+        stripped = strip_comments_and_docstrings(text).encode("utf-8", "surrogatepass")
+        stripped_root = parser.parse(stripped).root_node
+        stack = [stripped_root]
+        while stack:
+            node = stack.pop()
+            result.subtrees.append(_stable_hash(str(node)))
+            stack.extend(c for c in node.children if c.child_count)
+        result.flow = data_flow(stripped_root, stripped)
+        result.words = text.strip().split()
+    return result
+
+
+def _node_type(node) -> str:
+    return node.type
 
 
 # --------------------------------------------------------------------------- pair metrics

@@ -1,0 +1,275 @@
+"""Counterfactual functional memorization of every checkpoint (METHODS.md §5), members and non-members apart.
+
+Each task's function (its entry point; `leaklab/memorization/counterfactual.py` splits it) is prompted as
+up to `context_tokens` tokens of what precedes it + its signature without docstring, greedily continued
+for `max_new_tokens` tokens by the checkpoint (the target) and by the reference model (the base model in
+a run, i.e. step 0, unless `evaluate.reference_model` names another), one function is extracted from
+each continuation, and the non-LLM similarity suite compares both with the ground truth body. The
+reference's generations are made once per run (the first checkpoint evaluated keeps them; at step 0 the
+base model *is* the reference, so nothing is generated twice) and cached with every other continuation.
+
+Inside a run the paper's question gets its ground truth: members were trained on, non-members were not,
+so the criterion's false-positive rate is the fraction of non-members it flags.
+
+Rows (`column` = members | non_members | all):
+  <metric>.target_mean / .target_std / .reference_mean / .reference_std / .delta   the paper's Table 1
+  <metric>.memorized   Table 2, for the structural metrics (the functional ones this module has):
+                       BLEU(target) < tau_text, SIM(target) >= tau_func, SIM(reference) < tau_func
+  memorized_any        samples flagged by at least one of them
+  near_verbatim        BLEU(target) >= tau_text and BLEU(reference) < tau_text
+  n_samples, n_extraction_failed_target, n_extraction_failed_reference, n_structure_missing_target
+Records (scores/step-N/counterfactual.jsonl): per sample the two extracted functions (or the failure),
+every metric for target and reference, and which metrics flag it.
+
+Not here yet: the LLM judges and HyClone execution of issue 14 (no backend is wired).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from leaklab.evaluations.base import GENERATIONS, REFERENCE_MODEL, EvalContext, EvalOutput, float_or_none
+
+SIDES = ("members", "non_members", "all")
+
+
+@dataclass
+class CounterfactualConfig:
+    """`evaluate.counterfactual` in a recipe (defaults: the paper's settings)."""
+
+    context_tokens: int = 250  # P: tokens of preceding context in the prompt
+    max_new_tokens: int = 500  # greedy continuation length
+    batch_size: int = 16  # rows decoded together
+    min_body_lines: int = 10  # the function filter (the paper: 10-50 body lines, >= 500 chars, not __init__)
+    max_body_lines: int = 50
+    min_chars: int = 500
+    tau_text: float = 0.75  # BLEU below this is "not verbatim"
+    tau_func: float = 0.75  # a functional metric at or above this is "reproduced"
+    max_tasks: int | None = None  # at most this many members and this many non-members
+    workers: int = 2  # similarity suite processes
+
+
+def validate_config(cfg: CounterfactualConfig) -> list[str]:
+    problems = []
+    for key in ("max_new_tokens", "batch_size", "workers", "min_body_lines"):
+        if getattr(cfg, key) < 1:
+            problems.append(f"evaluate.counterfactual.{key}: must be at least 1, got {getattr(cfg, key)}")
+    if cfg.context_tokens < 0 or cfg.min_chars < 0:
+        problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
+    if cfg.max_body_lines < cfg.min_body_lines:
+        problems.append("evaluate.counterfactual: max_body_lines must be >= min_body_lines")
+    for key in ("tau_text", "tau_func"):
+        if not 0.0 <= getattr(cfg, key) <= 1.0:
+            problems.append(f"evaluate.counterfactual.{key}: must lie in [0, 1], got {getattr(cfg, key)}")
+    return problems
+
+
+def function_filter(cfg: CounterfactualConfig):
+    from leaklab.memorization.counterfactual import FunctionFilter
+
+    return FunctionFilter(cfg.min_body_lines, cfg.max_body_lines, cfg.min_chars)
+
+
+class Counterfactual:
+    name: ClassVar[str] = "counterfactual"
+
+    def __init__(self) -> None:
+        self._samples: list = []
+        self._labels: list[int] = []
+        self._reference: list[dict] | None = None  # the reference's extracted functions, made once
+
+    def specs(self, recipe) -> list[str]:
+        from leaklab.similarity.suite import METRICS
+
+        return list(METRICS)
+
+    def needs(self, recipe) -> set[str]:
+        return {GENERATIONS, REFERENCE_MODEL}
+
+    def prepare(self, ctx: EvalContext) -> None:
+        """The function of every task that passes the filter (the relaxation, if any, is printed)."""
+        from leaklab.memorization.counterfactual import FunctionFilter, extract_functions
+
+        cfg = ctx.recipe.evaluate.counterfactual
+        keep = function_filter(cfg)
+        if keep != FunctionFilter():
+            ctx.log(
+                f"[leaklab] counterfactual: function filter relaxed to {keep.describe()} "
+                f"(the paper: {FunctionFilter().describe()})"
+            )
+        skipped: Counter = Counter()
+        per_side: Counter = Counter()
+        for task, label in zip(ctx.eval_set.tasks, ctx.eval_set.labels):
+            if cfg.max_tasks is not None and per_side[int(label)] >= cfg.max_tasks:
+                continue
+            source = task.prompt + task.solution if task.prompt_is_code else task.solution
+            found, why = extract_functions(source, task.task_id, keep)
+            skipped.update(why)
+            if task.entry_point:
+                found = [s for s in found if s.name == task.entry_point]
+            if not found:
+                skipped["entry point filtered out"] += 1
+                continue
+            self._samples.append(found[-1])  # the entry point is defined last when helpers precede it
+            self._labels.append(int(label))
+            per_side[int(label)] += 1
+        ctx.log(
+            f"[leaklab] counterfactual: {per_side[1]} member and {per_side[0]} non-member functions"
+            + (f"; skipped {dict(skipped)}" if skipped else "")
+        )
+
+    # ------------------------------------------------------------------ generation and extraction
+
+    def _functions(self, ctx: EvalContext, model, tokenizer) -> list[dict]:
+        """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation}."""
+        from leaklab.memorization.counterfactual import build_prompt, extract_function
+        from leaklab.signals.continuations import greedy_continuations
+
+        cfg = ctx.recipe.evaluate.counterfactual
+
+        def count(text: str) -> list:
+            return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+        prompts = [build_prompt(s, cfg.context_tokens, count) for s in self._samples]
+        ids = greedy_continuations(
+            model,
+            tokenizer,
+            prompts,
+            [cfg.max_new_tokens] * len(prompts),
+            batch_size=cfg.batch_size,
+            cache=ctx.generation_cache,
+            accelerator=ctx.accelerator,
+        )
+        out = []
+        for sample, row in zip(self._samples, ids):
+            raw = tokenizer.decode(list(row), skip_special_tokens=True)
+            extracted = extract_function(sample.signature, raw)
+            out.append({"body": extracted.body, "failure": extracted.failure, "raw": raw})
+        return out
+
+    def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
+        if self._reference is None:
+            if step == 0 and not ctx.recipe.evaluate.reference_model:
+                self._reference = target  # step 0 is the base model, the reference itself
+            else:
+                loaded = ctx.reference()
+                if loaded is None:
+                    raise ValueError(
+                        "evaluate.counterfactual needs a reference model: evaluate.reference_model or a run's base model"
+                    )
+                self._reference = self._functions(ctx, *loaded)
+        return self._reference
+
+    # ------------------------------------------------------------------ the evaluation
+
+    def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
+        from leaklab.similarity.suite import Pair, score_pairs
+
+        cfg = ctx.recipe.evaluate.counterfactual
+        if not self._samples:
+            return EvalOutput(rows=[_row("all", "n_samples", 0.0)])
+        target = self._functions(ctx, model, tokenizer)
+        reference = self._reference_functions(ctx, model, tokenizer, step, target)
+        if not ctx.is_main_process:
+            return EvalOutput()
+
+        def pairs(functions):
+            # A failed extraction is still compared as text (its raw continuation); structure is then missing.
+            return [
+                Pair(f["body"] if f["body"] is not None else f["raw"], s.ground_truth, prefix=s.signature)
+                for s, f in zip(self._samples, functions)
+            ]
+
+        scores = score_pairs(pairs(target) + pairs(reference), workers=cfg.workers)
+        n = len(self._samples)
+        t_scores, r_scores = scores[:n], scores[n:]
+        rows = counterfactual_rows(t_scores, r_scores, target, reference, self._labels, cfg)
+        return EvalOutput(rows=rows, records=self._records(t_scores, r_scores, target, reference, cfg))
+
+    def _records(self, t_scores, r_scores, target, reference, cfg) -> list[dict[str, Any]]:
+        from leaklab.memorization.counterfactual import counterfactually_memorized
+        from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
+
+        out = []
+        for sample, label, ts, rs, tf, rf in zip(
+            self._samples, self._labels, t_scores, r_scores, target, reference
+        ):
+            flags = [
+                m
+                for m in STRUCTURE_METRICS
+                if counterfactually_memorized(ts["bleu"], ts[m], rs[m], cfg.tau_text, cfg.tau_func)
+            ]
+            out.append(
+                {
+                    "task_id": sample.source_id,
+                    "label": label,
+                    "target_function": tf["body"],
+                    "target_failure": tf["failure"],
+                    "reference_function": rf["body"],
+                    "reference_failure": rf["failure"],
+                    "target": {m: float_or_none(ts[m]) for m in METRICS},
+                    "reference": {m: float_or_none(rs[m]) for m in METRICS},
+                    "missing_target": ts["missing"],
+                    "memorized_by": flags,
+                }
+            )
+        return out
+
+    def summary(self, rows: list[dict[str, Any]]) -> str:
+        got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
+        if ("members", "memorized_any") not in got:
+            return ""
+        return (
+            f"counterfactual: members {got[('members', 'memorized_any')]:.0f} flagged, "
+            f"non-members {got.get(('non_members', 'memorized_any'), 0):.0f}; "
+            f"TSED delta members {got.get(('members', 'tsed.delta'), math.nan):+.3f}"
+        )
+
+
+def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
+    return {
+        "detector": None,
+        "params": {"split": side, **params},
+        "column": side,
+        "metric": metric,
+        "value": value,
+    }
+
+
+def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> list[dict[str, Any]]:
+    """Table 1 and Table 2 as rows, for members, non-members and all samples."""
+    from leaklab.memorization.counterfactual import table1, table2
+    from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
+
+    rows: list[dict[str, Any]] = []
+    sides = {
+        "members": [i for i, y in enumerate(labels) if y == 1],
+        "non_members": [i for i, y in enumerate(labels) if y == 0],
+        "all": list(range(len(labels))),
+    }
+    for side, index in sides.items():
+        ts, rs = [t_scores[i] for i in index], [r_scores[i] for i in index]
+        rows.append(_row(side, "n_samples", float(len(index))))
+        rows.append(
+            _row(side, "n_extraction_failed_target", float(sum(target[i]["body"] is None for i in index)))
+        )
+        rows.append(
+            _row(
+                side, "n_extraction_failed_reference", float(sum(reference[i]["body"] is None for i in index))
+            )
+        )
+        rows.append(_row(side, "n_structure_missing_target", float(sum(math.isnan(t["tsed"]) for t in ts))))
+        for entry in table1(ts, rs, METRICS):
+            for stat in ("target_mean", "target_std", "reference_mean", "reference_std", "delta"):
+                rows.append(_row(side, f"{entry['metric']}.{stat}", float_or_none(entry.get(stat, math.nan))))
+        counts = table2(ts, rs, STRUCTURE_METRICS, cfg.tau_text, cfg.tau_func)
+        for metric, count in counts["counts"].items():
+            rows.append(
+                _row(side, f"{metric}.memorized", float(count), tau_text=cfg.tau_text, tau_func=cfg.tau_func)
+            )
+        rows.append(_row(side, "memorized_any", float(counts["unique_over_metrics"])))
+        rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
+    return rows

@@ -1,0 +1,1 @@
+"""Memorization measures that compare generations with what a model was trained on."""

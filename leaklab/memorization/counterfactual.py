@@ -1,0 +1,290 @@
+"""Counterfactual functional memorization (METHODS.md §5): functions, prompts, extraction, the criterion.
+
+A *sample* is one Python function from a corpus, split into
+  - context: the source before the function (the prompt keeps at most P tokens of it),
+  - signature: decorators excluded, the `def` line(s) up to the colon, its docstring removed,
+  - ground truth: the body after the docstring (what the model should reproduce).
+The paper keeps functions whose body has 10–50 lines and ≥ 500 characters and drops `__init__`;
+`FunctionFilter` holds those thresholds so a corpus of short functions (HumanEval) can relax them.
+
+A generation continues the prompt; `extract_function` keeps the lines that belong to the function's body
+(indented deeper than its `def`) and then the longest prefix of them that parses as one function. What
+cannot be made into a function is returned with a reason, counted by the caller, never raised.
+
+The criterion: a sample is counterfactually memorized under a functional metric when
+    SIM_text(x, x_T) < tau_text,  SIM_func(x, x_T) >= tau_func,  SIM_func(x, x_R) < tau_func
+(T = target, the model exposed to x; R = reference, not exposed; tau = 0.75 in the paper, SIM_text = BLEU).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FunctionFilter:
+    """Which functions become samples (the paper's defaults)."""
+
+    min_body_lines: int = 10
+    max_body_lines: int = 50
+    min_chars: int = 500  # of the whole function, signature and docstring included
+    exclude_names: list[str] = field(default_factory=lambda: ["__init__"])
+
+    def describe(self) -> str:
+        return (
+            f"body {self.min_body_lines}-{self.max_body_lines} lines, >= {self.min_chars} chars, "
+            f"not {', '.join(self.exclude_names) or '-'}"
+        )
+
+
+@dataclass(frozen=True)
+class FunctionSample:
+    sample_id: str  # "<source id>::<qualified name>"
+    source_id: str
+    name: str
+    context: str
+    signature: str
+    ground_truth: str
+
+    @property
+    def function(self) -> str:
+        return self.signature + self.ground_truth
+
+
+def extract_functions(
+    source: str, source_id: str, keep: FunctionFilter | None = None
+) -> tuple[list[FunctionSample], Counter]:
+    """Every function (methods and nested ones too) of `source` that passes `keep`, and why the rest did not."""
+    keep = keep or FunctionFilter()
+    skipped: Counter = Counter()
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        skipped["source does not parse"] += 1
+        return [], skipped
+    lines = source.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    samples = []
+    for qualname, node in _functions(tree):
+        if node.name in keep.exclude_names:
+            skipped["excluded name"] += 1
+            continue
+        body = node.body
+        docstring = ast.get_docstring(node, clean=False) is not None
+        code = body[1:] if docstring else body
+        if not code:
+            skipped["no body after the docstring"] += 1
+            continue
+        start = node.lineno - 1  # the `def` line (decorators stay in the context)
+        sig_end = _signature_end(lines, start, body[0].lineno - 1)
+        if sig_end is None:
+            skipped["body on the def line"] += 1
+            continue
+        # The ground truth starts after the docstring, else right after the signature (leading comments in).
+        body_start = body[0].end_lineno if docstring else sig_end
+        end = node.end_lineno
+        body_lines = [line for line in lines[body_start:end] if line.strip()]
+        function_text = "".join(lines[start:end])
+        if not keep.min_body_lines <= len(body_lines) <= keep.max_body_lines:
+            skipped["body lines out of range"] += 1
+            continue
+        if len(function_text) < keep.min_chars:
+            skipped["too short"] += 1
+            continue
+        samples.append(
+            FunctionSample(
+                sample_id=f"{source_id}::{qualname}",
+                source_id=source_id,
+                name=node.name,
+                context="".join(lines[:start]),
+                signature="".join(lines[start:sig_end]),
+                ground_truth="".join(lines[body_start:end]),
+            )
+        )
+    return samples, skipped
+
+
+def _signature_end(lines: list[str], start: int, first_statement: int) -> int | None:
+    """Index of the first line after the signature: the shortest run of lines from `start` that parses
+    as a `def` header (with a placeholder body), or None when the body shares the header's line."""
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    for end in range(start + 1, first_statement + 1):
+        header = "".join(line[indent:] if line[:indent].isspace() else line for line in lines[start:end])
+        try:
+            ast.parse(header.rstrip("\n") + "\n    pass\n")
+        except (SyntaxError, ValueError):
+            continue
+        return end
+    return None
+
+
+def _functions(tree: ast.AST, prefix: str = ""):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            yield prefix + node.name, node
+            yield from _functions(node, prefix + node.name + ".")
+        elif isinstance(node, ast.ClassDef):
+            yield from _functions(node, prefix + node.name + ".")
+        else:
+            yield from _functions(node, prefix)
+
+
+def build_prompt(
+    sample: FunctionSample, max_context_tokens: int, count_tokens: Callable[[str], list] | None
+) -> str:
+    """Up to `max_context_tokens` tokens of the context (its end), then the signature without docstring.
+
+    `count_tokens(text) -> token list` is the model's tokenizer; without one, whitespace-separated words
+    stand in. The context is cut at a line start so the prompt never opens mid-token.
+    """
+    context = sample.context
+    if max_context_tokens <= 0:
+        return sample.signature
+    tokens = (count_tokens or str.split)(context)
+    if len(tokens) > max_context_tokens:
+        lines = context.splitlines(keepends=True)
+        kept: list[str] = []
+        for line in reversed(lines):
+            if len((count_tokens or str.split)("".join([line, *kept]))) > max_context_tokens:
+                break
+            kept.insert(0, line)
+        context = "".join(kept)
+    return context + sample.signature
+
+
+@dataclass(frozen=True)
+class Extracted:
+    body: str | None  # the function body (lines after the signature), None on failure
+    failure: str = ""
+
+
+def extract_function(signature: str, continuation: str) -> Extracted:
+    """One valid function out of a generation that continued `signature`.
+
+    Keeps the lines indented deeper than the `def` (blank lines too) up to the first line that is not,
+    then the longest prefix of those lines that parses together with the signature.
+    """
+    if not continuation.strip():
+        return Extracted(None, "empty generation")
+    def_line = next(
+        (line for line in signature.splitlines() if line.lstrip().startswith(("def ", "async def "))), ""
+    )
+    indent = len(def_line) - len(def_line.lstrip())
+    kept = []
+    for line in continuation.splitlines(keepends=True):
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    if not kept:
+        return Extracted(None, "no indented body")
+    base = signature if signature.endswith("\n") else signature + "\n"
+    for end in range(len(kept), 0, -1):
+        body = "".join(kept[:end])
+        if not body.endswith("\n"):
+            body += "\n"
+        try:
+            ast.parse(_dedent_def(base + body, indent))
+        except (SyntaxError, ValueError):
+            continue
+        return Extracted(body)
+    return Extracted(None, "no prefix of the body parses")
+
+
+def _dedent_def(code: str, indent: int) -> str:
+    # A method's `def` is indented; parse it as if it were at the top level.
+    if indent == 0:
+        return code
+    return "".join(
+        line[indent:] if line[:indent].isspace() else line.lstrip() for line in code.splitlines(True)
+    )
+
+
+# --------------------------------------------------------------------------- criterion and tables
+
+TEXT_METRIC = "bleu"
+TAU = 0.75
+
+
+def counterfactually_memorized(
+    text_target: float,
+    func_target: float,
+    func_reference: float,
+    tau_text: float = TAU,
+    tau_func: float = TAU,
+) -> bool | None:
+    """The paper's criterion; None when a score is missing (NaN)."""
+    if any(math.isnan(v) for v in (text_target, func_target, func_reference)):
+        return None
+    return text_target < tau_text and func_target >= tau_func and func_reference < tau_func
+
+
+def table1(target: Sequence[dict], reference: Sequence[dict], metrics: Sequence[str]) -> list[dict]:
+    """Per metric: mean and std over samples scored on both sides, for target and reference, and the delta."""
+    rows = []
+    for metric in metrics:
+        pairs = [
+            (t[metric], r[metric])
+            for t, r in zip(target, reference)
+            if not (math.isnan(t[metric]) or math.isnan(r[metric]))
+        ]
+        if not pairs:
+            rows.append({"metric": metric, "n": 0})
+            continue
+        ts, rs = [p[0] for p in pairs], [p[1] for p in pairs]
+        rows.append(
+            {
+                "metric": metric,
+                "n": len(pairs),
+                "target_mean": statistics.fmean(ts),
+                "target_std": statistics.pstdev(ts),
+                "reference_mean": statistics.fmean(rs),
+                "reference_std": statistics.pstdev(rs),
+                "delta": statistics.fmean(ts) - statistics.fmean(rs),
+            }
+        )
+    return rows
+
+
+def table2(
+    target: Sequence[dict],
+    reference: Sequence[dict],
+    metrics: Sequence[str],
+    tau_text: float = TAU,
+    tau_func: float = TAU,
+    text_metric: str = TEXT_METRIC,
+) -> dict:
+    """Counts of counterfactually memorized samples per functional metric, and unique over all of them.
+
+    The text metric itself is reported as near-verbatim memorization (target >= tau, reference < tau).
+    """
+    flagged: dict[str, set[int]] = {}
+    for metric in metrics:
+        if metric == text_metric:
+            continue
+        flagged[metric] = {
+            i
+            for i, (t, r) in enumerate(zip(target, reference))
+            if counterfactually_memorized(t[text_metric], t[metric], r[metric], tau_text, tau_func)
+        }
+    verbatim = {
+        i
+        for i, (t, r) in enumerate(zip(target, reference))
+        if t[text_metric] >= tau_text and r[text_metric] < tau_text
+    }
+    union = set().union(*flagged.values()) if flagged else set()
+    return {
+        "n": len(target),
+        "counts": {m: len(s) for m, s in flagged.items()},
+        "unique_over_metrics": len(union),
+        f"near_verbatim_{text_metric}": len(verbatim),
+        "flagged": {m: sorted(s) for m, s in flagged.items()},
+    }

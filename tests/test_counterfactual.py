@@ -1,0 +1,125 @@
+"""Counterfactual memorization: function corpus, prompts, extraction, the criterion, the evaluation's rows."""
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from leaklab.evaluations.counterfactual import Counterfactual, CounterfactualConfig, validate_config
+from leaklab.memorization.counterfactual import (
+    FunctionFilter,
+    build_prompt,
+    counterfactually_memorized,
+    extract_function,
+    extract_functions,
+    table1,
+    table2,
+)
+
+BODY = "".join(f"    value_{i} = items[{i}] * {i} + offset\n" for i in range(12)) + "    return value_11\n"
+SOURCE = (
+    "import os\n\nCONSTANT = 3\n\n\n"
+    "@decorator\n"
+    "def long_one(items,\n             offset=0) -> int:\n"
+    '    """Docstring that the prompt leaves out."""\n'
+    "    # a comment that belongs to the body\n" + BODY + "\n\n"
+    "def short_one(x):\n    return x\n\n\n"
+    "class K:\n    def __init__(self):\n" + BODY.replace("    ", "        ") + "\n"
+    "    def method(self, items, offset):\n" + BODY.replace("    ", "        ")
+)
+
+
+def test_extract_functions_applies_the_papers_filter_and_splits_the_function():
+    samples, skipped = extract_functions(SOURCE, "src")
+    assert [s.sample_id for s in samples] == ["src::long_one", "src::K.method"]
+    long_one = samples[0]
+    assert long_one.signature == "def long_one(items,\n             offset=0) -> int:\n"
+    assert long_one.ground_truth.startswith("    # a comment that belongs to the body\n    value_0")
+    assert "Docstring" not in long_one.signature + long_one.ground_truth
+    assert long_one.context.endswith("@decorator\n")
+    assert skipped == {"body lines out of range": 1, "excluded name": 1}
+    relaxed, _ = extract_functions(SOURCE, "src", FunctionFilter(min_body_lines=1, min_chars=0))
+    assert "src::short_one" in [s.sample_id for s in relaxed]
+    assert extract_functions("def broken(:\n", "b")[1] == {"source does not parse": 1}
+
+
+def test_prompt_keeps_the_last_context_tokens_then_the_signature():
+    sample = extract_functions(SOURCE, "src")[0][0]
+    assert build_prompt(sample, 0, None) == sample.signature
+    full = build_prompt(sample, 10_000, None)
+    assert full == sample.context + sample.signature
+    # Context words: import os CONSTANT = 3 @decorator; with 3 allowed, whole lines from the end until
+    # "CONSTANT = 3" would overflow.
+    short = build_prompt(sample, 3, None)
+    assert short == "\n\n@decorator\n" + sample.signature
+    assert len(short) < len(full) and "import os" not in short
+
+
+def test_extract_function_stops_at_the_dedent_and_trims_to_what_parses():
+    sig = "def f(a):\n"
+    assert extract_function(sig, "    return a\n\nprint(f(1))\n") == extract_function(sig, "    return a\n")
+    assert extract_function(sig, "    b = a\n    return b +\n").body == "    b = a\n"
+    assert extract_function(sig, "").failure == "empty generation"
+    assert extract_function(sig, "print(1)\n").failure == "no indented body"
+    assert extract_function(sig, "    return (\n").failure == "no prefix of the body parses"
+    method = extract_function("    def m(self):\n", "        return 1\n    def n(self):\n        pass\n")
+    assert method.body == "        return 1\n"
+
+
+def test_criterion_and_tables_by_hand():
+    assert counterfactually_memorized(0.5, 0.8, 0.5) is True
+    assert counterfactually_memorized(0.8, 0.8, 0.5) is False  # verbatim: not *functional* memorization
+    assert counterfactually_memorized(0.5, 0.8, 0.75) is False  # the reference reproduces it as well
+    assert counterfactually_memorized(0.5, math.nan, 0.1) is None
+    target = [{"bleu": 0.5, "tsed": 0.9}, {"bleu": 0.9, "tsed": 0.9}, {"bleu": 0.1, "tsed": math.nan}]
+    reference = [{"bleu": 0.1, "tsed": 0.3}, {"bleu": 0.2, "tsed": 0.2}, {"bleu": 0.1, "tsed": 0.5}]
+    (bleu_row, tsed_row) = table1(target, reference, ["bleu", "tsed"])
+    assert bleu_row["target_mean"] == pytest.approx(0.5) and bleu_row["delta"] == pytest.approx(0.5 - 0.4 / 3)
+    assert tsed_row["n"] == 2 and tsed_row["delta"] == pytest.approx(0.9 - 0.25)
+    assert tsed_row["target_std"] == pytest.approx(0.0)
+    counts = table2(target, reference, ["bleu", "tsed"])
+    assert counts["counts"] == {"tsed": 1} and counts["unique_over_metrics"] == 1
+    assert counts["near_verbatim_bleu"] == 1
+
+
+def test_config_validation():
+    assert validate_config(CounterfactualConfig()) == []
+    bad = CounterfactualConfig(max_new_tokens=0, tau_func=1.5, max_body_lines=1)
+    assert len(validate_config(bad)) == 3
+
+
+def _context(tasks, labels, **cfg):
+    recipe = SimpleNamespace(
+        evaluate=SimpleNamespace(counterfactual=CounterfactualConfig(workers=1, **cfg), reference_model=None)
+    )
+    eval_set = SimpleNamespace(tasks=tasks, labels=np.array(labels))
+    return SimpleNamespace(recipe=recipe, eval_set=eval_set, log=lambda *a: None, is_main_process=True)
+
+
+def test_evaluation_rows_split_members_and_non_members(monkeypatch):
+    """The plug-in end to end with generations stubbed: the member is reproduced, the non-member is not."""
+    tasks = [
+        SimpleNamespace(task_id=f"t{i}", prompt=f"def f{i}(items, offset):\n", solution=BODY, prompt_is_code=True,
+                        entry_point=f"f{i}")
+        for i in range(2)
+    ]  # fmt: skip
+    ctx = _context(tasks, [1, 0], min_chars=0)
+    evaluation = Counterfactual()
+    evaluation.prepare(ctx)
+    assert len(evaluation._samples) == 2
+    renamed = BODY.replace("value_", "v")  # same structure, different text
+    generations = {
+        "target": [{"body": renamed, "failure": "", "raw": renamed}, {"body": None, "failure": "empty generation", "raw": ""}],
+        "reference": [{"body": "    return 0\n", "failure": "", "raw": ""}] * 2,
+    }  # fmt: skip
+    monkeypatch.setattr(evaluation, "_functions", lambda ctx, model, tok: generations[model])
+    ctx.reference = lambda: ("reference", None)
+    out = evaluation.evaluate(ctx, "target", None, step=3)
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
+    assert got[("members", "tsed.memorized")] == 1.0 and got[("non_members", "tsed.memorized")] == 0.0
+    assert got[("members", "memorized_any")] == 1.0 and got[("all", "n_extraction_failed_target")] == 1.0
+    assert got[("non_members", "n_structure_missing_target")] == 1.0
+    assert got[("members", "tsed.delta")] > 0.5
+    assert out.records[0]["memorized_by"] and out.records[1]["target_failure"] == "empty generation"
+    assert "members 1 flagged" in evaluation.summary(out.rows)
