@@ -323,7 +323,8 @@ def test_compare_runs_of_a_ratio_sweep(tmp_path, capsys):
     )
     assert row.split("|")[4].strip() == "–"
     page = index.read_text()
-    assert "empty: no detection results" in page and "Mixing-ratio sweep" not in page  # the empty run has no F1 to plot
+    # The empty run has no F1 to plot, so no sweep figure.
+    assert "empty: no detection results" in page and "Mixing-ratio sweep" not in page
     for pid, spec in _page_specs(index).items():
         assert panel_values(Panel(pid, spec)) > 0
     text, index = compare_runs([b, a], out_dir=tmp_path / "cmp2")

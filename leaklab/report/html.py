@@ -70,28 +70,32 @@ draw();
 """.replace("BUNDLE", BUNDLE)
 
 
-def bundle_text() -> str | None:
-    """Vega + Vega-Lite + vega-embed as one classic script, or None without vl-convert-python."""
-    try:
-        import vl_convert
-    except ImportError:
-        return None
-    return vl_convert.javascript_bundle()
-
-
 def write_bundle(report_dir: Path) -> str | None:
-    """Write the plotting library once per vl-convert version; returns a problem line or None."""
+    """Put the plotting library beside the page (once per vl-convert version: bundling it takes a couple
+    of seconds, so a copy is kept in leaklab's cache); returns a problem line or None."""
+    import shutil
+
+    from leaklab.rundir import cache_root
+
     path = report_dir / BUNDLE
     try:
         import vl_convert
     except ImportError:
         return "vl-convert-python is not installed: no interactive panels (pip install vl-convert-python)"
-    stamp = f"/* vega bundle from vl-convert-python {getattr(vl_convert, '__version__', '?')} */\n"
+    version = getattr(vl_convert, "__version__", "unknown")
+    stamp = f"/* vega bundle from vl-convert-python {version} */\n"
     if path.exists():
         with path.open() as f:
             if f.readline() == stamp:
                 return None
-    write_atomic(path, stamp + vl_convert.javascript_bundle())
+    cached = cache_root() / "report" / f"vega-bundle-{version}.js"
+    try:
+        if not cached.exists():
+            write_atomic(cached, stamp + vl_convert.javascript_bundle())
+        report_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(cached, path)
+    except OSError:  # an unwritable cache: bundle straight into the report
+        write_atomic(path, stamp + vl_convert.javascript_bundle())
     return None
 
 
