@@ -3,7 +3,9 @@
 The completions are what an RL batch holds on HumanEval: for every problem its canonical body (passes),
 a wrong body (fails its tests) and the canonical function restated in a fenced chat reply (passes).
 Every one of them reaches the sandbox; completions that never do (no code, syntax errors) would only
-make the reward look faster, so there are none unless --with-unparsable adds one per problem.
+make the reward look faster, so there are none unless --with-unparsable adds one per problem. All
+completions are distinct, so the reward's sharing of verdicts between repeated completions of a group
+saves nothing here.
 
   reward      `CodeReward(...)(prompts, completions, task=[...])` in batches of --batch (one call per
               RL step), over the pool it keeps between calls

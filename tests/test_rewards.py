@@ -176,3 +176,22 @@ def test_a_failing_pool_scores_the_batch_zero_and_the_next_call_gets_a_new_pool(
         assert r.take_counts() == {"error": 1}
         monkeypatch.setattr(rewards, "check_many", real)
         assert r([t.prompt], [t.solution], task=[task_to_json(t)]) == [1.0]
+
+
+def test_repeated_completions_of_a_group_run_once_and_share_the_verdict(humaneval0, monkeypatch):
+    from leaklab.execution import rewards
+
+    t = humaneval0
+    seen: list[int] = []
+    real = rewards.check_many
+
+    def counting(items, *a, **k):
+        seen.append(len(items))
+        return real(items, *a, **k)
+
+    monkeypatch.setattr(rewards, "check_many", counting)
+    group = [t.solution, "    return False\n", t.solution, t.solution, "    return False\n", ""]
+    with CodeReward(workers=1) as r:
+        assert r([t.prompt] * 6, group, task=[task_to_json(t)] * 6) == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+        assert r.take_counts() == {"passed": 3, "failed": 2, "no_code": 1}  # counted per completion
+    assert seen == [2]  # two distinct programs reached the sandbox

@@ -160,13 +160,22 @@ class CodeReward:
                 todo.append((i, task, found.code))
         if todo:
             sandbox = self.sandbox  # outside the try: a refused sandbox must stop training
+            # A group of completions for one prompt often repeats itself (more so as the policy
+            # converges): each distinct (task, program) runs once and its verdict is shared.
+            distinct: dict[tuple[int, str], int] = {}  # (the task object, the code) -> its index in unique
+            unique: list[tuple[Task, str]] = []
+            for _, t, code in todo:
+                if (id(t), code) not in distinct:
+                    distinct[(id(t), code)] = len(unique)
+                    unique.append((t, code))
             try:
-                results = check_many([(t, code) for _, t, code in todo], sandbox, full_program=False)
+                checked = check_many(unique, sandbox, full_program=False)
             except Exception as err:  # the pool itself failed: this batch scores 0, the next gets a new pool
                 log.error("reward: the sandbox failed on a batch of %d (%s); scored 0", len(todo), err)
                 if self._own_sandbox:
                     self.close()
-                results = [None] * len(todo)
+                checked = [None] * len(unique)
+            results = [checked[distinct[(id(t), code)]] for _, t, code in todo]
             for (i, _, _), result in zip(todo, results):
                 scored[i] = (
                     Scored(0.0, "error", "sandbox failure") if result is None else self._from_result(result)
