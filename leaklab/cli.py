@@ -1,4 +1,4 @@
-"""The `leaklab` command: train | evaluate | audit | report | recipes | keys | build-tiny.
+"""The `leaklab` command: train | evaluate | audit | report | compare | recipes | keys | build-tiny.
 
 Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
 (unknown recipe key or value, bad arguments), 130 interrupted; each explained in one line per problem on
@@ -16,7 +16,9 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   evaluate RUN_DIR                        evaluate checkpoints of a run that have no results yet
   audit model=M benchmark=B detectors=[..] score any model on a whole benchmark, no training
                                           (no ground truth: scores and their distributions)
-  report RUN_DIR                          write RUN_DIR/report/ (markdown, CSV, plots) and print the table
+  report RUN_DIR                          write RUN_DIR/report/ (index.html, markdown, CSV, figures) and
+                                          print the table
+  compare RUN_DIR... [--step N] [--out D] several runs side by side: tables, overlaid curves, F1 vs ratio
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME]                      every recipe key: type, value, meaning
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
@@ -59,8 +61,9 @@ example:
 """,
     "report": """usage: leaklab report RUN_DIR
 
-Write RUN_DIR/report/ (report.md, results.csv, one PNG per metric) from RUN_DIR/results.jsonl and print
-the AUROC and F1 tables. Nothing else in RUN_DIR changes.
+Write RUN_DIR/report/ from the run's files and print the AUROC and F1 tables: index.html (interactive,
+opens offline from disk, with vega-bundle.js beside it), report.md, results.csv, PNG + PDF figures.
+Nothing else in RUN_DIR changes; a run with missing or half-written files gets a page that says so.
 """,
     "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...]
 
@@ -126,7 +129,7 @@ def _run_dir(command: str, args: list[str]) -> int:
     return 0
 
 
-COMMANDS = ("train", "evaluate", "audit", "report", "recipes", "keys", "build-tiny")
+COMMANDS = ("train", "evaluate", "audit", "report", "compare", "recipes", "keys", "build-tiny")
 
 
 def dispatch(argv: list[str]) -> int:
@@ -152,6 +155,10 @@ def dispatch(argv: list[str]) -> int:
         return _build_tiny(args)
     if command in ("evaluate", "report"):
         return _run_dir(command, args)
+    if command == "compare":
+        from leaklab.report.compare import main as compare_main
+
+        return compare_main(args)
     import difflib
 
     match = difflib.get_close_matches(command, COMMANDS, n=1)
