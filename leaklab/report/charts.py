@@ -399,7 +399,13 @@ def step_lines_spec(
                 "mark": {"type": "line", "point": len(points) < 60, "color": "#4e79a7"},
                 "encoding": {
                     "x": {"field": "step", "type": "quantitative", "title": "optimizer step"},
-                    "y": {"field": "value", "type": "quantitative", "title": title, "scale": {"zero": False}},
+                    "y": {
+                        "field": "value",
+                        "type": "quantitative",
+                        "title": title,
+                        "scale": {"zero": False},
+                        "axis": {"format": "~g"},  # a learning rate of 3e-3 is not "0"
+                    },
                     "tooltip": [{"field": "step"}, {"field": "value", "format": ".4g", "title": title}],
                 },
             }
