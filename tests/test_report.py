@@ -120,7 +120,9 @@ def _check_page(run: Path) -> str:
 
 def _half_written(root: Path) -> Path:
     run = make_run(root)
+    rows = [r for r in _rows(24, 3.0, {"ppl": (0.9, 0.8, 0.95)}) if r["metric"] != "done"]
     with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows[:2]))  # step 24 begun, never finished
         f.write('{"step": 24, "epoch": 3.0, "evaluation": "detection", "col')  # killed mid-append
     (run / "scores" / "step-16" / "detection.jsonl").unlink()
     (run / "mixture.json").write_text("{not json")
@@ -131,7 +133,14 @@ BAD_INPUT = {
     # name: (builder, phrases the page must say)
     "empty directory": (lambda p: (p.mkdir(), p)[1], ["no results.jsonl yet", "no recipe.yaml"]),
     "not evaluated yet": (lambda p: make_run(p, steps=(), training=False), ["no results.jsonl yet"]),
-    "half-written": (_half_written, ["no per-sample scores at step 16", "mixture.json is unreadable"]),
+    "half-written": (
+        _half_written,
+        [
+            "no per-sample scores at step 16, 24",
+            "mixture.json is unreadable",
+            "step 24: evaluation unfinished",
+        ],
+    ),
     "older leaklab rows": (
         lambda p: make_run(p, legacy=True, scores=False, training=False),
         ["older leaklab", "no AUROC intervals", "no wall times"],

@@ -9,6 +9,8 @@ An evaluation (one module in this package, one line in `EVALUATIONS`) is a small
   - `evaluate(ctx, model, tokenizer, step) -> EvalOutput`: once per checkpoint, on every rank under
     several processes (the services split the work and gather it); only the main process's output is
     written.
+  - optionally `report_section(rows, run) -> Section | None`: its section of the HTML report (see
+    `leaklab/report/section.py`); without it the report draws each of its metrics per checkpoint.
 The driver (`leaklab/evaluate.py`) owns everything else: done markers, resume, rank agreement, writing
 rows and records, W&B. An evaluation never imports the recipe module: it reads the recipe it is given.
 """

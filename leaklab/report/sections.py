@@ -213,6 +213,14 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         )
 
     steps = run.steps()
+    done = {int(r["step"]) for r in run.rows_of("detection") if r.get("metric") == "done"}
+    if done:  # a run from before done rows has none at all: nothing to conclude then
+        unfinished = [s for s in steps if s not in done]
+        if unfinished:
+            section.notes.append(
+                f"step {', '.join(map(str, unfinished))}: evaluation unfinished (no done row: killed "
+                "mid-evaluation? `leaklab evaluate RUN_DIR` completes it); its values may be partial"
+            )
     if len(steps) == 1:
         section.notes.append("one checkpoint only: curves are single points")
     score_columns = ordered(c for c in {column_of(r) for r in rows} if c)
