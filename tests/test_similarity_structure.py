@@ -156,6 +156,17 @@ def test_codebleu_package_differences_are_documented_and_ours_hold():
     assert ours["equal"] == pytest.approx((ours["ngram"] + ours["weighted_ngram"] + ours["syntax"]) / 3)
 
 
+def test_a_string_assigned_to_an_attribute_keeps_the_data_flow():
+    codebleu = pytest.importorskip("codebleu")
+    # `self.kind = 'abc'`: both sides have three parts (self . kind / ' abc '), codebleu pairs them, its
+    # token lookup fails on the string's inner part and it drops the function's whole data flow (0 edges,
+    # "degenerates to 0", then counted as 1 by `or 1`). Here the string stays one token.
+    code = "def f(self, a):\n    b = a\n    self.kind = 'abc'\n    return b\n"
+    assert codebleu.calc_codebleu([code], [code], lang="python")["dataflow_match_score"] == 0
+    ours = st.structure(code)
+    assert ours.flow and st.dataflow_match(ours, ours) == 1.0
+
+
 def test_strip_comments_and_docstrings():
     assert st.strip_comments_and_docstrings('def f():\n    """doc"""\n    # c\n    return "s"  # t\n') == (
         'def f():\n    return "s"  '

@@ -16,12 +16,17 @@ against: n-gram match = sentence BLEU-4 over whitespace tokens (smoothing method
 BLEU-shaped recall with Python keywords weighted 1 and other unigrams 0.2; syntax match = fraction of the
 reference's subtrees (s-expressions of every node with children) present in the candidate; data-flow match
 = fraction of the reference's normalised def-use edges matched one-to-one in the candidate. Syntax and
-data flow are computed with comments and docstrings removed. Two deliberate differences:
+data flow are computed with comments and docstrings removed. Four deliberate differences, each tested:
   - `codebleu` computes `theta * (dataflow or 1)`, so a data-flow match of 0 (no edge matched) counts as
     a perfect 1. Here 0 stays 0. When the reference has no data-flow edge at all the data-flow score is
     undefined (None) and CodeBLEU (equal) averages the three other parts.
   - Where loops merge two edges of one token, `codebleu` orders the parent names with `set()` (which
     depends on PYTHONHASHSEED); here they keep first-seen order, so scores are reproducible.
+  - Its weighted n-gram match takes the brevity penalty against the length of `[tokens, weights]` (2),
+    so a short candidate is never penalised; here the reference's token count is used, as in BLEU.
+  - An assignment whose target and value both have three parts (`self.kind = 'abc'`) makes it pair the
+    string's inner parts, fail a lookup and drop the whole function's data flow; here a string is one
+    token. Token texts are read from bytes here, not from character columns, so non-ASCII lines agree.
 
 MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
 the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED / max_nodes).
@@ -41,6 +46,8 @@ from functools import lru_cache
 from importlib import metadata
 
 import numpy as np
+
+from leaklab.similarity.text import bleu_from_counts, ngram_counts
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
 MRI_COSTS = (1.0, 1.0, 1.0)
@@ -271,7 +278,8 @@ class _DataFlow:
         return found
 
     def visit(self, node, states: dict) -> tuple[list, dict]:
-        states = dict(states)
+        # `states` (variable -> token indexes of its last definitions) is never changed in place: a visit
+        # that binds a name returns a new dict (copy on write), so branches can share their parent's.
         kind = node.type
         if _is_token(node):
             idx, text = self.token(node)
@@ -280,7 +288,7 @@ class _DataFlow:
             if text in states:
                 return [(text, idx, "comesFrom", [text], list(states[text]))], states
             if kind == "identifier":
-                states[text] = [idx]
+                states = {**states, text: [idx]}
             return [(text, idx, "comesFrom", [], [])], states
         if kind == "default_parameter":
             return self._default_parameter(node, states)
@@ -298,6 +306,7 @@ class _DataFlow:
         return _by_token(edges), states
 
     def _default_parameter(self, node, states):
+        states = dict(states)
         name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
         edges: list = []
         sources = []
@@ -333,6 +342,7 @@ class _DataFlow:
         return edges
 
     def _assignment(self, node, states):
+        states = dict(states)
         if node.type == "for_in_clause":
             lefts, rights = [node.child_by_field_name("left")], [node.children[-1]]
         else:
@@ -369,6 +379,7 @@ class _DataFlow:
         return _by_token(edges), {name: sorted(set(where)) for name, where in merged.items()}
 
     def _loop(self, node, states):
+        states = dict(states)
         edges: list = []
         for _ in range(2):  # twice, so uses in the body see definitions from the previous iteration
             if node.type == "for_statement":
@@ -433,25 +444,25 @@ def data_flow(root, source: bytes) -> list[tuple]:
     return normalised
 
 
-def _weighted_recall(candidate: list[str], reference: list[str], max_n: int = 4) -> float:
-    """CodeBLEU's weighted n-gram match: BLEU's shape with clipped recall, keyword unigrams weighted 1, others 0.2."""
-    if not candidate or not reference:
+def _weighted_recall(candidate: list[Counter], reference: list[Counter]) -> float:
+    """CodeBLEU's weighted n-gram match from `ngram_counts` of both sides: BLEU's shape with clipped
+    recall, keyword unigrams weighted 1, other unigrams 0.2."""
+    c, r = sum(candidate[0].values()), sum(reference[0].values())
+    if c == 0 or r == 0:
         return 0.0
+    max_n = len(reference)
     log_sum = 0.0
-    for n in range(1, max_n + 1):
-        cand = Counter(tuple(candidate[i : i + n]) for i in range(len(candidate) - n + 1))
-        ref = Counter(tuple(reference[i : i + n]) for i in range(len(reference) - n + 1))
+    for n, (cand, ref) in enumerate(zip(candidate, reference), start=1):
         if n == 1:
             weight = {g: (1.0 if g[0] in CODEBLEU_KEYWORDS else 0.2) for g in ref}
-            matched = sum(min(c, cand[g]) * weight[g] for g, c in ref.items())
-            total = max(1, sum(c * weight[g] for g, c in ref.items()))
+            matched = sum(min(count, cand[g]) * weight[g] for g, count in ref.items())
+            total = max(1, sum(count * weight[g] for g, count in ref.items()))
             if matched == 0:
                 return 0.0
         else:
-            matched = sum(min(c, cand[g]) for g, c in ref.items())
+            matched = sum(min(count, cand[g]) for g, count in ref.items())
             total = max(1, sum(ref.values()))
         log_sum += math.log((matched if matched > 0 else 0.1) / total) / max_n
-    c, r = len(candidate), len(reference)
     return (1.0 if c > r else math.exp(1 - r / c)) * math.exp(log_sum)
 
 
@@ -469,7 +480,8 @@ class Structure:
     unparsed: str = ""
     subtrees: list[int] = field(default_factory=list)  # hashes of every subtree's s-expression
     flow: list[tuple] = field(default_factory=list)
-    words: list[str] = field(default_factory=list)  # whitespace tokens of the stripped text (CodeBLEU's BLEU)
+    # 1..4-gram counts of the whitespace tokens of the raw text (CodeBLEU's two BLEU-shaped parts)
+    words: list[Counter] = field(default_factory=list)
 
 
 def parse_error(text: str) -> str | None:
@@ -528,7 +540,7 @@ def _parsed_structure(text: str, parser, root, parts) -> Structure:
             result.subtrees.append(_stable_hash(str(node)))
             stack.extend(c for c in node.children if c.child_count)
         result.flow = data_flow(stripped_root, stripped)
-        result.words = text.strip().split()
+        result.words = ngram_counts(text.strip().split())
     return result
 
 
@@ -565,10 +577,8 @@ def dataflow_match(reference: Structure, candidate: Structure) -> float | None:
 
 def codebleu_parts(reference: Structure, candidate: Structure) -> dict[str, float | None]:
     """The four CodeBLEU components and their equal-weight mean (data flow None -> mean of the other three)."""
-    from leaklab.similarity.text import bleu
-
     parts = {
-        "ngram": bleu(candidate.words, reference.words),
+        "ngram": bleu_from_counts(candidate.words, reference.words),
         "weighted_ngram": _weighted_recall(candidate.words, reference.words),
         "syntax": syntax_match(reference, candidate),
         "dataflow": dataflow_match(reference, candidate),

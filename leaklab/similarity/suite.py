@@ -47,6 +47,7 @@ class Document:
     text: str
     lossy: bool
     tokens: list[str]
+    grams: list  # 1..4-gram Counters of the tokens (BLEU), counted once per snippet
     minhash: np.ndarray
     structure: st.Structure
 
@@ -55,14 +56,21 @@ def document(value: str | bytes, prefix: str = "") -> Document:
     """Everything the suite needs from one snippet, computed once."""
     text, lossy = tx.as_text(value)
     tokens = tx.code_tokens(text)
-    return Document(text, lossy, tokens, tx.minhash_signature(tokens), st.structure(prefix + text))
+    return Document(
+        text,
+        lossy,
+        tokens,
+        tx.ngram_counts(tokens),
+        tx.minhash_signature(tokens),
+        st.structure(prefix + text),
+    )
 
 
 def compare(reference: Document, candidate: Document) -> dict:
     """All metrics of one pair: {metric: float (NaN when missing)}, `missing` {metric: reason}, `lossy`."""
     row: dict = {
         "exact_match": tx.exact_match(candidate.text, reference.text),
-        "bleu": tx.bleu(candidate.tokens, reference.tokens),
+        "bleu": tx.bleu_from_counts(candidate.grams, reference.grams),
         "edit_similarity": tx.edit_similarity(candidate.text, reference.text),
         "lcs": tx.lcs_similarity(candidate.text, reference.text),
         "ngram_overlap_7": tx.ngram_overlap(candidate.tokens, reference.tokens),

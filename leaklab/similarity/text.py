@@ -102,16 +102,29 @@ def bleu(
     """
     if len(candidate) == 0 or len(reference) == 0:
         return 0.0
+    return bleu_from_counts(ngram_counts(candidate, max_n), ngram_counts(reference, max_n), epsilon)
+
+
+def ngram_counts(tokens: Sequence[Hashable], max_n: int = 4) -> list[Counter]:
+    """[Counter of 1-grams, ..., Counter of max_n-grams]: what BLEU needs of one side, reusable across pairs."""
+    return [Counter(_windows(tokens, n)) for n in range(1, max_n + 1)]
+
+
+def bleu_from_counts(
+    candidate: list[Counter], reference: list[Counter], epsilon: float = BLEU_EPSILON
+) -> float:
+    """`bleu` from precomputed `ngram_counts` of both sides (same max_n); lengths are the 1-gram totals."""
+    c, r = sum(candidate[0].values()), sum(reference[0].values())
+    if c == 0 or r == 0:
+        return 0.0
+    max_n = len(candidate)
     log_sum = 0.0
-    for n in range(1, max_n + 1):
-        cand_counts = Counter(_windows(candidate, n))
-        ref_counts = Counter(_windows(reference, n))
+    for n, (cand_counts, ref_counts) in enumerate(zip(candidate, reference), start=1):
         matched = sum(min(count, ref_counts[gram]) for gram, count in cand_counts.items())
         total = max(1, sum(cand_counts.values()))
         if n == 1 and matched == 0:
             return 0.0
         log_sum += math.log((matched if matched > 0 else epsilon) / total) / max_n
-    c, r = len(candidate), len(reference)
     brevity = 1.0 if c > r else math.exp(1 - r / c)
     return brevity * math.exp(log_sum)
 
