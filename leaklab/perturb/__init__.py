@@ -6,5 +6,8 @@ vocabulary    synonym tables and prefixes: candidate new names in the original's
 examples      find the examples a prompt shows, mutate their inputs, write new inputs and outputs back
 llm           the LLM backend: leaklab's renaming prompt, and reading a proposal back as a name mapping
 variants      SrDetection's variants: rename + replace examples, verify, keep (`make_variants`)
+rewriting     MRI's rule-based code rewriting: one logic change per task, validated in the sandbox
+mutation      MRI's mutation: seeded word scrambling, capitalisation and character noise on the prose
+mri_sets      MRI's perturbed sets: built once per benchmark, cached, the run's copy and its summary
 store         sandboxed executors, building, JSON form, the per-benchmark cache and the run's copy
 """

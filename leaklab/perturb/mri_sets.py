@@ -1,0 +1,223 @@
+"""MRI's perturbed task sets: built once per benchmark (rewriting in the sandbox, mutation), versioned,
+cached as JSON lines, reused by every checkpoint and run.
+
+    sets = perturbed_sets_for(tasks, seed=0, per_type=2)   # from the cache; builds what is missing
+    info = summary(sets)                                    # acceptance per logic type, reasons
+    write_run_sets(run.root, sets, info); read_run_sets(run.root)
+
+The cache (`<LEAKLAB_CACHE>/perturbed/<benchmark>-<settings>.jsonl`) holds one line per task keyed by a
+hash of the task's content (`store.task_key`), so any split or checkpoint of any run on the benchmark
+reuses it. The file name hashes STORE_VERSION, the settings and the source of the modules that make the
+sets, so changed code never serves stale rewrites. Paraphrase needs an LLM backend, which leaklab does
+not run here: sets carry no paraphrase and the MRI evaluation reports RAD_par as not computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from leaklab.data.tasks import Task
+from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
+from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
+
+STORE_VERSION = 1
+SET_CODE = tuple(
+    Path(__file__).with_name(f"{name}.py") for name in ("rewriting", "mutation", "examples", "mri_sets")
+)
+RUN_FILE = "perturbed.jsonl"  # <run>/perturbed.jsonl: the run's copy (its tasks only)
+RUN_SUMMARY = "perturbed_summary.json"
+
+
+@dataclass
+class PerturbedSet:
+    """One original task's perturbations for MRI."""
+
+    task_id: str
+    rewrite: Task | None = None
+    logic_type: str | None = None
+    change: str = ""
+    tried: dict[str, int] = field(default_factory=dict)
+    accepted: dict[str, int] = field(default_factory=dict)
+    rejections: list[dict[str, str]] = field(default_factory=list)
+    mutation: Task | None = None
+    mutation_info: dict[str, Any] = field(default_factory=dict)
+
+
+def task_to_json(task: Task | None) -> dict[str, Any] | None:
+    if task is None:
+        return None
+    data = dataclasses.asdict(task)
+    data["test_cases"] = list(task.test_cases)
+    return data
+
+
+def task_from_json(data: dict[str, Any] | None) -> Task | None:
+    if data is None:
+        return None
+    return Task(**{**data, "test_cases": tuple(data.get("test_cases", ()))})
+
+
+def set_to_json(ps: PerturbedSet) -> dict[str, Any]:
+    data = dataclasses.asdict(ps)
+    data["rewrite"], data["mutation"] = task_to_json(ps.rewrite), task_to_json(ps.mutation)
+    return data
+
+
+def set_from_json(data: dict[str, Any]) -> PerturbedSet:
+    return PerturbedSet(
+        **{**data, "rewrite": task_from_json(data["rewrite"]), "mutation": task_from_json(data["mutation"])}
+    )
+
+
+def build_perturbed_sets(
+    tasks: Sequence[Task],
+    *,
+    seed: int = 0,
+    per_type: int = 2,
+    sandbox=None,
+    workers: int = 2,
+    timeout_s: float = 5.0,
+    log=print,
+) -> list[PerturbedSet]:
+    """Rewrite (validated in the sandbox) and mutate every task; no cache."""
+    from leaklab.perturb.mutation import mutate_task
+
+    if not tasks:
+        return []
+    started = time.perf_counter()
+    if sandbox is None:
+        from leaklab.execution.sandbox import Sandbox
+
+        with Sandbox(workers=workers, timeout_s=timeout_s) as sb:
+            return build_perturbed_sets(
+                tasks, seed=seed, per_type=per_type, sandbox=sb, timeout_s=timeout_s, log=log
+            )
+    rewrites: list[Rewrite] = rewrite_tasks(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
+    sets = []
+    for task, rw in zip(tasks, rewrites):
+        mutated, info = mutate_task(task, random.Random(f"mutate:{seed}:{task.task_id}"))
+        sets.append(
+            PerturbedSet(
+                task_id=task.task_id,
+                rewrite=rw.task,
+                logic_type=rw.logic_type,
+                change=rw.change,
+                tried=rw.tried,
+                accepted=rw.accepted,
+                rejections=rw.rejections,
+                mutation=mutated,
+                mutation_info=info,
+            )
+        )
+    log(
+        f"[leaklab] MRI sets of {len(tasks)} tasks in {time.perf_counter() - started:.1f}s: "
+        f"{sum(s.rewrite is not None for s in sets)} rewritten, {sum(s.mutation is not None for s in sets)} mutated"
+    )
+    return sets
+
+
+def settings_key(seed: int, per_type: int) -> str:
+    code = hashlib.sha256(b"".join(p.read_bytes() for p in SET_CODE)).hexdigest()
+    payload = json.dumps([STORE_VERSION, seed, per_type, code])
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def cache_file(tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None) -> Path:
+    benchmark = tasks[0].benchmark if tasks else "none"
+    return Path(cache_dir or cache_root()) / "perturbed" / f"{benchmark}-{settings_key(seed, per_type)}.jsonl"
+
+
+def perturbed_sets_for(
+    tasks: Sequence[Task],
+    *,
+    seed: int = 0,
+    per_type: int = 2,
+    cache_dir: str | Path | None = None,
+    sandbox=None,
+    workers: int = 2,
+    timeout_s: float = 5.0,
+    log=print,
+) -> list[PerturbedSet]:
+    """The sets of `tasks` (same order): from the cache, building and adding what is missing."""
+    from leaklab.perturb.store import task_key
+
+    path = cache_file(tasks, seed, per_type, cache_dir)
+    stored = {row["key"]: row["set"] for row in read_rows(path)}
+    keys = [task_key(t) for t in tasks]
+    todo = [t for t, k in zip(tasks, keys) if k not in stored]
+    if todo:
+        log(f"[leaklab] building MRI perturbed sets for {len(todo)} of {len(tasks)} tasks")
+        built = build_perturbed_sets(
+            todo, seed=seed, per_type=per_type, sandbox=sandbox, workers=workers, timeout_s=timeout_s, log=log
+        )
+        rows = [{"key": task_key(t), "set": set_to_json(s)} for t, s in zip(todo, built)]
+        append_rows(path, rows, key=lambda r: r["key"])
+        stored.update((r["key"], r["set"]) for r in rows)
+    else:
+        log(f"[leaklab] MRI perturbed sets of {len(tasks)} tasks from {path}")
+    return [set_from_json(stored[k]) for k in keys]
+
+
+def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
+    """Acceptance per logic-change type and every rejection reason, counted."""
+    tried: Counter[str] = Counter()
+    accepted: Counter[str] = Counter()
+    chosen: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    for s in sets:
+        tried.update(s.tried)
+        accepted.update(s.accepted)
+        chosen[s.logic_type or "none"] += 1
+        reasons.update(f"{r['type']}: {r['reason']}" for r in s.rejections)
+    per_type = {
+        t: {
+            "tried": tried[t],
+            "accepted": accepted[t],
+            "acceptance": accepted[t] / tried[t] if tried[t] else None,
+            "chosen": chosen[t],
+        }
+        for t in LOGIC_TYPES
+    }
+    mutation_reasons = Counter(s.mutation_info.get("reason") for s in sets if s.mutation is None)
+    return {
+        "tasks": len(sets),
+        "rewritten": sum(s.rewrite is not None for s in sets),
+        "mutated": sum(s.mutation is not None for s in sets),
+        "paraphrased": 0,
+        "paraphrase": "not computed: no LLM backend",
+        "types_with_accepted_rewrites": sum(1 for t in LOGIC_TYPES if accepted[t]),
+        "per_type": per_type,
+        "rejections": dict(reasons.most_common()),
+        "mutation_failures": dict(mutation_reasons),
+    }
+
+
+def write_run_sets(run_root: str | Path, sets: Sequence[PerturbedSet]) -> dict[str, Any]:
+    root = Path(run_root)
+    write_atomic(root / RUN_FILE, "".join(json.dumps(set_to_json(s)) + "\n" for s in sets))
+    info = summary(sets)
+    write_json(root / RUN_SUMMARY, info)
+    return info
+
+
+def read_run_sets(run_root: str | Path) -> dict[str, PerturbedSet]:
+    path = RunDir(run_root).root / RUN_FILE
+    return {row["task_id"]: set_from_json(row) for row in read_rows(path)} if path.exists() else {}
+
+
+def describe(info: dict[str, Any]) -> str:
+    types = ", ".join(f"{t} {v['accepted']}/{v['tried']}" for t, v in info["per_type"].items() if v["tried"])
+    return (
+        f"[leaklab] MRI sets: {info['rewritten']}/{info['tasks']} tasks rewritten "
+        f"({info['types_with_accepted_rewrites']} of {len(LOGIC_TYPES)} logic types accepted; {types}), "
+        f"{info['mutated']} mutated; paraphrase {info['paraphrase']}"
+    )

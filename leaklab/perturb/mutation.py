@@ -1,0 +1,198 @@
+"""Mutation for MRI (Memorize or generalize?, §3.2, App. B): semantics-preserving textual noise on a
+task's description, seeded, rule-based.
+
+    task_mut, counts = mutate_task(task, random.Random(0))
+
+Three kinds of operation, one change each:
+  scramble    shuffle the inner letters of one word (first and last letters stay)
+  capitalise  flip the case of one letter
+  noise       insert, delete or substitute one letter
+About RATE (4 per 5) operations per word of the description, at least one of each kind, the rest drawn
+at random among the three; each operation lands on a different word while there are words left.
+
+Only prose changes: for a code prompt (HumanEval-style) the words inside the entry point's docstring,
+minus the example lines (`>>> call` and the output line after it, `f(x) => y` lines) and minus every
+identifier of the program (function, parameter and variable names stay as they are). A prose prompt
+(APPS) keeps its example blocks (Input/Output samples) too. Only letters are inserted or substituted,
+so a docstring never gains a quote or backslash; a mutated code prompt that no longer parses is
+re-drawn (counted).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import random
+import re
+import string
+
+from leaklab.data.tasks import Task
+
+RATE = 4 / 5  # operations per word of the description
+KINDS = ("scramble", "capitalise", "noise")
+_WORD = re.compile(r"[A-Za-z]+")
+_EXAMPLE_LINE = re.compile(r"^[ \t]*(>>>|\w+\(.*\)\s*(==>|=>|➞|->)|Input|Output|Example)", re.I)
+
+
+def _identifiers(task: Task) -> set[str]:
+    try:
+        tree = ast.parse(task.program())
+    except (SyntaxError, ValueError):
+        return {task.entry_point} if task.entry_point else set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+    return names
+
+
+def _prose_regions(task: Task) -> list[tuple[int, int]]:
+    """Character spans of the prompt whose words may be mutated."""
+    prompt = task.prompt
+    if task.prompt_is_code:
+        from leaklab.perturb.rewriting import _docstring_span
+
+        span = _docstring_span(task)
+        if span is None:
+            return []
+        lo, hi = span[0] + 3, span[1] - 3
+    else:
+        lo, hi = 0, len(prompt)
+    regions, skip_next = [], False
+    pos = lo
+    for line in prompt[lo:hi].splitlines(keepends=True):
+        start, end = pos, pos + len(line)
+        pos = end
+        if skip_next:  # the output line that follows a doctest call
+            skip_next = False
+            continue
+        stripped = line.strip()
+        if _EXAMPLE_LINE.match(line):
+            skip_next = stripped.startswith(">>>")
+            continue
+        if not stripped or re.search(r"[=\[\]{}()]", stripped) and not task.prompt_is_code:
+            continue  # a sample block or formula in a prose prompt stays
+        regions.append((start, end))
+    return regions
+
+
+def _words(task: Task) -> list[tuple[int, int]]:
+    protected = _identifiers(task)
+    out = []
+    for lo, hi in _prose_regions(task):
+        text = task.prompt[lo:hi]
+        for m in _WORD.finditer(text):
+            word = m.group()
+            # Skip identifiers, words glued to code (snake_case pieces, digits, dotted names) and
+            # words inside backquotes, which name code.
+            before = text[m.start() - 1] if m.start() else " "
+            after = text[m.end()] if m.end() < len(text) else " "
+            if (
+                word in protected
+                or before in "_.`'\""
+                or after in "_`('\""
+                or before.isdigit()
+                or after.isdigit()
+            ):
+                continue
+            out.append((lo + m.start(), lo + m.end()))
+    return out
+
+
+def _scramble(word: str, rng: random.Random) -> str | None:
+    if len(word) < 4 or len(set(word[1:-1])) < 2:
+        return None
+    middle = list(word[1:-1])
+    for _ in range(10):
+        rng.shuffle(middle)
+        new = word[0] + "".join(middle) + word[-1]
+        if new != word:
+            return new
+    return None
+
+
+def _capitalise(word: str, rng: random.Random) -> str:
+    i = rng.randrange(len(word))
+    return word[:i] + word[i].swapcase() + word[i + 1 :]
+
+
+def _noise(word: str, rng: random.Random) -> str:
+    i = rng.randrange(len(word))
+    letter = rng.choice(string.ascii_lowercase)
+    action = rng.choice(("insert", "delete", "substitute") if len(word) > 1 else ("insert", "substitute"))
+    if action == "insert":
+        return word[:i] + letter + word[i:]
+    if action == "delete":
+        return word[:i] + word[i + 1 :]
+    while letter == word[i].lower():
+        letter = rng.choice(string.ascii_lowercase)
+    return word[:i] + letter + word[i + 1 :]
+
+
+def plan(n_words: int, rng: random.Random) -> list[str]:
+    """The kinds of operation for a description of `n_words` words: round(RATE * n) in all (at least
+    one of each kind), one of each first, the rest drawn."""
+    total = max(len(KINDS), round(RATE * n_words))
+    kinds = list(KINDS) + [rng.choice(KINDS) for _ in range(total - len(KINDS))]
+    rng.shuffle(kinds)
+    return kinds
+
+
+def mutate_task(task: Task, rng: random.Random, max_tries: int = 5) -> tuple[Task | None, dict]:
+    """(mutated task or None, counts): the prompt with noise on its prose, everything else unchanged.
+    counts: operations per kind, `words`, `tries`, and `reason` when no mutation could be made."""
+    words = _words(task)
+    if not words:
+        return None, {"reason": "no prose words to mutate", "words": 0}
+    for attempt in range(1, max_tries + 1):
+        kinds = plan(len(words), rng)
+        order = list(range(len(words)))
+        rng.shuffle(order)
+        edits: dict[int, str] = {}
+        counts = dict.fromkeys(KINDS, 0)
+        for n, kind in enumerate(kinds):
+            w = order[n % len(order)]  # a fresh word while there are any, then words again
+            lo, hi = words[w]
+            current = edits.get(w, task.prompt[lo:hi])
+            if kind == "scramble":
+                new = _scramble(current, rng)
+                if new is None:  # a word too short to scramble: find one that is not
+                    long = [i for i in order if len(edits.get(i, task.prompt[slice(*words[i])])) >= 4]
+                    for i in long:
+                        new = _scramble(edits.get(i, task.prompt[slice(*words[i])]), rng)
+                        if new is not None:
+                            w = i
+                            break
+                if new is None:
+                    new, kind = _capitalise(current, rng), "capitalise"
+            elif kind == "capitalise":
+                new = _capitalise(current, rng)
+            else:
+                new = _noise(current, rng)
+            edits[w] = new
+            counts[kind] += 1
+        prompt = task.prompt
+        for w in sorted(edits, key=lambda i: words[i][0], reverse=True):
+            lo, hi = words[w]
+            prompt = prompt[:lo] + edits[w] + prompt[hi:]
+        if task.prompt_is_code:
+            try:
+                ast.parse(prompt)
+            except (SyntaxError, ValueError):
+                continue
+        if prompt == task.prompt:
+            continue
+        mutated = dataclasses.replace(
+            task,
+            task_id=f"{task.task_id}/mutate",
+            prompt=prompt,
+            metadata={**task.metadata, "mutation_of": task.task_id, "mutation_ops": counts},
+        )
+        return mutated, {**counts, "words": len(words), "tries": attempt}
+    return None, {"reason": "every mutation broke the prompt or changed nothing", "words": len(words)}

@@ -1,0 +1,812 @@
+"""Rule-based code rewriting for MRI (Memorize or generalize?, §3.1, App. G): change ONE core logic of a
+task's canonical solution with an AST operator, keep its signature, and rebuild the task around it.
+
+    sites = candidate_edits(task, rng)                # every place each operator can change, shuffled
+    results = rewrite_tasks(tasks, sandbox, seed=0)   # validated in the sandbox, one rewrite per task
+
+Logic-change types (LOGIC_TYPES), each an operator over the solution's AST (never the prompt's code):
+  component_swap         a function or method for a sibling (sum -> max, upper -> lower, floor -> ceil)
+  data_transformation    an argument transformed before the logic runs (`xs = sorted(xs)` put first)
+  constraint_change      a bound or stride (< -> <=, range(a, b) -> range(a + 1, b) or a step of 2)
+  logic_reversal         a decision or ranking inverted (max <-> min, sorted(..., reverse=True), not)
+  operator_change        one arithmetic / boolean / equality operator (+ -> -, == -> !=, and -> or)
+  operation_order_swap   two operations in the other order (adjacent statements, f(g(x)) -> g(f(x)))
+  constant_swap          a literal (3 -> 4, 'a' -> 'A', True -> False)
+  workflow_modification  a processing stage dropped (sorted(x) -> x) or added to the returned value
+
+Validation (the paper's, App. B.5, for MBPP+: the original test inputs, outputs recomputed): the original
+program and every candidate run in the sandbox on the task's test inputs and on its prompt's example
+inputs. A candidate is accepted only when it runs cleanly on all of them and its output differs from the
+original's on at least one test input. The rewritten task's tests are the same inputs with the
+candidate's outputs ("call" tests); its prompt is the original's with one plain sentence naming the
+changed rule put into the docstring and each shown example's output replaced by the candidate's.
+Every rejected candidate is kept as (type, reason), so acceptance per type can be reported.
+
+`synthetic` tasks are rewritten exactly by their family (`leaklab.data.synthetic.rewrite`): another
+constant or operator drawn, docstring and tests rebuilt; the type is operator_change when the operator
+changed and constant_swap otherwise.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from leaklab.data.tasks import Task
+
+LOGIC_TYPES = (
+    "component_swap",
+    "data_transformation",
+    "constraint_change",
+    "logic_reversal",
+    "operator_change",
+    "operation_order_swap",
+    "constant_swap",
+    "workflow_modification",
+)
+MAX_TEST_INPUTS = 200  # test inputs run per candidate (the first ones, in the tests' order)
+
+# --------------------------------------------------------------------------- operator tables
+
+COMPONENT_FUNCTIONS = {
+    "sum": "max",
+    "any": "all",
+    "all": "any",
+    "set": "list",
+    "list": "set",
+    "int": "round",
+    "round": "int",
+    "float": "int",
+    "floor": "ceil",
+    "ceil": "floor",
+}
+COMPONENT_METHODS = {
+    "upper": "lower",
+    "lower": "upper",
+    "isupper": "islower",
+    "islower": "isupper",
+    "startswith": "endswith",
+    "endswith": "startswith",
+    "find": "rfind",
+    "rfind": "find",
+    "lstrip": "rstrip",
+    "rstrip": "lstrip",
+    "strip": "lstrip",
+    "isdigit": "isalpha",
+    "isalpha": "isdigit",
+    "capitalize": "title",
+    "title": "capitalize",
+    "extend": "append",
+    "floor": "ceil",
+    "ceil": "floor",
+}
+REVERSED_FUNCTIONS = {"max": "min", "min": "max"}
+ARITHMETIC = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Add,
+    ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Mod,
+    ast.Mod: ast.FloorDiv,
+    ast.Pow: ast.Mult,
+    ast.BitAnd: ast.BitOr,
+    ast.BitOr: ast.BitAnd,
+    ast.BitXor: ast.BitOr,
+}
+EQUALITY = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
+BOUNDS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+SYMBOLS = {
+    ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+    ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.Eq: "==", ast.NotEq: "!=",
+    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in", ast.NotIn: "not in",
+    ast.And: "and", ast.Or: "or",
+}  # fmt: skip
+DROPPABLE_STAGES = {"sorted", "reversed", "set", "abs", "list", "tuple", "str"}
+DROPPABLE_METHODS = {"strip", "lower", "upper", "lstrip", "rstrip"}
+# What each type's sentence in the new prompt says before naming the change.
+LEADS = {
+    "component_swap": "This version uses a different building block than the usual one",
+    "constraint_change": "This version changes one limit or condition",
+    "logic_reversal": "This version reverses one decision",
+    "operator_change": "This version uses a different operator in one place",
+    "operation_order_swap": "This version performs two steps in the other order",
+    "constant_swap": "This version uses a different constant",
+}
+
+
+class NotRewritable(ValueError):
+    """A task the rule-based rewriter cannot work on (why in the message)."""
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One candidate change of the program: replace program[start:end] by `text`."""
+
+    logic_type: str
+    start: int
+    end: int
+    text: str
+    old: str  # the code that changes, as it reads before ...
+    new: str  # ... and after (for the prompt's sentence)
+    note: str = ""  # a whole sentence for the prompt when the generic one would not read well
+
+
+@dataclass
+class Rewrite:
+    """The rewriting of one task: the accepted rewrite (or None) and every rejection."""
+
+    task_id: str
+    task: Task | None = None
+    logic_type: str | None = None
+    change: str = ""
+    tried: dict[str, int] = field(default_factory=dict)  # candidates validated per type
+    accepted: dict[str, int] = field(default_factory=dict)  # of those, how many passed the checks
+    rejections: list[dict[str, str]] = field(default_factory=list)  # {"type", "reason", "detail"}
+
+
+# --------------------------------------------------------------------------- source positions
+
+
+class _Source:
+    """The program and byte offsets of AST nodes (col_offset counts UTF-8 bytes, not characters)."""
+
+    def __init__(self, program: str, solution_start: int) -> None:
+        self.text = program
+        self.data = program.encode("utf-8")
+        self.solution_start = len(program[:solution_start].encode("utf-8"))
+        self.line_starts = [0]
+        for line in self.data.splitlines(keepends=True):
+            self.line_starts.append(self.line_starts[-1] + len(line))
+
+    def span(self, node: ast.AST) -> tuple[int, int]:
+        return (
+            self.line_starts[node.lineno - 1] + node.col_offset,
+            self.line_starts[node.end_lineno - 1] + node.end_col_offset,
+        )
+
+    def segment(self, start: int, end: int) -> str:
+        return self.data[start:end].decode("utf-8")
+
+    def of(self, node: ast.AST) -> str:
+        return self.segment(*self.span(node))
+
+    def in_solution(self, node: ast.AST) -> bool:
+        return hasattr(node, "lineno") and self.span(node)[0] >= self.solution_start
+
+    def apply(self, edit: Edit) -> str:
+        return (self.data[: edit.start] + edit.text.encode("utf-8") + self.data[edit.end :]).decode("utf-8")
+
+
+def _one_line(code: str, limit: int = 90) -> str:
+    code = " ".join(code.split())
+    return code if len(code) <= limit else code[: limit - 3] + "..."
+
+
+def _paren(node: ast.AST) -> str:
+    text = ast.unparse(node)
+    if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp, ast.Lambda)):
+        return f"({text})"
+    return text
+
+
+def _replace(src: _Source, logic_type: str, node: ast.AST, new_node: ast.AST, note: str = "") -> Edit:
+    start, end = src.span(node)
+    text = _paren(new_node)
+    return Edit(logic_type, start, end, text, _one_line(src.of(node)), _one_line(text), note)
+
+
+def _token_edit(src: _Source, logic_type: str, node, left, right, old: str, new: str) -> Edit | None:
+    """Replace the operator token `old` that sits between the nodes `left` and `right` of `node`."""
+    lo, hi = src.span(left)[1], src.span(right)[0]
+    between = src.segment(lo, hi)
+    found = re.search(rf"(?<![\w=<>!]){re.escape(old)}(?![\w=<>])", between)
+    if found is None:
+        return None
+    start, end = lo + found.start(), lo + found.end()
+    n_start, n_end = src.span(node)
+    before = src.segment(n_start, n_end)
+    after = src.segment(n_start, start) + new + src.segment(end, n_end)
+    return Edit(logic_type, start, end, new, _one_line(before), _one_line(after))
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name):
+            return node.func.id
+        if isinstance(node.func, ast.Attribute):
+            return node.func.attr
+    return None
+
+
+# --------------------------------------------------------------------------- the operators
+
+
+def _swap_calls(src: _Source, node: ast.Call, logic_type: str, functions: dict, methods: dict):
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in functions:
+        new = copy.deepcopy(node)
+        new.func = ast.Name(functions[func.id], ast.Load())
+        yield _replace(src, logic_type, node, new)
+    elif isinstance(func, ast.Attribute) and func.attr in methods:
+        new = copy.deepcopy(node)
+        new.func.attr = methods[func.attr]
+        yield _replace(src, logic_type, node, new)
+
+
+def _component_swap(src: _Source, node: ast.AST, ctx: dict):
+    if isinstance(node, ast.Call):
+        methods = COMPONENT_METHODS
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "math":
+            # math.floor is a function spelt as an attribute: only its sibling swaps
+            methods = {k: v for k, v in COMPONENT_METHODS.items() if k in ("floor", "ceil")}
+        yield from _swap_calls(src, node, "component_swap", COMPONENT_FUNCTIONS, methods)
+
+
+def _constraint_change(src: _Source, node: ast.AST, ctx: dict):
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in BOUNDS:
+        old, new = SYMBOLS[type(node.ops[0])], SYMBOLS[BOUNDS[type(node.ops[0])]]
+        edit = _token_edit(src, "constraint_change", node, node.left, node.comparators[0], old, new)
+        if edit:
+            yield edit
+    if _call_name(node) == "range" and isinstance(node.func, ast.Name) and not node.keywords:
+        args = list(node.args)
+        if len(args) in (1, 2):
+            start = args[0] if len(args) == 2 else ast.Constant(0)
+            stop = args[-1]
+            shifted = ast.BinOp(start, ast.Add(), ast.Constant(1))
+            if isinstance(start, ast.Constant) and isinstance(start.value, int):
+                shifted = ast.Constant(start.value + 1)
+            yield _replace(src, "constraint_change", node, ast.Call(node.func, [shifted, stop], []))
+            yield _replace(
+                src, "constraint_change", node, ast.Call(node.func, [start, stop, ast.Constant(2)], [])
+            )
+
+
+def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
+    if isinstance(node, ast.Call):
+        yield from _swap_calls(src, node, "logic_reversal", REVERSED_FUNCTIONS, {})
+        name = _call_name(node)
+        if name in ("sorted", "sort"):
+            flags = [k for k in node.keywords if k.arg == "reverse"]
+            new = copy.deepcopy(node)
+            if flags:
+                flag = flags[0].value
+                if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
+                    value: ast.expr = ast.Constant(not flag.value)
+                else:
+                    value = ast.UnaryOp(ast.Not(), copy.deepcopy(flag))
+                for k in new.keywords:
+                    if k.arg == "reverse":
+                        k.value = value
+            else:
+                new.keywords.append(ast.keyword("reverse", ast.Constant(True)))
+            yield _replace(src, "logic_reversal", node, new)
+    if isinstance(node, (ast.If, ast.IfExp, ast.While)) and src.in_solution(node.test):
+        if isinstance(node, ast.While):
+            return  # a negated loop condition mostly never stops: not a meaningful rewrite
+        test = node.test
+        start, end = src.span(test)
+        old = src.of(test)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            text = src.of(test.operand)
+            text = f"({text})" if isinstance(test.operand, (ast.BoolOp, ast.IfExp, ast.Lambda)) else text
+        else:
+            text = f"not ({old})" if isinstance(node, ast.If) else f"(not ({old}))"
+        yield Edit("logic_reversal", start, end, text, _one_line(old), _one_line(text))
+
+
+def _operator_change(src: _Source, node: ast.AST, ctx: dict):
+    if isinstance(node, ast.BinOp) and type(node.op) in ARITHMETIC:
+        old, new = SYMBOLS[type(node.op)], SYMBOLS[ARITHMETIC[type(node.op)]]
+        edit = _token_edit(src, "operator_change", node, node.left, node.right, old, new)
+        if edit:
+            yield edit
+    elif isinstance(node, ast.AugAssign) and type(node.op) in ARITHMETIC:
+        old, new = SYMBOLS[type(node.op)] + "=", SYMBOLS[ARITHMETIC[type(node.op)]] + "="
+        edit = _token_edit(src, "operator_change", node, node.target, node.value, old, new)
+        if edit:
+            yield edit
+    elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in EQUALITY:
+        old, new = SYMBOLS[type(node.ops[0])], SYMBOLS[EQUALITY[type(node.ops[0])]]
+        edit = _token_edit(src, "operator_change", node, node.left, node.comparators[0], old, new)
+        if edit:
+            yield edit
+    elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
+        old = SYMBOLS[type(node.op)]
+        new = "or" if old == "and" else "and"
+        edit = _token_edit(src, "operator_change", node, node.values[0], node.values[1], old, new)
+        if edit:
+            yield edit
+
+
+def _simple(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)) and not (
+        isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+    )
+
+
+def _operation_order_swap(src: _Source, node: ast.AST, ctx: dict):
+    for name in ("body", "orelse"):
+        stmts = getattr(node, name, None)
+        if not isinstance(stmts, list):
+            continue
+        for a, b in zip(stmts, stmts[1:]):
+            if _simple(a) and _simple(b) and src.in_solution(a) and a.lineno != b.lineno:
+                (a0, a1), (b0, b1) = src.span(a), src.span(b)
+                first, second = src.segment(a0, a1), src.segment(b0, b1)
+                if "\n" in first or "\n" in second:
+                    continue
+                text = second + src.segment(a1, b0) + first
+                yield Edit(
+                    "operation_order_swap", a0, b1, text,
+                    _one_line(f"{first}; then {second}"), _one_line(f"{second}; then {first}"),
+                )  # fmt: skip
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
+        inner = node.args[0]
+        if (
+            not node.keywords
+            and isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Name)
+            and len(inner.args) == 1
+            and not inner.keywords
+            and inner.func.id != node.func.id
+        ):
+            new = ast.Call(inner.func, [ast.Call(node.func, [inner.args[0]], [])], [])
+            yield _replace(src, "operation_order_swap", node, new)
+
+
+def _constant_swap(src: _Source, node: ast.AST, ctx: dict):
+    if not isinstance(node, ast.Constant) or id(node) in ctx["docstrings"]:
+        return
+    value = node.value
+    if isinstance(value, bool):
+        new: Any = not value
+    elif isinstance(value, int):
+        new = value + 1
+    elif isinstance(value, float):
+        new = value * 2 if value else 1.0
+    elif isinstance(value, str) and value and value.swapcase() != value and len(value) <= 40:
+        new = value.swapcase()
+    else:
+        return
+    yield _replace(src, "constant_swap", node, ast.Constant(new))
+
+
+def _data_transformation(src: _Source, node: ast.AST, ctx: dict):
+    if node is not ctx["entry"] or not ctx["first_input"]:
+        return
+    body = [s for s in node.body if src.in_solution(s)]
+    if not body:
+        return
+    first = body[0]
+    start = src.line_starts[first.lineno - 1]
+    indent = " " * first.col_offset
+    params = [a.arg for a in node.args.args]
+    for name, value in zip(params, ctx["first_input"]):
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
+            transforms = [f"sorted({name})", f"{name}[::-1]"]
+        elif isinstance(value, (list, tuple, str)):
+            transforms = [f"{name}[::-1]"]
+            if isinstance(value, str):
+                transforms.append(f"{name}.lower()" if value != value.lower() else f"{name}.upper()")
+        elif isinstance(value, (int, float)):
+            transforms = [f"abs({name})"]
+        else:
+            continue
+        for expr in transforms:
+            line = f"{indent}{name} = {expr}\n"
+            note = f"Before anything else, `{name}` is replaced by `{expr}`, and the result is computed from that."
+            yield Edit("data_transformation", start, start, line, name, expr, note)
+
+
+def _workflow_modification(src: _Source, node: ast.AST, ctx: dict):
+    name = _call_name(node)
+    if isinstance(node, ast.Call) and name in DROPPABLE_STAGES and isinstance(node.func, ast.Name):
+        if len(node.args) == 1 and not node.keywords:
+            inner = node.args[0]
+            note = f"The step `{_one_line(src.of(node))}` is left out: `{_one_line(ast.unparse(inner))}` is used as it is."
+            yield _replace(src, "workflow_modification", node, inner, note)
+    elif (
+        isinstance(node, ast.Call)
+        and name in DROPPABLE_METHODS
+        and isinstance(node.func, ast.Attribute)
+        and not node.args
+        and not node.keywords
+    ):
+        inner = node.func.value
+        note = f"The step `.{name}()` in `{_one_line(src.of(node))}` is left out."
+        yield _replace(src, "workflow_modification", node, inner, note)
+    output = ctx["first_output"]
+    if isinstance(node, ast.Return) and node.value is not None and ctx["has_output"]:
+        if isinstance(node.value, ast.Constant) and node.value.value is None:
+            return
+        value = node.value
+        if isinstance(output, (list, tuple, str)) and not isinstance(output, bool):
+            new: ast.expr = ast.Subscript(value, ast.Slice(None, None, ast.Constant(-1)), ast.Load())
+            what = "reversed (last item first)"
+        elif isinstance(output, int) and not isinstance(output, bool):
+            new = ast.BinOp(value, ast.Mult(), ast.Constant(2))
+            what = "doubled"
+        else:
+            return
+        note = f"One more step comes last: the value the description above asks for is {what} before it is returned."
+        yield _replace(src, "workflow_modification", value, new, note)
+
+
+OPERATORS = {
+    "component_swap": _component_swap,
+    "data_transformation": _data_transformation,
+    "constraint_change": _constraint_change,
+    "logic_reversal": _logic_reversal,
+    "operator_change": _operator_change,
+    "operation_order_swap": _operation_order_swap,
+    "constant_swap": _constant_swap,
+    "workflow_modification": _workflow_modification,
+}
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def _docstring_ids(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                ids.add(id(first.value))
+    return ids
+
+
+def candidate_edits(
+    task: Task, rng: random.Random, first_input: Sequence | None = None, first_output: Any = None,
+    has_output: bool = False,
+) -> dict[str, list[Edit]]:  # fmt: skip
+    """Every edit each operator can make in the task's solution, per type, shuffled by `rng`.
+    `first_input` / `first_output`: one test input and the original's output on it (what the data
+    transformation and the added workflow stage choose by). Raises NotRewritable."""
+    program = task.program()
+    solution_start = len(task.prompt) if task.prompt_is_code else 0
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError) as err:
+        raise NotRewritable(f"the canonical program does not parse: {err}") from err
+    src = _Source(program, solution_start)
+    entry = next(
+        (
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == task.entry_point
+        ),
+        None,
+    )
+    ctx = {
+        "docstrings": _docstring_ids(tree),
+        "entry": entry,
+        "first_input": list(first_input or []),
+        "first_output": first_output,
+        "has_output": has_output,
+    }
+    out: dict[str, list[Edit]] = {t: [] for t in LOGIC_TYPES}
+    seen: set[tuple[int, int, str]] = set()
+    for node in ast.walk(tree):
+        if not (src.in_solution(node) or node is entry):
+            continue
+        for logic_type, operator in OPERATORS.items():
+            for edit in operator(src, node, ctx):
+                key = (edit.start, edit.end, edit.text)
+                if key in seen or src.segment(edit.start, edit.end) == edit.text:
+                    continue
+                seen.add(key)
+                out[logic_type].append(edit)
+    for edits in out.values():
+        rng.shuffle(edits)
+    return out
+
+
+def edited_task(task: Task, edit: Edit) -> tuple[str, str]:
+    """(new program, new solution) of `task` after `edit`."""
+    program = task.program()
+    solution_start = len(task.prompt) if task.prompt_is_code else 0
+    new_program = _Source(program, solution_start).apply(edit)
+    if task.prompt_is_code:
+        if not new_program.startswith(task.prompt):
+            raise NotRewritable("the edit reached into the prompt")
+        return new_program, new_program[len(task.prompt) :]
+    return new_program, new_program
+
+
+# --------------------------------------------------------------------------- test inputs
+
+
+def _literal_args(call: ast.Call) -> list | None:
+    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+        return None
+    try:
+        return [ast.literal_eval(a) for a in call.args]
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+
+
+def call_inputs(task: Task) -> list[list]:
+    """The argument lists the task's tests call its entry point with: the "call" cases' inputs, or the
+    literal arguments of every `candidate(...)` call in a HumanEval-style `check`. Calls whose
+    arguments are computed (random inputs in a loop) are skipped. Raises NotRewritable when none."""
+    if task.test_type == "call":
+        inputs = [list(c["input"]) for c in task.test_cases]
+    elif task.test_type == "function":
+        try:
+            tree = ast.parse(task.tests)
+        except (SyntaxError, ValueError) as err:
+            raise NotRewritable(f"the tests do not parse: {err}") from err
+        inputs, seen = [], set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
+                args = _literal_args(node)
+                if args is not None and repr(args) not in seen:
+                    seen.add(repr(args))
+                    inputs.append(args)
+        # ast.walk is breadth first; keep the source order of the asserts
+        inputs.sort(key=lambda a: task.tests.find(repr(a)[1:-1]) if repr(a)[1:-1] in task.tests else 0)
+    else:
+        raise NotRewritable(f"{task.test_type} tests: no call inputs to recompute outputs on")
+    if not task.entry_point:
+        raise NotRewritable("the task names no entry point")
+    if not inputs:
+        raise NotRewritable("the tests call the entry point with no literal inputs")
+    return inputs[:MAX_TEST_INPUTS]
+
+
+# --------------------------------------------------------------------------- the new prompt
+
+
+def _docstring_span(task: Task) -> tuple[int, int] | None:
+    """Character span of the entry point's docstring in the prompt (quotes included)."""
+    try:
+        tree = ast.parse(task.prompt)
+    except (SyntaxError, ValueError):
+        return None
+    src = _Source(task.prompt, 0)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == task.entry_point:
+            # The first string statement (HumanEval/115 puts an import before its docstring).
+            first = next(
+                (s for s in node.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)), None
+            )
+            if first is not None and isinstance(first.value.value, str):
+                lo, hi = src.span(first.value)
+                return len(src.data[:lo].decode()), len(src.data[:hi].decode())
+    return None
+
+
+_EXAMPLE_START = re.compile(
+    r"^[ \t]*(>>>|Example|For example|Examples|e\.g\.|Input:|[\w]+\(.*\)\s*(==>|=>|➞|->))", re.M
+)
+
+
+def change_sentence(edit: Edit) -> str:
+    if edit.note:
+        return edit.note
+    lead = LEADS.get(edit.logic_type, "This version changes one step")
+    return f"{lead}: where the usual solution does `{edit.old}`, this one does `{edit.new}`."
+
+
+def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> str:
+    """The prompt with `sentence` put into the docstring, before its examples (or at its end); a prose
+    prompt (no docstring) gets it as a last paragraph."""
+    sentence = sentence.replace("\\", "\\\\").replace('"""', "'''")
+    if span is None:
+        return prompt.rstrip("\n") + "\n\n" + sentence + "\n"
+    lo, hi = span
+    doc = prompt[lo:hi]
+    body_start = lo + 3 if doc[:3] in ('"""', "'''") else lo + 1
+    close = hi - (3 if doc[-3:] in ('"""', "'''") else 1)
+    inside = prompt[body_start:close]
+    line_start = prompt.rfind("\n", 0, lo) + 1
+    indent = re.match(r"[ \t]*", prompt[line_start:]).group()
+    example = _EXAMPLE_START.search(inside)
+    if example:
+        at = body_start + example.start()
+        return prompt[:at] + f"{indent}{sentence}\n" + prompt[at:]
+    before_close = prompt[body_start:close]
+    if before_close.endswith("\n" + indent) or before_close.endswith("\n"):
+        at = close - (len(before_close) - len(before_close.rstrip(" \t")))
+        return prompt[:at] + f"{indent}{sentence}\n" + prompt[at:]
+    return prompt[:close] + f"\n{indent}{sentence}\n{indent}" + prompt[close:]
+
+
+def _params(task: Task) -> list[str]:
+    try:
+        tree = ast.parse(task.program())
+    except (SyntaxError, ValueError):
+        return []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == task.entry_point:
+            return [a.arg for a in node.args.args]
+    return []
+
+
+def rewritten_task(
+    task: Task, edit: Edit, solution: str, inputs: list[list], outputs: list, examples, example_outputs
+) -> Task:
+    """The rewritten Task: new prompt (changed rule stated, examples' outputs regenerated), the
+    rewritten solution, "call" tests on the original inputs with the rewrite's outputs."""
+    from leaklab.perturb.examples import replace_examples
+
+    with_examples, _ = replace_examples(task, examples, [ex.args for ex in examples], example_outputs)
+    prompt = with_examples.prompt
+    probe = dataclasses.replace(task, prompt=prompt)
+    prompt = state_change(
+        prompt, _docstring_span(probe) if task.prompt_is_code else None, change_sentence(edit)
+    )
+    compare = task.compare if task.compare in ("exact", "set", "apps") else "exact"
+    return dataclasses.replace(
+        task,
+        task_id=f"{task.task_id}/rewrite",
+        prompt=prompt,
+        solution=solution,
+        tests="",
+        test_type="call",
+        test_cases=tuple({"input": i, "output": o} for i, o in zip(inputs, outputs)),
+        compare=compare,
+        metadata={
+            **task.metadata,
+            "rewrite_of": task.task_id,
+            "logic_type": edit.logic_type,
+            "change": change_sentence(edit),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- validation in the sandbox
+
+
+def _outcome(result, n: int) -> tuple[list | None, str]:
+    """(values, "") when every call returned, else (None, why)."""
+    calls = result.calls or []
+    if len(calls) < n:
+        return None, result.reason or result.verdict
+    bad = next((c for c in calls[:n] if not c.ok), None)
+    if bad is not None:
+        return None, bad.error or "error"
+    return [c.value for c in calls[:n]], ""
+
+
+def rewrite_tasks(
+    tasks: Sequence[Task],
+    sandbox,
+    *,
+    seed: int = 0,
+    per_type: int = 2,
+    timeout_s: float = 5.0,
+) -> list[Rewrite]:
+    """One validated rewrite per task (or None with the reasons), in the order of `tasks`.
+
+    Each task gets up to `per_type` candidates of every type, all run in the sandbox in one batch;
+    the accepted rewrite is the first candidate that passes, visiting the types in an order drawn per
+    task (so every type gets its share) and each type's sites in their shuffled order."""
+    from leaklab.data.synthetic import BENCHMARK as SYNTHETIC
+    from leaklab.execution.correctness import outputs_match
+    from leaklab.execution.sandbox import FunctionCalls
+    from leaklab.perturb.examples import find_examples
+
+    results = [Rewrite(t.task_id) for t in tasks]
+    plans: list[dict | None] = [None] * len(tasks)
+    jobs: list = []
+    for i, task in enumerate(tasks):
+        rng = random.Random(f"rewrite:{seed}:{task.task_id}")
+        if task.benchmark == SYNTHETIC and "family" in task.metadata:
+            _synthetic(task, rng, sandbox, results[i])
+            continue
+        try:
+            inputs = call_inputs(task)
+        except NotRewritable as err:
+            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+            continue
+        examples = [ex for ex in find_examples(task, _params(task)) if ex.kind == "call"]
+        probe = inputs + [list(ex.args) for ex in examples]
+        plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
+        jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))
+    original_results = sandbox.run_jobs(jobs)
+
+    jobs = []
+    for i, (task, plan) in enumerate(zip(tasks, plans)):
+        if plan is None:
+            continue
+        original, why = _outcome(original_results[plan["original"]], len(plan["probe"]))
+        if original is None:
+            results[i].rejections.append(
+                {"type": "any", "reason": "original_fails", "detail": f"the canonical solution fails: {why}"}
+            )
+            plans[i] = None
+            continue
+        plan["original_values"] = original
+        rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
+        try:
+            sites = candidate_edits(task, rng, plan["inputs"][0], original[0], True)
+        except NotRewritable as err:
+            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+            plans[i] = None
+            continue
+        order = list(LOGIC_TYPES)
+        rng.shuffle(order)
+        plan["candidates"] = []
+        for logic_type in order:
+            if not sites[logic_type]:
+                results[i].rejections.append(
+                    {
+                        "type": logic_type,
+                        "reason": "no_site",
+                        "detail": "no place in the solution to apply it",
+                    }
+                )
+            for edit in sites[logic_type][:per_type]:
+                try:
+                    program, solution = edited_task(task, edit)
+                    ast.parse(program)
+                except (NotRewritable, SyntaxError, ValueError) as err:
+                    results[i].rejections.append(
+                        {"type": logic_type, "reason": "syntax", "detail": str(err)[:200]}
+                    )
+                    continue
+                plan["candidates"].append((edit, solution, len(jobs)))
+                jobs.append(FunctionCalls(program, task.entry_point or "", plan["probe"], timeout_s))
+    candidate_results = sandbox.run_jobs(jobs)
+
+    for i, (task, plan) in enumerate(zip(tasks, plans)):
+        if plan is None:
+            continue
+        n = len(plan["inputs"])
+        original = plan["original_values"]
+        for edit, solution, j in plan["candidates"]:
+            kind = edit.logic_type
+            results[i].tried[kind] = results[i].tried.get(kind, 0) + 1
+            values, why = _outcome(candidate_results[j], len(plan["probe"]))
+            if values is None:
+                reason = "timeout" if "time" in why.lower() else "crashes"
+                results[i].rejections.append({"type": kind, "reason": reason, "detail": why[:200]})
+                continue
+            if all(
+                outputs_match(v, o, task.compare, task.atol, args)
+                for v, o, args in zip(values[:n], original[:n], plan["inputs"])
+            ):
+                results[i].rejections.append(
+                    {
+                        "type": kind,
+                        "reason": "equivalent",
+                        "detail": "same output as the original on every test input",
+                    }
+                )
+                continue
+            results[i].accepted[kind] = results[i].accepted.get(kind, 0) + 1
+            if results[i].task is None:
+                results[i].task = rewritten_task(
+                    task, edit, solution, plan["inputs"], values[:n], plan["examples"], values[n:]
+                )
+                results[i].logic_type = kind
+                results[i].change = change_sentence(edit)
+    return results
+
+
+def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:
+    from leaklab.data.synthetic import rewrite as synthetic_rewrite
+
+    try:
+        new = synthetic_rewrite(task, rng, sandbox)
+    except (ValueError, RuntimeError) as err:
+        out.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)[:200]})
+        return
+    kind = "operator_change" if new.metadata.get("changed") == "op" else "constant_swap"
+    out.tried[kind] = out.accepted[kind] = 1
+    out.task = dataclasses.replace(new, metadata={**new.metadata, "logic_type": kind})
+    out.logic_type = kind
+    out.change = f"family {task.metadata['family']}: {new.metadata.get('changed')} drawn anew"
