@@ -1,4 +1,5 @@
-"""The `leaklab` command: train | evaluate | audit | report | compare | recipes | keys | build-tiny.
+"""The `leaklab` command: train | evaluate | audit | report | compare | recipes | keys | build-tiny |
+counterfactual.
 
 Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
 (unknown recipe key or value, bad arguments), 130 interrupted; each explained in one line per problem on
@@ -22,6 +23,9 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME]                      every recipe key: type, value, meaning
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
+  counterfactual --target M1 --reference M2 --corpus PATH [--out DIR]
+                                          two models' function completions vs a corpus: the
+                                          similarity suite, Tables 1 and 2 (counterfactual memorization)
 
   COMMAND --help shows a command's arguments; --debug (or LEAKLAB_DEBUG=1) shows tracebacks.
 """
@@ -129,7 +133,17 @@ def _run_dir(command: str, args: list[str]) -> int:
     return 0
 
 
-COMMANDS = ("train", "evaluate", "audit", "report", "compare", "recipes", "keys", "build-tiny")
+COMMANDS = (
+    "train",
+    "evaluate",
+    "audit",
+    "report",
+    "compare",
+    "recipes",
+    "keys",
+    "build-tiny",
+    "counterfactual",
+)
 
 
 def dispatch(argv: list[str]) -> int:
@@ -159,6 +173,10 @@ def dispatch(argv: list[str]) -> int:
         from leaklab.report.compare import main as compare_main
 
         return compare_main(args)
+    if command == "counterfactual":
+        from leaklab.memorization.standalone import main as counterfactual_main
+
+        return counterfactual_main(args)
     import difflib
 
     match = difflib.get_close_matches(command, COMMANDS, n=1)
