@@ -365,3 +365,60 @@ def leak_rate(leak, decided=None, *, n_bootstrap: int = 1000, seed: int = 0) -> 
         weights = resample_weights([np.arange(len(flags))], len(flags), n=n_bootstrap, seed=seed)
         out.update(percentile_intervals({"leak_rate": weights @ flags / len(flags)}))
     return out
+
+
+# --------------------------------------------------------------------------- MRI (Memorize or generalize?)
+# Acc is pass@1 in [0, 1]; a value that cannot be computed is None (reported as such, never 0).
+
+MIN_ACCURACY = 0.10  # competence rule (App. D): Acc(T_ori) >= 10% ...
+MIN_SOLVED = 50  # ... and at least 50 original tasks solved
+
+
+def mean_similarity(similarities) -> float | None:
+    """Sim(T_rew) = mean of S_i over the rewritten tasks that have one (None when none has)."""
+    values = [float(s) for s in similarities if s is not None and not math.isnan(s)]
+    return sum(values) / len(values) if values else None
+
+
+def relative_accuracy_drop(acc_original: float | None, acc_perturbed: float | None) -> float | None:
+    """RAD_p = max(0, (Acc_ori - Acc_p) / Acc_ori); None when either is missing or Acc_ori = 0
+    (a relative drop from nothing is undefined)."""
+    if acc_original is None or acc_perturbed is None or acc_original <= 0:
+        return None
+    return max(0.0, (acc_original - acc_perturbed) / acc_original)
+
+
+def memorization_risk_index(similarity: float | None, rad_rewrite: float | None) -> float | None:
+    """MRI = Sim(T_rew) x RAD_rew."""
+    if similarity is None or rad_rewrite is None:
+        return None
+    return similarity * rad_rewrite
+
+
+def instance_mri(solved_original, similarities, rewrite_failed) -> float | None:
+    """iMRI = mean over originally solved tasks k of Sim_k x Drop_k (Drop_k = 1 when the rewrite
+    fails). A solved task without a similarity (the answer did not parse) counts Sim_k = 0: it did not
+    copy a parsable solution. None when no task was solved."""
+    terms = [
+        (0.0 if s is None or math.isnan(s) else float(s)) * float(bool(f))
+        for ok, s, f in zip(solved_original, similarities, rewrite_failed)
+        if ok
+    ]
+    return sum(terms) / len(terms) if terms else None
+
+
+def competence(
+    acc_original: float | None,
+    n_solved: int,
+    min_accuracy: float = MIN_ACCURACY,
+    min_solved: int = MIN_SOLVED,
+) -> str:
+    """'' when RAD and MRI may be reported (Acc_ori >= min_accuracy and n_solved >= min_solved), else
+    the reason they are N/A."""
+    reasons = []
+    if acc_original is None or acc_original < min_accuracy:
+        shown = "none" if acc_original is None else f"{acc_original:.3f}"
+        reasons.append(f"Acc_ori {shown} < {min_accuracy:g}")
+    if n_solved < min_solved:
+        reasons.append(f"{n_solved} original tasks solved < {min_solved}")
+    return "below competence threshold: " + "; ".join(reasons) if reasons else ""
