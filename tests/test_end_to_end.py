@@ -143,8 +143,11 @@ def test_killed_run_resumes_without_duplicated_or_torn_rows(leaklab_cache, tmp_p
     assert len(steps) == 3
     _check_results(run, [0, *steps])
     run_id = (run.root / "wandb_id.txt").read_text().strip()
+    # One live offline directory holds the whole history (tracking.py); the earlier ones are kept aside.
     offline_runs = sorted((run.root / "wandb").glob("offline-run-*"))
-    assert len(offline_runs) >= 2 and all(p.name.endswith(run_id) for p in offline_runs)
+    assert len(offline_runs) == 1 and offline_runs[0].name.endswith(run_id)
+    superseded = sorted((run.root / "wandb" / "superseded").glob("offline-run-*"))
+    assert superseded and all(run_id in p.name for p in superseded)
 
 
 def test_audit_scores_a_whole_benchmark_without_training(leaklab_cache, tmp_path):
