@@ -101,13 +101,16 @@ def log_metrics(metrics: dict[str, Any], step: int) -> None:
 
 
 def log_rows(rows: list[dict[str, Any]]) -> None:
-    """Result rows as W&B metrics named <evaluation>/<column>/<metric> (column: e.g. "mink@0.2")."""
+    """Result rows as W&B metrics named <evaluation>/<column>/<metric> (column: e.g. "mink@0.2"), or
+    <evaluation>/<metric> for rows of no column (an evaluation's per-checkpoint curves, e.g. accuracy
+    or MRI of members and non-members); done markers are bookkeeping, not curves."""
     by_step: dict[int, dict[str, Any]] = {}
     for row in rows:
         column = row.get("column") or row.get("detector")
-        if row.get("value") is None or column is None:
+        if row.get("value") is None or row.get("metric") == "done":
             continue
-        key = f"{row['evaluation']}/{column}/{row['metric']}"
+        name = f"{column}/{row['metric']}" if column is not None else row["metric"]
+        key = f"{row['evaluation']}/{name}"
         by_step.setdefault(row["step"], {})[key] = row["value"]
     for step, metrics in sorted(by_step.items()):
         log_metrics(metrics, step)

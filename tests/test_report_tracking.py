@@ -5,12 +5,25 @@ report as an artifact, the sweep's group. Read back from the offline run's files
 from __future__ import annotations
 
 import json
+import time
 
 from test_report import make_run
+from test_wandb_resume import wandb_records
 
 from leaklab import tracking
 from leaklab.recipe import load_recipe
 from leaklab.rundir import read_rows
+
+
+def _complete_records(path, wait_s: float = 60.0) -> list:
+    """The records of an offline run once its exit record is there: W&B's service process may still be
+    writing the file when `finish()` returns."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = list(wandb_records(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.5)
 
 
 def test_detection_summary_by_hand():
@@ -59,8 +72,22 @@ def test_offline_run_holds_tables_roc_intervals_and_the_report(tmp_path, monkeyp
     # line_series rows: (step, key, value); ppl's AUROC at step 16 is 0.9 with [0.75, 1.0]
     at_16 = {r[1]: r[2] for r in values if r[0] == 16}
     assert at_16 == {"auroc": 0.9, "auroc_ci_low": 0.75, "auroc_ci_high": 1.0}
-    record = next(offline.glob("run-*.wandb")).read_bytes()
-    assert b"sweep-a" in record  # the group
-    assert b"report-" in record and b"index.html" in record  # the report artifact
-    assert b"detection/best_detector" in record and b"detection/ppl/scores_members" in record
+    records = _complete_records(next(offline.glob("run-*.wandb")))
+    by_kind = {}
+    for r in records:
+        by_kind.setdefault(r.WhichOneof("record_type"), []).append(r)
+    assert by_kind["run"][0].run.run_group == "sweep-a"
+    (report,) = [r.artifact for r in by_kind["artifact"] if r.artifact.type == "report"]
+    assert "index.html" in {c.path for c in report.manifest.contents}
+    summary = {i.key or i.nested_key[0]: i.value_json for r in by_kind["summary"] for i in r.summary.update}
+    assert json.loads(summary["detection/best_detector"]) in {c for c in ("ppl", "zlib", "mink@0.2")}
+    assert json.loads(summary["detection/delay_above_0.5/ppl"]) == 8  # AUROC interval [0.55, 0.85] at step 8
+    # A logged object (histogram, table) is stored as nested keys: its name, then its fields.
+    logged = {i.key or i.nested_key[0] for r in by_kind["history"] for i in r.history.item}
+    # wandb.plot.line logs its data as <key>_table (the chart spec goes with the run)
+    assert {
+        "detection/ppl/scores_members",
+        "detection/ppl/scores_non_members",
+        "detection/roc_table",
+    } <= logged
     assert (run / "report" / "index.html").exists()
