@@ -123,3 +123,23 @@ def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     assert got[("members", "tsed.delta")] > 0.5
     assert out.records[0]["memorized_by"] and out.records[1]["target_failure"] == "empty generation"
     assert "members 1 flagged" in evaluation.summary(out.rows)
+
+
+def test_analysis_tables_render_members_and_non_members(monkeypatch):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    from counterfactual_tables import render
+
+    got = {
+        ("members", "tsed.target_mean"): 0.9, ("members", "tsed.target_std"): 0.05,
+        ("members", "tsed.reference_mean"): 0.4, ("members", "tsed.reference_std"): 0.1,
+        ("members", "tsed.delta"): 0.5, ("members", "tsed.memorized"): 3.0, ("members", "n_samples"): 4.0,
+        ("non_members", "tsed.delta"): 0.0, ("non_members", "tsed.memorized"): 1.0,
+        ("non_members", "n_samples"): 4.0, ("members", "memorized_any"): 3.0,
+    }  # fmt: skip
+    text = render(got, 7)
+    assert "## Step 7" in text
+    assert "| tsed | 0.900 ± 0.050 | 0.400 ± 0.100 | +0.500 | - | - | +0.000 |" in text
+    assert "| tsed | 3 / 4 (75.0%) | 1 / 4 (25.0%) |" in text

@@ -1,0 +1,84 @@
+"""The counterfactual paper's Tables 1 and 2 from a run, members and non-members side by side.
+
+    python analysis/counterfactual_tables.py RUN_DIR [--step N]
+
+Reads the run's results.jsonl rows with "evaluation": "counterfactual" (written by
+leaklab/evaluations/counterfactual.py: metric "<similarity>.<stat>" per column members / non_members / all)
+of step N (default: the last evaluated step). Table 1: mean ± std of the similarity to the ground truth
+for the checkpoint (target) and the reference model, and the delta. Table 2: how many functions each
+structural metric flags as counterfactually memorized; on non-members (never trained on) every flag is a
+false positive of the criterion.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from leaklab.rundir import RunDir
+
+SIDES = ("members", "non_members")
+
+
+def load(run_dir: str | Path, step: int | None) -> tuple[int, dict[tuple[str, str], float | None]]:
+    rows = [r for r in RunDir(run_dir).results_rows() if r.get("evaluation") == "counterfactual"]
+    if not rows:
+        raise SystemExit(
+            f"{run_dir}: no counterfactual rows in results.jsonl (is it in evaluate.evaluations?)"
+        )
+    steps = sorted({r["step"] for r in rows})
+    chosen = steps[-1] if step is None else step
+    if chosen not in steps:
+        raise SystemExit(f"{run_dir}: step {chosen} has no counterfactual rows (steps: {steps})")
+    return chosen, {(r["column"], r["metric"]): r["value"] for r in rows if r["step"] == chosen}
+
+
+def _cell(got, side: str, metric: str, stat: str) -> str:
+    mean, std = got.get((side, f"{metric}.{stat}_mean")), got.get((side, f"{metric}.{stat}_std"))
+    return "-" if mean is None else f"{mean:.3f} ± {std:.3f}"
+
+
+def render(got: dict, step: int) -> str:
+    metrics = sorted({m.rsplit(".", 1)[0] for _, m in got if m.endswith(".delta")})
+    lines = [f"## Step {step}", "", "Table 1: similarity to the ground truth (mean ± std)", ""]
+    header = "| metric | " + " | ".join(f"{s} target | {s} reference | {s} Δ" for s in SIDES) + " |"
+    lines += [header, "|" + "---|" * (1 + 3 * len(SIDES))]
+    for metric in metrics:
+        cells = []
+        for side in SIDES:
+            delta = got.get((side, f"{metric}.delta"))
+            cells += [_cell(got, side, metric, "target"), _cell(got, side, metric, "reference")]
+            cells.append("-" if delta is None else f"{delta:+.3f}")
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Table 2: counterfactually memorized (BLEU < tau, SIM target >= tau, SIM reference < tau)",
+        "",
+    ]
+    lines += ["| metric | " + " | ".join(SIDES) + " |", "|---|" + "---|" * len(SIDES)]
+    flagged = sorted(m.rsplit(".", 1)[0] for s, m in got if s == "members" and m.endswith(".memorized"))
+    for metric in [*flagged, "memorized_any", "near_verbatim"]:
+        key = metric if metric in ("memorized_any", "near_verbatim") else f"{metric}.memorized"
+        cells = []
+        for side in SIDES:
+            count, n = got.get((side, key)), got.get((side, "n_samples"))
+            cells.append("-" if count is None or not n else f"{count:.0f} / {n:.0f} ({count / n:.1%})")
+        lines.append(f"| {metric} | " + " | ".join(cells) + " |")
+    failed = [f"{s}: {got.get((s, 'n_extraction_failed_target'), 0):.0f}" for s in SIDES]
+    lines += ["", f"target generations without an extractable function: {', '.join(failed)}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir")
+    parser.add_argument("--step", type=int, default=None)
+    args = parser.parse_args(argv)
+    step, got = load(args.run_dir, args.step)
+    print(render(got, step))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
