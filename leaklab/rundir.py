@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from leaklab.errors import InputError
+
 # A row is identified by these fields; a second row with the same key is a duplicate.
 ROW_KEY = ("step", "evaluation", "column", "metric")
 
@@ -83,7 +85,11 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
-    return json.loads(Path(path).read_text())
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        # Written atomically, so damage came from outside; say which file rather than where in json.
+        raise InputError(f"{path} is damaged ({err}); restore it, or start a new run") from None
 
 
 def _jsonable(obj: Any) -> Any:

@@ -143,6 +143,11 @@ def _checkpoint_deleted(tmp, run, mp):
     return ["evaluate", str(run)]
 
 
+def _damaged_manifest(tmp, run, mp):
+    (run / "manifest.json").write_text('{"benchmark": "humaneval", "member_ids": ["Hum')
+    return ["evaluate", str(run)]
+
+
 def _report_kept(tmp, run, err):
     assert (run / "report" / "report.md").read_text() == "earlier report\n"
 
@@ -208,6 +213,8 @@ CASES = [
     Case("report-interrupted", _interrupted_report, 130, ["interrupted"], run_dir_target=True),
     Case("results-jsonl-corrupted-line", _corrupted_results, 0, ["results.jsonl:2", "skipped"],
          run_dir_target=True, extra=_results_untouched_by_corruption),
+    Case("manifest-json-damaged", _damaged_manifest, 2, ["manifest.json is damaged", "restore it"],
+         run_dir_target=True),
     Case("checkpoint-deleted-mid-run", _checkpoint_deleted, 1, ["checkpoint-3", "is gone", "leaklab evaluate"],
          slow=True, run_dir_target=True),
     # --- more of the same kind
