@@ -362,7 +362,7 @@ def histogram_spec(
                     "type": "quantitative",
                     "title": "score",
                     "bin": {"binned": True},
-                    "axis": {"tickCount": 4, "format": "~g", "labelOverlap": True},
+                    "axis": {"tickCount": 4, "format": ".3~g", "labelOverlap": True},
                 },
                 "x2": {"field": "bin1"},
                 "y": {"field": "count", "type": "quantitative", "stack": None, "title": "samples"},

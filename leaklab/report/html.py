@@ -100,9 +100,10 @@ def write_bundle(report_dir: Path) -> str | None:
 
 
 def _clean(obj):
-    """NaN and infinities become null (JSON has neither)."""
+    """NaN and infinities become null (JSON has neither); floats keep 6 significant digits (a third
+    of the page's size, and no panel shows more than 3)."""
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+        return float(f"{obj:.6g}") if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: _clean(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
