@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -183,10 +184,10 @@ class Accuracy:
                     todo[ext.full_program].append((i, j))
                 row.append(entry)
             judged.append(row)
-        sandbox = self.sandbox(cfg)
         for full, where in todo.items():
             if not where:
                 continue
+            sandbox = self.sandbox(cfg)  # started on the first reply that has code to run
             items = [(tasks[i], judged[i][j]["code"]) for i, j in where]
             for (i, j), result in zip(
                 where, check_many(items, sandbox, full_program=full, timeout_s=cfg.timeout_s)
@@ -210,11 +211,17 @@ class Accuracy:
             judged = [stored[t.task_id] for t in tasks]
             ctx.log(f"[leaklab] accuracy: generations and verdicts of {len(tasks)} tasks from {cache}")
         else:
+            started = time.perf_counter()
             prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
             replies = self._generate(ctx, model, tokenizer, prompts, fmt)
             if not ctx.is_main_process:
                 return EvalOutput()
+            generated = time.perf_counter()
             judged = self._judge(cfg, tasks, replies, fmt)
+            ctx.log(
+                f"[leaklab] accuracy: {sum(map(len, replies))} replies to {len(tasks)} tasks generated in "
+                f"{generated - started:.1f}s, judged in {time.perf_counter() - generated:.1f}s"
+            )
             lines = "".join(
                 json.dumps({"task_id": t.task_id, "judged": j}) + "\n" for t, j in zip(tasks, judged)
             )
