@@ -205,9 +205,17 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def publish_report(run_dir: Path) -> None:
     """Into the open W&B run: the detection summary, each headline metric per detector as one chart with
-    its bootstrap interval (value, low, high against the step), and report/ (built now) as an artifact."""
+    its bootstrap interval (value, low, high against the step), and report/ (built now) as an artifact.
+    W&B is a view of the run's files: a failure here is said in one line and never fails the run."""
     if _run is None:
         return
+    try:
+        _publish(run_dir)
+    except Exception as err:  # noqa: BLE001 - the record is on disk; the view is best effort
+        print(f"[leaklab] W&B: report not published ({type(err).__name__}: {err})")
+
+
+def _publish(run_dir: Path) -> None:
     import wandb
 
     from leaklab.report import build_report

@@ -91,3 +91,16 @@ def test_offline_run_holds_tables_roc_intervals_and_the_report(tmp_path, monkeyp
         "detection/roc_table",
     } <= logged
     assert (run / "report" / "index.html").exists()
+
+
+def test_a_failing_publish_is_one_line_not_a_failed_run(tmp_path, monkeypatch, capsys):
+    class Broken:
+        class summary:  # noqa: N801 - stands in for wandb's run.summary
+            @staticmethod
+            def update(_):
+                raise ConnectionError("no route to host")
+
+    monkeypatch.setattr(tracking, "_run", Broken())
+    tracking.publish_report(make_run(tmp_path / "run"))
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ["[leaklab] W&B: report not published (ConnectionError: no route to host)"]
