@@ -1,5 +1,5 @@
-"""The `leaklab` command: train | evaluate | audit | report | compare | recipes | keys | build-tiny |
-counterfactual.
+"""The `leaklab` command: train | evaluate | audit | report | compare | select | recipes | keys |
+build-tiny | counterfactual.
 
 Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
 (unknown recipe key or value, bad arguments), 130 interrupted; each explained in one line per problem on
@@ -20,6 +20,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   report RUN_DIR                          write RUN_DIR/report/ (index.html, markdown, CSV, figures) and
                                           print the table
   compare RUN_DIR... [--step N] [--out D] several runs side by side: tables, overlaid curves, F1 vs ratio
+  select RUN_DIR [--side S] [--tolerance T] recommend a checkpoint by the accuracy–MRI trade-off
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME]                      every recipe key: type, value, meaning
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
@@ -69,6 +70,14 @@ Write RUN_DIR/report/ from the run's files and print the AUROC and F1 tables: in
 opens offline from disk, with vega-bundle.js beside it), report.md, results.csv, PNG + PDF figures.
 Nothing else in RUN_DIR changes; a run with missing or half-written files gets a page that says so.
 """,
+    "select": """usage: leaklab select RUN_DIR [--side non_members|members|all] [--tolerance T]
+
+Recommend a checkpoint of RUN_DIR by the accuracy–MRI trade-off (needs the mri evaluation's rows):
+among checkpoints whose validation loss is within T (relative, default 0.05) of the lowest (accuracy
+within T of the highest when no loss was logged), the one with the lowest MRI on the chosen side
+(default non_members, the held-out split). Prints the table (Pareto front marked, Early / Best-Val /
+Late) and writes RUN_DIR/selection.json with the recommendation and why.
+""",
     "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...]
 
 List every recipe key with its type, its value (the recipe's, or the schema default without one) and
@@ -110,6 +119,33 @@ def _audit(args: list[str]) -> int:
     return 0
 
 
+def _select(args: list[str]) -> int:
+    import argparse
+    from pathlib import Path
+
+    from leaklab.errors import InputError
+    from leaklab.selection import SIDES, describe, select_run
+
+    parser = argparse.ArgumentParser(prog="leaklab select", add_help=False)
+    parser.add_argument("run_dir")
+    parser.add_argument("--side", default="non_members")
+    parser.add_argument("--tolerance", type=float, default=0.05)
+    try:
+        ns = parser.parse_args(args)
+    except SystemExit as err:
+        raise InputError(
+            "select: expected RUN_DIR [--side S] [--tolerance T] (see `leaklab select --help`)"
+        ) from err
+    if ns.side not in SIDES:
+        raise InputError(f"select: --side must be one of {', '.join(SIDES)}, got {ns.side!r}")
+    if not (Path(ns.run_dir) / "recipe.yaml").exists():
+        raise InputError(f"{ns.run_dir} is not a leaklab run directory (no recipe.yaml)")
+    sel = select_run(ns.run_dir, ns.side, ns.tolerance)
+    print(describe(sel))
+    print(f"written: {Path(ns.run_dir) / 'selection.json'}")
+    return 0 if sel.recommended is not None else 1
+
+
 def _run_dir(command: str, args: list[str]) -> int:
     from pathlib import Path
 
@@ -139,6 +175,7 @@ COMMANDS = (
     "audit",
     "report",
     "compare",
+    "select",
     "recipes",
     "keys",
     "build-tiny",
@@ -169,6 +206,8 @@ def dispatch(argv: list[str]) -> int:
         return _build_tiny(args)
     if command in ("evaluate", "report"):
         return _run_dir(command, args)
+    if command == "select":
+        return _select(args)
     if command == "compare":
         from leaklab.report.compare import main as compare_main
 

@@ -32,6 +32,8 @@ from leaklab.evaluations.accuracy import AccuracyConfig
 from leaklab.evaluations.accuracy import validate_config as validate_accuracy
 from leaklab.evaluations.counterfactual import CounterfactualConfig
 from leaklab.evaluations.counterfactual import validate_config as validate_counterfactual
+from leaklab.evaluations.mri import MriConfig
+from leaklab.evaluations.mri import validate_config as validate_mri
 from leaklab.execution.config import ExecutionConfig
 from leaklab.training.rl_config import CHOICES as RL_CHOICES
 from leaklab.training.rl_config import RLConfig
@@ -189,6 +191,8 @@ class EvaluateConfig:
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
     # Settings of the counterfactual evaluation (target vs reference generations, similarity suite).
     counterfactual: CounterfactualConfig = field(default_factory=CounterfactualConfig)
+    # Settings of the mri evaluation (rewritten / mutated tasks, Sim, RAD, MRI, competence rule).
+    mri: MriConfig = field(default_factory=MriConfig)
 
 
 @dataclass
@@ -231,6 +235,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "train.stage": STAGE_NAMES,
     "train.sft.format": ("auto", "completion", "chat"),
     "evaluate.accuracy.format": ("auto", "completion", "chat"),
+    "evaluate.mri.format": ("auto", "completion", "chat"),
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
@@ -494,6 +499,7 @@ def _validate(recipe: Recipe) -> list[str]:
         problems.append(f"train.learning_rate: must be positive, got {recipe.train.learning_rate}")
     problems.extend(validate_accuracy(recipe.evaluate.accuracy))
     problems.extend(validate_counterfactual(recipe.evaluate.counterfactual))
+    problems.extend(validate_mri(recipe.evaluate.mri))
     if recipe.train.sft.mix_ratio < 0 or recipe.train.sft.validation_max_tasks < 1:
         problems.append("train.sft: mix_ratio must be >= 0 and validation_max_tasks >= 1")
     if recipe.evaluate.cv_folds < 2:

@@ -1,0 +1,523 @@
+"""Memorization Risk Index of every checkpoint (Memorize or generalize?, METHODS.md §4), members and
+non-members apart: does MRI rise on what was injected and stay flat on what was not?
+
+Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`: a
+rule-based rewrite validated in the sandbox, a mutation), from the per-benchmark cache, with the run's
+copy in <run>/perturbed.jsonl and the acceptance per logic type in <run>/perturbed_summary.json.
+
+Per checkpoint: every original, rewritten and mutated task is asked as the accuracy evaluation asks
+(`leaklab/data/prompting.py`), greedily, through the batched generation engine; the code is read back
+(`extract_code`; a reply without code is counted and fails) and judged in the sandbox. Then, per side
+(`column` = members | non_members | all):
+  acc_ori, acc_rew, acc_mut   pass@1 on the originals / rewrites / mutations
+  acc_ori_rew, acc_ori_mut    pass@1 on the originals of the tasks that have a rewrite / mutation: each
+                              RAD compares a set with its own originals (a task the rewriter could not
+                              change drops out of both sides)
+  sim                         Sim = mean S_i over rewritten tasks; S_i = (AST sim + edit sim) / 2 of the
+                              answer to the rewrite vs the ORIGINAL canonical program, both with
+                              docstrings dropped and `ast.unparse`-normalised (the similarity suite's
+                              `mri_similarity`); an answer that does not parse has no S_i (counted)
+  rad_rew, rad_mut, mri       None with the reason in params["na"] below the competence rule
+                              (Acc_ori_rew >= min_accuracy and >= min_solved originals solved)
+  rad_par                     not computed (no LLM backend for paraphrase), said in params["na"]
+  imri                        mean over originally solved rewritten tasks of S_k x Drop_k
+  rad_rew_unchecked, mri_unchecked   the same numbers without the competence rule (small models)
+  rad_rew/<type>, mri/<type>, n/<type>   per logic-change type (types with >= min_type_count tasks)
+  n_tasks, n_rewritten, n_mutated, n_solved_ori, n_extraction_failed_{ori,rew,mut}, n_sim_missing
+and (column `all`) `score_auroc`: AUROC of the per-task score S_k x Drop_k, members vs non-members.
+Records (scores/step-N/mri.jsonl): per task its verdicts on the three sets, S_k, Drop_k and `score`
+(S_k x Drop_k; null without a rewrite), so MRI is one more membership signal.
+
+Generations and verdicts are cached under <run>/cache/executions/mri/ per model fingerprint, settings
+and perturbed sets, so a resumed run neither generates nor executes again.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, PERTURBED, EvalContext, EvalOutput
+
+SIDES = ("members", "non_members", "all")
+SETS = ("ori", "rew", "mut")
+
+
+@dataclass
+class MriConfig:
+    """`evaluate.mri` in a recipe."""
+
+    format: str = "auto"  # auto | completion | chat: how the model is asked (as evaluate.accuracy)
+    max_new_tokens: int = 128  # longest reply
+    batch_size: int = 64  # rows decoded together
+    max_tasks: int | None = None  # evaluate at most this many members and this many non-members
+    seed: int = 0  # seed of the rewriting and mutation choices
+    per_type: int = 2  # rewrite candidates validated per logic-change type and task
+    mutation: bool = True  # also ask the mutated tasks (RAD_mut)
+    min_accuracy: float = 0.10  # competence rule: Acc(T_ori) at least this ...
+    min_solved: int = 50  # ... and at least this many originals solved, else RAD / MRI are N/A
+    min_type_count: int = 1  # per-type rows for types with at least this many rewritten tasks (paper: 50)
+    sandbox_workers: int = 2  # processes that run programs
+    timeout_s: float = 5.0  # per program
+
+
+def validate_config(cfg: MriConfig) -> list[str]:
+    problems = []
+    for key in ("max_new_tokens", "batch_size", "sandbox_workers", "per_type", "min_type_count"):
+        if getattr(cfg, key) < 1:
+            problems.append(f"evaluate.mri.{key}: must be at least 1, got {getattr(cfg, key)}")
+    if not 0 <= cfg.min_accuracy <= 1:
+        problems.append(f"evaluate.mri.min_accuracy: must be in [0, 1], got {cfg.min_accuracy}")
+    if cfg.min_solved < 0:
+        problems.append(f"evaluate.mri.min_solved: must be >= 0, got {cfg.min_solved}")
+    if cfg.max_tasks is not None and cfg.max_tasks < 1:
+        problems.append(f"evaluate.mri.max_tasks: must be at least 1, got {cfg.max_tasks}")
+    return problems
+
+
+def normalised_code(program: str) -> str | None:
+    """The program without docstrings, `ast.unparse`d (None when it does not parse): what S_i compares,
+    so the prompt's prose (close to the original's by construction) does not count as copied code."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body:
+            first = body[0]
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                body.pop(0)
+                if not body:
+                    body.append(ast.Pass())
+    return ast.unparse(tree)
+
+
+def similarity(answer_program: str, original_program: str) -> float | None:
+    """S_i of one answer (None when either side does not parse)."""
+    from leaklab.similarity.structure import mri_similarity, structure
+
+    a, b = normalised_code(answer_program), normalised_code(original_program)
+    if a is None or b is None:
+        return None
+    ref, cand = structure(b, ("ast",)), structure(a, ("ast",))
+    if ref.error or cand.error:
+        return None
+    return mri_similarity(ref, cand)
+
+
+def _world(accelerator) -> tuple[int, int]:
+    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
+        return 0, 1
+    return int(accelerator.process_index), int(accelerator.num_processes)
+
+
+class Mri:
+    name: ClassVar[str] = "mri"
+
+    def __init__(self) -> None:
+        self._sets: dict[str, Any] | None = None
+
+    def specs(self, recipe) -> list[str]:
+        return ["mri", "rad_mut"] if recipe.evaluate.mri.mutation else ["mri"]
+
+    def needs(self, recipe) -> set[str]:
+        return {GENERATIONS, EXECUTIONS, PERTURBED}
+
+    def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
+        cfg = ctx.recipe.evaluate.mri
+        chosen, labels, per_side = [], [], Counter()
+        for task, label in zip(ctx.eval_set.tasks, ctx.eval_set.labels):
+            if cfg.max_tasks is None or per_side[int(label)] < cfg.max_tasks:
+                per_side[int(label)] += 1
+                chosen.append(task)
+                labels.append(int(label))
+        return chosen, labels
+
+    def prepare(self, ctx: EvalContext) -> None:
+        """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
+        from leaklab.perturb.mri_sets import describe, perturbed_sets_for, write_run_sets
+
+        cfg = ctx.recipe.evaluate.mri
+        tasks, _ = self._tasks(ctx)
+        sets = perturbed_sets_for(
+            tasks,
+            seed=cfg.seed,
+            per_type=cfg.per_type,
+            workers=cfg.sandbox_workers,
+            timeout_s=cfg.timeout_s,
+            log=ctx.log,
+        )
+        self._sets = {s.task_id: s for s in sets}
+        if ctx.is_main_process:
+            info = write_run_sets(ctx.run.root, sets)
+            ctx.log(describe(info))
+            ctx.log("[leaklab] MRI: paraphrase skipped (no LLM backend); RAD_par is reported as not computed")
+
+    # ------------------------------------------------------------------ generation and judging
+
+    def _items(self, tasks, cfg: MriConfig) -> list[tuple[str, Any, Any]]:
+        """(key, task asked, original) for every prompt of this checkpoint."""
+        items = []
+        for task in tasks:
+            ps = self._sets[task.task_id]
+            items.append((f"ori:{task.task_id}", task, task))
+            if ps.rewrite is not None:
+                items.append((f"rew:{task.task_id}", ps.rewrite, task))
+            if cfg.mutation and ps.mutation is not None:
+                items.append((f"mut:{task.task_id}", ps.mutation, task))
+        return items
+
+    def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str, items):
+        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+
+        cfg = ctx.recipe.evaluate.mri
+        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s")}
+        content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
+        payload = json.dumps(
+            [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
+        )
+        return ctx.run.execution_cache / "mri" / f"{hashlib.sha256(payload.encode()).hexdigest()[:24]}.jsonl"
+
+    def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[str]:
+        from leaklab.data.prompting import COMPLETION_STOP
+        from leaklab.signals.generation import HFGenerator
+
+        cfg = ctx.recipe.evaluate.mri
+        acc = ctx.accelerator
+        if acc is not None:
+            model = acc.unwrap_model(model)
+        rank, world = _world(acc)
+        mine = list(range(len(prompts)))[rank::world]
+        generator = HFGenerator(model, tokenizer, batch_size=cfg.batch_size)
+        stop = COMPLETION_STOP if fmt == "completion" else ()
+        out = generator.generate([prompts[i] for i in mine], cfg.max_new_tokens, stop, 0.0)
+        texts = {i: completions[0].text for i, completions in zip(mine, out)}
+        if world > 1:
+            from accelerate.utils import gather_object
+
+            for part in gather_object([texts]):
+                texts.update(part)
+        return [texts[i] for i in range(len(prompts))]
+
+    def _judge(self, cfg: MriConfig, items, replies: list[str], fmt: str) -> list[dict]:
+        from leaklab.data.prompting import extract_code
+        from leaklab.execution.correctness import check_many
+        from leaklab.execution.sandbox import Sandbox
+
+        judged: list[dict] = []
+        todo: dict[bool, list[int]] = {True: [], False: []}
+        for n, ((key, task, original), reply) in enumerate(zip(items, replies)):
+            ext = extract_code(task, reply, fmt)
+            entry: dict[str, Any] = {"key": key, "reply": reply, "extraction": ext.failure}
+            if ext.failure:
+                entry |= {"verdict": "failed", "reason": f"extraction: {ext.failure}", "sim": None}
+            else:
+                program = ext.code if ext.full_program else task.program(ext.code)
+                entry["program"] = program
+                entry["full_program"] = ext.full_program
+                entry["code"] = ext.code
+                if key.startswith("rew:"):
+                    entry["sim"] = similarity(program, original.program())
+                todo[ext.full_program].append(n)
+            judged.append(entry)
+        with Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s) as sandbox:
+            for full, where in todo.items():
+                if not where:
+                    continue
+                batch = [(items[n][1], judged[n]["code"]) for n in where]
+                for n, result in zip(
+                    where, check_many(batch, sandbox, full_program=full, timeout_s=cfg.timeout_s)
+                ):
+                    judged[n] |= {"verdict": result.verdict, "reason": result.reason}
+        for entry in judged:
+            entry.pop("code", None)
+            entry.pop("program", None)
+        return judged
+
+    # ------------------------------------------------------------------ the evaluation
+
+    def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
+        from leaklab.data.prompting import model_prompt, resolve_format
+        from leaklab.rundir import read_rows, write_atomic
+
+        cfg = ctx.recipe.evaluate.mri
+        if self._sets is None:
+            self.prepare(ctx)
+        fmt = resolve_format(tokenizer, cfg.format, key="evaluate.mri.format")
+        tasks, labels = self._tasks(ctx)
+        items = self._items(tasks, cfg)
+        cache = self._cache_file(ctx, model, tokenizer, fmt, items)
+        stored = {row["key"]: row for row in read_rows(cache)} if cache.exists() else {}
+        if all(key in stored for key, _, _ in items):
+            judged = [stored[key] for key, _, _ in items]
+            ctx.log(f"[leaklab] mri: generations and verdicts of {len(items)} prompts from {cache}")
+        else:
+            prompts = [model_prompt(t, tokenizer, fmt) for _, t, _ in items]
+            replies = self._generate(ctx, model, tokenizer, prompts, fmt)
+            if not ctx.is_main_process:
+                return EvalOutput()
+            judged = self._judge(cfg, items, replies, fmt)
+            write_atomic(cache, "".join(json.dumps(j) + "\n" for j in judged))
+        if not ctx.is_main_process:
+            return EvalOutput()
+        outcomes = per_task_outcomes(tasks, labels, self._sets, judged)
+        return EvalOutput(rows=mri_rows(outcomes, cfg), records=outcomes)
+
+    def report_section(self, rows: list[dict[str, Any]], run) -> Any:
+        """Accuracy vs MRI with the front and the stages, per side, and the table per checkpoint."""
+        return _mri_report_section(rows, run)
+
+    def summary(self, rows: list[dict[str, Any]]) -> str:
+        got = {(r["column"], r["metric"]): r["value"] for r in rows}
+        parts = []
+        for side in ("members", "non_members"):
+            mri = got.get((side, "mri"))
+            raw = got.get((side, "mri_unchecked"))
+            shown = (
+                f"{mri:.3f}"
+                if mri is not None
+                else (f"N/A (unchecked {raw:.3f})" if raw is not None else "N/A")
+            )
+            parts.append(f"{side.replace('_', '-')} MRI {shown}")
+        return ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- outcomes and rows
+
+
+def per_task_outcomes(tasks, labels: list[int], sets: dict, judged: list[dict]) -> list[dict[str, Any]]:
+    """One record per task: verdicts on its sets, S_k, Drop_k, score = S_k x Drop_k."""
+    by_key = {j["key"]: j for j in judged}
+    out = []
+    for task, label in zip(tasks, labels):
+        ps = sets[task.task_id]
+        record: dict[str, Any] = {"task_id": task.task_id, "label": label, "logic_type": ps.logic_type}
+        for kind in SETS:
+            j = by_key.get(f"{kind}:{task.task_id}")
+            record[f"passed_{kind}"] = None if j is None else j["verdict"] == "passed"
+            record[f"extraction_{kind}"] = None if j is None else j.get("extraction", "")
+            record[f"reason_{kind}"] = None if j is None else j.get("reason", "")
+        rew = by_key.get(f"rew:{task.task_id}")
+        sim = None if rew is None else rew.get("sim")
+        drop = None if rew is None else float(rew["verdict"] != "passed")
+        record["sim"] = sim
+        record["drop"] = drop
+        record["score"] = None if rew is None else (sim or 0.0) * drop
+        record["reply_rew"] = None if rew is None else rew["reply"]
+        out.append(record)
+    return out
+
+
+def _mean(values) -> float | None:
+    values = [float(v) for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, Any]]:
+    from leaklab.metrics import (
+        auroc,
+        competence,
+        instance_mri,
+        mean_similarity,
+        memorization_risk_index,
+        relative_accuracy_drop,
+    )
+    from leaklab.perturb.rewriting import LOGIC_TYPES
+
+    rows: list[dict[str, Any]] = []
+
+    def add(side: str, metric: str, value, **params: Any) -> None:
+        value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
+        rows.append({"detector": None, "params": {"split": side, **params}, "column": side, "metric": metric, "value": value})  # fmt: skip
+
+    sides = {
+        "members": [o for o in outcomes if o["label"] == 1],
+        "non_members": [o for o in outcomes if o["label"] == 0],
+        "all": outcomes,
+    }
+    for side, group in sides.items():
+        rewritten = [o for o in group if o["passed_rew"] is not None]
+        mutated = [o for o in group if o["passed_mut"] is not None]
+        acc_ori = _mean(o["passed_ori"] for o in group)
+        acc_ori_rew = _mean(o["passed_ori"] for o in rewritten)
+        acc_rew = _mean(o["passed_rew"] for o in rewritten)
+        acc_ori_mut = _mean(o["passed_ori"] for o in mutated)
+        acc_mut = _mean(o["passed_mut"] for o in mutated)
+        sim = mean_similarity(o["sim"] for o in rewritten)
+        n_solved = sum(bool(o["passed_ori"]) for o in rewritten)
+        na = competence(acc_ori_rew, n_solved, cfg.min_accuracy, cfg.min_solved)
+        rad_rew = relative_accuracy_drop(acc_ori_rew, acc_rew)
+        rad_mut = relative_accuracy_drop(acc_ori_mut, acc_mut)
+        mri = memorization_risk_index(sim, rad_rew)
+        imri = instance_mri(
+            [bool(o["passed_ori"]) for o in rewritten],
+            [o["sim"] for o in rewritten],
+            [o["drop"] for o in rewritten],
+        )
+        add(side, "acc_ori", acc_ori)
+        add(side, "acc_ori_rew", acc_ori_rew)
+        add(side, "acc_rew", acc_rew)
+        add(side, "sim", sim)
+        note = {"na": na} if na else {}
+        add(side, "rad_rew", None if na else rad_rew, **note)
+        add(side, "mri", None if na else mri, **note)
+        add(side, "imri", None if na else imri, **note)
+        add(side, "rad_rew_unchecked", rad_rew)
+        add(side, "mri_unchecked", mri)
+        add(side, "imri_unchecked", imri)
+        if cfg.mutation:
+            add(side, "acc_ori_mut", acc_ori_mut)
+            add(side, "acc_mut", acc_mut)
+            add(side, "rad_mut", None if na else rad_mut, **note)
+            add(side, "rad_mut_unchecked", rad_mut)
+        add(side, "rad_par", None, na="not computed: no LLM backend for paraphrase")
+        add(side, "n_tasks", len(group))
+        add(side, "n_rewritten", len(rewritten))
+        add(side, "n_mutated", len(mutated))
+        add(side, "n_solved_ori", n_solved)
+        add(side, "competent", 0.0 if na else 1.0, **note)
+        add(side, "n_sim_missing", sum(o["sim"] is None for o in rewritten))
+        for kind in SETS:
+            add(side, f"n_extraction_failed_{kind}", sum(bool(o[f"extraction_{kind}"]) for o in group))
+        for logic_type in LOGIC_TYPES:
+            typed = [o for o in rewritten if o["logic_type"] == logic_type]
+            if len(typed) < cfg.min_type_count:
+                continue
+            t_rad = relative_accuracy_drop(
+                _mean(o["passed_ori"] for o in typed), _mean(o["passed_rew"] for o in typed)
+            )
+            t_mri = memorization_risk_index(mean_similarity(o["sim"] for o in typed), t_rad)
+            add(side, f"n/{logic_type}", len(typed), logic_type=logic_type)
+            add(side, f"rad_rew/{logic_type}", t_rad, logic_type=logic_type)
+            add(side, f"mri/{logic_type}", t_mri, logic_type=logic_type)
+    scored = [o for o in outcomes if o["score"] is not None]
+    labels = [o["label"] for o in scored]
+    value = auroc([o["score"] for o in scored], labels) if 0 < sum(labels) < len(labels) else None
+    add("all", "score_auroc", value, score="sim x drop", n=len(scored))
+    return rows
+
+
+# --------------------------------------------------------------------------- report section
+
+
+def _tradeoff_spec(points, sel) -> dict[str, Any]:
+    """Accuracy vs MRI per checkpoint: every checkpoint a point, the Pareto front a line, the stages
+    (Early / Best-Val / Late) and the recommendation labelled."""
+    stage_of: dict[int, list[str]] = {}
+    for name, step in sel.stages.items():
+        stage_of.setdefault(step, []).append(name)
+    if sel.recommended is not None:
+        stage_of.setdefault(sel.recommended, []).append("recommended")
+    values = [
+        {
+            "step": p.step,
+            "accuracy": p.accuracy,
+            "mri": p.mri,
+            "front": p.step in sel.front,
+            "label": ", ".join(stage_of.get(p.step, [])) or f"step {p.step}",
+            "unchecked": p.mri_unchecked,
+        }
+        for p in points
+        if p.accuracy is not None and p.mri is not None
+    ]
+    x = {"field": "mri", "type": "quantitative", "title": "MRI (lower is better)"}
+    y = {"field": "accuracy", "type": "quantitative", "title": "Acc(T_ori), pass@1"}
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "width": 360,
+        "height": 240,
+        "data": {"values": values},
+        "layer": [
+            {
+                "transform": [{"filter": "datum.front"}],
+                "mark": {"type": "line", "strokeDash": [4, 3], "color": "#888"},
+                "encoding": {"x": x, "y": y, "order": {"field": "mri", "type": "quantitative"}},
+            },
+            {
+                "mark": {"type": "point", "filled": True, "size": 70},
+                "encoding": {
+                    "x": x,
+                    "y": y,
+                    "color": {"field": "front", "type": "nominal", "title": "on the front"},
+                    "tooltip": [
+                        {"field": "step"},
+                        {"field": "accuracy", "format": ".3f"},
+                        {"field": "mri", "format": ".4f"},
+                        {"field": "unchecked", "title": "MRI below competence"},
+                        {"field": "label", "title": "stage"},
+                    ],
+                },
+            },
+            {
+                "mark": {"type": "text", "dy": -10, "fontSize": 10},
+                "encoding": {"x": x, "y": y, "text": {"field": "label"}},
+            },
+        ],
+    }
+
+
+def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
+    from leaklab.report.section import Panel, Section, Table
+    from leaklab.selection import checkpoint_points, select
+
+    training = run.rows_of("training")
+    items: list[Any] = []
+    notes = []
+    for side in ("non_members", "members"):
+        points = checkpoint_points([*rows, *training], side)
+        sel = select(points, side=side)
+        if any(p.mri_unchecked for p in points):
+            notes.append(
+                f"{side}: some checkpoints are below the competence rule; their MRI is shown unchecked"
+            )
+        if points:
+            items.append(
+                Panel(
+                    f"Accuracy vs MRI, {side.replace('_', '-')}",
+                    _tradeoff_spec(points, sel),
+                    caption=f"one point per checkpoint; dashed: the accuracy–MRI front. {sel.why}",
+                )
+            )
+    got: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:
+        got.setdefault((int(r["step"]), r["column"]), {})[r["metric"]] = r["value"]
+
+    def fmt(v: Any, digits: int = 3) -> str:
+        return "–" if v is None else f"{v:.{digits}f}"
+
+    header = ["step", "side", "Acc_ori", "Acc_rew", "Acc_mut", "Sim", "RAD_rew", "RAD_mut", "MRI", "iMRI"]
+    table = []
+    for (step, side), v in sorted(got.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        if side not in ("members", "non_members"):
+            continue
+        na = v.get("competent") == 0.0
+        mri = fmt(v.get("mri"), 4) if not na else f"N/A ({fmt(v.get('mri_unchecked'), 4)})"
+        table.append(
+            [str(step), side, fmt(v.get("acc_ori")), fmt(v.get("acc_rew")), fmt(v.get("acc_mut")),
+             fmt(v.get("sim")), fmt(v.get("rad_rew")) if not na else "N/A", fmt(v.get("rad_mut")) if not na else "N/A",
+             mri, fmt(v.get("imri"), 4) if not na else "N/A"]
+        )  # fmt: skip
+    items.append(
+        Table("MRI per checkpoint", header, table, caption="N/A: below the competence rule (value unchecked)")
+    )
+    return Section(
+        key="mri",
+        title="Memorization Risk Index",
+        intro=(
+            "Answers to rewritten tasks compared with the original solutions: MRI = Sim x RAD_rew is high when "
+            "the model copies the original and the copy fails. Members (trained on) and non-members apart; "
+            "paraphrase is not computed (no LLM backend)."
+        ),
+        items=items,
+        notes=notes,
+    )

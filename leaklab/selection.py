@@ -1,0 +1,169 @@
+"""Checkpoint selection by the accuracy–MRI trade-off (Memorize or generalize?, §5.2, Table 2).
+
+    points = checkpoint_points(rows, side="non_members")   # accuracy, MRI, validation loss per step
+    sel = select(points, tolerance=0.05)                     # front, stages, recommendation + why
+    write_selection(run_dir, sel)                            # <run>/selection.json
+
+Per trained checkpoint (step > 0; the base model is shown, never recommended):
+  accuracy   the mri evaluation's acc_ori on `side`, else the accuracy evaluation's pass@1
+  mri        MRI on `side`; when the competence rule made it N/A, the unchecked value, flagged
+  val_loss   the training rows' eval_loss at that step (the sft stage's loss on non-members)
+The paper's rule: among checkpoints "comparable" to the best one (validation loss within `tolerance`
+(relative) of the lowest, or accuracy within `tolerance` (absolute) of the highest when no loss was
+logged), prefer the lower MRI (then the higher accuracy, then the earlier step). The accuracy–MRI Pareto
+front (no other checkpoint with accuracy >= and MRI <=, one of them strictly) is reported beside it.
+Stages as in Table 2: Early = the first trained checkpoint, Best-Val = the lowest validation loss (the
+highest accuracy without one), Late = the last checkpoint.
+
+The default side is non_members: the paper evaluates on the held-out test split; members (what was
+trained on) are the leak leaklab can see, selectable with `side`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SIDES = ("non_members", "members", "all")
+SELECTION_FILE = "selection.json"
+
+
+@dataclass
+class Point:
+    step: int
+    accuracy: float | None
+    mri: float | None
+    val_loss: float | None = None
+    mri_unchecked: bool = False  # MRI taken without the competence rule (it was N/A)
+
+
+@dataclass
+class Selection:
+    side: str
+    tolerance: float
+    criterion: str  # "val_loss" | "accuracy"
+    points: list[Point]
+    front: list[int] = field(default_factory=list)
+    stages: dict[str, int] = field(default_factory=dict)  # Early / Best-Val / Late -> step
+    comparable: list[int] = field(default_factory=list)
+    recommended: int | None = None
+    why: str = ""
+
+
+def _by_step(rows, evaluation: str, metric: str, side: str | None) -> dict[int, dict[str, Any]]:
+    return {
+        int(r["step"]): r
+        for r in rows
+        if r.get("evaluation") == evaluation
+        and r.get("metric") == metric
+        and (side is None or r.get("column") == side)
+    }
+
+
+def checkpoint_points(rows: list[dict[str, Any]], side: str = "non_members") -> list[Point]:
+    """One point per step that has an MRI row on `side`."""
+    mri = _by_step(rows, "mri", "mri", side)
+    unchecked = _by_step(rows, "mri", "mri_unchecked", side)
+    acc_mri = _by_step(rows, "mri", "acc_ori", side)
+    acc = _by_step(rows, "accuracy", "pass@1", side)
+    loss = _by_step(rows, "training", "eval_loss", None)
+    points = []
+    for step in sorted(set(mri) | set(unchecked)):
+        value = mri.get(step, {}).get("value")
+        flagged = value is None
+        if flagged:
+            value = unchecked.get(step, {}).get("value")
+        accuracy = (acc_mri.get(step) or acc.get(step) or {}).get("value")
+        val = loss.get(step, {}).get("value")
+        points.append(Point(step, accuracy, value, val, flagged and value is not None))
+    return points
+
+
+def pareto_front(points: list[Point]) -> list[int]:
+    """Steps no other point beats on both accuracy (higher) and MRI (lower)."""
+    usable = [p for p in points if p.accuracy is not None and p.mri is not None]
+    front = []
+    for p in usable:
+        dominated = any(
+            q.accuracy >= p.accuracy and q.mri <= p.mri and (q.accuracy > p.accuracy or q.mri < p.mri)
+            for q in usable
+        )
+        if not dominated:
+            front.append(p.step)
+    return sorted(front)
+
+
+def select(points: list[Point], tolerance: float = 0.05, side: str = "non_members") -> Selection:
+    trained = [p for p in points if p.step > 0 and p.accuracy is not None and p.mri is not None]
+    losses = [p for p in trained if p.val_loss is not None]
+    criterion = "val_loss" if losses else "accuracy"
+    sel = Selection(side, tolerance, criterion, points, front=pareto_front(points))
+    if not trained:
+        sel.why = "no trained checkpoint has both an accuracy and an MRI: nothing to choose from"
+        return sel
+    if losses:
+        best = min(losses, key=lambda p: (p.val_loss, p.step))
+        comparable = [p for p in losses if p.val_loss <= best.val_loss * (1 + tolerance)]
+        basis = (
+            f"validation loss within {tolerance:.0%} of the lowest ({best.val_loss:.4f} at step {best.step})"
+        )
+    else:
+        best = max(trained, key=lambda p: (p.accuracy, -p.step))
+        comparable = [p for p in trained if p.accuracy >= best.accuracy - tolerance]
+        basis = f"accuracy within {tolerance:g} of the highest ({best.accuracy:.3f} at step {best.step})"
+    sel.stages = {"Early": trained[0].step, "Best-Val": best.step, "Late": trained[-1].step}
+    sel.comparable = [p.step for p in comparable]
+    chosen = min(comparable, key=lambda p: (p.mri, -p.accuracy, p.step))
+    sel.recommended = chosen.step
+    flag = " (MRI without the competence rule: it was N/A)" if chosen.mri_unchecked else ""
+    sel.why = (
+        f"{len(comparable)} checkpoint(s) have {basis}; step {chosen.step} has the lowest MRI among them "
+        f"({chosen.mri:.4f}{flag}, {side} accuracy {chosen.accuracy:.3f})"
+        + ("" if chosen.step in sel.front else "; note: it is not on the accuracy–MRI front")
+    )
+    return sel
+
+
+def write_selection(run_dir: str | Path, sel: Selection) -> Path:
+    from leaklab.rundir import write_json
+
+    path = Path(run_dir) / SELECTION_FILE
+    write_json(path, asdict(sel))
+    return path
+
+
+def describe(sel: Selection) -> str:
+    lines = [f"checkpoints ({sel.side}; * on the accuracy–MRI front, criterion {sel.criterion}):"]
+    names = {step: name for name, step in sel.stages.items()}
+    lines.append(f"  {'step':>7} {'accuracy':>9} {'MRI':>8} {'val_loss':>9}  stage")
+    for p in sel.points:
+        acc = "–" if p.accuracy is None else f"{p.accuracy:.3f}"
+        mri = "–" if p.mri is None else f"{p.mri:.4f}" + ("†" if p.mri_unchecked else "")
+        loss = "–" if p.val_loss is None else f"{p.val_loss:.4f}"
+        star = "*" if p.step in sel.front else " "
+        stage = ", ".join(n for n, s in sel.stages.items() if s == p.step) or names.get(p.step, "")
+        lines.append(f" {star}{p.step:>7} {acc:>9} {mri:>9} {loss:>9}  {stage}")
+    if any(p.mri_unchecked for p in sel.points):
+        lines.append("  † below the competence rule: MRI shown without it")
+    lines.append(
+        f"recommended: step {sel.recommended} — {sel.why}" if sel.recommended is not None else sel.why
+    )
+    return "\n".join(lines)
+
+
+def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float = 0.05) -> Selection:
+    """Read a run's results, select, write <run>/selection.json."""
+    from leaklab.rundir import RunDir
+
+    run = RunDir(run_dir)
+    if not run.results.exists():
+        raise FileNotFoundError(f"{run.results} does not exist: is {run_dir} a leaklab run directory?")
+    sel = select(checkpoint_points(run.results_rows(), side), tolerance, side)
+    write_selection(run.root, sel)
+    return sel
+
+
+def as_json(sel: Selection) -> str:
+    return json.dumps(asdict(sel), indent=2)

@@ -1,0 +1,137 @@
+"""The mri evaluation: S_i, its rows per side and logic type from per-task outcomes (hand-worked), and
+(slow) a tiny sft run that evaluates it on every checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SMALL_TINY
+from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity
+from leaklab.rundir import RunDir
+
+REPO = Path(__file__).resolve().parents[1]
+ORIGINAL = 'def f(xs):\n    """Sum of xs."""\n    total = 0\n    for x in xs:\n        total += x\n    return total\n'
+
+
+def test_similarity_ignores_docstrings_and_layout():
+    same_code = 'def f(xs):\n    """A rewritten description that says something else."""\n    total = 0\n    for x in xs:\n        total  +=  x\n    return total\n'
+    assert normalised_code(same_code) == normalised_code(ORIGINAL)
+    assert similarity(same_code, ORIGINAL) == pytest.approx(1.0)
+    other = "def f(xs):\n    return max(xs)\n"
+    assert 0 < similarity(other, ORIGINAL) < 0.7
+    assert similarity("def f(:\n", ORIGINAL) is None
+
+
+def _outcome(task_id, label, ori, rew, sim, logic_type="operator_change", mut=None):
+    return {
+        "task_id": task_id,
+        "label": label,
+        "logic_type": logic_type if rew is not None else None,
+        "passed_ori": ori,
+        "passed_rew": rew,
+        "passed_mut": mut,
+        "extraction_ori": "",
+        "extraction_rew": "" if rew is not None else None,
+        "extraction_mut": "" if mut is not None else None,
+        "sim": sim,
+        "drop": None if rew is None else float(not rew),
+        "score": None if rew is None else (sim or 0.0) * float(not rew),
+    }
+
+
+def test_rows_worked_by_hand():
+    outcomes = [
+        # members: 4 tasks, 3 rewritten. Originals of the rewritten ones: 3/3 solved, rewrites 1/3.
+        _outcome("m1", 1, True, False, 0.9, mut=True),
+        _outcome("m2", 1, True, False, 0.7, "constant_swap", mut=False),
+        _outcome("m3", 1, True, True, 0.5, mut=True),
+        _outcome("m4", 1, False, None, None, mut=True),
+        # non-members: 2 rewritten, originals 1/2, rewrites 1/2
+        _outcome("n1", 0, True, True, 0.2),
+        _outcome("n2", 0, False, False, 0.4),
+    ]
+    cfg = MriConfig(min_accuracy=0.1, min_solved=1)
+    got = {(r["column"], r["metric"]): r for r in mri_rows(outcomes, cfg)}
+    v = {k: r["value"] for k, r in got.items()}
+    # members: acc_ori over 4 = 3/4; over the rewritten 3 = 1; acc_rew = 1/3; RAD = (1 - 1/3)/1 = 2/3
+    assert v[("members", "acc_ori")] == pytest.approx(0.75)
+    assert v[("members", "acc_ori_rew")] == pytest.approx(1.0)
+    assert v[("members", "acc_rew")] == pytest.approx(1 / 3)
+    assert v[("members", "rad_rew")] == pytest.approx(2 / 3)
+    # Sim = (0.9 + 0.7 + 0.5)/3 = 0.7; MRI = 0.7 * 2/3 = 0.4667
+    assert v[("members", "sim")] == pytest.approx(0.7)
+    assert v[("members", "mri")] == pytest.approx(0.7 * 2 / 3)
+    # iMRI over the 3 solved: (0.9*1 + 0.7*1 + 0.5*0)/3 = 0.5333
+    assert v[("members", "imri")] == pytest.approx(1.6 / 3)
+    # mutation: 4 mutated, originals 3/4, mutated 3/4 -> RAD_mut 0
+    assert v[("members", "rad_mut")] == 0.0
+    # per type: operator_change m1, m3 -> ori 1, rew 1/2 -> RAD 0.5, Sim 0.7, MRI 0.35
+    assert v[("members", "rad_rew/operator_change")] == pytest.approx(0.5)
+    assert v[("members", "mri/operator_change")] == pytest.approx(0.35)
+    assert v[("members", "rad_rew/constant_swap")] == pytest.approx(1.0)
+    # non-members: ori 1/2, rew 1/2 -> RAD 0, MRI 0; iMRI over n1 only: 0.2 * 0 = 0
+    assert v[("non_members", "rad_rew")] == 0.0 and v[("non_members", "mri")] == 0.0
+    assert v[("non_members", "imri")] == 0.0
+    assert v[("members", "rad_par")] is None and "not computed" in got[("members", "rad_par")]["params"]["na"]
+    # score = sim x drop: members m1 0.9, m2 0.7, m3 0; non-members n1 0, n2 0.4.
+    # AUROC: pairs (m, n) where m > n: 0.9>0,0.9>0.4,0.7>0,0.7>0.4, 0=0 (half), 0<0.4 -> (4 + 0.5)/6 = 0.75
+    assert v[("all", "score_auroc")] == pytest.approx(0.75)
+
+
+def test_competence_rule_marks_na_with_the_reason():
+    outcomes = [_outcome("m1", 1, True, False, 0.9), _outcome("m2", 1, False, False, 0.3)]
+    got = {(r["column"], r["metric"]): r for r in mri_rows(outcomes, MriConfig())}  # min_solved 50
+    assert got[("members", "mri")]["value"] is None
+    assert "1 original tasks solved < 50" in got[("members", "mri")]["params"]["na"]
+    assert got[("members", "competent")]["value"] == 0.0
+    # the unchecked value is still there: Sim 0.6 x RAD 1 = 0.6
+    assert got[("members", "mri_unchecked")]["value"] == pytest.approx(0.6)
+
+
+@pytest.mark.slow
+def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
+    overrides = [
+        *SMALL_TINY,
+        "data.max_samples=20",
+        "data.member_fraction=0.5",
+        "train.epochs=1",
+        "train.batch_size=8",
+        "train.micro_batch_size=8",
+        "evaluate.evaluations=[mri]",
+        "evaluate.detectors=[ppl]",
+        "evaluate.n_bootstrap=0",
+        "evaluate.mri.max_new_tokens=12",
+        "tracking.wandb.enabled=false",
+        f"output_dir={tmp_path}",
+    ]
+    env = {**os.environ, "LEAKLAB_CACHE": leaklab_cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env.pop("WORLD_SIZE", None)
+    out = subprocess.run(
+        [sys.executable, "leaklab/train.py", "recipe=tiny_sft", *overrides],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "paraphrase skipped" in out.stdout
+    (root,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = RunDir(root)
+    summary = json.loads((run.root / "perturbed_summary.json").read_text())
+    assert summary["tasks"] == 20 and summary["rewritten"] >= 15
+    rows = [r for r in run.results_rows() if r["evaluation"] == "mri"]
+    steps = sorted({r["step"] for r in rows})
+    assert steps == [0, *[s for s, _ in run.checkpoint_dirs()]]
+    for step in steps:
+        got = {(r["column"], r["metric"]): r["value"] for r in rows if r["step"] == step}
+        assert got[("members", "n_tasks")] == 10 and got[("non_members", "n_tasks")] == 10
+        assert 0 <= got[("all", "acc_ori")] <= 1
+        records = [json.loads(x) for x in run.scores(step, "mri").read_text().splitlines()]
+        assert len(records) == 20 and {r["label"] for r in records} == {0, 1}

@@ -1,0 +1,101 @@
+"""Checkpoint selection by the accuracy–MRI trade-off: front, stages, the rule, the command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from leaklab.cli import main
+from leaklab.selection import Point, checkpoint_points, pareto_front, select
+
+
+def _rows():
+    # step: (acc_ori, mri or None (N/A), mri_unchecked, eval_loss)
+    table = {
+        0: (0.10, None, 0.05, None),
+        10: (0.30, 0.10, 0.10, 0.50),
+        20: (0.36, 0.15, 0.15, 0.40),  # best validation loss
+        30: (0.38, 0.12, 0.12, 0.41),  # within 5% of 0.40, lower MRI: recommended
+        40: (0.40, 0.30, 0.30, 0.45),  # late: more accuracy, much more MRI, loss outside the tolerance
+    }
+    rows = []
+    for step, (acc, mri, raw, loss) in table.items():
+        base = {"step": step, "evaluation": "mri", "column": "non_members"}
+        rows += [
+            {**base, "metric": "acc_ori", "value": acc},
+            {**base, "metric": "mri", "value": mri},
+            {**base, "metric": "mri_unchecked", "value": raw},
+            {**base, "column": "members", "metric": "mri", "value": 0.9},
+        ]
+        if loss is not None:
+            rows.append(
+                {"step": step, "evaluation": "training", "column": None, "metric": "eval_loss", "value": loss}
+            )
+    return rows
+
+
+def test_points_take_the_side_and_flag_unchecked_mri():
+    points = {p.step: p for p in checkpoint_points(_rows(), "non_members")}
+    assert points[30] == Point(30, 0.38, 0.12, 0.41, False)
+    assert points[0].mri == 0.05 and points[0].mri_unchecked  # N/A there: the unchecked value, flagged
+    assert {p.mri for p in checkpoint_points(_rows(), "members")} == {0.9}
+
+
+def test_front_worked_by_hand():
+    # (acc, mri): 0 (.10,.05) 10 (.30,.10) 20 (.36,.15) 30 (.38,.12) 40 (.40,.30)
+    # 20 is beaten by 30 (more accuracy, less MRI); the others are not beaten on both
+    assert pareto_front(checkpoint_points(_rows())) == [0, 10, 30, 40]
+
+
+def test_rule_prefers_lower_mri_among_comparable_losses():
+    sel = select(checkpoint_points(_rows()), tolerance=0.05)
+    assert sel.criterion == "val_loss"
+    assert sel.stages == {"Early": 10, "Best-Val": 20, "Late": 40}
+    assert sel.comparable == [20, 30]  # 0.40 and 0.41 <= 0.40 * 1.05 = 0.42
+    assert sel.recommended == 30 and "lowest MRI" in sel.why
+    # a wider tolerance lets step 10 (0.50 <= 0.40 * 1.3) in, which has the lowest MRI of all
+    assert select(checkpoint_points(_rows()), tolerance=0.3).recommended == 10
+
+
+def test_rule_without_losses_uses_accuracy():
+    rows = [r for r in _rows() if r["evaluation"] != "training"]
+    sel = select(checkpoint_points(rows), tolerance=0.03)
+    # highest accuracy 0.40 (step 40); within 0.03: steps 30 (0.38) and 40; lower MRI: 30
+    assert sel.criterion == "accuracy" and sel.stages["Best-Val"] == 40 and sel.recommended == 30
+
+
+def test_select_command_writes_selection(tmp_path, capsys):
+    (tmp_path / "recipe.yaml").write_text("name: x\n")
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    assert main(["select", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: step 30" in out and "Best-Val" in out
+    saved = json.loads((tmp_path / "selection.json").read_text())
+    assert saved["recommended"] == 30 and saved["front"] == [0, 10, 30, 40]
+    assert main(["select", str(tmp_path), "--side", "nope"]) == 2
+
+
+@pytest.mark.parametrize("args", [[], ["/nonexistent"]])
+def test_select_bad_input(args):
+    assert main(["select", *args]) == 2
+
+
+def test_mri_report_section_draws_the_front_and_stages():
+    from leaklab.evaluations.mri import Mri
+
+    rows = _rows()
+
+    class Run:
+        def rows_of(self, evaluation):
+            return [r for r in rows if r["evaluation"] == evaluation]
+
+    mri_rows = [r for r in rows if r["evaluation"] == "mri"]
+    section = Mri().report_section(mri_rows, Run())
+    panels = [i for i in section.items if hasattr(i, "spec")]
+    assert panels and section.key == "mri"
+    values = panels[0].spec["data"]["values"]
+    labels = {v["step"]: v["label"] for v in values}
+    assert labels[10] == "Early" and labels[20] == "Best-Val" and labels[30] == "recommended"
+    assert {v["step"] for v in values if v["front"]} == {0, 10, 30, 40}
+    assert any("unchecked" in n for n in section.notes)  # step 0 was below the competence rule
