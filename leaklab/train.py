@@ -92,6 +92,12 @@ def preflight(recipe) -> None:
         local = value and (key in ("data.path", "train.deepspeed") or _looks_local(value))
         if local and not Path(value).expanduser().exists():
             raise UnavailableError(f"{key}: {value} does not exist (a local path; check the spelling)")
+    for key in ("model.name_or_path", "evaluate.reference_model"):
+        value = get_key(recipe, key)
+        if value and value != "builtin:tiny" and not _looks_local(value):
+            from leaklab.models.load import check_hub_model
+
+            check_hub_model(value, key)
     out = Path(recipe.output_dir).expanduser().absolute()
     existing = next(p for p in (out, *out.parents) if p.exists())
     if not existing.is_dir():

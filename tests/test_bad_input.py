@@ -143,6 +143,15 @@ def _checkpoint_deleted(tmp, run, mp):
     return ["evaluate", str(run)]
 
 
+def _hub_unreachable(tmp, run, mp):
+    """Not offline mode, but no route to the hub: fails in seconds, before a minute of retries."""
+    mp.delenv("HF_HUB_OFFLINE", raising=False)
+    mp.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens, refused at once
+    for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        mp.delenv(proxy, raising=False)
+    return ["train", "model.name_or_path=someorg/some-model", f"output_dir={tmp / 'runs'}", *SMALL_RUN]
+
+
 def _damaged_manifest(tmp, run, mp):
     (run / "manifest.json").write_text('{"benchmark": "humaneval", "member_ids": ["Hum')
     return ["evaluate", str(run)]
@@ -222,6 +231,8 @@ CASES = [
          f"output_dir={tmp / 'runs'}", *SMALL_TINY, "data.max_samples=2", "detectors=[ref]",
          "evaluate.reference_model=leaklab-tests/no-reference"], 1,
          ["evaluate.reference_model=models/no-reference", "hf download leaklab-tests/no-reference"], slow=True),
+    Case("model-hub-unreachable", _hub_unreachable, 1,
+         ["hf download someorg/some-model", "model.name_or_path=models/some-model"]),
     Case("data-path-missing", train("data.path=/no/such/bench.jsonl"), 1, ["data.path", "/no/such/bench.jsonl"]),
     Case("deepspeed-config-missing", train("train.deepspeed=/no/zero9.json"), 1, ["train.deepspeed", "/no/zero9.json"]),
     Case("unknown-recipe-key", train("train.lerning_rate=1e-3"), 2, ["train.lerning_rate", "train.learning_rate"]),

@@ -40,6 +40,42 @@ def _unavailable(path: str, what: str, err: Exception, key: str) -> ModelUnavail
     )
 
 
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Can a connection to the hub's host be opened? (behind a proxy: assume so, the proxy decides)."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout_s
+        ).close()
+    except OSError:
+        return False
+    return True
+
+
+def check_hub_model(name: str, key: str = "model.name_or_path") -> None:
+    """Fail in seconds, not after a minute of retries, for a hub model that is not in the local cache
+    when the hub cannot be reached; anything else is left to the load itself."""
+    import os
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return  # offline mode: transformers fails at once on what is not cached
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(name, "config.json"), str):
+            return
+    except Exception:  # not a valid repo id: the load says so
+        return
+    if not _hub_reachable():
+        raise _unavailable(name, "model", ConnectionError("the hub cannot be reached"), key)
+
+
 def resolve_model_path(cfg: ModelConfig, log=print) -> str:
     """`builtin:tiny` -> the cached tiny model directory (built if needed); anything else unchanged."""
     if cfg.name_or_path == BUILTIN_TINY:
