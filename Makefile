@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/accelerate launch --config_file launch/single.yaml leaklab/train.py recipe=tiny_cpt
 
-test: $(STAMP) lint
+test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q
 
 # The report's browser test (tests/test_report_browser.py) drives a headless Chromium: Debian's package,
