@@ -99,3 +99,21 @@ def test_mri_report_section_draws_the_front_and_stages():
     assert labels[10] == "Early" and labels[20] == "Best-Val" and labels[30] == "recommended"
     assert {v["step"] for v in values if v["front"]} == {0, 10, 30, 40}
     assert any("unchecked" in n for n in section.notes)  # step 0 was below the competence rule
+
+
+def test_mri_tables_script(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "analysis" / "mri_tables.py"
+    spec = importlib.util.spec_from_file_location("mri_tables", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = _rows()
+    rows.append({"step": 0, "evaluation": "mri", "column": "non_members", "metric": "mri", "value": None, "params": {"na": "below"}})  # fmt: skip
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert module.main([str(tmp_path), "--names", "toy", "--step", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "| toy | non_members | 0 | 0.1000 | – | – | – | – | – | N/A (0.0500) | – |" in out
+    assert "| toy | non_members | Best-Val | 20 | 0.4000 | 36.00% | 0.1500 |" in out
+    assert "| toy | non_members | recommended | 30 |" in out
