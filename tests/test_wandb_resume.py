@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,21 @@ def wandb_records(path: Path):
             yield record
 
 
-def history(run_dir: Path) -> list[dict]:
+def complete_records(path: Path, wait_s: float = 60.0) -> list:
+    """The records once the exit record is in the file: W&B's service may still be writing after finish()."""
+    deadline = time.monotonic() + wait_s
+    records = list(wandb_records(path))
+    while not any(r.WhichOneof("record_type") == "exit" for r in records):
+        assert time.monotonic() < deadline, f"{path} has no exit record after {wait_s}s"
+        time.sleep(0.2)
+        records = list(wandb_records(path))
+    return records
+
+
+def history(path: Path) -> list[dict]:
     return [
         {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
-        for r in wandb_records(run_dir)
+        for r in complete_records(path)
         if r.WhichOneof("record_type") == "history"
     ]
 

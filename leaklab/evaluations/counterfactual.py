@@ -44,8 +44,8 @@ class CounterfactualConfig:
     max_new_tokens: int = 500  # greedy continuation length
     batch_size: int = 16  # rows decoded together
     min_body_lines: int = 10  # the function filter (the paper: 10-50 body lines, >= 500 chars, not __init__)
-    max_body_lines: int = 50
-    min_chars: int = 500
+    max_body_lines: int = 50  # longest function body kept, in lines (the filter above)
+    min_chars: int = 500  # shortest function kept, in characters (the filter above)
     tau_text: float = 0.75  # BLEU below this is "not verbatim"
     tau_func: float = 0.75  # a functional metric at or above this is "reproduced"
     max_tasks: int | None = None  # at most this many members and this many non-members
