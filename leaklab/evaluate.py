@@ -222,9 +222,9 @@ def evaluate_run(run_dir: str | Path, log=print) -> int:
     recipe = load_recipe(str(run.recipe))
     manifest = read_json(run.manifest)
     eval_set = build_eval_set(load_tasks(recipe), manifest, recipe.data.text_format)
-    base_path = resolve_model_path(recipe.model, log=log)
     # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
-    base_path = get_stage(recipe.train.stage).resolve_base(recipe, base_path, run, log)
+    stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
+    base_path = stage_start or resolve_model_path(recipe.model, log=log)
     evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
 
     todo: list[tuple[int, float, Path | None]] = []

@@ -139,8 +139,8 @@ def run_training(recipe) -> int:
     #    the tiny model (if asked for and not cached) before the others look.
     tasks = load_tasks(recipe)
     with state.main_process_first():
-        base_path = resolve_model_path(recipe.model, log=log)
-        base_path = stage.resolve_base(recipe, base_path, run, log)  # rl: train.rl.init_from
+        # The stage may start elsewhere (rl: train.rl.init_from); then model.name_or_path is not built.
+        base_path = stage.resolve_base(recipe, run, log) or resolve_model_path(recipe.model, log=log)
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
     model = load_model(
         base_path, recipe.model.dtype, recipe.model.trust_remote_code, recipe.model.attn_implementation

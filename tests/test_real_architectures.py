@@ -168,3 +168,29 @@ def test_stage_trains_a_lora_on_the_architecture(arch, stage, models, tmp_path, 
         assert mixture["prompt_format"] == ("chat" if arch == "qwen2" else "completion")
         rewards = [r for r in run.results_rows() if r["evaluation"] == "training" and r["metric"] == "reward"]
         assert len(rewards) == 2
+
+
+@pytest.mark.slow
+def test_rl_starts_from_an_earlier_lora_run_merged_once(models, tmp_path, leaklab_cache):
+    """cpt with LoRA, then rl with train.rl.init_from = that run: the adapter is merged into its base once,
+    the merged model is the rl run's step 0 and the base its evaluation and checkpoints are read against."""
+    from leaklab.training import rl
+
+    first = ["recipe=tiny_cpt", f"model.name_or_path={models['qwen2']}", *COMMON, *STAGES["cpt"]]
+    assert main([*first, f"output_dir={tmp_path / 'cpt'}"]) == 0
+    (cpt_run,) = (tmp_path / "cpt").iterdir()
+    second = ["recipe=tiny_cpt", f"model.name_or_path={models['gpt2']}", *COMMON, *STAGES["rl"]]  # not used
+    assert main([*second, f"train.rl.init_from={cpt_run}", f"output_dir={tmp_path / 'rl'}"]) == 0
+    (rl_root,) = (tmp_path / "rl").iterdir()
+    merged = rl_root / "init_model"
+    record = json.loads((merged / "leaklab_init.json").read_text())
+    assert record["checkpoint"] == str((cpt_run / "checkpoints" / "checkpoint-2").resolve())
+    assert not (merged / "adapter_config.json").exists() and (merged / "config.json").exists()
+    run = RunDir(rl_root)
+    assert {r["step"] for r in run.results_rows() if r["metric"] == "done"} == {0, 2}
+    adapter = json.loads((run.checkpoints / "checkpoint-2" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == str(merged)
+    from leaklab.recipe import load_recipe
+
+    recipe = load_recipe(str(run.recipe))
+    assert rl.resolve_base(recipe, run, print) == str(merged)  # what `leaklab evaluate` starts from

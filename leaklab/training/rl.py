@@ -30,8 +30,9 @@ from leaklab.training.verl import VERL_EXTRA, VerlRun, verl_available
 # --------------------------------------------------------------------------- where training starts
 
 
-def resolve_base(recipe: Recipe, base_path: str, run: RunDir, log=print) -> str:
-    """The model the rl stage starts from (see the module docstring); `base_path` when init_from is unset."""
+def resolve_base(recipe: Recipe, run: RunDir, log=print) -> str | None:
+    """The model the rl stage starts from (see the module docstring); None (model.name_or_path) when
+    init_from is unset. Refuses ppo without veRL here, before any model is built or loaded."""
     rl = recipe.train.rl
     if rl.algorithm == "ppo" and not verl_available() and rl.verl.launch != "print":
         raise RecipeError(
@@ -41,7 +42,7 @@ def resolve_base(recipe: Recipe, base_path: str, run: RunDir, log=print) -> str:
             ]
         )
     if not rl.init_from:
-        return base_path
+        return None
     checkpoint = find_init_checkpoint(rl.init_from)
     if (checkpoint / "adapter_config.json").exists():
         return str(merge_adapter(checkpoint, Path(run.root) / "init_model", recipe, log))

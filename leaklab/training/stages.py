@@ -45,11 +45,11 @@ class Stage:
             model, tokenizer, dataset, recipe, output_dir, callbacks, report_to
         )
 
-    def resolve_base(self, recipe, base_path: str, run, log=print) -> str:
-        """The model training starts from: `base_path`, unless the stage module has its own
-        `resolve_base` (rl: `train.rl.init_from`, an earlier stage's checkpoint). Called before loading."""
+    def resolve_base(self, recipe, run, log=print) -> str | None:
+        """The model training starts from when the stage module says so with a `resolve_base` of its own
+        (rl: `train.rl.init_from`, an earlier stage's checkpoint); None: `model.name_or_path`."""
         hook = getattr(self.builders(), "resolve_base", None)
-        return hook(recipe, base_path, run, log) if hook else base_path
+        return hook(recipe, run, log) if hook else None
 
 
 STAGES: dict[str, Stage] = {
