@@ -135,3 +135,17 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
         assert 0 <= got[("all", "acc_ori")] <= 1
         records = [json.loads(x) for x in run.scores(step, "mri").read_text().splitlines()]
         assert len(records) == 20 and {r["label"] for r in records} == {0, 1}
+
+
+def test_rad_par_with_paraphrases_and_llm_settings_validated():
+    from leaklab.evaluations.mri import validate_config
+
+    outcomes = [_outcome("m1", 1, True, False, 0.9), _outcome("m2", 1, True, True, 0.3)]
+    outcomes[0]["passed_par"], outcomes[1]["passed_par"] = True, False
+    got = {(r["column"], r["metric"]): r["value"] for r in mri_rows(outcomes, MriConfig(min_solved=1))}
+    # originals 2/2, paraphrases 1/2 -> RAD_par = (1 - 0.5) / 1 = 0.5
+    assert got[("members", "rad_par")] == pytest.approx(0.5) and got[("members", "n_paraphrased")] == 2
+    assert validate_config(MriConfig(llm_backend="openai", llm_model="m")) == [
+        "evaluate.mri.llm_base_url: the openai backend needs the server's URL"
+    ]
+    assert validate_config(MriConfig(llm_rewrite=True))

@@ -155,3 +155,64 @@ def test_the_cache_builds_once_and_round_trips(tmp_path, sandbox, humaneval):
     info = mri_sets.write_run_sets(tmp_path / "run", first) if (tmp_path / "run").mkdir() is None else None
     assert info["tasks"] == 4 and info["paraphrase"].startswith("not computed")
     assert set(mri_sets.read_run_sets(tmp_path / "run")) == {t.task_id for t in tasks}
+
+
+class _Scripted:
+    """A generation back-end that answers each prompt with a scripted reply (by call order)."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+
+    def generate(self, prompts, max_new_tokens=256, stop=(), temperature=0.0, n=1, seed=0):
+        from leaklab.signals.generation import Completion
+
+        return [[Completion(self.replies.pop(0), None, "stop")] for _ in prompts]
+
+
+def test_llm_paraphrase_is_read_and_checked():
+    from leaklab.perturb.mri_llm import llm_paraphrases
+
+    good = "<task>\n" + ADD.prompt.replace("Add a and b.", "Return the sum of a and b.") + "</task>"
+    changed_example = "<task>\n" + ADD.prompt.replace(">>> add(2, 3)", ">>> add(1, 1)") + "</task>"
+    paras, failures = llm_paraphrases([ADD, ADD, ADD], _Scripted([good, changed_example, "sorry, no"]))
+    assert paras[0] is not None and "Return the sum of a and b." in paras[0].prompt
+    assert paras[1] is None and paras[2] is None
+    assert failures == {"the examples changed": 1, "no <task> block in the reply": 1}
+
+
+def test_llm_rewrite_goes_through_the_execution_checks(sandbox):
+    from leaklab.perturb.mri_llm import llm_rewrites
+
+    statement = ADD.prompt.replace("Add a and b.", "Subtract b from a.")
+    good = f"<type>operator change</type>\n<code>\n{statement}    return a - b\n</code>\n<task>\n{statement}</task>"
+    same = f"<type>operator change</type>\n<code>\n{statement}    return b + a\n</code>\n<task>\n{statement}</task>"
+    renamed = (
+        "<type>constant swap</type>\n<code>\ndef plus(a, b):\n    return a + b + 1\n</code>\n<task>\nx</task>"
+    )
+    results = llm_rewrites([ADD, ADD, ADD, ADD], _Scripted([good, same, renamed, "no idea"]), sandbox)
+    ok = results[0].task
+    assert ok is not None and results[0].logic_type == "operator_change"
+    assert ">>> add(2, 3)\n    -1\n" in ok.prompt  # the example's output is the rewrite's
+    assert check_many([(ok, ok.solution)], sandbox)[0].passed
+    assert not check_many([(ok, ADD.solution)], sandbox)[0].passed
+    assert results[1].task is None and results[1].rejections[0]["reason"] == "equivalent"
+    assert (
+        results[2].rejections[0]["reason"] == "unreadable"
+        and results[3].rejections[0]["reason"] == "unreadable"
+    )
+
+
+def test_sets_with_an_llm_backend_carry_paraphrases(tmp_path, sandbox):
+    good = "<task>\n" + ADD.prompt.replace("Add a and b.", "Return a plus b.") + "</task>"
+    llm = mri_sets.LlmBackend(_Scripted([good]), "fake:model")
+    sets = mri_sets.perturbed_sets_for(
+        [ADD], cache_dir=tmp_path, sandbox=sandbox, llm=llm, log=lambda *a: None
+    )
+    assert sets[0].paraphrase is not None and "Return a plus b." in sets[0].paraphrase.prompt
+    assert sets[0].rewrite is not None  # the rules still rewrite
+    info = mri_sets.summary(sets)
+    assert info["paraphrased"] == 1 and info["paraphrase"] == "made by the LLM backend"
+    # a different backend is a different cache file
+    assert mri_sets.cache_file([ADD], 0, 2, tmp_path, "fake:model|rewrite=False") != mri_sets.cache_file(
+        [ADD], 0, 2, tmp_path
+    )

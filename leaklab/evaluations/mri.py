@@ -2,10 +2,11 @@
 non-members apart: does MRI rise on what was injected and stay flat on what was not?
 
 Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`: a
-rule-based rewrite validated in the sandbox, a mutation), from the per-benchmark cache, with the run's
+rule-based (with `llm_rewrite`: LLM) rewrite validated in the sandbox, a mutation, with an LLM backend a
+paraphrase), from the per-benchmark cache, with the run's
 copy in <run>/perturbed.jsonl and the acceptance per logic type in <run>/perturbed_summary.json.
 
-Per checkpoint: every original, rewritten and mutated task is asked as the accuracy evaluation asks
+Per checkpoint: every original, rewritten, mutated (and paraphrased) task is asked as the accuracy evaluation asks
 (`leaklab/data/prompting.py`), greedily, through the batched generation engine; the code is read back
 (`extract_code`; a reply without code is counted and fails) and judged in the sandbox. Then, per side
 (`column` = members | non_members | all):
@@ -19,7 +20,8 @@ Per checkpoint: every original, rewritten and mutated task is asked as the accur
                               `mri_similarity`); an answer that does not parse has no S_i (counted)
   rad_rew, rad_mut, mri       None with the reason in params["na"] below the competence rule
                               (Acc_ori_rew >= min_accuracy and >= min_solved originals solved)
-  rad_par                     not computed (no LLM backend for paraphrase), said in params["na"]
+  acc_par, rad_par            with an LLM backend (`llm_backend` hf | openai: `perturb/mri_llm.py`) the
+                              paraphrased tasks; without one rad_par is null, "not computed" in params["na"]
   imri                        mean over originally solved rewritten tasks of S_k x Drop_k
   rad_rew_unchecked, mri_unchecked   the same numbers without the competence rule (small models)
   rad_rew/<type>, mri/<type>, n/<type>   per logic-change type (types with >= min_type_count tasks)
@@ -35,6 +37,7 @@ and perturbed sets, so a resumed run neither generates nor executes again.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import math
@@ -45,7 +48,9 @@ from typing import Any, ClassVar
 from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, PERTURBED, EvalContext, EvalOutput
 
 SIDES = ("members", "non_members", "all")
-SETS = ("ori", "rew", "mut")
+SETS = ("ori", "rew", "mut", "par")
+LLM_BACKENDS = ("none", "hf", "openai")
+NO_LLM = "not computed: no LLM backend for paraphrase (evaluate.mri.llm_backend)"
 
 
 @dataclass
@@ -64,10 +69,26 @@ class MriConfig:
     min_type_count: int = 1  # per-type rows for types with at least this many rewritten tasks (paper: 50)
     sandbox_workers: int = 2  # processes that run programs
     timeout_s: float = 5.0  # per program
+    # The optional LLM that paraphrases (and with llm_rewrite, rewrites): none | hf | openai.
+    llm_backend: str = "none"
+    llm_model: str | None = None  # hf: a local directory or hub name; openai: the served model's name
+    llm_base_url: str | None = (
+        None  # openai: the server, e.g. http://127.0.0.1:8000/v1 (key: $OPENAI_API_KEY)
+    )
+    llm_rewrite: bool = False  # rewrite with the LLM instead of the rules (same execution checks)
+    llm_max_new_tokens: int = 2048  # longest LLM reply
 
 
 def validate_config(cfg: MriConfig) -> list[str]:
     problems = []
+    if cfg.llm_backend != "none" and not cfg.llm_model:
+        problems.append(
+            f"evaluate.mri.llm_model: the {cfg.llm_backend} backend needs a model (name or local path)"
+        )
+    if cfg.llm_backend == "openai" and not cfg.llm_base_url:
+        problems.append("evaluate.mri.llm_base_url: the openai backend needs the server's URL")
+    if cfg.llm_rewrite and cfg.llm_backend == "none":
+        problems.append("evaluate.mri.llm_rewrite: needs evaluate.mri.llm_backend (hf or openai)")
     for key in ("max_new_tokens", "batch_size", "sandbox_workers", "per_type", "min_type_count"):
         if getattr(cfg, key) < 1:
             problems.append(f"evaluate.mri.{key}: must be at least 1, got {getattr(cfg, key)}")
@@ -115,6 +136,36 @@ def similarity(answer_program: str, original_program: str) -> float | None:
     return mri_similarity(ref, cand)
 
 
+def llm_backend(cfg: MriConfig):
+    """The perturbation LLM of the settings (None for llm_backend none); loaded here, once per run."""
+    if cfg.llm_backend == "none":
+        return None
+    import os
+
+    from leaklab.perturb.mri_sets import LlmBackend
+    from leaklab.signals.generation import make_generator
+
+    render = None
+    if cfg.llm_backend == "openai":
+        generator = make_generator(
+            "openai", cfg.llm_base_url, cfg.llm_model, api_key=os.environ.get("OPENAI_API_KEY")
+        )
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(cfg.llm_model)
+        model = AutoModelForCausalLM.from_pretrained(cfg.llm_model, dtype="auto")
+        generator = make_generator("hf", model, tokenizer)
+        if getattr(tokenizer, "chat_template", None):
+
+            def render(text: str) -> str:
+                messages = [{"role": "user", "content": text}]
+                return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    identity = f"{cfg.llm_backend}:{cfg.llm_model}"
+    return LlmBackend(generator, identity, cfg.llm_rewrite, render, cfg.llm_max_new_tokens)
+
+
 def _world(accelerator) -> tuple[int, int]:
     if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
         return 0, 1
@@ -149,19 +200,28 @@ class Mri:
 
         cfg = ctx.recipe.evaluate.mri
         tasks, _ = self._tasks(ctx)
-        sets = perturbed_sets_for(
-            tasks,
-            seed=cfg.seed,
-            per_type=cfg.per_type,
-            workers=cfg.sandbox_workers,
-            timeout_s=cfg.timeout_s,
-            log=ctx.log,
+        # Under several processes the main one builds (and caches) the sets; the others then read them.
+        first = (
+            ctx.accelerator.main_process_first() if ctx.accelerator is not None else contextlib.nullcontext()
         )
+        with first:
+            sets = perturbed_sets_for(
+                tasks,
+                seed=cfg.seed,
+                per_type=cfg.per_type,
+                workers=cfg.sandbox_workers,
+                timeout_s=cfg.timeout_s,
+                llm=llm_backend(cfg),
+                log=ctx.log,
+            )
         self._sets = {s.task_id: s for s in sets}
         if ctx.is_main_process:
             info = write_run_sets(ctx.run.root, sets)
             ctx.log(describe(info))
-            ctx.log("[leaklab] MRI: paraphrase skipped (no LLM backend); RAD_par is reported as not computed")
+            if cfg.llm_backend == "none":
+                ctx.log(
+                    "[leaklab] MRI: paraphrase skipped (no LLM backend); RAD_par is reported as not computed"
+                )
 
     # ------------------------------------------------------------------ generation and judging
 
@@ -175,13 +235,15 @@ class Mri:
                 items.append((f"rew:{task.task_id}", ps.rewrite, task))
             if cfg.mutation and ps.mutation is not None:
                 items.append((f"mut:{task.task_id}", ps.mutation, task))
+            if ps.paraphrase is not None:
+                items.append((f"par:{task.task_id}", ps.paraphrase, task))
         return items
 
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str, items):
         from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
         cfg = ctx.recipe.evaluate.mri
-        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s")}
+        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
         content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
         payload = json.dumps(
             [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
@@ -380,7 +442,18 @@ def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, A
             add(side, "acc_mut", acc_mut)
             add(side, "rad_mut", None if na else rad_mut, **note)
             add(side, "rad_mut_unchecked", rad_mut)
-        add(side, "rad_par", None, na="not computed: no LLM backend for paraphrase")
+        paraphrased = [o for o in group if o.get("passed_par") is not None]
+        if paraphrased:
+            acc_ori_par = _mean(o["passed_ori"] for o in paraphrased)
+            acc_par = _mean(o["passed_par"] for o in paraphrased)
+            rad_par = relative_accuracy_drop(acc_ori_par, acc_par)
+            add(side, "acc_ori_par", acc_ori_par)
+            add(side, "acc_par", acc_par)
+            add(side, "rad_par", None if na else rad_par, **note)
+            add(side, "rad_par_unchecked", rad_par)
+        else:
+            add(side, "rad_par", None, na=NO_LLM)
+        add(side, "n_paraphrased", len(paraphrased))
         add(side, "n_tasks", len(group))
         add(side, "n_rewritten", len(rewritten))
         add(side, "n_mutated", len(mutated))
@@ -388,7 +461,7 @@ def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, A
         add(side, "competent", 0.0 if na else 1.0, **note)
         add(side, "n_sim_missing", sum(o["sim"] is None for o in rewritten))
         for kind in SETS:
-            add(side, f"n_extraction_failed_{kind}", sum(bool(o[f"extraction_{kind}"]) for o in group))
+            add(side, f"n_extraction_failed_{kind}", sum(bool(o.get(f"extraction_{kind}")) for o in group))
         for logic_type in LOGIC_TYPES:
             typed = [o for o in rewritten if o["logic_type"] == logic_type]
             if len(typed) < cfg.min_type_count:
@@ -516,7 +589,7 @@ def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
         intro=(
             "Answers to rewritten tasks compared with the original solutions: MRI = Sim x RAD_rew is high when "
             "the model copies the original and the copy fails. Members (trained on) and non-members apart; "
-            "paraphrase is not computed (no LLM backend)."
+            "paraphrase only with an LLM backend (evaluate.mri.llm_backend)."
         ),
         items=items,
         notes=notes,

@@ -7,9 +7,11 @@ cached as JSON lines, reused by every checkpoint and run.
 
 The cache (`<LEAKLAB_CACHE>/perturbed/<benchmark>-<settings>.jsonl`) holds one line per task keyed by a
 hash of the task's content (`store.task_key`), so any split or checkpoint of any run on the benchmark
-reuses it. The file name hashes STORE_VERSION, the settings and the source of the modules that make the
-sets, so changed code never serves stale rewrites. Paraphrase needs an LLM backend, which leaklab does
-not run here: sets carry no paraphrase and the MRI evaluation reports RAD_par as not computed.
+reuses it. The file name hashes STORE_VERSION, the settings (the LLM backend's identity included) and
+the source of the modules that make the sets, so changed code never serves stale rewrites. Paraphrase
+needs an LLM backend (`LlmBackend`, `mri_llm.py`); without one the sets carry no paraphrase and the MRI
+evaluation reports RAD_par as not computed. With `LlmBackend.rewrite` the LLM rewrites instead of the
+rules, through the same execution checks.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_ato
 
 STORE_VERSION = 1
 SET_CODE = tuple(
-    Path(__file__).with_name(f"{name}.py") for name in ("rewriting", "mutation", "examples", "mri_sets")
+    Path(__file__).with_name(f"{name}.py")
+    for name in ("rewriting", "mutation", "examples", "mri_sets", "mri_llm")
 )
 RUN_FILE = "perturbed.jsonl"  # <run>/perturbed.jsonl: the run's copy (its tasks only)
 RUN_SUMMARY = "perturbed_summary.json"
@@ -50,6 +53,20 @@ class PerturbedSet:
     rejections: list[dict[str, str]] = field(default_factory=list)
     mutation: Task | None = None
     mutation_info: dict[str, Any] = field(default_factory=dict)
+    paraphrase: Task | None = None
+    paraphrase_info: str = "not computed: no LLM backend"  # "" when made, else why not
+
+
+@dataclass
+class LlmBackend:
+    """An LLM for paraphrase (and, with `rewrite`, for rewriting instead of the rules): any generator of
+    `leaklab.signals.generation`; `identity` names it in the cache key (backend + model)."""
+
+    generator: Any
+    identity: str
+    rewrite: bool = False
+    render: Any = None  # prompt -> text the model reads (a chat template); None: as is
+    max_new_tokens: int = 2048
 
 
 def task_to_json(task: Task | None) -> dict[str, Any] | None:
@@ -69,13 +86,13 @@ def task_from_json(data: dict[str, Any] | None) -> Task | None:
 def set_to_json(ps: PerturbedSet) -> dict[str, Any]:
     data = dataclasses.asdict(ps)
     data["rewrite"], data["mutation"] = task_to_json(ps.rewrite), task_to_json(ps.mutation)
+    data["paraphrase"] = task_to_json(ps.paraphrase)
     return data
 
 
 def set_from_json(data: dict[str, Any]) -> PerturbedSet:
-    return PerturbedSet(
-        **{**data, "rewrite": task_from_json(data["rewrite"]), "mutation": task_from_json(data["mutation"])}
-    )
+    tasks = {k: task_from_json(data.get(k)) for k in ("rewrite", "mutation", "paraphrase")}
+    return PerturbedSet(**{**data, **tasks})
 
 
 def build_perturbed_sets(
@@ -86,9 +103,10 @@ def build_perturbed_sets(
     sandbox=None,
     workers: int = 2,
     timeout_s: float = 5.0,
+    llm: LlmBackend | None = None,
     log=print,
 ) -> list[PerturbedSet]:
-    """Rewrite (validated in the sandbox) and mutate every task; no cache."""
+    """Rewrite (validated in the sandbox), mutate and (with an LLM) paraphrase every task; no cache."""
     from leaklab.perturb.mutation import mutate_task
 
     if not tasks:
@@ -99,11 +117,32 @@ def build_perturbed_sets(
 
         with Sandbox(workers=workers, timeout_s=timeout_s) as sb:
             return build_perturbed_sets(
-                tasks, seed=seed, per_type=per_type, sandbox=sb, timeout_s=timeout_s, log=log
+                tasks, seed=seed, per_type=per_type, sandbox=sb, timeout_s=timeout_s, llm=llm, log=log
             )
-    rewrites: list[Rewrite] = rewrite_tasks(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
+    paraphrases: list[Task | None] = [None] * len(tasks)
+    reasons = ["not computed: no LLM backend"] * len(tasks)
+    if llm is not None:
+        from leaklab.perturb.mri_llm import llm_paraphrases, llm_rewrites
+
+        render = llm.render or (lambda text: text)
+        paraphrases, failures = llm_paraphrases(tasks, llm.generator, render, llm.max_new_tokens)
+        reasons = ["" if p is not None else "the LLM's paraphrase was refused" for p in paraphrases]
+        log(
+            f"[leaklab] LLM paraphrases: {sum(p is not None for p in paraphrases)}/{len(tasks)}; refused: {dict(failures)}"
+        )
+    if llm is not None and llm.rewrite:
+        rewrites: list[Rewrite] = llm_rewrites(
+            tasks,
+            llm.generator,
+            sandbox,
+            render=render,
+            max_new_tokens=llm.max_new_tokens,
+            timeout_s=timeout_s,
+        )
+    else:
+        rewrites = rewrite_tasks(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
     sets = []
-    for task, rw in zip(tasks, rewrites):
+    for task, rw, para, why in zip(tasks, rewrites, paraphrases, reasons):
         mutated, info = mutate_task(task, random.Random(f"mutate:{seed}:{task.task_id}"))
         sets.append(
             PerturbedSet(
@@ -116,6 +155,8 @@ def build_perturbed_sets(
                 rejections=rw.rejections,
                 mutation=mutated,
                 mutation_info=info,
+                paraphrase=para,
+                paraphrase_info=why,
             )
         )
     log(
@@ -125,15 +166,21 @@ def build_perturbed_sets(
     return sets
 
 
-def settings_key(seed: int, per_type: int) -> str:
+def settings_key(seed: int, per_type: int, llm: str = "") -> str:
     code = hashlib.sha256(b"".join(p.read_bytes() for p in SET_CODE)).hexdigest()
-    payload = json.dumps([STORE_VERSION, seed, per_type, code])
+    payload = json.dumps([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def cache_file(tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None) -> Path:
+def cache_file(
+    tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None, llm: str = ""
+) -> Path:
     benchmark = tasks[0].benchmark if tasks else "none"
-    return Path(cache_dir or cache_root()) / "perturbed" / f"{benchmark}-{settings_key(seed, per_type)}.jsonl"
+    return (
+        Path(cache_dir or cache_root())
+        / "perturbed"
+        / f"{benchmark}-{settings_key(seed, per_type, llm)}.jsonl"
+    )
 
 
 def perturbed_sets_for(
@@ -145,20 +192,23 @@ def perturbed_sets_for(
     sandbox=None,
     workers: int = 2,
     timeout_s: float = 5.0,
+    llm: LlmBackend | None = None,
     log=print,
 ) -> list[PerturbedSet]:
     """The sets of `tasks` (same order): from the cache, building and adding what is missing."""
     from leaklab.perturb.store import task_key
 
-    path = cache_file(tasks, seed, per_type, cache_dir)
+    identity = "" if llm is None else f"{llm.identity}|rewrite={llm.rewrite}"
+    path = cache_file(tasks, seed, per_type, cache_dir, identity)
     stored = {row["key"]: row["set"] for row in read_rows(path)}
     keys = [task_key(t) for t in tasks]
     todo = [t for t, k in zip(tasks, keys) if k not in stored]
     if todo:
         log(f"[leaklab] building MRI perturbed sets for {len(todo)} of {len(tasks)} tasks")
         built = build_perturbed_sets(
-            todo, seed=seed, per_type=per_type, sandbox=sandbox, workers=workers, timeout_s=timeout_s, log=log
-        )
+            todo, seed=seed, per_type=per_type, sandbox=sandbox, workers=workers, timeout_s=timeout_s, llm=llm,
+            log=log,
+        )  # fmt: skip
         rows = [{"key": task_key(t), "set": set_to_json(s)} for t, s in zip(todo, built)]
         append_rows(path, rows, key=lambda r: r["key"])
         stored.update((r["key"], r["set"]) for r in rows)
@@ -192,8 +242,14 @@ def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
         "tasks": len(sets),
         "rewritten": sum(s.rewrite is not None for s in sets),
         "mutated": sum(s.mutation is not None for s in sets),
-        "paraphrased": 0,
-        "paraphrase": "not computed: no LLM backend",
+        "paraphrased": sum(s.paraphrase is not None for s in sets),
+        "paraphrase": (
+            "made by the LLM backend"
+            if any(
+                s.paraphrase is not None or s.paraphrase_info != "not computed: no LLM backend" for s in sets
+            )
+            else "not computed: no LLM backend"
+        ),
         "types_with_accepted_rewrites": sum(1 for t in LOGIC_TYPES if accepted[t]),
         "per_type": per_type,
         "rejections": dict(reasons.most_common()),
@@ -219,5 +275,5 @@ def describe(info: dict[str, Any]) -> str:
     return (
         f"[leaklab] MRI sets: {info['rewritten']}/{info['tasks']} tasks rewritten "
         f"({info['types_with_accepted_rewrites']} of {len(LOGIC_TYPES)} logic types accepted; {types}), "
-        f"{info['mutated']} mutated; paraphrase {info['paraphrase']}"
+        f"{info['mutated']} mutated; paraphrase {info['paraphrase']} ({info['paraphrased']})"
     )

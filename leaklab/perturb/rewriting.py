@@ -681,6 +681,23 @@ def _outcome(result, n: int) -> tuple[list | None, str]:
     return [c.value for c in calls[:n]], ""
 
 
+def check_candidate(task: Task, inputs: list[list], original: list, result, n_probe: int):
+    """(values, None) for a candidate that ran cleanly on all `n_probe` inputs and differs from the
+    original on at least one test input (the first len(inputs)); else (None, {"reason", "detail"})."""
+    from leaklab.execution.correctness import outputs_match
+
+    values, why = _outcome(result, n_probe)
+    if values is None:
+        reason = "timeout" if "time" in why.lower() else "crashes"
+        return None, {"reason": reason, "detail": why[:200]}
+    n = len(inputs)
+    if all(
+        outputs_match(v, o, task.compare, task.atol, a) for v, o, a in zip(values[:n], original[:n], inputs)
+    ):
+        return None, {"reason": "equivalent", "detail": "same output as the original on every test input"}
+    return values, None
+
+
 def rewrite_tasks(
     tasks: Sequence[Task],
     sandbox,
@@ -695,7 +712,6 @@ def rewrite_tasks(
     the accepted rewrite is the first candidate that passes, visiting the types in an order drawn per
     task (so every type gets its share) and each type's sites in their shuffled order."""
     from leaklab.data.synthetic import BENCHMARK as SYNTHETIC
-    from leaklab.execution.correctness import outputs_match
     from leaklab.execution.sandbox import FunctionCalls
     from leaklab.perturb.examples import find_examples
 
@@ -770,22 +786,11 @@ def rewrite_tasks(
         for edit, solution, j in plan["candidates"]:
             kind = edit.logic_type
             results[i].tried[kind] = results[i].tried.get(kind, 0) + 1
-            values, why = _outcome(candidate_results[j], len(plan["probe"]))
-            if values is None:
-                reason = "timeout" if "time" in why.lower() else "crashes"
-                results[i].rejections.append({"type": kind, "reason": reason, "detail": why[:200]})
-                continue
-            if all(
-                outputs_match(v, o, task.compare, task.atol, args)
-                for v, o, args in zip(values[:n], original[:n], plan["inputs"])
-            ):
-                results[i].rejections.append(
-                    {
-                        "type": kind,
-                        "reason": "equivalent",
-                        "detail": "same output as the original on every test input",
-                    }
-                )
+            values, rejection = check_candidate(
+                task, plan["inputs"], original, candidate_results[j], len(plan["probe"])
+            )
+            if rejection is not None:
+                results[i].rejections.append({"type": kind, **rejection})
                 continue
             results[i].accepted[kind] = results[i].accepted.get(kind, 0) + 1
             if results[i].task is None:

@@ -1,0 +1,263 @@
+"""The optional LLM backend of MRI's perturbations: leaklab's own prompts for paraphrase and for code
+rewriting, tolerant reading of the replies, and the same execution checks as the rule-based rewriter.
+
+    generator = make_generator("openai", "http://127.0.0.1:8000/v1", "model")   # or "hf", model, tok
+    paraphrases, failures = llm_paraphrases(tasks, generator)
+    rewrites = llm_rewrites(tasks, generator, sandbox)        # list[Rewrite], as rewrite_tasks returns
+
+Any back-end of `leaklab.signals.generation` answers (greedy); `render` wraps a prompt for a chat model.
+A reply that cannot be read, or whose program breaks the rules (another signature, no entry point, does
+not parse), is a rejection with its reason, counted, never raised. An LLM rewrite is accepted only as a
+rule-based one is (`rewriting.check_candidate`): it runs on every test input and the prompt's example
+inputs, and differs from the original on at least one test input; its tests are the original inputs with
+its own outputs and the examples in its prompt get its outputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from leaklab.data.tasks import Task
+from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite
+
+PARAPHRASE_PROMPT = """\
+Here is the statement of a Python programming task, between <task> and </task>.
+
+Write the same task in different words: the same meaning, requirements and examples, other phrasing.
+Rules:
+- keep every line of code as it is: the imports, the function signature, and every example (lines
+  starting with >>> and the output under them);
+- reword only the prose of the description;
+- add no hints, no solution and no new requirement.
+
+Answer with the whole reworded statement only, between <task> and </task>.
+
+<task>
+{prompt}</task>
+"""
+
+REWRITE_PROMPT = """\
+Here is a Python programming task (between <task> and </task>) and its reference solution (between
+<code> and </code>).
+
+Make a new, different task from it:
+1. Change exactly ONE piece of core logic of the solution, of one of these kinds: {types}.
+   Keep the function name and its parameters exactly as they are. Do not rename variables, add if
+   statements or make cosmetic edits: the new code must compute something different, and be about as
+   hard to write as the original.
+2. Rewrite the task statement so it asks for the new behaviour, changing as few words as possible and
+   keeping the signature, imports and the layout of the examples (their outputs will be recomputed).
+
+Answer in exactly this form:
+<type>the kind of change, one of the names above</type>
+<code>
+the whole new program
+</code>
+<task>
+the whole new task statement
+</task>
+
+<task>
+{prompt}</task>
+<code>
+{program}</code>
+"""
+
+
+def _tagged(reply: str, tag: str) -> str | None:
+    """The text between <tag> and </tag> (the last such block; an unclosed last one counts)."""
+    found = re.findall(rf"<{tag}>\n?(.*?)(?:</{tag}>|\Z)", reply, re.S)
+    if not found:
+        return None
+    text = found[-1]
+    fence = re.search(r"```(?:python)?\n(.*?)```", text, re.S)
+    return fence.group(1) if fence else text
+
+
+def _signature(source: str, entry_point: str | None) -> tuple | None:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            return tuple(a.arg for a in node.args.args)
+    return None
+
+
+def _example_lines(prompt: str) -> list[str]:
+    return [ln.strip() for ln in prompt.splitlines() if ln.strip().startswith(">>>")]
+
+
+def paraphrase_prompt(task: Task) -> str:
+    return PARAPHRASE_PROMPT.format(prompt=task.prompt)
+
+
+def read_paraphrase(task: Task, reply: str) -> tuple[Task | None, str]:
+    """(paraphrased task, "") or (None, why it was refused)."""
+    text = _tagged(reply, "task")
+    if text is None:
+        return None, "no <task> block in the reply"
+    if not text.strip():
+        return None, "empty paraphrase"
+    if not text.endswith("\n"):
+        text += "\n"
+    if task.prompt_is_code:
+        if _signature(text, task.entry_point) != _signature(task.program(), task.entry_point):
+            return None, "the signature changed or the statement does not parse"
+        if _example_lines(text) != _example_lines(task.prompt):
+            return None, "the examples changed"
+    if " ".join(text.split()) == " ".join(task.prompt.split()):
+        return None, "nothing was reworded"
+    meta = {**task.metadata, "paraphrase_of": task.task_id}
+    return dataclasses.replace(task, task_id=f"{task.task_id}/paraphrase", prompt=text, metadata=meta), ""
+
+
+def llm_paraphrases(
+    tasks: Sequence[Task], generator, render: Callable[[str], str] = lambda t: t, max_new_tokens: int = 1024
+) -> tuple[list[Task | None], Counter]:
+    """One paraphrase per task (None where the reply was refused) and the refusals by reason."""
+    replies = generator.generate([render(paraphrase_prompt(t)) for t in tasks], max_new_tokens, (), 0.0)
+    out, failures = [], Counter()
+    for task, completions in zip(tasks, replies):
+        para, why = read_paraphrase(task, completions[0].text if completions else "")
+        out.append(para)
+        if why:
+            failures[why] += 1
+    return out, failures
+
+
+def rewrite_prompt(task: Task) -> str:
+    return REWRITE_PROMPT.format(
+        types=", ".join(t.replace("_", " ") for t in LOGIC_TYPES), prompt=task.prompt, program=task.program()
+    )
+
+
+@dataclasses.dataclass
+class Proposal:
+    logic_type: str
+    program: str  # the whole proposed program
+    prompt: str  # the proposed statement
+    solution: str  # what completes `prompt` (prompt_is_code: the entry point's body onwards)
+
+
+def _body_onwards(program: str, entry_point: str | None) -> str | None:
+    """The program from the entry point's first statement after its docstring to the end: what follows
+    a HumanEval-style statement (signature + docstring)."""
+    tree = ast.parse(program)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]
+            if not body:
+                return None
+            lines = program.splitlines(keepends=True)
+            return "".join(lines[body[0].lineno - 1 :])
+    return None
+
+
+def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
+    """The proposed (type, program, prompt), or None and why it was refused."""
+    code, statement = _tagged(reply, "code"), _tagged(reply, "task")
+    kind = (_tagged(reply, "type") or "").strip().lower().replace(" ", "_").replace("-", "_")
+    if code is None or statement is None:
+        return None, "the reply lacks a <code> or <task> block"
+    if kind not in LOGIC_TYPES:
+        kind = "other"
+    if not code.endswith("\n"):
+        code += "\n"
+    if not statement.endswith("\n"):
+        statement += "\n"
+    old = _signature(task.program(), task.entry_point)
+    if _signature(code, task.entry_point) != old:
+        return None, "the program does not parse, lacks the entry point or changed its parameters"
+    if " ".join(code.split()) == " ".join(task.program().split()):
+        return None, "the program is unchanged"
+    solution = code
+    if task.prompt_is_code:
+        # The task's program is statement + solution: the statement must be the signature and docstring
+        # of the same function, and the solution the proposed body (helpers after it kept).
+        if _signature(statement, task.entry_point) != old:
+            return None, "the statement does not parse or lost the signature"
+        solution = _body_onwards(code, task.entry_point)
+        if solution is None:
+            return None, "the proposed function has no body"
+    return Proposal(kind, code, statement, solution), ""
+
+
+def llm_rewrites(
+    tasks: Sequence[Task],
+    generator,
+    sandbox,
+    *,
+    render: Callable[[str], str] = lambda t: t,
+    max_new_tokens: int = 2048,
+    timeout_s: float = 5.0,
+) -> list[Rewrite]:
+    """One LLM rewrite per task, checked in the sandbox exactly as the rule-based ones are."""
+    from leaklab.execution.sandbox import FunctionCalls
+    from leaklab.perturb.examples import find_examples, replace_examples
+    from leaklab.perturb.rewriting import NotRewritable, _outcome, _params, call_inputs, check_candidate
+
+    results = [Rewrite(t.task_id) for t in tasks]
+    replies = generator.generate([render(rewrite_prompt(t)) for t in tasks], max_new_tokens, (), 0.0)
+    plans, jobs = [], []
+    for i, (task, completions) in enumerate(zip(tasks, replies)):
+        proposal, why = read_rewrite(task, completions[0].text if completions else "")
+        if proposal is None:
+            results[i].rejections.append({"type": "llm", "reason": "unreadable", "detail": why})
+            continue
+        try:
+            inputs = call_inputs(task)
+        except NotRewritable as err:
+            results[i].rejections.append(
+                {"type": proposal.logic_type, "reason": "not_rewritable", "detail": str(err)}
+            )
+            continue
+        new_task = dataclasses.replace(task, prompt=proposal.prompt)
+        examples = [e for e in find_examples(new_task, _params(task)) if e.kind == "call"]
+        probe = inputs + [list(e.args) for e in examples]
+        entry = task.entry_point or ""
+        plans.append((i, proposal, inputs, examples, probe, len(jobs)))
+        program = proposal.prompt + proposal.solution if task.prompt_is_code else proposal.solution
+        jobs += [FunctionCalls(task.program(), entry, probe, timeout_s), FunctionCalls(program, entry, probe, timeout_s)]  # fmt: skip
+    ran = sandbox.run_jobs(jobs)
+    for i, proposal, inputs, examples, probe, j in plans:
+        task, kind = tasks[i], proposal.logic_type
+        results[i].tried[kind] = 1
+        original, why = _outcome(ran[j], len(probe))
+        if original is None:
+            results[i].rejections.append({"type": "any", "reason": "original_fails", "detail": why[:200]})
+            continue
+        values, rejection = check_candidate(task, inputs, original, ran[j + 1], len(probe))
+        if rejection is not None:
+            results[i].rejections.append({"type": kind, **rejection})
+            continue
+        n = len(inputs)
+        base = dataclasses.replace(task, prompt=proposal.prompt)
+        with_outputs, _ = replace_examples(base, examples, [e.args for e in examples], values[n:])
+        results[i].accepted[kind] = 1
+        results[i].logic_type = kind
+        results[i].change = "LLM rewrite"
+        results[i].task = dataclasses.replace(
+            task,
+            task_id=f"{task.task_id}/rewrite",
+            prompt=with_outputs.prompt,
+            solution=proposal.solution,
+            tests="",
+            test_type="call",
+            test_cases=tuple({"input": a, "output": o} for a, o in zip(inputs, values[:n])),
+            compare=task.compare if task.compare in ("exact", "set", "apps") else "exact",
+            metadata={
+                **task.metadata,
+                "rewrite_of": task.task_id,
+                "logic_type": kind,
+                "change": "LLM rewrite",
+            },
+        )
+    return results
