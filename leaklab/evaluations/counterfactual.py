@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 from leaklab.evaluations.base import GENERATIONS, REFERENCE_MODEL, EvalContext, EvalOutput, float_or_none
 
 SIDES = ("members", "non_members", "all")
+RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why extraction failed
 
 
 @dataclass
@@ -208,8 +209,10 @@ class Counterfactual:
                     "label": label,
                     "target_function": tf["body"],
                     "target_failure": tf["failure"],
+                    "target_raw": tf["raw"][:RAW_CHARS],
                     "reference_function": rf["body"],
                     "reference_failure": rf["failure"],
+                    "reference_raw": rf["raw"][:RAW_CHARS],
                     "target": {m: float_or_none(ts[m]) for m in METRICS},
                     "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "missing_target": ts["missing"],
@@ -222,10 +225,13 @@ class Counterfactual:
         got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
         if ("members", "memorized_any") not in got:
             return ""
+        delta = got.get(("members", "tsed.delta"))
+        failed = got.get(("members", "n_extraction_failed_target"), 0)
         return (
             f"counterfactual: members {got[('members', 'memorized_any')]:.0f} flagged, "
             f"non-members {got.get(('non_members', 'memorized_any'), 0):.0f}; "
-            f"TSED delta members {got.get(('members', 'tsed.delta'), math.nan):+.3f}"
+            f"TSED delta members {'-' if delta is None else f'{delta:+.3f}'}; "
+            f"{failed:.0f} member generations without a function"
         )
 
 
