@@ -123,6 +123,9 @@ def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     assert got[("members", "tsed.delta")] > 0.5
     assert out.records[0]["memorized_by"] and out.records[1]["target_failure"] == "empty generation"
     assert "members 1 flagged" in evaluation.summary(out.rows)
+    tsed_rows = [r for r in out.rows if r["metric"] == "tsed.delta"]
+    assert all(r["params"]["grammar"].startswith("tree-sitter-python==") for r in tsed_rows)
+    assert evaluation.specs(None)[-1].startswith("tree-sitter-python==")
 
 
 def test_analysis_tables_render_members_and_non_members(monkeypatch):

@@ -83,9 +83,11 @@ class Counterfactual:
         self._reference: list[dict] | None = None  # the reference's extracted functions, made once
 
     def specs(self, recipe) -> list[str]:
+        from leaklab.similarity.structure import grammar_versions
         from leaklab.similarity.suite import METRICS
 
-        return list(METRICS)
+        # A new grammar changes node counts (TSED, CodeBLEU syntax): the step is evaluated again.
+        return [*METRICS, f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"]
 
     def needs(self, recipe) -> set[str]:
         return {GENERATIONS, REFERENCE_MODEL}
@@ -248,7 +250,10 @@ def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
 def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> list[dict[str, Any]]:
     """Table 1 and Table 2 as rows, for members, non-members and all samples."""
     from leaklab.memorization.counterfactual import table1, table2
+    from leaklab.similarity.structure import grammar_versions
     from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
+
+    grammar = f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"
 
     rows: list[dict[str, Any]] = []
     sides = {
@@ -269,12 +274,22 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
         )
         rows.append(_row(side, "n_structure_missing_target", float(sum(math.isnan(t["tsed"]) for t in ts))))
         for entry in table1(ts, rs, METRICS):
+            # Structural scores depend on the grammar: their rows name it.
+            extra = {"grammar": grammar} if entry["metric"] in STRUCTURE_METRICS else {}
             for stat in ("target_mean", "target_std", "reference_mean", "reference_std", "delta"):
-                rows.append(_row(side, f"{entry['metric']}.{stat}", float_or_none(entry.get(stat, math.nan))))
+                value = float_or_none(entry.get(stat, math.nan))
+                rows.append(_row(side, f"{entry['metric']}.{stat}", value, **extra))
         counts = table2(ts, rs, STRUCTURE_METRICS, cfg.tau_text, cfg.tau_func)
         for metric, count in counts["counts"].items():
             rows.append(
-                _row(side, f"{metric}.memorized", float(count), tau_text=cfg.tau_text, tau_func=cfg.tau_func)
+                _row(
+                    side,
+                    f"{metric}.memorized",
+                    float(count),
+                    tau_text=cfg.tau_text,
+                    tau_func=cfg.tau_func,
+                    grammar=grammar,
+                )
             )
         rows.append(_row(side, "memorized_any", float(counts["unique_over_metrics"])))
         rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
