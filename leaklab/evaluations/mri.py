@@ -72,9 +72,7 @@ class MriConfig:
     # The optional LLM that paraphrases (and with llm_rewrite, rewrites): none | hf | openai.
     llm_backend: str = "none"
     llm_model: str | None = None  # hf: a local directory or hub name; openai: the served model's name
-    llm_base_url: str | None = (
-        None  # openai: the server, e.g. http://127.0.0.1:8000/v1 (key: $OPENAI_API_KEY)
-    )
+    llm_base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8000/v1 ($OPENAI_API_KEY)
     llm_rewrite: bool = False  # rewrite with the LLM instead of the rules (same execution checks)
     llm_max_new_tokens: int = 2048  # longest LLM reply
 
