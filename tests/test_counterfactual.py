@@ -146,3 +146,31 @@ def test_analysis_tables_render_members_and_non_members(monkeypatch):
     assert "## Step 7" in text
     assert "| tsed | 0.900 ± 0.050 | 0.400 ± 0.100 | +0.500 | - | - | +0.000 |" in text
     assert "| tsed | 3 / 4 (75.0%) | 1 / 4 (25.0%) |" in text
+
+
+def test_analysis_plots_write_three_pngs(tmp_path):
+    import random
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    from counterfactual_tables import plots
+
+    from leaklab.similarity.suite import METRICS
+
+    rng = random.Random(0)
+    records = [
+        {
+            "label": i % 2,
+            "target": {m: (None if m == "tsed" and i == 0 else rng.random()) for m in METRICS},
+            "reference": {m: rng.random() for m in METRICS},
+        }
+        for i in range(12)
+    ]
+    paths = plots(records, tmp_path / "figs")
+    assert [p.name for p in paths] == [
+        "target_vs_reference.png",
+        "delta_vs_bleu.png",
+        "metric_correlations.png",
+    ]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
