@@ -60,3 +60,14 @@ def test_process_pool_gives_the_same_rows():
 
 def test_provenance_names_the_grammar():
     assert "tree-sitter-python" in provenance()["grammar"]
+
+
+def test_pathological_code_costs_its_structural_scores_only():
+    deep = "x = " + "+".join(["a"] * 3000) + "\n"  # deeper than Python's parser goes
+    nested = "x = " + "(" * 200 + "1" + ")" * 200 + "\n"
+    too_deep, fine, null = score_pairs(
+        [Pair(deep, "x = a + a\n"), Pair(nested, "x = 1\n"), Pair("\x00def f(): pass", "x = 1\n")], workers=1
+    )
+    assert "RecursionError" in too_deep["missing"]["tsed"] and not math.isnan(too_deep["bleu"])
+    assert fine["missing"] == {} and 0 < fine["tsed"] < 1
+    assert null["missing"]["tsed"] == "candidate: SyntaxError: source code string cannot contain null bytes"

@@ -491,7 +491,7 @@ def parse_error(text: str) -> str | None:
     try:
         ast.parse(text)
     except SyntaxError as err:
-        return f"SyntaxError: {err.msg} (line {err.lineno})"
+        return f"SyntaxError: {err.msg}" + (f" (line {err.lineno})" if err.lineno else "")
     except (ValueError, RecursionError, MemoryError) as err:
         return f"{type(err).__name__}: {err}"
     return None
