@@ -126,6 +126,9 @@ def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     tsed_rows = [r for r in out.rows if r["metric"] == "tsed.delta"]
     assert all(r["params"]["grammar"].startswith("tree-sitter-python==") for r in tsed_rows)
     assert evaluation.specs(None)[-1].startswith("tree-sitter-python==")
+    # As a membership signal: the member's TSED is defined and high, the non-member's missing -> AUROC 1.
+    assert got[("membership", "tsed.auroc_target")] == 1.0 and got[("membership", "tsed.auroc_delta")] == 1.0
+    assert got[("membership", "exact_match.auroc_target")] == 0.5  # a tie (both 0) counts one half
 
 
 def test_analysis_tables_render_members_and_non_members(monkeypatch):

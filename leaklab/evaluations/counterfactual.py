@@ -18,6 +18,8 @@ Rows (`column` = members | non_members | all):
   memorized_any        samples flagged by at least one of them
   near_verbatim        BLEU(target) >= tau_text and BLEU(reference) < tau_text
   n_samples, n_extraction_failed_target, n_extraction_failed_reference, n_structure_missing_target
+Column `membership`: <metric>.auroc_target / .auroc_delta, members vs non-members ranked by the target's
+  similarity or by target - reference (each similarity as one more membership signal).
 Records (scores/step-N/counterfactual.jsonl): per sample the two extracted functions (or the failure),
 every metric for target and reference, and which metrics flag it.
 
@@ -293,4 +295,21 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
             )
         rows.append(_row(side, "memorized_any", float(counts["unique_over_metrics"])))
         rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
+    rows += membership_rows(t_scores, r_scores, labels)
+    return rows
+
+
+def membership_rows(t_scores, r_scores, labels) -> list[dict[str, Any]]:
+    """Each similarity as one more membership signal: AUROC of members vs non-members when scored by the
+    target's similarity, and by the delta (target - reference). A missing score ranks as least member-like."""
+    from leaklab.metrics import auroc
+    from leaklab.similarity.suite import METRICS
+
+    rows = []
+    for metric in METRICS:
+        target = [t[metric] for t in t_scores]
+        delta = [t[metric] - r[metric] for t, r in zip(t_scores, r_scores)]
+        for signal, scores in (("target", target), ("delta", delta)):
+            value = auroc(scores, labels) if len(set(labels)) == 2 else math.nan
+            rows.append(_row("membership", f"{metric}.auroc_{signal}", float_or_none(value), signal=signal))
     return rows
