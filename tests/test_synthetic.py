@@ -130,3 +130,32 @@ def test_recipe_accepts_the_synthetic_benchmark():
     from leaklab.recipe import load_recipe
 
     assert load_recipe("tiny_cpt", ["data.benchmark=synthetic"]).data.benchmark == "synthetic"
+
+
+def _bound_and_used(solution: str) -> tuple[set[str], set[str]]:
+    """Names a one-line body binds (comprehension targets) and names it reads."""
+    tree = ast.parse(solution.strip().removeprefix("return "))
+    bound = {n.id for c in ast.walk(tree) if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
+             if isinstance(n, ast.Name)}  # fmt: skip
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return bound, used
+
+
+def test_solution_names_come_from_the_prompt_or_are_fixed_per_family(tasks):
+    """A task is solvable from its prompt alone: every name the solution reads is a builtin, shown in the
+    prompt (function, arguments), or a loop variable that every task of its family binds alike."""
+    import builtins
+
+    loop_vars: dict[str, set[frozenset[str]]] = {}
+    for d in synthetic.drafts(5, 6 * len(synthetic.FAMILIES)):
+        bound, used = _bound_and_used(d.solution)
+        loop_vars.setdefault(d.family, set()).add(frozenset(bound))
+        free = used - bound - set(d.params)
+        assert all(hasattr(builtins, name) for name in free), (d.family, d.solution, free)
+    varying = {f: v for f, v in loop_vars.items() if len(v) > 1}
+    assert not varying, f"loop variables drawn per task: {varying}"
+    # the built tasks' prompts hold every argument the solution reads
+    for t in tasks:
+        bound, used = _bound_and_used(t.solution)
+        for name in used - bound:
+            assert hasattr(builtins, name) or name in t.prompt, (t.task_id, name)

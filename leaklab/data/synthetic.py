@@ -5,8 +5,9 @@
 
 Each task instantiates one of the FAMILIES (counting, filtering, clipping, string shifts, running
 sums, ...). A family fixes the *kind* of function; a task draws its *logic* (constants, operators:
-`draw`) and its *surface* (function name, argument and loop-variable names, wording of the docstring:
-`Surface`). Task i uses family i mod len(FAMILIES), so every family appears in members and non-members
+`draw`) and its *surface* (function and argument names, wording of the docstring: `Surface`). Every
+name the canonical solution uses is in the prompt or fixed per family (loop variables: LOOP_VAR,
+WORD_LOOP_VAR, `i`, `c`, `a, b`), so a task is solvable from its prompt alone. Task i uses family i mod len(FAMILIES), so every family appears in members and non-members
 alike while their constants and wording differ: solving a non-member needs reading its docstring, and
 a model that memorised a member reproduces that member's constant.
 
@@ -48,8 +49,10 @@ FUNCTION_VERBS = {
     "words": ("words", "names", "tokens", "parts"),
     "int": ("n", "limit", "top", "upto"),
 }
-LOOP_VARS = ("x", "v", "n", "item", "e", "value")
-WORD_LOOP_VARS = ("w", "word", "t", "name")
+# Loop variables are fixed per type of item, never drawn: the prompt cannot show them, so a drawn one
+# made a task unsolvable from its prompt alone (a model guessing another name fails with NameError).
+LOOP_VAR = "x"  # over numbers
+WORD_LOOP_VAR = "w"  # over words
 
 # Comparison operators and the words for them (several per operator: the wording varies per task).
 CMP_WORDS = {
@@ -91,8 +94,8 @@ def draw_surface(rng: random.Random, fn_names: Sequence[str]) -> Surface:
     return Surface(
         fn=rng.choice(fn_names),
         args={kind: rng.choice(names) for kind, names in FUNCTION_VERBS.items()},
-        var=rng.choice(LOOP_VARS),
-        word_var=rng.choice(WORD_LOOP_VARS),
+        var=LOOP_VAR,
+        word_var=WORD_LOOP_VAR,
         wording=rng.randrange(6),
         phrase=rng.randrange(6),
     )
