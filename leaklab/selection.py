@@ -96,12 +96,15 @@ def pareto_front(points: list[Point]) -> list[int]:
 
 
 def select(points: list[Point], tolerance: float = 0.05, side: str = "non_members") -> Selection:
-    trained = [p for p in points if p.step > 0 and p.accuracy is not None and p.mri is not None]
+    # Stages come from every trained checkpoint; the recommendation only from those with an MRI
+    # (MRI is undefined where the original accuracy is 0).
+    trained = [p for p in points if p.step > 0]
     losses = [p for p in trained if p.val_loss is not None]
     criterion = "val_loss" if losses else "accuracy"
     sel = Selection(side, tolerance, criterion, points, front=pareto_front(points))
-    if not trained:
-        sel.why = "no trained checkpoint has both an accuracy and an MRI: nothing to choose from"
+    with_acc = [p for p in trained if p.accuracy is not None]
+    if not (losses or with_acc):
+        sel.why = "no trained checkpoint has a validation loss or an accuracy: nothing to choose from"
         return sel
     if losses:
         best = min(losses, key=lambda p: (p.val_loss, p.step))
@@ -110,12 +113,16 @@ def select(points: list[Point], tolerance: float = 0.05, side: str = "non_member
             f"validation loss within {tolerance:.0%} of the lowest ({best.val_loss:.4f} at step {best.step})"
         )
     else:
-        best = max(trained, key=lambda p: (p.accuracy, -p.step))
-        comparable = [p for p in trained if p.accuracy >= best.accuracy - tolerance]
+        best = max(with_acc, key=lambda p: (p.accuracy, -p.step))
+        comparable = [p for p in with_acc if p.accuracy >= best.accuracy - tolerance]
         basis = f"accuracy within {tolerance:g} of the highest ({best.accuracy:.3f} at step {best.step})"
     sel.stages = {"Early": trained[0].step, "Best-Val": best.step, "Late": trained[-1].step}
     sel.comparable = [p.step for p in comparable]
-    chosen = min(comparable, key=lambda p: (p.mri, -p.accuracy, p.step))
+    scored = [p for p in comparable if p.mri is not None and p.accuracy is not None]
+    if not scored:
+        sel.why = f"{len(comparable)} checkpoint(s) have {basis}, but none has an MRI (original accuracy 0?)"
+        return sel
+    chosen = min(scored, key=lambda p: (p.mri, -p.accuracy, p.step))
     sel.recommended = chosen.step
     flag = " (MRI without the competence rule: it was N/A)" if chosen.mri_unchecked else ""
     sel.why = (

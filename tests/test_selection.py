@@ -117,3 +117,12 @@ def test_mri_tables_script(tmp_path, capsys):
     assert "| toy | non_members | 0 | 0.1000 | – | – | – | – | – | N/A (0.0500) | – |" in out
     assert "| toy | non_members | Best-Val | 20 | 0.4000 | 36.00% | 0.1500 |" in out
     assert "| toy | non_members | recommended | 30 |" in out
+
+
+def test_stages_count_checkpoints_without_mri():
+    # step 10 has no MRI (accuracy 0: RAD undefined); it is still the Early checkpoint
+    points = [Point(10, 0.0, None, 0.9), Point(20, 0.05, 0.3, 0.5), Point(30, 0.08, 0.6, 0.45)]
+    sel = select(points)
+    assert sel.stages == {"Early": 10, "Best-Val": 30, "Late": 30} and sel.recommended == 30
+    none = select([Point(10, 0.0, None, 0.9)])
+    assert none.recommended is None and "none has an MRI" in none.why
