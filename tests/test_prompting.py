@@ -70,21 +70,47 @@ def test_completion_replies_are_cut_at_the_next_top_level_statement():
     assert got == extract_code(TASK, body, "completion")
     assert got.code == body and not got.full_program and not got.failure
     assert extract_code(TASK, body + "\nprint(add_k([1]))\n", "completion").code == body
-    assert extract_code(TASK, "\n\n  \n", "completion").failure == "empty"
-    # A reply that restates the whole function is a whole program (with the prompt's imports).
+    assert extract_code(TASK, "\n\n  \n", "completion").failure == "no_code"
+    # A body cut mid-line by the generation limit loses its broken last line.
+    assert extract_code(TASK, body + "    y = (", "completion").code == body
+    assert extract_code(TASK, "    return [x +* for\n", "completion").failure == "syntax_error"
+    # A reply that restates the whole function goes after the prompt, whose imports stay in scope.
     whole = extract_code(TASK, "def add_k(xs):\n" + body, "completion")
-    assert whole.full_program and whole.code.startswith("from typing import List\n")
+    assert whole.code == "\ndef add_k(xs):\n" + body and TASK.program(whole.code).startswith("from typing")
 
 
 def test_chat_replies_give_their_first_python_block_defining_the_entry_point():
     fn = "def add_k(xs):\n    return [x + 3 for x in xs]\n"
     reply = f"Sure.\n```text\nnot code\n```\n```python\n{fn}```\nDone."
     got = extract_code(TASK, reply, "chat")
-    assert got.full_program and got.code == "from typing import List\n" + fn
+    assert not got.failure and got.code == "\n" + fn
     assert extract_code(TASK, f"```python\n{fn}", "chat").code.endswith(fn)  # unclosed fence
     assert extract_code(TASK, fn, "chat").code.endswith(fn)  # no fence, but the function is there
-    assert extract_code(TASK, "I cannot help with that.", "chat").failure == "no_code"
-    assert extract_code(TASK, "```python\ndef other():\n    pass\n```", "chat").failure == "no_entry_point"
+    assert extract_code(TASK, "", "chat").failure == "no_code"
+    assert extract_code(TASK, "I cannot help with that.", "chat").failure == "syntax_error"
+    with pytest.raises(ValueError, match="format"):
+        extract_code(TASK, fn, "markdown")
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "    return [x + 3 for x in xs]\n\ndef other():\n    pass\n",
+        "    return [x + 3 for x in xs]\n    y = (",
+        "```python\ndef add_k(xs):\n    return [x + 3 for x in xs]\n```",
+        "def add_k(xs):\n    return xs\n",
+        "",
+        "no code here",
+        "    return [x +* for\n",
+    ],
+)
+def test_accuracy_and_rewards_read_the_same_code(reply):
+    """pass@1 and the RL reward judge one program: extract_code is the reward's extractor."""
+    from leaklab.execution.extract import candidate
+
+    found = candidate(TASK.prompt, reply, TASK.entry_point, TASK.prompt_is_code)
+    got = extract_code(TASK, reply, "completion")
+    assert (got.code or None, got.failure or None) == (found.code, found.problem)
 
 
 def _judged(verdicts: list[str]) -> list[dict]:

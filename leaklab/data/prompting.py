@@ -15,15 +15,16 @@ Two formats:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from leaklab.data.tasks import Task
+from leaklab.execution.extract import STOP_SEQUENCES, candidate
 
 FORMATS = ("auto", "completion", "chat")
 CHAT_INSTRUCTION = "Complete the following Python function.\n\n```python\n{prompt}```"
-# A base model's body ends where a new top-level statement starts (the HumanEval convention).
-COMPLETION_STOP = ("\ndef ", "\nclass ", "\nif ", "\nprint(", "\nassert ", "\n#")
+# Generation stops where a base model's body ends: the extractor's own stops, so what is generated and
+# what is read back agree.
+COMPLETION_STOP = STOP_SEQUENCES
 
 
 class ChatFormatError(ValueError):
@@ -95,58 +96,27 @@ def training_pair(task: Task, tokenizer, fmt: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Extracted:
-    """The code to test and how: `full_program` (a whole program) or a body continuing the prompt.
-    `failure` names why no code could be read ("" when some was): counted, never raised."""
+    """The code to test: it continues the task's prompt (`task.program(code)`; a whole function in the
+    reply is appended after the prompt and redefines the entry point). `full_program` is always False
+    (callers pass it on to `check_many`). `failure` names why no code could be read ("" when some was):
+    no_code, syntax_error or too_long, counted, never raised."""
 
     code: str
     full_program: bool
     failure: str = ""
 
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\n(.*?)(?:```|\Z)", re.S)
-
-
-def _code_blocks(reply: str) -> list[str]:
-    """Fenced code blocks in order, Python (or unlabelled) ones first; an unclosed last fence counts."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(reply)]
-    python = [b for lang, b in blocks if lang in ("python", "py", "python3", "")]
-    return python + [b for lang, b in blocks if lang not in ("python", "py", "python3", "")]
-
-
-def _prompt_imports(task: Task) -> str:
-    """The prompt's import lines (HumanEval's `from typing import List`), for a reply that is a whole
-    function but left them out."""
-    lines = [ln for ln in task.prompt.splitlines() if ln.startswith(("import ", "from "))]
-    return "".join(ln + "\n" for ln in lines)
-
-
 def extract_code(task: Task, reply: str, fmt: str) -> Extracted:
-    """The code in a model's reply.
+    """The code in a model's reply, read by the same extractor the RL rewards use
+    (`leaklab.execution.extract.candidate`), so pass@1 and reward judge the same program.
 
-    completion: the reply continues the prompt; it is cut before the first new top-level statement
-        (COMPLETION_STOP). A reply that restates the whole function (`def <entry point>(`) is taken as
-        a whole program. Empty (whitespace only): failure "empty".
-    chat: the first Python code block (or the whole reply when it has no fence but defines the entry
-        point). It must define the entry point, else failure "no_code" / "no_entry_point"; the prompt's
-        imports are put in front.
-    """
-    entry = task.entry_point or ""
-    defines = re.compile(rf"^\s*def\s+{re.escape(entry)}\s*\(", re.M) if entry else None
-    if fmt == "completion":
-        if defines is not None and defines.match(reply):
-            return Extracted(_prompt_imports(task) + reply, True)
-        body = reply
-        cuts = [i for i in (body.find(s) for s in COMPLETION_STOP) if i >= 0]
-        if cuts:
-            body = body[: min(cuts)]
-        if not body.strip():
-            return Extracted("", False, "empty")
-        return Extracted(body.rstrip() + "\n", False)
-    blocks = _code_blocks(reply)
-    candidates = blocks or ([reply] if defines is not None and defines.search(reply) else [])
-    if not candidates:
-        return Extracted("", True, "no_code")
-    for code in candidates:
-        if defines is None or defines.search(code):
-            return Extracted(_prompt_imports(task) + code.rstrip() + "\n", True)
-    return Extracted("", True, "no_entry_point")
+    It reads both formats from the reply itself: a fenced block or a restated `def <entry point>(` is a
+    whole function; otherwise the reply is a body, cut before the next top-level statement (and cut by
+    whole lines when the generation limit left it unparseable). `fmt` is accepted for symmetry with
+    `model_prompt` and checked, but the reply's shape decides."""
+    if fmt not in ("completion", "chat"):
+        raise ValueError(f"format: {fmt!r} is not completion or chat")
+    found = candidate(task.prompt, reply, task.entry_point, task.prompt_is_code)
+    if found.code is None:
+        return Extracted("", False, found.problem or "no_code")
+    return Extracted(found.code, False)

@@ -190,7 +190,14 @@ class Accuracy:
             for j, text in enumerate(texts):
                 ext = extract_code(task, text, fmt)
                 entry = {"reply": text, "code": ext.code, "full_program": ext.full_program}
-                if ext.failure:
+                if ext.failure == "syntax_error":  # code was there but does not parse: a syntax error
+                    entry |= {
+                        "verdict": "failed",
+                        "reason": "syntax_error",
+                        "extraction": "",
+                        "syntax_ok": False,
+                    }
+                elif ext.failure:
                     entry |= {
                         "verdict": "failed",
                         "reason": f"extraction: {ext.failure}",
