@@ -101,6 +101,7 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
         "data.max_samples=20",
         "data.member_fraction=0.5",
         "train.epochs=1",
+        "train.save_every=epoch",  # the recipe saves every 125 steps
         "train.batch_size=8",
         "train.micro_batch_size=8",
         "evaluate.evaluations=[mri]",

@@ -24,6 +24,7 @@ SMALL_SFT = [
     "data.max_samples=30",
     "data.member_fraction=0.5",
     "train.epochs=2",
+    "train.save_every=epoch",  # the recipe saves every 125 steps
     "train.batch_size=8",
     "train.micro_batch_size=8",
     "evaluate.evaluations=[detection,accuracy]",
