@@ -93,7 +93,8 @@ def test_ppo_without_verl_exits_2_naming_the_extra(tmp_path, capsys, monkeypatch
     assert "leaklab[verl]" in capsys.readouterr().err
 
 
-def test_init_from_finds_a_model_a_run_or_a_recipe_run(tmp_path):
+def test_init_from_finds_a_model_a_run_or_a_recipe_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # an empty ./runs, even in a checkout where `make demo` has run
     model = tmp_path / "m"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -105,7 +106,7 @@ def test_init_from_finds_a_model_a_run_or_a_recipe_run(tmp_path):
     (run.checkpoints / "checkpoint-15").mkdir()  # unfinished: no trainer_state.json
     assert rl.find_init_checkpoint(str(run.root)) == run.checkpoints / "checkpoint-10"
     with pytest.raises(Exception, match="leaklab train recipe=tiny_cpt"):
-        rl.find_init_checkpoint("recipe:tiny_cpt")  # no such run under ./runs of this test's cwd
+        rl.find_init_checkpoint("recipe:tiny_cpt")  # no such run under ./runs
     with pytest.raises(Exception, match="not a directory"):
         rl.find_init_checkpoint(str(tmp_path / "nowhere"))
 
