@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, EvalContext, EvalOutput
+from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, EvalContext, EvalOutput, first_per_side
 
 SIDES = ("members", "non_members", "all")
 
@@ -126,14 +126,7 @@ class Accuracy:
         return self._sandbox
 
     def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
-        cfg = ctx.recipe.evaluate.accuracy
-        chosen, labels, per_side = [], [], Counter()
-        for task, label in zip(ctx.eval_set.tasks, ctx.eval_set.labels):
-            if cfg.max_tasks is None or per_side[int(label)] < cfg.max_tasks:
-                per_side[int(label)] += 1
-                chosen.append(task)
-                labels.append(int(label))
-        return chosen, labels
+        return first_per_side(ctx.eval_set, ctx.recipe.evaluate.accuracy.max_tasks)
 
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
         from leaklab.signals.logprobs import tokenizer_fingerprint

@@ -104,6 +104,18 @@ class EvalOutput:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
+def first_per_side(eval_set: EvalSet, max_tasks: int | None) -> tuple[list[Task], list[int]]:
+    """The first `max_tasks` members and the first `max_tasks` non-members (all when None), in order,
+    with their labels: the tasks an evaluation that asks the model to solve them works on."""
+    chosen, labels, per_side = [], [], {0: 0, 1: 0}
+    for task, label in zip(eval_set.tasks, eval_set.labels):
+        if max_tasks is None or per_side[int(label)] < max_tasks:
+            per_side[int(label)] += 1
+            chosen.append(task)
+            labels.append(int(label))
+    return chosen, labels
+
+
 def float_or_none(value) -> float | None:
     """JSON-safe float: NaN becomes null."""
     value = float(value)

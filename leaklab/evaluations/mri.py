@@ -41,11 +41,17 @@ import contextlib
 import hashlib
 import json
 import math
-from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, PERTURBED, EvalContext, EvalOutput
+from leaklab.evaluations.base import (
+    EXECUTIONS,
+    GENERATIONS,
+    PERTURBED,
+    EvalContext,
+    EvalOutput,
+    first_per_side,
+)
 
 SIDES = ("members", "non_members", "all")
 SETS = ("ori", "rew", "mut", "par")
@@ -183,14 +189,7 @@ class Mri:
         return {GENERATIONS, EXECUTIONS, PERTURBED}
 
     def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
-        cfg = ctx.recipe.evaluate.mri
-        chosen, labels, per_side = [], [], Counter()
-        for task, label in zip(ctx.eval_set.tasks, ctx.eval_set.labels):
-            if cfg.max_tasks is None or per_side[int(label)] < cfg.max_tasks:
-                per_side[int(label)] += 1
-                chosen.append(task)
-                labels.append(int(label))
-        return chosen, labels
+        return first_per_side(ctx.eval_set, ctx.recipe.evaluate.mri.max_tasks)
 
     def prepare(self, ctx: EvalContext) -> None:
         """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
