@@ -3,7 +3,8 @@ non-members apart: does MRI rise on what was injected and stay flat on what was 
 
 Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`: a
 rule-based (with `llm_rewrite`: LLM) rewrite validated in the sandbox, a mutation, with an LLM backend a
-paraphrase), from the per-benchmark cache, with the run's
+paraphrase; with `llm_judge` the LLM's verdict on each rewrite, a filter with "filter"), from the
+per-benchmark cache, with the run's
 copy in <run>/perturbed.jsonl and the acceptance per logic type in <run>/perturbed_summary.json.
 
 Per checkpoint: every original, rewritten, mutated (and paraphrased) task is asked as the accuracy evaluation asks
@@ -81,6 +82,9 @@ class MriConfig:
     llm_base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8000/v1 ($OPENAI_API_KEY)
     llm_rewrite: bool = False  # rewrite with the LLM instead of the rules (same execution checks)
     llm_max_new_tokens: int = 2048  # longest LLM reply
+    # The LLM judges each rewrite (statement aligned with the new solution? as hard as the original?):
+    # off | record (kept in perturbed.jsonl) | filter (also drops the rewrites it does not pass).
+    llm_judge: str = "off"
 
 
 def validate_config(cfg: MriConfig) -> list[str]:
@@ -93,6 +97,8 @@ def validate_config(cfg: MriConfig) -> list[str]:
         problems.append("evaluate.mri.llm_base_url: the openai backend needs the server's URL")
     if cfg.llm_rewrite and cfg.llm_backend == "none":
         problems.append("evaluate.mri.llm_rewrite: needs evaluate.mri.llm_backend (hf or openai)")
+    if cfg.llm_judge != "off" and cfg.llm_backend == "none":
+        problems.append("evaluate.mri.llm_judge: needs evaluate.mri.llm_backend (hf or openai)")
     for key in ("max_new_tokens", "batch_size", "sandbox_workers", "per_type", "min_type_count"):
         if getattr(cfg, key) < 1:
             problems.append(f"evaluate.mri.{key}: must be at least 1, got {getattr(cfg, key)}")
@@ -167,7 +173,7 @@ def llm_backend(cfg: MriConfig):
                 return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     identity = f"{cfg.llm_backend}:{cfg.llm_model}"
-    return LlmBackend(generator, identity, cfg.llm_rewrite, render, cfg.llm_max_new_tokens)
+    return LlmBackend(generator, identity, cfg.llm_rewrite, render, cfg.llm_max_new_tokens, cfg.llm_judge)
 
 
 def _world(accelerator) -> tuple[int, int]:

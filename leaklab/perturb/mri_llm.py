@@ -261,3 +261,116 @@ def llm_rewrites(
             },
         )
     return results
+
+
+# --------------------------------------------------------------------------- the judge of a rewrite
+
+JUDGE_PROMPT = """\
+A Python programming task was changed into a new one. Below are the original task with its reference
+solution, then the new task with its reference solution and some of its tests (a call and the value it
+must return).
+
+<original_task>
+{prompt}</original_task>
+<original_solution>
+{program}</original_solution>
+
+<new_task>
+{new_prompt}</new_task>
+<new_solution>
+{new_program}</new_solution>
+<new_tests>
+{tests}
+</new_tests>
+
+Answer two questions about the NEW task.
+1. Alignment: does the new task statement ask for exactly what the new solution does, so that a careful
+   programmer reading only the new statement would write code that passes the new tests? Examples in
+   the statement that contradict the solution, or a changed behaviour the statement does not mention,
+   mean it is not aligned.
+2. Difficulty: compared with the original task, is the new task easier, about the same, or harder to
+   solve?
+
+Answer with JSON only, in this form:
+{{"aligned": true or false, "difficulty": "easier" or "same" or "harder", "reason": "<one sentence>"}}
+"""
+DIFFICULTIES = ("easier", "same", "harder")
+JUDGE_TESTS_SHOWN = 5  # tests quoted in the judge's prompt (the first ones)
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """The judge's verdict on one rewrite: aligned (None when unreadable), difficulty, reason, and why
+    the reply could not be read ("" when it could)."""
+
+    aligned: bool | None
+    difficulty: str | None = None
+    reason: str = ""
+    failure: str = ""
+
+    @property
+    def keeps(self) -> bool:
+        """What the filter keeps: the paper's validation (App. B) asks for an aligned statement of equal
+        difficulty; an unreadable verdict is not a pass."""
+        return self.aligned is True and self.difficulty == "same"
+
+
+def _shown_tests(task: Task) -> str:
+    if task.test_type == "call" and task.test_cases:
+        lines = []
+        for case in task.test_cases[:JUDGE_TESTS_SHOWN]:
+            args = ", ".join(repr(a) for a in case["input"])
+            lines.append(f"{task.entry_point}({args}) == {case['output']!r}")
+        return "\n".join(lines)
+    return task.tests.strip()[:2000]
+
+
+def judge_prompt(original: Task, rewrite: Task) -> str:
+    return JUDGE_PROMPT.format(
+        prompt=original.prompt,
+        program=original.program(),
+        new_prompt=rewrite.prompt,
+        new_program=rewrite.program(),
+        tests=_shown_tests(rewrite),
+    )
+
+
+_DIFFICULTY_WORDS = {
+    "same": "same", "similar": "same", "equal": "same", "about the same": "same", "comparable": "same",
+    "easier": "easier", "simpler": "easier", "harder": "harder", "more difficult": "harder",
+}  # fmt: skip
+
+
+def read_judgement(reply: str) -> Judgement:
+    """Read one judge reply: JSON (fenced or bare, the last object wins), or failing that the fields
+    `aligned: ...` and `difficulty: ...` written loosely. Anything else is a Judgement with `failure`."""
+    from leaklab.similarity.judges import reply_fields, yes_no
+
+    if not reply or not reply.strip():
+        return Judgement(None, failure="empty reply")
+    obj = reply_fields(reply, ("aligned", "difficulty", "reason"))
+    if obj is None:
+        return Judgement(None, failure="no JSON object in the reply")
+    aligned = yes_no(obj.get("aligned"))
+    if aligned is None:
+        return Judgement(None, failure="no true/false 'aligned' field")
+    difficulty = _DIFFICULTY_WORDS.get(str(obj.get("difficulty", "")).strip().lower())
+    reason = str(obj.get("reason") or "")
+    if difficulty is None:
+        return Judgement(aligned, None, reason, failure=f"unknown difficulty {obj.get('difficulty')!r}")
+    return Judgement(aligned, difficulty, reason)
+
+
+def llm_judge_rewrites(
+    pairs: Sequence[tuple[Task, Task]],
+    generator,
+    render: Callable[[str], str] = lambda t: t,
+    max_new_tokens: int = 256,
+) -> tuple[list[Judgement], Counter]:
+    """The judge's verdict on every (original, rewrite) pair, and the unreadable replies by reason."""
+    if not pairs:
+        return [], Counter()
+    prompts = [render(judge_prompt(original, rewrite)) for original, rewrite in pairs]
+    replies = generator.generate(prompts, max_new_tokens, (), 0.0)
+    verdicts = [read_judgement(completions[0].text if completions else "") for completions in replies]
+    return verdicts, Counter(v.failure for v in verdicts if v.failure)

@@ -11,7 +11,11 @@ reuses it. The file name hashes STORE_VERSION, the settings (the LLM backend's i
 the source of the modules that make the sets, so changed code never serves stale rewrites. Paraphrase
 needs an LLM backend (`LlmBackend`, `mri_llm.py`); without one the sets carry no paraphrase and the MRI
 evaluation reports RAD_par as not computed. With `LlmBackend.rewrite` the LLM rewrites instead of the
-rules, through the same execution checks.
+rules, through the same execution checks. With `LlmBackend.judge` ("record" or "filter") the LLM also
+judges every rewrite that passed those checks: is its statement aligned with its new solution and tests,
+and is it as hard as the original (`mri_llm.JUDGE_PROMPT`)? The verdict is kept in `PerturbedSet.judge`;
+"filter" drops a rewrite the judge does not pass (misaligned, another difficulty, or an unreadable
+reply), with the reason among the rejections.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class PerturbedSet:
     mutation_info: dict[str, Any] = field(default_factory=dict)
     paraphrase: Task | None = None
     paraphrase_info: str = "not computed: no LLM backend"  # "" when made, else why not
+    judge: dict[str, Any] = field(default_factory=dict)  # the LLM judge's verdict on the rewrite, if asked
 
 
 @dataclass
@@ -67,6 +72,7 @@ class LlmBackend:
     rewrite: bool = False
     render: Any = None  # prompt -> text the model reads (a chat template); None: as is
     max_new_tokens: int = 2048
+    judge: str = "off"  # off | record | filter: the LLM judges each rewrite (alignment, difficulty)
 
 
 def task_to_json(task: Task | None) -> dict[str, Any] | None:
@@ -141,6 +147,8 @@ def build_perturbed_sets(
         )
     else:
         rewrites = rewrite_tasks(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
+    if llm is not None and llm.judge != "off":
+        judge_rewrites(tasks, rewrites, llm, log)
     sets = []
     for task, rw, para, why in zip(tasks, rewrites, paraphrases, reasons):
         mutated, info = mutate_task(task, random.Random(f"mutate:{seed}:{task.task_id}"))
@@ -157,6 +165,7 @@ def build_perturbed_sets(
                 mutation_info=info,
                 paraphrase=para,
                 paraphrase_info=why,
+                judge=rw.judge,
             )
         )
     log(
@@ -164,6 +173,34 @@ def build_perturbed_sets(
         f"{sum(s.rewrite is not None for s in sets)} rewritten, {sum(s.mutation is not None for s in sets)} mutated"
     )
     return sets
+
+
+def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmBackend, log=print) -> None:
+    """Ask the LLM judge about every accepted rewrite; record its verdict on the Rewrite and, with
+    llm.judge == "filter", drop the rewrites it does not pass (the reason joins the rejections)."""
+    from leaklab.perturb.mri_llm import llm_judge_rewrites
+
+    chosen = [(task, rw) for task, rw in zip(tasks, rewrites) if rw.task is not None]
+    verdicts, failures = llm_judge_rewrites(
+        [(task, rw.task) for task, rw in chosen], llm.generator, llm.render or (lambda text: text)
+    )
+    dropped = 0
+    for (_, rw), verdict in zip(chosen, verdicts):
+        rw.judge = dataclasses.asdict(verdict) | {"mode": llm.judge}
+        if llm.judge == "filter" and not verdict.keeps:
+            if verdict.aligned is None:
+                why = f"unreadable verdict: {verdict.failure}"
+            elif not verdict.aligned:
+                why = f"statement not aligned with the new solution: {verdict.reason}"
+            else:
+                why = f"difficulty {verdict.difficulty or 'unreadable'} (not the same): {verdict.reason}"
+            rw.rejections.append({"type": rw.logic_type or "any", "reason": "judge", "detail": why[:200]})
+            rw.task, rw.logic_type, rw.change = None, None, ""
+            dropped += 1
+    log(
+        f"[leaklab] LLM judge of {len(chosen)} rewrites ({llm.judge}): "
+        f"{sum(v.keeps for v in verdicts)} aligned and as hard; dropped {dropped}; unreadable {dict(failures)}"
+    )
 
 
 def settings_key(seed: int, per_type: int, llm: str = "") -> str:
@@ -199,6 +236,8 @@ def perturbed_sets_for(
     from leaklab.perturb.store import task_key
 
     identity = "" if llm is None else f"{llm.identity}|rewrite={llm.rewrite}"
+    if llm is not None and llm.judge != "off":
+        identity += f"|judge={llm.judge}"
     path = cache_file(tasks, seed, per_type, cache_dir, identity)
     stored = {row["key"]: row["set"] for row in read_rows(path)}
     keys = [task_key(t) for t in tasks]
@@ -251,9 +290,27 @@ def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
             else "not computed: no LLM backend"
         ),
         "types_with_accepted_rewrites": sum(1 for t in LOGIC_TYPES if accepted[t]),
+        "judge": judge_summary(sets),
         "per_type": per_type,
         "rejections": dict(reasons.most_common()),
         "mutation_failures": dict(mutation_reasons),
+    }
+
+
+def judge_summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
+    """The LLM judge's verdicts counted: how many rewrites it saw, kept, found misaligned or of another
+    difficulty, and the replies it could not read (by reason)."""
+    verdicts = [s.judge for s in sets if s.judge]
+    if not verdicts:
+        return {"judged": 0}
+    return {
+        "judged": len(verdicts),
+        "mode": verdicts[0].get("mode"),
+        "aligned": sum(v["aligned"] is True for v in verdicts),
+        "misaligned": sum(v["aligned"] is False for v in verdicts),
+        "difficulty": dict(Counter(v["difficulty"] or "unreadable" for v in verdicts)),
+        "kept": sum(v["aligned"] is True and v["difficulty"] == "same" for v in verdicts),
+        "unreadable": dict(Counter(v["failure"] for v in verdicts if v["failure"])),
     }
 
 
@@ -276,4 +333,5 @@ def describe(info: dict[str, Any]) -> str:
         f"[leaklab] MRI sets: {info['rewritten']}/{info['tasks']} tasks rewritten "
         f"({info['types_with_accepted_rewrites']} of {len(LOGIC_TYPES)} logic types accepted; {types}), "
         f"{info['mutated']} mutated; paraphrase {info['paraphrase']} ({info['paraphrased']})"
+        + (f"; LLM judge: {info['judge']}" if info.get("judge", {}).get("judged") else "")
     )

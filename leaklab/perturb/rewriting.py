@@ -148,6 +148,7 @@ class Rewrite:
     tried: dict[str, int] = field(default_factory=dict)  # candidates validated per type
     accepted: dict[str, int] = field(default_factory=dict)  # of those, how many passed the checks
     rejections: list[dict[str, str]] = field(default_factory=list)  # {"type", "reason", "detail"}
+    judge: dict[str, Any] = field(default_factory=dict)  # the LLM judge's verdict (mri_sets.judge_rewrites)
 
 
 # --------------------------------------------------------------------------- source positions

@@ -91,7 +91,7 @@ def _unit(value) -> float | None:
     return number if 0.0 <= number <= 1.0 else None
 
 
-def _json_object(text: str) -> dict | None:
+def last_json_object(text: str) -> dict | None:
     """The last JSON object in `text` (fenced or bare); None when there is none."""
     decoder = json.JSONDecoder()
     found = None
@@ -105,6 +105,28 @@ def _json_object(text: str) -> dict | None:
     return found
 
 
+def reply_fields(reply: str, keys: Sequence[str]) -> dict | None:
+    """The reply's last JSON object with lower-cased keys or, when it has none, the `keys` read one by
+    one from loose `key: value` text (models drop braces or quote oddly); None when neither is there."""
+    obj = last_json_object(reply)
+    if obj is None:
+        obj = {}
+        for key in keys:
+            m = re.search(rf"""["']?{key}["']?\s*[:=]\s*["']?([^"',}}\n]+)""", reply, re.IGNORECASE)
+            if m:
+                obj[key] = m.group(1).strip()
+        if not obj:
+            return None
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
+def yes_no(value) -> bool | None:
+    """A JSON boolean, or true / yes / false / no written as a string; None for anything else."""
+    if isinstance(value, str):
+        value = {"true": True, "yes": True, "false": False, "no": False}.get(value.strip().lower())
+    return value if isinstance(value, bool) else None
+
+
 def parse(kind: str, reply: str) -> Verdict:
     """Read one judge reply; anything unreadable is a Verdict with `failure` set."""
     if not reply or not reply.strip():
@@ -115,22 +137,12 @@ def parse(kind: str, reply: str) -> Verdict:
             return Verdict(None, failure="no [[score]] in the reply")
         score = _unit(matches[-1])  # the final answer comes last
         return Verdict(score) if score is not None else Verdict(None, failure="score outside [0, 1]")
-    obj = _json_object(reply)
+    obj = reply_fields(reply, ("score", "category", "reason", "clone"))
     if obj is None:
-        # Models sometimes drop the braces or quote oddly: read the fields one by one.
-        obj = {}
-        for key in ("score", "category", "reason", "clone"):
-            m = re.search(rf"""["']?{key}["']?\s*[:=]\s*["']?([^"',}}\n]+)""", reply, re.IGNORECASE)
-            if m:
-                obj[key] = m.group(1).strip()
-        if not obj:
-            return Verdict(None, failure="no JSON object in the reply")
-    obj = {str(k).lower(): v for k, v in obj.items()}
+        return Verdict(None, failure="no JSON object in the reply")
     if kind == "clone_screen":
-        value = obj.get("clone")
-        if isinstance(value, str):
-            value = {"true": True, "yes": True, "false": False, "no": False}.get(value.strip().lower())
-        if not isinstance(value, bool):
+        value = yes_no(obj.get("clone"))
+        if value is None:
             return Verdict(None, failure="no true/false 'clone' field")
         return Verdict(1.0 if value else 0.0)
     score = _unit(obj.get("score"))
