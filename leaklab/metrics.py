@@ -367,6 +367,71 @@ def leak_rate(leak, decided=None, *, n_bootstrap: int = 1000, seed: int = 0) -> 
     return out
 
 
+# --------------------------------------------------------------------------- ranking (extraction audit)
+
+
+def precision_at_k(
+    scores, relevant, k: int = 100, *, n_bootstrap: int = 0, seed: int = 0
+) -> dict[str, float]:
+    """Fraction of relevant items among the `k` highest scores (k is cut to the number of items; NaN
+    scores rank last; ties keep input order). With n_bootstrap > 0 the items are resampled with
+    replacement and the top k of each resample counted, from multiplicities: walking down the ranking,
+    an item drawn w times fills min(w, room left) of the k places."""
+    s = np.asarray(scores, dtype=np.float64).reshape(-1).copy()
+    y = np.asarray(relevant, dtype=np.float64).reshape(-1)
+    if s.shape != y.shape:
+        raise ValueError(f"{len(s)} scores but {len(y)} relevance labels")
+    k = min(k, len(s))
+    out = {
+        "k": float(k),
+        "precision_at_k": math.nan,
+        "precision_at_k_ci_low": math.nan,
+        "precision_at_k_ci_high": math.nan,
+    }
+    if k == 0:
+        return out
+    s[np.isnan(s)] = -np.inf
+    order = np.argsort(-s, kind="stable")
+    y_ranked = y[order]
+    out["precision_at_k"] = float(y_ranked[:k].mean())
+    if n_bootstrap > 0:
+        weights = resample_weights([np.arange(len(s))], len(s), n=n_bootstrap, seed=seed)[:, order]
+        before = np.cumsum(weights, axis=1) - weights
+        taken = np.clip(k - before, 0, weights)
+        out.update(percentile_intervals({"precision_at_k": taken @ y_ranked / k}))
+    return out
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n with ties given their average rank."""
+    order = np.argsort(x, kind="stable")
+    sorted_x = x[order]
+    ranks = np.empty(len(x))
+    ranks[order] = np.arange(1, len(x) + 1)
+    # Average the ranks within each group of equal values.
+    _, first, counts = np.unique(sorted_x, return_index=True, return_counts=True)
+    for start, count in zip(first, counts):
+        if count > 1:
+            ranks[order[start : start + count]] = start + (count + 1) / 2
+    return ranks
+
+
+def pearson(x, y) -> float:
+    """Pearson correlation; NaN with fewer than 2 pairs or a constant side."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(a) < 2 or a.std() == 0 or b.std() == 0:
+        return math.nan
+    return float(((a - a.mean()) * (b - b.mean())).mean() / (a.std() * b.std()))
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation (Pearson of average ranks)."""
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if len(a) < 2:
+        return math.nan
+    return pearson(_ranks(a), _ranks(b))
+
+
 # --------------------------------------------------------------------------- MRI (Memorize or generalize?)
 # Acc is pass@1 in [0, 1]; a value that cannot be computed is None (reported as such, never 0).
 
@@ -422,3 +487,34 @@ def competence(
     if n_solved < min_solved:
         reasons.append(f"{n_solved} original tasks solved < {min_solved}")
     return "below competence threshold: " + "; ".join(reasons) if reasons else ""
+
+
+# --------------------------------------------------------------------------- dataset-level tests
+
+
+def welch_t_test(a, b) -> dict[str, float]:
+    """One-sided Welch t-test of "mean(a) > mean(b)" with unequal variances.
+
+    t = (mean_a - mean_b) / sqrt(var_a / n_a + var_b / n_b) with sample variances (ddof 1), degrees of
+    freedom by Welch-Satterthwaite, p = P(T_df >= t). Keys: t, df, p_value, n_a, n_b. NaN values are
+    dropped; with fewer than 2 values on a side everything but the counts is NaN. When both variances
+    are 0 the t statistic is +-inf (p 0 or 1) if the means differ, NaN if they do not.
+    """
+    from scipy.stats import t as student_t
+
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    out = {"t": math.nan, "df": math.nan, "p_value": math.nan, "n_a": float(len(a)), "n_b": float(len(b))}
+    if len(a) < 2 or len(b) < 2:
+        return out
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    diff = a.mean() - b.mean()
+    if va + vb == 0:
+        if diff != 0:
+            out.update(t=math.copysign(math.inf, diff), p_value=0.0 if diff > 0 else 1.0)
+        return out
+    t = diff / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    out.update(t=float(t), df=float(df), p_value=float(student_t.sf(t, df)))
+    return out
