@@ -203,19 +203,21 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def publish_report(run_dir: Path) -> None:
+def publish_report(run_dir: Path) -> Path | None:
     """Into the open W&B run: the detection summary, each headline metric per detector as one chart with
     its bootstrap interval (value, low, high against the step), and report/ (built now) as an artifact.
-    W&B is a view of the run's files: a failure here is said in one line and never fails the run."""
+    W&B is a view of the run's files: a failure here is said in one line and never fails the run.
+    Returns the report's index.html when it was built here (so the caller need not build it again)."""
     if _run is None:
-        return
+        return None
     try:
-        _publish(run_dir)
+        return _publish(run_dir)
     except Exception as err:  # noqa: BLE001 - the record is on disk; the view is best effort
         print(f"[leaklab] W&B: report not published ({type(err).__name__}: {err})")
+        return None
 
 
-def _publish(run_dir: Path) -> None:
+def _publish(run_dir: Path) -> Path:
     import wandb
 
     from leaklab.report import build_report
@@ -247,3 +249,4 @@ def _publish(run_dir: Path) -> None:
     artifact = wandb.Artifact(f"report-{_run.id}", type="report", description="leaklab report (index.html)")
     artifact.add_dir(str(index.parent))
     _run.log_artifact(artifact)
+    return index

@@ -199,15 +199,17 @@ def run_training(recipe) -> int:
     if resume:
         log(f"[leaklab] resuming from {resume}")
     trainer.train(resume_from_checkpoint=resume)
+    report = None  # built once: for W&B's artifact here, else by print_summary
     if state.is_main_process:
-        tracking.publish_report(run.root)  # summary, curves with intervals, report/ as an artifact
+        report = tracking.publish_report(run.root)  # summary, curves with intervals, report/ as an artifact
     tracking.finish()
     del trainer, model, evaluator, callback, data
 
     # 5. Anything saved but not evaluated (a run killed during an evaluation), then the summary.
     if state.is_main_process:
-        evaluate_run(run.root, log=log)
-        print_summary(run)
+        if evaluate_run(run.root, log=log):
+            report = None  # new rows since it was built
+        print_summary(run, report)
     state.wait_for_everyone()
     return 0
 

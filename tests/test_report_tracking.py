@@ -50,9 +50,18 @@ def test_offline_run_holds_tables_roc_intervals_and_the_report(tmp_path, monkeyp
     assert tracking.start(recipe, run) is not None
     try:
         tracking.log_checkpoint("detection", read_rows(run / "scores" / "step-16" / "detection.jsonl"), 16)
-        tracking.publish_report(run)
+        index = tracking.publish_report(run)
     finally:
         tracking.finish()
+    assert index == run / "report" / "index.html" and index.exists()
+    # the run's summary reuses the report built for W&B instead of building it a second time
+    from leaklab import report as report_module
+    from leaklab.rundir import RunDir
+
+    monkeypatch.setattr(
+        report_module, "build_report", lambda *a: (_ for _ in ()).throw(AssertionError("rebuilt"))
+    )
+    report_module.print_summary(RunDir(run), index)
     (offline,) = (run / "wandb").glob("offline-run-*")
     tables = offline / "files" / "media" / "table" / "detection"
     (samples,) = tables.glob("samples_*.table.json")

@@ -69,10 +69,11 @@ def build_report(run_dir: str | Path) -> Path:
     return write_page(out, f"leaklab report: {data.name}", build_sections(data), footer=f"Files: {links}")
 
 
-def print_summary(run: RunDir) -> None:
-    """What a run ends with: the run directory, then AUROC and macro-F1 per checkpoint and detector."""
+def print_summary(run: RunDir, report: Path | None = None) -> None:
+    """What a run ends with: the run directory, then AUROC and macro-F1 per checkpoint and detector.
+    `report`: the index.html already built from the run's current rows (W&B's artifact), else built here."""
     rows = detection_rows(run.results_rows())
-    report = build_report(run.root)
+    report = report or build_report(run.root)
     print(f"\nrun directory: {run.root}")
     print(
         "\nAUROC, members vs non-members (0.5 = chance), per checkpoint (rows) and detector (columns), "
