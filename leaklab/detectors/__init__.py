@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from leaklab.detectors.cdd import Cdd
 from leaklab.detectors.likelihood import (
     DISTRIBUTION,
     FREQUENCIES,
@@ -43,6 +44,9 @@ from leaklab.detectors.likelihood import (
     Signals,
     Zlib,
 )
+from leaklab.detectors.neighbourhood import Neighbourhood
+from leaklab.detectors.ngram import NgramAccuracy
+from leaklab.detectors.recall import Recall
 from leaklab.detectors.srdetection import VARIANTS, SrDetectionBlack, SrDetectionGray
 
 DETECTORS: dict[str, type] = {
@@ -55,6 +59,10 @@ DETECTORS: dict[str, type] = {
     "ref": ReferenceRatio,
     "srdetection_gray": SrDetectionGray,
     "srdetection_black": SrDetectionBlack,
+    "recall": Recall,
+    "cdd": Cdd,
+    "ngram_acc": NgramAccuracy,
+    "neighbourhood": Neighbourhood,
 }
 KINDS = ("score", "rule")
 
@@ -70,6 +78,12 @@ def kind_of(spec: str) -> str:
 def needs_of(specs: Sequence[str]) -> frozenset[str]:
     """Every signal the specs read."""
     return frozenset().union(*(DETECTORS[parse_spec(s)[0]].needs for s in specs))
+
+
+def reads_model(spec: str) -> bool:
+    """A score detector with `run(ModelInputs)` (a prefix pass, generations, variants) rather than
+    `score(Signals)` over the shared token statistics."""
+    return hasattr(DETECTORS[parse_spec(spec)[0]], "run")
 
 
 def needs_variants(specs: Sequence[str]) -> bool:
@@ -188,6 +202,11 @@ def run_detectors(
     rules = [spec for spec in specs if kind_of(spec) == "rule"]
     if rules:
         raise ValueError(f"{rules[0]!r} is a rule detector: score it with score_detectors")
+    model_level = [spec for spec in specs if reads_model(spec)]
+    if model_level:
+        raise ValueError(
+            f"{model_level[0]!r} reads more than token statistics: score it with score_detectors"
+        )
     detectors = [build_detector(spec) for spec in specs]
     needs = set().union(*(d.needs for d in detectors))
     scoring = ScoringSettings.from_config(settings)
@@ -300,11 +319,13 @@ def score_detectors(
         detectors that need variants. generation_cache: shared greedy continuations (black box).
     Under several processes call it on every rank; every rank gets the full result.
     """
+    from leaklab.detectors.inputs import ModelInputs
     from leaklab.detectors.srdetection import score_srdetection
 
     detectors = {spec: build_detector(spec) for spec in specs}
     out = DetectorScores()
-    score_specs = [s for s, d in detectors.items() if d.kind == "score"]
+    model_level = [d for s, d in detectors.items() if d.kind == "score" and reads_model(s)]
+    score_specs = [s for s, d in detectors.items() if d.kind == "score" and not reads_model(s)]
     rules = [d for d in detectors.values() if d.kind == "rule"]
     out.columns.update(
         run_detectors(
@@ -339,6 +360,22 @@ def score_detectors(
         out.decisions.update(sr.decisions)
         if info is not None:
             info["rules"] = sr.info
+    if model_level:
+        inputs = ModelInputs(
+            model,
+            tokenizer,
+            list(texts),
+            prompts=None if prompts is None else list(prompts),
+            settings=settings,
+            rule_inputs=rule_inputs,
+            accelerator=accelerator,
+            cache=cache,
+            generation_cache=generation_cache,
+        )
+        for detector in model_level:
+            out.columns.update({c: np.asarray(v, dtype=np.float64) for c, v in detector.run(inputs).items()})
+        if info is not None:
+            info["model_level"] = inputs.info
     for detector in detectors.values():
         for column, params in detector.columns().items():
             out.params[column] = (detector.name, params)

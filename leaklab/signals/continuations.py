@@ -129,3 +129,77 @@ def greedy_continuations(
     if info is not None:
         info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
     return [tuple(r) for r in out]
+
+
+def sampled_continuations(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int = 0,
+    batch_size: int = 64,
+    generator=None,
+    cache: GenerationCache | None = None,
+    accelerator=None,
+    info: dict[str, Any] | None = None,
+) -> list[list[tuple[int, ...]]]:
+    """`n` sampled continuations (token ids, at most `max_new_tokens`) of every prompt, cached.
+
+    Sampling is not reproducible across batch layouts, so a cached sample is not what a fresh run would
+    draw; it is an equally valid draw, and keeping it makes a re-evaluated checkpoint score the same.
+    A prompt is decoded again only when one of its n samples is missing. All missing prompts go to the
+    generator in one call (its batching decodes n x prompts rows `batch_size` at a time); under several
+    processes the prompts are spread over the ranks and gathered.
+    """
+    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+
+    if n < 1 or temperature <= 0:
+        raise ValueError(f"sampling needs n >= 1 and temperature > 0, got n={n}, temperature={temperature}")
+    if accelerator is not None:
+        model = accelerator.unwrap_model(model)
+    cache = _GENERATIONS if cache is None else cache
+    model_fp, tok_fp = model_fingerprint(model), tokenizer_fingerprint(tokenizer)
+    # The sample index and the sampling settings are part of the key: greedy entries never collide.
+    keys = [
+        [
+            GenerationCache.key(tok_fp, json.dumps(["sample", temperature, seed, j, p]), max_new_tokens)
+            for j in range(n)
+        ]
+        for p in prompts
+    ]
+    out = [[cache.get(model_fp, k) for k in row] for row in keys]
+    missing = [i for i, row in enumerate(out) if any(ids is None for ids in row)]
+    rank, world = _world(accelerator)
+    fresh: dict[int, list[tuple[int, ...]]] = {}
+    mine = missing[rank::world]
+    if mine:
+        if generator is None:
+            from leaklab.signals.generation import HFGenerator
+
+            generator = HFGenerator(model, tokenizer, batch_size=batch_size)
+        results = generator.generate(
+            [prompts[i] for i in mine], max_new_tokens=max_new_tokens, temperature=temperature, n=n, seed=seed
+        )
+        for i, completions in zip(mine, results):
+            rows = []
+            for completion in completions:
+                ids = completion.token_ids
+                if ids is None:  # a back-end that returns text only
+                    ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
+                rows.append(tuple(int(t) for t in ids[:max_new_tokens]))
+            fresh[i] = rows
+    if missing and world > 1:
+        from accelerate.utils import gather_object
+
+        for part in gather_object([fresh]):
+            fresh.update(part)
+    entries = {keys[i][j]: ids for i, rows in fresh.items() for j, ids in enumerate(rows)}
+    cache.put_many(model_fp, entries, write=rank == 0)
+    for i, rows in fresh.items():
+        out[i] = rows
+    if info is not None:
+        info.update(prompts=len(prompts), cached=len(prompts) - len(missing), sampled=len(missing) * n)
+    return [[tuple(ids) for ids in row] for row in out]

@@ -1,0 +1,145 @@
+"""CDD (Dong et al., 2024, "Generalization or Memorization"): how peaked the model's output
+distribution is on a sample's prompt, from sampled outputs alone (black box, made for code generation).
+
+For a prompt, take the greedy output g and N sampled outputs s_1..s_N (token ids, at most
+`max_new_tokens` each), and the token-level edit distance d_i = ED(s_i, g). With l the length of the
+longest of the N + 1 outputs (the paper's l; the outputs are compared at their own lengths):
+
+    cdd@alpha  =  (1/N) * #{ i : d_i <= alpha * l }          (the paper's Peak(M; x) = F(alpha * l))
+
+A model that memorised the sample keeps sampling (nearly) its greedy output, so HIGHER MEANS MORE LIKELY
+A MEMBER. The paper flags contamination when the score exceeds a small xi; leaklab fits its threshold
+by cross-validation like every score. Defaults follow the paper where it is explicit (alpha = 0.05,
+temperature 0.8); N = 20 rather than its 50 keeps a CPU checkpoint affordable (a parameter).
+When all outputs are empty (l = 0) every sample equals the greedy output and the score is 1.
+
+The prompt is the sample's context (its text before the solution); a sample without one is cut like the
+SrDetection black box (`srdetection.cut_text`, at half its tokens). The greedy outputs come from the shared
+greedy generation cache, the samples from one `sampled_continuations` call for all prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from leaklab.detectors.srdetection import GENERATIONS
+
+
+def edit_distances(reference: Sequence[int], candidates: Sequence[Sequence[int]]) -> np.ndarray:
+    """Levenshtein distance (unit insert / delete / substitute) from every candidate to `reference`.
+
+    One dynamic-programming row per reference token, vectorised over all candidates at once: candidates
+    are right-padded to a common width, and a column only depends on the columns left of it, so each
+    candidate's distance is read at its own length. Insertions within a row are a running minimum:
+    row[j] = min_k (tmp[k] + j - k) = j + cummin(tmp - k).
+    """
+    n = len(candidates)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.array([len(c) for c in candidates], dtype=np.int64)
+    width = int(lengths.max())
+    tokens = np.full((n, width), -1, dtype=np.int64)
+    for row, c in enumerate(candidates):
+        tokens[row, : len(c)] = c
+    cols = np.arange(width + 1, dtype=np.int64)
+    row = np.broadcast_to(cols, (n, width + 1)).copy()  # distance from the empty reference prefix
+    for i, token in enumerate(reference, 1):
+        tmp = np.empty_like(row)
+        tmp[:, 0] = i
+        tmp[:, 1:] = np.minimum(row[:, :-1] + (tokens != token), row[:, 1:] + 1)
+        row = cols + np.minimum.accumulate(tmp - cols, axis=1)
+    return row[np.arange(n), lengths]
+
+
+def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: float) -> float:
+    """Fraction of samples within edit distance alpha * l of the greedy output (l: longest output)."""
+    if not samples:
+        return float("nan")
+    longest = max(len(greedy), *(len(s) for s in samples))
+    distances = edit_distances(greedy, samples)
+    return float(np.mean(distances <= alpha * longest))
+
+
+def cdd_prompts(tokenizer, texts: Sequence[str], contexts: Sequence[str]) -> list[str | None]:
+    """The prompt CDD samples from: the context, else the first half of the text (None: too short)."""
+    from leaklab.detectors.srdetection import cut_text
+
+    out: list[str | None] = []
+    for text, context in zip(texts, contexts):
+        if context.strip():
+            out.append(context)
+        else:
+            cut = cut_text(tokenizer, text, "", split="text")
+            out.append(None if cut is None else cut.prefix)
+    return out
+
+
+@dataclass
+class Cdd:
+    name: ClassVar[str] = "cdd"
+    kind: ClassVar[str] = "score"
+    needs: ClassVar[frozenset[str]] = frozenset({GENERATIONS})
+    alpha: tuple[float, ...] = (0.05,)
+    samples: int = 20  # N sampled outputs per prompt
+    temperature: float = 0.8
+    max_new_tokens: int = 64
+    seed: int = 0
+    batch_size: int = 64  # rows decoded together
+
+    def __post_init__(self) -> None:
+        if not self.alpha or any(not 0 <= a <= 1 for a in self.alpha):
+            raise ValueError(f"cdd: alpha must be in [0, 1], got {list(self.alpha)}")
+        if self.samples < 1 or self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ValueError("cdd: samples, max_new_tokens and batch_size must be positive")
+        if not self.temperature > 0:
+            raise ValueError(f"cdd: temperature must be positive, got {self.temperature}")
+
+    def columns(self) -> dict[str, dict]:
+        params = {
+            "samples": self.samples,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+        }
+        return {f"cdd@alpha={a:g}": {"alpha": a, **params} for a in self.alpha}
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        from leaklab.signals.continuations import greedy_continuations, sampled_continuations
+
+        prompts = cdd_prompts(inputs.tokenizer, inputs.texts, inputs.contexts())
+        usable = [i for i, p in enumerate(prompts) if p is not None]
+        chosen = [prompts[i] for i in usable]
+        greedy = greedy_continuations(
+            inputs.model,
+            inputs.tokenizer,
+            chosen,
+            [self.max_new_tokens] * len(chosen),
+            batch_size=self.batch_size,
+            generator=inputs.generator,
+            cache=inputs.generation_cache,
+            accelerator=inputs.accelerator,
+        )
+        sampled = sampled_continuations(
+            inputs.model,
+            inputs.tokenizer,
+            chosen,
+            n=self.samples,
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.temperature,
+            seed=self.seed,
+            batch_size=self.batch_size,
+            generator=inputs.generator,
+            cache=inputs.generation_cache,
+            accelerator=inputs.accelerator,
+        )
+        inputs.info[self.name] = {"no_prompt": len(prompts) - len(usable)}
+        out = {}
+        for alpha in self.alpha:
+            scores = np.full(len(prompts), np.nan)
+            for i, g, s in zip(usable, greedy, sampled):
+                scores[i] = peakedness(g, s, alpha)
+            out[f"cdd@alpha={alpha:g}"] = scores
+        return out

@@ -1,0 +1,185 @@
+"""ReCaLL (Xie et al., 2024): how much a sample's likelihood moves when known non-members come first.
+
+    recall@shots=k  =  LL(x | P_k) / LL(x)  =  NLL(x | P_k) / NLL(x)
+
+LL is the mean log-likelihood of the scored tokens of x (its solution under `scoring_span: solution`,
+else the whole text) and P_k the first k prefix texts joined by blank lines. The paper's observation:
+a non-member prefix lowers a member's log-likelihood relatively more than a non-member's, so the
+ratio (both LLs are negative) is larger for members: HIGHER MEANS MORE LIKELY A MEMBER, as every
+leaklab score. NaN when x has no scored token or NLL(x) is 0.
+
+The prefix must be text the model never trained on, and it must never be chosen with the labels of the
+scored samples. leaklab's default ("builtin") is the fixed set of short Python functions below, written
+for leaklab and found in no benchmark or training corpus that leaklab ships; `prefix=PATH` reads a JSONL
+file of {"text": ...} rows instead (texts you know the audited model never saw). Scored samples are
+never used as a prefix, so the prefix carries no ground truth.
+
+Cost: LL(x) is the pass `ppl` already made (a cache hit); LL(x | P_k) is one more batched pass of the
+signal engine per value of k over texts that are longer by the prefix. A text plus its prefix longer
+than the context is scored in sliding windows like any long text (the prefix then conditions only the
+first window).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from leaklab.detectors.likelihood import TARGET
+
+# Known non-members: written for leaklab, HumanEval-shaped (signature, docstring, body).
+BUILTIN_PREFIX = (
+    '''def rotate_grid(grid: list[list[int]]) -> list[list[int]]:
+    """Turn a rectangular grid a quarter turn clockwise.
+    >>> rotate_grid([[1, 2], [3, 4]])
+    [[3, 1], [4, 2]]
+    """
+    return [list(row) for row in zip(*reversed(grid))]
+''',
+    '''def squash_runs(text: str) -> str:
+    """Write every run of a repeated character as the character and the run's length.
+    >>> squash_runs("aaabcc")
+    'a3b1c2'
+    """
+    out, i = [], 0
+    while i < len(text):
+        j = i
+        while j < len(text) and text[j] == text[i]:
+            j += 1
+        out.append(f"{text[i]}{j - i}")
+        i = j
+    return "".join(out)
+''',
+    '''def settle_debts(payments: list[tuple[str, str, int]]) -> dict[str, int]:
+    """Given (payer, payee, amount) records, return each person's balance: paid minus received.
+    >>> settle_debts([("ann", "bo", 5), ("bo", "cy", 2)])
+    {'ann': 5, 'bo': -3, 'cy': -2}
+    """
+    balance: dict[str, int] = {}
+    for payer, payee, amount in payments:
+        balance[payer] = balance.get(payer, 0) + amount
+        balance[payee] = balance.get(payee, 0) - amount
+    return balance
+''',
+    '''def widest_gap(stamps: list[int]) -> int:
+    """Return the largest difference between two neighbouring values once the list is sorted (0 for
+    fewer than two values).
+    >>> widest_gap([7, 1, 3])
+    4
+    """
+    ordered = sorted(stamps)
+    return max((b - a for a, b in zip(ordered, ordered[1:])), default=0)
+''',
+    '''def mask_digits(card: str, keep: int = 4) -> str:
+    """Replace every digit but the last `keep` ones with '*', leaving other characters alone.
+    >>> mask_digits("12-34-56", keep=2)
+    '**-**-56'
+    """
+    total = sum(ch.isdigit() for ch in card)
+    seen, out = 0, []
+    for ch in card:
+        if ch.isdigit():
+            seen += 1
+            out.append(ch if seen > total - keep else "*")
+        else:
+            out.append(ch)
+    return "".join(out)
+''',
+)
+
+
+def prefix_texts(source: str) -> list[str]:
+    """The non-member texts a prefix is built from: "builtin" or a JSONL file of {"text": ...} rows."""
+    if source == "builtin":
+        return list(BUILTIN_PREFIX)
+    path = Path(source)
+    if path.suffix != ".jsonl" or not path.is_file():
+        raise ValueError(f"recall: prefix must be 'builtin' or an existing .jsonl file, got {source!r}")
+    texts = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)["text"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(f'recall: {path} line {number} is not a JSON object with a "text"') from None
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"recall: {path} line {number}: text must be a non-empty string")
+        texts.append(text)
+    if not texts:
+        raise ValueError(f"recall: {path} holds no texts")
+    return texts
+
+
+def join_prefix(texts: list[str]) -> str:
+    """The prefix P: the texts one after another, each followed by a blank line."""
+    return "".join(t.rstrip("\n") + "\n\n" for t in texts)
+
+
+def recall_ratio(conditional_nll: np.ndarray, plain_nll: np.ndarray) -> np.ndarray:
+    """NLL(x | P) / NLL(x) per sample; NaN where NLL(x) is not a positive number."""
+    conditional_nll = np.asarray(conditional_nll, dtype=np.float64)
+    plain_nll = np.asarray(plain_nll, dtype=np.float64)
+    ok = np.isfinite(plain_nll) & (plain_nll > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, conditional_nll / np.where(ok, plain_nll, 1.0), np.nan)
+
+
+@dataclass
+class Recall:
+    name: ClassVar[str] = "recall"
+    kind: ClassVar[str] = "score"
+    needs: ClassVar[frozenset[str]] = frozenset({TARGET})
+    shots: tuple[int, ...] = (3,)  # prefix texts joined into P (one extra pass per value)
+    prefix: str = "builtin"  # "builtin" or a JSONL file of known non-member texts
+
+    def __post_init__(self) -> None:
+        available = len(prefix_texts(self.prefix))  # a bad file fails when the recipe loads
+        if not self.shots or any(not 1 <= k <= available for k in self.shots):
+            raise ValueError(
+                f"recall: shots must be in 1..{available} (prefix texts), got {list(self.shots)}"
+            )
+
+    def columns(self) -> dict[str, dict]:
+        return {f"recall@shots={k}": {"shots": k, "prefix": self.prefix} for k in self.shots}
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        from leaklab.signals.logprobs import compute_token_stats
+
+        scoring = inputs.scoring()
+        solution = scoring.scoring_span == "solution"
+        contexts = inputs.contexts()
+
+        def nlls(texts, prompts, settings) -> np.ndarray:
+            stats = compute_token_stats(
+                inputs.model,
+                inputs.tokenizer,
+                texts,
+                prompts=prompts,
+                settings=settings,
+                distribution=False,
+                accelerator=inputs.accelerator,
+                cache=inputs.cache,
+            )
+            return np.array([s.nll() for s in stats], dtype=np.float64)
+
+        plain = nlls(inputs.texts, contexts if solution else None, scoring)
+        # The prefix is context, never scored: score "everything after P (and after the prompt when
+        # only the solution is scored)", which is the engine's solution span with P as the prompt.
+        conditional = dataclasses.replace(scoring, scoring_span="solution")
+        texts = prefix_texts(self.prefix)
+        out = {}
+        for k in self.shots:
+            head = join_prefix(texts[:k])
+            cond = nlls(
+                [head + t for t in inputs.texts],
+                [head + (c if solution else "") for c in contexts],
+                conditional,
+            )
+            out[f"recall@shots={k}"] = recall_ratio(cond, plain)
+        return out
