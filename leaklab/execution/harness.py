@@ -214,6 +214,45 @@ class CandidateFailed(BaseException):
     A BaseException, so that test code catching Exception cannot swallow it."""
 
 
+# The judge's side of the pipes, shared by the in-process judge (CandidateProxy) and the unittest judge
+# (CandidateLink): whatever the candidate writes, or fails to, becomes CandidateFailed, never a judge error.
+
+
+def read_reply(replies) -> dict[str, Any]:
+    """The candidate's next message: one bounded, newline-terminated line holding a JSON object."""
+    try:
+        line = replies.readline(MAX_LINE)
+    except Exception as err:
+        raise CandidateFailed(f"the candidate's reply could not be read: {type(err).__name__}") from None
+    if not line:
+        raise CandidateFailed("the candidate process ended before answering")
+    if not line.endswith(b"\n"):
+        raise CandidateFailed("the candidate sent an over-long or unterminated reply")
+    try:
+        message = json.loads(line)
+    except Exception as err:  # RecursionError from deep nesting, MemoryError: malformed all the same
+        raise CandidateFailed(f"the candidate sent a malformed reply: {type(err).__name__}") from None
+    if type(message) is not dict:
+        raise CandidateFailed("the candidate sent a malformed reply")
+    return message
+
+
+def send_request(requests_fd: int, message: dict[str, Any]) -> None:
+    try:
+        send(requests_fd, message)
+    except OSError:
+        raise CandidateFailed("the candidate process ended before answering") from None
+
+
+def no_value(reply: dict[str, Any]) -> CandidateFailed:
+    """Why a reply with neither a value nor an exception is the candidate's failure."""
+    if "unsupported" in reply:
+        return CandidateFailed(
+            f"the candidate returned a value that is not plain data ({reply['unsupported']})"
+        )
+    return CandidateFailed("the candidate sent a malformed reply")
+
+
 class CandidateProxy:
     """Stands in for the candidate function inside the judge: each call crosses to the candidate
     process and comes back as plain data."""
@@ -225,18 +264,7 @@ class CandidateProxy:
         self.calls = 0
 
     def receive(self) -> dict[str, Any]:
-        line = self._replies.readline(MAX_LINE)
-        if not line:
-            raise CandidateFailed("the candidate process ended before answering")
-        if not line.endswith(b"\n"):
-            raise CandidateFailed("the candidate sent an over-long or unterminated reply")
-        try:
-            message = json.loads(line)
-        except Exception as err:  # RecursionError from deep nesting, MemoryError: malformed all the same
-            raise CandidateFailed(f"the candidate sent a malformed reply: {type(err).__name__}") from None
-        if type(message) is not dict:
-            raise CandidateFailed("the candidate sent a malformed reply")
-        return message
+        return read_reply(self._replies)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
@@ -244,10 +272,7 @@ class CandidateProxy:
             request = {"args": values.encode(list(args)), "kwargs": values.encode(dict(kwargs))}
         except values.UnsupportedValue as err:
             raise JudgeError(f"the tests pass an argument that cannot reach the candidate: {err}") from None
-        try:
-            send(self._requests_fd, request)
-        except OSError:
-            raise CandidateFailed("the candidate process ended before answering") from None
+        send_request(self._requests_fd, request)
         reply = self.receive()
         if "ok" in reply:
             try:
@@ -261,11 +286,7 @@ class CandidateProxy:
             if isinstance(exc_type, type) and issubclass(exc_type, Exception):
                 raise exc_type(message)
             raise CandidateFailed(f"the candidate raised {name}: {message}")
-        if "unsupported" in reply:
-            raise CandidateFailed(
-                f"the candidate returned a value that is not plain data ({reply['unsupported']})"
-            )
-        raise CandidateFailed("the candidate sent a malformed reply")
+        raise no_value(reply)
 
 
 class JudgeError(BaseException):
@@ -630,10 +651,7 @@ class CandidateLink:
                 "module": type(err).__module__,
                 "message": str(err)[:500],
             }
-        try:
-            send(self._requests_fd, answer)
-        except OSError:
-            raise CandidateFailed("the candidate process ended before answering") from None
+        send_request(self._requests_fd, answer)
 
     def tell(self, request: dict[str, Any]) -> None:
         """A request that is not about a reference (patch, unpatch, environ); its answer must be None."""
@@ -654,21 +672,7 @@ class CandidateLink:
             self._serve_callback(message)
 
     def receive(self) -> dict[str, Any]:
-        try:
-            line = self._replies.readline(MAX_LINE)
-        except Exception as err:
-            raise CandidateFailed(f"the candidate's reply could not be read: {type(err).__name__}") from None
-        if not line:
-            raise CandidateFailed("the candidate process ended before answering")
-        if not line.endswith(b"\n"):
-            raise CandidateFailed("the candidate sent an over-long or unterminated reply")
-        try:
-            message = json.loads(line)
-        except Exception as err:  # RecursionError from deep nesting, MemoryError: malformed all the same
-            raise CandidateFailed(f"the candidate sent a malformed reply: {type(err).__name__}") from None
-        if type(message) is not dict:
-            raise CandidateFailed("the candidate sent a malformed reply")
-        return message
+        return read_reply(self._replies)
 
     def decode(self, tree: Any) -> Any:
         try:
@@ -688,10 +692,7 @@ class CandidateLink:
                 request["rng"] = self.encode(_rng_state())
         except values.UnsupportedValue as err:
             raise JudgeError(f"the tests pass a value that cannot reach the candidate: {err}") from None
-        try:
-            send(self._requests_fd, request)
-        except OSError:
-            raise CandidateFailed("the candidate process ended before answering") from None
+        send_request(self._requests_fd, request)
         reply = self._reply()
         if "rng" in reply:
             with contextlib.suppress(Exception):  # a state the program garbled: the stream goes on
@@ -700,11 +701,7 @@ class CandidateLink:
             return self.decode(reply["ok"])
         if "raise" in reply:
             raise _exception(str(reply["raise"]), str(reply.get("module", "")), str(reply.get("message", "")))
-        if "unsupported" in reply:
-            raise CandidateFailed(
-                f"the candidate returned a value that is not plain data ({reply['unsupported']})"
-            )
-        raise CandidateFailed("the candidate sent a malformed reply")
+        raise no_value(reply)
 
 
 def _exportable(value: Any) -> bool:
