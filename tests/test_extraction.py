@@ -101,3 +101,187 @@ def test_correlations_match_scipy():
     assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
     assert pearson(x, y) == pytest.approx(stats.pearsonr(x, y).statistic)
     assert np.isnan(pearson([1, 1, 1], [1, 2, 3]))
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+@pytest.fixture(scope="module")
+def small_lm():
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    texts = [DOC_A, DOC_B, "def f(x):\n    return x + 1\n", "import os\nimport sys\n"] * 4
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<bos>", "<eos>", "<pad>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", 0)])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>"
+    )
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+    )
+    return LlamaForCausalLM(config).eval(), tokenizer
+
+
+def test_top_k_samples_only_among_the_k_most_likely_tokens(small_lm):
+    import torch
+
+    from leaklab.signals.generation import HFGenerator
+
+    model, tokenizer = small_lm
+    prompts = ["def f(x):", "import os"]
+    greedy = HFGenerator(model, tokenizer).generate(prompts, max_new_tokens=10)
+    top1 = HFGenerator(model, tokenizer, top_k=1).generate(prompts, max_new_tokens=10, temperature=1.0, n=2)
+    assert [[c.token_ids for c in g] * 2 for g in greedy] == [[c.token_ids for c in t] for t in top1]
+    sampled = HFGenerator(model, tokenizer, top_k=3).generate(prompts, 12, temperature=1.0, n=4, seed=1)
+    for prompt, completions in zip(prompts, sampled):
+        start = tokenizer(prompt)["input_ids"]
+        for c in completions:
+            ids = torch.tensor([start + list(c.token_ids)])
+            logits = model(input_ids=ids).logits[0, len(start) - 1 : -1]
+            top3 = logits.topk(3, dim=-1).indices
+            assert all(t in row for t, row in zip(c.token_ids, top3.tolist()))
+    assert len({c.token_ids for c in sampled[0]}) > 1  # top-3 still samples
+
+
+def test_temperature_decay_schedule_and_processor_steps(small_lm):
+    import torch
+
+    from leaklab.memorization.extraction import TemperatureDecay
+    from leaklab.signals.generation import HFGenerator
+
+    decay = TemperatureDecay()
+    assert [decay.temperature(s) for s in (0, 10, 19, 20, 50)] == [20.0, 10.5, 20 - 19 * 19 / 20, 1.0, 1.0]
+    assert torch.equal(decay(0, torch.tensor([[20.0, 40.0]])), torch.tensor([[1.0, 2.0]]))
+    seen = []
+    model, tokenizer = small_lm
+
+    def record(step, logits):
+        seen.append(step)
+        return logits
+
+    HFGenerator(model, tokenizer, logits_processor=record).generate(["x"], max_new_tokens=5, temperature=1.0)
+    assert seen[:5] == [0, 1, 2, 3, 4]
+
+
+def test_every_strategy_samples_n_outputs(small_lm):
+    from leaklab.memorization.extraction import function_definitions, sample, start_prompt
+
+    model, tokenizer = small_lm
+    assert start_prompt(tokenizer) == ""  # the tokenizer adds <bos> itself
+    source = "@wrap\ndef f(x,\n      y):\n    return 1\nclass C:\n    def g(self):\n        pass\n    def h(self): pass\n"
+    defs = function_definitions([("a.py", source), ("bad.py", "def (")], 10)
+    assert defs == ["@wrap\ndef f(x,\n      y):\n", "    def g(self):\n"]  # a one-line def has no header
+    for strategy, prompts in (
+        ("non_prompt", []),
+        ("temperature_decay", []),
+        ("prompt_conditioned", defs),
+        ("two_step", ["x = 1\n"]),
+    ):
+        out = sample(model, tokenizer, strategy, 5, 3, 6, prompts=prompts)
+        assert len(out) == 3 and all(s.strategy == strategy and s.top_k == 5 for s in out)
+    assert sample(model, tokenizer, "two_step", 5, 3, 6, prompts=[]) == []
+
+
+# --------------------------------------------------------------------------- ranking, secrets, taxonomy, corpora
+
+
+def test_window_ppl_by_hand():
+    from leaklab.memorization.extraction import window_ppl
+
+    newlines = np.array([0, 1, 0])  # token 1 is a newline
+    ids, lp = np.array([2, 1, 2, 1, 2]), np.array([-1.0, -2.0, -3.0, -4.0, -5.0])
+    # lines: {-1, -2}, {-3, -4}, {-5}; windows of 2 lines: mean NLL 2.5 and 4
+    assert window_ppl(lp, ids, newlines, lines=2) == pytest.approx((np.exp(2.5) + np.exp(4.0)) / 2)
+    assert window_ppl(lp, ids, newlines, lines=6) == pytest.approx(np.exp(3.0))  # fewer lines: one window
+    assert np.isnan(window_ppl(np.zeros(0), np.zeros(0, int), newlines))
+
+
+def test_ranking_scores_orientation():
+    from leaklab.memorization.extraction import ranking_scores
+    from leaklab.signals.logprobs import TokenStats
+
+    def stats(lp):
+        return TokenStats(
+            token_ids=np.zeros(len(lp), dtype=np.int64), logprob=np.asarray(lp, dtype=np.float32)
+        )
+
+    texts = ["a = 1\n" * 5, "zq9 = 7\n", ""]
+    target, ref = [stats([-0.1, -0.1]), stats([-3.0]), stats([])], [stats([-1.0]), stats([-3.0]), stats([])]
+    s = ranking_scores(target, texts, np.zeros(1, dtype=np.int64), ref)
+    assert s["ppl"][0] > s["ppl"][1] and s["ppl_zlib"][0] > s["ppl_zlib"][1]
+    assert s["ppl_ratio"][0] == pytest.approx(-0.1) and s["ppl_ratio"][1] == pytest.approx(-1.0)
+    assert all(np.isnan(s[m][2]) for m in s)  # an empty output is NaN, ranked last
+    assert np.isnan(ranking_scores(target, texts, np.zeros(1, dtype=np.int64))["ppl_ratio"]).all()
+
+
+def test_secrets_are_found_and_masked():
+    from leaklab.memorization.extraction import find_secrets, mask, mask_text
+
+    text = (
+        "AUTHOR = 'guido@python.org'\nHOST = '192.168.0.1'  # not 999.1.1.1 nor 1.2.3.4.5\n"
+        "api_key = 'abcd1234efgh5678'\nkey = 'AKIAABCDEFGHIJKLMNOP'\n"
+    )
+    found = sorted(find_secrets(text))
+    assert found == [
+        ("assigned_secret", "abcd1234efgh5678"),
+        ("aws_key", "AKIAABCDEFGHIJKLMNOP"),
+        ("email", "guido@python.org"),
+        ("ipv4", "192.168.0.1"),
+    ]
+    masked = mask_text(text)
+    assert all(value not in masked for _, value in found)
+    assert mask("email", "guido@python.org") in masked and mask("email", "x@y.org") != mask(
+        "email", "z@y.org"
+    )
+
+
+def test_taxonomy_rules():
+    from leaklab.memorization.extraction import taxonomy
+
+    assert taxonomy("# Copyright 2001 Python Software Foundation\n# Licensed under the PSF licence") == [
+        "licence"
+    ]
+    assert taxonomy("import os\nimport sys\nfrom a import b\nx = 1") == ["import"]
+    assert taxonomy('def f(x):\n"""Doc."""\nreturn x') == ["definition", "docstring"]
+    assert taxonomy("A = 1\nB = 'two'\n'key': 3,\nfoo(x)") == ["configuration"]
+    assert taxonomy("foo(x)\nbar(y)") == ["other"]
+
+
+def test_corpus_errors_and_skipped_files(tmp_path):
+    from leaklab.errors import InputError
+    from leaklab.memorization.extraction import load_corpus
+
+    with pytest.raises(InputError, match="does not exist"):
+        load_corpus(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "x.bin").write_bytes(b"\x00")
+    with pytest.raises(InputError, match="holds no text"):
+        load_corpus(str(tmp_path / "empty"))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "a.py").write_text(DOC_A)
+    (tmp_path / "c" / "latin.py").write_bytes("caf\xe9 = 1\n".encode("latin-1"))
+    (tmp_path / "c" / "d.jsonl").write_text('{"text": "x = 1"}\nnot json\n{"id": 3}\n')
+    corpus = load_corpus(str(tmp_path / "c"))
+    assert [n for n, _ in corpus.documents] == ["a.py", "d.jsonl:1"]
+    assert corpus.skipped == {"not utf-8": 1, "jsonl line without text": 2}

@@ -32,7 +32,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -152,6 +152,9 @@ class HFGenerator:
     prefill_tokens  padded tokens per prefill chunk (bounds activation memory);
     preallocate, drop_finished, sort_by_length: the levers described in the module docstring,
                     switchable so the benchmark can measure each.
+    top_k           sample among the k most likely tokens only (0: all; extraction audits use 5-40);
+    logits_processor  `f(step, logits) -> logits` applied before each sampling step (step 0 = the first
+                    new token), e.g. a temperature that decays over the first tokens.
     """
 
     def __init__(
@@ -164,8 +167,12 @@ class HFGenerator:
         preallocate: bool = True,
         drop_finished: bool = True,
         sort_by_length: bool = True,
+        top_k: int = 0,
+        logits_processor: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
     ):
         self.model = model.eval()
+        self.top_k = top_k
+        self.logits_processor = logits_processor
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.prefill_tokens = prefill_tokens
@@ -267,6 +274,9 @@ class HFGenerator:
     ) -> torch.Tensor:
         if temperature == 0:
             return logits.argmax(dim=-1)
+        if 0 < self.top_k < logits.shape[-1]:
+            kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits / temperature, dim=-1)
         if self.top_p < 1.0:
             sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
@@ -295,6 +305,8 @@ class HFGenerator:
         active = list(range(batch))  # which original rows the current batch rows are
 
         for step in range(max_new_tokens):
+            if self.logits_processor is not None:
+                logits = self.logits_processor(step, logits)
             next_tokens = self._next_tokens(logits, temperature, generator)
             for k, row in enumerate(active):
                 if finished[row] is not None:

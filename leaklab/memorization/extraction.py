@@ -1,0 +1,366 @@
+"""Extraction audit (METHODS.md §6): sample a model, find what it reproduces from its corpus, rank, classify.
+
+The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extraction.py`) strings together:
+
+- corpora: `load_corpus` gives named documents (the builtin corpus, a file or a directory); the
+  clone index over them is `leaklab.memorization.clones`.
+- sampling: four strategies, each with top-k sampling, through the shared generation engine:
+    non_prompt          the start token only;
+    temperature_decay   the same start, temperature 20 falling linearly to 1 over the first 20 new
+                        tokens, then 1 (a logits processor), so samples start diverse and end fluent;
+    prompt_conditioned  function definitions (signature line(s)) parsed from held-out files;
+    two_step            the most frequent snippet found by non_prompt sampling, as the prompt.
+- ranking without the corpus, from one batched token-statistics pass per model: PPL, PPL ratio
+  (log PPL of the model / log PPL of a reference model), PPL / zlib ratio (log PPL / zlib-compressed
+  bytes) and the average PPL of sliding windows of 6 lines (stride 1). Every score is oriented so that
+  higher means "more likely memorised" (the negated quantity: memorised text has low perplexity).
+- sensitive content: e-mail addresses, IPv4 addresses and key-like strings found by patterns (the
+  `detect-secrets` library is not used: patterns keep the dependency list short and the matches
+  explainable); a value counts only when the same string occurs in the corpus, and it is never
+  written out: `mask` replaces it by its kind, length and a short hash.
+- taxonomy: each memorised snippet tagged by rules (licence header, import block, definition,
+  docstring, configuration, other).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import re
+import sysconfig
+import zlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from leaklab.errors import InputError
+
+STRATEGIES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step")
+RANKINGS = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
+TEXT_SUFFIXES = (".py", ".txt", ".md", ".jsonl", ".json")
+WINDOW_LINES = 6
+
+
+# --------------------------------------------------------------------------- corpora
+
+
+def builtin_documents() -> list[tuple[str, str]]:
+    """The builtin corpus (what the tiny model pretrains on) as (name, text): the same texts, in the same
+    order, as `leaklab.data.corpora.builtin_corpus_texts`, named by file or pydoc topic."""
+    from pydoc_data.topics import topics
+
+    from leaklab.data.corpora import stdlib_source_files
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    docs = []
+    for path in stdlib_source_files():
+        try:
+            docs.append((path.relative_to(root).as_posix(), path.read_text(encoding="utf-8")))
+        except (UnicodeDecodeError, OSError):
+            continue
+    docs.extend((f"pydoc:{key}", topics[key]) for key in sorted(topics))
+    return [(name, text) for name, text in docs if text.strip()]
+
+
+def held_out_files() -> list[Path]:
+    """Python files next to the builtin corpus that it leaves out (the stdlib's test suites): the tiny
+    model never saw them, so their function definitions are fair prompts."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out = []
+    for path in root.rglob("*.py"):
+        parts = set(path.relative_to(root).parts[:-1])
+        if parts & {"site-packages", "dist-packages", "__pycache__"}:
+            continue
+        if parts & {"test", "tests", "idle_test"} or path.name.startswith("test_"):
+            out.append(path)
+    return sorted(out)
+
+
+@dataclass
+class Corpus:
+    documents: list[tuple[str, str]]
+    skipped: Counter = field(default_factory=Counter)  # files left out, by reason
+
+
+def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
+    """`builtin`, a text file, a JSONL file (a "text", "content" or "code" field per line) or a directory
+    (every .py/.txt/.md/.jsonl/.json file below it). Files that are not UTF-8 are counted and skipped;
+    a path that does not exist, or holds no text, is one InputError naming `key`."""
+    if source == "builtin":
+        return Corpus(builtin_documents())
+    path = Path(source).expanduser()
+    if not path.exists():
+        raise InputError(f"{key}: {source} does not exist (give 'builtin', a file or a directory)")
+    files = (
+        sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+        if path.is_dir()
+        else [path]
+    )
+    docs: list[tuple[str, str]] = []
+    skipped: Counter = Counter()
+    for file in files:
+        name = file.relative_to(path).as_posix() if path.is_dir() else file.name
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            skipped["not utf-8"] += 1
+            continue
+        if file.suffix == ".jsonl":
+            for n, line in enumerate(text.splitlines(), start=1):
+                try:
+                    row = json.loads(line) if line.strip() else None
+                except json.JSONDecodeError:
+                    row = None
+                value = next(
+                    (
+                        row[k]
+                        for k in ("text", "content", "code")
+                        if isinstance(row, dict) and isinstance(row.get(k), str)
+                    ),
+                    None,
+                )
+                if value is None:
+                    skipped["jsonl line without text"] += bool(line.strip())
+                    continue
+                docs.append((f"{name}:{n}", value))
+        else:
+            docs.append((name, text))
+    docs = [(n, t) for n, t in docs if t.strip()]
+    if not docs:
+        raise InputError(
+            f"{key}: {source} holds no text ({', '.join(TEXT_SUFFIXES)} files, UTF-8, not empty)"
+            + (f"; skipped {dict(skipped)}" if skipped else "")
+        )
+    return Corpus(docs, skipped)
+
+
+# --------------------------------------------------------------------------- sampling
+
+
+class TemperatureDecay:
+    """Logits processor: divide by a temperature that falls linearly from `start` to `end` over the first
+    `steps` new tokens, then stays at `end` (the sampler then applies temperature 1)."""
+
+    def __init__(self, start: float = 20.0, end: float = 1.0, steps: int = 20):
+        self.start, self.end, self.steps = start, end, steps
+
+    def temperature(self, step: int) -> float:
+        if step >= self.steps:
+            return self.end
+        return self.start + (self.end - self.start) * step / self.steps
+
+    def __call__(self, step: int, logits):
+        return logits / self.temperature(step)
+
+
+def start_prompt(tokenizer) -> str:
+    """The 'no prompt' prompt: the empty string when the tokenizer adds a start token itself, else the
+    text of its BOS (or EOS) token, so generation starts from one special token either way."""
+    if tokenizer("")["input_ids"]:
+        return ""
+    token = tokenizer.bos_token or tokenizer.eos_token
+    if token is None:
+        raise InputError(
+            "extraction: the tokenizer has neither a BOS nor an EOS token to start non-prompt sampling"
+        )
+    return token
+
+
+def function_definitions(sources: Sequence[tuple[str, str]], n: int, seed: int = 0) -> list[str]:
+    """Up to `n` function definitions (decorators + signature, up to the colon) from Python sources, drawn
+    at random with `seed` (one per function; sources that do not parse are skipped)."""
+    found = []
+    for _name, text in sources:
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        lines = text.splitlines()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                body = node.body[0].lineno
+                header = lines[first - 1 : max(first, body - 1)]
+                if header and header[-1].rstrip().endswith(":"):
+                    found.append("\n".join(header) + "\n")
+    rng = np.random.default_rng(seed)
+    if len(found) > n:
+        found = [found[i] for i in sorted(rng.choice(len(found), n, replace=False))]
+    return found
+
+
+@dataclass
+class Sample:
+    strategy: str
+    top_k: int
+    prompt: str
+    text: str  # the generated continuation (the prompt not included)
+
+
+def sample(
+    model,
+    tokenizer,
+    strategy: str,
+    top_k: int,
+    n: int,
+    max_new_tokens: int,
+    *,
+    prompts: Sequence[str] = (),
+    batch_size: int = 32,
+    seed: int = 0,
+) -> list[Sample]:
+    """`n` sampled continuations for one strategy and top-k, batched through the generation engine.
+    non_prompt / temperature_decay ignore `prompts`; prompt_conditioned cycles through them; two_step
+    takes `prompts[0]` (the snippet) for all `n`."""
+    from leaklab.signals.generation import HFGenerator
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown sampling strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    processor = TemperatureDecay() if strategy == "temperature_decay" else None
+    generator = HFGenerator(model, tokenizer, batch_size=batch_size, top_k=top_k, logits_processor=processor)
+    if strategy in ("non_prompt", "temperature_decay"):
+        chosen, per_prompt = [start_prompt(tokenizer)], n
+    elif strategy == "two_step":
+        chosen, per_prompt = list(prompts[:1]), n
+    else:
+        chosen = [prompts[i % len(prompts)] for i in range(n)] if prompts else []
+        per_prompt = 1
+    if not chosen or n == 0:
+        return []
+    results = generator.generate(chosen, max_new_tokens, temperature=1.0, n=per_prompt, seed=seed)
+    return [
+        Sample(strategy, top_k, p, c.text) for p, completions in zip(chosen, results) for c in completions
+    ]
+
+
+# --------------------------------------------------------------------------- ranking without the corpus
+
+
+def newline_counts(tokenizer) -> np.ndarray:
+    """Newlines in the text of each token id (to place tokens on lines without re-tokenising)."""
+    return np.array([tokenizer.decode([i]).count("\n") for i in range(len(tokenizer))], dtype=np.int64)
+
+
+def window_ppl(
+    logprob: np.ndarray, token_ids: np.ndarray, newlines: np.ndarray, lines: int = WINDOW_LINES
+) -> float:
+    """Average perplexity over windows of `lines` consecutive lines (stride one line), from the per-token
+    log-probs of one pass. A token belongs to the line it starts on; lines without a scored token add
+    nothing to a window; a text of fewer lines is one window. NaN when nothing was scored."""
+    if len(logprob) == 0:
+        return math.nan
+    ids = np.clip(token_ids, 0, len(newlines) - 1)
+    line = np.concatenate([[0], np.cumsum(newlines[ids])[:-1]])
+    n_lines = int(line[-1]) + 1
+    sums = np.bincount(line, weights=-logprob.astype(np.float64), minlength=n_lines)
+    counts = np.bincount(line, minlength=n_lines).astype(np.float64)
+    width = min(lines, n_lines)
+    c_sum = np.concatenate([[0.0], np.cumsum(sums)])
+    c_cnt = np.concatenate([[0.0], np.cumsum(counts)])
+    w_sum = c_sum[width:] - c_sum[:-width]
+    w_cnt = c_cnt[width:] - c_cnt[:-width]
+    keep = w_cnt > 0
+    return float(np.exp(w_sum[keep] / w_cnt[keep]).mean())
+
+
+def zlib_bytes(text: str) -> int:
+    return len(zlib.compress(text.encode("utf-8")))
+
+
+def ranking_scores(
+    stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None
+) -> dict[str, np.ndarray]:
+    """Per text, each ranking metric oriented higher = more likely memorised (NaN where undefined: an
+    empty text, or no reference model for ppl_ratio)."""
+    nll = np.array([s.nll() for s in stats])
+    out = {
+        "ppl": -np.exp(nll),
+        "ppl_zlib": -nll / np.array([max(1, zlib_bytes(t)) for t in texts]),
+        "window_ppl": -np.array([window_ppl(s.logprob, s.token_ids, newlines) for s in stats]),
+        "ppl_ratio": np.full(len(stats), math.nan),
+    }
+    if reference_stats is not None:
+        ref = np.array([s.nll() for s in reference_stats])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out["ppl_ratio"] = -(nll / ref)
+    return out
+
+
+# --------------------------------------------------------------------------- sensitive content
+
+SECRET_PATTERNS = {
+    "email": re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b"),
+    "ipv4": re.compile(
+        r"(?<![\d.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\d.])"
+    ),
+    "aws_key": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    "private_key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    # A quoted value assigned to a name that says it is secret: the value is what counts.
+    "assigned_secret": re.compile(
+        r"(?i)(?:api[_-]?key|secret|token|passw(?:or)?d)\w*\s*[:=]\s*['\"]([^'\"\s]{8,})['\"]"
+    ),
+    # Long hexadecimal strings (hashes, keys): 32+ hex digits in quotes.
+    "hex_key": re.compile(r"['\"]([0-9a-fA-F]{32,})['\"]"),
+}
+
+
+def find_secrets(text: str) -> list[tuple[str, str]]:
+    """(kind, value) of every pattern match in a text (the value is the group when the pattern has one)."""
+    out = []
+    for kind, pattern in SECRET_PATTERNS.items():
+        for m in pattern.finditer(text):
+            out.append((kind, m.group(1) if pattern.groups else m.group(0)))
+    return out
+
+
+def corpus_secrets(documents: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Every (kind, value) the patterns find in the corpus: an output's match counts only if it is here."""
+    return {s for _, text in documents for s in find_secrets(text)}
+
+
+def mask(kind: str, value: str) -> str:
+    """What a report shows instead of a value: its kind, length and a short hash (same value, same mask)."""
+    return f"<{kind} len={len(value)} sha={hashlib.sha256(value.encode()).hexdigest()[:8]}>"
+
+
+def mask_text(text: str) -> str:
+    """The text with every pattern match masked (any match, in the corpus or not)."""
+    for kind, value in sorted(set(find_secrets(text)), key=lambda s: -len(s[1])):
+        text = text.replace(value, mask(kind, value))
+    return text
+
+
+# --------------------------------------------------------------------------- taxonomy
+
+TAGS = ("licence", "import", "definition", "docstring", "configuration", "other")
+_LICENCE = re.compile(r"(?i)copyright|licen[cs]e|all rights reserved|spdx-|permission is hereby granted")
+_IMPORT = re.compile(r"^(?:import \S|from \S+ import )")
+_DEFINITION = re.compile(r"^(?:async def |def |class |@\w)")
+_ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][\w.]*\s*(?::[^=]+)?=\s*\S|['\"][^'\"]+['\"]\s*:\s*\S)")
+
+
+def taxonomy(snippet: str) -> list[str]:
+    """Rule-based tags of a memorised snippet (normalised lines); ['other'] when no rule fires.
+
+    licence: a copyright / licence phrase; import: half or more of the lines import; definition: a
+    def/class/decorator line; docstring: a triple quote or a doctest prompt; configuration: half or
+    more of the lines assign a value or are dict entries (settings tables, constant blocks).
+    """
+    lines = snippet.splitlines() or [""]
+    tags = []
+    if _LICENCE.search(snippet):
+        tags.append("licence")
+    if sum(bool(_IMPORT.match(x)) for x in lines) * 2 >= len(lines):
+        tags.append("import")
+    if any(_DEFINITION.match(x) for x in lines):
+        tags.append("definition")
+    if '"""' in snippet or "'''" in snippet or any(x.startswith(">>>") for x in lines):
+        tags.append("docstring")
+    if sum(bool(_ASSIGNMENT.match(x)) for x in lines) * 2 >= len(lines):
+        tags.append("configuration")
+    return tags or ["other"]
