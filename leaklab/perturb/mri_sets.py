@@ -38,7 +38,7 @@ from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_ato
 STORE_VERSION = 1
 SET_CODE = tuple(
     Path(__file__).with_name(f"{name}.py")
-    for name in ("rewriting", "mutation", "examples", "mri_sets", "mri_llm")
+    for name in ("rewriting", "unittest_rewrite", "mutation", "examples", "mri_sets", "mri_llm")
 )
 RUN_FILE = "perturbed.jsonl"  # <run>/perturbed.jsonl: the run's copy (its tasks only)
 RUN_SUMMARY = "perturbed_summary.json"
@@ -146,7 +146,7 @@ def build_perturbed_sets(
             timeout_s=timeout_s,
         )
     else:
-        rewrites = rewrite_tasks(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
+        rewrites = rule_rewrites(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
     if llm is not None and llm.judge != "off":
         judge_rewrites(tasks, rewrites, llm, log)
     sets = []
@@ -173,6 +173,27 @@ def build_perturbed_sets(
         f"{sum(s.rewrite is not None for s in sets)} rewritten, {sum(s.mutation is not None for s in sets)} mutated"
     )
     return sets
+
+
+def rule_rewrites(
+    tasks: Sequence[Task], sandbox, *, seed: int, per_type: int, timeout_s: float
+) -> list[Rewrite]:
+    """The rule-based rewrites of `tasks` in their order: unittest tasks (BigCodeBench) by regenerating
+    their tests' asserted literals (`unittest_rewrite`), every other task by recomputing its call
+    outputs (`rewriting`)."""
+    from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
+
+    units = [i for i, t in enumerate(tasks) if t.test_type == "unittest"]
+    others = [i for i, t in enumerate(tasks) if t.test_type != "unittest"]
+    out: list[Rewrite | None] = [None] * len(tasks)
+    settings = {"seed": seed, "per_type": per_type, "timeout_s": timeout_s}
+    if others:
+        for i, rw in zip(others, rewrite_tasks([tasks[i] for i in others], sandbox, **settings)):
+            out[i] = rw
+    if units:
+        for i, rw in zip(units, rewrite_unittest_tasks([tasks[i] for i in units], sandbox, **settings)):
+            out[i] = rw
+    return out
 
 
 def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmBackend, log=print) -> None:
