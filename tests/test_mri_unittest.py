@@ -116,3 +116,21 @@ def test_bigcodebench_recipes_evaluate_mri(name):
 
     recipe = load_recipe(name, [f"data.path={FIXTURE}"])
     assert "mri" in recipe.evaluate.evaluations and recipe.evaluate.mri.max_new_tokens == 1024
+
+
+def test_an_llm_rewrite_of_a_unittest_task_goes_through_the_same_checks(sandbox):
+    from test_mri_perturb import _Scripted
+
+    from leaklab.perturb.mri_llm import llm_rewrites
+
+    statement = LONG_WORDS.prompt.replace("longer than n", "at least n")
+    body = LONG_WORDS.solution.replace("len(w) > n", "len(w) >= n")
+    good = f"<type>constraint change</type>\n<code>\n{statement}{body}</code>\n<task>\n{statement}</task>"
+    same = good.replace("len(w) >= n", "n < len(w)")  # the same behaviour written otherwise
+    results = llm_rewrites([LONG_WORDS, LONG_WORDS], _Scripted([good, same]), sandbox)
+    new = results[0].task
+    assert new is not None and results[0].logic_type == "constraint_change" and new.test_type == "unittest"
+    assert "at least n" in new.prompt and ">>>" not in new.prompt  # the stale example is gone
+    mine, original = check_many([(new, new.solution), (new, LONG_WORDS.solution)], sandbox)
+    assert mine.passed and not original.passed
+    assert results[1].task is None and results[1].rejections[-1]["reason"] == "equivalent"

@@ -206,11 +206,14 @@ def llm_rewrites(
 
     results = [Rewrite(t.task_id) for t in tasks]
     replies = generator.generate([render(rewrite_prompt(t)) for t in tasks], max_new_tokens, (), 0.0)
-    plans, jobs = [], []
+    plans, jobs, units = [], [], {}
     for i, (task, completions) in enumerate(zip(tasks, replies)):
         proposal, why = read_rewrite(task, completions[0].text if completions else "")
         if proposal is None:
             results[i].rejections.append({"type": "llm", "reason": "unreadable", "detail": why})
+            continue
+        if task.test_type == "unittest":  # no call inputs: its asserted literals are regenerated instead
+            units[i] = proposal
             continue
         try:
             inputs = call_inputs(task)
@@ -260,7 +263,26 @@ def llm_rewrites(
                 "change": "LLM rewrite",
             },
         )
+    if units:
+        _unittest_rewrites(tasks, units, sandbox, results, timeout_s)
     return results
+
+
+def _unittest_rewrites(tasks, proposals: dict[int, Proposal], sandbox, results, timeout_s: float) -> None:
+    """LLM rewrites of unittest tasks through `unittest_rewrite`'s checks (regenerated asserted literals,
+    the rewrite passes them and the original fails them under the real judge)."""
+    from leaklab.perturb.unittest_rewrite import Candidate, regenerable_sites, validate_candidates
+
+    order = sorted(proposals)
+    subset = [tasks[i] for i in order]
+    mine = [results[i] for i in order]
+    sites = regenerable_sites(subset, sandbox, mine, timeout_s)
+    candidates = []
+    for i in order:
+        p, task = proposals[i], tasks[i]
+        program = p.prompt + p.solution if task.prompt_is_code else p.solution
+        candidates.append([Candidate(p.logic_type, program, p.solution, p.prompt, "LLM rewrite")])
+    validate_candidates(subset, sites, candidates, sandbox, mine, timeout_s)
 
 
 # --------------------------------------------------------------------------- the judge of a rewrite

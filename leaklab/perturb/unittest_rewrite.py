@@ -163,45 +163,49 @@ def drop_examples(prompt: str) -> tuple[str, int]:
     return text, dropped
 
 
-def rewrite_unittest_tasks(
-    tasks: Sequence[Task], sandbox, *, seed: int = 0, per_type: int = 2, timeout_s: float = 5.0
-) -> list[Rewrite]:
-    """One validated rewrite per unittest task (or None with the reasons), in the order of `tasks`."""
-    from leaklab.execution.correctness import check_many
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One proposed rewrite of a unittest task, from the rules or an LLM."""
+
+    logic_type: str
+    program: str  # the whole program the tests run against
+    solution: str  # what completes `prompt`
+    prompt: str  # the new statement (examples not yet dropped)
+    change: str  # the sentence that names the change (Rewrite.change)
+
+
+def regenerable_sites(
+    tasks: Sequence[Task], sandbox, results: list[Rewrite], timeout_s: float
+) -> list[dict | None]:
+    """Per task, {site index: the original's value} of the asserted literals that can be regenerated
+    (None, with the rejection recorded, where there are none or the original fails its tests)."""
     from leaklab.execution.sandbox import FunctionCalls
 
-    results = [Rewrite(t.task_id) for t in tasks]
-    plans: list[dict | None] = [None] * len(tasks)
-    jobs = []
+    found: list[dict | None] = [None] * len(tasks)
+    at, jobs = {}, []
     for i, task in enumerate(tasks):
         try:
-            tree = ast.parse(task.tests)
+            sites = literal_sites(ast.parse(task.tests))
         except (SyntaxError, ValueError) as err:
             results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": f"the tests do not parse: {err}"[:200]})  # fmt: skip
             continue
-        sites = literal_sites(tree)
         if not sites:
             why = "no self.assertEqual(..., literal) in the tests to regenerate"
             results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": why})
             continue
-        plans[i] = {"sites": sites, "job": len(jobs)}
+        at[i] = (sites, len(jobs))
         jobs.append(
             FunctionCalls(task.program() + RUNNER_SOURCE, RUNNER, [[instrumented(task.tests)]], timeout_s)
         )
     ran = sandbox.run_jobs(jobs)
-
-    jobs = []
-    for i, (task, plan) in enumerate(zip(tasks, plans)):
-        if plan is None:
-            continue
-        records, problems, why = _values(ran[plan["job"]])
+    for i, (sites, j) in at.items():
+        records, problems, why = _values(ran[j])
         if records is None or problems:
             detail = why or f"the canonical solution fails its instrumented tests: {problems[:2]}"
             results[i].rejections.append({"type": "any", "reason": "original_fails", "detail": detail[:200]})
-            plans[i] = None
             continue
         keep = {}
-        for k, (call, lit) in enumerate(plan["sites"]):
+        for k, (call, lit) in enumerate(sites):
             got = records.get(str(k), [])
             ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
             if ok and value == _literal(call.args[lit])[1]:
@@ -209,77 +213,70 @@ def rewrite_unittest_tasks(
         if not keep:
             why = "no asserted literal is checked once with a value that reads back as a literal"
             results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": why})
-            plans[i] = None
             continue
-        plan["original"] = keep
-        rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
-        try:
-            sites = candidate_edits(task, rng)
-        except NotRewritable as err:
-            results[i].rejections.append(
-                {"type": "any", "reason": "not_rewritable", "detail": str(err)[:200]}
-            )
-            plans[i] = None
+        found[i] = keep
+    return found
+
+
+def validate_candidates(
+    tasks: Sequence[Task],
+    sites: Sequence[dict | None],
+    candidates: Sequence[Sequence[Candidate]],
+    sandbox,
+    results: list[Rewrite],
+    timeout_s: float,
+) -> None:
+    """Run every candidate on its task's instrumented tests, regenerate the asserted literals, and keep
+    per task the first candidate (in the given order) that the real judge then confirms: it passes the
+    regenerated suite and the original solution fails it. Outcomes and rejections go into `results`."""
+    from leaklab.execution.correctness import check_many
+    from leaklab.execution.sandbox import FunctionCalls
+
+    jobs, where = [], []
+    for i, (task, keep) in enumerate(zip(tasks, sites)):
+        if keep is None:
             continue
         tests = instrumented(task.tests, set(keep))
-        order = list(LOGIC_TYPES)
-        rng.shuffle(order)
-        plan["candidates"] = []
-        for logic_type in order:
-            if not sites[logic_type]:
-                results[i].rejections.append({"type": logic_type, "reason": "no_site", "detail": "no place in the solution to apply it"})  # fmt: skip
-            for edit in sites[logic_type][:per_type]:
-                try:
-                    program, solution = edited_task(task, edit)
-                    ast.parse(program)
-                except (NotRewritable, SyntaxError, ValueError) as err:
-                    results[i].rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})  # fmt: skip
-                    continue
-                plan["candidates"].append((edit, solution, len(jobs)))
-                jobs.append(FunctionCalls(program + RUNNER_SOURCE, RUNNER, [[tests]], timeout_s))
+        for cand in candidates[i]:
+            where.append((i, cand))
+            jobs.append(FunctionCalls(cand.program + RUNNER_SOURCE, RUNNER, [[tests]], timeout_s))
     ran = sandbox.run_jobs(jobs)
 
-    # Accepted by the recordings; each task's candidates in order until one survives the real judge.
-    pending: dict[int, list] = {}
-    for i, plan in enumerate(plans):
-        if plan is None:
+    recorded = []  # (i, candidate, new task) that the recordings accept
+    for (i, cand), result in zip(where, ran):
+        kind = cand.logic_type
+        results[i].tried[kind] = results[i].tried.get(kind, 0) + 1
+        records, problems, why = _values(result)
+        if records is None or problems:
+            # A candidate that breaks an assertion leaklab cannot regenerate (np.testing, assertTrue,
+            # assertRaises, a literal checked in a loop) is no valid rewrite of this task.
+            reason = "other_asserts" if problems else ("timeout" if "time" in why.lower() else "crashes")
+            detail = why or f"an assertion that is not regenerated fails: {problems[:2]}"
+            results[i].rejections.append({"type": kind, "reason": reason, "detail": detail[:200]})
             continue
-        for edit, solution, j in plan["candidates"]:
-            kind = edit.logic_type
-            results[i].tried[kind] = results[i].tried.get(kind, 0) + 1
-            records, problems, why = _values(ran[j])
-            if records is None or problems:
-                # A candidate that breaks an assertion leaklab cannot regenerate (np.testing, assertTrue,
-                # assertRaises, a literal checked in a loop) is no valid rewrite of this task.
-                reason = "other_asserts" if problems else ("timeout" if "time" in why.lower() else "crashes")
-                detail = why or f"an assertion that is not regenerated fails: {problems[:2]}"
-                results[i].rejections.append({"type": kind, "reason": reason, "detail": detail[:200]})
-                continue
-            new_values = {}
-            for k in plan["original"]:
-                got = records.get(str(k), [])
-                ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
-                if not ok:
-                    break
+        new_values = {}
+        for k in sites[i]:
+            got = records.get(str(k), [])
+            ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
+            if ok:
                 new_values[k] = value
-            if len(new_values) < len(plan["original"]):
-                detail = "an asserted value is not a literal or was checked more than once"
-                results[i].rejections.append({"type": kind, "reason": "not_literal", "detail": detail})
-                continue
-            if all(_same(new_values[k], v) for k, v in plan["original"].items()):
-                detail = "same value as the original at every asserted literal"
-                results[i].rejections.append({"type": kind, "reason": "equivalent", "detail": detail})
-                continue
-            pending.setdefault(i, []).append((edit, solution, new_values))
+        if len(new_values) < len(sites[i]):
+            detail = "an asserted value is not a literal or was checked more than once"
+            results[i].rejections.append({"type": kind, "reason": "not_literal", "detail": detail})
+            continue
+        if all(_same(new_values[k], v) for k, v in sites[i].items()):
+            detail = "same value as the original at every asserted literal"
+            results[i].rejections.append({"type": kind, "reason": "equivalent", "detail": detail})
+            continue
+        recorded.append((i, cand, _new_task(tasks[i], cand, new_values)))
 
     # The real judge on every candidate the recordings accepted (as `rewriting` counts every candidate
     # that passes); each task keeps the first in its order that passes.
-    order = [(i, edit, solution, _new_task(tasks[i], edit, solution, values)) for i, queue in pending.items() for edit, solution, values in queue]  # fmt: skip
-    items = [pair for i, _, solution, new in order for pair in ((new, solution), (new, tasks[i].solution))]
+    items = [pair for i, cand, new in recorded for pair in ((new, cand.solution), (new, tasks[i].solution))]
     verdicts = check_many(items, sandbox, timeout_s=timeout_s)
-    for n, (i, edit, _, new_task) in enumerate(order):
+    for n, (i, cand, new_task) in enumerate(recorded):
         mine, original = verdicts[2 * n], verdicts[2 * n + 1]
-        kind = edit.logic_type
+        kind = cand.logic_type
         if not mine.passed or original.passed:
             detail = (
                 f"the rewrite fails its regenerated tests: {mine.reason}"
@@ -290,8 +287,43 @@ def rewrite_unittest_tasks(
             continue
         results[i].accepted[kind] = results[i].accepted.get(kind, 0) + 1
         if results[i].task is None:
-            results[i].task, results[i].logic_type = new_task, kind
-            results[i].change = change_sentence(edit)
+            results[i].task, results[i].logic_type, results[i].change = new_task, kind, cand.change
+
+
+def rewrite_unittest_tasks(
+    tasks: Sequence[Task], sandbox, *, seed: int = 0, per_type: int = 2, timeout_s: float = 5.0
+) -> list[Rewrite]:
+    """One validated rule-based rewrite per unittest task (or None with the reasons), in order."""
+    results = [Rewrite(t.task_id) for t in tasks]
+    sites = regenerable_sites(tasks, sandbox, results, timeout_s)
+    candidates: list[list[Candidate]] = [[] for _ in tasks]
+    for i, task in enumerate(tasks):
+        if sites[i] is None:
+            continue
+        rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
+        try:
+            edits = candidate_edits(task, rng)
+        except NotRewritable as err:
+            results[i].rejections.append(
+                {"type": "any", "reason": "not_rewritable", "detail": str(err)[:200]}
+            )
+            sites[i] = None
+            continue
+        order = list(LOGIC_TYPES)
+        rng.shuffle(order)
+        for logic_type in order:
+            if not edits[logic_type]:
+                results[i].rejections.append({"type": logic_type, "reason": "no_site", "detail": "no place in the solution to apply it"})  # fmt: skip
+            for edit in edits[logic_type][:per_type]:
+                try:
+                    program, solution = edited_task(task, edit)
+                    ast.parse(program)
+                except (NotRewritable, SyntaxError, ValueError) as err:
+                    results[i].rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})  # fmt: skip
+                    continue
+                prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
+                candidates[i].append(Candidate(logic_type, program, solution, prompt, change_sentence(edit)))
+    validate_candidates(tasks, sites, candidates, sandbox, results, timeout_s)
     return results
 
 
@@ -299,21 +331,19 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _new_task(task: Task, edit, solution: str, new_values: dict[int, Any]) -> Task:
-    prompt, dropped = drop_examples(task.prompt)
-    probe = dataclasses.replace(task, prompt=prompt)
-    prompt = state_change(prompt, _docstring_span(probe), change_sentence(edit))
+def _new_task(task: Task, cand: Candidate, new_values: dict[int, Any]) -> Task:
+    prompt, dropped = drop_examples(cand.prompt)
     return dataclasses.replace(
         task,
         task_id=f"{task.task_id}/rewrite",
         prompt=prompt,
-        solution=solution,
+        solution=cand.solution,
         tests=regenerated(task.tests, new_values),
         metadata={
             **task.metadata,
             "rewrite_of": task.task_id,
-            "logic_type": edit.logic_type,
-            "change": change_sentence(edit),
+            "logic_type": cand.logic_type,
+            "change": cand.change,
             "regenerated_asserts": len(new_values),
             "examples_dropped": dropped,
         },
