@@ -32,6 +32,8 @@ from leaklab.evaluations.accuracy import AccuracyConfig
 from leaklab.evaluations.accuracy import validate_config as validate_accuracy
 from leaklab.evaluations.counterfactual import CounterfactualConfig
 from leaklab.evaluations.counterfactual import validate_config as validate_counterfactual
+from leaklab.evaluations.extraction import ExtractionConfig
+from leaklab.evaluations.extraction import validate_config as validate_extraction
 from leaklab.evaluations.mri import MriConfig
 from leaklab.evaluations.mri import validate_config as validate_mri
 from leaklab.execution.config import ExecutionConfig
@@ -193,6 +195,8 @@ class EvaluateConfig:
     counterfactual: CounterfactualConfig = field(default_factory=CounterfactualConfig)
     # Settings of the mri evaluation (rewritten / mutated tasks, Sim, RAD, MRI, competence rule).
     mri: MriConfig = field(default_factory=MriConfig)
+    # Settings of the extraction evaluation (sampling strategies x top-k, clones against the corpus, rankings).
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
 
 
 @dataclass
@@ -502,6 +506,7 @@ def _validate(recipe: Recipe) -> list[str]:
     problems.extend(validate_accuracy(recipe.evaluate.accuracy))
     problems.extend(validate_counterfactual(recipe.evaluate.counterfactual))
     problems.extend(validate_mri(recipe.evaluate.mri))
+    problems.extend(validate_extraction(recipe.evaluate.extraction))
     if recipe.train.sft.mix_ratio < 0 or recipe.train.sft.validation_max_tasks < 1:
         problems.append("train.sft: mix_ratio must be >= 0 and validation_max_tasks >= 1")
     if recipe.evaluate.cv_folds < 2:

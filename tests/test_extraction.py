@@ -285,3 +285,97 @@ def test_corpus_errors_and_skipped_files(tmp_path):
     corpus = load_corpus(str(tmp_path / "c"))
     assert [n for n, _ in corpus.documents] == ["a.py", "d.jsonl:1"]
     assert corpus.skipped == {"not utf-8": 1, "jsonl line without text": 2}
+
+
+# --------------------------------------------------------------------------- the evaluation plug-in
+
+
+def _context(tmp_path, *overrides):
+    from leaklab.evaluations.base import EvalContext, EvalSet
+    from leaklab.recipe import load_recipe
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir(exist_ok=True)
+    (corpus / "a.py").write_text("AUTHOR = 'alice@example.org'\n" + DOC_A)
+    held = tmp_path / "held"
+    held.mkdir(exist_ok=True)
+    (held / "h.py").write_text("def held_out(x):\n    return x\n")
+    recipe = load_recipe(
+        "tiny_extraction",
+        [
+            f"evaluate.extraction.corpus={corpus}",
+            f"evaluate.extraction.held_out={held}",
+            "evaluate.extraction.n_outputs=3",
+            "evaluate.extraction.top_k=[5,40]",
+            "evaluate.extraction.max_new_tokens=8",
+            "evaluate.extraction.precision_k=4",
+            "evaluate.n_bootstrap=20",
+            *overrides,
+        ],
+    )
+    # Task "m" is in the corpus (a member), task "n" is not.
+    eval_set = EvalSet(["m", "n"], np.array([1, 0]), [DOC_A, DOC_B], ["", ""])
+    return EvalContext(recipe=recipe, run=None, eval_set=eval_set, log=lambda *a, **k: None)
+
+
+def test_evaluation_rows_for_crafted_outputs(tmp_path):
+    from leaklab.evaluations.extraction import Extraction
+    from leaklab.memorization.clones import find_clones
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path)
+    ext = Extraction()
+    ext.prepare(ctx)
+    texts = [
+        "AUTHOR = 'alice@example.org'\n" + "\n".join(DOC_A.splitlines()[:7]),  # memorised + a corpus secret
+        "contact = 'bob@example.org'\n\n"
+        + DOC_B,  # a non-member's text, not in the corpus; not a corpus secret
+        "",  # empty
+        "\xff\xfe not code ((",
+    ]
+    samples = [Sample("non_prompt", 5, "", t) for t in texts]
+    scores = {m: np.array([3.0, 2.0, 1.0, 0.0]) for m in ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")}
+    scores["ppl_ratio"][:] = np.nan
+    out = ext._output(
+        ctx.recipe, samples, find_clones(ext.index, texts), scores, find_clones(ext.tasks, texts)
+    )
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
+    assert got[("non_prompt/k=5", "n_outputs")] == 4 and got[("all", "n_outputs")] == 4
+    assert got[("all", "memorised_fraction")] == 0.25 and got[("all", "n_unique_snippets")] == 1
+    assert got[("all", "n_empty")] == 1 and got[("all", "n_not_python")] == 1  # the empty text parses
+    assert got[("all", "precision_at_4.ppl")] == 0.25 and got[("all", "precision_at_4.ppl_ratio")] is None
+    assert got[("all", "secrets.email")] == 1 and got[("all", "secrets_not_in_corpus")] == 1
+    assert got[("all", "taxonomy.configuration")] == 1
+    assert (got[("members", "n_extracted")], got[("non_members", "n_extracted")]) == (1, 1)
+    # The non-member's match is not in the corpus: the check says so (here by construction).
+    assert got[("non_members", "n_unexplained")] == 1
+    written = str(out.records)
+    assert "alice@example.org" not in written and "bob@example.org" not in written
+    assert Extraction().summary(out.rows).startswith("extraction: 25.0% of 4 outputs memorised")
+
+
+def test_evaluation_runs_on_a_model_with_every_strategy(tmp_path, small_lm):
+    from leaklab.evaluations.extraction import Extraction
+
+    model, tokenizer = small_lm
+    ctx = _context(tmp_path)
+    ext = Extraction()
+    ext.prepare(ctx)
+    assert ext.prompts == ["def held_out(x):\n"]
+    out = ext.evaluate(ctx, model, tokenizer, step=1)
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
+    for strategy in ("non_prompt", "temperature_decay", "prompt_conditioned"):
+        for k in (5, 40):
+            assert got[(f"{strategy}/k={k}", "n_outputs")] == 3
+    # A random model memorises nothing, so two_step has no snippet to prompt with and is left out.
+    assert ("two_step/k=5", "n_outputs") not in got and got[("all", "n_outputs")] == 18
+    assert len([r for r in out.records if r["record"] == "output"]) == 18
+
+
+def test_bad_corpus_settings_are_one_clear_error(tmp_path):
+    from leaklab.errors import InputError
+    from leaklab.evaluations.extraction import Extraction
+
+    ctx = _context(tmp_path, f"evaluate.extraction.corpus={tmp_path / 'missing'}")
+    with pytest.raises(InputError, match="evaluate.extraction.corpus: .*missing does not exist"):
+        Extraction().prepare(ctx)

@@ -1,0 +1,436 @@
+"""Extraction audit of every checkpoint (METHODS.md §6): what the model reproduces from its training corpus.
+
+Per checkpoint: sample `n_outputs` continuations for each sampling strategy x top-k
+(`leaklab/memorization/extraction.py`), find their Type-1 clones (>= `min_lines` whitespace-normalised
+lines shared verbatim) in the corpus with the line-hash index (`leaklab/memorization/clones.py`, built
+once per run), rank the outputs without the corpus (PPL, PPL ratio to the reference model, PPL/zlib,
+6-line sliding-window PPL; one batched token-statistics pass) and measure how many of each ranking's top
+`precision_k` are real clones.
+
+The corpus (`evaluate.extraction.corpus`): `auto` is what the run trained on, the mixed corpus
+(`mix.corpus`, which for the builtin tiny model is also its pretraining corpus) plus the member tasks;
+`builtin` or a path names another. In a run the benchmark's tasks are also indexed on their own, so each
+checkpoint reports how many members were extracted verbatim vs non-members. Non-members are not in the
+training corpus: each non-member match is checked against the corpus index (a match must be text that
+also occurs in the corpus; `n_unexplained` counts those that do not, which would be a bug).
+
+Rows (`column` = "<strategy>/k=<k>" for each cell, `all` pooled, and `members` / `non_members`):
+  n_outputs, n_empty, n_not_python (outputs that do not parse; counted, still matched), memorised_fraction
+  (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval),
+  frequency_spearman / frequency_pearson (snippet frequency in the corpus vs in the outputs);
+  `all` also: taxonomy.<tag> (unique snippets per tag), secrets.<kind> (distinct values found in outputs
+  that also occur in the corpus), secrets_not_in_corpus;
+  members / non_members: n_tasks, n_extracted, extracted_fraction; non_members also n_unexplained.
+Records (scores/step-N/extraction.jsonl), with every secret-like value masked: one per output
+(`record: output`), per unique snippet (`record: snippet`) and per extracted task (`record: task`).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from leaklab.evaluations.base import (
+    GENERATIONS,
+    REFERENCE_MODEL,
+    TOKEN_STATS,
+    EvalContext,
+    EvalOutput,
+    float_or_none,
+)
+
+STRATEGY_NAMES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step")
+RANKING_NAMES = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
+TEXT_CHARS = 2000  # of each output kept in the records
+
+
+@dataclass
+class ExtractionConfig:
+    """`evaluate.extraction` in a recipe."""
+
+    # auto: the run's training corpus (mix.corpus + member tasks); builtin; or a file / directory.
+    corpus: str = "auto"
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGY_NAMES))
+    top_k: list[int] = field(default_factory=lambda: [5, 10, 20, 40])  # one cell per strategy and k
+    n_outputs: int = 100  # samples per strategy and top-k
+    max_new_tokens: int = 256  # the paper: 256-1024
+    batch_size: int = 32  # rows decoded together
+    min_lines: int = 6  # a clone is at least this many normalised lines
+    # Where prompt_conditioned's function definitions come from: builtin (the stdlib test suites, which
+    # the builtin corpus leaves out) or a file / directory of Python files the model did not train on.
+    held_out: str = "builtin"
+    n_prompts: int = 200  # distinct function definitions drawn (cycled through for n_outputs)
+    precision_k: int = 100  # precision of each ranking's top k
+    seed: int = 0
+
+
+def validate_config(cfg: ExtractionConfig) -> list[str]:
+    problems = []
+    for s in cfg.strategies:
+        if s not in STRATEGY_NAMES:
+            problems.append(
+                f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGY_NAMES)})"
+            )
+    if "two_step" in cfg.strategies and "non_prompt" not in cfg.strategies:
+        problems.append(
+            "evaluate.extraction.strategies: two_step prompts with non_prompt's snippets; add non_prompt"
+        )
+    if not cfg.top_k or any(k < 1 for k in cfg.top_k):
+        problems.append(f"evaluate.extraction.top_k: a non-empty list of k >= 1, got {cfg.top_k}")
+    for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k"):
+        if getattr(cfg, key) < 1:
+            problems.append(f"evaluate.extraction.{key}: must be at least 1, got {getattr(cfg, key)}")
+    if cfg.min_lines < 2:
+        problems.append(f"evaluate.extraction.min_lines: must be at least 2, got {cfg.min_lines}")
+    return problems
+
+
+def cell(strategy: str, k: int) -> str:
+    return f"{strategy}/k={k}"
+
+
+def _row(column: str, metric: str, value, **params) -> dict[str, Any]:
+    return {"detector": None, "params": {"split": column, **params}, "column": column, "metric": metric,
+            "value": None if value is None else float_or_none(value)}  # fmt: skip
+
+
+def is_python(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+class Extraction:
+    name: ClassVar[str] = "extraction"
+
+    def __init__(self) -> None:
+        self.index = None  # the corpus's clone index
+        self.tasks = None  # the benchmark tasks' own index (members and non-members)
+        self.task_labels: list[int] = []
+        self.task_ids: list[str] = []
+        self.secrets: set = set()
+        self.prompts: list[str] = []
+        self._newlines = None
+
+    def specs(self, recipe) -> list[str]:
+        cfg = recipe.evaluate.extraction
+        cells = [cell(s, k) for s in cfg.strategies for k in cfg.top_k]
+        return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKING_NAMES]
+
+    def needs(self, recipe) -> set[str]:
+        return {GENERATIONS, TOKEN_STATS, REFERENCE_MODEL}
+
+    # ------------------------------------------------------------------ once per run
+
+    def prepare(self, ctx: EvalContext) -> None:
+        from leaklab.errors import InputError
+        from leaklab.memorization.clones import build_index
+        from leaklab.memorization.extraction import (
+            corpus_secrets,
+            function_definitions,
+            held_out_files,
+            load_corpus,
+        )
+
+        cfg = ctx.recipe.evaluate.extraction
+        source = ctx.recipe.mix.corpus if cfg.corpus == "auto" else cfg.corpus
+        key = (
+            "mix.corpus (evaluate.extraction.corpus=auto)"
+            if cfg.corpus == "auto"
+            else "evaluate.extraction.corpus"
+        )
+        try:
+            corpus = load_corpus(source, key)
+        except InputError as err:
+            raise InputError(f"{err} (evaluate.extraction.corpus takes a local file or directory)") from None
+        docs = list(corpus.documents)
+        eval_set = ctx.eval_set
+        if cfg.corpus == "auto" and eval_set is not None:
+            docs += [
+                (f"member:{i}", t) for i, t, y in zip(eval_set.task_ids, eval_set.texts, eval_set.labels) if y
+            ]
+        self.index = build_index(docs, min_lines=cfg.min_lines)
+        self.secrets = corpus_secrets(docs)
+        if eval_set is not None and len(eval_set.task_ids):
+            self.tasks = build_index(list(zip(eval_set.task_ids, eval_set.texts)), min_lines=cfg.min_lines)
+            by_id = dict(zip(eval_set.task_ids, (int(y) for y in eval_set.labels)))
+            self.task_ids = self.tasks.names
+            self.task_labels = [by_id[i] for i in self.task_ids]
+        if "prompt_conditioned" in cfg.strategies:
+            if cfg.held_out == "builtin":
+                rng = np.random.default_rng(cfg.seed)
+                files = held_out_files()
+                files = [files[i] for i in sorted(rng.choice(len(files), min(80, len(files)), replace=False))]
+                sources = [(f.name, f.read_text(encoding="utf-8", errors="replace")) for f in files]
+            else:
+                sources = load_corpus(cfg.held_out, "evaluate.extraction.held_out").documents
+            self.prompts = function_definitions(sources, cfg.n_prompts, cfg.seed)
+        ctx.log(
+            f"[leaklab] extraction: corpus {self.index.n_docs} documents, {len(self.index.lines):,} lines"
+            + (f" (skipped {dict(corpus.skipped)})" if corpus.skipped else "")
+            + f"; {len(self.prompts)} held-out function definitions"
+        )
+
+    # ------------------------------------------------------------------ per checkpoint
+
+    def _generate(self, ctx: EvalContext, model, tokenizer) -> list:
+        from leaklab.memorization.clones import find_clones, unique_snippets
+        from leaklab.memorization.extraction import sample
+
+        cfg = ctx.recipe.evaluate.extraction
+        samples = []
+        for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
+            for k in cfg.top_k:
+                samples += sample(model, tokenizer, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
+                                  prompts=self.prompts, batch_size=cfg.batch_size,
+                                  seed=cfg.seed + 1000 * si + k)  # fmt: skip
+        if "two_step" in cfg.strategies:
+            first = [s for s in samples if s.strategy == "non_prompt"]
+            snippets = unique_snippets(self.index, find_clones(self.index, [s.text for s in first]))
+            if snippets:
+                ctx.log(f"[leaklab] extraction: two_step prompts with a {snippets[0].n_lines}-line snippet")
+                for k in cfg.top_k:
+                    samples += sample(model, tokenizer, "two_step", k, cfg.n_outputs, cfg.max_new_tokens,
+                                      prompts=[snippets[0].text + "\n"], batch_size=cfg.batch_size,
+                                      seed=cfg.seed + 7000 + k)  # fmt: skip
+            else:
+                ctx.log("[leaklab] extraction: two_step skipped (non_prompt found no memorised snippet)")
+        return samples
+
+    def _scores(
+        self, ctx: EvalContext, model, tokenizer, texts: list[str], step: int
+    ) -> dict[str, np.ndarray]:
+        from leaklab.memorization.extraction import newline_counts, ranking_scores
+        from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
+
+        settings = ScoringSettings.from_config(ctx.recipe.evaluate)
+        settings = ScoringSettings(**{**settings.__dict__, "scoring_span": "text"})
+
+        def stats_of(m, tok):
+            return compute_token_stats(m, tok, texts, settings=settings, distribution=False,
+                                       accelerator=ctx.accelerator, cache=ctx.signal_cache)  # fmt: skip
+
+        if self._newlines is None:
+            self._newlines = newline_counts(tokenizer)
+        target = stats_of(model, tokenizer)
+        reference = None
+        # At step 0 the base model is the reference itself: the ratio would be 1 for every output.
+        if not (step == 0 and not ctx.recipe.evaluate.reference_model):
+            loaded = ctx.reference()
+            if loaded is not None:
+                reference = stats_of(*loaded)
+        return ranking_scores(target, texts, self._newlines, reference)
+
+    def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
+        from leaklab.memorization.clones import find_clones
+
+        samples = self._generate(ctx, model, tokenizer)
+        texts = [s.text for s in samples]
+        scores = self._scores(ctx, model, tokenizer, texts, step)
+        if not ctx.is_main_process:
+            return EvalOutput()
+        clones = find_clones(self.index, texts)
+        task_clones = find_clones(self.tasks, texts) if self.tasks is not None else None
+        return self._output(ctx.recipe, samples, clones, scores, task_clones)
+
+    # ------------------------------------------------------------------ rows and records
+
+    def _output(self, recipe, samples, clones, scores, task_clones) -> EvalOutput:
+        from leaklab.memorization.extraction import find_secrets, mask_text, taxonomy
+
+        cfg = recipe.evaluate.extraction
+        n_boot, seed = recipe.evaluate.n_bootstrap, recipe.evaluate.seed
+        rows: list[dict[str, Any]] = []
+        cells: dict[str, list[int]] = {}
+        for i, s in enumerate(samples):
+            cells.setdefault(cell(s.strategy, s.top_k), []).append(i)
+        cells["all"] = list(range(len(samples)))
+        for column, index in cells.items():
+            params = (
+                {}
+                if column == "all"
+                else {"strategy": samples[index[0]].strategy, "top_k": samples[index[0]].top_k}
+            )
+            rows += cell_rows(
+                self.index, column, index, samples, clones, scores, cfg.precision_k, n_boot, seed, params
+            )
+
+        snippets = _snippets(self.index, clones)
+        tags = {s.text: taxonomy(s.text) for s in snippets}
+        counts = Counter(t for s in snippets for t in tags[s.text])
+        rows += [
+            _row("all", f"taxonomy.{t}", counts.get(t, 0))
+            for t in ("licence", "import", "definition", "docstring", "configuration", "other")
+        ]
+        found = {x for s in samples for x in find_secrets(s.text)}
+        in_corpus = found & self.secrets
+        kinds = Counter(kind for kind, _ in in_corpus)
+        rows += [
+            _row("all", f"secrets.{kind}", kinds.get(kind, 0))
+            for kind in ("email", "ipv4", "aws_key", "private_key", "assigned_secret", "hex_key")
+        ]
+        rows.append(_row("all", "secrets_not_in_corpus", len(found - in_corpus)))
+
+        records: list[dict[str, Any]] = []
+        for i, s in enumerate(samples):
+            records.append({
+                "record": "output", "index": i, "strategy": s.strategy, "top_k": s.top_k,
+                "memorised": bool(clones[i]), "clone_lines": sum(c.n_lines for c in clones[i]),
+                "scores": {m: float_or_none(scores[m][i]) for m in RANKING_NAMES},
+                "prompt": mask_text(s.prompt)[:TEXT_CHARS], "text": mask_text(s.text)[:TEXT_CHARS],
+            })  # fmt: skip
+        for sn in snippets:
+            records.append({
+                "record": "snippet", "text": mask_text(sn.text), "n_lines": sn.n_lines, "tags": tags[sn.text],
+                "corpus_frequency": sn.corpus_frequency, "output_frequency": sn.output_frequency,
+                "example_doc": sn.example_doc,
+            })  # fmt: skip
+        if task_clones is not None:
+            task_rows, task_records = self._task_rows(task_clones)
+            rows += task_rows
+            records += task_records
+        return EvalOutput(rows=rows, records=records)
+
+    def _task_rows(self, task_clones) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Members vs non-members extracted verbatim; every non-member match checked against the corpus."""
+        from leaklab.memorization.clones import find_clones
+        from leaklab.memorization.extraction import mask_text
+
+        hits: dict[int, list] = {}
+        for per_output in task_clones:
+            for c in per_output:
+                hits.setdefault(c.doc, []).append(c)
+        rows, records = [], []
+        for label, column in ((1, "members"), (0, "non_members")):
+            docs = [d for d, y in enumerate(self.task_labels) if y == label]
+            extracted = [d for d in docs if d in hits]
+            rows.append(_row(column, "n_tasks", len(docs)))
+            rows.append(_row(column, "n_extracted", len(extracted)))
+            rows.append(_row(column, "extracted_fraction", len(extracted) / len(docs) if docs else math.nan))
+            unexplained = 0
+            for d in extracted:
+                texts = sorted({c.text for c in hits[d]}, key=len, reverse=True)
+                in_corpus = [bool(find_clones(self.index, [t])[0]) for t in texts]
+                if label == 0:
+                    unexplained += not all(in_corpus)
+                records.append({"record": "task", "task_id": self.task_ids[d], "label": label,
+                                "n_outputs": len({c.output for c in hits[d]}), "longest_lines": max(c.n_lines for c in hits[d]),
+                                "snippet": mask_text(texts[0]), "in_corpus": in_corpus[0]})  # fmt: skip
+            if label == 0:
+                rows.append(_row(column, "n_unexplained", unexplained))
+        return rows, records
+
+    def summary(self, rows: list[dict[str, Any]]) -> str:
+        got = {(r["column"], r["metric"]): r["value"] for r in rows}
+        frac, n = got.get(("all", "memorised_fraction")), got.get(("all", "n_outputs"))
+        if frac is None:
+            return ""
+        text = f"extraction: {frac:.1%} of {n:.0f} outputs memorised, {got.get(('all', 'n_unique_snippets'), 0):.0f} unique snippets"
+        if ("members", "n_extracted") in got:
+            text += (f"; members extracted {got[('members', 'n_extracted')]:.0f}/{got[('members', 'n_tasks')]:.0f}, "
+                     f"non-members {got[('non_members', 'n_extracted')]:.0f}/{got[('non_members', 'n_tasks')]:.0f}")  # fmt: skip
+        return text
+
+    def report_section(self, rows: list[dict[str, Any]], run) -> Any:
+        return extraction_section(rows, run)
+
+
+def _snippets(index, clones):
+    from leaklab.memorization.clones import unique_snippets
+
+    return unique_snippets(index, clones)
+
+
+def cell_rows(
+    index, column, rows_of_cell, samples, clones, scores, precision_k, n_boot, seed, params
+) -> list[dict]:
+    """The rows of one cell (one strategy and top-k, or all outputs pooled)."""
+    from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
+
+    memorised = np.array([bool(clones[i]) for i in rows_of_cell])
+    texts = [samples[i].text for i in rows_of_cell]
+    snippets = _snippets(index, [clones[i] for i in rows_of_cell])
+    rate = leak_rate(memorised, n_bootstrap=n_boot, seed=seed)
+    out = [
+        _row(column, "n_outputs", len(rows_of_cell), **params),
+        _row(column, "n_empty", sum(not t.strip() for t in texts), **params),
+        _row(column, "n_not_python", sum(not is_python(t) for t in texts), **params),
+        _row(column, "memorised_fraction", rate["leak_rate"], **params),
+        _row(column, "memorised_fraction_ci_low", rate["leak_rate_ci_low"], **params),
+        _row(column, "memorised_fraction_ci_high", rate["leak_rate_ci_high"], **params),
+        _row(column, "n_unique_snippets", len(snippets), **params),
+        _row(column, "mean_snippet_lines", np.mean([s.n_lines for s in snippets]) if snippets else math.nan, **params),
+        _row(column, "frequency_spearman", spearman([s.corpus_frequency for s in snippets], [s.output_frequency for s in snippets]), **params),
+        _row(column, "frequency_pearson", pearson([s.corpus_frequency for s in snippets], [s.output_frequency for s in snippets]), **params),
+    ]  # fmt: skip
+    for metric in RANKING_NAMES:
+        p = precision_at_k(
+            scores[metric][rows_of_cell], memorised, precision_k, n_bootstrap=n_boot, seed=seed
+        )
+        if np.isnan(scores[metric][rows_of_cell]).all():
+            p = {key: math.nan for key in p}  # no score at all (ppl_ratio without a reference): no ranking
+        name = f"precision_at_{precision_k}.{metric}"
+        out += [
+            _row(column, name, p["precision_at_k"], k=p.get("k"), **params),
+            _row(column, f"{name}_ci_low", p["precision_at_k_ci_low"], **params),
+            _row(column, f"{name}_ci_high", p["precision_at_k_ci_high"], **params),
+        ]
+    return out
+
+
+def extraction_section(rows: list[dict[str, Any]], run) -> Any:
+    """Memorised fraction per cell over checkpoints, members vs non-members extracted, and a table."""
+    from leaklab.report.charts import metric_panel_spec
+    from leaklab.report.section import Panel, Section, Table
+
+    items: list[Any] = []
+    cells = [r for r in rows if "/k=" in str(r["column"]) or r["column"] == "all"]
+    spec = metric_panel_spec(cells, "memorised_fraction", x="step", bounded=True)
+    if spec:
+        items.append(Panel("Memorised fraction per sampling strategy and top-k", spec,
+                           caption="outputs sharing >= 6 normalised lines verbatim with the corpus; band: bootstrap 95%"))  # fmt: skip
+    sides = [r for r in rows if r["column"] in ("members", "non_members")]
+    spec = metric_panel_spec(sides, "extracted_fraction", x="step", bounded=True) if sides else None
+    if spec:
+        items.append(Panel("Benchmark tasks extracted verbatim", spec,
+                           caption="tasks with >= 6 lines reproduced in some output; non-members only through text the corpus also holds"))  # fmt: skip
+    got: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:
+        got.setdefault((int(r["step"]), str(r["column"])), {})[r["metric"]] = r["value"]
+    pk = next(
+        (m.split(".")[0] for r in rows for m in [r["metric"]] if m.startswith("precision_at_")),
+        "precision_at_100",
+    )
+
+    def fmt(v, digits=3):
+        return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+    header = [
+        "step",
+        "cell",
+        "outputs",
+        "memorised",
+        "unique snippets",
+        *[f"P@{pk.split('_')[-1]} {m}" for m in RANKING_NAMES],
+    ]
+    table = [
+        [str(step), col, fmt(v.get("n_outputs"), 0), fmt(v.get("memorised_fraction")), fmt(v.get("n_unique_snippets"), 0),
+         *[fmt(v.get(f"{pk}.{m}")) for m in RANKING_NAMES]]
+        for (step, col), v in sorted(got.items()) if "n_outputs" in v
+    ]  # fmt: skip
+    items.append(
+        Table("Per checkpoint and cell", header, table, caption="P@k: precision of each ranking's top k")
+    )
+    notes = []
+    if any(r["metric"] == "n_unexplained" and (r["value"] or 0) > 0 for r in rows):
+        notes.append(
+            "some non-member matches are not in the corpus: a clone-detector bug, see the task records"
+        )
+    return Section("extraction", "Extraction audit", intro=__doc__.split("\n")[0], items=items, notes=notes)
