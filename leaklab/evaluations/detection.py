@@ -6,6 +6,14 @@ Rule detectors (SrDetection) decide themselves; their rows are the binary metric
 AUROC of the margin (`metrics.rule_metrics`). Every row carries 95% bootstrap intervals when
 `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
 
+Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
+  - `blind`: the blind baseline (`detectors/blind.py`), a text-only classifier scored out-of-fold with
+    the CV thresholds' folds; its AUROC should be about 0.5 on a random split. Above 0.6 the split is
+    shifted: a `distribution_shift` row of 1 and a logged warning say so.
+  - `dataset_inference`: is the member set, as a whole, in training? (`leaklab/dataset_inference.py`): a
+    p-value from every score column, and its measured false-positive rate over random halvings of the
+    non-members (`null_rejection_rate`).
+
 Detectors that need variants (SrDetection) get them in `prepare`: the run's own copy
 (<run>/variants.jsonl) when it has one, else built once per benchmark (sandbox-verified, cached) and
 copied into the run, so every checkpoint compares against the same variants.
@@ -26,12 +34,41 @@ from leaklab.evaluations.base import (
     float_or_none,
 )
 
+BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
+DATASET_INFERENCE = "dataset_inference"
+N_HALVINGS = 100  # clean-vs-clean tests behind the null rejection rate
+
+
+def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) -> list[dict[str, Any]]:
+    """Dataset inference (leaklab.dataset_inference) of the members against the non-members from every
+    score column: the p-value, t, df and test-half sizes, and the test's rejection rate at 0.05 over
+    N_HALVINGS random halvings of the non-members (clean vs clean: should be about 0.05 or less)."""
+    import numpy as np
+
+    from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
+
+    y = np.asarray(labels).astype(bool)
+    if not columns:
+        return []
+    members = feature_matrix(columns, np.flatnonzero(y))
+    clean = feature_matrix(columns, np.flatnonzero(~y))
+    try:
+        result = dataset_inference(members, clean, features=list(columns), seed=seed)
+    except ValueError:  # too few samples on a side: no test, said by its absence
+        return []
+    metrics = {**result.as_metrics(), **null_rejection_rate(clean, n_halvings=N_HALVINGS, seed=seed)}
+    metrics["n_features"] = float(len(columns))
+    head = {"detector": DATASET_INFERENCE, "params": {"features": list(columns)}, "column": DATASET_INFERENCE}
+    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+
 
 class Detection:
     name: ClassVar[str] = "detection"
 
     def __init__(self) -> None:
         self.variant_sets: list[Any] | None = None
+        self.blind_scores = None
+        self.warned = False
 
     def specs(self, recipe) -> list[str]:
         return sorted(recipe.evaluate.detectors)
@@ -110,11 +147,47 @@ class Detection:
             head = {"detector": detector, "params": params, "column": column}
             rows.extend({**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items())
 
+        blind = self._blind(ctx)
+        rows += self._blind_rows(ctx, blind)
+        score_columns = {c: v for c, v in scores.columns.items() if c not in scores.decisions}
+        rows += dataset_inference_rows(score_columns, labels, seed=cfg.seed)
+
         records = [
-            {"task_id": task_id, "label": int(labels[i]), **scores.cells(i)}
+            {"task_id": task_id, "label": int(labels[i]), **scores.cells(i), BLIND: float_or_none(blind[i])}
             for i, task_id in enumerate(eval_set.task_ids)
         ]
         return EvalOutput(rows=rows, records=records)
+
+    def _blind(self, ctx: EvalContext):
+        """The blind baseline's out-of-fold scores: the same at every checkpoint (it never sees the
+        model), so computed once."""
+        if self.blind_scores is None:
+            from leaklab.detectors.blind import blind_scores
+
+            cfg = ctx.recipe.evaluate
+            self.blind_scores = blind_scores(
+                ctx.eval_set.texts, ctx.eval_set.labels, folds=cfg.cv_folds, seed=cfg.seed
+            )
+        return self.blind_scores
+
+    def _blind_rows(self, ctx: EvalContext, blind) -> list[dict[str, Any]]:
+        """The blind baseline's metric rows beside the detectors', and a `distribution_shift` row (1 when
+        its AUROC exceeds SHIFT_AUROC; the warning is also logged, once per run)."""
+        from leaklab.detectors.blind import shift_warning
+        from leaklab.metrics import detection_metrics
+
+        cfg = ctx.recipe.evaluate
+        labels = ctx.eval_set.labels
+        metrics = detection_metrics(
+            blind, labels, cv_folds=cfg.cv_folds, seed=cfg.seed, n_bootstrap=cfg.n_bootstrap
+        )
+        warning = shift_warning(metrics["auroc"], "members from non-members")
+        metrics["distribution_shift"] = float(bool(warning))
+        if warning and not self.warned:
+            ctx.log(f"[leaklab] {warning}")
+            self.warned = True
+        head = {"detector": BLIND, "params": {}, "column": BLIND}
+        return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
         """AUROC per score column; for each rule detector macro-F1 at its largest n."""
@@ -128,4 +201,6 @@ class Detection:
                 n = r.get("params", {}).get("n", 0)
                 if n >= rule_f1.get(r["detector"], (-1, ""))[0]:
                     rule_f1[r["detector"]] = (n, f"{r['column']} F1 {r['value']:.3f}")
+            if r["metric"] == "p_value" and r["detector"] == DATASET_INFERENCE:
+                parts.append(f"dataset inference p {r['value']:.2g}")
         return ", ".join(parts + [text for _, text in rule_f1.values()])

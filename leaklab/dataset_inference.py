@@ -1,0 +1,153 @@
+"""Dataset inference: "was this set of samples in the model's training?", answered with a p-value.
+
+After Maini et al. (2024), "LLM Dataset Inference: Did you train on my dataset?". One detector's score
+decides badly about one sample, but a whole set shifts every score a little, and a test over the set can
+see that. The procedure, with a suspect set S (maybe trained on) and a clean set C (known not to be):
+
+  1. split S and C at random into halves: S_fit / S_test and C_fit / C_test (seeded);
+  2. on the fit halves, learn a linear combination of the per-sample score features (a regularised
+     logistic regression, suspect = 1, after standardising each feature on the fit halves), so the
+     detectors that separate the sets are weighted up and the noisy ones down;
+  3. score the test halves with that combination and run a one-sided Welch t-test of
+     mean(S_test) > mean(C_test) (`leaklab.metrics.welch_t_test`).
+
+The test halves never influence the weights, so under the null (S and C drawn alike) the t-test's p-value
+is (close to) uniform: `null_rejection_rate` checks this on the clean set split against itself.
+
+Features come as a sample x feature matrix per set (the score columns of the detectors, higher = member
+or not: the learned weight takes care of the sign). A feature that is NaN for a sample is filled with the
+feature's median over the fit halves; a feature NaN everywhere or constant on the fit halves is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MIN_PER_SET = 4  # two per half: the t-test needs two values on each side
+
+
+@dataclass
+class InferenceResult:
+    p_value: float
+    t: float
+    df: float
+    n_suspect: int  # samples of each set used in the t-test (the test halves)
+    n_clean: int
+    weights: dict[str, float] = field(default_factory=dict)  # feature -> weight (standardised units)
+
+    def as_metrics(self) -> dict[str, float]:
+        return {
+            "p_value": self.p_value,
+            "t": self.t,
+            "df": self.df,
+            "n_suspect_test": float(self.n_suspect),
+            "n_clean_test": float(self.n_clean),
+        }
+
+
+def _halves(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    order = rng.permutation(n)
+    return order[: n // 2], order[n // 2 :]
+
+
+def _fit_combination(x_fit: np.ndarray, y_fit: np.ndarray):
+    """(columns kept, centre, scale, fill values, weights) of the combination learned on the fit halves."""
+    from sklearn.linear_model import LogisticRegression
+
+    with np.errstate(all="ignore"):
+        fill = np.nanmedian(x_fit, axis=0) if len(x_fit) else np.zeros(x_fit.shape[1])
+    keep = ~np.isnan(fill)
+    x = np.where(np.isnan(x_fit), fill, x_fit)[:, keep]
+    fill = fill[keep]
+    centre, scale = x.mean(axis=0), x.std(axis=0)
+    varies = scale > 0
+    keep_idx = np.flatnonzero(keep)[varies]
+    x = (x[:, varies] - centre[varies]) / scale[varies]
+    if x.shape[1] == 0:
+        return keep_idx, centre[varies], scale[varies], fill[varies], np.zeros(0)
+    model = LogisticRegression(C=1.0, max_iter=1000)
+    model.fit(x, y_fit)
+    return keep_idx, centre[varies], scale[varies], fill[varies], model.coef_[0]
+
+
+def _combine(x: np.ndarray, keep, centre, scale, fill, weights) -> np.ndarray:
+    x = x[:, keep]
+    x = np.where(np.isnan(x), fill, x)
+    return ((x - centre) / scale) @ weights if len(weights) else np.zeros(len(x))
+
+
+def dataset_inference(suspect, clean, *, features: list[str] | None = None, seed: int = 0) -> InferenceResult:
+    """The dataset-inference test of `suspect` against `clean` (see the module doc).
+
+    suspect, clean: [n_samples, n_features] score matrices with the same columns (a 1-d array is one
+    feature). Raises ValueError when a set has fewer than MIN_PER_SET samples or the columns differ.
+    A p-value is NaN when no feature varies on the fit halves (nothing to learn from).
+    """
+    from leaklab.metrics import welch_t_test
+
+    s = np.asarray(suspect, dtype=np.float64)
+    c = np.asarray(clean, dtype=np.float64)
+    s, c = (m.reshape(-1, 1) if m.ndim == 1 else m for m in (s, c))
+    if s.shape[1] != c.shape[1]:
+        raise ValueError(f"suspect set has {s.shape[1]} score features, clean set {c.shape[1]}")
+    for name, m in (("suspect", s), ("clean", c)):
+        if len(m) < MIN_PER_SET:
+            raise ValueError(
+                f"dataset inference needs at least {MIN_PER_SET} samples per set; the {name} set has {len(m)}"
+            )
+    names = features or [f"f{i}" for i in range(s.shape[1])]
+    rng = np.random.default_rng(seed)
+    s_fit, s_test = _halves(len(s), rng)
+    c_fit, c_test = _halves(len(c), rng)
+    x_fit = np.vstack([s[s_fit], c[c_fit]])
+    y_fit = np.r_[np.ones(len(s_fit)), np.zeros(len(c_fit))]
+    keep, centre, scale, fill, weights = _fit_combination(x_fit, y_fit)
+    if len(weights) == 0:
+        return InferenceResult(math.nan, math.nan, math.nan, len(s_test), len(c_test))
+    test = welch_t_test(
+        _combine(s[s_test], keep, centre, scale, fill, weights),
+        _combine(c[c_test], keep, centre, scale, fill, weights),
+    )
+    return InferenceResult(
+        p_value=test["p_value"],
+        t=test["t"],
+        df=test["df"],
+        n_suspect=len(s_test),
+        n_clean=len(c_test),
+        weights={names[int(i)]: float(w) for i, w in zip(keep, weights)},
+    )
+
+
+def null_rejection_rate(
+    clean, *, n_halvings: int = 100, alpha: float = 0.05, seed: int = 0
+) -> dict[str, float]:
+    """The test's false-positive rate measured on the data: `n_halvings` random splits of the clean set
+    into a pretend suspect half and a clean half, each tested as above; the share with p < alpha.
+
+    Keys: null_rejection_rate, null_halvings (tests that gave a p-value), null_alpha.
+    Needs 2 * MIN_PER_SET clean samples (else the rate is NaN).
+    """
+    c = np.asarray(clean, dtype=np.float64)
+    c = c.reshape(-1, 1) if c.ndim == 1 else c
+    out = {"null_rejection_rate": math.nan, "null_halvings": 0.0, "null_alpha": float(alpha)}
+    if len(c) < 2 * MIN_PER_SET:
+        return out
+    rng = np.random.default_rng(seed)
+    p_values = []
+    for _ in range(n_halvings):
+        a, b = _halves(len(c), rng)
+        p = dataset_inference(c[a], c[b], seed=int(rng.integers(2**31))).p_value
+        if not math.isnan(p):
+            p_values.append(p)
+    if p_values:
+        out["null_rejection_rate"] = float(np.mean(np.asarray(p_values) < alpha))
+    out["null_halvings"] = float(len(p_values))
+    return out
+
+
+def feature_matrix(columns: dict[str, np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """[len(rows), len(columns)] of the named score columns at the given sample indices."""
+    return np.column_stack([np.asarray(v, dtype=np.float64)[rows] for v in columns.values()])
