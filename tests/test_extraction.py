@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +15,7 @@ import pytest
 from leaklab.memorization.clones import build_index, code_lines, find_clones, naive_clones, unique_snippets
 from leaklab.metrics import pearson, precision_at_k, resample_weights, spearman
 
+REPO = Path(__file__).resolve().parents[1]
 DOC_A = "\n".join(f"value_{i} = compute({i}, 'a')" for i in range(10))
 DOC_B = "\n".join(f"other_{i} = compute({i}, 'b')" for i in range(10))
 
@@ -379,3 +385,47 @@ def test_bad_corpus_settings_are_one_clear_error(tmp_path):
     ctx = _context(tmp_path, f"evaluate.extraction.corpus={tmp_path / 'missing'}")
     with pytest.raises(InputError, match="evaluate.extraction.corpus: .*missing does not exist"):
         Extraction().prepare(ctx)
+
+
+@pytest.mark.slow
+def test_tiny_extraction_run_writes_rows_per_checkpoint_and_a_report(leaklab_cache, tmp_path):
+    from conftest import SMALL_RUN
+    from leaklab.rundir import RunDir
+
+    overrides = [
+        *SMALL_RUN,
+        "data.max_samples=12",
+        "train.epochs=1",
+        "evaluate.n_bootstrap=10",
+        "evaluate.extraction.n_outputs=2",
+        "evaluate.extraction.top_k=[5]",
+        "evaluate.extraction.max_new_tokens=12",
+        "evaluate.extraction.n_prompts=4",
+        f"output_dir={tmp_path}",
+    ]
+    env = {**os.environ, "LEAKLAB_CACHE": leaklab_cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env.pop("WORLD_SIZE", None)
+    train = [sys.executable, "leaklab/train.py", "recipe=tiny_extraction", *overrides]
+    out = subprocess.run(train, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (root,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = RunDir(root)
+    rows = [r for r in run.results_rows() if r["evaluation"] == "extraction"]
+    assert sorted({r["step"] for r in rows}) == [0, *[s for s, _ in run.checkpoint_dirs()]]
+    for step in {r["step"] for r in rows}:
+        got = {(r["column"], r["metric"]): r["value"] for r in rows if r["step"] == step}
+        assert got[("members", "n_tasks")] == 6 and got[("non_members", "n_tasks")] == 6
+        assert got[("non_members", "n_unexplained")] == 0
+        assert got[("non_prompt/k=5", "n_outputs")] == 2 and 0 <= got[("all", "memorised_fraction")] <= 1
+        records = [json.loads(x) for x in run.scores(step, "extraction").read_text().splitlines()]
+        assert sum(r["record"] == "output" for r in records) == got[("all", "n_outputs")]
+    report = subprocess.run(
+        [sys.executable, "-m", "leaklab.cli", "report", str(root)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = next(root.rglob("*.html")).read_text()
+    assert "Extraction audit" in html
