@@ -242,6 +242,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluate.mri.format": ("auto", "completion", "chat"),
     "evaluate.mri.llm_backend": ("none", "hf", "openai"),
     "evaluate.mri.llm_judge": ("off", "record", "filter"),
+    "evaluate.counterfactual.judge_backend": ("none", "hf", "openai"),
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),

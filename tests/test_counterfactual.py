@@ -177,3 +177,70 @@ def test_analysis_plots_write_three_pngs(tmp_path):
         "metric_correlations.png",
     ]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def _judge_answer(prompt: str) -> str:
+    """A fake judge: the renamed copy is structurally close, the reference's `return 0` is not; the
+    equivalence judge is lenient (0.8 for anything but the reference); the empty generation gets an
+    unreadable structural reply."""
+    candidate = prompt.split("Function B (the candidate):")[1]
+    if "How structurally similar" in prompt:
+        if "v0 =" in candidate:
+            return "Same flow.\n[[0.900]]"
+        return "[[0.050]]" if "return 0" in candidate else "I cannot say."
+    return '{"score": 0.1}' if "return 0" in candidate else '{"score": 0.8}'
+
+
+def test_llm_judges_are_extra_functional_metrics_through_an_endpoint(monkeypatch, tmp_path):
+    import test_mri_judge
+
+    from leaklab.similarity.judges import make_backend
+
+    server = test_mri_judge._FakeServer
+    server.answer, server.prompts = staticmethod(_judge_answer), []
+    httpd = test_mri_judge.ThreadingHTTPServer(("127.0.0.1", 0), server)
+    test_mri_judge.threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        tasks = [
+            SimpleNamespace(task_id=f"t{i}", prompt=f"def f{i}(items, offset):\n", solution=BODY, prompt_is_code=True,
+                            entry_point=f"f{i}")
+            for i in range(2)
+        ]  # fmt: skip
+        judged = dict(
+            judges=["structural", "equivalence"], judge_backend="openai", judge_model="j", judge_base_url=url
+        )
+        assert validate_config(CounterfactualConfig(**judged)) == []
+        ctx = _context(tasks, [1, 0], min_chars=0, **judged)
+        evaluation = Counterfactual()
+        evaluation.prepare(ctx)
+        renamed = BODY.replace("value_", "v")
+        generations = {
+            "target": [{"body": renamed, "failure": "", "raw": renamed}, {"body": None, "failure": "empty generation", "raw": ""}],
+            "reference": [{"body": "    return 0\n", "failure": "", "raw": ""}] * 2,
+        }  # fmt: skip
+        monkeypatch.setattr(evaluation, "_functions", lambda ctx, model, tok: generations[model])
+        ctx.reference = lambda: ("reference", None)
+        out = evaluation.evaluate(ctx, "target", None, step=3)
+        evaluation.evaluate(ctx, "target", None, step=4)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    # 2 judges x (2 target + 2 reference) pairs, then only the 2 targets again: the reference is asked once
+    assert len(server.prompts) == 2 * 4 + 2 * 2
+    got = {(r["column"], r["metric"]): r for r in out.rows}
+    value = {k: r["value"] for k, r in got.items()}
+    assert value[("members", "judge_structural.target_mean")] == pytest.approx(0.9)
+    assert value[("members", "judge_structural.delta")] == pytest.approx(0.85)
+    assert value[("non_members", "judge_structural.n_unreadable_target")] == 1.0
+    assert value[("members", "judge_structural.memorized")] == 1.0
+    assert value[("non_members", "judge_equivalence.memorized")] == 1.0  # the lenient judge flags it ...
+    assert value[("non_members", "memorized_any")] == 0.0  # ... and is left out of the union
+    assert got[("non_members", "memorized_any")]["params"]["excluded"] == "judge_equivalence"
+    assert value[("members", "memorized_any")] == 1.0
+    assert value[("membership", "judge_structural.auroc_target")] == 1.0
+    assert out.records[0]["target"]["judge_structural"] == pytest.approx(0.9)
+    assert "judge_structural" in out.records[0]["memorized_by"]
+    # the back-end the evaluation builds for openai is the HTTP client, with no chat template
+    generator, render = make_backend("openai", "j", url)
+    assert render is None and generator.url == url + "/completions"

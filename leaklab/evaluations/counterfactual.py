@@ -23,19 +23,26 @@ Column `membership`: <metric>.auroc_target / .auroc_delta, members vs non-member
 Records (scores/step-N/counterfactual.jsonl): per sample the two extracted functions (or the failure),
 every metric for target and reference, and which metrics flag it.
 
-Not here yet: the LLM judges and HyClone execution of issue 14 (no backend is wired).
+LLM judges (optional, off by default): `judges: [structural, rating, equivalence]` with `judge_backend`
+hf | openai asks each judge (`leaklab/similarity/judges.py`) about every (ground truth, generation) pair
+of the target and, once per run, of the reference; each judge is then one more functional metric
+`judge_<kind>` in Table 1, Table 2 and the membership AUROCs. Unreadable replies are a missing score,
+counted per side in `judge_<kind>.n_unreadable_target`. `memorized_any` is the paper's "unique over all
+metrics, excluding the most lenient judge" (the judge that flags the most samples; named in the row's
+params). Not here yet: HyClone's execution stage.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from leaklab.evaluations.base import GENERATIONS, REFERENCE_MODEL, EvalContext, EvalOutput, float_or_none
 
 SIDES = ("members", "non_members", "all")
+JUDGES = ("structural", "rating", "equivalence")  # the similarity judges (clone_screen is HyClone's stage 1)
 RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why extraction failed
 
 
@@ -53,6 +60,11 @@ class CounterfactualConfig:
     tau_func: float = 0.75  # a functional metric at or above this is "reproduced"
     max_tasks: int | None = None  # at most this many members and this many non-members
     workers: int = 2  # similarity suite processes
+    judges: list[str] = field(default_factory=list)  # LLM judges as metrics: structural, rating, equivalence
+    judge_backend: str = "none"  # none | hf | openai: who answers the judges
+    judge_model: str | None = None  # hf: a local directory or hub name; openai: the served model's name
+    judge_base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8000/v1 ($OPENAI_API_KEY)
+    judge_max_new_tokens: int = 256  # longest judge reply
 
 
 def validate_config(cfg: CounterfactualConfig) -> list[str]:
@@ -67,6 +79,17 @@ def validate_config(cfg: CounterfactualConfig) -> list[str]:
     for key in ("tau_text", "tau_func"):
         if not 0.0 <= getattr(cfg, key) <= 1.0:
             problems.append(f"evaluate.counterfactual.{key}: must lie in [0, 1], got {getattr(cfg, key)}")
+    unknown = [j for j in cfg.judges if j not in JUDGES]
+    if unknown:
+        problems.append(f"evaluate.counterfactual.judges: unknown {unknown}; choose from {list(JUDGES)}")
+    if cfg.judges and cfg.judge_backend == "none":
+        problems.append(
+            "evaluate.counterfactual.judges: needs evaluate.counterfactual.judge_backend (hf or openai)"
+        )
+    if cfg.judge_backend != "none" and not cfg.judge_model:
+        problems.append(f"evaluate.counterfactual.judge_model: the {cfg.judge_backend} backend needs a model")
+    if cfg.judge_backend == "openai" and not cfg.judge_base_url:
+        problems.append("evaluate.counterfactual.judge_base_url: the openai backend needs the server's URL")
     return problems
 
 
@@ -83,6 +106,8 @@ class Counterfactual:
         self._samples: list = []
         self._labels: list[int] = []
         self._reference: list[dict] | None = None  # the reference's extracted functions, made once
+        self._reference_judged: dict[str, list[float]] | None = None  # the judges on them, asked once
+        self._judge = None  # (generator, render), loaded on first use
 
     def specs(self, recipe) -> list[str]:
         from leaklab.similarity.structure import grammar_versions
@@ -191,13 +216,47 @@ class Counterfactual:
         scores = score_pairs(pairs(target) + pairs(reference), workers=cfg.workers)
         n = len(self._samples)
         t_scores, r_scores = scores[:n], scores[n:]
+        if cfg.judges:
+            if self._reference_judged is None:
+                self._reference_judged = self._ask_judges(ctx, reference)
+            for scored, judged in (
+                (t_scores, self._ask_judges(ctx, target)),
+                (r_scores, self._reference_judged),
+            ):
+                for metric, values in judged.items():
+                    for row, value in zip(scored, values):
+                        row[metric] = value
         rows = counterfactual_rows(t_scores, r_scores, target, reference, self._labels, cfg)
         return EvalOutput(rows=rows, records=self._records(t_scores, r_scores, target, reference, cfg))
 
+    def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
+        """judge_<kind> -> a 0-1 score per sample (nan where the reply could not be read)."""
+        from leaklab.similarity.judges import judge_pairs, make_backend
+
+        cfg = ctx.recipe.evaluate.counterfactual
+        if self._judge is None:
+            self._judge = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
+        generator, render = self._judge
+        pairs = [
+            (s.signature + s.ground_truth, s.signature + (f["body"] if f["body"] is not None else f["raw"]))
+            for s, f in zip(self._samples, functions)
+        ]
+        out = {}
+        for kind in cfg.judges:
+            verdicts, failures = judge_pairs(
+                generator, kind, pairs, render or (lambda text: text), cfg.judge_max_new_tokens
+            )
+            if failures:
+                ctx.log(
+                    f"[leaklab] counterfactual: judge {kind}: {sum(failures.values())} unreadable {dict(failures)}"
+                )
+            out[f"judge_{kind}"] = [math.nan if v.score is None else v.score for v in verdicts]
+        return out
+
     def _records(self, t_scores, r_scores, target, reference, cfg) -> list[dict[str, Any]]:
         from leaklab.memorization.counterfactual import counterfactually_memorized
-        from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
 
+        METRICS, STRUCTURE_METRICS = metric_names(cfg)  # noqa: N806 - the suite's names, judges added
         out = []
         for sample, label, ts, rs, tf, rf in zip(
             self._samples, self._labels, t_scores, r_scores, target, reference
@@ -249,12 +308,22 @@ def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
     }
 
 
+def metric_names(cfg) -> tuple[list[str], list[str]]:
+    """(every metric, the functional ones of Table 2): the suite's, then the LLM judges asked."""
+    from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
+
+    judges = [f"judge_{kind}" for kind in cfg.judges]
+    return [*METRICS, *judges], [*STRUCTURE_METRICS, *judges]
+
+
 def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> list[dict[str, Any]]:
     """Table 1 and Table 2 as rows, for members, non-members and all samples."""
     from leaklab.memorization.counterfactual import table1, table2
     from leaklab.similarity.structure import grammar_versions
-    from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
+    from leaklab.similarity.suite import STRUCTURE_METRICS as SUITE_STRUCTURE
 
+    METRICS, STRUCTURE_METRICS = metric_names(cfg)  # noqa: N806 - the suite's names, judges added
+    judges = [f"judge_{kind}" for kind in cfg.judges]
     grammar = f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"
 
     rows: list[dict[str, Any]] = []
@@ -277,12 +346,13 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
         rows.append(_row(side, "n_structure_missing_target", float(sum(math.isnan(t["tsed"]) for t in ts))))
         for entry in table1(ts, rs, METRICS):
             # Structural scores depend on the grammar: their rows name it.
-            extra = {"grammar": grammar} if entry["metric"] in STRUCTURE_METRICS else {}
+            extra = {"grammar": grammar} if entry["metric"] in SUITE_STRUCTURE else {}
             for stat in ("target_mean", "target_std", "reference_mean", "reference_std", "delta"):
                 value = float_or_none(entry.get(stat, math.nan))
                 rows.append(_row(side, f"{entry['metric']}.{stat}", value, **extra))
         counts = table2(ts, rs, STRUCTURE_METRICS, cfg.tau_text, cfg.tau_func)
         for metric, count in counts["counts"].items():
+            extra = {"grammar": grammar} if metric in SUITE_STRUCTURE else {"judge": cfg.judge_model}
             rows.append(
                 _row(
                     side,
@@ -290,23 +360,31 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
                     float(count),
                     tau_text=cfg.tau_text,
                     tau_func=cfg.tau_func,
-                    grammar=grammar,
+                    **extra,
                 )
             )
-        rows.append(_row(side, "memorized_any", float(counts["unique_over_metrics"])))
+        for judge in judges:
+            unread = sum(math.isnan(t[judge]) for t in ts)
+            rows.append(_row(side, f"{judge}.n_unreadable_target", float(unread), judge=cfg.judge_model))
+        # The paper's union leaves out the most lenient judge (the one that flags the most samples).
+        lenient = max(judges, key=lambda j: counts["counts"][j]) if len(judges) > 1 else None
+        union = set().union(*(set(v) for m, v in counts["flagged"].items() if m != lenient))
+        rows.append(
+            _row(side, "memorized_any", float(len(union)), **({"excluded": lenient} if lenient else {}))
+        )
         rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
-    rows += membership_rows(t_scores, r_scores, labels)
+    rows += membership_rows(t_scores, r_scores, labels, METRICS)
     return rows
 
 
-def membership_rows(t_scores, r_scores, labels) -> list[dict[str, Any]]:
+def membership_rows(t_scores, r_scores, labels, metrics=None) -> list[dict[str, Any]]:
     """Each similarity as one more membership signal: AUROC of members vs non-members when scored by the
     target's similarity, and by the delta (target - reference). A missing score ranks as least member-like."""
     from leaklab.metrics import auroc
     from leaklab.similarity.suite import METRICS
 
     rows = []
-    for metric in METRICS:
+    for metric in metrics or METRICS:
         target = [t[metric] for t in t_scores]
         delta = [t[metric] - r[metric] for t, r in zip(t_scores, r_scores)]
         for signal, scores in (("target", target), ("delta", delta)):

@@ -11,8 +11,9 @@ on an OpenAI-compatible server, VLLMGenerator); `render` wraps a prompt for a ch
 tokenizer's chat template). Greedy decoding. A reply that cannot be read becomes a `Verdict` with
 `failure` set and no score, and `judge_pairs` counts them, never raises.
 
-Status: prompts, parsing and the back-end interface only. No evaluation calls them yet and HyClone's
-stage 2 (generated inputs, cross-execution in the sandbox) is not implemented.
+The counterfactual evaluation asks them as optional functional metrics (`evaluate.counterfactual.judges`,
+`judge_backend`; `make_backend` builds the back-end). HyClone's stage 2 (generated inputs,
+cross-execution in the sandbox) is not implemented.
 """
 
 from __future__ import annotations
@@ -71,6 +72,30 @@ class Verdict:
     category: str | None = None
     reason: str | None = None
     failure: str = ""
+
+
+def make_backend(backend: str, model: str, base_url: str | None = None):
+    """(generator, render) for an LLM that leaklab asks its own prompts: "openai" (a server at
+    `base_url`, key from $OPENAI_API_KEY) or "hf" (a local directory or hub name, loaded here; a chat
+    model's prompts are wrapped in its chat template)."""
+    import os
+
+    from leaklab.signals.generation import make_generator
+
+    if backend == "openai":
+        return make_generator("openai", base_url, model, api_key=os.environ.get("OPENAI_API_KEY")), None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    generator = make_generator("hf", AutoModelForCausalLM.from_pretrained(model, dtype="auto"), tokenizer)
+    if not getattr(tokenizer, "chat_template", None):
+        return generator, None
+
+    def render(text: str) -> str:
+        messages = [{"role": "user", "content": text}]
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    return generator, render
 
 
 def prompt(kind: str, reference: str, candidate: str) -> str:
