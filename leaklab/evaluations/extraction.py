@@ -28,6 +28,7 @@ Records (scores/step-N/extraction.jsonl), with every secret-like value masked: o
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -210,8 +211,8 @@ class Extraction:
         from leaklab.memorization.extraction import newline_counts, ranking_scores
         from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
 
-        settings = ScoringSettings.from_config(ctx.recipe.evaluate)
-        settings = ScoringSettings(**{**settings.__dict__, "scoring_span": "text"})
+        # Outputs are scored whole, whatever span the detectors of the recipe score.
+        settings = dataclasses.replace(ScoringSettings.from_config(ctx.recipe.evaluate), scoring_span="text")
 
         def stats_of(m, tok):
             return compute_token_stats(m, tok, texts, settings=settings, distribution=False,
