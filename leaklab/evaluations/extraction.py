@@ -56,10 +56,11 @@ class ExtractionConfig:
 
     # auto: the run's training corpus (mix.corpus + member tasks); builtin; or a file / directory.
     corpus: str = "auto"
+    # Sampling strategies: non_prompt, temperature_decay, prompt_conditioned, two_step (needs non_prompt).
     strategies: list[str] = field(default_factory=lambda: list(STRATEGY_NAMES))
     top_k: list[int] = field(default_factory=lambda: [5, 10, 20, 40])  # one cell per strategy and k
     n_outputs: int = 100  # samples per strategy and top-k
-    max_new_tokens: int = 256  # the paper: 256-1024
+    max_new_tokens: int = 256  # new tokens per sample (the paper: 256-1024)
     batch_size: int = 32  # rows decoded together
     min_lines: int = 6  # a clone is at least this many normalised lines
     # Where prompt_conditioned's function definitions come from: builtin (the stdlib test suites, which
@@ -67,7 +68,7 @@ class ExtractionConfig:
     held_out: str = "builtin"
     n_prompts: int = 200  # distinct function definitions drawn (cycled through for n_outputs)
     precision_k: int = 100  # precision of each ranking's top k
-    seed: int = 0
+    seed: int = 0  # random seed of this section (sampling, drawing the prompts)
 
 
 def validate_config(cfg: ExtractionConfig) -> list[str]:
