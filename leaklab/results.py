@@ -28,6 +28,7 @@ DISPLAY = {
     "srdetection": "SrDetection",
     "srdetection_gray": "SrDetection gray box",
     "srdetection_black": "SrDetection black box",
+    "blind": "Blind baseline (text only)",
 }
 RULE_FAMILIES = ("srdetection",)  # columns decided by a rule (no threshold)
 

@@ -127,3 +127,39 @@ def test_detection_rows():
     assert rows["n_suspect_test"]["value"] == 15 and rows["n_clean_test"]["value"] == 30
     assert 0.0 <= rows["null_rejection_rate"]["value"] <= 0.15
     assert dataset_inference_rows(columns, np.r_[np.ones(3, int), np.zeros(87, int)]) == []
+
+
+def test_report_shows_intervals_p_values_and_the_shift_warning(tmp_path):
+    import json
+
+    from leaklab.report import build_report
+
+    rows = []
+    for step, epoch, level in ((0, 0.0, 0.52), (8, 1.0, 0.81)):
+        head = {"step": step, "epoch": epoch, "evaluation": "detection", "params": {}}
+        for column, value in (("ppl", level), ("blind", 0.71)):
+            for metric in ("auroc", "f1", "tpr@1%fpr"):
+                rows += [
+                    {**head, "detector": column, "column": column, "metric": metric, "value": value},
+                    {**head, "detector": column, "column": column, "metric": f"{metric}_ci_low", "value": value - 0.125},
+                    {**head, "detector": column, "column": column, "metric": f"{metric}_ci_high", "value": value + 0.125},
+                ]  # fmt: skip
+        rows.append(
+            {**head, "detector": "blind", "column": "blind", "metric": "distribution_shift", "value": 1.0}
+        )
+        di = {"p_value": 0.0123 if step else 0.4, "t": 2.5, "n_suspect_test": 25.0, "n_clean_test": 57.0,
+              "null_rejection_rate": 0.04, "null_halvings": 100.0, "null_alpha": 0.05}  # fmt: skip
+        rows += [
+            {**head, "detector": "dataset_inference", "column": "dataset_inference", "metric": k, "value": v}
+            for k, v in di.items()
+        ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    index = build_report(tmp_path)
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    page = index.read_text()
+    for text in (markdown, page):
+        assert "distribution shift" in text and "AUROC 0.710" in text
+        assert "0.0123" in text and "0.04 at α = 0.05 over 100 halvings" in text
+    assert "0.810 [0.69, 0.94]" in markdown  # the auroc table's intervals
+    assert "Last checkpoint (step 8, epoch 1) with bootstrap 95% intervals" in page
+    assert "0.810 [0.69, 0.94]" in page

@@ -17,7 +17,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from leaklab.report.figures import file_stem, plot_histograms, plot_metric, plot_training_loss
-from leaklab.report.tables import metric_table, rows_csv
+from leaklab.report.tables import (
+    dataset_inference_cells,
+    markdown_table,
+    metric_table,
+    rows_csv,
+    shift_warnings,
+)
 from leaklab.results import detection_rows
 from leaklab.rundir import RunDir, write_atomic
 
@@ -38,9 +44,19 @@ def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Pa
         "threshold; accuracy / precision / recall / F1 (macro) use a threshold chosen by k-fold "
         "cross-validation; *_oracle uses the best threshold on all labels (what papers usually report).\n"
     )
+    parts += [f"**{line}**\n" for line in shift_warnings(det)]
     for metric in HEADLINE_METRICS:
         if any(r["metric"] == metric for r in det):
             parts += [f"## {metric}\n", metric_table(det, metric)]
+    header, body = dataset_inference_cells(det)
+    if body:
+        parts += [
+            "## dataset inference\n",
+            "Is the member set, as a whole, in training? One-sided Welch t-test of a learned combination of "
+            "the detectors' scores, members vs non-members (Maini et al., 2024); the last column is the same "
+            "test's rejection rate on random halvings of the non-members (should be at most α).\n",
+            markdown_table(header, body),
+        ]
     parts += [f"![{p.stem}]({p.name})\n" for p in figures if p.suffix == ".png"]
     return "\n".join(parts)
 

@@ -17,6 +17,7 @@ import numpy as np
 import leaklab.report.charts as charts
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
+from leaklab.report.tables import dataset_inference_cells, shift_warnings
 from leaklab.results import column_of, display_name, ordered
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
@@ -182,6 +183,31 @@ def _best_step(rows: list[dict[str, Any]]) -> int | None:
     return None if best is None else -best[1]
 
 
+def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
+    """The headline metrics of every detector at the last checkpoint, each with its bootstrap 95%
+    interval (the charts draw the intervals as bands; this puts the numbers in writing)."""
+    if not run.steps():
+        return None
+    step = run.steps()[-1]
+    value = {(column_of(r), r.get("metric")): r.get("value") for r in rows if r.get("step") == step}
+    columns = [c for c in ordered({c for c, m in value if m in HEADLINE}) if c]
+    if not columns:
+        return None
+
+    def cell(column: str, metric: str) -> str:
+        v, low, high = (value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high"))
+        if not isinstance(v, (int, float)):
+            return "–"
+        return f"{_fmt(v)} [{_fmt(low, 2)}, {_fmt(high, 2)}]" if isinstance(low, (int, float)) else _fmt(v)
+
+    return Table(
+        f"Last checkpoint (step {step}, epoch {run.epoch_of(step):g}) with bootstrap 95% intervals",
+        ["detector", *[charts.METRIC_TITLES.get(m, m) for m in HEADLINE]],
+        [[display_name(c), *[cell(c, m) for m in HEADLINE]] for c in columns],
+        "value [2.5th, 97.5th percentile over bootstrap resamples of members and non-members]",
+    )
+
+
 def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | None:
     rows = [r for r in rows if column_of(r) is not None]
     if not rows:
@@ -197,6 +223,7 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         ),
     )
     counts = _counts_caption(run)
+    section.notes += shift_warnings(rows)
     legacy = [r for r in rows if "column" not in r]
     if legacy:
         section.notes.append(
@@ -267,6 +294,22 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                     f"{HIST_BINS} bins per detector, the same at every checkpoint",
                 )
             )
+    table = _interval_table(rows, run)
+    if table is not None:
+        section.items.append(table)
+    header, body = dataset_inference_cells(rows)
+    if body:
+        section.items.append(
+            Table(
+                "Dataset inference: is the member set, as a whole, in training?",
+                header,
+                body,
+                "one-sided Welch t-test of a combination of the detectors' scores learned on half of each "
+                "set, tested on the other half (Maini et al., 2024); the last column: the same test's "
+                "rejection rate on random halvings of the non-members (clean vs clean), which should be at "
+                "most α",
+            )
+        )
     delays = detection_delays(rows)
     if delays:
         table_rows = []

@@ -50,3 +50,69 @@ def rows_csv(rows: list[dict]) -> str:
     writer.writeheader()
     writer.writerows({**r, "params": json.dumps(r["params"])} if r.get("params") else r for r in rows)
     return buffer.getvalue()
+
+
+# The rows the detection evaluation writes beside the detectors (leaklab/evaluations/detection.py).
+BLIND, DATASET_INFERENCE = "blind", "dataset_inference"
+
+
+def shift_warnings(rows: list[dict]) -> list[str]:
+    """One line per checkpoint range where the blind baseline flagged a distribution shift (its AUROC
+    above 0.6): a text-only classifier separated members from non-members, so every detector's numbers
+    may measure the split rather than training."""
+    flagged = sorted(
+        int(r["step"])
+        for r in rows
+        if column_of(r) == BLIND and r.get("metric") == "distribution_shift" and r.get("value") == 1.0
+    )
+    if not flagged:
+        return []
+    auroc = max(
+        (r["value"] for r in rows if column_of(r) == BLIND and r.get("metric") == "auroc" and r.get("value")),
+        default=float("nan"),
+    )
+    return [
+        f"WARNING: distribution shift. The blind baseline (a text-only classifier that never sees the model) "
+        f"separates members from non-members at AUROC {auroc:.3f} (> 0.6): the two sets differ in their text, "
+        "so the detectors' scores measure that difference as well as training exposure."
+    ]
+
+
+def dataset_inference_cells(rows: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, one row of cells per checkpoint) of the dataset-inference rows; no rows: ([], [])."""
+    value: dict[int, dict[str, float | None]] = {}
+    epochs = {}
+    for r in rows:
+        if column_of(r) == DATASET_INFERENCE:
+            value.setdefault(int(r["step"]), {})[r["metric"]] = r.get("value")
+            epochs[int(r["step"])] = r.get("epoch") or 0.0
+    if not value:
+        return [], []
+
+    def fmt(v, spec):
+        return "–" if v is None else format(v, spec)
+
+    header = ["step", "epoch", "p-value", "t", "members / non-members tested", "false-positive rate (null)"]
+    body = []
+    for step in sorted(value):
+        m = value[step]
+        null = m.get("null_rejection_rate")
+        body.append(
+            [
+                str(step),
+                f"{epochs[step]:g}",
+                fmt(m.get("p_value"), ".3g"),
+                fmt(m.get("t"), ".2f"),
+                f"{fmt(m.get('n_suspect_test'), '.0f')} / {fmt(m.get('n_clean_test'), '.0f')}",
+                "–"
+                if null is None
+                else f"{null:.2f} at α = {m.get('null_alpha', 0.05):g} over {m.get('null_halvings', 0):.0f} halvings",
+            ]
+        )
+    return header, body
+
+
+def markdown_table(header: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
+    return "\n".join(lines) + "\n"
