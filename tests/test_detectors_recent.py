@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ import torch
 from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
 from test_signals import tiny_model, tiny_tokenizer
 
+from conftest import SMALL_RUN, SMALL_TINY
 from leaklab.detectors import build_detector, columns_of, run_detectors, score_detectors
 from leaklab.detectors.cdd import edit_distances, peakedness
 from leaklab.detectors.inputs import ModelInputs
@@ -21,6 +26,7 @@ from leaklab.detectors.neighbourhood import neighbourhood_scores
 from leaklab.detectors.ngram import probes, start_points
 from leaklab.detectors.recall import join_prefix, prefix_texts
 from leaklab.detectors.srdetection import SrInputs
+from leaklab.rundir import RunDir
 from leaklab.signals.continuations import GenerationCache
 from leaklab.signals.generation import Completion
 from leaklab.signals.logprobs import ScoringSettings, SignalCache
@@ -312,3 +318,72 @@ def test_all_four_on_a_tiny_llama_share_the_caches():
     assert generations.misses == misses  # the second evaluation of the checkpoint generates nothing
     for column in scores.columns:
         np.testing.assert_array_equal(again.columns[column], scores.columns[column])
+
+
+# --------------------------------------------------------------------------- in a run and an audit
+
+# Small settings: a CI test, not a measurement (the bench times the defaults).
+RECENT = 'evaluate.detectors=[ppl,recall,"ngram_acc:starts=2","cdd:samples=2,max_new_tokens=8"]'
+
+
+@pytest.mark.slow
+def test_recent_detectors_in_a_run_and_an_audit(leaklab_cache, tmp_path):
+    """Through the detection evaluation (rows, per-sample records, the results table) and `leaklab audit`
+    with no special case: each new column gets the metrics of every score column."""
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    env.update(LEAKLAB_CACHE=leaklab_cache, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+    columns = ["ppl", "recall@shots=1", "ngram_acc@n=5", "cdd@alpha=0.05"]
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "leaklab/train.py",
+            "recipe=tiny_cpt",
+            *SMALL_RUN,
+            "train.epochs=1",
+            "data.max_samples=12",
+            RECENT,
+            f"output_dir={tmp_path / 'run'}",
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (root,) = (tmp_path / "run").iterdir()
+    run = RunDir(root)
+    rows = [r for r in run.results_rows() if r["evaluation"] == "detection"]
+    for step in {r["step"] for r in rows}:
+        auroc = {r["column"]: r["value"] for r in rows if r["step"] == step and r["metric"] == "auroc"}
+        assert set(columns) <= set(auroc) and all(0 <= auroc[c] <= 1 for c in columns), auroc
+        records = [json.loads(line) for line in run.scores(step, "detection").read_text().splitlines()]
+        assert len(records) == 12 and all(c in records[0] for c in columns)
+    assert "recall@shots=1" in out.stdout  # the results table and the summary name the new columns
+    assert "cdd@alpha=0.05" in (run.report / "report.md").read_text()
+
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaklab.cli",
+            "audit",
+            "benchmark=humaneval",
+            RECENT.split(".", 1)[1],
+            "data.max_samples=6",
+            f"output_dir={tmp_path / 'audit'}",
+            *SMALL_TINY,
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (root,) = (tmp_path / "audit").iterdir()
+    summary = {(r["column"], r["metric"]): r["value"] for r in RunDir(root).results_rows()}
+    for column in columns:
+        assert summary[(column, "n")] == 6 and summary[(column, "n_undefined")] == 0, column
