@@ -42,7 +42,6 @@ def audit_model(recipe: Recipe, log=print) -> Path:
     from leaklab.detectors import needs_of, needs_variants, score_detectors
     from leaklab.detectors.likelihood import REFERENCE
     from leaklab.detectors.srdetection import inputs_from_tasks
-    from leaklab.metrics import leak_rate
     from leaklab.models.load import load_model_and_tokenizer
     from leaklab.recipe import config_hash, to_yaml
     from leaklab.report import plot_histograms
@@ -54,7 +53,8 @@ def audit_model(recipe: Recipe, log=print) -> Path:
     if REFERENCE in needs_of(specs) and not cfg.reference_model:
         # An audited model has no base model to compare with; without a named reference, skip `ref`.
         specs = [s for s in specs if REFERENCE not in needs_of([s])]
-        log("[leaklab] skipping 'ref': it needs evaluate.reference_model (a hub name or local directory)")
+        skipped = ", ".join(repr(s) for s in cfg.detectors if s not in specs)
+        log(f"[leaklab] skipping {skipped}: needs evaluate.reference_model (a hub name or local directory)")
     tasks = load_tasks(recipe)
     if recipe.data.max_samples:
         tasks = tasks[: recipe.data.max_samples]
@@ -101,7 +101,7 @@ def audit_model(recipe: Recipe, log=print) -> Path:
             summary = distribution(values)
             rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in summary.items()]
         else:
-            rates = leak_rate(decisions.leak, decisions.decided, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
+            rates = rule_rates(decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
     out.append_results(rows + leak_rows)
     plot_histograms(scores.columns, out.report)
@@ -127,13 +127,32 @@ def distribution(values) -> dict[str, float]:
     }
 
 
+def rule_rates(decisions, *, n_bootstrap: int, seed: int) -> dict[str, float]:
+    """A rule's leakage rate (leaks among decided samples, bootstrap interval) beside its null rate: the
+    mean over decided samples of 1/(m+1), what the rule flags on data no model saw when each original is
+    exchangeable with its m variants; `excess_pvalue`: the chance of at least this many leaks under that
+    null. The calibrated rule adds its per-sample p-values' median and how many are <= 0.05."""
+    from leaklab.metrics import excess_rate_pvalue, leak_rate
+
+    out = leak_rate(decisions.leak, decisions.decided, n_bootstrap=n_bootstrap, seed=seed)
+    null = decisions.null_rate[decisions.decided]
+    out["null_rate"] = float(null.mean()) if len(null) else float("nan")
+    out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
+    if decisions.pvalue is not None:
+        p = decisions.pvalue[decisions.decided]
+        out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
+        out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
+    return out
+
+
 def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
-    """The leakage rate per rule column, in %, with its bootstrap 95% interval."""
+    """The leakage rate per rule column, in %, with its bootstrap 95% interval, beside the null rate."""
     value = {(r["column"], r["metric"]): r["value"] for r in rows}
     lines = [
-        f"SrDetection leakage rate on {benchmark} (leaks among decided samples; bootstrap 95% interval):",
-        "| detector | decided | undecided | leaks | leak rate % | 95% CI |",
-        "|---|---|---|---|---|---|",
+        f"SrDetection leakage rate on {benchmark} (leaks among decided samples; bootstrap 95% interval), "
+        "beside the rate on data no model saw (null) and the chance of this many leaks under that null:",
+        "| detector | decided | undecided | leaks | leak rate % | 95% CI | null rate % | P(>= leaks | null) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def pct(x):
@@ -141,10 +160,24 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
 
     for column in dict.fromkeys(r["column"] for r in rows):
         low, high = value.get((column, "leak_rate_ci_low")), value.get((column, "leak_rate_ci_high"))
+        excess = value.get((column, "excess_pvalue"))
         lines.append(
             f"| {column} | {value[(column, 'n_decided')]:.0f} | {value[(column, 'n_undecided')]:.0f} | "
             f"{value[(column, 'n_leaks')]:.0f} | {pct(value.get((column, 'leak_rate')))} | "
-            f"[{pct(low)}, {pct(high)}] |"
+            f"[{pct(low)}, {pct(high)}] | {pct(value.get((column, 'null_rate')))} | "
+            f"{'–' if excess is None else f'{excess:.3g}'} |"
+        )
+    columns = {r["column"] for r in rows}
+    if any(not c.startswith("srdetection_calibrated") for c in columns):
+        lines.append(
+            "srdetection_gray / _black: the null rate holds only if variants are as likely as originals to a "
+            "model that never saw them (measured by analysis/srdetection_null.py); a rate near it is no "
+            "evidence of leakage."
+        )
+    if any(c.startswith("srdetection_calibrated") for c in columns):
+        lines.append(
+            "srdetection_calibrated: the original's rank among its variants under the model minus under the "
+            "reference; exact p-values under exchangeability, whatever the variants' style."
         )
     return "\n".join(lines)
 

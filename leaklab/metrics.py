@@ -367,6 +367,22 @@ def leak_rate(leak, decided=None, *, n_bootstrap: int = 1000, seed: int = 0) -> 
     return out
 
 
+def excess_rate_pvalue(flags, null_rates) -> float:
+    """P(at least sum(flags) samples flagged) when sample i is flagged with probability null_rates[i],
+    independently (a Poisson-binomial upper tail, exact by convolution): is a rule's leakage rate above
+    what it gives on data no model saw? NaN without samples."""
+    k = int(np.asarray(flags).astype(bool).sum())
+    rates = np.asarray(null_rates, dtype=np.float64)
+    if rates.size == 0:
+        return math.nan
+    dist = np.zeros(rates.size + 1)  # dist[j] = P(j flagged so far)
+    dist[0] = 1.0
+    for i, r in enumerate(rates, start=1):
+        dist[1 : i + 1] = dist[1 : i + 1] * (1 - r) + dist[:i] * r
+        dist[0] *= 1 - r
+    return float(min(1.0, dist[k:].sum()))
+
+
 # --------------------------------------------------------------------------- ranking (extraction audit)
 
 

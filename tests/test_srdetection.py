@@ -95,3 +95,111 @@ def test_score_matrix_pads_missing_variants_with_nan():
     assert np.isnan(variants[2]).all()
     d = gray_box_decisions(original, variants)
     assert d.decided.tolist() == [True, False, False]
+
+
+# --------------------------------------------------------------------------- the calibrated rule
+
+
+def test_calibrated_golden_hand_computed():
+    from leaklab.detectors.srdetection import calibrated_decisions
+
+    # Ranks by log PPL (1 = lowest), D_j = rank_reference(j) - rank_target(j), p = #{D_j >= D_0} / (m+1).
+    t0 = [1.0, 1.0, 1.0, 1.0, 2.0]
+    tv = [[2.0, 3.0], [2.0, 3.0], [1.0, 2.0], [2.0, nan], [1.0, 3.0]]
+    r0 = [3.0, 1.0, 2.0, 1.0, 3.0]
+    rv = [[1.0, 2.0], [2.0, 3.0], [1.0, 3.0], [2.0, 5.0], [2.0, 1.0]]
+    d = calibrated_decisions(t0, tv, r0, rv)
+    # 0: target ranks (1,2,3), reference (3,1,2): D = (2,-1,-1), p = 1/3, leak.
+    # 1: both models agree: D = (0,0,0), p = 1, no leak.
+    # 2: target ties the original with a variant, mid-ranks (1.5,1.5,3); reference (2,1,3):
+    #    D = (0.5,-0.5,0), p = 1/3, leak.
+    # 3: one variant scored by both models: undecided at n = 2.
+    # 4: target (2,1,3), reference (3,2,1): D = (1,1,-2), p = 2/3: the original shares the top, no leak.
+    assert d.decided.tolist() == [True, True, True, False, True]
+    assert d.leak.tolist() == [True, False, True, False, False]
+    np.testing.assert_allclose(d.margin, [2.0, 0.0, 0.5, nan, 1.0])
+    np.testing.assert_allclose(d.pvalue, [1 / 3, 1.0, 1 / 3, nan, 2 / 3])
+    np.testing.assert_allclose(d.null_rate, [1 / 3, 1 / 3, 1 / 3, nan, 1 / 3])
+    # A looser alpha flags sample 4 too (p = 2/3 <= 0.7), never sample 1 (D_0 = 0).
+    loose = calibrated_decisions(t0, tv, r0, rv, alpha=0.7)
+    assert loose.leak.tolist() == [True, False, True, False, True]
+
+
+def test_calibrated_ignores_variant_style_that_fools_the_plain_rule():
+    """Variants uniformly less natural than the original (a style bias, no exposure): the plain rule
+    flags every sample, the calibrated rule at most ~1/(n+1) of them, since the reference sees the
+    same bias. Failed before the calibrated rule existed."""
+    from leaklab.detectors.srdetection import calibrated_decisions
+
+    rng = np.random.default_rng(0)
+    samples, n = 4000, 10
+    style = rng.normal(size=(samples, n + 1))  # what both models share about each text
+    style[:, 1:] += 3.0  # every variant much less likely than its original
+    target = style + 0.3 * rng.normal(size=style.shape)
+    reference = style + 0.3 * rng.normal(size=style.shape)
+    plain = gray_box_decisions(target[:, 0], target[:, 1:], n=n)
+    assert plain.leak.mean() > 0.8
+    for m in (1, 3, 10):
+        d = calibrated_decisions(target[:, 0], target[:, 1:], reference[:, 0], reference[:, 1:], n=m)
+        assert d.decided.all()
+        assert d.leak.mean() <= 1 / (m + 1) + 3 * np.sqrt(1 / (m + 1) / samples)
+        # Exchangeable null: the p-values are (super-)uniform on {1/(m+1), ..., 1}.
+        assert np.mean(d.pvalue <= 0.5) <= 0.5 + 0.03
+
+
+def test_calibrated_finds_exposure():
+    from leaklab.detectors.srdetection import calibrated_decisions
+
+    rng = np.random.default_rng(1)
+    style = rng.normal(size=(500, 11))
+    reference = style
+    target = style.copy()
+    target[:, 0] -= 5.0  # the target saw the originals
+    d = calibrated_decisions(target[:, 0], target[:, 1:], reference[:, 0], reference[:, 1:], n=10)
+    assert d.leak.mean() > 0.9
+    np.testing.assert_allclose(d.pvalue[d.leak], 1 / 11)
+
+
+def test_calibrated_registry_entry():
+    from leaklab.detectors import build_detector, kind_of, needs_of
+
+    det = build_detector("srdetection_calibrated:n=1,5,alpha=0.2")
+    assert kind_of("srdetection_calibrated") == "rule"
+    assert "reference" in needs_of(["srdetection_calibrated"]) and "variants" in needs_of(
+        ["srdetection_calibrated"]
+    )
+    assert list(det.columns()) == ["srdetection_calibrated@n=1", "srdetection_calibrated@n=5"]
+    with pytest.raises(ValueError, match="alpha"):
+        build_detector("srdetection_calibrated:alpha=1.5")
+
+
+def test_excess_rate_pvalue_hand_computed():
+    from scipy.stats import binom
+
+    from leaklab.metrics import excess_rate_pvalue
+
+    # Three samples each flagged with chance 1/2: P(>= 2 flagged) = (3 + 1) / 8.
+    assert excess_rate_pvalue([1, 1, 0], [0.5, 0.5, 0.5]) == pytest.approx(0.5)
+    # Chances 1/2 and 1/4: P(both) = 1/8; P(>= 1) = 1 - (1/2)(3/4) = 5/8; P(>= 0) = 1.
+    assert excess_rate_pvalue([1, 1], [0.5, 0.25]) == pytest.approx(0.125)
+    assert excess_rate_pvalue([0, 1], [0.5, 0.25]) == pytest.approx(0.625)
+    assert excess_rate_pvalue([0, 0], [0.5, 0.25]) == pytest.approx(1.0)
+    # Equal chances: the binomial tail (scipy, an independent implementation).
+    flags = [1] * 30 + [0] * 134
+    assert excess_rate_pvalue(flags, [1 / 11] * 164) == pytest.approx(binom.sf(29, 164, 1 / 11), rel=1e-9)
+    assert np.isnan(excess_rate_pvalue([], []))
+
+
+def test_audit_rule_rates_report_the_null_beside_the_rate():
+    from leaklab.audit import rule_rates
+    from leaklab.detectors.srdetection import calibrated_decisions
+
+    # Sample 0 flagged, 1 not, 2 undecided; two variants each: null rate 1/3 per decided sample.
+    d = gray_box_decisions([1.0, 5.0, 1.0], [[2.0, 3.0], [4.0, 6.0], [nan, nan]], n=2)
+    rates = rule_rates(d, n_bootstrap=0, seed=0)
+    assert rates["leak_rate"] == 0.5 and rates["null_rate"] == pytest.approx(1 / 3)
+    assert rates["excess_pvalue"] == pytest.approx(1 - (2 / 3) ** 2)
+    assert "pvalue_median" not in rates
+    c = calibrated_decisions([1.0, 1.0], [[2.0, 3.0], [2.0, 3.0]], [3.0, 1.0], [[1.0, 2.0], [2.0, 3.0]])
+    rates = rule_rates(c, n_bootstrap=0, seed=0)
+    assert rates["pvalue_median"] == pytest.approx((1 / 3 + 1) / 2) and rates["n_pvalue_le_0.05"] == 0

@@ -47,7 +47,7 @@ from leaklab.detectors.likelihood import (
 from leaklab.detectors.neighbourhood import Neighbourhood
 from leaklab.detectors.ngram import NgramAccuracy
 from leaklab.detectors.recall import Recall
-from leaklab.detectors.srdetection import VARIANTS, SrDetectionBlack, SrDetectionGray
+from leaklab.detectors.srdetection import VARIANTS, SrDetectionBlack, SrDetectionCalibrated, SrDetectionGray
 
 DETECTORS: dict[str, type] = {
     "ppl": Ppl,
@@ -59,6 +59,7 @@ DETECTORS: dict[str, type] = {
     "ref": ReferenceRatio,
     "srdetection_gray": SrDetectionGray,
     "srdetection_black": SrDetectionBlack,
+    "srdetection_calibrated": SrDetectionCalibrated,
     "recall": Recall,
     "cdd": Cdd,
     "ngram_acc": NgramAccuracy,
@@ -355,6 +356,7 @@ def score_detectors(
             accelerator=accelerator,
             cache=cache,
             generation_cache=generation_cache,
+            reference=reference,
         )
         out.columns.update(sr.columns)
         out.decisions.update(sr.decisions)

@@ -52,6 +52,14 @@ class Decisions:
     decided: np.ndarray  # bool [samples]
     variants_used: np.ndarray  # int [samples]: finite variant scores compared (<= n)
     margin: np.ndarray  # float [samples]: how far the original beats its best variant; NaN if undecided
+    # The calibrated rule only: its exact p-value per sample (NaN if undecided).
+    pvalue: np.ndarray | None = None
+
+    @property
+    def null_rate(self) -> np.ndarray:
+        """Per sample, the chance the rule fires on a model that never saw it when the original and its
+        variants are exchangeable: 1/(m+1) with m the variants compared (NaN if undecided)."""
+        return np.where(self.decided, 1.0 / (self.variants_used + 1.0), np.nan)
 
     @property
     def n_undecided(self) -> int:
@@ -141,6 +149,77 @@ def decisions_by_n(
     if mode not in rules:
         raise ValueError(f"mode must be 'gray' or 'black', got {mode!r}")
     return {n: rules[mode](original, variant_scores, n=n, min_variants=min_variants) for n in ns}
+
+
+def _midranks(values: np.ndarray) -> np.ndarray:
+    """Rank 1 = smallest; tied values share the mean of their ranks."""
+    order = np.argsort(values, kind="stable")
+    ranks = np.empty(len(values))
+    ranks[order] = np.arange(1, len(values) + 1)
+    for value in np.unique(values):
+        tied = values == value
+        ranks[tied] = ranks[tied].mean()
+    return ranks
+
+
+def calibrated_decisions(
+    target_original: np.ndarray | Sequence[float],
+    target_variants: np.ndarray | Sequence[Sequence[float]],
+    reference_original: np.ndarray | Sequence[float],
+    reference_variants: np.ndarray | Sequence[Sequence[float]],
+    n: int | None = None,
+    min_variants: int = 2,
+    alpha: float = 0.0,
+) -> Decisions:
+    """The calibrated gray box: does the target rank the original higher among its texts than a
+    reference model (one that did not see the benchmark: the base model of a run) does?
+
+    For sample s take the original and its first m <= n variants scored by both models (m + 1 texts,
+    text 0 the original), rank them by log PPL under each model (rank 1 = lowest, ties share mid-ranks)
+    and let D_j = rank_reference(j) - rank_target(j): how many places the target moves text j towards
+    "most likely". The score (margin) is D_0, higher = more member-like.
+
+    Null hypothesis: the original is exchangeable with its variants under the pair of models (which text
+    is the original tells nothing about the pair of scores; true when neither model saw the task, even
+    if both find the original more natural than its variants). Given the m + 1 pairs of scores, the
+    original is then equally likely to be any of them, so the exact p-value is
+        p = #{j : D_j >= D_0} / (m + 1),
+    and P(p <= k/(m+1)) <= k/(m+1) for every k. Leak iff p <= max(alpha, 1/(m+1)) and D_0 > 0; with the
+    default alpha = 0 that is "the original gains strictly more ranks than every variant", whose rate on
+    non-members is at most 1/(m+1) whatever the variants' style. When target and reference agree
+    (step 0 of a run) every D_j is 0, p = 1 and nothing is flagged.
+    """
+    t0 = np.asarray(target_original, dtype=float)
+    r0 = np.asarray(reference_original, dtype=float)
+    tv = np.asarray(target_variants, dtype=float)
+    rv = np.asarray(reference_variants, dtype=float)
+    if tv.ndim != 2 or tv.shape != rv.shape or t0.shape != r0.shape or tv.shape[0] != t0.shape[0]:
+        raise ValueError(
+            f"need originals [samples] and variants [samples, variants] under both models; got "
+            f"{t0.shape}, {tv.shape}, {r0.shape}, {rv.shape}"
+        )
+    n = tv.shape[1] if n is None else n
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    samples = t0.shape[0]
+    leak = np.zeros(samples, dtype=bool)
+    decided = np.zeros(samples, dtype=bool)
+    used = np.zeros(samples, dtype=int)
+    margin = np.full(samples, np.nan)
+    pvalue = np.full(samples, np.nan)
+    for s in range(samples):
+        both = np.isfinite(tv[s]) & np.isfinite(rv[s])
+        t = np.concatenate([[t0[s]], tv[s][both][:n]])
+        r = np.concatenate([[r0[s]], rv[s][both][:n]])
+        used[s] = len(t) - 1
+        if used[s] < min(n, min_variants) or not (np.isfinite(t0[s]) and np.isfinite(r0[s])):
+            continue
+        d = _midranks(r) - _midranks(t)
+        decided[s] = True
+        margin[s] = d[0]
+        pvalue[s] = np.mean(d >= d[0])
+        leak[s] = d[0] > 0 and pvalue[s] <= max(alpha, 1.0 / len(t)) + 1e-12
+    return Decisions(n=n, leak=leak, decided=decided, variants_used=used, margin=margin, pvalue=pvalue)
 
 
 def score_matrix(
@@ -242,6 +321,32 @@ class SrDetectionGray:
 
     def columns(self) -> dict[str, dict]:
         return {column_name(self.name, n): {"n": n} for n in self.n}
+
+    def check(self, settings) -> list[str]:
+        return _check_against_settings(self, settings)
+
+
+@dataclass
+class SrDetectionCalibrated:
+    """Leak iff the target moves the original up its variant ranking more than a reference model does
+    (exact p-value under exchangeability; see `calibrated_decisions`). The reference is the run's base
+    model, or `evaluate.reference_model` in an audit."""
+
+    name: ClassVar[str] = "srdetection_calibrated"
+    kind: ClassVar[str] = "rule"
+    mode: ClassVar[str] = "calibrated"
+    needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, "reference"})
+    config: ClassVar[type] = SrDetectionConfig
+    n: tuple[int, ...] = PAPER_NS
+    alpha: float = 0.0  # leak iff p <= max(alpha, 1/(m+1)); 0: the smallest p-value a sample can get
+
+    def __post_init__(self) -> None:
+        _check_ns(self.name, self.n)
+        if not 0.0 <= self.alpha < 1.0:
+            raise ValueError(f"{self.name}: alpha must be in [0, 1), got {self.alpha}")
+
+    def columns(self) -> dict[str, dict]:
+        return {column_name(self.name, n): {"n": n, "alpha": self.alpha} for n in self.n}
 
     def check(self, settings) -> list[str]:
         return _check_against_settings(self, settings)
@@ -470,6 +575,7 @@ def score_srdetection(
     cache=None,
     generation_cache=None,
     generator=None,
+    reference=None,
 ) -> SrScores:
     """Run srdetection_gray / srdetection_black detectors (built by `leaklab.detectors.build_detector`)
     on one model.
@@ -477,18 +583,40 @@ def score_srdetection(
     settings: an EvaluateConfig (its scoring settings and `srdetection` section); None for defaults.
     cache: the signal cache shared with the baselines (None: the process-wide one).
     generator: a `Generator` for the black box (default: HFGenerator on `model`).
+    reference: (model, tokenizer) of the reference model, for srdetection_calibrated.
     Every rank calls it under several processes; all get the full result.
     """
     sr = _sr_settings(getattr(settings, "srdetection", None))
-    unknown = [d for d in detectors if getattr(d, "mode", None) not in ("gray", "black")]
+    unknown = [d for d in detectors if getattr(d, "mode", None) not in ("gray", "black", "calibrated")]
     if unknown:
         raise ValueError(f"not an SrDetection spec: {unknown[0].name!r}")
     result = SrScores()
-    for mode in ("gray", "black"):
+    for mode in ("gray", "black", "calibrated"):
         mine = [d for d in detectors if d.mode == mode]
         if not mine:
             continue
         info: dict[str, Any] = {}
+        if mode == "calibrated":
+            if reference is None:
+                raise ValueError(
+                    "srdetection_calibrated needs a reference model (the run's base model, or "
+                    "evaluate.reference_model in an audit)"
+                )
+            # The target's scores are the gray box's (a cache hit when srdetection_gray ran too).
+            target = result.raw.get("gray") or gray_scores(
+                model, tokenizer, inputs, settings, accelerator=accelerator, cache=cache, info=info
+            )
+            ref = gray_scores(*reference, inputs, settings, accelerator=accelerator, cache=cache, info=info)
+            result.raw[mode], result.info[mode] = (*target, *ref), info
+            for detector in mine:
+                for n in detector.n:
+                    decisions = calibrated_decisions(
+                        *target, *ref, n=n, min_variants=sr.min_variants, alpha=detector.alpha
+                    )
+                    name = column_name(detector.name, n)
+                    result.columns[name] = decisions.margin
+                    result.decisions[name] = decisions
+            continue
         if mode == "gray":
             raw = gray_scores(
                 model, tokenizer, inputs, settings, accelerator=accelerator, cache=cache, info=info
