@@ -65,6 +65,21 @@ def analyse(run_dir: str | Path, *, halvings: int = 100, alpha: float = 0.05, se
     return out
 
 
+def blind_auroc(run_dir: str | Path, seed: int = 0) -> float:
+    """The blind baseline's AUROC on the run's own split (texts from the run's recipe and manifest)."""
+    from leaklab.detectors.blind import blind_scores
+    from leaklab.evaluate import load_tasks
+    from leaklab.evaluations.base import build_eval_set
+    from leaklab.metrics import auroc
+    from leaklab.recipe import load_recipe
+
+    run = load_run(run_dir)
+    recipe = load_recipe(str(run.run.root / "recipe.yaml"))
+    eval_set = build_eval_set(load_tasks(recipe), run.manifest, recipe.data.text_format)
+    folds = recipe.evaluate.cv_folds
+    return auroc(blind_scores(eval_set.texts, eval_set.labels, folds=folds, seed=seed), eval_set.labels)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir")
@@ -97,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         "alpha": args.alpha,
         "halvings": args.halvings,
     }
+    summary["blind_auroc"] = blind_auroc(args.run_dir, args.seed)
+    print(f"blind baseline (text only, out-of-fold) AUROC on this split: {summary['blind_auroc']:.3f}")
     print(json.dumps(summary))
     return 0
 

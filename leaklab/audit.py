@@ -6,6 +6,11 @@ sample without a threshold, so for them the audit gives the benchmark's leakage 
 decided samples) with a bootstrap 95% interval (SrDetection §5.3).
 
     leaklab audit model=Qwen/Qwen2.5-7B benchmark=humaneval detectors=[minkpp,srdetection_gray]
+
+With `clean=C`, a set known not to be in the model's training, there is a comparison after all
+(`against_clean`): each score column's AUROC benchmark vs C with its interval, the blind baseline beside
+them (a text-only classifier; it warns when the sets differ in their text, which every detector would
+pick up too) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
 """
 
 from __future__ import annotations
@@ -37,9 +42,18 @@ def audit_overrides(args: list[str]) -> list[str]:
     return out
 
 
-def audit_model(recipe: Recipe, log=print) -> Path:
-    """Score every task of the recipe's benchmark with its model; write <output_dir>/audit-.../."""
-    from leaklab.detectors import needs_of, needs_variants, score_detectors
+def clean_set_of(args: list[str]) -> tuple[list[str], str | None]:
+    """(the other arguments, the value of `clean=`): the audit's known-clean set, not a recipe key."""
+    rest = [a for a in args if not a.startswith("clean=")]
+    given = [a.partition("=")[2] for a in args if a.startswith("clean=")]
+    return rest, (given[-1] or None) if given else None
+
+
+def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
+    """Score every task of the recipe's benchmark with its model; write <output_dir>/audit-.../.
+    With `clean` (a file or directory in data.benchmark's format, or a benchmark name) the benchmark is
+    also tested against that known-clean set (`against_clean`)."""
+    from leaklab.detectors import kind_of, needs_of, needs_variants, score_detectors
     from leaklab.detectors.likelihood import REFERENCE
     from leaklab.detectors.srdetection import inputs_from_tasks
     from leaklab.models.load import load_model_and_tokenizer
@@ -58,6 +72,10 @@ def audit_model(recipe: Recipe, log=print) -> Path:
     tasks = load_tasks(recipe)
     if recipe.data.max_samples:
         tasks = tasks[: recipe.data.max_samples]
+    clean_tasks = None
+    if clean:  # bad input fails before the model loads
+        clean_tasks = load_clean_set(recipe, clean)
+        check_disjoint(tasks, clean_tasks, recipe.data.text_format)
     model, tokenizer, path = load_model_and_tokenizer(recipe.model, log=log)
     model.eval()
     reference = load_reference(recipe, None) if REFERENCE in needs_of(specs) else None
@@ -103,7 +121,27 @@ def audit_model(recipe: Recipe, log=print) -> Path:
         else:
             rates = rule_rates(decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
-    out.append_results(rows + leak_rows)
+    clean_rows = []
+    if clean_tasks is not None:
+        score_specs = [s for s in specs if kind_of(s) == "score"]
+        clean_scores = score_detectors(
+            score_specs,
+            model,
+            tokenizer,
+            [t.text(fmt) for t in clean_tasks],
+            prompts=[t.prompt if fmt == "prompt+solution" else "" for t in clean_tasks],
+            settings=cfg,
+            reference=reference,
+            generation_cache=GenerationCache(out.generation_cache),
+        )
+        clean_records = [{"task_id": t.task_id, **clean_scores.cells(i)} for i, t in enumerate(clean_tasks)]
+        write_atomic(out.scores(0, "audit_clean"), "".join(json.dumps(r) + "\n" for r in clean_records))
+        suspect = {c: scores.columns[c] for c in clean_scores.columns}
+        texts = ([t.text(fmt) for t in tasks], [t.text(fmt) for t in clean_tasks])
+        clean_rows = against_clean(
+            suspect, clean_scores.columns, texts, cfg, {**base, "clean_set": clean}, log=log
+        )
+    out.append_results(rows + leak_rows + clean_rows)
     plot_histograms(scores.columns, out.report)
     if rows:
         log(_audit_table(rows))
@@ -191,3 +229,117 @@ def _audit_table(rows: list[dict[str, Any]]) -> str:
         cells = ["–" if value.get((column, m)) is None else f"{value[(column, m)]:.4g}" for m in metrics]
         lines.append(f"| {column} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def load_clean_set(recipe: Recipe, clean: str):
+    """The known-clean tasks: a local file / directory read in data.benchmark's format, else a benchmark
+    name (its own format)."""
+    from leaklab.data.benchmarks import load_benchmark
+
+    if Path(clean).exists():
+        tasks = load_benchmark(recipe.data.benchmark, label="clean", path=clean)
+    else:
+        tasks = load_benchmark(clean, label="clean")
+    if recipe.data.max_samples:
+        tasks = tasks[: recipe.data.max_samples]
+    return tasks
+
+
+def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
+    """A sample on both sides would make the sets look alike: a clear error, not a weak test."""
+    from leaklab.errors import InputError
+
+    shared = {t.text(fmt) for t in tasks} & {t.text(fmt) for t in clean_tasks}
+    if shared:
+        raise InputError(
+            f"clean=: {len(shared)} of its {len(clean_tasks)} tasks are also in the audited benchmark; "
+            "the clean set must hold only tasks the benchmark does not"
+        )
+
+
+def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str, Any]]:
+    """The audited benchmark (suspect) against a known-clean set: every score column's AUROC with its
+    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: above
+    AUROC 0.6 the two sets differ in their text and the warning says so), and dataset inference (is the
+    suspect set, as a whole, in training? a p-value, with its false-positive rate over random halvings
+    of the clean set). Logs the table; returns the rows."""
+    from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
+    from leaklab.detectors.blind import blind_scores, shift_warning
+    from leaklab.metrics import detection_metrics
+
+    n_s, n_c = len(texts[0]), len(texts[1])
+    labels = np.r_[np.ones(n_s, int), np.zeros(n_c, int)]
+    columns = {c: np.r_[suspect[c], clean[c]] for c in suspect}
+    columns["blind"] = blind_scores([*texts[0], *texts[1]], labels, folds=cfg.cv_folds, seed=cfg.seed)
+    keep = (
+        "n",
+        "auroc",
+        "auroc_ci_low",
+        "auroc_ci_high",
+        "tpr@5%fpr",
+        "tpr@5%fpr_ci_low",
+        "tpr@5%fpr_ci_high",
+    )
+    rows, auroc = [], {}
+    for column, values in columns.items():
+        m = detection_metrics(
+            values, labels, cv_folds=cfg.cv_folds, seed=cfg.seed, n_bootstrap=cfg.n_bootstrap
+        )
+        auroc[column] = (m["auroc"], m.get("auroc_ci_low"), m.get("auroc_ci_high"))
+        # `<metric>_vs_clean` and its `_ci_low` / `_ci_high`, the interval naming every report reads.
+        metrics = {
+            k.replace("_ci_", "_vs_clean_ci_") if "_ci_" in k else f"{k}_vs_clean": m[k]
+            for k in keep
+            if k in m
+        }
+        if column == "blind":
+            metrics["distribution_shift"] = float(bool(shift_warning(m["auroc"], "")))
+        rows += [
+            {
+                **head,
+                "detector": column,
+                "params": {},
+                "column": column,
+                "metric": k,
+                "value": float_or_none(v),
+            }
+            for k, v in metrics.items()
+        ]
+    inference = {}
+    if suspect and min(n_s, n_c) >= 4:
+        result = dataset_inference(
+            feature_matrix(suspect, np.arange(n_s)), feature_matrix(clean, np.arange(n_c)),
+            features=list(suspect), seed=cfg.seed,
+        )  # fmt: skip
+        inference = {
+            **result.as_metrics(),
+            **null_rejection_rate(feature_matrix(clean, np.arange(n_c)), seed=cfg.seed),
+        }
+        rows += [
+            {**head, "detector": "dataset_inference", "params": {"features": list(suspect)},
+             "column": "dataset_inference", "metric": k, "value": float_or_none(v)}
+            for k, v in inference.items()
+        ]  # fmt: skip
+
+    lines = [
+        f"{head['benchmark']} ({n_s} tasks) against the clean set {head['clean_set']} ({n_c} tasks):",
+        "| detector | AUROC suspect vs clean | 95% CI |",
+        "|---|---|---|",
+    ]
+    for column, (v, low, high) in auroc.items():
+        shown = "–" if v is None or np.isnan(v) else f"{v:.3f}"
+        ci = "–" if low is None or np.isnan(low) else f"[{low:.2f}, {high:.2f}]"
+        lines.append(f"| {'blind baseline (text only)' if column == 'blind' else column} | {shown} | {ci} |")
+    if inference:
+        lines.append(
+            f"dataset inference (is {head['benchmark']} in training?): p = {inference['p_value']:.3g} "
+            f"(one-sided Welch t = {inference['t']:.2f}); the same test on halvings of the clean set rejected "
+            f"{inference['null_rejection_rate']:.0%} at alpha {inference['null_alpha']:g}"
+        )
+    else:
+        lines.append("dataset inference: not run (needs score detectors and at least 4 tasks per set)")
+    warning = shift_warning(auroc["blind"][0], f"{head['benchmark']} from the clean set")
+    if warning:
+        lines.append(warning)
+    log("\n".join(lines))
+    return rows

@@ -59,6 +59,9 @@ distribution, and SrDetection's leakage rate with a bootstrap interval).
                  data.path=FILE takes a local copy
   detectors=[..] detector specs (evaluate.detectors); default: those of tiny_cpt. Detectors that need a
                  reference model (ref) are skipped unless evaluate.reference_model names one.
+  clean=C        a set known not to be in the model's training (a file or directory in the benchmark's
+                 format, or a benchmark name): adds each detector's AUROC benchmark vs C, the blind
+                 baseline (warns when the two sets differ in their text) and dataset inference (a p-value)
   other keys     any recipe key (`leaklab keys`), e.g. data.max_samples=20 output_dir=audits
 
 example:
@@ -108,14 +111,15 @@ def _build_tiny(args: list[str]) -> int:
 
 
 def _audit(args: list[str]) -> int:
-    from leaklab.audit import audit_model, audit_overrides
+    from leaklab.audit import audit_model, audit_overrides, clean_set_of
     from leaklab.recipe import load_recipe
     from leaklab.train import preflight
 
+    args, clean = clean_set_of(args)
     # The tiny recipe supplies the evaluation defaults; the audit names its own model and benchmark.
     recipe = load_recipe("tiny_cpt", ["name=audit", *audit_overrides(args)])
     preflight(recipe)
-    audit_model(recipe)
+    audit_model(recipe, clean=clean)
     return 0
 
 

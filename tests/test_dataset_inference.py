@@ -163,3 +163,59 @@ def test_report_shows_intervals_p_values_and_the_shift_warning(tmp_path):
     assert "0.810 [0.69, 0.94]" in markdown  # the auroc table's intervals
     assert "Last checkpoint (step 8, epoch 1) with bootstrap 95% intervals" in page
     assert "0.810 [0.69, 0.94]" in page
+
+
+def _humaneval_file(path, first: int, count: int):
+    import json
+
+    from leaklab.data.benchmarks import humaneval_path
+    from leaklab.data.benchmarks import load_benchmark as load
+
+    rows = [json.loads(line) for line in _read_lines(humaneval_path())]
+    ids = {t.task_id for t in load("humaneval")[first : first + count]}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["task_id"] in ids))
+    return path
+
+
+def _read_lines(source):
+    import gzip
+    from pathlib import Path
+
+    source = Path(source)
+    files = [source] if source.is_file() else sorted(source.glob("*.jsonl*"))
+    for file in files:
+        opener = gzip.open if file.suffix == ".gz" else open
+        with opener(file, "rt") as handle:
+            yield from (line for line in handle if line.strip())
+
+
+@pytest.mark.slow
+def test_audit_against_a_clean_set(leaklab_cache, tmp_path, capsys):
+    import json
+
+    from conftest import SMALL_TINY
+    from leaklab.cli import main
+
+    clean = _humaneval_file(tmp_path / "clean.jsonl", 100, 12)
+    common = ["audit", "model=builtin:tiny", "benchmark=humaneval", "detectors=[ppl,zlib]", "data.max_samples=12",
+              f"output_dir={tmp_path / 'runs'}", "evaluate.n_bootstrap=50", *SMALL_TINY]  # fmt: skip
+    assert main([*common, f"clean={clean}"]) == 0
+    out = capsys.readouterr().out
+    assert "against the clean set" in out and "blind baseline (text only)" in out
+    assert "dataset inference (is humaneval in training?): p = " in out
+    (audit_dir,) = (tmp_path / "runs").iterdir()
+    rows = [json.loads(line) for line in (audit_dir / "results.jsonl").read_text().splitlines()]
+    got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("clean_set") == str(clean)}
+    for column in ("ppl", "zlib", "blind"):
+        assert 0.0 <= got[(column, "auroc_vs_clean")] <= 1.0
+        assert got[(column, "auroc_vs_clean_ci_low")] <= got[(column, "auroc_vs_clean_ci_high")]
+    assert 0.0 <= got[("dataset_inference", "p_value")] <= 1.0
+    assert (
+        got[("dataset_inference", "n_suspect_test")] == 6 and got[("dataset_inference", "null_halvings")] > 0
+    )
+    assert (audit_dir / "scores" / "step-0" / "audit_clean.jsonl").exists()
+
+    # The benchmark itself as its "clean" set: a clear error before any model loads.
+    overlapping = _humaneval_file(tmp_path / "same.jsonl", 0, 12)
+    assert main([*common, f"clean={overlapping}"]) == 2
+    assert "12 of its 12 tasks are also in the audited benchmark" in capsys.readouterr().err
