@@ -247,6 +247,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
     "evaluate.srdetection.split": ("solution", "text"),
+    "evaluate.srdetection.verify": ("tests", "alpha", "none"),
     "tracking.wandb.mode": ("offline", "online", "disabled"),
     **RL_CHOICES,
 }

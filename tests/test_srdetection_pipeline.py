@@ -315,7 +315,7 @@ def test_variant_sets_are_built_once_per_benchmark_and_round_trip(tmp_path, monk
     from leaklab.perturb import store as variant_store
 
     tasks = load_humaneval()[:3]
-    cfg = SrDetectionConfig(n_variants=3, verify=False, replace_examples=False)
+    cfg = SrDetectionConfig(n_variants=3, verify="none", replace_examples=False)
     built = []
     real = variant_store.build_variant_sets
 

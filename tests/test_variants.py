@@ -18,7 +18,7 @@ import pytest
 from leaklab.data.benchmarks import load_humaneval
 from leaklab.data.tasks import Task
 from leaklab.perturb.examples import RunError, find_examples, format_value, mutate_value
-from leaklab.perturb.identifiers import RESERVED, analyse_task, program_text
+from leaklab.perturb.identifiers import RESERVED, NotRenamable, analyse_task, program_text
 from leaklab.perturb.llm import llm_prompt
 from leaklab.perturb.renaming import propose_renames, rename_task
 from leaklab.perturb.variants import make_variants
@@ -145,9 +145,11 @@ def test_entry_point_rename_follows_into_prompt_tests_and_field(humaneval):
     new_encode = variant.renames["encode_cyclic"]
     assert variant.task.entry_point == variant.renames["decode_cyclic"]
     assert f"def {variant.task.entry_point}(" in variant.task.prompt
-    assert f"{new_encode}(str)" in variant.task.tests and "encode_cyclic" not in variant.task.tests
+    assert f"{new_encode}(str)" in variant.task.tests and not re.search(
+        r"\bencode_cyclic\b", variant.task.tests
+    )
     # The helper's recursion-free call sites and the docstring mention are renamed too.
-    assert "encode_cyclic" not in variant.task.prompt + variant.task.solution
+    assert not re.search(r"\bencode_cyclic\b", variant.task.prompt + variant.task.solution)
     assert f"encoded with {new_encode} function" in variant.task.prompt
 
 
@@ -578,3 +580,89 @@ def test_apps_fixture_tasks_rename_cleanly():
             assert variant.task.test_cases == task.test_cases
             if task.entry_point and task.entry_point in variant.renames:  # a plain function is renamed
                 assert f"def {variant.task.entry_point}(" in variant.task.prompt
+
+
+# --------------------------------------------------------------------------- issue 13: unbiased variants
+
+
+def _log_count_shift(tasks, propose) -> float:
+    """Mean over renamed identifiers of log-frequency(new) - log-frequency(old) in the reference corpus."""
+    from leaklab.perturb.vocabulary import log_count
+
+    shifts = []
+    for task in tasks:
+        try:
+            analysis = analyse_task(task)
+        except NotRenamable:
+            continue
+        for old, new in propose(analysis, random.Random(task.task_id)).items():
+            shifts.append(log_count(new) - log_count(old))
+    return sum(shifts) / len(shifts)
+
+
+def test_new_names_are_about_as_frequent_as_the_originals(humaneval):
+    """Names are chosen by closeness of their frequency in reference code to the original's: on all of
+    HumanEval the renamed identifiers are, on average, neither rarer nor commoner than the originals.
+    The synonym-first order made them rarer (mean shift -0.70 at HEAD before the fix; now -0.32)."""
+    assert abs(_log_count_shift(humaneval.values(), propose_renames)) < 0.5
+
+
+def test_example_strings_keep_their_alphabet_and_numbers_their_roundness():
+    rng = random.Random(0)
+    for _ in range(50):  # a binary string stays binary ('010' became '019' before)
+        assert set(mutate_value("010110", rng)) <= {"0", "1"}
+    # Words are swapped for real words of the same length, not letter soup.
+    from leaklab.perturb.vocabulary import code_counts
+
+    for _ in range(20):
+        new = mutate_value("hello world", rng)
+        assert len(new) == 11 and all(w in code_counts() or w in ("hello", "world") for w in new.split())
+    # A round number is replaced by a number about as common in code as itself.
+    from leaklab.perturb.vocabulary import log_count
+
+    drawn = [mutate_value(100, rng) for _ in range(200)]
+    assert all(50 <= d <= 200 and d != 100 for d in drawn)
+    assert sum(log_count(str(d)) for d in drawn) / len(drawn) > 1.5  # uniform draws: about 0.4
+    floats = [mutate_value(0.5, rng) for _ in range(20)]
+    assert all(f != 0.5 for f in floats)
+
+
+def test_alpha_verification_accepts_renamings_and_rejects_anything_else(humaneval):
+    from leaklab.perturb.variants import alpha_equivalent
+
+    task = humaneval["HumanEval/0"]
+    variant = make_variants(task, n=1, seed=1).variants[0]
+    assert alpha_equivalent(task, variant.task, variant.renames)
+    # A changed constant in the code is not a renaming.
+    broken = dataclasses.replace(
+        variant.task, solution=variant.task.solution.replace("return True", "return False")
+    )
+    assert broken.solution != variant.task.solution
+    assert not alpha_equivalent(task, broken, variant.renames)
+    # Two names onto one, or onto a name the program uses and keeps (a builtin), could capture a reference.
+    clash = dict(variant.renames)
+    first, second = list(clash)[:2]
+    assert not alpha_equivalent(task, variant.task, {**clash, second: clash[first]})
+    assert not alpha_equivalent(task, variant.task, {**clash, first: "enumerate"})
+
+
+def test_no_tests_is_said_and_alpha_verifies_without_them(humaneval):
+    from leaklab.detectors.srdetection import SrDetectionConfig
+    from leaklab.perturb import store
+
+    task = dataclasses.replace(humaneval["HumanEval/0"], tests="", test_cases=())
+    # verify by tests on a task without tests: no variants, and the reason says "no tests".
+    result = make_variants(task, n=3, verify=lambda t: True, verify_by="tests")
+    assert not result.variants and not result.tests_run
+    assert any(r.startswith("no tests") for r in result.reasons)
+    assert not any("tests failed" in r for r in result.reasons)
+    # verify: alpha keeps renaming-only variants, recorded as such.
+    cfg = SrDetectionConfig(n_variants=3, verify="alpha", replace_examples=False)
+    (vs,) = store.build_variant_sets([task], cfg, log=lambda *a: None)
+    assert len(vs.variants) == 3 and vs.verified_by == "alpha" and not vs.tests_run
+    info = store.summary([vs])
+    assert info["verified_by"] == ["alpha"] and info["tests_run"] is False
+    again = store.set_from_json(store.set_to_json(vs, task), task)
+    assert again.verified_by == "alpha"
+    (none,) = store.build_variant_sets([task], dataclasses.replace(cfg, verify="tests"), log=lambda *a: None)
+    assert not none.variants and store.summary([none])["tasks_without_tests"] == 1

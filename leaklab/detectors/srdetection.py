@@ -266,7 +266,10 @@ class SrDetectionConfig:
     seed: int = 0  # seeds the names and example inputs of the variants
     # A decision needs at least min(n, min_variants) verified variants; fewer: undecided (not a leak).
     min_variants: int = 2
-    verify: bool = True  # run the benchmark's own tests on every variant (in the sandbox); drop failures
+    # How each variant is checked before it is kept: "tests" runs the benchmark's own tests on it (in the
+    # sandbox); "alpha" checks, without running anything, that its program is the original's under the
+    # renaming (for benchmarks without tests); "none" only parses it. Failures are dropped.
+    verify: str = "tests"
     replace_examples: bool = True  # tau_t: new example inputs, outputs from the canonical solution
     sandbox_workers: int = 2  # sandbox processes that verify variants in parallel
     sandbox_timeout_s: float = 10.0  # per test run

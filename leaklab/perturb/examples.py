@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import random
 import re
 from collections.abc import Sequence
@@ -19,6 +20,13 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.perturb.identifiers import Offsets
 from leaklab.perturb.renaming import apply_edits
+from leaklab.perturb.vocabulary import code_counts, frequency_order
+
+# New example values are drawn like the originals (issue 13): a few candidates of the same type and
+# magnitude, and among them the one whose reference frequency (`vocabulary.code_counts`) is closest to
+# the original's. Uniform draws made shown numbers less round than a person's (10 -> 17) and words into
+# letter soup, so variants were less likely than originals under a model that never saw the task.
+VALUE_CANDIDATES = 10
 
 
 @dataclass(frozen=True)
@@ -186,23 +194,36 @@ def _stdio_examples(prompt: str) -> list[Example]:
     return examples
 
 
+def _closest(original: str, options: set, rng: random.Random, text=repr):
+    """The option whose text is about as frequent in reference code as `original` (jittered)."""
+    by_text = {text(o): o for o in sorted(options, key=repr)}
+    return by_text[frequency_order(original, list(by_text), rng)[0]]
+
+
+def _draw_int(size: int, rng: random.Random) -> int:
+    lo, hi = max(1, size // 2), max(size * 2, size + 3)
+    new = rng.randint(lo, hi)
+    if new == size:
+        new = hi if new != hi else lo
+    return new
+
+
 def _mutate_int(value: int, rng: random.Random) -> int:
     # Keep the sign and roughly the magnitude; keep 0 (often a special case the statement relies on).
     if value == 0:
         return 0
     size = abs(value)
-    lo, hi = max(1, size // 2), max(size * 2, size + 3)
-    new = rng.randint(lo, hi)
-    if new == size:
-        new = hi if new != hi else lo
+    options = {_draw_int(size, rng) for _ in range(VALUE_CANDIDATES)}
+    new = _closest(str(size), options, rng, str)
     return new if value > 0 else -new
 
 
 def _mutate_float(value: float, rng: random.Random, decimals: int) -> float:
     if value == 0.0:
         return value
-    new = round(value * rng.uniform(0.5, 1.5), decimals)
-    return new if new != 0.0 else value
+    options = {round(value * rng.uniform(0.5, 1.5), decimals) for _ in range(VALUE_CANDIDATES)}
+    options = {o for o in options if o not in (0.0, value)} or {value}
+    return _closest(repr(abs(value)), {abs(o) for o in options}, rng) * (1 if value > 0 else -1)
 
 
 def _decimals(value: float) -> int:
@@ -210,22 +231,52 @@ def _decimals(value: float) -> int:
     return max(1, len(text.split(".")[1])) if "." in text and "e" not in text else 2
 
 
+@functools.cache
+def _words_by_length() -> dict[int, list[str]]:
+    """Lower-case words of the reference corpus (`code_counts`), by length: replacements for words."""
+    out: dict[int, list[str]] = {}
+    for token in code_counts():
+        if token.isascii() and token.isalpha() and token.islower():
+            out.setdefault(len(token), []).append(token)
+    return out
+
+
+def _new_word(word: str, rng: random.Random) -> str:
+    """A word of the same length and about the same frequency, in the original's case."""
+    pool = [w for w in _words_by_length().get(len(word), []) if w != word.lower()]
+    if not pool:
+        return word
+    new = frequency_order(word.lower(), rng.sample(pool, min(40, len(pool))), rng)[0]
+    if word.isupper():
+        return new.upper()
+    return new[:1].upper() + new[1:] if word[:1].isupper() else new
+
+
 def _mutate_str(value: str, rng: random.Random) -> str:
-    """Swap some letters / digits for others of the same kind; spaces and punctuation stay, so the
-    string keeps its shape (a date stays a date, `(()())` stays a bracket string)."""
-    positions = [i for i, c in enumerate(value) if c.isascii() and c.isalnum()]
+    """Swap some words for words of the same length and frequency, and some single letters / digits
+    for others of the same kind, drawn from those the string already uses when it uses two or more
+    (a binary string stays binary); spaces and punctuation stay, so the string keeps its shape (a date
+    stays a date, `(()())` stays a bracket string)."""
+    parts = re.findall(r"[A-Za-z]{2,}|.", value, re.S)
+    positions = [i for i, p in enumerate(parts) if p.isascii() and p.isalnum()]
     if not positions:
         chars = list(value)
         rng.shuffle(chars)
         return "".join(chars)
-    chars = list(value)
     chosen = [i for i in positions if rng.random() < 0.35] or [rng.choice(positions)]
     for i in chosen:
-        c = chars[i]
-        pool = "0123456789" if c.isdigit() else "abcdefghijklmnopqrstuvwxyz"
-        new = rng.choice(pool.replace(c.lower(), ""))
-        chars[i] = new.upper() if c.isupper() else new
-    return "".join(chars)
+        part = parts[i]
+        if len(part) > 1:
+            parts[i] = _new_word(part, rng)
+            continue
+        kind = str.isdigit if part.isdigit() else str.isalpha
+        pool = sorted({c.lower() for c in value if c.isascii() and kind(c)} - {part.lower()})
+        if not pool:
+            alphabet = "0123456789" if part.isdigit() else "abcdefghijklmnopqrstuvwxyz"
+            pool = list(alphabet.replace(part.lower(), ""))
+        new = rng.choice(pool)
+        parts[i] = new.upper() if part.isupper() else new
+    return "".join(parts)
 
 
 def mutate_value(value: Any, rng: random.Random) -> Any:

@@ -37,7 +37,7 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.errors import UnavailableError
 from leaklab.perturb.examples import RunError
-from leaklab.perturb.variants import Variant, VariantSet, make_variants
+from leaklab.perturb.variants import Variant, VariantSet, alpha_equivalent, make_variants
 from leaklab.progress import Progress
 from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
 
@@ -48,7 +48,7 @@ STORE_VERSION = 1  # bump when the stored form changes
 VARIANT_CODE = tuple(
     Path(__file__).with_name(f"{name}.py")
     for name in ("identifiers", "renaming", "vocabulary", "examples", "llm", "variants")
-)
+) + (Path(__file__).with_name("code_counts.json"),)
 
 
 # --------------------------------------------------------------------------- executors (sandbox)
@@ -89,15 +89,30 @@ def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Ca
     return run_solution, verify
 
 
-def build_variant_sets(tasks: Sequence[Task], cfg, log=print) -> list[VariantSet]:
+def verify_mode(cfg) -> str:
+    """evaluate.srdetection.verify as "tests", "alpha" or "none" (true / false read as tests / none)."""
+    if isinstance(cfg.verify, bool):
+        return "tests" if cfg.verify else "none"
+    return cfg.verify
+
+
+def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = True) -> list[VariantSet]:
     """`make_variants` for every task with the sandbox's executors (cfg: a SrDetectionConfig).
+    `rename=False`: example replacement alone (an ablation; never cached).
 
     Tasks are processed by a few threads: while one waits for the sandbox another renames."""
     if not tasks:
         return []
-    needs_sandbox = cfg.verify or cfg.replace_examples
+    verify_by = verify_mode(cfg)
+    needs_sandbox = verify_by == "tests" or cfg.replace_examples
     originals = {t.task_id: t for t in tasks}
     started = time.perf_counter()
+
+    def alpha(variant: Task) -> bool:
+        original = originals[variant.metadata.get("variant_of", variant.task_id)]
+        return alpha_equivalent(original, variant, variant.metadata.get("renames", {}))
+
+    checks = {"alpha": alpha, "none": None}
 
     def build(run_solution, verify) -> list[VariantSet]:
         def one(task: Task) -> VariantSet:
@@ -107,7 +122,9 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print) -> list[VariantSet
                 cfg.seed,
                 run_solution=run_solution,
                 verify=verify,
+                verify_by=verify_by,
                 transform_examples=cfg.replace_examples,
+                rename=rename,
             )
 
         with (
@@ -128,14 +145,14 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print) -> list[VariantSet
         except RuntimeError as err:
             raise UnavailableError(
                 f"{err}\n  SrDetection runs the benchmark's code to verify variants and replace examples; "
-                "without a sandbox set evaluate.srdetection.verify=false and "
-                "evaluate.srdetection.replace_examples=false (unverified, renaming only)"
+                "without a sandbox set evaluate.srdetection.verify=alpha (or none) and "
+                "evaluate.srdetection.replace_examples=false (renaming only)"
             ) from err
         with sandbox:
             run_solution, verify = sandbox_executors(sandbox, originals)
-            sets = build(run_solution if cfg.replace_examples else None, verify if cfg.verify else None)
+            sets = build(run_solution if cfg.replace_examples else None, checks.get(verify_by, verify))
     else:
-        sets = build(None, None)
+        sets = build(None, checks.get(verify_by))
     log(
         f"[leaklab] built variants of {len(tasks)} tasks in {time.perf_counter() - started:.1f}s: "
         f"{sum(len(s.variants) for s in sets)} kept of {sum(s.n_candidates for s in sets)} candidates"
@@ -163,8 +180,8 @@ def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
                 "source": v.source,
             }
         )
-    fields = ("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "reasons", "notes")
-    return {**{f: getattr(vs, f) for f in fields}, "variants": variants}
+    fields = ("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "verified_by")
+    return {**{f: getattr(vs, f) for f in fields + ("reasons", "notes")}, "variants": variants}
 
 
 def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
@@ -186,7 +203,10 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
         for v in data["variants"]
     ]
     fields = ("n_requested", "n_candidates", "n_verified", "tests_run", "reasons", "notes")
-    return VariantSet(task_id=data["task_id"], variants=variants, **{f: data[f] for f in fields})
+    verified_by = data.get("verified_by", "tests" if data["tests_run"] else "none")  # older runs
+    return VariantSet(
+        task_id=data["task_id"], variants=variants, verified_by=verified_by, **{f: data[f] for f in fields}
+    )
 
 
 def task_key(task: Task) -> str:
@@ -201,7 +221,9 @@ def task_key(task: Task) -> str:
 def settings_key(cfg) -> str:
     """What changes the variants: the settings and the variant code itself."""
     code = hashlib.sha256(b"".join(path.read_bytes() for path in VARIANT_CODE)).hexdigest()
-    payload = json.dumps([STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code])
+    payload = json.dumps(
+        [STORE_VERSION, cfg.n_variants, cfg.seed, verify_mode(cfg), cfg.replace_examples, code]
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -248,7 +270,9 @@ def summary(sets: Sequence[VariantSet], min_variants: int = 2) -> dict[str, Any]
         "candidates": n_candidates,
         "verified": n_verified,
         "fraction_verified": n_verified / n_candidates if n_candidates else None,
-        "tests_run": all(vs.tests_run for vs in sets),
+        "tests_run": bool(sets) and all(vs.tests_run for vs in sets),
+        "verified_by": sorted({vs.verified_by for vs in sets}),
+        "tasks_without_tests": sum(any(r.startswith("no tests") for r in vs.reasons) for vs in sets),
         "tasks_with_all_variants": sum(len(vs.variants) >= vs.n_requested for vs in sets),
         "tasks_with_no_variant": counts.get(0, 0),
         "tasks_undecidable": sum(len(vs.variants) < min_variants for vs in sets),

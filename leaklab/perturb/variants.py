@@ -29,9 +29,12 @@ pipeline: thin wrappers around `leaklab.execution.sandbox`):
                                           positional arguments, or a stdin string for stdio tasks) and
                                           returns the value / stdout, or a `RunError` (any Exception
                                           instance is accepted too) for an input that failed.
-  verify(task) -> bool                    runs the task's own tests on a variant.
-Every variant must parse and (when `verify` is given) pass its renamed tests; the others are dropped and
-the fraction kept is reported. Bad input never raises: it yields fewer variants and the reason.
+  verify(task) -> bool                    runs the task's own tests on a variant (`verify_by="tests"`), or
+                                          checks it without running anything (`verify_by="alpha"`:
+                                          `alpha_equivalent`, for benchmarks without tests).
+Every variant must parse and (when `verify` is given) pass it; the others are dropped and the fraction
+kept is reported. A task without tests under `verify_by="tests"` gets no variant and the reason
+"no tests". Bad input never raises: it yields fewer variants and the reason.
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ class VariantSet:
     variants: list[Variant] = field(default_factory=list)
     n_candidates: int = 0  # distinct candidates built and checked
     n_verified: int = 0  # candidates that parsed and passed `verify`
-    tests_run: bool = False  # False when no `verify` was given: only the parse check ran
+    tests_run: bool = False  # True only when the benchmark's tests ran on every candidate
+    verified_by: str = "none"  # "tests", "alpha" (AST equal under the renaming) or "none" (parse only)
     reasons: list[str] = field(default_factory=list)  # why there are fewer than n_requested
     notes: list[str] = field(default_factory=list)  # what else happened (e.g. no examples to replace)
 
@@ -147,6 +151,8 @@ def make_variants(
     verify: Verify | None = None,
     llm: Callable[[str], str] | None = None,
     transform_examples: bool = True,
+    rename: bool = True,
+    verify_by: str = "tests",
     max_attempts: int | None = None,
 ) -> VariantSet:
     """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed.
@@ -154,17 +160,31 @@ def make_variants(
     Names come from the vocabulary, or from `llm` (a callable taking leaklab's prompt and returning a
     proposed program) when given; either way leaklab renders and checks the variant itself. Example
     replacement (tau_t) needs `run_solution`; without it only renaming is applied. Never raises on bad
-    input: `VariantSet.reasons` says why fewer than n variants came back.
+    input: `VariantSet.reasons` says why fewer than n variants came back. `rename=False` keeps every
+    name (example replacement alone: an ablation of the transformations).
     """
-    result = VariantSet(task_id=task.task_id, n_requested=n, tests_run=verify is not None)
+    result = VariantSet(
+        task_id=task.task_id,
+        n_requested=n,
+        tests_run=verify is not None and verify_by == "tests",
+        verified_by=verify_by if verify is not None else "none",
+    )
     try:
         analysis = analyse_task(task)
     except NotRenamable as err:
         result.reasons.append(str(err))
         return result
-    if not analysis.functions and not analysis.variables:
+    if rename and not analysis.functions and not analysis.variables:
         frozen = ", ".join(f"{k} ({v})" for k, v in sorted(analysis.frozen.items())[:6])
         result.reasons.append("no renamable identifiers" + (f"; kept: {frozen}" if frozen else ""))
+        return result
+
+    if verify is not None and verify_by == "tests" and not has_tests(task):
+        result.tests_run = False
+        result.reasons.append(
+            "no tests: the benchmark gives none to verify variants with "
+            "(evaluate.srdetection.verify=alpha checks renaming-only variants without tests)"
+        )
         return result
 
     attempts = max_attempts or 3 * n
@@ -182,7 +202,9 @@ def make_variants(
         base, replaced = bases[attempt % len(bases)]
         rng = random.Random(f"{seed}:{task.task_id}:names:{attempt}")
         try:
-            if llm is None:
+            if not rename:
+                renames = {}
+            elif llm is None:
                 renames = propose_renames(analysis, rng)
             else:
                 used = [name for v in result.variants for name in v.renames.values()]
@@ -216,7 +238,7 @@ def make_variants(
         if not _parses(candidate):
             failures["the variant does not parse"] = failures.get("the variant does not parse", 0) + 1
             continue
-        if not _verified(candidate, verify, failures):
+        if not _verified(candidate, verify, failures, FAILED.get(verify_by, "the variant failed its check")):
             continue
         result.n_verified += 1
         functions = {k: v for k, v in renames.items() if k in analysis.functions}
@@ -231,7 +253,96 @@ def make_variants(
     return result
 
 
-def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int]) -> bool:
+def has_tests(task: Task) -> bool:
+    """Whether the benchmark gives the task any test to run (a user's own JSONL may not)."""
+    return bool(task.tests.strip() or task.test_cases)
+
+
+class _AlphaRename(ast.NodeTransformer):
+    """Apply a renaming to every binding and use of a name in an AST (attributes excepted), the way
+    `rename_task` edits the text: names, parameters, definitions, global/nonlocal lists, except-as
+    names, and keyword arguments of calls to renamed functions."""
+
+    def __init__(self, renames: dict[str, str]):
+        self.renames = renames
+
+    def _new(self, name):
+        return self.renames.get(name, name) if name is not None else None
+
+    def visit_Name(self, node):
+        node.id = self._new(node.id)
+        return node
+
+    def visit_arg(self, node):
+        node.arg = self._new(node.arg)
+        return self.generic_visit(node)
+
+    def _visit_def(self, node):
+        node.name = self._new(node.name)
+        return self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _visit_def
+
+    def visit_Global(self, node):
+        node.names = [self._new(n) for n in node.names]
+        return node
+
+    visit_Nonlocal = visit_Global
+
+    def visit_ExceptHandler(self, node):
+        node.name = self._new(node.name)
+        return self.generic_visit(node)
+
+    def visit_Call(self, node):
+        if isinstance(node.func, ast.Name) and node.func.id in self.renames:
+            for kw in node.keywords:
+                kw.arg = self._new(kw.arg)
+        return self.generic_visit(node)
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    # Docstrings are prose and shown examples, not code: renaming and tau_t rewrite them.
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            first = node.body[0] if node.body else None
+            value = (
+                first.value.value
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+                else None
+            )
+            if isinstance(value, str):
+                node.body = node.body[1:] or [ast.Pass()]
+    return tree
+
+
+def alpha_equivalent(original: Task, variant: Task, renames: dict[str, str]) -> bool:
+    """Verification without tests: the variant's program is the original's under `renames` and nothing
+    else (same AST once names are mapped and docstrings dropped), and the renaming is injective onto
+    names the original never uses, so no reference can be captured. Renaming bound identifiers this way
+    cannot change what the program computes (leaklab.perturb.identifiers refuses programs that reach
+    variables through strings, eval or locals())."""
+    try:
+        before = ast.parse(program_text(original)[0])
+        after = ast.parse(program_text(variant)[0])
+    except SyntaxError:
+        return False
+    used = {n.id for n in ast.walk(before) if isinstance(n, ast.Name)}
+    used |= {n.arg for n in ast.walk(before) if isinstance(n, ast.arg)}
+    used |= {n.name for n in ast.walk(before) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    new_names = list(renames.values())
+    if len(set(new_names)) != len(new_names) or set(new_names) & (used - set(renames)):
+        return False
+    mapped = _without_docstrings(_AlphaRename(dict(renames)).visit(before))
+    return ast.dump(mapped) == ast.dump(_without_docstrings(after))
+
+
+FAILED = {
+    "tests": "the benchmark's tests failed on the variant",
+    "alpha": "the variant's program is not the original's under the renaming",
+}
+
+
+def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int], failed: str) -> bool:
     if verify is None:
         return True
     try:
@@ -240,7 +351,7 @@ def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int]) 
         ok = False
         why = f"verify raised {type(err).__name__}"
     else:
-        why = "the benchmark's tests failed on the variant"
+        why = failed
     if not ok:
         failures[why] = failures.get(why, 0) + 1
     return ok

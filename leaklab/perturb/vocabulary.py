@@ -1,11 +1,28 @@
 """Vocabulary for new identifier names: synonym groups, fallback prefixes, and candidate names in the
-original's style (snake_case, camelCase, UPPER), most natural first."""
+original's style (snake_case, camelCase, UPPER), ordered so that a variant is about as likely as its
+original under a model that never saw the task.
+
+Why the order matters (issue 13): SrDetection flags a task when the original is more likely than every
+variant. Taking the most "natural" synonym first made variants systematically less likely than the
+originals on a model that never saw HumanEval (the rule flagged 37% of tasks at n = 10, not 1/11),
+while prefixed names (`cur_numbers`) made them more likely (more, easier tokens). Candidates are now
+ranked by how close their frequency in a reference code corpus is to the original's (`CODE_COUNTS`:
+names and number literals in Python's standard library), with a random jitter so the n variants differ.
+"""
 
 from __future__ import annotations
 
+import functools
+import io
+import json
+import keyword
+import math
 import random
 import re
-from collections.abc import Sequence
+import tokenize
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 # Groups of interchangeable identifier words. A name is split into words (snake_case or camelCase) and
 # each word may be swapped for another member of a group it belongs to, so `has_close_elements` can
@@ -307,8 +324,48 @@ def _join_words(original: str, words: list[str], new_words: list[str]) -> str:
     return lead + joined + digits
 
 
+# --------------------------------------------------------------------------- reference frequencies
+
+# Shipped with the package (the same on every machine and Python version, so cached variants do not
+# depend on the interpreter); rebuilt by `python -m leaklab.perturb.vocabulary`.
+CODE_COUNTS_FILE = Path(__file__).with_name("code_counts.json")
+# Log-count units of jitter added to the frequency distance: large enough that the n variants of a task
+# pick different names, small enough that a name used 1000 times is not replaced by one used twice.
+FREQUENCY_JITTER = 2.0
+
+
+def count_code_tokens(sources: Iterable[str], min_count: int = 2) -> dict[str, int]:
+    """Occurrences of each identifier and number literal in Python sources (keywords excluded)."""
+    counts: Counter[str] = Counter()
+    for source in sources:
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+                if tok.type in (tokenize.NAME, tokenize.NUMBER) and not keyword.iskeyword(tok.string):
+                    counts[tok.string] += 1
+        except (tokenize.TokenError, SyntaxError, ValueError):
+            continue  # a file that does not tokenize adds nothing
+    return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
+
+
+@functools.cache
+def code_counts() -> dict[str, int]:
+    return json.loads(CODE_COUNTS_FILE.read_text(encoding="utf-8"))
+
+
+def log_count(token: str) -> float:
+    """log(1 + occurrences in the reference corpus): 0 for a token never seen there."""
+    return math.log1p(code_counts().get(token, 0))
+
+
+def frequency_order(original: str, options: Sequence[str], rng: random.Random) -> list[str]:
+    """`options` ordered by closeness of their reference frequency to `original`'s, jittered by `rng`."""
+    target = log_count(original)
+    keyed = [(abs(log_count(o) - target) + FREQUENCY_JITTER * rng.random(), o) for o in options]
+    return [o for _, o in sorted(keyed)]
+
+
 def candidates(name: str, is_function: bool, rng: random.Random) -> list[str]:
-    """New names for `name`, most natural first, shuffled within each tier by `rng`."""
+    """New names for `name`: synonyms, word swaps and prefixed names, ordered by `frequency_order`."""
     lead, words, digits = _split_words(name)
     tiers: list[list[str]] = []
     whole = SYNONYMS.get(name)  # a name that is itself a vocabulary entry: `nums`, `N`, `prime_list`
@@ -328,9 +385,24 @@ def candidates(name: str, is_function: bool, rng: random.Random) -> list[str]:
     core = name[len(lead) :]
     camel = "_" not in core and any(c.isupper() for c in core[1:])
     tiers.append([lead + p + (core[0].upper() + core[1:] if camel else "_" + core) for p in prefixes])
-    out: list[str] = []
-    for tier in tiers:
-        tier = list(dict.fromkeys(tier))
-        rng.shuffle(tier)
-        out.extend(c for c in tier if c not in out and c != name)
-    return out
+    pooled = [c for c in dict.fromkeys(c for tier in tiers for c in tier) if c != name]
+    return frequency_order(name, pooled, rng)
+
+
+def main() -> None:
+    """Rebuild CODE_COUNTS_FILE from this interpreter's standard library."""
+    from leaklab.data.corpora import stdlib_source_files
+
+    sources = []
+    for path in stdlib_source_files():
+        try:
+            sources.append(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, OSError):
+            continue
+    counts = count_code_tokens(sources)
+    CODE_COUNTS_FILE.write_text(json.dumps(counts, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"{len(counts)} tokens from {len(sources)} files -> {CODE_COUNTS_FILE}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""SrDetection's null rate: how often the gray-box rule fires on a model that never saw the benchmark.
+
+The rule says "leak" when the original has a lower perplexity than each of its n variants. If the
+variants were as likely as the original under a model that never saw the task (exchangeable), the
+original would be the lowest of its n + 1 texts for about 1/(n + 1) of the tasks. This script measures
+the fraction actually flagged on the builtin tiny model (never trained on HumanEval: step 0 of
+tiny_cpt) for n = 1, 3, 5, 10 with a bootstrap 95% interval, next to 1/(n + 1) and the target
+1.5/(n + 1) (issue 13).
+
+    python analysis/srdetection_null.py [--tasks 164] [--no-verify] [--ablate] [--model builtin:tiny]
+
+--ablate adds rows for variants made by one transformation alone (renaming only; example replacement
+only), built without verification (the rule's bias does not depend on it; building is faster).
+Variants come from the per-benchmark cache (built in the sandbox when missing). Prints the table, then
+one JSON line with every measured rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+NS = (1, 3, 5, 10)
+
+
+def flagged(original: np.ndarray, variants: np.ndarray, n_bootstrap: int, seed: int) -> dict[int, dict]:
+    """n -> leak_rate of the gray-box rule (fraction of decided tasks flagged, with its interval)."""
+    from leaklab.detectors.srdetection import gray_box_decisions
+    from leaklab.metrics import leak_rate
+
+    out = {}
+    for n in NS:
+        d = gray_box_decisions(original, variants, n=n)
+        out[n] = leak_rate(d.leak, d.decided, n_bootstrap=n_bootstrap, seed=seed)
+    return out
+
+
+def measure(label, tasks, cfg, model, tokenizer, settings, cache, n_bootstrap, seed, rename=True):
+    from leaklab.detectors.srdetection import gray_scores, inputs_from_tasks
+    from leaklab.perturb import store
+
+    if rename:
+        sets = store.variant_sets_for(tasks, cfg, log=lambda *a: None)
+    else:  # example replacement alone: every variant keeps the original's names
+        sets = store.build_variant_sets(tasks, cfg, log=lambda *a: None, rename=False)
+    inputs = inputs_from_tasks(tasks, sets, "prompt+solution")
+    original, variants = gray_scores(model, tokenizer, inputs, settings, cache=cache)
+    shift = float(np.nanmean(variants - original[:, None]))
+    return label, flagged(original, variants, n_bootstrap, seed), shift, int(np.isfinite(variants).sum())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=164, help="HumanEval tasks (164 = all)")
+    parser.add_argument("--model", default="builtin:tiny", help="a model that never saw HumanEval")
+    parser.add_argument("--no-verify", action="store_true", help="variants checked by parsing only")
+    parser.add_argument("--ablate", action="store_true", help="also renaming only / examples only")
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from leaklab.data.benchmarks import load_humaneval
+    from leaklab.models.load import load_model_and_tokenizer
+    from leaklab.recipe import EvaluateConfig, ModelConfig
+    from leaklab.signals.logprobs import SignalCache
+
+    tasks = load_humaneval()[: args.tasks]
+    settings = EvaluateConfig(batch_tokens=2048, dtype="float32")
+    cfg = dataclasses.replace(settings.srdetection, verify="none" if args.no_verify else "tests")
+    model, tokenizer, path = load_model_and_tokenizer(
+        ModelConfig(name_or_path=args.model, dtype="float32"), log=lambda *a: None
+    )
+    model.eval()
+    cache = SignalCache()
+    common = (model, tokenizer, settings, cache, args.bootstrap, 0)
+    rows = [measure("all (as evaluated)", tasks, cfg, *common)]
+    if args.ablate:
+        unverified = dataclasses.replace(cfg, verify="none")
+        rows.append(
+            measure("renaming only", tasks, dataclasses.replace(unverified, replace_examples=False), *common)
+        )
+        rows.append(measure("examples only", tasks, unverified, *common, rename=False))
+
+    print(f"gray-box rule on {path} ({len(tasks)} HumanEval tasks, never trained on them)")
+    print("| variants | n | decided | flagged % | 95% CI | 1/(n+1) % | target 1.5/(n+1) % | mean Δ log PPL |")
+    print("|---|---|---|---|---|---|---|---|")
+    result = {"bench": "srdetection_null", "model": str(path), "tasks": len(tasks), "rows": []}
+    for label, rates, shift, n_variants in rows:
+        for n, r in rates.items():
+            ok = r["leak_rate"] <= 1.5 / (n + 1)
+            print(
+                f"| {label} | {n} | {r['n_decided']:.0f} | {100 * r['leak_rate']:.1f}{'' if ok else ' ✗'} | "
+                f"[{100 * r['leak_rate_ci_low']:.1f}, {100 * r['leak_rate_ci_high']:.1f}] | "
+                f"{100 / (n + 1):.1f} | {150 / (n + 1):.1f} | {shift:+.4f} |"
+            )
+            result["rows"].append(
+                {
+                    "variants": label,
+                    "n": n,
+                    "flagged": round(r["leak_rate"], 4),
+                    "ci": [round(r["leak_rate_ci_low"], 4), round(r["leak_rate_ci_high"], 4)],
+                    "null": round(1 / (n + 1), 4),
+                    "meets_target": ok,
+                    "variants_scored": n_variants,
+                    "mean_shift": round(shift, 5),
+                }
+            )
+    print("(mean Δ log PPL: variant minus original, > 0 means variants are less likely than originals)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
