@@ -25,17 +25,43 @@ import time
 from pathlib import Path
 
 
+def checkpoint(run: str | None, step: int | None, overrides: list[str] = ()):
+    """(recipe, model, tokenizer, eval set, step): a tiny_sft run's checkpoint (`step`, default its last)
+    or, without a run, the tiny_sft recipe's base model on its own split."""
+    from leaklab.data.splits import split_members
+    from leaklab.evaluate import build_eval_set, load_tasks
+    from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
+    from leaklab.recipe import load_recipe
+    from leaklab.rundir import RunDir, make_manifest, read_json
+
+    if run:
+        source = RunDir(run)
+        recipe = load_recipe(str(source.recipe), list(overrides))
+        manifest = read_json(source.manifest)
+        base = resolve_model_path(recipe.model)
+        steps = dict(source.checkpoint_dirs())
+        step = step if step is not None else max(steps)
+        model = load_checkpoint(steps[step], base, recipe.model)
+        tasks = load_tasks(recipe)
+    else:
+        recipe = load_recipe("tiny_sft", list(overrides))
+        tasks = load_tasks(recipe)
+        split = split_members([t.task_id for t in tasks], member_fraction=recipe.data.member_fraction,
+                              seed=recipe.data.seed, max_samples=recipe.data.max_samples)  # fmt: skip
+        manifest = make_manifest(recipe, tasks, split)
+        base = resolve_model_path(recipe.model)
+        model, step = load_model(base, "float32"), 0
+    model.eval()
+    return recipe, model, load_tokenizer(base), build_eval_set(tasks, manifest, recipe.data.text_format), step
+
+
 def main() -> None:
     import torch
 
     from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
-    from leaklab.data.splits import split_members
-    from leaklab.evaluate import build_eval_set, load_tasks
     from leaklab.evaluations.base import EvalContext
     from leaklab.evaluations.mri import Mri
-    from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
-    from leaklab.recipe import load_recipe
-    from leaklab.rundir import RunDir, make_manifest, read_json
+    from leaklab.rundir import RunDir
     from leaklab.signals.generation import HFGenerator
 
     parser = argparse.ArgumentParser()
@@ -44,27 +70,7 @@ def main() -> None:
     parser.add_argument("--naive", type=int, default=32, help="prompts generated one at a time")
     args = parser.parse_args()
     torch.set_num_threads(2)
-
-    if args.run:
-        source = RunDir(args.run)
-        recipe = load_recipe(str(source.recipe))
-        manifest = read_json(source.manifest)
-        base = resolve_model_path(recipe.model)
-        steps = dict(source.checkpoint_dirs())
-        step = args.step if args.step is not None else max(steps)
-        model = load_checkpoint(steps[step], base, recipe.model)
-        tasks = load_tasks(recipe)
-    else:
-        recipe = load_recipe("tiny_sft")
-        tasks = load_tasks(recipe)
-        split = split_members([t.task_id for t in tasks], member_fraction=recipe.data.member_fraction,
-                              seed=recipe.data.seed, max_samples=recipe.data.max_samples)  # fmt: skip
-        manifest = make_manifest(recipe, tasks, split)
-        base = resolve_model_path(recipe.model)
-        model, step = load_model(base, "float32"), 0
-    model.eval()
-    tokenizer = load_tokenizer(base)
-    eval_set = build_eval_set(tasks, manifest, recipe.data.text_format)
+    recipe, model, tokenizer, eval_set, step = checkpoint(args.run, args.step)
 
     with tempfile.TemporaryDirectory() as tmp:
         ctx = EvalContext(recipe=recipe, run=RunDir(tmp), eval_set=eval_set, log=lambda *a, **k: None)

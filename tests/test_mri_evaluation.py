@@ -104,10 +104,11 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
         "train.save_every=epoch",  # the recipe saves every 125 steps
         "train.batch_size=8",
         "train.micro_batch_size=8",
-        "evaluate.evaluations=[mri]",
+        "evaluate.evaluations=[accuracy,mri]",
         "evaluate.detectors=[ppl]",
         "evaluate.n_bootstrap=0",
         "evaluate.mri.max_new_tokens=12",
+        "evaluate.accuracy.max_new_tokens=12",  # as mri asks: its answers to the originals are shared
         "tracking.wandb.enabled=false",
         f"output_dir={tmp_path}",
     ]
@@ -123,6 +124,11 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "paraphrase skipped" in out.stdout
+    # accuracy decoded the 20 originals at each checkpoint; mri read them from the generation cache
+    shared = [
+        line for line in out.stdout.splitlines() if "mri:" in line and "from the generation cache" in line
+    ]
+    assert shared and all(line.split("mri: ")[1].startswith("20 of ") for line in shared), shared
     (root,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     run = RunDir(root)
     summary = json.loads((run.root / "perturbed_summary.json").read_text())
@@ -136,6 +142,9 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
         assert 0 <= got[("all", "acc_ori")] <= 1
         records = [json.loads(x) for x in run.scores(step, "mri").read_text().splitlines()]
         assert len(records) == 20 and {r["label"] for r in records} == {0, 1}
+        # the same replies judged the same way: mri's acc_ori is accuracy's greedy pass@1
+        accuracy = {(r["column"], r["metric"]): r["value"] for r in run.results_rows() if r["evaluation"] == "accuracy" and r["step"] == step}  # fmt: skip
+        assert got[("all", "acc_ori")] == pytest.approx(accuracy[("all", "pass@1")])
 
 
 def test_rad_par_with_paraphrases_and_llm_settings_validated():

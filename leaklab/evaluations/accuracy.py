@@ -142,8 +142,10 @@ class Accuracy:
 
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[list[str]]:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
-        decodes its share and the main process gathers them."""
+        decodes its share and the main process gathers them. The greedy replies go through the run's
+        generation cache, where the mri evaluation finds its answers to the same original tasks."""
         from leaklab.data.prompting import COMPLETION_STOP
+        from leaklab.signals.continuations import greedy_replies
         from leaklab.signals.generation import HFGenerator
 
         cfg = ctx.recipe.evaluate.accuracy
@@ -154,10 +156,11 @@ class Accuracy:
         mine = list(range(len(prompts)))[rank::world]
         generator = HFGenerator(model, tokenizer, batch_size=cfg.batch_size, top_p=cfg.top_p)
         stop = COMPLETION_STOP if fmt == "completion" else ()
-        texts: dict[int, list[str]] = {i: [] for i in mine}
-        greedy = generator.generate([prompts[i] for i in mine], cfg.max_new_tokens, stop, 0.0)
-        for i, (completion, *_) in zip(mine, greedy):
-            texts[i].append(completion.text)
+        greedy = greedy_replies(
+            model, tokenizer, prompts, cfg.max_new_tokens, stop, model_fp=weights_digest(model),
+            generator=generator, cache=ctx.generation_cache, accelerator=acc,
+        )  # fmt: skip
+        texts: dict[int, list[str]] = {i: [greedy[i]] for i in mine}
         if cfg.n_samples:
             sampled = generator.generate(
                 [prompts[i] for i in mine], cfg.max_new_tokens, stop, cfg.temperature, cfg.n_samples, cfg.seed

@@ -150,36 +150,12 @@ def llm_backend(cfg: MriConfig):
     """The perturbation LLM of the settings (None for llm_backend none); loaded here, once per run."""
     if cfg.llm_backend == "none":
         return None
-    import os
-
     from leaklab.perturb.mri_sets import LlmBackend
-    from leaklab.signals.generation import make_generator
+    from leaklab.similarity.judges import make_backend
 
-    render = None
-    if cfg.llm_backend == "openai":
-        generator = make_generator(
-            "openai", cfg.llm_base_url, cfg.llm_model, api_key=os.environ.get("OPENAI_API_KEY")
-        )
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(cfg.llm_model)
-        model = AutoModelForCausalLM.from_pretrained(cfg.llm_model, dtype="auto")
-        generator = make_generator("hf", model, tokenizer)
-        if getattr(tokenizer, "chat_template", None):
-
-            def render(text: str) -> str:
-                messages = [{"role": "user", "content": text}]
-                return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
+    generator, render = make_backend(cfg.llm_backend, cfg.llm_model, cfg.llm_base_url)
     identity = f"{cfg.llm_backend}:{cfg.llm_model}"
     return LlmBackend(generator, identity, cfg.llm_rewrite, render, cfg.llm_max_new_tokens, cfg.llm_judge)
-
-
-def _world(accelerator) -> tuple[int, int]:
-    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
-        return 0, 1
-    return int(accelerator.process_index), int(accelerator.num_processes)
 
 
 class Mri:
@@ -254,25 +230,25 @@ class Mri:
         return ctx.run.execution_cache / "mri" / f"{hashlib.sha256(payload.encode()).hexdigest()[:24]}.jsonl"
 
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[str]:
+        """Greedy replies through the run's generation cache: the answers to the original tasks that the
+        accuracy evaluation already decoded at this checkpoint (same format, stops and max_new_tokens)
+        are read back, not decoded again."""
         from leaklab.data.prompting import COMPLETION_STOP
-        from leaklab.signals.generation import HFGenerator
+        from leaklab.evaluations.accuracy import weights_digest
+        from leaklab.signals.continuations import greedy_replies
 
         cfg = ctx.recipe.evaluate.mri
         acc = ctx.accelerator
         if acc is not None:
             model = acc.unwrap_model(model)
-        rank, world = _world(acc)
-        mine = list(range(len(prompts)))[rank::world]
-        generator = HFGenerator(model, tokenizer, batch_size=cfg.batch_size)
         stop = COMPLETION_STOP if fmt == "completion" else ()
-        out = generator.generate([prompts[i] for i in mine], cfg.max_new_tokens, stop, 0.0)
-        texts = {i: completions[0].text for i, completions in zip(mine, out)}
-        if world > 1:
-            from accelerate.utils import gather_object
-
-            for part in gather_object([texts]):
-                texts.update(part)
-        return [texts[i] for i in range(len(prompts))]
+        info: dict[str, Any] = {}
+        texts = greedy_replies(
+            model, tokenizer, prompts, cfg.max_new_tokens, stop, model_fp=weights_digest(model),
+            batch_size=cfg.batch_size, cache=ctx.generation_cache, accelerator=acc, info=info,
+        )  # fmt: skip
+        ctx.log(f"[leaklab] mri: {info['cached']} of {info['prompts']} replies from the generation cache")
+        return texts
 
     def _judge(self, cfg: MriConfig, items, replies: list[str], fmt: str) -> list[dict]:
         from leaklab.data.prompting import extract_code

@@ -131,6 +131,73 @@ def greedy_continuations(
     return [tuple(r) for r in out]
 
 
+def greedy_replies(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    stop: Sequence[str] = (),
+    *,
+    model_fp: str | None = None,
+    batch_size: int = 64,
+    generator=None,
+    cache: GenerationCache | None = None,
+    accelerator=None,
+    info: dict[str, Any] | None = None,
+) -> list[str]:
+    """The greedy reply (text, cut at the first `stop`) to every prompt, cached: the accuracy and MRI
+    evaluations ask a checkpoint the same original tasks and share one decoding of them.
+
+    The cache holds the reply's token ids (up to the stop, as the generator returns them) under the
+    prompt and the stop sequences; a cached reply is read back exactly as the generator wrote it
+    (decode without special tokens, then cut at the stop). `model_fp`: what identifies the weights
+    (the caller's; default `model_fingerprint`). A back-end without token ids is not cached. Under
+    several processes the missing prompts are spread over the ranks and gathered; call it on every rank.
+    """
+    from leaklab.signals.generation import cut_at_stop
+    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+
+    if accelerator is not None:
+        model = accelerator.unwrap_model(model)
+    cache = _GENERATIONS if cache is None else cache
+    model_fp = model_fp or model_fingerprint(model)
+    tok_fp = tokenizer_fingerprint(tokenizer)
+    keys = [
+        GenerationCache.key(tok_fp, json.dumps(["reply", list(stop), p]), max_new_tokens) for p in prompts
+    ]
+    out: list[str | None] = []
+    for key in keys:
+        ids = cache.get(model_fp, key)
+        out.append(
+            None if ids is None else cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stop)[0]
+        )
+    missing = [i for i, text in enumerate(out) if text is None]
+    rank, world = _world(accelerator)
+    fresh: dict[int, tuple[str, tuple[int, ...] | None]] = {}
+    mine = missing[rank::world]
+    if mine:
+        if generator is None:
+            from leaklab.signals.generation import HFGenerator
+
+            generator = HFGenerator(model, tokenizer, batch_size=batch_size)
+        completions = generator.generate([prompts[i] for i in mine], max_new_tokens, stop, 0.0)
+        for i, (completion, *_) in zip(mine, completions):
+            ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
+            fresh[i] = (completion.text, ids)
+    if missing and world > 1:
+        from accelerate.utils import gather_object
+
+        for part in gather_object([fresh]):
+            fresh.update(part)
+    entries = {keys[i]: ids for i, (_, ids) in fresh.items() if ids is not None}
+    cache.put_many(model_fp, entries, write=rank == 0)
+    for i, (text, _) in fresh.items():
+        out[i] = text
+    if info is not None:
+        info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
+    return [str(text) for text in out]
+
+
 def sampled_continuations(
     model,
     tokenizer,
