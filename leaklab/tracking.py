@@ -128,6 +128,20 @@ def finish() -> None:
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
 
 
+def _flat(record: dict[str, Any]) -> dict[str, Any]:
+    """A record as table cells: nested dicts become `field.key` columns and lists one text cell, since
+    W&B fixes a column's type from its first row (a nested None there rejects every later number)."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        elif isinstance(value, (list, tuple)):
+            out[key] = ", ".join(map(str, value))
+        else:
+            out[key] = value
+    return out
+
+
 def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) -> None:
     """One checkpoint's per-sample records: a W&B Table of them and, for detection, a ROC curve of
     every score column and its member / non-member score histograms."""
@@ -141,9 +155,11 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
     from leaklab.metrics import roc_curve
 
     fields = list(dict.fromkeys(k for r in records for k in r))
+    flat = [_flat(r) for r in records]
+    columns = list(dict.fromkeys(k for r in flat for k in r))
     payload: dict[str, Any] = {
         f"{evaluation}/samples": wandb.Table(
-            columns=fields, data=[[r.get(f) for f in fields] for r in records]
+            columns=columns, data=[[r.get(c) for c in columns] for r in flat]
         )
     }
     labels = np.array([r.get("label") if r.get("label") in (0, 1) else -1 for r in records])
@@ -170,7 +186,17 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
         payload["detection/roc"] = wandb.plot.line(
             roc, "fpr", "tpr", stroke="detector", title=f"ROC at step {step}"
         )
-    _run.log({**payload, "train/global_step": step})
+    import tempfile
+
+    # The counterfactual figures (target vs reference scatter, delta vs target BLEU, the metric
+    # correlation heatmap) as images; W&B copies them when they are logged, so a temporary folder does.
+    with tempfile.TemporaryDirectory() as figures:
+        if evaluation == "counterfactual" and isinstance(records[0].get("target"), dict):
+            from leaklab.memorization.counterfactual import plots
+
+            for path in plots(records, figures):
+                payload[f"counterfactual/{path.stem}"] = wandb.Image(str(path))
+        _run.log({**payload, "train/global_step": step})
 
 
 def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:

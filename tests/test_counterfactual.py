@@ -151,26 +151,31 @@ def test_analysis_tables_render_members_and_non_members(monkeypatch):
     assert "| tsed | 3 / 4 (75.0%) | 1 / 4 (25.0%) |" in text
 
 
-def test_analysis_plots_write_three_pngs(tmp_path):
+def _records(n: int = 12) -> list[dict]:
     import random
+
+    from leaklab.similarity.suite import METRICS
+
+    rng = random.Random(0)
+    return [
+        {
+            "task_id": f"t{i}",
+            "label": i % 2,
+            "target": {m: (None if m == "tsed" and i == 0 else rng.random()) for m in METRICS},
+            "reference": {m: rng.random() for m in METRICS},
+        }
+        for i in range(n)
+    ]
+
+
+def test_analysis_plots_write_three_pngs(tmp_path):
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
     from counterfactual_tables import plots
 
-    from leaklab.similarity.suite import METRICS
-
-    rng = random.Random(0)
-    records = [
-        {
-            "label": i % 2,
-            "target": {m: (None if m == "tsed" and i == 0 else rng.random()) for m in METRICS},
-            "reference": {m: rng.random() for m in METRICS},
-        }
-        for i in range(12)
-    ]
-    paths = plots(records, tmp_path / "figs")
+    paths = plots(_records(), tmp_path / "figs")
     assert [p.name for p in paths] == [
         "target_vs_reference.png",
         "delta_vs_bleu.png",
@@ -244,3 +249,31 @@ def test_llm_judges_are_extra_functional_metrics_through_an_endpoint(monkeypatch
     # the back-end the evaluation builds for openai is the HTTP client, with no chat template
     generator, render = make_backend("openai", "j", url)
     assert render is None and generator.url == url + "/completions"
+
+
+def test_wandb_gets_the_counterfactual_figures_offline(tmp_path, monkeypatch):
+    from test_report import make_run
+
+    from leaklab import tracking
+    from leaklab.recipe import load_recipe
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run = make_run(tmp_path / "run")
+    assert (
+        tracking.start(load_recipe("tiny_counterfactual", ["tracking.wandb.mode=offline"]), run) is not None
+    )
+    try:
+        tracking.log_checkpoint("counterfactual", _records(), 3)
+    finally:
+        tracking.finish()
+    (offline,) = (run / "wandb").glob("offline-run-*")
+    images = offline / "files" / "media" / "images" / "counterfactual"
+    names = sorted(p.name.rsplit("_", 2)[0] for p in images.glob("*.png"))
+    assert names == ["delta_vs_bleu", "metric_correlations", "target_vs_reference"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in images.glob("*.png"))
+    # the per-function table too: nested scores as columns (a missing TSED in the first row is no error)
+    import json
+
+    (table,) = (offline / "files" / "media" / "table" / "counterfactual").glob("samples_*.table.json")
+    data = json.loads(table.read_text())
+    assert {"target.tsed", "reference.bleu"} <= set(data["columns"]) and len(data["data"]) == 12

@@ -24,6 +24,7 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -288,3 +289,83 @@ def table2(
         f"near_verbatim_{text_metric}": len(verbatim),
         "flagged": {m: sorted(s) for m, s in flagged.items()},
     }
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def plots(records: list[dict], out: str | Path) -> list[Path]:
+    """Three PNGs from the evaluation's per-function records (scores/step-N/counterfactual.jsonl):
+    target vs reference per metric, delta vs target BLEU (structural metrics), Pearson correlations
+    between the metrics; members and non-members coloured. Returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = list(records[0]["target"])
+    colour = {1: "tab:red", 0: "tab:blue"}
+
+    def value(record, side, metric):
+        v = record[side].get(metric)
+        return math.nan if v is None else v
+
+    cols = 4
+    rows = math.ceil(len(metrics) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.0 * rows), squeeze=False)
+    for ax, metric in zip(axes.flat, metrics):
+        for label, name in ((1, "members"), (0, "non-members")):
+            pts = [
+                (value(r, "reference", metric), value(r, "target", metric))
+                for r in records
+                if r["label"] == label
+            ]
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=8, alpha=0.6, c=colour[label], label=name)
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8)
+        ax.set(title=metric, xlabel="reference", ylabel="target", xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    paths = [out / "target_vs_reference.png"]
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    from leaklab.similarity.suite import TEXT_METRICS
+
+    structural = [m for m in metrics if m not in TEXT_METRICS]
+    fig, axes = plt.subplots(1, len(structural), figsize=(3.2 * len(structural), 3.0), squeeze=False)
+    for ax, metric in zip(axes.flat, structural):
+        for label, name in ((1, "members"), (0, "non-members")):
+            sel = [r for r in records if r["label"] == label]
+            ax.scatter([value(r, "target", "bleu") for r in sel],
+                       [value(r, "target", metric) - value(r, "reference", metric) for r in sel],
+                       s=8, alpha=0.6, c=colour[label], label=name)  # fmt: skip
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.axvline(0.75, color="grey", lw=0.8, ls="--")
+        ax.set(title=f"{metric} delta", xlabel="target BLEU", ylabel="target - reference")
+    fig.tight_layout()
+    paths.append(out / "delta_vs_bleu.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    table = np.array([[value(r, "target", m) for m in metrics] for r in records], dtype=float)
+    corr = np.full((len(metrics), len(metrics)), np.nan)
+    for i in range(len(metrics)):
+        for j in range(len(metrics)):
+            ok = ~np.isnan(table[:, i]) & ~np.isnan(table[:, j])
+            if ok.sum() > 2 and table[ok, i].std() > 0 and table[ok, j].std() > 0:
+                corr[i, j] = np.corrcoef(table[ok, i], table[ok, j])[0, 1]
+    fig, ax = plt.subplots(figsize=(7, 6))
+    image = ax.imshow(corr, vmin=-1, vmax=1, cmap="coolwarm")
+    ax.set_xticks(range(len(metrics)), metrics, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(metrics)), metrics, fontsize=7)
+    fig.colorbar(image, ax=ax, label="Pearson r of the target scores (blank: constant, or < 3 pairs)")
+    fig.tight_layout()
+    paths.append(out / "metric_correlations.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+    return paths
