@@ -211,6 +211,7 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     last = [r for r in det if r["step"] == steps[-1]]
     auroc = {column_of(r): r["value"] for r in last if r["metric"] == "auroc" and r.get("value") is not None}
+    auroc.pop("blind", None)  # the blind baseline is a reference that never sees the model, not a contender
     out: dict[str, Any] = {"detection/last_step": steps[-1]}
     if auroc:
         best = max(auroc, key=auroc.get)

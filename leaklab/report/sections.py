@@ -173,11 +173,14 @@ def detection_delays(rows: list[dict[str, Any]], levels=DELAY_LEVELS) -> dict[st
 
 
 def _best_step(rows: list[dict[str, Any]]) -> int | None:
-    """The checkpoint with the highest AUROC of any detector (ties: the earliest)."""
+    """The checkpoint with the highest AUROC of any detector (ties: the earliest); the blind baseline,
+    which never sees the model, does not count."""
     best: tuple[float, int] | None = None
     for r in rows:
         v = r.get("value")
-        if r.get("metric") == "auroc" and isinstance(v, (int, float)) and math.isfinite(v):
+        if r.get("metric") != "auroc" or column_of(r) == "blind":
+            continue
+        if isinstance(v, (int, float)) and math.isfinite(v):
             cand = (v, -int(r["step"]))
             best = cand if best is None or cand > best else best
     return None if best is None else -best[1]
