@@ -23,7 +23,15 @@ import math
 import sys
 from pathlib import Path
 
-from leaklab.results import Table, column_sort_key, display_name, is_rule, largest_n_only, load_detection
+from leaklab.results import (
+    Table,
+    column_sort_key,
+    display_name,
+    is_rule,
+    largest_n_only,
+    load_detection,
+    undecided_note,
+)
 
 METRICS = [("accuracy", "Acc."), ("precision", "Prec."), ("recall", "Rec."), ("f1", "F1")]
 
@@ -60,7 +68,8 @@ def render(runs: dict[str, Table], oracle: bool = False) -> str:
                 finite = [v for v in values if _finite(v)]
                 best[run, metric] = max(finite) if finite else None
         for i, detector in enumerate(detectors):
-            cells = [_epoch(epoch) if i == 0 else "", display_name(detector)]
+            notes = {undecided_note(t.get((epoch, detector), {})) for t in runs.values()} - {""}
+            cells = [_epoch(epoch) if i == 0 else "", display_name(detector) + "".join(notes)]
             for run, table in runs.items():
                 for metric, _ in METRICS:
                     value = cell(table, epoch, detector, metric)

@@ -28,6 +28,7 @@ DISPLAY = {
     "srdetection": "SrDetection",
     "srdetection_gray": "SrDetection gray box",
     "srdetection_black": "SrDetection black box",
+    "srdetection_calibrated": "SrDetection calibrated (vs reference)",
     "blind": "Blind baseline (text only)",
 }
 RULE_FAMILIES = ("srdetection",)  # columns decided by a rule (no threshold)
@@ -59,6 +60,13 @@ def display_name(column: str) -> str:
     if tail.startswith("n="):  # SrDetection: the number of variants compared
         return f"{name} ({tail})"
     return f"{name} (k={tail})" if tail else name
+
+
+def undecided_note(metrics: dict[str, Any]) -> str:
+    """The note " (all undecided)" for a rule column that decided no sample (e.g. no variant survived: a benchmark
+    without tests under verify: tests), whose F1 / AUROC are then those of "never a leak", not a result."""
+    n, undecided = metrics.get("n"), metrics.get("n_undecided")
+    return " (all undecided)" if n and undecided is not None and undecided >= n else ""
 
 
 def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

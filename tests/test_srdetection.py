@@ -203,3 +203,28 @@ def test_audit_rule_rates_report_the_null_beside_the_rate():
     c = calibrated_decisions([1.0, 1.0], [[2.0, 3.0], [2.0, 3.0]], [3.0, 1.0], [[1.0, 2.0], [2.0, 3.0]])
     rates = rule_rates(c, n_bootstrap=0, seed=0)
     assert rates["pvalue_median"] == pytest.approx((1 / 3 + 1) / 2) and rates["n_pvalue_le_0.05"] == 0
+
+
+def test_a_rule_column_that_decided_nothing_is_marked_in_the_results_table():
+    """A benchmark without tests under verify: tests leaves SrDetection undecided everywhere; its
+    F1 / AUROC (those of "never a leak") must not read as a result."""
+    import importlib.util
+    from pathlib import Path
+
+    from leaklab.results import undecided_note
+
+    assert undecided_note({"n": 10.0, "n_undecided": 10.0}) == " (all undecided)"
+    assert undecided_note({"n": 10.0, "n_undecided": 3.0}) == ""
+    assert undecided_note({}) == ""
+    script = Path(__file__).resolve().parents[1] / "analysis" / "detector_table.py"
+    spec = importlib.util.spec_from_file_location("detector_table", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table = {
+        (1.0, "ppl"): {"n": 10.0, "auroc": 0.7, "f1": 0.6},
+        (1.0, "srdetection_gray@n=10"): {"n": 10.0, "n_undecided": 10.0, "auroc": 0.5, "f1": 0.333},
+    }
+    text = module.render({"run": table})
+    line = next(x for x in text.splitlines() if "SrDetection" in x)
+    assert "all undecided" in line
+    assert "all undecided" not in next(x for x in text.splitlines() if "PPL" in x)

@@ -18,7 +18,7 @@ import leaklab.report.charts as charts
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
 from leaklab.report.tables import dataset_inference_cells, shift_warnings
-from leaklab.results import column_of, display_name, ordered
+from leaklab.results import column_of, display_name, ordered, undecided_note
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
 DELAY_LEVELS = (0.5, 0.8)
@@ -197,6 +197,9 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     if not columns:
         return None
 
+    def note(column: str) -> str:
+        return undecided_note({m: value.get((column, m)) for m in ("n", "n_undecided")})
+
     def cell(column: str, metric: str) -> str:
         v, low, high = (value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high"))
         if not isinstance(v, (int, float)):
@@ -206,7 +209,7 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     return Table(
         f"Last checkpoint (step {step}, epoch {run.epoch_of(step):g}) with bootstrap 95% intervals",
         ["detector", *[charts.METRIC_TITLES.get(m, m) for m in HEADLINE]],
-        [[display_name(c), *[cell(c, m) for m in HEADLINE]] for c in columns],
+        [[display_name(c) + note(c), *[cell(c, m) for m in HEADLINE]] for c in columns],
         "value [2.5th, 97.5th percentile over bootstrap resamples of members and non-members]",
     )
 
