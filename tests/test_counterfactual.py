@@ -97,6 +97,18 @@ def _context(tasks, labels, **cfg):
     return SimpleNamespace(recipe=recipe, eval_set=eval_set, log=lambda *a: None, is_main_process=True)
 
 
+def _stub_generations(evaluation, ctx, monkeypatch) -> None:
+    """The member's target reproduces the body renamed (same structure and behaviour, other text), the
+    non-member's target wrote nothing; the reference answers `return 0` to both."""
+    renamed = BODY.replace("value_", "v")
+    generations = {
+        "target": [{"body": renamed, "failure": "", "raw": renamed}, {"body": None, "failure": "empty generation", "raw": ""}],
+        "reference": [{"body": "    return 0\n", "failure": "", "raw": ""}] * 2,
+    }  # fmt: skip
+    monkeypatch.setattr(evaluation, "_functions", lambda ctx, model, tok: generations[model])
+    ctx.reference = lambda: ("reference", None)
+
+
 def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     """The plug-in end to end with generations stubbed: the member is reproduced, the non-member is not."""
     tasks = [
@@ -108,13 +120,7 @@ def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     evaluation = Counterfactual()
     evaluation.prepare(ctx)
     assert len(evaluation._samples) == 2
-    renamed = BODY.replace("value_", "v")  # same structure, different text
-    generations = {
-        "target": [{"body": renamed, "failure": "", "raw": renamed}, {"body": None, "failure": "empty generation", "raw": ""}],
-        "reference": [{"body": "    return 0\n", "failure": "", "raw": ""}] * 2,
-    }  # fmt: skip
-    monkeypatch.setattr(evaluation, "_functions", lambda ctx, model, tok: generations[model])
-    ctx.reference = lambda: ("reference", None)
+    _stub_generations(evaluation, ctx, monkeypatch)
     out = evaluation.evaluate(ctx, "target", None, step=3)
     got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
     assert got[("members", "tsed.memorized")] == 1.0 and got[("non_members", "tsed.memorized")] == 0.0
@@ -219,13 +225,7 @@ def test_llm_judges_are_extra_functional_metrics_through_an_endpoint(monkeypatch
         ctx = _context(tasks, [1, 0], min_chars=0, **judged)
         evaluation = Counterfactual()
         evaluation.prepare(ctx)
-        renamed = BODY.replace("value_", "v")
-        generations = {
-            "target": [{"body": renamed, "failure": "", "raw": renamed}, {"body": None, "failure": "empty generation", "raw": ""}],
-            "reference": [{"body": "    return 0\n", "failure": "", "raw": ""}] * 2,
-        }  # fmt: skip
-        monkeypatch.setattr(evaluation, "_functions", lambda ctx, model, tok: generations[model])
-        ctx.reference = lambda: ("reference", None)
+        _stub_generations(evaluation, ctx, monkeypatch)
         out = evaluation.evaluate(ctx, "target", None, step=3)
         evaluation.evaluate(ctx, "target", None, step=4)
     finally:
@@ -277,3 +277,62 @@ def test_wandb_gets_the_counterfactual_figures_offline(tmp_path, monkeypatch):
     (table,) = (offline / "files" / "media" / "table" / "counterfactual").glob("samples_*.table.json")
     data = json.loads(table.read_text())
     assert {"target.tsed", "reference.bleu"} <= set(data["columns"]) and len(data["data"]) == 12
+
+
+def test_hyclone_execution_scores_agreement_on_the_test_inputs():
+    from leaklab.execution.crossexec import CrossPair, cross_execute
+    from leaklab.execution.sandbox import Sandbox
+
+    ref = "def f(x):\n    return x * 2\n"
+    inputs = [[1], [2], [3], ["a"], [None]]  # None: the ground truth crashes, so 4 inputs count
+    pairs = [
+        CrossPair(ref, "def f(x):\n    return x + x\n", "f", inputs),  # agrees everywhere
+        CrossPair(ref, "def f(x):\n    return x * 2 if x != 3 else 0\n", "f", inputs),  # 3 of 4
+        CrossPair(ref, "def f(x):\n    raise ValueError\n", "f", inputs),  # crashes: disagrees
+        CrossPair(ref, None, "f", inputs),
+        CrossPair(ref, ref, "f", []),
+        CrossPair("def f(x):\n    raise KeyError\n", ref, "f", inputs),
+    ]
+    with Sandbox(workers=1, timeout_s=5.0) as sandbox:
+        got = cross_execute(pairs, sandbox)
+    assert [r.similarity for r in got[:3]] == [1.0, 0.75, 0.0]
+    assert [r.clone for r in got[:3]] == [True, False, False] and got[0].n_inputs == 4
+    assert got[1].s_a == got[1].s_b == 0.75
+    assert [r.reason for r in got[3:]] == [
+        "no generated function",
+        "no inputs",
+        "the ground truth runs on none of the inputs",
+    ]
+
+
+def test_evaluation_with_execution_adds_hyclone(monkeypatch):
+    tests = (
+        "def check(candidate):\n"
+        "    assert candidate([0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], 2) == 123\n"
+        "    assert candidate([1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1], 0) == 11\n"
+    )
+    tasks = [
+        SimpleNamespace(task_id=f"t{i}", prompt=f"def f{i}(items, offset):\n", solution=BODY, prompt_is_code=True,
+                        entry_point=f"f{i}", test_type="function", tests=tests, test_cases=())
+        for i in range(2)
+    ]  # fmt: skip
+    ctx = _context(tasks, [1, 0], min_chars=0, execution=True)
+    evaluation = Counterfactual()
+    evaluation.prepare(ctx)
+    assert evaluation._inputs[0] == [[list(range(12)), 2], [[1] * 12, 0]]
+    _stub_generations(evaluation, ctx, monkeypatch)
+    out = evaluation.evaluate(ctx, "target", None, step=3)
+    got = {(r["column"], r["metric"]): r for r in out.rows}
+    value = {k: r["value"] for k, r in got.items()}
+    assert (
+        value[("members", "hyclone.target_mean")] == 1.0
+        and value[("members", "hyclone.reference_mean")] == 0.0
+    )
+    assert (
+        value[("members", "hyclone.memorized")] == 1.0 and value[("members", "hyclone.clones_target")] == 1.0
+    )
+    assert value[("non_members", "hyclone.n_executed_target")] == 0.0
+    assert got[("non_members", "hyclone.n_executed_target")]["params"]["not_executed"] == {
+        "no generated function": 1
+    }
+    assert out.records[0]["hyclone_target"]["n_inputs"] == 2 and out.records[0]["target"]["hyclone"] == 1.0

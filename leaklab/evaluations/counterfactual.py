@@ -29,7 +29,13 @@ of the target and, once per run, of the reference; each judge is then one more f
 `judge_<kind>` in Table 1, Table 2 and the membership AUROCs. Unreadable replies are a missing score,
 counted per side in `judge_<kind>.n_unreadable_target`. `memorized_any` is the paper's "unique over all
 metrics, excluding the most lenient judge" (the judge that flags the most samples; named in the row's
-params). Not here yet: HyClone's execution stage.
+params).
+
+HyClone's execution stage (optional, `execution: true`; `leaklab/execution/crossexec.py`): the ground truth
+and each extracted function run in the sandbox on the task's own test inputs; `hyclone` = the share of
+inputs where they agree (S_a; S_b = S_a with one shared input set) is one more functional metric, and
+`hyclone.n_executed_target` says per side how many pairs reached execution (the reasons of the others
+in its params). HyClone's stage 1 (an LLM screen) and per-function LLM-generated inputs are not applied.
 """
 
 from __future__ import annotations
@@ -65,6 +71,8 @@ class CounterfactualConfig:
     judge_model: str | None = None  # hf: a local directory or hub name; openai: the served model's name
     judge_base_url: str | None = None  # openai: the server, e.g. http://127.0.0.1:8000/v1 ($OPENAI_API_KEY)
     judge_max_new_tokens: int = 256  # longest judge reply
+    execution: bool = False  # HyClone stage 2: run both functions on the task's test inputs in the sandbox
+    execution_timeout_s: float = 5.0  # per program in the sandbox (execution: true)
 
 
 def validate_config(cfg: CounterfactualConfig) -> list[str]:
@@ -108,6 +116,9 @@ class Counterfactual:
         self._reference: list[dict] | None = None  # the reference's extracted functions, made once
         self._reference_judged: dict[str, list[float]] | None = None  # the judges on them, asked once
         self._judge = None  # (generator, render), loaded on first use
+        self._inputs: list[list] = []  # per sample: the task's test inputs (HyClone's execution)
+        self._entries: list[str] = []  # per sample: the function's name to call
+        self._reference_executed: list | None = None  # the reference's CrossResults, made once
 
     def specs(self, recipe) -> list[str]:
         from leaklab.similarity.structure import grammar_versions
@@ -144,6 +155,7 @@ class Counterfactual:
                 skipped["entry point filtered out"] += 1
                 continue
             self._samples.append(found[-1])  # the entry point is defined last when helpers precede it
+            self._inputs.append(_test_inputs(task) if cfg.execution else [])
             self._labels.append(int(label))
             per_side[int(label)] += 1
         ctx.log(
@@ -226,8 +238,39 @@ class Counterfactual:
                 for metric, values in judged.items():
                     for row, value in zip(scored, values):
                         row[metric] = value
+        executed = None
+        if cfg.execution:
+            executed = self._execute(cfg, target)
+            if self._reference_executed is None:
+                self._reference_executed = self._execute(cfg, reference)
+            for scored, results in ((t_scores, executed), (r_scores, self._reference_executed)):
+                for row, result in zip(scored, results):
+                    row["hyclone"] = math.nan if result.similarity is None else result.similarity
         rows = counterfactual_rows(t_scores, r_scores, target, reference, self._labels, cfg)
-        return EvalOutput(rows=rows, records=self._records(t_scores, r_scores, target, reference, cfg))
+        if executed is not None:
+            rows += execution_rows(executed, self._labels)
+        records = self._records(t_scores, r_scores, target, reference, cfg)
+        for record, result in zip(records, executed or []):
+            record["hyclone_target"] = {"s_a": result.s_a, "clone": result.clone, "n_inputs": result.n_inputs,
+                                        "reason": result.reason}  # fmt: skip
+        return EvalOutput(rows=rows, records=records)
+
+    def _execute(self, cfg, functions: list[dict]) -> list:
+        """HyClone stage 2 for every sample: ground truth vs the extracted function on the test inputs."""
+        from leaklab.execution.crossexec import CrossPair, cross_execute
+        from leaklab.execution.sandbox import Sandbox
+
+        pairs = [
+            CrossPair(
+                s.context + s.function,
+                None if f["body"] is None else s.context + s.signature + f["body"],
+                s.name,
+                inputs,
+            )
+            for s, f, inputs in zip(self._samples, functions, self._inputs)
+        ]
+        with Sandbox(workers=cfg.workers, timeout_s=cfg.execution_timeout_s) as sandbox:
+            return cross_execute(pairs, sandbox, timeout_s=cfg.execution_timeout_s)
 
     def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
         """judge_<kind> -> a 0-1 score per sample (nan where the reply could not be read)."""
@@ -312,8 +355,30 @@ def metric_names(cfg) -> tuple[list[str], list[str]]:
     """(every metric, the functional ones of Table 2): the suite's, then the LLM judges asked."""
     from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
 
-    judges = [f"judge_{kind}" for kind in cfg.judges]
+    judges = [f"judge_{kind}" for kind in cfg.judges] + (["hyclone"] if cfg.execution else [])
     return [*METRICS, *judges], [*STRUCTURE_METRICS, *judges]
+
+
+def _test_inputs(task) -> list[list]:
+    """The argument lists the task's tests call its entry point with ([] when there are none)."""
+    from leaklab.perturb.rewriting import NotRewritable, call_inputs
+
+    try:
+        return call_inputs(task)
+    except NotRewritable:
+        return []
+
+
+def execution_rows(executed, labels) -> list[dict[str, Any]]:
+    """Per side: how many target pairs reached execution, and why the others did not."""
+    rows = []
+    for side, keep in (("members", 1), ("non_members", 0), ("all", None)):
+        chosen = [r for r, y in zip(executed, labels) if keep is None or y == keep]
+        why = Counter(r.reason for r in chosen if r.reason)
+        n = float(sum(not r.reason for r in chosen))
+        rows.append(_row(side, "hyclone.n_executed_target", n, not_executed=dict(why)))
+        rows.append(_row(side, "hyclone.clones_target", float(sum(bool(r.clone) for r in chosen))))
+    return rows
 
 
 def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> list[dict[str, Any]]:
