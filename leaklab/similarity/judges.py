@@ -12,8 +12,8 @@ tokenizer's chat template). Greedy decoding. A reply that cannot be read becomes
 `failure` set and no score, and `judge_pairs` counts them, never raises.
 
 The counterfactual evaluation asks them as optional functional metrics (`evaluate.counterfactual.judges`,
-`judge_backend`; `make_backend` builds the back-end). HyClone's stage 2 (generated inputs,
-cross-execution in the sandbox) is not implemented.
+`judge_backend`; `make_backend` builds the back-end). The clone screen (HyClone's stage 1) has its
+prompt here but no caller; stage 2 (cross-execution in the sandbox) is `leaklab/execution/crossexec.py`.
 """
 
 from __future__ import annotations
