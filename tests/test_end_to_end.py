@@ -64,6 +64,13 @@ def test_tiny_run_trains_evaluates_and_reports(leaklab_cache, tmp_path):
     assert len(steps) == 2, "one checkpoint per epoch"
     det = _check_results(run, [0, *steps])
     assert {r["metric"] for r in det} >= {"auroc", "f1", "accuracy", "precision", "recall"}
+    # Beside the detectors at every checkpoint: the blind baseline and dataset inference (issue 13).
+    for step in [0, *steps]:
+        got = {(r["column"], r["metric"]) for r in det if r["step"] == step}
+        assert {("blind", "auroc"), ("blind", "distribution_shift"), ("dataset_inference", "p_value")} <= got
+    assert all(
+        json.loads(s)["blind"] is not None for s in run.scores(0, "detection").read_text().splitlines()
+    )
     assert "AUROC" in out.stdout and "| step | epoch | ppl |" in out.stdout and str(run.root) in out.stdout
     assert (run.report / "report.md").exists() and (run.report / "detection_auroc.png").exists()
     manifest = json.loads(run.manifest.read_text())
