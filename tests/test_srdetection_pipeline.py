@@ -569,3 +569,43 @@ def test_ratio_figure_reads_each_runs_ratio(tmp_path, capsys):
     assert row.split("|")[2].strip() == f"{100 * f1:.2f}"
     assert figure.main([*map(str, runs), "--epoch", "7"]) == 2
     assert "no results at epoch 7" in capsys.readouterr().err
+
+
+def test_audit_reports_null_rates_and_the_calibrated_rule(leaklab_cache, tmp_path):
+    """An audit of a model against itself as reference (a model that saw nothing the reference did not):
+    every rule row carries its null rate and the chance of its leak count under it; the calibrated rule
+    flags nothing (target and reference rank every text alike, so every p-value is 1)."""
+    from conftest import SMALL_TINY
+    from leaklab.audit import audit_model
+    from leaklab.models.load import resolve_model_path
+    from leaklab.recipe import load_recipe
+    from leaklab.rundir import RunDir
+
+    base = [*SMALL_TINY, "data.max_samples=8", f"output_dir={tmp_path}"]
+    path = resolve_model_path(load_recipe("tiny_cpt", base).model, log=lambda *a: None)
+    recipe = load_recipe(
+        "tiny_cpt",
+        [
+            *base,
+            'evaluate.detectors=["srdetection_gray:n=1,3","srdetection_calibrated:n=1,3"]',
+            f"evaluate.reference_model={path}",
+            "evaluate.srdetection.n_variants=3",
+            "evaluate.srdetection.verify=alpha",
+            "evaluate.srdetection.replace_examples=false",
+            "tracking.wandb.enabled=false",
+        ],
+    )
+    logged: list[str] = []
+    root = audit_model(recipe, log=lambda *a: logged.append(" ".join(map(str, a))))
+    rows = {(r["column"], r["metric"]): r["value"] for r in RunDir(root).results_rows()}
+    for column in ("srdetection_gray@n=3", "srdetection_calibrated@n=3"):
+        assert rows[(column, "n_decided")] == 8
+        assert rows[(column, "null_rate")] == pytest.approx(1 / 4)
+        assert 0.0 <= rows[(column, "excess_pvalue")] <= 1.0
+    assert rows[("srdetection_calibrated@n=3", "n_leaks")] == 0
+    assert rows[("srdetection_calibrated@n=3", "pvalue_median")] == 1.0
+    assert rows[("srdetection_calibrated@n=3", "excess_pvalue")] == 1.0
+    summary = json.loads((Path(root) / "variants_summary.json").read_text())
+    assert summary["verified_by"] == ["alpha"] and summary["tests_run"] is False
+    text = "\n".join(logged)
+    assert "null rate %" in text and "a rate near it is no evidence of leakage" in text
