@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -102,10 +103,13 @@ def _row(column: str, metric: str, value, **params) -> dict[str, Any]:
 
 
 def is_python(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
+    # Sampled text is often not Python; the parser's SyntaxWarnings about it are noise here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ast.parse(text)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return False
     return True
 
 

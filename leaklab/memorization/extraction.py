@@ -30,6 +30,7 @@ import json
 import math
 import re
 import sysconfig
+import warnings
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -177,8 +178,10 @@ def function_definitions(sources: Sequence[tuple[str, str]], n: int, seed: int =
     found = []
     for _name, text in sources:
         try:
-            tree = ast.parse(text)
-        except (SyntaxError, ValueError):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # old escape sequences in some files
+                tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError):
             continue
         lines = text.splitlines()
         for node in ast.walk(tree):
