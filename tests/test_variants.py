@@ -666,3 +666,16 @@ def test_no_tests_is_said_and_alpha_verifies_without_them(humaneval):
     assert again.verified_by == "alpha"
     (none,) = store.build_variant_sets([task], dataclasses.replace(cfg, verify="tests"), log=lambda *a: None)
     assert not none.variants and store.summary([none])["tasks_without_tests"] == 1
+
+
+def test_new_example_numbers_are_as_often_smaller_as_larger():
+    """Uniform draws on [n/2, 2n] were larger than the original two times in three (larger inputs,
+    longer outputs: variants less likely than originals, issue 13); log-uniform draws are symmetric."""
+    from leaklab.perturb.examples import _draw_int
+
+    rng = random.Random(0)
+    for size in (3, 10, 100, 1000):
+        draws = [_draw_int(size, rng) for _ in range(2000)]
+        assert all(d != size and size / 2 - 1 <= d <= 2 * size + 1 for d in draws)
+        below = sum(d < size for d in draws) / len(draws)
+        assert 0.42 <= below <= 0.58, (size, below)

@@ -201,11 +201,14 @@ def _closest(original: str, options: set, rng: random.Random, text=repr):
 
 
 def _draw_int(size: int, rng: random.Random) -> int:
-    lo, hi = max(1, size // 2), max(size * 2, size + 3)
-    new = rng.randint(lo, hi)
-    if new == size:
-        new = hi if new != hi else lo
-    return new
+    """A magnitude between half and twice `size`, log-uniform: as often smaller as larger. (Uniform on
+    [size/2, 2 size] drew larger numbers two times in three, and larger inputs give longer outputs; on
+    the untrained tiny model that alone made the rule flag 20% of tasks at n = 10, log-uniform 8%.)"""
+    for _ in range(20):
+        new = max(1, round(size * 2 ** rng.uniform(-1.0, 1.0)))
+        if new != size:
+            return new
+    return size + 1
 
 
 def _mutate_int(value: int, rng: random.Random) -> int:
