@@ -417,8 +417,16 @@ def _build(cls, raw: Any, prefix: str, problems: list[str]):
             full = [prefix + name for name in fields]
             problems.append(f"{prefix}{key}: unknown key{_closest(prefix + str(key), full)}")
             continue
+        value = OLD_VALUES.get(f"{prefix}{key}", {}).get(value, value) if isinstance(value, bool) else value
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
     return cls(**kwargs)
+
+
+# Values that earlier leaklab versions wrote into a run's recipe.yaml, read as today's equivalent so that
+# `leaklab evaluate` / `report` still load old run directories.
+OLD_VALUES: dict[str, dict[bool, str]] = {
+    "evaluate.srdetection.verify": {True: "tests", False: "none"},
+}
 
 
 def _convert(tp, value: Any, key: str, problems: list[str]):

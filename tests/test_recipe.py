@@ -7,6 +7,7 @@ from leaklab.recipe import (
     load_recipe,
     parse_ratio,
     run_dir_of,
+    to_yaml,
     yaml_load,
 )
 
@@ -93,3 +94,14 @@ def test_parse_ratio():
 
 def test_yaml_numbers():
     assert yaml_load("1e-4") == 1e-4 and yaml_load("1:5") == "1:5" and yaml_load("3") == 3
+
+
+def test_a_run_written_before_verify_took_a_string_still_loads(tmp_path):
+    """Runs from before `verify: tests | alpha | none` wrote a boolean into their recipe.yaml; `leaklab
+    evaluate` and `report` load that file again, so true / false read as tests / none."""
+    for written, read in ((True, "tests"), (False, "none")):
+        path = tmp_path / f"recipe_{written}.yaml"
+        text = to_yaml(load_recipe("tiny_cpt")).replace("verify: tests", f"verify: {str(written).lower()}")
+        assert f"verify: {str(written).lower()}" in text
+        path.write_text(text)
+        assert load_recipe(str(path)).evaluate.srdetection.verify == read

@@ -290,7 +290,13 @@ def test_detection_evaluation_writes_scores_and_typed_rows_and_reuses_signals(tm
     assert sorted(rows[-1]["specs"]) == ["ppl", "srdetection_gray:n=1,2"]
     # Rows carry the family and its parameters, and intervals for baselines and rules alike.
     typed = {(r["detector"], json.dumps(r.get("params"))) for r in rows if r["metric"] == "f1"}
-    assert typed == {("ppl", "{}"), ("srdetection_gray", '{"n": 1}'), ("srdetection_gray", '{"n": 2}')}
+    # The blind baseline (text features only) is reported beside every set of detectors.
+    assert typed == {
+        ("ppl", "{}"),
+        ("srdetection_gray", '{"n": 1}'),
+        ("srdetection_gray", '{"n": 2}'),
+        ("blind", "{}"),
+    }
     assert ("ppl", "auroc_ci_low") in value and ("srdetection_gray@n=2", "f1_ci_high") in value
     cells = [json.loads(line) for line in RunDir(tmp_path).scores(3, "detection").read_text().splitlines()]
     assert cells[0]["srdetection_gray@n=2"] == pytest.approx(0.5 * LN2, abs=1e-6)
