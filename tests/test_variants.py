@@ -679,3 +679,29 @@ def test_new_example_numbers_are_as_often_smaller_as_larger():
         assert all(d != size and size / 2 - 1 <= d <= 2 * size + 1 for d in draws)
         below = sum(d < size for d in draws) / len(draws)
         assert 0.42 <= below <= 0.58, (size, below)
+
+
+def test_a_parse_lost_to_another_thread_is_built_again(humaneval, monkeypatch):
+    """CPython < 3.11.8 (gh-106905) can fail an `ast.parse` racing another thread's with a SystemError;
+    variants are built by a few threads, so one such failure must cost a retry, not the run."""
+    from leaklab.detectors.srdetection import SrDetectionConfig
+    from leaklab.perturb import store
+
+    real, failures = store.make_variants, []
+
+    def flaky(task, *args, **kwargs):
+        if not failures:
+            failures.append(task.task_id)
+            raise SystemError("AST constructor recursion depth mismatch (before=1, after=2)")
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(store, "make_variants", flaky)
+    cfg = SrDetectionConfig(n_variants=2, verify="alpha", replace_examples=False)
+    sets = store.build_variant_sets(
+        [humaneval["HumanEval/0"], humaneval["HumanEval/2"]], cfg, log=lambda *a: None
+    )
+    assert failures and [len(s.variants) for s in sets] == [2, 2]
+    # Any other SystemError is a real error.
+    monkeypatch.setattr(store, "make_variants", lambda *a, **k: (_ for _ in ()).throw(SystemError("other")))
+    with pytest.raises(SystemError, match="other"):
+        store.build_variant_sets([humaneval["HumanEval/0"]], cfg, log=lambda *a: None)

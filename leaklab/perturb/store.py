@@ -116,6 +116,18 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
 
     def build(run_solution, verify) -> list[VariantSet]:
         def one(task: Task) -> VariantSet:
+            # CPython before 3.11.8 / 3.12.1 (gh-106905) can fail an `ast.parse` that runs while another
+            # thread parses too, with "AST constructor recursion depth mismatch" (rare: seen once in
+            # hundreds of builds). The variants are a pure function of the task and seed, so building them
+            # again gives the same set.
+            for attempt in range(3):
+                try:
+                    return variants_of(task)
+                except SystemError as err:
+                    if "recursion depth mismatch" not in str(err) or attempt == 2:
+                        raise
+
+        def variants_of(task: Task) -> VariantSet:
             return make_variants(
                 task,
                 cfg.n_variants,
