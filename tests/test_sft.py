@@ -138,3 +138,16 @@ def test_chat_format_without_a_chat_template_is_a_clear_error(leaklab_cache, tmp
     }
     with pytest.raises(ValueError, match=r"train\.sft\.format: chat format asked.*no chat template"):
         sft.build_dataset(recipe, tokenizer, tasks, manifest, RunDir(tmp_path), log=lambda *a: None)
+
+
+def test_trl_configs_recompute_activations_only_when_asked(tmp_path):
+    # TRL's SFTConfig defaults gradient checkpointing to True; the recipe's False must reach it.
+    from trl import SFTConfig
+
+    from leaklab.recipe import load_recipe
+    from leaklab.training.cpt import training_arguments
+
+    for asked in (False, True):
+        recipe = load_recipe("tiny_sft", [*SMALL_TINY, f"train.gradient_checkpointing={str(asked).lower()}"])
+        args = training_arguments(recipe, tmp_path, 1, [], cls=SFTConfig)
+        assert args.gradient_checkpointing is asked

@@ -118,17 +118,17 @@ def training_arguments(
 
 
 def _checkpointing_argument(enabled: bool) -> dict:
-    """transformers 5 renamed `gradient_checkpointing` to `activation_checkpointing`; take what exists."""
+    """transformers 5 renamed `gradient_checkpointing` to `activation_checkpointing`; take what exists.
+
+    Always passed, False included: TRL's configs (SFTConfig, GRPOConfig) default it to True, which
+    recomputed every activation unasked (+27% CPU per tiny-model SFT step, measured)."""
     import inspect
 
     from transformers import TrainingArguments
 
-    if not enabled:
-        return {}
     params = inspect.signature(TrainingArguments.__init__).parameters
-    return {
-        "activation_checkpointing" if "activation_checkpointing" in params else "gradient_checkpointing": True
-    }
+    name = "activation_checkpointing" if "activation_checkpointing" in params else "gradient_checkpointing"
+    return {name: enabled}
 
 
 def build_trainer(
