@@ -5,14 +5,16 @@
 
 Each task instantiates one of the FAMILIES (counting, filtering, clipping, string shifts, running
 sums, ...). A family fixes the *kind* of function; a task draws its *logic* (constants, operators:
-`draw`) and its *surface* (function and argument names, wording of the docstring: `Surface`). Every
-name the canonical solution uses is in the prompt or fixed per family (loop variables: LOOP_VAR,
-WORD_LOOP_VAR, `i`, `c`, `a, b`), so a task is solvable from its prompt alone. Task i uses family i mod len(FAMILIES), so every family appears in members and non-members
-alike while their constants and wording differ: solving a non-member needs reading its docstring, and
-a model that memorised a member reproduces that member's constant.
+`draw`) and its *surface* (function name, wording of the docstring: `Surface`). Every name the
+canonical solution uses is in the prompt or fixed (argument names per kind: ARG_NAMES; loop variables:
+LOOP_VAR, WORD_LOOP_VAR, `i`, `c`, `a, b`), so a task is solvable from its prompt alone. Task i uses
+family i mod len(FAMILIES), so every family appears in members and non-members alike while their
+constants and wording differ: solving a non-member needs reading its docstring, and a model that
+memorised a member reproduces that member's constant.
 
-Shape (as HumanEval): the prompt is a signature and a docstring with two examples, the solution a
-one-line body, the tests a `check(candidate)` of asserts. The outputs in the examples and the asserts
+Shape (as HumanEval, but the description follows the examples): the prompt is a signature and a
+docstring with two examples, the solution a one-line body, the tests a `check(candidate)` of asserts.
+The outputs in the examples and the asserts
 are never written by hand: the canonical solution runs on the inputs in the sandbox
 (`leaklab.execution`), and those values are used. Built tasks are cached under
 `<LEAKLAB_CACHE>/synthetic/`, keyed by seed, size and a hash of this file, so a change to a family
@@ -43,12 +45,11 @@ N_TESTS = 8  # inputs tested, examples included
 
 # --------------------------------------------------------------------------- surface: names and words
 
-FUNCTION_VERBS = {
-    "list": ("values", "nums", "xs", "numbers", "data", "items", "seq", "arr"),
-    "str": ("s", "text", "word", "line", "string"),
-    "words": ("words", "names", "tokens", "parts"),
-    "int": ("n", "limit", "top", "upto"),
-}
+# Argument names are fixed per kind of argument, as loop variables are. Drawn ones (8 names for a list)
+# were the tiny model's main failure: ~60% of its wrong replies used another task's name instead of
+# copying the signature's, a lesson in copying that SFT on 2000 tasks did not teach. Tasks still differ
+# in function name, wording, constants and operators, which is what a non-member must be read for.
+ARG_NAMES = {"list": "nums", "str": "text", "words": "words", "int": "n"}
 # Loop variables are fixed per type of item, never drawn: the prompt cannot show them, so a drawn one
 # made a task unsolvable from its prompt alone (a model guessing another name fails with NameError).
 LOOP_VAR = "x"  # over numbers
@@ -90,10 +91,16 @@ class Surface:
         return words[self.phrase % len(words)].format(k=k)
 
 
-def draw_surface(rng: random.Random, fn_names: Sequence[str]) -> Surface:
+# With argument names fixed, a family with few constants (power, rotate, join, ...) runs out of distinct
+# programs long before 2000 tasks; after SUFFIX_AFTER failed attempts the function name takes a suffix.
+FN_SUFFIXES = ("_all", "_list", "_each", "_items", "_vals", "_new", "_out", "_of", "_fn", "_v2")
+SUFFIX_AFTER = 20
+
+
+def draw_surface(rng: random.Random, fn_names: Sequence[str], suffix: bool = False) -> Surface:
     return Surface(
-        fn=rng.choice(fn_names),
-        args={kind: rng.choice(names) for kind, names in FUNCTION_VERBS.items()},
+        fn=rng.choice(fn_names) + (rng.choice(FN_SUFFIXES) if suffix else ""),
+        args=dict(ARG_NAMES),
         var=LOOP_VAR,
         word_var=WORD_LOOP_VAR,
         wording=rng.randrange(6),
@@ -811,7 +818,7 @@ def draft(seed: int, index: int, attempt: int = 0) -> Draft:
     family = FAMILIES[index % len(FAMILIES)]
     rng = random.Random(f"synthetic:{seed}:{index}:{attempt}")
     logic = family.draw(rng)
-    surface = draw_surface(rng, family.fn_names)
+    surface = draw_surface(rng, family.fn_names, suffix=attempt >= SUFFIX_AFTER)
     inputs = family.inputs(logic, random.Random(f"synthetic-inputs:{seed}:{index}"))
     return render(f"synthetic/{index}", family, logic, surface, inputs)
 
@@ -846,7 +853,10 @@ def finish(d: Draft, outputs: list[Any], metadata: dict[str, Any] | None = None)
         f"    >>> {_call(d.surface.fn, args)}\n    {out!r}\n"
         for args, out in zip(d.inputs[:N_EXAMPLES], outputs[:N_EXAMPLES])
     )
-    prompt = f'{d.signature}    """{d.description}\n{examples}    """\n'
+    # The description comes last, after the examples: its constants are then the last numbers the model
+    # reads before the body. Copying the constant was the tiny model's remaining failure (it wrote a
+    # typical value instead); with the sentence last, 1000 SFT steps reach 0.33 pass@1 on non-members.
+    prompt = f'{d.signature}    """\n{examples}    {d.description}\n    """\n'
     asserts = "".join(
         f"    assert candidate({', '.join(repr(a) for a in args)}) == {out!r}\n"
         for args, out in zip(d.inputs, outputs)
