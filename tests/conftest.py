@@ -45,3 +45,13 @@ def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("WANDB_MODE", "disabled")
+
+
+@pytest.fixture(autouse=True)
+def _no_shared_wandb_service():
+    """A test that starts W&B in this process leaves WANDB_SERVICE in os.environ, naming this process's W&B
+    service; a later test's subprocess would inherit it and share that service. A run killed mid-training
+    then still holds its run ID there, and its resume fails with "run ID ... is in use". Every subprocess
+    must start its own service, as a user's `leaklab train` does."""
+    yield
+    os.environ.pop("WANDB_SERVICE", None)
