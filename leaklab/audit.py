@@ -92,17 +92,22 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         sets = store.variant_sets_for(tasks, cfg.srdetection, log=log)
         log(store.describe(store.write_run_variants(out.root, sets, tasks, cfg.srdetection.min_variants)))
         rule_inputs = inputs_from_tasks(tasks, sets, fmt)
-    scores = score_detectors(
-        specs,
-        model,
-        tokenizer,
-        [t.text(fmt) for t in tasks],
-        prompts=[t.prompt if fmt == "prompt+solution" else "" for t in tasks],
-        rule_inputs=rule_inputs,
-        settings=cfg,
-        reference=reference,
-        generation_cache=GenerationCache(out.generation_cache),
-    )
+
+    def score(specs_, tasks_, rule_inputs_=None):
+        """The detectors' scores of `tasks_` (the benchmark or the clean set), one shared generation cache."""
+        return score_detectors(
+            specs_,
+            model,
+            tokenizer,
+            [t.text(fmt) for t in tasks_],
+            prompts=[t.prompt if fmt == "prompt+solution" else "" for t in tasks_],
+            rule_inputs=rule_inputs_,
+            settings=cfg,
+            reference=reference,
+            generation_cache=GenerationCache(out.generation_cache),
+        )
+
+    scores = score(specs, tasks, rule_inputs)
     write_atomic(out.recipe, to_yaml(recipe))
     write_json(out.root / "environment.json", environment_info())
 
@@ -124,16 +129,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     clean_rows = []
     if clean_tasks is not None:
         score_specs = [s for s in specs if kind_of(s) == "score"]
-        clean_scores = score_detectors(
-            score_specs,
-            model,
-            tokenizer,
-            [t.text(fmt) for t in clean_tasks],
-            prompts=[t.prompt if fmt == "prompt+solution" else "" for t in clean_tasks],
-            settings=cfg,
-            reference=reference,
-            generation_cache=GenerationCache(out.generation_cache),
-        )
+        clean_scores = score(score_specs, clean_tasks)
         clean_records = [{"task_id": t.task_id, **clean_scores.cells(i)} for i, t in enumerate(clean_tasks)]
         write_atomic(out.scores(0, "audit_clean"), "".join(json.dumps(r) + "\n" for r in clean_records))
         suspect = {c: scores.columns[c] for c in clean_scores.columns}

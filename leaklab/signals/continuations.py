@@ -119,16 +119,21 @@ def greedy_continuations(
                     ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
                 fresh[i] = tuple(int(t) for t in ids[: lengths[i]])
         if world > 1:
-            from accelerate.utils import gather_object
-
-            for part in gather_object([fresh]):
-                fresh.update(part)
+            _gather_ranks(fresh)
         cache.put_many(model_fp, {keys[i]: ids for i, ids in fresh.items()}, write=rank == 0)
         for i, ids in fresh.items():
             out[i] = ids
     if info is not None:
         info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
     return [tuple(r) for r in out]
+
+
+def _gather_ranks(fresh: dict) -> None:
+    """Merge every rank's freshly generated entries into `fresh` (call on every rank)."""
+    from accelerate.utils import gather_object
+
+    for part in gather_object([fresh]):
+        fresh.update(part)
 
 
 def greedy_replies(
@@ -185,10 +190,7 @@ def greedy_replies(
             ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
             fresh[i] = (completion.text, ids)
     if missing and world > 1:
-        from accelerate.utils import gather_object
-
-        for part in gather_object([fresh]):
-            fresh.update(part)
+        _gather_ranks(fresh)
     entries = {keys[i]: ids for i, (_, ids) in fresh.items() if ids is not None}
     cache.put_many(model_fp, entries, write=rank == 0)
     for i, (text, _) in fresh.items():
@@ -259,10 +261,7 @@ def sampled_continuations(
                 rows.append(tuple(int(t) for t in ids[:max_new_tokens]))
             fresh[i] = rows
     if missing and world > 1:
-        from accelerate.utils import gather_object
-
-        for part in gather_object([fresh]):
-            fresh.update(part)
+        _gather_ranks(fresh)
     entries = {keys[i][j]: ids for i, rows in fresh.items() for j, ids in enumerate(rows)}
     cache.put_many(model_fp, entries, write=rank == 0)
     for i, rows in fresh.items():
