@@ -141,6 +141,9 @@ class SftConfig:
     mix_split: str = "train"  # split of a hub mix_with dataset
     validation: bool = True  # validation loss on the non-members at every save
     validation_max_tasks: int = 256  # at most this many non-members in the validation loss
+    # full: the model's own loss over full logits (fastest on CPU and for small vocabularies); fused:
+    # TRL's chunked LM head, which never builds the (batch, length, vocab) logits (for large vocabularies).
+    loss: str = "fused"
 
 
 @dataclass
@@ -238,6 +241,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "data.text_format": ("prompt+solution", "solution", "prompt"),
     "train.stage": STAGE_NAMES,
     "train.sft.format": ("auto", "completion", "chat"),
+    "train.sft.loss": ("fused", "full"),
     "evaluate.accuracy.format": ("auto", "completion", "chat"),
     "evaluate.mri.format": ("auto", "completion", "chat"),
     "evaluate.mri.llm_backend": ("none", "hf", "openai"),

@@ -24,7 +24,7 @@ SMALL_SFT = [
     "data.max_samples=30",
     "data.member_fraction=0.5",
     "train.epochs=2",
-    "train.save_every=epoch",  # the recipe saves every 125 steps
+    "train.save_every=epoch",  # the recipe saves every 250 steps
     "train.batch_size=8",
     "train.micro_batch_size=8",
     "evaluate.evaluations=[detection,accuracy]",
@@ -151,3 +151,41 @@ def test_trl_configs_recompute_activations_only_when_asked(tmp_path):
         recipe = load_recipe("tiny_sft", [*SMALL_TINY, f"train.gradient_checkpointing={str(asked).lower()}"])
         args = training_arguments(recipe, tmp_path, 1, [], cls=SFTConfig)
         assert args.gradient_checkpointing is asked
+
+
+def test_full_loss_equals_trls_fused_loss(leaklab_cache, tmp_path):
+    # `train.sft.loss=full` (the model's own cross-entropy) must train on exactly TRL's objective: the
+    # same completion-only loss and gradients on one batch, from two independent implementations.
+    import torch
+
+    from leaklab.data.synthetic import build_synthetic
+    from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
+    from leaklab.recipe import load_recipe
+    from leaklab.training import sft
+
+    results = {}
+    for loss in ("fused", "full"):
+        recipe = load_recipe(
+            "tiny_sft", [*SMALL_TINY, f"train.sft.loss={loss}", "tracking.wandb.enabled=false"]
+        )
+        path = resolve_model_path(recipe.model)
+        tokenizer = load_tokenizer(path)
+        tasks = build_synthetic(size=12)
+        manifest = {
+            "member_ids": [t.task_id for t in tasks[:8]],
+            "non_member_ids": [t.task_id for t in tasks[8:]],
+        }
+        data = sft.build_dataset(recipe, tokenizer, tasks, manifest, RunDir(tmp_path), log=lambda *a: None)
+        model = load_model(path, "float32")
+        trainer = sft.build_trainer(model, tokenizer, data.dataset, recipe, tmp_path / loss, [], [])
+        batch = trainer.data_collator([data.dataset.train[i] for i in range(8)])
+        model.train()
+        value = trainer.compute_loss(model, dict(batch))
+        value.backward()
+        grad = model.get_output_embeddings().weight.grad.clone()
+        results[loss] = (value.item(), grad)
+        if loss == "full":
+            accuracy = trainer._metrics["train"]["mean_token_accuracy"][-1]
+            assert 0.0 <= accuracy <= 1.0
+    assert results["full"][0] == pytest.approx(results["fused"][0], rel=1e-5)
+    assert torch.allclose(results["full"][1], results["fused"][1], atol=1e-6, rtol=1e-4)
