@@ -40,6 +40,8 @@ class _ChatTok:
 def test_recipe_checks_the_rl_section():
     with pytest.raises(RecipeError, match="multiple of train.rl.num_generations"):
         load_recipe("tiny_cpt", [*RL, "train.batch_size=6", "train.micro_batch_size=6"])
+    with pytest.raises(RecipeError, match="train.rl.max_prompts"):
+        load_recipe("tiny_cpt", [*RL, "train.rl.max_prompts=0"])
     with pytest.raises(RecipeError, match="did you mean 'grpo'"):
         load_recipe("tiny_cpt", [*RL, "train.rl.algorithm=grp"])
     with pytest.raises(RecipeError, match="execution.allow_weaker_sandbo"):
@@ -56,6 +58,11 @@ def test_the_dataset_holds_the_members_prompts_and_tasks():
     assert data.dataset["prompt"] == [TASKS[2].prompt, TASKS[0].prompt]
     assert [task_from_json(t) for t in data.dataset["task"]] == [TASKS[2], TASKS[0]]
     assert data.info["prompt_format"] == "completion"
+    # max_prompts keeps the first members, in the manifest's order
+    first = rl.build_dataset(
+        load_recipe("tiny_cpt", [*RL, "train.rl.max_prompts=1"]), _Tok(), TASKS, MANIFEST, None
+    )
+    assert first.dataset["task_id"] == ["t/2"] and first.info["prompts"] == 1
     # chat models get the sft stage's user turn through their template, as the accuracy evaluation asks
     chat = rl.build_dataset(recipe, _ChatTok(), TASKS, MANIFEST, None, lambda *a: None)
     expected = "<user>" + CHAT_INSTRUCTION.format(prompt=TASKS[2].prompt) + "<assistant>"

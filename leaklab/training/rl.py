@@ -121,7 +121,7 @@ def build_dataset(
     from datasets import Dataset
 
     by_id = {t.task_id: t for t in tasks}
-    members = [by_id[i] for i in manifest["member_ids"]]
+    members = [by_id[i] for i in manifest["member_ids"]][: recipe.train.rl.max_prompts]
     fmt = prompt_format(recipe, tokenizer)
     rows = {
         # The text generation starts from, chat template applied, exactly as sft trained on and accuracy

@@ -38,6 +38,9 @@ class RLConfig:
     # directory (its last checkpoint), or recipe:NAME (the last checkpoint of that recipe's run).
     init_from: str | None = None
     reward: str = "binary"  # binary: 1 when all tests pass; fraction: share of test cases passed
+    # Train on the first this many members only (None: all). Each of N prompts is then drawn about
+    # steps x prompts-per-step / N times, so the policy can improve on the prompts it is rewarded on.
+    max_prompts: int | None = None
     num_generations: int = 8  # completions per prompt (the group GRPO / RLOO compare)
     max_completion_length: int = 128  # tokens generated per completion at most
     temperature: float = 1.0  # sampling temperature of the completions
@@ -70,6 +73,8 @@ def validate(rl: RLConfig, batch_size: int, micro_batch_size: int) -> list[str]:
             f"train.batch_size: {batch_size} completions per step is not a multiple of "
             f"train.rl.num_generations {rl.num_generations}"
         )
+    if rl.max_prompts is not None and rl.max_prompts < 1:
+        problems.append("train.rl.max_prompts: at least 1 (or null for every member)")
     if rl.max_completion_length < 1 or rl.sandbox_timeout_s <= 0 or rl.sandbox_workers < 0:
         problems.append("train.rl: max_completion_length and sandbox_timeout_s must be positive")
     if not 0 < rl.top_p <= 1 or rl.temperature <= 0:
