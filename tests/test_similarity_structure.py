@@ -191,3 +191,76 @@ def test_structure_reports_why_it_cannot_parse():
 def test_grammar_versions_are_recorded():
     versions = st.grammar_versions()
     assert set(versions) == {"tree-sitter", "tree-sitter-python"} and all(versions.values())
+
+
+# Edge cases of tokenize's docstring rule the scanner must reproduce (INDENT, NEWLINE, NL, DEDENT before
+# a string; prefixes; strings inside brackets; a keyword running into a string; multi-line strings).
+STRIP_CASES = [
+    'def f():\n    """doc"""\n    return 1\n',
+    'def f():\n\n    """after a blank row: still INDENT"""\n    x = 1\n\n    "after NL: kept"\n    return x\n',
+    'def f():\n    x = 1\n    # a comment row\n    "kept: NL before it"\n    "dropped: NEWLINE before it"\n',
+    'def f():\n    if a:\n        b()\n    "kept: DEDENT before it"\n    return rb"x"\n',
+    'def f():\n    r"""raw doc"""\n    s = ("a"\n         "b")\n    t = f"{s}" if"x" in s else s  # tail\n',
+    'def f():\n    x = """one\n\n  two"""\n    """dropped\n    over rows"""; y = 2\n    return x\n',
+    'x = 1  # c\n"col 0"\nclass A:\n    u"doc"\n    def g(self):\n        return {"k": [1, (2, 3)]}\n',
+]
+
+
+def test_the_scanner_strips_exactly_as_tokenize_does():
+    import sysconfig
+    from pathlib import Path
+
+    texts = list(STRIP_CASES)
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:60]:
+        texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    scanned = 0
+    for text in texts:
+        fast = st._strip_by_scanning(text)
+        if fast is None:  # tabs, backslash continuations, ...: tokenize does it
+            continue
+        scanned += 1
+        assert fast == st._strip_by_tokenize(text), text[:200]
+    assert scanned >= len(STRIP_CASES) + 20
+    assert st._strip_by_scanning("x = 1 + \\\n    2\n") is None
+    assert st.strip_comments_and_docstrings("x = 1 + \\\n    2  # c\n") == st._strip_by_tokenize(
+        "x = 1 + \\\n    2  # c\n"
+    )
+
+
+def _nodes_with_children(tree):
+    """str(node) of the root and of every node with children, in preorder (what `_subtree_keys` keys)."""
+    out, cursor, first = [], tree.walk(), True
+    while True:
+        if first or cursor.node.child_count:
+            out.append(str(cursor.node))
+        first = False
+        if cursor.goto_first_child():
+            continue
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                return out
+
+
+def test_subtree_keys_are_equal_exactly_when_the_s_expressions_are():
+    # Keys are built bottom-up instead of printing each subtree; over valid and broken code (ERROR,
+    # MISSING, UNEXPECTED nodes, the unnamed "is not" / "not in") a key must name one s-expression.
+    rng = random.Random(0)
+    texts = [REF, CAND, "x = a is not b\ny = c not in d\nz = (\n", "def f():\n    return a ? b\nx = [1,\n"]
+    for ref, cand in PAIRS:
+        lines = (ref + cand).split("\n")
+        for _ in range(6):
+            cut = list(lines)
+            del cut[rng.randrange(len(cut))]
+            texts.append("\n".join(cut)[: rng.randrange(20, 400)])
+    key_to_sexp, sexp_to_key = {}, {}
+    parser = st._parser()
+    for text in texts:
+        source = text.encode()
+        tree = parser.parse(source)
+        keys = st._subtree_keys(st._flatten(tree), source)
+        sexps = _nodes_with_children(tree)
+        assert len(keys) == len(sexps)
+        for key, sexp in zip(keys, sexps):
+            assert key_to_sexp.setdefault(key, sexp) == sexp
+            assert sexp_to_key.setdefault(sexp, key) == key
+    assert len(key_to_sexp) > 100

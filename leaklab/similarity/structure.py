@@ -28,6 +28,12 @@ data flow are computed with comments and docstrings removed. Four deliberate dif
     string's inner parts, fail a lookup and drop the whole function's data flow; here a string is one
     token. Token texts are read from bytes here, not from character columns, so non-ASCII lines agree.
 
+How CodeBLEU's per-snippet work is kept cheap (values identical to computing it the direct way, tested):
+comments and docstrings are cut by one regex scan that tracks what tokenize's rule looks at (falling
+back to tokenize for tabs, backslash continuations and 3.12 f-strings); the stripped tree is walked once
+into flat lists; subtree keys are built bottom-up from (label, field, child key) instead of printing
+every subtree's s-expression; data flow finds a node's tokens by bisection instead of re-walking it.
+
 MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
 the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED / max_nodes).
 """
@@ -35,10 +41,14 @@ the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED /
 from __future__ import annotations
 
 import ast
+import bisect
 import hashlib
 import io
 import keyword
 import math
+import operator
+import re
+import sys
 import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
@@ -47,7 +57,7 @@ from importlib import metadata
 
 import numpy as np
 
-from leaklab.similarity.text import bleu_from_counts, ngram_counts
+from leaklab.similarity.text import bleu_from_counts, clipped_matches, ngram_counts
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
 MRI_COSTS = (1.0, 1.0, 1.0)
@@ -214,7 +224,14 @@ def strip_comments_and_docstrings(source: str) -> str:
 
     The rule CodeBLEU uses: a string token is dropped when it follows an INDENT or NEWLINE token or
     starts at column 0; columns are kept by padding with spaces. Untokenisable source is returned as is.
+    `_strip_by_scanning` gives the same text without `tokenize` for the common case; anything it does not
+    handle falls back to `_strip_by_tokenize` (the two are compared on the standard library in the tests).
     """
+    fast = _strip_by_scanning(source)
+    return _strip_by_tokenize(source) if fast is None else fast
+
+
+def _strip_by_tokenize(source: str) -> str:
     out: list[str] = []
     previous = tokenize.INDENT
     last_line, last_col = -1, 0
@@ -239,75 +256,307 @@ def strip_comments_and_docstrings(source: str) -> str:
     return "\n".join(line for line in "".join(out).split("\n") if line.strip())
 
 
-def _is_token(node) -> bool:
-    return (node.child_count == 0 or node.type in _STRING_TYPES) and node.type != "comment"
+# One pass over the text finds what the tokenize rule depends on: string literals (their quotes on;
+# a prefix is read back from the quote), comments, brackets and newlines. Inside a string or comment
+# nothing else matches; other code is skipped (the lookahead lets `re` jump to the next candidate).
+_SCAN = re.compile(
+    r"""(?=['"#()\[\]{}\n])(?:(?P<s>'''(?:[^\\]|\\.)*?'''|\"\"\"(?:[^\\]|\\.)*?\"\"\""""
+    r"""|'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")|(?P<c>\#[^\n]*)|(?P<o>[(\[{])|(?P<x>[)\]}])|(?P<n>\n))""",
+    re.DOTALL,
+)
+_STRING_PREFIX = frozenset("rRbBuUfF")
+_SPACES = re.compile(" *")
+_FSTRING = re.compile(r"""(?<!\w)[rRbB]?[fF][rR]?['"]""")
+
+
+def _strip_by_scanning(source: str) -> str | None:
+    """`_strip_by_tokenize`'s result for source that parses, or None where this scanner does not apply.
+
+    Where the source has no tab, form feed, carriage return or backslash continuation, tokenize's padding
+    reproduces every gap exactly, so its output is the source with the comments and the dropped strings
+    cut out. A string is dropped when it starts at column 0 or when tokenize's previous token is INDENT
+    or NEWLINE, i.e. it is the first token of its row and, outside brackets, either the row starts deeper
+    than the current block (INDENT) or the row before ended a logical line (NEWLINE: it had a token and
+    was outside brackets; after a blank or comment-only row the previous token is NL).
+    """
+    if any(ch in source for ch in "\t\r\f\v") or "\\\n" in source:
+        return None
+    if sys.version_info >= (3, 12) and _FSTRING.search(source):
+        return None  # 3.12's tokenize splits f-strings into several tokens
+    cuts: list[tuple[int, int]] = []
+    indents = [0]
+    depth = 0
+    opens_line = True  # tokenize's previous token is INDENT or NEWLINE (it starts as if after an INDENT)
+    end = len(source)
+    position = 0
+    while True:  # the start of a row (at 0, then after each newline outside strings)
+        row_start = position
+        first = _SPACES.match(source, position).end()  # where the row's first token starts
+        if first >= end or source[first] in "#\n":
+            first = -1  # blank or comment-only: no token, tokenize ends it with NL
+        elif depth == 0:  # a logical line starts: tokenize compares its column with the open blocks
+            column = first - row_start
+            if column > indents[-1]:
+                indents.append(column)
+                opens_line = True  # INDENT
+            elif column < indents[-1]:
+                while len(indents) > 1 and indents[-1] > column:
+                    indents.pop()
+                opens_line = False  # DEDENT
+        has_token = first >= 0
+        for match in _SCAN.finditer(source, position):
+            kind = match.lastgroup
+            start = match.start()
+            if kind == "n":
+                opens_line = depth == 0 and has_token  # NEWLINE, else NL
+                position = start + 1
+                break
+            if kind == "s":
+                stop = match.end()
+                # Up to two prefix letters belong to the string unless a name runs into them (`if"a"`).
+                prefix = start
+                while prefix > start - 2 and prefix > row_start and source[prefix - 1] in _STRING_PREFIX:
+                    prefix -= 1
+                if (
+                    prefix < start
+                    and prefix > 0
+                    and (source[prefix - 1].isalnum() or source[prefix - 1] == "_")
+                ):
+                    prefix = start
+                start = prefix
+                if start == row_start or (start == first and opens_line):
+                    cuts.append((start, stop))
+                last_newline = source.rfind("\n", start, stop)
+                if last_newline >= 0:  # the row now continues after the string's last line
+                    row_start, first, has_token = last_newline + 1, -1, True
+            elif kind == "c":
+                cuts.append((start, match.end()))
+            elif kind == "o":
+                depth += 1
+            else:
+                depth -= 1
+        else:
+            break
+    pieces = []
+    last = 0
+    for start, stop in cuts:
+        pieces.append(source[last:start])
+        last = stop
+    pieces.append(source[last:])
+    return "\n".join(line for line in "".join(pieces).split("\n") if line.strip())
+
+
+@dataclass
+class _Flat:
+    """A tree-sitter tree as flat preorder lists, from one cursor walk (reading Node attributes one node
+    at a time is what costs; list comprehensions over the collected nodes are cheap)."""
+
+    nodes: list
+    types: list[str]
+    named: list[bool]
+    fields: list[str | None]
+    kids: list  # per node the list of its children, () for a leaf
+    last: list[int]  # the preorder index of each node's last descendant (itself for a leaf)
+    has_error: bool
+
+    def child(self, i: int, name: str) -> int | None:
+        """The first child of i in field `name` (tree-sitter's child_by_field_name)."""
+        for c in self.kids[i]:
+            if self.fields[c] == name:
+                return c
+        return None
+
+
+def _flatten(tree) -> _Flat:
+    cursor = tree.walk()
+    nodes: list = []
+    fields: list = []
+    kids: list[list[int]] = []
+    last: list[int] = []
+    open_nodes: list[int] = []
+    first_child, next_sibling, parent = cursor.goto_first_child, cursor.goto_next_sibling, cursor.goto_parent
+    no_kids = ()
+    while True:
+        i = len(nodes)
+        nodes.append(cursor.node)
+        fields.append(cursor.field_name)
+        kids.append(no_kids)
+        last.append(i)
+        if open_nodes:
+            kids[open_nodes[-1]].append(i)
+        if first_child():
+            kids[i] = []
+            open_nodes.append(i)
+            continue
+        while not next_sibling():
+            if not parent():
+                types = [node.type for node in nodes]
+                named = [node.is_named for node in nodes]
+                return _Flat(nodes, types, named, fields, kids, last, tree.root_node.has_error)
+            last[open_nodes.pop()] = len(nodes) - 1
+
+
+def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
+    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`).
+
+    Built bottom-up from the node's label and its printed children (named or missing ones, each with
+    its field name), as tree-sitter prints them, instead of printing every subtree (quadratic).
+    Ints and tuples of ints hash the same in every process, so keys can cross process boundaries.
+    """
+    types, named, fields, kids = flat.types, flat.named, flat.fields, flat.kids
+    if flat.has_error:
+        return _subtree_keys_with_errors(flat, source)
+    keys = [0] * len(types)
+    labels = _LABELS
+    for i in range(len(types) - 1, -1, -1):
+        children = kids[i]
+        if named[i]:
+            parts = [labels.get(types[i]) or _label(types[i])]
+            for c in children:
+                if named[c]:
+                    name = fields[c]
+                    parts.append((labels.get(name) or _label(name)) if name else 0)
+                    parts.append(keys[c])
+            keys[i] = hash(tuple(parts))
+        elif children:
+            # An unnamed node with children ("is not", "not in") prints as `(is not("is")("not")`.
+            keys[i] = _label(f"({types[i]}" + "".join(f'("{types[c]}")' for c in children))
+    return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
+
+
+_LABELS: dict[str, int] = {}
+
+
+def _label(text: str) -> int:
+    """`_stable_hash` of a node label, computed once per process."""
+    key = _LABELS.get(text)
+    if key is None:
+        key = _LABELS[text] = _stable_hash(text)
+    return key
+
+
+def _subtree_keys_with_errors(flat: _Flat, source: bytes) -> list[int]:
+    """`_subtree_keys` where the tree has ERROR or MISSING nodes, printed by tree-sitter's own rules."""
+    types, named, fields, kids = flat.types, flat.named, flat.fields, flat.kids
+    missing = [node.is_missing for node in flat.nodes]
+    keys = [0] * len(types)
+    for i in range(len(types) - 1, -1, -1):
+        children = kids[i]
+        if named[i] or missing[i]:
+            if missing[i]:
+                label = f"MISSING {types[i]}" if named[i] else f'MISSING "{types[i]}"'
+            elif types[i] == "ERROR" and not children and flat.nodes[i].end_byte > flat.nodes[i].start_byte:
+                node = flat.nodes[i]
+                char = source[node.start_byte : node.end_byte].decode("utf-8", errors="replace")[:1]
+                label = f"UNEXPECTED {char}"
+            else:
+                label = types[i]
+            parts = [_label(label)]
+            for c in children:
+                if named[c] or missing[c]:
+                    parts.append(_label(fields[c]) if fields[c] else 0)
+                    parts.append(keys[c])
+            keys[i] = hash(tuple(parts))
+        elif children:
+            keys[i] = _label(f"({types[i]}" + "".join(f'("{types[c]}")' for c in children))
+    return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
 
 
 class _DataFlow:
-    """Def-use edges of Python code as CodeBLEU defines them (comesFrom / computedFrom)."""
+    """Def-use edges of Python code as CodeBLEU defines them (comesFrom / computedFrom).
 
-    def __init__(self, root, source: bytes):
-        self.tokens: dict[tuple[int, int], tuple[int, str]] = {}
-        stack = [root]
-        order = []
-        while stack:
-            node = stack.pop()
-            if _is_token(node):
-                order.append(node)
-            else:
-                stack.extend(reversed(node.children))
-        for i, node in enumerate(order):
-            text = source[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
-            self.tokens[(node.start_byte, node.end_byte)] = (i, text)
+    Works on the flat tree: nodes are preorder indexes, a node's tokens are a contiguous run of
+    `token_nodes` (found by bisection, not by walking the subtree again).
+    """
 
-    def token(self, node) -> tuple[int, str]:
-        return self.tokens[(node.start_byte, node.end_byte)]
+    def __init__(self, flat: _Flat, source: bytes):
+        self.flat = flat
+        types, kids, last = flat.types, flat.kids, flat.last
+        self.types, self.kids, self.last = types, kids, last
+        tokens = [
+            i for i, kind in enumerate(types) if (not kids[i] or kind in _STRING_TYPES) and kind != "comment"
+        ]
+        strings = [i for i in tokens if kids[i]]
+        if strings:  # a string's parts are not tokens of their own
+            inside = {j for i in strings for j in range(i + 1, last[i] + 1)}
+            tokens = [i for i in tokens if i not in inside]
+        spans = [(flat.nodes[i].start_byte, flat.nodes[i].end_byte) for i in tokens]
+        if source.isascii():  # byte offsets are character offsets: slice the text, decode once
+            text = source.decode("ascii")
+            texts = [text[start:end] for start, end in spans]
+        else:
+            texts = [source[start:end].decode("utf-8", errors="replace") for start, end in spans]
+        self.token_nodes, self.texts = tokens, texts
+        self.is_variable = [kind != text for kind, text in zip((types[i] for i in tokens), texts)]
+        # Tokens are known by their byte span, as in codebleu: where two share one (only zero-width
+        # nodes in broken code can) both stand for the last of them.
+        if any(start == end for start, end in spans):
+            by_span = {span: k for k, span in enumerate(spans)}
+            self.alias = [by_span[span] for span in spans]
+        else:
+            self.alias = list(range(len(tokens)))
+        self.index = dict(zip(tokens, self.alias))  # token node -> token index
+        # Punctuation and keywords (type == text) never take part in the data flow: not visited at all.
+        self.skip = {i for i, variable in zip(tokens, self.is_variable) if not variable}
+        # Nodes with a comprehension clause among their children (visited clause first).
+        self.reorder = set()
+        if "for_in_clause" in types:
+            self.reorder = {
+                j for j, children in enumerate(kids) for c in children if types[c] == "for_in_clause"
+            }
 
-    def variables(self, node) -> list[tuple[int, str]]:
-        """Tokens under `node` that are not punctuation or keywords (their type differs from their text)."""
-        found = []
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            if _is_token(current):
-                idx, text = self.token(current)
-                if current.type != text:
-                    found.append((idx, text))
-            else:
-                stack.extend(reversed(current.children))
-        return found
+    def variables(self, node: int) -> list[tuple[int, str]]:
+        """(token index, text) of the variable tokens under `node`, in order."""
+        lo = bisect.bisect_left(self.token_nodes, node)
+        hi = bisect.bisect_right(self.token_nodes, self.last[node])
+        texts, is_variable, alias = self.texts, self.is_variable, self.alias
+        return [(alias[k], texts[k]) for k in range(lo, hi) if is_variable[k]]
 
-    def visit(self, node, states: dict) -> tuple[list, dict]:
+    def visit(self, node: int, states: dict) -> tuple[list, dict]:
         # `states` (variable -> token indexes of its last definitions) is never changed in place: a visit
         # that binds a name returns a new dict (copy on write), so branches can share their parent's.
-        kind = node.type
-        if _is_token(node):
-            idx, text = self.token(node)
-            if kind == text:
+        idx = self.index.get(node)
+        if idx is not None:
+            text = self.texts[idx]
+            if self.types[node] == text:  # punctuation or a keyword
                 return [], states
             if text in states:
                 return [(text, idx, "comesFrom", [text], list(states[text]))], states
-            if kind == "identifier":
+            if self.types[node] == "identifier":
                 states = {**states, text: [idx]}
             return [(text, idx, "comesFrom", [], [])], states
-        if kind == "default_parameter":
-            return self._default_parameter(node, states)
-        if kind in ("assignment", "augmented_assignment", "for_in_clause"):
-            return self._assignment(node, states)
-        if kind == "if_statement":
-            return self._if(node, states)
-        if kind in ("for_statement", "while_statement"):
-            return self._loop(node, states)
+        special = _FLOW_RULES.get(self.types[node])
+        if special is not None:
+            return special(self, node, states)
         edges: list = []
+        children = self.kids[node]
         # Comprehension clauses bind their variables before the element expression uses them.
-        for child in sorted(node.children, key=lambda c: c.type != "for_in_clause"):
-            found, states = self.visit(child, states)
-            edges += found
-        return _by_token(edges), states
+        reordered = node in self.reorder
+        if reordered:
+            children = sorted(children, key=lambda c: self.types[c] != "for_in_clause")
+        skip, index, texts, types = self.skip, self.index, self.texts, self.types
+        for child in children:
+            if child in skip:
+                continue
+            idx = index.get(child)
+            if idx is None:
+                found, states = self.visit(child, states)
+                edges += found
+                continue
+            # A variable token, handled here as `visit` would (most children are tokens: no call).
+            text = texts[idx]
+            if text in states:
+                edges.append((text, idx, "comesFrom", [text], list(states[text])))
+            else:
+                if types[child] == "identifier":
+                    states = {**states, text: [idx]}
+                edges.append((text, idx, "comesFrom", [], []))
+        # Children's edges come sorted and in token order, so only a reordering needs a sort.
+        return (_by_token(edges) if reordered else edges), states
 
     def _default_parameter(self, node, states):
         states = dict(states)
-        name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+        name, value = self.flat.child(node, "name"), self.flat.child(node, "value")
         edges: list = []
         sources = []
         if value is not None:
@@ -323,11 +572,12 @@ class _DataFlow:
 
     def _targets(self, node, left_field="left", right_field="right"):
         """(left, right) node pairs: element-wise when both sides list the same number of parts."""
-        left, right = node.child_by_field_name(left_field), node.child_by_field_name(right_field)
+        left, right = self.flat.child(node, left_field), self.flat.child(node, right_field)
         # A string is one token: its start/content/end parts are never paired with a target's parts
         # (codebleu pairs them, fails the token lookup and drops the whole function's data flow).
-        lefts = [] if _is_token(left) else [c for c in left.children if c.type != ","]
-        rights = [] if _is_token(right) else [c for c in right.children if c.type != ","]
+        types = self.types
+        lefts = [] if left in self.index else [c for c in self.kids[left] if types[c] != ","]
+        rights = [] if right in self.index else [c for c in self.kids[right] if types[c] != ","]
         if len(lefts) != len(rights):
             lefts, rights = [left], [right]
         return (lefts or [left]), (rights or [right])
@@ -343,27 +593,28 @@ class _DataFlow:
 
     def _assignment(self, node, states):
         states = dict(states)
-        if node.type == "for_in_clause":
-            lefts, rights = [node.child_by_field_name("left")], [node.children[-1]]
+        if self.types[node] == "for_in_clause":
+            lefts, rights = [self.flat.child(node, "left")], [self.kids[node][-1]]
         else:
-            if node.child_by_field_name("right") is None:  # `x: int` binds nothing
+            if self.flat.child(node, "right") is None:  # `x: int` binds nothing
                 return [], states
             lefts, rights = self._targets(node)
         edges: list = []
         for right in rights:
             found, states = self.visit(right, states)
             edges += found
-        edges += self._bind(lefts, rights, states)
-        return _by_token(edges), states
+        # The targets' tokens all come before the values' ones: this is the edges sorted by token.
+        return self._bind(lefts, rights, states) + edges, states
 
     def _if(self, node, states):
         edges: list = []
         branch_states = []
         taken = dict(states)
         has_else = False
-        for child in node.children:
-            has_else = has_else or "else" in child.type
-            if child.type in ("elif_clause", "else_clause"):
+        for child in self.kids[node]:
+            kind = self.types[child]
+            has_else = has_else or "else" in kind
+            if kind in ("elif_clause", "else_clause"):
                 found, after = self.visit(child, states)
                 branch_states.append(after)
             else:
@@ -376,23 +627,25 @@ class _DataFlow:
         for branch in branch_states:
             for name, where in branch.items():
                 merged.setdefault(name, []).extend(where)
-        return _by_token(edges), {name: sorted(set(where)) for name, where in merged.items()}
+        # The children's edges come sorted and in token order: already sorted by token.
+        return edges, {name: sorted(set(where)) for name, where in merged.items()}
 
     def _loop(self, node, states):
         states = dict(states)
         edges: list = []
+        kids = self.kids[node]
         for _ in range(2):  # twice, so uses in the body see definitions from the previous iteration
-            if node.type == "for_statement":
+            if self.types[node] == "for_statement":
                 lefts, rights = self._targets(node)
                 for right in rights:
                     found, states = self.visit(right, states)
                     edges += found
                 edges += self._bind(lefts, rights, states)
-                if node.children[-1].type == "block":
-                    found, states = self.visit(node.children[-1], states)
+                if self.types[kids[-1]] == "block":
+                    found, states = self.visit(kids[-1], states)
                     edges += found
             else:
-                for child in node.children:
+                for child in kids:
                     found, states = self.visit(child, states)
                     edges += found
         merged: dict[tuple, list] = {}
@@ -407,18 +660,32 @@ class _DataFlow:
         return [(k[0], k[1], k[2], v[0], v[1]) for k, v in ordered], states
 
 
+_FLOW_RULES = {
+    "default_parameter": _DataFlow._default_parameter,
+    "assignment": _DataFlow._assignment,
+    "augmented_assignment": _DataFlow._assignment,
+    "for_in_clause": _DataFlow._assignment,
+    "if_statement": _DataFlow._if,
+    "for_statement": _DataFlow._loop,
+    "while_statement": _DataFlow._loop,
+}
+
+
 def _ordered_union(first: list, second: list) -> list:
     return list(dict.fromkeys([*first, *second]))
 
 
 def _by_token(edges: list) -> list:
-    return sorted(edges, key=lambda edge: edge[1])
+    return sorted(edges, key=_TOKEN_OF_EDGE)
 
 
-def data_flow(root, source: bytes) -> list[tuple]:
+_TOKEN_OF_EDGE = operator.itemgetter(1)
+
+
+def data_flow(flat: _Flat, source: bytes) -> list[tuple]:
     """CodeBLEU's normalised data-flow edges: (variable, relation, [parent variables]), names renamed var_i."""
-    flow = _DataFlow(root, source)
-    edges, _ = flow.visit(root, {})
+    flow = _DataFlow(flat, source)
+    edges, _ = flow.visit(0, {})
     edges = _by_token(edges)
     # Keep only tokens that take part in some edge (as a child with parents, or as a parent).
     linked = set()
@@ -438,15 +705,18 @@ def data_flow(root, source: bytes) -> list[tuple]:
     rename: dict[str, str] = {}
     normalised = []
     for text, _, rel, names, _ in by_token.values():
-        for name in [*names, text]:
-            rename.setdefault(name, f"var_{len(rename)}")
-        normalised.append((rename[text], rel, tuple(rename[n] for n in names)))
+        for name in (*names, text):
+            if name not in rename:
+                rename[name] = f"var_{len(rename)}"
+        normalised.append((rename[text], rel, tuple([rename[n] for n in names])))
     return normalised
 
 
-def _weighted_recall(candidate: list[Counter], reference: list[Counter]) -> float:
+def _weighted_recall(
+    candidate: list[Counter], reference: list[Counter], matched: list | None = None
+) -> float:
     """CodeBLEU's weighted n-gram match from `ngram_counts` of both sides: BLEU's shape with clipped
-    recall, keyword unigrams weighted 1, other unigrams 0.2."""
+    recall, keyword unigrams weighted 1, other unigrams 0.2. `matched`: clipped counts per order, if known."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
@@ -455,14 +725,20 @@ def _weighted_recall(candidate: list[Counter], reference: list[Counter]) -> floa
     for n, (cand, ref) in enumerate(zip(candidate, reference), start=1):
         if n == 1:
             weight = {g: (1.0 if g[0] in CODEBLEU_KEYWORDS else 0.2) for g in ref}
-            matched = sum(min(count, cand[g]) * weight[g] for g, count in ref.items())
-            total = max(1, sum(count * weight[g] for g, count in ref.items()))
-            if matched == 0:
+            # Float sums in the reference's order, as codebleu adds them; unmatched unigrams are left out
+            # (adding 0.0 changes no sum). map() keeps the loop in C.
+            shared = [g for g in ref if g in cand]
+            hits = sum(
+                map(operator.mul, map(min, map(ref.__getitem__, shared), map(cand.__getitem__, shared)),
+                    map(weight.__getitem__, shared))
+            )  # fmt: skip
+            total = max(1, sum(map(operator.mul, ref.values(), weight.values())))
+            if hits == 0:
                 return 0.0
         else:
-            matched = sum(min(count, cand[g]) for g, count in ref.items())
+            hits = clipped_matches(cand, ref) if matched is None else matched[n - 1]
             total = max(1, sum(ref.values()))
-        log_sum += math.log((matched if matched > 0 else 0.1) / total) / max_n
+        log_sum += math.log((hits if hits > 0 else 0.1) / total) / max_n
     return (1.0 if c > r else math.exp(1 - r / c)) * math.exp(log_sum)
 
 
@@ -478,7 +754,7 @@ class Structure:
     tsed_package_tree: OrderedTree | None = None
     ast_tree: OrderedTree | None = None
     unparsed: str = ""
-    subtrees: list[int] = field(default_factory=list)  # hashes of every subtree's s-expression
+    subtrees: list[int] = field(default_factory=list)  # keys of every subtree's s-expression
     flow: list[tuple] = field(default_factory=list)
     # 1..4-gram counts of the whitespace tokens of the raw text (CodeBLEU's two BLEU-shaped parts)
     words: list[Counter] = field(default_factory=list)
@@ -509,17 +785,18 @@ def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
     if error is not None:
         return Structure(error=error)
     parser = _parser()
-    root = parser.parse(text.encode("utf-8", "surrogatepass")).root_node
-    if root.has_error:
+    tree = parser.parse(text.encode("utf-8", "surrogatepass"))
+    if tree.root_node.has_error:
         return Structure(error="tree-sitter could not parse it (ERROR or MISSING node)")
     try:
-        return _parsed_structure(text, parser, root, parts)
+        return _parsed_structure(text, parser, tree, parts)
     except Exception as err:  # noqa: BLE001 - a metric bug must cost this snippet's scores, not the batch
         return Structure(error=f"internal error in the structural metrics: {type(err).__name__}: {err}")
 
 
-def _parsed_structure(text: str, parser, root, parts) -> Structure:
+def _parsed_structure(text: str, parser, tree, parts) -> Structure:
     result = Structure()
+    root = tree.root_node
     if "tsed" in parts:
         result.tsed_tree = ordered_tree(root, _named_children, _node_type)
         result.tsed_package_tree = ordered_tree(root, _named_children, _tsed_package_label)
@@ -532,14 +809,15 @@ def _parsed_structure(text: str, parser, root, parts) -> Structure:
         )
         result.unparsed = ast.unparse(python_tree)
     if "codebleu" in parts:
-        stripped = strip_comments_and_docstrings(text).encode("utf-8", "surrogatepass")
-        stripped_root = parser.parse(stripped).root_node
-        stack = [stripped_root]
-        while stack:
-            node = stack.pop()
-            result.subtrees.append(_stable_hash(str(node)))
-            stack.extend(c for c in node.children if c.child_count)
-        result.flow = data_flow(stripped_root, stripped)
+        stripped_text = strip_comments_and_docstrings(text)
+        # Nothing stripped (no comment, docstring or blank line): the tree in hand is the stripped one.
+        stripped_tree = (
+            tree if stripped_text == text else parser.parse(stripped_text.encode("utf-8", "surrogatepass"))
+        )
+        stripped = stripped_text.encode("utf-8", "surrogatepass")
+        flat = _flatten(stripped_tree)
+        result.subtrees = _subtree_keys(flat, stripped)
+        result.flow = data_flow(flat, stripped)
         result.words = ngram_counts(text.strip().split())
     return result
 
@@ -577,9 +855,11 @@ def dataflow_match(reference: Structure, candidate: Structure) -> float | None:
 
 def codebleu_parts(reference: Structure, candidate: Structure) -> dict[str, float | None]:
     """The four CodeBLEU components and their equal-weight mean (data flow None -> mean of the other three)."""
+    # Clipped matches are symmetric: one count per order serves both BLEU-shaped parts.
+    matched = [clipped_matches(c, r) for c, r in zip(candidate.words, reference.words)]
     parts = {
-        "ngram": bleu_from_counts(candidate.words, reference.words),
-        "weighted_ngram": _weighted_recall(candidate.words, reference.words),
+        "ngram": bleu_from_counts(candidate.words, reference.words, matched=matched),
+        "weighted_ngram": _weighted_recall(candidate.words, reference.words, matched),
         "syntax": syntax_match(reference, candidate),
         "dataflow": dataflow_match(reference, candidate),
     }

@@ -111,26 +111,39 @@ def ngram_counts(tokens: Sequence[Hashable], max_n: int = 4) -> list[Counter]:
 
 
 def bleu_from_counts(
-    candidate: list[Counter], reference: list[Counter], epsilon: float = BLEU_EPSILON
+    candidate: list[Counter],
+    reference: list[Counter],
+    epsilon: float = BLEU_EPSILON,
+    matched: list | None = None,
 ) -> float:
-    """`bleu` from precomputed `ngram_counts` of both sides (same max_n); lengths are the 1-gram totals."""
+    """`bleu` from precomputed `ngram_counts` of both sides (same max_n); lengths are the 1-gram totals.
+
+    `matched`: the clipped match count per order when the caller already has them (CodeBLEU shares them
+    with its weighted n-gram match)."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
     max_n = len(candidate)
     log_sum = 0.0
     for n, (cand_counts, ref_counts) in enumerate(zip(candidate, reference), start=1):
-        matched = sum(min(count, ref_counts[gram]) for gram, count in cand_counts.items())
+        hits = clipped_matches(cand_counts, ref_counts) if matched is None else matched[n - 1]
         total = max(1, sum(cand_counts.values()))
-        if n == 1 and matched == 0:
+        if n == 1 and hits == 0:
             return 0.0
-        log_sum += math.log((matched if matched > 0 else epsilon) / total) / max_n
+        log_sum += math.log((hits if hits > 0 else epsilon) / total) / max_n
     brevity = 1.0 if c > r else math.exp(1 - r / c)
     return brevity * math.exp(log_sum)
 
 
-def _windows(seq: Sequence[Hashable], n: int) -> list[tuple]:
-    return [tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)]
+def clipped_matches(first: Counter, second: Counter) -> int:
+    """sum over shared n-grams of min(count in first, count in second): a set intersection, then C loops."""
+    shared = first.keys() & second.keys()
+    return sum(map(min, map(first.__getitem__, shared), map(second.__getitem__, shared)))
+
+
+def _windows(seq: Sequence[Hashable], n: int):
+    """The length-n windows of `seq` as tuples, in order (zip of n shifted copies: no slice per window)."""
+    return zip(*(seq[i:] for i in range(n)))
 
 
 def edit_similarity(candidate: str, reference: str) -> float:
