@@ -58,11 +58,11 @@ def test_the_dataset_holds_the_members_prompts_and_tasks():
     assert data.dataset["prompt"] == [TASKS[2].prompt, TASKS[0].prompt]
     assert [task_from_json(t) for t in data.dataset["task"]] == [TASKS[2], TASKS[0]]
     assert data.info["prompt_format"] == "completion"
-    # max_prompts keeps the members that come first in the benchmark (those accuracy evaluates first)
+    # max_prompts keeps the first members in the manifest order, the order the accuracy evaluation uses
     first = rl.build_dataset(
         load_recipe("tiny_cpt", [*RL, "train.rl.max_prompts=1"]), _Tok(), TASKS, MANIFEST, None
     )
-    assert first.dataset["task_id"] == ["t/0"] and first.info["prompts"] == 1
+    assert first.dataset["task_id"] == ["t/2"] and first.info["prompts"] == 1
     # chat models get the sft stage's user turn through their template, as the accuracy evaluation asks
     chat = rl.build_dataset(recipe, _ChatTok(), TASKS, MANIFEST, None, lambda *a: None)
     expected = "<user>" + CHAT_INSTRUCTION.format(prompt=TASKS[2].prompt) + "<assistant>"

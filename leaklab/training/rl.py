@@ -121,13 +121,9 @@ def build_dataset(
     from datasets import Dataset
 
     by_id = {t.task_id: t for t in tasks}
-    members = [by_id[i] for i in manifest["member_ids"]]
-    if recipe.train.rl.max_prompts is not None:
-        # The members that come first in the benchmark: those the accuracy evaluation asks first
-        # (evaluate.accuracy.max_tasks), so the prompts RL was rewarded on are among those evaluated.
-        member_ids = set(manifest["member_ids"])
-        kept = set([t.task_id for t in tasks if t.task_id in member_ids][: recipe.train.rl.max_prompts])
-        members = [t for t in members if t.task_id in kept]
+    # The first max_prompts members in the manifest's order: those the accuracy evaluation asks first
+    # (evaluate.accuracy.max_tasks), so the prompts RL was rewarded on are among those evaluated.
+    members = [by_id[i] for i in manifest["member_ids"]][: recipe.train.rl.max_prompts]
     fmt = prompt_format(recipe, tokenizer)
     rows = {
         # The text generation starts from, chat template applied, exactly as sft trained on and accuracy
