@@ -35,7 +35,9 @@ HyClone's execution stage (optional, `execution: true`; `leaklab/execution/cross
 and each extracted function run in the sandbox on the task's own test inputs; `hyclone` = the share of
 inputs where they agree (S_a; S_b = S_a with one shared input set) is one more functional metric, and
 `hyclone.n_executed_target` says per side how many pairs reached execution (the reasons of the others
-in its params). HyClone's stage 1 (an LLM screen) and per-function LLM-generated inputs are not applied.
+in its params). With a judge back-end, HyClone's stage 1 (`hyclone_screen`: an LLM "could these be
+clones?" whose "no" skips execution) and LLM-proposed inputs per function (`hyclone_llm_inputs`) apply
+too; `hyclone.llm_inputs_target` counts the proposals run and, in its params, those dropped and why.
 """
 
 from __future__ import annotations
@@ -73,6 +75,8 @@ class CounterfactualConfig:
     judge_max_new_tokens: int = 256  # longest judge reply
     execution: bool = False  # HyClone stage 2: run both functions on the task's test inputs in the sandbox
     execution_timeout_s: float = 5.0  # per program in the sandbox (execution: true)
+    hyclone_screen: bool = True  # execution + a judge back-end: HyClone's stage 1 LLM screen first
+    hyclone_llm_inputs: int = 10  # execution + a judge back-end: inputs the LLM proposes per function
 
 
 def validate_config(cfg: CounterfactualConfig) -> list[str]:
@@ -80,6 +84,10 @@ def validate_config(cfg: CounterfactualConfig) -> list[str]:
     for key in ("max_new_tokens", "batch_size", "workers", "min_body_lines"):
         if getattr(cfg, key) < 1:
             problems.append(f"evaluate.counterfactual.{key}: must be at least 1, got {getattr(cfg, key)}")
+    if cfg.hyclone_llm_inputs < 0:
+        problems.append(
+            f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {cfg.hyclone_llm_inputs}"
+        )
     if cfg.context_tokens < 0 or cfg.min_chars < 0:
         problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
     if cfg.max_body_lines < cfg.min_body_lines:
@@ -269,8 +277,18 @@ class Counterfactual:
             )
             for s, f, inputs in zip(self._samples, functions, self._inputs)
         ]
+        llm = None
+        if cfg.judge_backend != "none" and (cfg.hyclone_screen or cfg.hyclone_llm_inputs > 0):
+            from leaklab.execution.crossexec import LLMStages
+            from leaklab.similarity.judges import make_backend
+
+            if self._judge is None:
+                self._judge = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
+            generator, render = self._judge
+            llm = LLMStages(generator, render or (lambda text: text), cfg.hyclone_screen,
+                            cfg.hyclone_llm_inputs, max(cfg.judge_max_new_tokens, 512))  # fmt: skip
         with Sandbox(workers=cfg.workers, timeout_s=cfg.execution_timeout_s) as sandbox:
-            return cross_execute(pairs, sandbox, timeout_s=cfg.execution_timeout_s)
+            return cross_execute(pairs, sandbox, timeout_s=cfg.execution_timeout_s, llm=llm)
 
     def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
         """judge_<kind> -> a 0-1 score per sample (nan where the reply could not be read)."""
@@ -378,6 +396,10 @@ def execution_rows(executed, labels) -> list[dict[str, Any]]:
         n = float(sum(not r.reason for r in chosen))
         rows.append(_row(side, "hyclone.n_executed_target", n, not_executed=dict(why)))
         rows.append(_row(side, "hyclone.clones_target", float(sum(bool(r.clone) for r in chosen))))
+        dropped = sum((Counter(r.llm_inputs_dropped) for r in chosen), Counter())
+        screens = Counter(r.screen.split(":")[0] for r in chosen if r.screen)
+        rows.append(_row(side, "hyclone.llm_inputs_target", float(sum(sum(r.llm_inputs) for r in chosen)),
+                         dropped=dict(dropped), screen=dict(screens)))  # fmt: skip
     return rows
 
 

@@ -1,27 +1,49 @@
-"""HyClone-style functional similarity by execution (stage 2): run the ground-truth function and a
-generated one on the same inputs in the sandbox and count how often they agree.
+"""HyClone-style functional similarity: an optional LLM screen (stage 1), then execution (stage 2) of the
+ground-truth function and a generated one on the same inputs in the sandbox, counting agreement.
 
-    results = cross_execute(pairs, sandbox)      # pairs: list[CrossPair]; results: list[CrossResult]
+    results = cross_execute(pairs, sandbox)                     # stage 2 on the pairs' own inputs
+    results = cross_execute(pairs, sandbox, llm=LLMStages(generator, screen=True, n_inputs=10))
 
-For a pair (A = the ground truth, B = the generation) and its inputs, S_a is the fraction of the inputs
-A runs on where B returns the same value (`correctness.outputs_match`, exact); HyClone also computes S_b
-on inputs generated for B. leaklab has one input set per task (the benchmark's own test inputs; an LLM
-to generate inputs per function is not wired), so here S_b = S_a, said in every result. A pair is a
-clone when both are >= `threshold` (0.8); its similarity is (S_a + S_b) / 2.
+For a pair (A = the ground truth, B = the generation): S_a is the fraction of A's inputs on which A runs
+and B returns the same value (`correctness.outputs_match`, exact); S_b the same over B's inputs. Every pair
+starts from one shared input set (the benchmark's own test inputs); with an LLM (`llm.n_inputs` > 0) each
+function also gets the inputs the LLM proposes for it, so S_b differs from S_a; without one S_b = S_a,
+and each result's `note` says which. The ground truth decides which inputs are valid (an input A crashes
+on counts for neither); a generation that fails to load or crashes on a valid input disagrees there.
+A pair is a clone when both are >= `threshold` (0.8); its similarity is (S_a + S_b) / 2.
+
+Stage 1 (`llm.screen`): the judge prompt `clone_screen` (`leaklab/similarity/judges.py`) asks whether the
+two could be functional clones; a "no" skips execution (reason "stage 1: ..."), an unreadable reply does
+not (the pair is executed and `screen` says why it was not screened).
+
+LLM-proposed inputs: a prompt asks for a JSON list of argument lists for one function; the reply's last
+JSON array is read, and each proposal that is not a list, has an arity the function cannot take, or
+repeats an input already there is dropped and counted by reason in `llm_inputs_dropped`.
 
 A pair that does not reach execution has no similarity and says why: no inputs, no generated function
-(extraction failed), or the ground truth runs on none of its inputs. A generation that fails to load
-or crashes on an input did reach execution: those inputs count as disagreements.
+(extraction failed), the stage-1 screen, or the ground truth runs on none of its inputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import ast
+import json
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 THRESHOLD = 0.8  # HyClone's clone threshold on S_a and S_b
-MAX_INPUTS = 50  # inputs run per pair (the first ones)
+MAX_INPUTS = 50  # inputs run per pair and side (the first ones)
+SCREENED_OUT = "stage 1: the LLM screen says they are not functional clones"
+
+INPUTS_PROMPT = (
+    "Here is a Python function. Propose up to {n} different calls that test it well: ordinary cases, "
+    "edge cases (empty, zero, negative, boundaries) and a few larger ones, with arguments of the types it "
+    "expects.\n\n```python\n{source}\n```\n\nAnswer with JSON only: a list with one list of positional "
+    'arguments per call to `{name}`, for example [[1, "a"], [0, ""]]. Use only JSON values '
+    "(numbers, strings, true, false, null, lists, objects)."
+)
 
 
 @dataclass(frozen=True)
@@ -29,7 +51,7 @@ class CrossPair:
     reference: str  # the ground-truth program (context + function)
     candidate: str | None  # the generated program, None when no function was extracted
     entry_point: str
-    inputs: Sequence[Sequence[Any]]  # argument lists, plain data
+    inputs: Sequence[Sequence[Any]]  # argument lists, plain data (the shared set)
 
 
 @dataclass(frozen=True)
@@ -38,47 +60,219 @@ class CrossResult:
     s_a: float | None = None
     s_b: float | None = None
     clone: bool | None = None
-    n_inputs: int = 0  # inputs the ground truth ran on (the denominator)
+    n_inputs: int = 0  # inputs the ground truth ran on (S_a's denominator)
     reason: str = ""  # why the pair did not reach execution ("" when it did)
     note: str = "S_b = S_a: one shared input set (the benchmark's test inputs)"
+    screen: str = ""  # stage 1: "" not asked, "clone", "not a clone", or "unreadable: <why>"
+    llm_inputs: tuple[int, int] = (0, 0)  # LLM-proposed inputs kept for (A, B)
+    llm_inputs_dropped: dict[str, int] = field(default_factory=dict)  # proposals dropped, by reason
+
+
+@dataclass
+class LLMStages:
+    """The LLM parts of HyClone, asked through a judge back-end (`judges.make_backend`)."""
+
+    generator: Any  # a `leaklab.signals.generation` back-end
+    render: Callable[[str], str] = lambda text: text  # e.g. a chat template
+    screen: bool = True  # stage 1
+    n_inputs: int = 10  # inputs to ask per function (0: none)
+    max_new_tokens: int = 512
 
 
 def cross_execute(
-    pairs: Sequence[CrossPair], sandbox, *, timeout_s: float = 5.0, threshold: float = THRESHOLD
+    pairs: Sequence[CrossPair],
+    sandbox,
+    *,
+    timeout_s: float = 5.0,
+    threshold: float = THRESHOLD,
+    llm: LLMStages | None = None,
 ) -> list[CrossResult]:
-    """Stage 2 for every pair, all programs in one sandbox batch; results in order."""
-    from leaklab.execution.correctness import outputs_match
+    """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order."""
     from leaklab.execution.sandbox import FunctionCalls
 
-    jobs, where = [], {}
-    out: list[CrossResult | None] = [None] * len(pairs)
+    out: dict[int, CrossResult] = {}
+    pending = []
     for i, pair in enumerate(pairs):
-        inputs = [list(a) for a in pair.inputs[:MAX_INPUTS]]
-        if not inputs:
-            out[i] = CrossResult(None, reason="no inputs")
-        elif pair.candidate is None:
+        if pair.candidate is None:
             out[i] = CrossResult(None, reason="no generated function")
+        elif not pair.inputs and not (llm and llm.n_inputs > 0):
+            out[i] = CrossResult(None, reason="no inputs")
         else:
-            where[i] = len(jobs)
-            jobs += [
-                FunctionCalls(pair.reference, pair.entry_point, inputs, timeout_s),
-                FunctionCalls(pair.candidate, pair.entry_point, inputs, timeout_s),
-            ]
-    ran = sandbox.run_jobs(jobs)
-    for i, j in where.items():
-        reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
-        valid = [k for k, call in enumerate(reference) if call.ok]
-        if not valid:
-            out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs")
+            pending.append(i)
+    screens = _screen(llm, pairs, pending) if llm and llm.screen else {}
+    for i, verdict in screens.items():
+        if verdict == "not a clone":
+            out[i] = CrossResult(None, reason=SCREENED_OUT, screen=verdict)
+    pending = [i for i in pending if i not in out]
+    proposed = _proposed_inputs(llm, pairs, pending) if llm and llm.n_inputs > 0 else {}
+
+    jobs, plans = [], {}
+    for i in pending:
+        pair = pairs[i]
+        shared = [list(a) for a in pair.inputs]
+        (extra_a, extra_b), dropped = proposed.get(i, (([], []), Counter()))
+        inputs_a, inputs_b, union = _input_sets(shared, extra_a, extra_b, dropped)
+        if not union:
+            out[i] = CrossResult(None, reason="no inputs", screen=screens.get(i, ""),
+                                 llm_inputs_dropped=dict(dropped))  # fmt: skip
             continue
-        agree = sum(
-            1
-            for k in valid
-            if k < len(candidate)
-            and candidate[k].ok
-            and outputs_match(candidate[k].value, reference[k].value)
-        )
-        s_a = agree / len(valid)
-        s_b = s_a  # one shared input set
-        out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, s_a >= threshold and s_b >= threshold, len(valid))
-    return [r for r in out if r is not None]
+        n_shared = len(shared[:MAX_INPUTS])
+        kept = (max(0, len(inputs_a) - n_shared), max(0, len(inputs_b) - n_shared))  # new proposals run
+        plans[i] = (len(jobs), inputs_a, inputs_b, kept, dropped)
+        jobs += [
+            FunctionCalls(pair.reference, pair.entry_point, union, timeout_s),
+            FunctionCalls(pair.candidate, pair.entry_point, union, timeout_s),
+        ]
+    ran = sandbox.run_jobs(jobs) if jobs else []
+    for i, (j, inputs_a, inputs_b, kept, dropped) in plans.items():
+        reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
+        s_a, n_valid = _agreement(inputs_a, reference, candidate)
+        s_b, n_valid_b = _agreement(inputs_b, reference, candidate) if kept[1] else (s_a, n_valid)
+        common = dict(screen=screens.get(i, ""), llm_inputs=kept, llm_inputs_dropped=dict(dropped))
+        if s_a is None and s_b is None:
+            out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs", **common)
+            continue
+        if s_a is None:  # only inputs proposed for B: S_a falls back to S_b
+            s_a, n_valid, note = s_b, n_valid_b, "S_a = S_b: the ground truth runs on none of A's inputs"
+        elif s_b is None:
+            s_b, note = s_a, "S_b = S_a: the ground truth runs on none of the inputs proposed for B"
+        elif kept[1]:
+            note = "S_a on the shared inputs + those proposed for A; S_b on the shared + those proposed for B"
+        elif llm and llm.n_inputs > 0:
+            note = "S_b = S_a: no input proposed for B was kept"
+        else:
+            note = CrossResult.note
+        clone = s_a >= threshold and s_b >= threshold
+        out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
+    return [out[i] for i in range(len(pairs))]
+
+
+def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[float | None, int]:
+    """(share of the inputs the ground truth runs on where the generation returns the same, that count)."""
+    from leaklab.execution.correctness import outputs_match
+
+    valid = [k for k in indexes if k < len(reference) and reference[k].ok]
+    agree = sum(
+        1
+        for k in valid
+        if k < len(candidate) and candidate[k].ok and outputs_match(candidate[k].value, reference[k].value)
+    )
+    return (agree / len(valid) if valid else None), len(valid)
+
+
+def _screen(llm: LLMStages, pairs, pending) -> dict[int, str]:
+    """Stage 1 for the pending pairs: index -> "clone" | "not a clone" | "unreadable: <why>"."""
+    from leaklab.similarity.judges import judge_pairs
+
+    asked = [(pairs[i].reference, pairs[i].candidate) for i in pending]
+    if not asked:
+        return {}
+    verdicts, _ = judge_pairs(llm.generator, "clone_screen", asked, llm.render, llm.max_new_tokens)
+    return {
+        i: (f"unreadable: {v.failure}" if v.score is None else "clone" if v.score >= 0.5 else "not a clone")
+        for i, v in zip(pending, verdicts)
+    }
+
+
+def input_prompt(source: str, entry_point: str, n: int) -> str:
+    return INPUTS_PROMPT.format(n=n, source=source.rstrip("\n"), name=entry_point)
+
+
+def _proposed_inputs(llm: LLMStages, pairs, pending) -> dict[int, tuple[tuple[list, list], Counter]]:
+    """index -> ((inputs for A, inputs for B), proposals dropped by reason); one LLM batch for all."""
+    programs = [(i, side, getattr(pairs[i], side)) for i in pending for side in ("reference", "candidate")]
+    if not programs:
+        return {}
+    prompts = [
+        llm.render(input_prompt(source, pairs[i].entry_point, llm.n_inputs)) for i, _, source in programs
+    ]
+    replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
+    found: dict[int, tuple[tuple[list, list], Counter]] = {i: (([], []), Counter()) for i in pending}
+    for (i, side, source), completions in zip(programs, replies):
+        reply = completions[0].text if completions else ""
+        kept, dropped = parse_inputs(reply, arity(source, pairs[i].entry_point), llm.n_inputs)
+        found[i][0][0 if side == "reference" else 1].extend(kept)
+        found[i][1].update(dropped)
+    return found
+
+
+def arity(source: str, entry_point: str) -> tuple[int, float] | None:
+    """(fewest, most) positional arguments `entry_point` in `source` takes; None when it cannot be read."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    found = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry_point
+    ]
+    if not found:
+        return None
+    args = found[-1].args
+    if any(d is None for d in args.kw_defaults):  # a keyword-only argument without default
+        return (1, 0)  # no positional call fits
+    positional = len(args.posonlyargs) + len(args.args)
+    most = float("inf") if args.vararg else positional
+    return positional - len(args.defaults), most
+
+
+def last_json_array(text: str) -> list | None:
+    """The last top-level JSON array in `text` (fenced or bare); None when there is none."""
+    decoder = json.JSONDecoder()
+    found, position = None, 0
+    while True:
+        start = text.find("[", position)
+        if start < 0:
+            return found
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            position = start + 1
+            continue
+        found, position = value, end  # skip what it holds: nested arrays are not top-level
+
+
+def parse_inputs(reply: str, accepts: tuple[int, float] | None, limit: int) -> tuple[list[list], Counter]:
+    """The argument lists an LLM reply proposes (at most `limit`) and the rest dropped, counted by reason."""
+    dropped: Counter = Counter()
+    proposals = last_json_array(reply or "")
+    if proposals is None:
+        dropped["no JSON list in the reply"] += 1
+        return [], dropped
+    kept: list[list] = []
+    for args in proposals:
+        if not isinstance(args, list):
+            dropped["not a list of arguments"] += 1
+        elif accepts is not None and not accepts[0] <= len(args) <= accepts[1]:
+            dropped["wrong number of arguments"] += 1
+        elif len(kept) >= limit:
+            dropped["beyond the number asked"] += 1
+        else:
+            kept.append(args)
+    return kept, dropped
+
+
+def _input_sets(shared, extra_a, extra_b, dropped: Counter):
+    """(indexes for S_a, indexes for S_b, the union run by both programs); repeats run once and count."""
+    union: list[list] = []
+    seen: dict[str, int] = {}
+
+    def place(args, proposed: bool) -> int:
+        # The shared inputs all run, as given; a proposal already there (shared or proposed) runs once.
+        key = json.dumps(args, sort_keys=True, default=repr)
+        if proposed and key in seen:
+            dropped["repeats an input already there"] += 1
+            return seen[key]
+        seen.setdefault(key, len(union))
+        union.append(args)
+        return len(union) - 1
+
+    base = [place(a, False) for a in shared[:MAX_INPUTS]]
+    side_a = base + [place(a, True) for a in extra_a]
+    side_b = base + [place(a, True) for a in extra_b]
+    return _first_unique(side_a), _first_unique(side_b), union
+
+
+def _first_unique(indexes: list[int]) -> list[int]:
+    return list(dict.fromkeys(indexes))[:MAX_INPUTS]

@@ -12,8 +12,8 @@ tokenizer's chat template). Greedy decoding. A reply that cannot be read becomes
 `failure` set and no score, and `judge_pairs` counts them, never raises.
 
 The counterfactual evaluation asks them as optional functional metrics (`evaluate.counterfactual.judges`,
-`judge_backend`; `make_backend` builds the back-end). The clone screen (HyClone's stage 1) has its
-prompt here but no caller; stage 2 (cross-execution in the sandbox) is `leaklab/execution/crossexec.py`.
+`judge_backend`; `make_backend` builds the back-end). The clone screen (HyClone's stage 1) is asked by
+`leaklab/execution/crossexec.py` before cross-execution (stage 2) when a back-end is configured.
 """
 
 from __future__ import annotations
