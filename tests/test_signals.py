@@ -205,19 +205,27 @@ def test_long_texts_truncated_are_counted(lm):
     assert s.n == 63 and s.n_dropped == n_tokens - 64 and info["truncated"] == 1
 
 
-def test_solution_span_scores_only_tokens_after_the_prompt(lm):
+def test_solution_span_scores_the_solution_tokenised_after_its_prompt(lm):
+    import torch
+
     model, tok = lm
     prompt, solution = "def add(a, b):\n", "    return a + b\n"
+    prompt_ids = tok(prompt)["input_ids"]
+    solution_ids = tok(solution, add_special_tokens=False)["input_ids"]
+    # The case that matters: tokenising the whole text at once merges tokens across the boundary.
+    assert tok(prompt + solution)["input_ids"] != prompt_ids + solution_ids
     settings = ScoringSettings(scoring_span="solution")
     (sol,) = compute_token_stats(
         model, tok, [prompt + solution], prompts=[prompt], settings=settings, cache=SignalCache()
     )
-    (whole,) = compute_token_stats(model, tok, [prompt + solution], cache=SignalCache())
-    enc = tok(prompt + solution, return_offsets_mapping=True)
-    n_solution = sum(end > len(prompt) for _, end in enc["offset_mapping"])
-    assert 0 < sol.n == n_solution < whole.n
-    # Same forward (the prompt is context), so the solution tokens' values are the tail of the whole text's.
-    np.testing.assert_allclose(sol.logprob, whole.logprob[-sol.n :], atol=1e-5)
+    # By hand: one forward over prompt + solution tokens, log-probabilities of the solution's tokens.
+    ids = torch.tensor([prompt_ids + solution_ids])
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+    targets = torch.tensor(solution_ids)
+    expected = logprobs[torch.arange(len(prompt_ids) - 1, ids.shape[1] - 1), targets].numpy()
+    np.testing.assert_array_equal(sol.token_ids, solution_ids)
+    np.testing.assert_allclose(sol.logprob, expected, atol=1e-5)
     with pytest.raises(ValueError, match="prefix"):
         compute_token_stats(model, tok, ["abc"], prompts=["xyz"], settings=settings, cache=SignalCache())
     with pytest.raises(ValueError, match="needs prompts"):
