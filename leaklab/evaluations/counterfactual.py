@@ -38,6 +38,9 @@ inputs where they agree (S_a; S_b = S_a with one shared input set) is one more f
 in its params). With a judge back-end, HyClone's stage 1 (`hyclone_screen`: an LLM "could these be
 clones?" whose "no" skips execution) and LLM-proposed inputs per function (`hyclone_llm_inputs`) apply
 too; `hyclone.llm_inputs_target` counts the proposals run and, in its params, those dropped and why.
+Inputs generated from the ground truth's signature (`hyclone_generated_inputs`, default 10 per pair, 0
+off; `leaklab/execution/input_gen.py`) join the test inputs with or without a judge back-end;
+`hyclone.generated_inputs_target` counts those run, by source in its params.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class CounterfactualConfig:
     execution_timeout_s: float = 5.0  # per program in the sandbox (execution: true)
     hyclone_screen: bool = True  # execution + a judge back-end: HyClone's stage 1 LLM screen first
     hyclone_llm_inputs: int = 10  # execution + a judge back-end: inputs the LLM proposes per function
+    hyclone_generated_inputs: int = 10  # execution: inputs generated from the signature per pair (0: off)
 
 
 def validate_config(cfg: CounterfactualConfig) -> list[str]:
@@ -87,6 +91,13 @@ def validate_config(cfg: CounterfactualConfig) -> list[str]:
     if cfg.hyclone_llm_inputs < 0:
         problems.append(
             f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {cfg.hyclone_llm_inputs}"
+        )
+    from leaklab.execution.crossexec import MAX_INPUTS  # stdlib only: validation stays light
+
+    if not 0 <= cfg.hyclone_generated_inputs <= MAX_INPUTS:
+        problems.append(
+            f"evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, {MAX_INPUTS}] (the inputs run"
+            f" per pair), got {cfg.hyclone_generated_inputs}"
         )
     if cfg.context_tokens < 0 or cfg.min_chars < 0:
         problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
@@ -288,7 +299,8 @@ class Counterfactual:
             llm = LLMStages(generator, render or (lambda text: text), cfg.hyclone_screen,
                             cfg.hyclone_llm_inputs, max(cfg.judge_max_new_tokens, 512))  # fmt: skip
         with Sandbox(workers=cfg.workers, timeout_s=cfg.execution_timeout_s) as sandbox:
-            return cross_execute(pairs, sandbox, timeout_s=cfg.execution_timeout_s, llm=llm)
+            return cross_execute(pairs, sandbox, timeout_s=cfg.execution_timeout_s, llm=llm,
+                                 generated=cfg.hyclone_generated_inputs)  # fmt: skip
 
     def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
         """judge_<kind> -> a 0-1 score per sample (nan where the reply could not be read)."""
@@ -400,6 +412,9 @@ def execution_rows(executed, labels) -> list[dict[str, Any]]:
         screens = Counter(r.screen.split(":")[0] for r in chosen if r.screen)
         rows.append(_row(side, "hyclone.llm_inputs_target", float(sum(sum(r.llm_inputs) for r in chosen)),
                          dropped=dict(dropped), screen=dict(screens)))  # fmt: skip
+        made = sum((Counter(r.generated_inputs) for r in chosen), Counter())
+        total = float(sum(made.values()))
+        rows.append(_row(side, "hyclone.generated_inputs_target", total, by_source=dict(made)))
     return rows
 
 

@@ -3,12 +3,16 @@ ground-truth function and a generated one on the same inputs in the sandbox, cou
 
     results = cross_execute(pairs, sandbox)                     # stage 2 on the pairs' own inputs
     results = cross_execute(pairs, sandbox, llm=LLMStages(generator, screen=True, n_inputs=10))
+    results = cross_execute(pairs, sandbox, generated=10)       # + inputs read from the signature
 
 For a pair (A = the ground truth, B = the generation): S_a is the fraction of A's inputs on which A runs
 and B returns the same value (`correctness.outputs_match`, exact); S_b the same over B's inputs. Every pair
 starts from one shared input set (the benchmark's own test inputs); with an LLM (`llm.n_inputs` > 0) each
 function also gets the inputs the LLM proposes for it, so S_b differs from S_a; without one S_b = S_a,
-and each result's `note` says which. The ground truth decides which inputs are valid (an input A crashes
+and each result's `note` says which. With `generated` > 0 the shared set also holds up to that many inputs
+built from the ground truth's signature (`input_gen.generate_inputs`: annotations, defaults, the task's
+inputs mutated, common values; counted per source in `generated_inputs`), with or without an LLM. The
+ground truth decides which inputs are valid (an input A crashes
 on counts for neither); a generation that fails to load or crashes on a valid input disagrees there.
 A pair is a clone when both are >= `threshold` (0.8); its similarity is (S_a + S_b) / 2.
 
@@ -66,6 +70,7 @@ class CrossResult:
     screen: str = ""  # stage 1: "" not asked, "clone", "not a clone", or "unreadable: <why>"
     llm_inputs: tuple[int, int] = (0, 0)  # LLM-proposed inputs kept for (A, B)
     llm_inputs_dropped: dict[str, int] = field(default_factory=dict)  # proposals dropped, by reason
+    generated_inputs: dict[str, int] = field(default_factory=dict)  # inputs from the signature, by source
 
 
 @dataclass
@@ -86,16 +91,23 @@ def cross_execute(
     timeout_s: float = 5.0,
     threshold: float = THRESHOLD,
     llm: LLMStages | None = None,
+    generated: int = 0,
+    seed: int = 0,
 ) -> list[CrossResult]:
-    """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order."""
+    """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order.
+    `generated`: at most this many inputs per pair generated from the ground truth's signature (0: none)."""
+    from leaklab.execution.input_gen import generate_inputs
     from leaklab.execution.sandbox import FunctionCalls
 
     out: dict[int, CrossResult] = {}
     pending = []
+    made: dict[int, Any] = {}
     for i, pair in enumerate(pairs):
+        if pair.candidate is not None and generated > 0:
+            made[i] = generate_inputs(pair.reference, pair.entry_point, pair.inputs, generated, seed)
         if pair.candidate is None:
             out[i] = CrossResult(None, reason="no generated function")
-        elif not pair.inputs and not (llm and llm.n_inputs > 0):
+        elif not pair.inputs and not (llm and llm.n_inputs > 0) and not (i in made and made[i].inputs):
             out[i] = CrossResult(None, reason="no inputs")
         else:
             pending.append(i)
@@ -109,7 +121,9 @@ def cross_execute(
     jobs, plans = [], {}
     for i in pending:
         pair = pairs[i]
-        shared = [list(a) for a in pair.inputs]
+        extra = made[i].inputs[:MAX_INPUTS] if i in made else []
+        # generated inputs go after the task's, which give way so that the generated ones still run
+        shared = [list(a) for a in pair.inputs][: MAX_INPUTS - len(extra)] + extra
         (extra_a, extra_b), dropped = proposed.get(i, (([], []), Counter()))
         inputs_a, inputs_b, union = _input_sets(shared, extra_a, extra_b, dropped)
         if not union:
@@ -118,17 +132,18 @@ def cross_execute(
             continue
         n_shared = len(shared[:MAX_INPUTS])
         kept = (max(0, len(inputs_a) - n_shared), max(0, len(inputs_b) - n_shared))  # new proposals run
-        plans[i] = (len(jobs), inputs_a, inputs_b, kept, dropped)
+        plans[i] = (len(jobs), inputs_a, inputs_b, kept, dropped, made[i].sources if i in made else {})
         jobs += [
             FunctionCalls(pair.reference, pair.entry_point, union, timeout_s),
             FunctionCalls(pair.candidate, pair.entry_point, union, timeout_s),
         ]
     ran = sandbox.run_jobs(jobs) if jobs else []
-    for i, (j, inputs_a, inputs_b, kept, dropped) in plans.items():
+    for i, (j, inputs_a, inputs_b, kept, dropped, sources) in plans.items():
         reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
         s_a, n_valid = _agreement(inputs_a, reference, candidate)
         s_b, n_valid_b = _agreement(inputs_b, reference, candidate) if kept[1] else (s_a, n_valid)
-        common = dict(screen=screens.get(i, ""), llm_inputs=kept, llm_inputs_dropped=dict(dropped))
+        common = dict(screen=screens.get(i, ""), llm_inputs=kept, llm_inputs_dropped=dict(dropped),
+                      generated_inputs=dict(sources))  # fmt: skip
         if s_a is None and s_b is None:
             out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs", **common)
             continue
@@ -142,9 +157,15 @@ def cross_execute(
             note = "S_b = S_a: no input proposed for B was kept"
         else:
             note = CrossResult.note
+        if sources:
+            note += f" + {sum(sources.values())} generated from the signature ({_counts(sources)})"
         clone = s_a >= threshold and s_b >= threshold
         out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
     return [out[i] for i in range(len(pairs))]
+
+
+def _counts(sources: dict[str, int]) -> str:
+    return ", ".join(f"{n} {name}" for name, n in sources.items())
 
 
 def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[float | None, int]:
