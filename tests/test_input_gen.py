@@ -91,3 +91,10 @@ def test_the_setting_is_validated():
     (problem,) = validate_config(CounterfactualConfig(hyclone_generated_inputs=51))
     assert problem.startswith("evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, 50]")
     assert validate_config(CounterfactualConfig(hyclone_generated_inputs=0)) == []
+
+
+def test_dict_inputs_with_mixed_key_types_do_not_crash_the_pairing(sandbox):
+    # HumanEval/95 calls its function with {"p": "pineapple", 5: "banana"}: json.dumps(sort_keys) raises
+    ref = "def f(d):\n    return len(d)\n"
+    (got,) = cross_execute([CrossPair(ref, ref, "f", [[{"p": "x", 5: "y"}], [{}]])], sandbox, generated=4)
+    assert got.clone and got.n_inputs >= 2

@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from leaklab.execution.input_gen import generate_inputs, input_key
+
 THRESHOLD = 0.8  # HyClone's clone threshold on S_a and S_b
 MAX_INPUTS = 50  # inputs run per pair and side (the first ones)
 SCREENED_OUT = "stage 1: the LLM screen says they are not functional clones"
@@ -96,7 +98,6 @@ def cross_execute(
 ) -> list[CrossResult]:
     """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order.
     `generated`: at most this many inputs per pair generated from the ground truth's signature (0: none)."""
-    from leaklab.execution.input_gen import generate_inputs
     from leaklab.execution.sandbox import FunctionCalls
 
     out: dict[int, CrossResult] = {}
@@ -281,7 +282,7 @@ def _input_sets(shared, extra_a, extra_b, dropped: Counter):
 
     def place(args, proposed: bool) -> int:
         # The shared inputs all run, as given; a proposal already there (shared or proposed) runs once.
-        key = json.dumps(args, sort_keys=True, default=repr)
+        key = input_key(args)  # not json.dumps alone: dict keys of mixed types (HumanEval/95) cannot sort
         if proposed and key in seen:
             dropped["repeats an input already there"] += 1
             return seen[key]

@@ -72,7 +72,7 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
         "mutated": _mutated(task, rng, n),
         "common": _draws(params, pools, rng, n) if any(kind == "common" for kind, _ in pools) else [],
     }
-    seen = {_key(a) for a in task_inputs}
+    seen = {input_key(a) for a in task_inputs}
     kept: list[list] = []
     sources = {s: 0 for s in SOURCES}
     queues = {s: iter(candidates[s]) for s in SOURCES}
@@ -81,8 +81,8 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
             args = next(queues[name], None)
             if args is None:
                 del queues[name]
-            elif _key(args) not in seen and len(kept) < n:
-                seen.add(_key(args))
+            elif input_key(args) not in seen and len(kept) < n:
+                seen.add(input_key(args))
                 kept.append(args)
                 sources[name] += 1
     return Generated(kept, {s: c for s, c in sources.items() if c}, "" if kept else "nothing new to try")
@@ -267,7 +267,8 @@ def _mutated(task: list[list], rng: random.Random, n: int) -> list[list]:
     return [[mutate_value(v, rng) for v in args] for _ in range(rounds) for args in task]
 
 
-def _key(args) -> str:
+def input_key(args) -> str:
+    """A text that two equal argument lists share (to find repeats); never raises."""
     try:
         return json.dumps(list(args), sort_keys=True, default=repr)
     except TypeError:  # dict keys of mixed types cannot be sorted
