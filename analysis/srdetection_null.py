@@ -7,7 +7,7 @@ the fraction actually flagged on the builtin tiny model (never trained on HumanE
 tiny_cpt) for n = 1, 3, 5, 10 with a bootstrap 95% interval, next to 1/(n + 1) and the target
 1.5/(n + 1) (issue 13).
 
-    python analysis/srdetection_null.py [--tasks 164] [--no-verify] [--ablate] [--model builtin:tiny]
+    python analysis/srdetection_null.py [--tasks 164] [--no-verify] [--ablate] [--model builtin:tiny] [--seed 0]
 
 --ablate adds rows for variants made by one transformation alone (renaming only; example replacement
 only), built without verification (the rule's bias does not depend on it; building is faster).
@@ -60,6 +60,7 @@ def main() -> None:
     parser.add_argument("--no-verify", action="store_true", help="variants checked by parsing only")
     parser.add_argument("--ablate", action="store_true", help="also renaming only / examples only")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=0, help="seeds the variants' names and example inputs")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     args = parser.parse_args()
 
@@ -73,7 +74,9 @@ def main() -> None:
 
     tasks = load_humaneval()[: args.tasks]
     settings = EvaluateConfig(batch_tokens=2048, dtype="float32")
-    cfg = dataclasses.replace(settings.srdetection, verify="none" if args.no_verify else "tests")
+    cfg = dataclasses.replace(
+        settings.srdetection, verify="none" if args.no_verify else "tests", seed=args.seed
+    )
     model, tokenizer, path = load_model_and_tokenizer(
         ModelConfig(name_or_path=args.model, dtype="float32"), log=lambda *a: None
     )
@@ -88,10 +91,16 @@ def main() -> None:
         )
         rows.append(measure("examples only", tasks, unverified, *common, rename=False))
 
-    print(f"gray-box rule on {path} ({len(tasks)} HumanEval tasks, never trained on them)")
+    print(f"gray-box rule on {path} ({len(tasks)} HumanEval tasks, never trained on them; seed {args.seed})")
     print("| variants | n | decided | flagged % | 95% CI | 1/(n+1) % | target 1.5/(n+1) % | mean Δ log PPL |")
     print("|---|---|---|---|---|---|---|---|")
-    result = {"bench": "srdetection_null", "model": str(path), "tasks": len(tasks), "rows": []}
+    result = {
+        "bench": "srdetection_null",
+        "model": str(path),
+        "tasks": len(tasks),
+        "seed": args.seed,
+        "rows": [],
+    }
     for label, rates, shift, n_variants in rows:
         for n, r in rates.items():
             ok = r["leak_rate"] <= 1.5 / (n + 1)

@@ -329,6 +329,11 @@ def _join_words(original: str, words: list[str], new_words: list[str]) -> str:
 # Shipped with the package (the same on every machine and Python version, so cached variants do not
 # depend on the interpreter); rebuilt by `python -m leaklab.perturb.vocabulary`.
 CODE_COUNTS_FILE = Path(__file__).with_name("code_counts.json")
+# Words of the same corpus's prose (docstrings, comments, string literals and pydoc text), lower-cased:
+# replacements for words inside example strings ("Hello world"), which identifiers ("cfunc", "msgi") are
+# not. Rebuilt with CODE_COUNTS_FILE.
+PROSE_COUNTS_FILE = Path(__file__).with_name("prose_counts.json")
+_WORD = re.compile(r"[A-Za-z]+")
 # Log-count units of jitter added to the frequency distance: large enough that the n variants of a task
 # pick different names, small enough that a name used 1000 times is not replaced by one used twice.
 FREQUENCY_JITTER = 2.0
@@ -347,20 +352,45 @@ def count_code_tokens(sources: Iterable[str], min_count: int = 2) -> dict[str, i
     return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
 
 
+def count_prose_words(
+    sources: Iterable[str], texts: Iterable[str] = (), min_count: int = 3
+) -> dict[str, int]:
+    """Occurrences of each lower-cased word in the strings and comments of Python `sources` and in
+    plain `texts` (words of two or more letters)."""
+    counts: Counter[str] = Counter()
+    for source in sources:
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+                if tok.type in (tokenize.STRING, tokenize.COMMENT):
+                    counts.update(w.lower() for w in _WORD.findall(tok.string) if len(w) > 1)
+        except (tokenize.TokenError, SyntaxError, ValueError):
+            continue
+    for text in texts:
+        counts.update(w.lower() for w in _WORD.findall(text) if len(w) > 1)
+    return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
+
+
 @functools.cache
 def code_counts() -> dict[str, int]:
     return json.loads(CODE_COUNTS_FILE.read_text(encoding="utf-8"))
 
 
-def log_count(token: str) -> float:
-    """log(1 + occurrences in the reference corpus): 0 for a token never seen there."""
-    return math.log1p(code_counts().get(token, 0))
+@functools.cache
+def prose_counts() -> dict[str, int]:
+    return json.loads(PROSE_COUNTS_FILE.read_text(encoding="utf-8"))
 
 
-def frequency_order(original: str, options: Sequence[str], rng: random.Random) -> list[str]:
+def log_count(token: str, counts: dict[str, int] | None = None) -> float:
+    """log(1 + occurrences in the reference corpus (`code_counts` unless `counts`)): 0 if never seen."""
+    return math.log1p((code_counts() if counts is None else counts).get(token, 0))
+
+
+def frequency_order(
+    original: str, options: Sequence[str], rng: random.Random, counts: dict[str, int] | None = None
+) -> list[str]:
     """`options` ordered by closeness of their reference frequency to `original`'s, jittered by `rng`."""
-    target = log_count(original)
-    keyed = [(abs(log_count(o) - target) + FREQUENCY_JITTER * rng.random(), o) for o in options]
+    target = log_count(original, counts)
+    keyed = [(abs(log_count(o, counts) - target) + FREQUENCY_JITTER * rng.random(), o) for o in options]
     return [o for _, o in sorted(keyed)]
 
 
@@ -390,8 +420,8 @@ def candidates(name: str, is_function: bool, rng: random.Random) -> list[str]:
 
 
 def main() -> None:
-    """Rebuild CODE_COUNTS_FILE from this interpreter's standard library."""
-    from leaklab.data.corpora import stdlib_source_files
+    """Rebuild CODE_COUNTS_FILE and PROSE_COUNTS_FILE from this interpreter's standard library."""
+    from leaklab.data.corpora import pydoc_topics, stdlib_source_files
 
     sources = []
     for path in stdlib_source_files():
@@ -402,6 +432,9 @@ def main() -> None:
     counts = count_code_tokens(sources)
     CODE_COUNTS_FILE.write_text(json.dumps(counts, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"{len(counts)} tokens from {len(sources)} files -> {CODE_COUNTS_FILE}")
+    words = count_prose_words(sources, pydoc_topics())
+    PROSE_COUNTS_FILE.write_text(json.dumps(words, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"{len(words)} prose words -> {PROSE_COUNTS_FILE}")
 
 
 if __name__ == "__main__":
