@@ -611,12 +611,13 @@ def test_example_strings_keep_their_alphabet_and_numbers_their_roundness():
     rng = random.Random(0)
     for _ in range(50):  # a binary string stays binary ('010' became '019' before)
         assert set(mutate_value("010110", rng)) <= {"0", "1"}
-    # Words are swapped for real words of the same length, not letter soup.
-    from leaklab.perturb.vocabulary import code_counts
+    # Words are swapped for words of the same length from the reference corpus's prose (not identifier
+    # fragments such as "cfunc" or "msgi", which made "Hello world" read as "Cfunc msgi").
+    from leaklab.perturb.vocabulary import prose_counts
 
     for _ in range(20):
         new = mutate_value("hello world", rng)
-        assert len(new) == 11 and all(w in code_counts() or w in ("hello", "world") for w in new.split())
+        assert len(new) == 11 and all(w in prose_counts() or w in ("hello", "world") for w in new.split())
     # A round number is replaced by a number about as common in code as itself.
     from leaklab.perturb.vocabulary import log_count
 
@@ -705,3 +706,146 @@ def test_a_parse_lost_to_another_thread_is_built_again(humaneval, monkeypatch):
     monkeypatch.setattr(store, "make_variants", lambda *a, **k: (_ for _ in ()).throw(SystemError("other")))
     with pytest.raises(SystemError, match="other"):
         store.build_variant_sets([humaneval["HumanEval/0"]], cfg, log=lambda *a: None)
+
+
+# --------------------------------------------------------------------------- examples drawn like the originals
+
+
+def _example_task(prompt_examples: str, entry_point: str = "f") -> Task:
+    prompt = f'def {entry_point}(a, b):\n    """Do it.\n{prompt_examples}    """\n'
+    return Task("t/examples", "hand", prompt=prompt, solution="    return a\n", entry_point=entry_point)
+
+
+def test_choose_set_keeps_the_set_closest_in_shape_and_skips_failed_runs():
+    from leaklab.perturb.examples import choose_set, example_cost, shape_distance
+
+    task = _example_task("    >>> f(1, 4)\n    0.25\n    >>> f(3, 4)\n    True\n")
+    examples = find_examples(task, ["a", "b"])
+    assert [ex.args for ex in examples] == [(1, 4), (3, 4)]
+    sets = [[(1, 3), (2, 4)], [(2, 4), (3, 5)], [(3, 4), (2, 5)]]
+    outputs = [[0.3333333333, False], [0.5, True], [RunError("boom"), True]]
+    # Set 0 shows 1 3 0.3333333333 (8 more digits, x 0.5) and flips True to False (+2); set 1 keeps the
+    # pieces, digits and answers of the originals; set 2's first run failed.
+    costs = [
+        [example_cost(ex, task.prompt, a, o) for ex, a, o in zip(examples, s, out)]
+        for s, out in zip(sets, outputs)
+    ]
+    assert costs[0][0] > 4.8 and costs[0][1] >= 2.0 and costs[2][0] is None
+    assert sum(costs[1]) + 2 < sum(costs[0])
+    inputs, outs = choose_set(examples, task.prompt, sets, outputs)
+    assert inputs == [(2, 4), (3, 5)] and outs == [0.5, True]
+    # With only the set whose first run failed, that example is left as it was (input None).
+    inputs, outs = choose_set(examples, task.prompt, [sets[2]], [outputs[2]])
+    assert inputs == [None, (2, 5)] and outs == [None, True]
+    assert choose_set(examples, task.prompt, [], []) == ([None, None], [None, None])
+    # shape_distance by hand: "1 4 0.25" -> "1 3 0.3333333333": pieces 1 4 0 . 25 vs 1 3 0 . 3333333333
+    # (same count), digits +8 (x 0.5 = 4), characters +8 (x 0.1 = 0.8), plus familiarity and magnitude.
+    assert shape_distance("1 4 0.25", "1 3 0.3333333333") > 4.8
+    assert shape_distance("1 4 0.25", "1 4 0.25") == 0
+
+
+def test_candidate_sets_keep_values_repeated_across_examples():
+    from leaklab.perturb.examples import candidate_sets
+
+    task = _example_task("    >>> f(3, 101)\n    3\n    >>> f(0, 101)\n    0\n    >>> f(100, 101)\n    100\n")
+    examples = find_examples(task, ["a", "b"])
+    sets = candidate_sets(examples, random.Random(0), 16)
+    assert 8 <= len(sets) <= 16 and len({tuple(s) for s in sets}) == len(sets)
+    for chosen in sets:
+        assert all(args is None or args != ex.args for ex, args in zip(examples, chosen))
+        seconds = {args[1] for args in chosen if args is not None}
+        # 101 is shown three times: one set maps it to one value (a retry without the memo aside).
+        assert len(seconds) <= 2
+
+
+def test_int_draws_go_down_as_often_as_up():
+    from leaklab.perturb.examples import _mutate_int
+
+    rng = random.Random(0)
+    for value in (3, 5, 10, 30, 100):
+        drawn = [_mutate_int(value, rng) for _ in range(600)]
+        up = sum(d > value for d in drawn) / len(drawn)
+        assert 0.4 < up < 0.6 and value not in drawn, (value, up)
+    ones = [_mutate_int(1, rng) for _ in range(600)]  # 1 can only grow: it does, half the time
+    assert set(ones) == {1, 2} and 0.4 < ones.count(2) / len(ones) < 0.6
+
+
+def test_replaced_examples_show_the_solutions_outputs_and_keep_their_shape():
+    """End to end through make_variants with a fake executor (a + b): each replaced example's shown
+    output is the solution's output on the shown input, and the chosen sets stay within a few pieces."""
+    from leaklab.perturb.examples import _PIECES
+
+    task = _example_task(
+        "    >>> f(2, 3)\n    5\n    >>> f(10, 20)\n    30\n    >>> f(7, 7)\n    14\n", entry_point="add"
+    )
+    task = dataclasses.replace(task, prompt=task.prompt.replace("f(", "add("))
+
+    def run_solution(t: Task, inputs: list) -> list:
+        return [a + b for a, b in inputs]
+
+    result = make_variants(task, n=5, run_solution=run_solution, rename=False)
+    assert len(result.variants) == 5
+    original = find_examples(task, ["a", "b"])
+    for variant in result.variants:
+        assert variant.examples_replaced >= 2
+        for old, ex in zip(original, find_examples(variant.task, ["a", "b"])):
+            assert int(ex.output_text) == sum(ex.args)  # semantics: the solution's output is shown
+            old_text = " ".join(map(str, old.args)) + " " + old.output_text
+            new_text = " ".join(map(str, ex.args)) + " " + ex.output_text
+            assert abs(len(_PIECES.findall(new_text)) - len(_PIECES.findall(old_text))) <= 1
+
+
+def test_echo_counts_the_name_parts_found_in_the_tasks_prose():
+    from leaklab.perturb.vocabulary import context_words, echo
+
+    # Hand-worked: the names being renamed are left out (renaming rewrites them in prose too), `sums`
+    # folds to `sum`, `numbers` to `number`; "1" is no word.
+    ctx = context_words("sum_to_n is a function that sums numbers from 1 to n.", skip=["sum_to_n", "n"])
+    assert ctx == {"is", "a", "function", "that", "sum", "number", "from", "to"}
+    assert echo("sum_to_n", ctx) == pytest.approx(2 / 3)  # sum, to; not n
+    assert echo("total_to_number", ctx) == pytest.approx(2 / 3)  # to, number
+    assert echo("calc_sum_to_n", ctx) == pytest.approx(2 / 4)
+    assert echo("totalToN", ctx) == pytest.approx(1 / 3)  # camelCase parts: total, To, N
+
+
+def test_candidates_echo_the_prose_as_much_as_the_original():
+    """With no frequency difference (empty counts) only the jitter (< 2) and the echo mismatch (3 per
+    unit) order candidates: `sum` echoes the context fully, so `sum_up` (echo 1) always beats `total`
+    (echo 0); without the context the jitter alone puts either first."""
+    from leaklab.perturb.vocabulary import frequency_order
+
+    ctx = frozenset({"sum", "up"})
+    with_ctx = {frequency_order("sum", ["total", "sum_up"], random.Random(i), {}, ctx)[0] for i in range(30)}
+    without = {frequency_order("sum", ["total", "sum_up"], random.Random(i), {})[0] for i in range(30)}
+    assert with_ctx == {"sum_up"} and without == {"sum_up", "total"}
+
+
+def test_new_names_echo_the_docstring_about_as_much_as_the_originals(humaneval):
+    """On all of HumanEval, the new names' share of word parts found in the task's prose is close to the
+    originals' (mean |difference| 0.124 before candidates took the prose into account, 0.043 after)."""
+    from leaklab.perturb.identifiers import analyse_task
+    from leaklab.perturb.vocabulary import context_words, echo
+
+    diffs = []
+    for task in humaneval.values():
+        try:
+            analysis = analyse_task(task)
+        except NotRenamable:
+            continue  # tasks that renaming leaves alone
+        program = analysis.program
+        prose = "\n".join(program.source[lo:hi] for lo, hi in program.prose_spans)
+        ctx = context_words(prose, skip=analysis.functions + analysis.variables)
+        renames = propose_renames(analysis, random.Random(task.task_id))
+        diffs += [abs(echo(new, ctx) - echo(old, ctx)) for old, new in renames.items()]
+    assert sum(diffs) / len(diffs) < 0.08
+
+
+def test_a_variant_leans_to_prefixed_names_or_to_synonyms():
+    """`prefer` pushes the other style STYLE_WEIGHT back: `nums` (which has synonyms and prefixed forms)
+    gets a prefixed name first when preferring prefixes and a synonym otherwise, whatever the jitter."""
+    from leaklab.perturb.vocabulary import VARIABLE_PREFIXES, candidates
+
+    prefixed = {f"{p}_nums" for p in VARIABLE_PREFIXES}
+    for i in range(20):
+        assert candidates("nums", False, random.Random(i), prefer="prefix")[0] in prefixed
+        assert candidates("nums", False, random.Random(i), prefer="synonym")[0] not in prefixed

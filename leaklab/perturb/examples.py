@@ -20,7 +20,7 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.perturb.identifiers import Offsets
 from leaklab.perturb.renaming import apply_edits
-from leaklab.perturb.vocabulary import code_counts, frequency_order
+from leaklab.perturb.vocabulary import frequency_order, log_count, prose_counts
 
 # New example values are drawn like the originals (issue 13): a few candidates of the same type and
 # magnitude, and among them the one whose reference frequency (`vocabulary.code_counts`) is closest to
@@ -215,9 +215,15 @@ def _mutate_int(value: int, rng: random.Random) -> int:
     # Keep the sign and roughly the magnitude; keep 0 (often a special case the statement relies on).
     if value == 0:
         return 0
+    if abs(value) == 1 and rng.random() < 0.5:  # 1 can only grow: let it grow as often as others do
+        return value
     size = abs(value)
     options = {_draw_int(size, rng) for _ in range(VALUE_CANDIDATES)}
-    new = _closest(str(size), options, rng, str)
+    # Down as often as up where both are drawn: the closest-frequency pick alone moved 3 to 4 twice as
+    # often as to 2, and a variant whose numbers grew was less likely than its original 3 times in 4.
+    down, up = {o for o in options if o < size}, {o for o in options if o > size}
+    side = down if down and (not up or rng.random() < 0.5) else up
+    new = _closest(str(size), side, rng, str)
     return new if value > 0 else -new
 
 
@@ -234,13 +240,19 @@ def _decimals(value: float) -> int:
     return max(1, len(text.split(".")[1])) if "." in text and "e" not in text else 2
 
 
+# Words seen fewer times in the prose are mostly fragments ("objdum", "winso"): an unseen original
+# ("Jupiter") was replaced by the rarest pool words, which read as noise.
+PROSE_MIN_COUNT = 20
+
+
 @functools.cache
 def _words_by_length() -> dict[int, list[str]]:
-    """Lower-case words of the reference corpus (`code_counts`), by length: replacements for words."""
+    """Words of the reference corpus's prose (`prose_counts`), by length: replacements for words.
+    (Identifiers were the pool before: "Hello world" became "Cfunc msgi", text no person writes.)"""
     out: dict[int, list[str]] = {}
-    for token in code_counts():
-        if token.isascii() and token.isalpha() and token.islower():
-            out.setdefault(len(token), []).append(token)
+    for word, count in prose_counts().items():
+        if word.isascii() and word.isalpha() and count >= PROSE_MIN_COUNT:
+            out.setdefault(len(word), []).append(word)
     return out
 
 
@@ -249,10 +261,13 @@ def _new_word(word: str, rng: random.Random) -> str:
     pool = [w for w in _words_by_length().get(len(word), []) if w != word.lower()]
     if not pool:
         return word
-    new = frequency_order(word.lower(), rng.sample(pool, min(40, len(pool))), rng)[0]
+    new = frequency_order(word.lower(), rng.sample(pool, min(40, len(pool))), rng, prose_counts())[0]
     if word.isupper():
         return new.upper()
     return new[:1].upper() + new[1:] if word[:1].isupper() else new
+
+
+_MIRROR = str.maketrans("()[]{}<>", ")(][}{><")
 
 
 def _mutate_str(value: str, rng: random.Random) -> str:
@@ -262,7 +277,9 @@ def _mutate_str(value: str, rng: random.Random) -> str:
     stays a date, `(()())` stays a bracket string)."""
     parts = re.findall(r"[A-Za-z]{2,}|.", value, re.S)
     positions = [i for i, p in enumerate(parts) if p.isascii() and p.isalnum()]
-    if not positions:
+    if not positions:  # symbols only: a shuffle, or the mirror image (keeps a bracket string balanced)
+        if rng.random() < 0.5:
+            return value[::-1].translate(_MIRROR)
         chars = list(value)
         rng.shuffle(chars)
         return "".join(chars)
@@ -282,18 +299,28 @@ def _mutate_str(value: str, rng: random.Random) -> str:
     return "".join(parts)
 
 
-def mutate_value(value: Any, rng: random.Random) -> Any:
-    """A value of the same type and shape as `value`, changed a little (type-aware)."""
+def mutate_value(value: Any, rng: random.Random, memo: dict | None = None) -> Any:
+    """A value of the same type and shape as `value`, changed a little (type-aware). With `memo`, a
+    number or string met again (in this value or in another example drawn with the same memo) gets the
+    same replacement: authors reuse values across examples (`modp(1101, 101)`, `modp(0, 101)`), and
+    variants that kept the originals' repetitions are as predictable as the originals."""
     if value is None or isinstance(value, bool):
         return value
-    if isinstance(value, int):
-        return _mutate_int(value, rng)
-    if isinstance(value, float):
-        return _mutate_float(value, rng, _decimals(value))
-    if isinstance(value, str):
-        return _mutate_str(value, rng)
+    if isinstance(value, (int, float, str)):
+        key = (type(value).__name__, value)
+        if memo is not None and key in memo:
+            return memo[key]
+        if isinstance(value, int):
+            new = _mutate_int(value, rng)
+        elif isinstance(value, float):
+            new = _mutate_float(value, rng, _decimals(value))
+        else:
+            new = _mutate_str(value, rng)
+        if memo is not None:
+            memo[key] = new
+        return new
     if isinstance(value, (list, tuple)):
-        items = [mutate_value(x, rng) if rng.random() < 0.5 else x for x in value]
+        items = [mutate_value(x, rng, memo) if rng.random() < 0.5 else x for x in value]
         if len(items) >= 2 and rng.random() < 0.3:
             if rng.random() < 0.5:
                 items.pop(rng.randrange(len(items)))
@@ -303,7 +330,7 @@ def mutate_value(value: Any, rng: random.Random) -> Any:
             items = sorted(items)
         return type(value)(items)
     if isinstance(value, dict):
-        return {k: mutate_value(v, rng) if rng.random() < 0.5 else v for k, v in value.items()}
+        return {k: mutate_value(v, rng, memo) if rng.random() < 0.5 else v for k, v in value.items()}
     return value
 
 
@@ -367,21 +394,143 @@ def _failed(output: Any) -> bool:
     return isinstance(output, (RunError, BaseException))
 
 
+def candidate_sets(
+    examples: list[Example], rng: random.Random, k: int = 1
+) -> list[list[tuple[Any, ...] | None]]:
+    """Up to `k` distinct candidate sets of new inputs, one input per example (None where no input
+    different from the original's could be made). The examples of one set share a `mutate_value` memo,
+    so a value repeated across the original examples stays repeated."""
+    sets: list[list[tuple[Any, ...] | None]] = []
+    for _ in range(2 * k):
+        if len(sets) >= k:
+            break
+        memo: dict = {}
+        chosen: list[tuple[Any, ...] | None] = []
+        for ex in examples:
+            new = None
+            for attempt in range(5):
+                if ex.kind == "stdio":
+                    candidate: tuple[Any, ...] = (_mutate_stdin(ex.args[0], rng),)
+                else:  # after a miss, draw without the memo (it may map every value to itself)
+                    candidate = tuple(mutate_value(v, rng, memo if attempt == 0 else None) for v in ex.args)
+                if candidate != ex.args:
+                    new = candidate
+                    break
+            chosen.append(new)
+        if any(c is not None for c in chosen) and chosen not in sets:
+            sets.append(chosen)
+    return sets
+
+
 def new_examples(examples: list[Example], rng: random.Random) -> list[tuple[Any, ...] | None]:
-    """Mutated inputs, one per example (None when no different input could be made)."""
-    inputs: list[tuple[Any, ...] | None] = []
-    for ex in examples:
-        new = None
-        for _ in range(5):
-            if ex.kind == "stdio":
-                candidate: tuple[Any, ...] = (_mutate_stdin(ex.args[0], rng),)
-            else:
-                candidate = tuple(mutate_value(v, rng) for v in ex.args)
-            if candidate != ex.args:
-                new = candidate
-                break
-        inputs.append(new)
-    return inputs
+    """One mutated input per example (None when no different input could be made)."""
+    sets = candidate_sets(examples, rng, 1)
+    return sets[0] if sets else [None] * len(examples)
+
+
+# --------------------------------------------------------------------------- choosing among candidates
+
+# The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs and the set whose shown text
+# (inputs and outputs) is closest in shape to the original examples is kept (issue 13). A single draw
+# often showed longer or stranger text than the original: floats with ten digits (0.25 -> 0.3333333333),
+# grown lists, outputs that flipped from True to False (a random input rarely satisfies a predicate the
+# author chose to show), numbers that grew; each such variant was less likely than its original under a
+# model that never saw the task. The choice reads only the text and reference counts (never a model's
+# score, which would bias the test it feeds).
+EXAMPLE_CANDIDATES = 16
+FAMILIARITY_WEIGHT = 1.0  # per unit of log-frequency (numbers in reference code, words in its prose)
+# Per relative change of the sum of the shown numbers: a variant whose numbers grew was less likely than
+# its original 3 times in 4. Linear in the change (relative to the original's sum), so 30 -> 31 and
+# 30 -> 29 cost the same: a log scale made every closest pick a step up (log 31/30 < log 30/29).
+MAGNITUDE_WEIGHT = 2.0
+_PIECES = re.compile(r"[A-Za-z]+|\d+|\S")
+
+
+def shown_text(ex: Example, prompt: str, args: tuple[Any, ...] | None = None, output: Any = None) -> str:
+    """The text an example shows: the original's (no args) or what `replace_examples` would write."""
+    if args is None:
+        return " ".join(prompt[lo:hi] for lo, hi in ex.arg_spans) + " " + ex.output_text
+    if ex.kind == "stdio":
+        return args[0].rstrip("\n") + " " + str(output).rstrip("\n")
+    parts = [
+        prompt[lo:hi] if value == old and type(value) is type(old) else format_value(value, prompt[lo:hi])
+        for (lo, hi), old, value in zip(ex.arg_spans, ex.args, args)
+    ]
+    return " ".join(parts) + " " + format_value(output, ex.output_text)
+
+
+def familiarity(text: str) -> float:
+    """Sum of the reference log-frequencies of the numbers (`code_counts`) and words (`prose_counts`)
+    in `text`: a unigram statistic of the text alone, higher for common pieces (1, 10, "hello")."""
+    total = 0.0
+    for piece in _PIECES.findall(text):
+        if piece.isdigit():
+            total += log_count(piece)
+        elif piece.isalpha():
+            total += log_count(piece.lower(), prose_counts())
+    return total
+
+
+def shape_distance(original: str, new: str) -> float:
+    """How far `new` is from `original` in shape: word/number/symbol pieces (about a tokenizer's
+    tokens), digits (each digit of a long number or float is its own hard token), characters, and
+    the familiarity of its numbers and words (a variant of rarer pieces reads less likely)."""
+    a, b = _PIECES.findall(original), _PIECES.findall(new)
+    digits = sum(c.isdigit() for c in new) - sum(c.isdigit() for c in original)
+    return (
+        abs(len(b) - len(a))
+        + 0.5 * abs(digits)
+        + 0.1 * abs(len(new) - len(original))
+        + FAMILIARITY_WEIGHT * abs(familiarity(new) - familiarity(original))
+        + MAGNITUDE_WEIGHT * abs(magnitude(new) - magnitude(original)) / (1 + magnitude(original))
+    )
+
+
+def magnitude(text: str) -> int:
+    """Sum of the numbers (digit runs) in `text`: how large the shown numbers are."""
+    # Capped: int() refuses digit runs over 4300 characters, and such a number is "huge" either way.
+    return sum(int(p) if len(p) <= 15 else 10**15 for p in _PIECES.findall(text) if p.isdigit())
+
+
+def example_cost(ex: Example, prompt: str, args: tuple[Any, ...], output: Any) -> float | None:
+    """`shape_distance` of the new example's shown text from the original's; None when its run failed.
+    A bool (or None) output that differs from the original's costs 2 more: keep the answer the author
+    chose to show when a candidate gives it (a random input rarely satisfies a predicate)."""
+    if _failed(output) or (ex.kind == "stdio" and not (isinstance(output, str) and output.strip())):
+        return None
+    cost = shape_distance(shown_text(ex, prompt), shown_text(ex, prompt, args, output))
+    ok, shown_output = _literal(ex.output_text) if ex.kind == "call" else (False, None)
+    if ok and isinstance(shown_output, (bool, type(None))) and output is not shown_output:
+        cost += 2.0
+    return cost
+
+
+# What an example left as it was costs in a candidate set (its input could not be changed, or the
+# solution failed on it): more than most replacements, so sets that replace every example win.
+UNREPLACED_COST = 3.0
+
+
+def choose_set(
+    examples: list[Example],
+    prompt: str,
+    sets: Sequence[Sequence[tuple[Any, ...] | None]],
+    outputs: Sequence[Sequence[Any]],
+) -> tuple[list[tuple[Any, ...] | None], list[Any]]:
+    """(inputs, outputs) of the candidate set whose examples are closest in shape to the originals
+    (sum of `example_cost`); an example whose run failed is left as it was (input None). Ties go to
+    the earlier set; no sets gives no replacement."""
+    best: tuple[list, list] = ([None] * len(examples), [None] * len(examples))
+    best_cost = float("inf")
+    for inputs, outs in zip(sets, outputs):
+        kept_inputs, kept_outputs, total = [], [], 0.0
+        for ex, args, output in zip(examples, inputs, outs):
+            cost = None if args is None else example_cost(ex, prompt, args, output)
+            kept_inputs.append(None if cost is None else args)
+            kept_outputs.append(None if cost is None else output)
+            total += UNREPLACED_COST if cost is None else cost
+        if total < best_cost:
+            best, best_cost = (kept_inputs, kept_outputs), total
+    return best
 
 
 def replace_examples(

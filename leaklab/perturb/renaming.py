@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from leaklab.data.tasks import Task
 from leaklab.perturb.identifiers import RESERVED, NotRenamable, ParsedCode, TaskCode, analyse_task
-from leaklab.perturb.vocabulary import candidates
+from leaklab.perturb.vocabulary import candidates, context_words
 
 # Words that are also English function words: in prose ("a list of numbers") they are not identifiers.
 PROSE_SKIP = frozenset({"a", "A", "I"})
@@ -165,8 +165,14 @@ def propose_renames(analysis: TaskCode, rng: random.Random) -> dict[str, str]:
     """One new name for every renamable identifier (tau_f and tau_v together)."""
     taken = set(analysis.taken) | RESERVED
     renames: dict[str, str] = {}
-    for name in analysis.functions + analysis.variables:
-        for candidate in candidates(name, name in analysis.functions, rng):
+    names = analysis.functions + analysis.variables
+    # New names echo the docstrings and comments about as much as the old ones did (see `echo`).
+    program = analysis.program
+    prose = "\n".join(program.source[lo:hi] for lo, hi in program.prose_spans)
+    context = context_words(prose, skip=names)
+    prefer = rng.choice(("prefix", "synonym"))
+    for name in names:
+        for candidate in candidates(name, name in analysis.functions, rng, context=context, prefer=prefer):
             if candidate.isidentifier() and candidate not in taken and not keyword.iskeyword(candidate):
                 renames[name] = candidate
                 taken.add(candidate)

@@ -48,7 +48,7 @@ STORE_VERSION = 1  # bump when the stored form changes
 VARIANT_CODE = tuple(
     Path(__file__).with_name(f"{name}.py")
     for name in ("identifiers", "renaming", "vocabulary", "examples", "llm", "variants")
-) + (Path(__file__).with_name("code_counts.json"),)
+) + (Path(__file__).with_name("code_counts.json"), Path(__file__).with_name("prose_counts.json"))
 
 
 # --------------------------------------------------------------------------- executors (sandbox)

@@ -47,7 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaklab.data.tasks import Task
-from leaklab.perturb.examples import find_examples, new_examples, replace_examples
+from leaklab.perturb.examples import (
+    EXAMPLE_CANDIDATES,
+    candidate_sets,
+    choose_set,
+    find_examples,
+    replace_examples,
+)
 from leaklab.perturb.identifiers import NotRenamable, TaskCode, analyse_task, program_text
 from leaklab.perturb.llm import llm_prompt, renames_from_proposal
 from leaklab.perturb.renaming import propose_renames, rename_task
@@ -107,14 +113,18 @@ def _example_tasks(
     examples = find_examples(task, _function_params(analysis, task.entry_point))
     if not examples:
         return [(task, 0)] * count, "no replaceable examples in the prompt"
+    # Per copy, EXAMPLE_CANDIDATES candidate sets of new inputs; the solution runs on all of them at once
+    # and `choose_set` keeps the set whose shown text is closest in shape to the original examples.
     per_copy = [
-        new_examples(examples, random.Random(f"{seed}:{task.task_id}:examples:{i}")) for i in range(count)
+        candidate_sets(examples, random.Random(f"{seed}:{task.task_id}:examples:{i}"), EXAMPLE_CANDIDATES)
+        for i in range(count)
     ]
     flat = [
         list(args) if ex.kind == "call" else args[0]
-        for inputs in per_copy
+        for sets in per_copy
+        for inputs in sets
         for ex, args in zip(examples, inputs)
-        if args
+        if args is not None
     ]
     try:
         outputs = list(run_solution(task, flat)) if flat else []
@@ -123,11 +133,15 @@ def _example_tasks(
     if len(outputs) != len(flat):
         return [(task, 0)] * count, f"run_solution returned {len(outputs)} outputs for {len(flat)} inputs"
     copies, k = [], 0
-    for inputs in per_copy:
-        outs = []
-        for args in inputs:
-            outs.append(outputs[k] if args else None)
-            k += bool(args)
+    for sets in per_copy:
+        set_outputs = []
+        for inputs in sets:
+            outs = []
+            for args in inputs:
+                outs.append(outputs[k] if args is not None else None)
+                k += args is not None
+            set_outputs.append(outs)
+        inputs, outs = choose_set(examples, task.prompt, sets, set_outputs)
         copies.append(replace_examples(task, examples, inputs, outs))
     return copies, None
 

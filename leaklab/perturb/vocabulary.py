@@ -329,6 +329,11 @@ def _join_words(original: str, words: list[str], new_words: list[str]) -> str:
 # Shipped with the package (the same on every machine and Python version, so cached variants do not
 # depend on the interpreter); rebuilt by `python -m leaklab.perturb.vocabulary`.
 CODE_COUNTS_FILE = Path(__file__).with_name("code_counts.json")
+# Words of the same corpus's prose (docstrings, comments, string literals and pydoc text), lower-cased:
+# replacements for words inside example strings ("Hello world"), which identifiers ("cfunc", "msgi") are
+# not. Rebuilt with CODE_COUNTS_FILE.
+PROSE_COUNTS_FILE = Path(__file__).with_name("prose_counts.json")
+_WORD = re.compile(r"[A-Za-z]+")
 # Log-count units of jitter added to the frequency distance: large enough that the n variants of a task
 # pick different names, small enough that a name used 1000 times is not replaced by one used twice.
 FREQUENCY_JITTER = 2.0
@@ -347,25 +352,106 @@ def count_code_tokens(sources: Iterable[str], min_count: int = 2) -> dict[str, i
     return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
 
 
+def count_prose_words(
+    sources: Iterable[str], texts: Iterable[str] = (), min_count: int = 3
+) -> dict[str, int]:
+    """Occurrences of each lower-cased word in the strings and comments of Python `sources` and in
+    plain `texts` (words of two or more letters)."""
+    counts: Counter[str] = Counter()
+    for source in sources:
+        try:
+            for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+                if tok.type in (tokenize.STRING, tokenize.COMMENT):
+                    counts.update(w.lower() for w in _WORD.findall(tok.string) if len(w) > 1)
+        except (tokenize.TokenError, SyntaxError, ValueError):
+            continue
+    for text in texts:
+        counts.update(w.lower() for w in _WORD.findall(text) if len(w) > 1)
+    return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
+
+
 @functools.cache
 def code_counts() -> dict[str, int]:
     return json.loads(CODE_COUNTS_FILE.read_text(encoding="utf-8"))
 
 
-def log_count(token: str) -> float:
-    """log(1 + occurrences in the reference corpus): 0 for a token never seen there."""
-    return math.log1p(code_counts().get(token, 0))
+@functools.cache
+def prose_counts() -> dict[str, int]:
+    return json.loads(PROSE_COUNTS_FILE.read_text(encoding="utf-8"))
 
 
-def frequency_order(original: str, options: Sequence[str], rng: random.Random) -> list[str]:
-    """`options` ordered by closeness of their reference frequency to `original`'s, jittered by `rng`."""
-    target = log_count(original)
-    keyed = [(abs(log_count(o) - target) + FREQUENCY_JITTER * rng.random(), o) for o in options]
+def log_count(token: str, counts: dict[str, int] | None = None) -> float:
+    """log(1 + occurrences in the reference corpus (`code_counts` unless `counts`)): 0 if never seen."""
+    return math.log1p((code_counts() if counts is None else counts).get(token, 0))
+
+
+def frequency_order(
+    original: str,
+    options: Sequence[str],
+    rng: random.Random,
+    counts: dict[str, int] | None = None,
+    context: frozenset[str] | None = None,
+    bias: dict[str, float] | None = None,
+) -> list[str]:
+    """`options` ordered by closeness of their reference frequency to `original`'s, jittered by `rng`;
+    with `context` (the task's prose words, `context_words`), also by closeness of their `echo`;
+    `bias` adds a distance to some options."""
+    target = log_count(original, counts)
+    target_echo = echo(original, context) if context else 0.0
+    keyed = []
+    for o in options:
+        distance = abs(log_count(o, counts) - target) + FREQUENCY_JITTER * rng.random()
+        if context:
+            distance += ECHO_WEIGHT * abs(echo(o, context) - target_echo)
+        distance += (bias or {}).get(o, 0.0)
+        keyed.append((distance, o))
     return [o for _, o in sorted(keyed)]
 
 
-def candidates(name: str, is_function: bool, rng: random.Random) -> list[str]:
-    """New names for `name`: synonyms, word swaps and prefixed names, ordered by `frequency_order`."""
+# Log-count units that a full mismatch in `echo` costs: more than the jitter, so a candidate that echoes
+# the docstring as much as the original does wins over one that does not whenever their frequencies are
+# alike. Why (issue 13): `sum_to_n` -> `total_to_n` no longer repeats the docstring's "sum", and a model
+# that never saw the task found such variants less likely than the original 64% of the time.
+ECHO_WEIGHT = 3.0
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _stem(word: str) -> str:
+    """Crude plural folding so `sums` in prose matches the name part `sum`."""
+    word = word.lower()
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
+def context_words(prose: str, skip: Iterable[str] = ()) -> frozenset[str]:
+    """Stemmed word parts of the identifiers and words in `prose`, leaving out the names in `skip`
+    (the names being renamed: where prose mentions them, renaming rewrites them too)."""
+    skip = set(skip)
+    words: set[str] = set()
+    for token in _IDENT.findall(prose):
+        if token not in skip:
+            words.update(_stem(w) for w in _split_words(token)[1] if w)
+    return frozenset(words)
+
+
+def echo(name: str, context: frozenset[str]) -> float:
+    """Fraction of `name`'s word parts that also occur in `context` (the task's prose)."""
+    parts = [_stem(w) for w in _split_words(name)[1] if w]
+    return sum(p in context for p in parts) / len(parts) if parts else 0.0
+
+
+# Distance added to the names of the style a variant does not prefer (`candidates(prefer=...)`).
+STYLE_WEIGHT = 3.0
+
+
+def candidates(
+    name: str,
+    is_function: bool,
+    rng: random.Random,
+    context: frozenset[str] | None = None,
+    prefer: str | None = None,
+) -> list[str]:
+    """New names for `name`: synonyms, word swaps and prefixed names, ordered by `frequency_order`
+    (and by how much they echo the task's prose `context`, when given)."""
     lead, words, digits = _split_words(name)
     tiers: list[list[str]] = []
     whole = SYNONYMS.get(name)  # a name that is itself a vocabulary entry: `nums`, `N`, `prime_list`
@@ -384,14 +470,21 @@ def candidates(name: str, is_function: bool, rng: random.Random) -> list[str]:
     prefixes = FUNCTION_PREFIXES if is_function else VARIABLE_PREFIXES
     core = name[len(lead) :]
     camel = "_" not in core and any(c.isupper() for c in core[1:])
-    tiers.append([lead + p + (core[0].upper() + core[1:] if camel else "_" + core) for p in prefixes])
+    prefixed = [lead + p + (core[0].upper() + core[1:] if camel else "_" + core) for p in prefixes]
+    tiers.append(prefixed)
     pooled = [c for c in dict.fromkeys(c for tier in tiers for c in tier) if c != name]
-    return frequency_order(name, pooled, rng)
+    # prefer="prefix" / "synonym": a variant leans one way for all its names. Prefixed names make a
+    # variant more likely than its original and synonyms less likely (issue 13); leaning per variant
+    # spreads a task's variants on both sides of the original instead of shifting them all one way.
+    bias = None
+    if prefer and len(pooled) > len(prefixed):
+        bias = {c: STYLE_WEIGHT for c in pooled if (c in prefixed) != (prefer == "prefix")}
+    return frequency_order(name, pooled, rng, context=context, bias=bias)
 
 
 def main() -> None:
-    """Rebuild CODE_COUNTS_FILE from this interpreter's standard library."""
-    from leaklab.data.corpora import stdlib_source_files
+    """Rebuild CODE_COUNTS_FILE and PROSE_COUNTS_FILE from this interpreter's standard library."""
+    from leaklab.data.corpora import pydoc_topics, stdlib_source_files
 
     sources = []
     for path in stdlib_source_files():
@@ -402,6 +495,9 @@ def main() -> None:
     counts = count_code_tokens(sources)
     CODE_COUNTS_FILE.write_text(json.dumps(counts, separators=(",", ":")) + "\n", encoding="utf-8")
     print(f"{len(counts)} tokens from {len(sources)} files -> {CODE_COUNTS_FILE}")
+    words = count_prose_words(sources, pydoc_topics())
+    PROSE_COUNTS_FILE.write_text(json.dumps(words, separators=(",", ":")) + "\n", encoding="utf-8")
+    print(f"{len(words)} prose words -> {PROSE_COUNTS_FILE}")
 
 
 if __name__ == "__main__":
