@@ -370,30 +370,49 @@ class _Flat:
 def _flatten(tree) -> _Flat:
     cursor = tree.walk()
     nodes: list = []
-    fields: list = []
-    kids: list[list[int]] = []
+    field_ids: list = []
+    kids: list = []
     last: list[int] = []
     open_nodes: list[int] = []
     first_child, next_sibling, parent = cursor.goto_first_child, cursor.goto_next_sibling, cursor.goto_parent
+    add_node, add_field, add_kids, add_last = nodes.append, field_ids.append, kids.append, last.append
     no_kids = ()
+    i = 0
     while True:
-        i = len(nodes)
-        nodes.append(cursor.node)
-        fields.append(cursor.field_name)
-        kids.append(no_kids)
-        last.append(i)
+        add_node(cursor.node)
+        add_field(cursor.field_id)  # an int: field_name would build a new str per node
+        add_last(i)
         if open_nodes:
             kids[open_nodes[-1]].append(i)
         if first_child():
-            kids[i] = []
+            add_kids([])
             open_nodes.append(i)
+            i += 1
             continue
+        add_kids(no_kids)
+        i += 1
         while not next_sibling():
             if not parent():
-                types = [node.type for node in nodes]
-                named = [node.is_named for node in nodes]
+                # A node's type and namedness follow from its kind id: read them once per kind.
+                kind_ids = [node.kind_id for node in nodes]
+                kinds = _KINDS
+                for kind, node in zip(kind_ids, nodes):
+                    if kind not in kinds:
+                        kinds[kind] = (node.type, node.is_named)
+                types = [kinds[k][0] for k in kind_ids]
+                named = [kinds[k][1] for k in kind_ids]
+                language = tree.language
+                fields = [None if f is None else _field_name(language, f) for f in field_ids]
                 return _Flat(nodes, types, named, fields, kids, last, tree.root_node.has_error)
-            last[open_nodes.pop()] = len(nodes) - 1
+            last[open_nodes.pop()] = i - 1
+
+
+_KINDS: dict[int, tuple[str, bool]] = {}  # tree-sitter kind id -> (node type, is named), one grammar
+
+
+@lru_cache(maxsize=1024)
+def _field_name(language, field_id: int) -> str | None:
+    return language.field_name_for_id(field_id)
 
 
 def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
@@ -480,7 +499,8 @@ class _DataFlow:
         if strings:  # a string's parts are not tokens of their own
             inside = {j for i in strings for j in range(i + 1, last[i] + 1)}
             tokens = [i for i in tokens if i not in inside]
-        spans = [(flat.nodes[i].start_byte, flat.nodes[i].end_byte) for i in tokens]
+        nodes = flat.nodes
+        spans = [nodes[i].byte_range for i in tokens]  # one call per token, not two
         if source.isascii():  # byte offsets are character offsets: slice the text, decode once
             text = source.decode("ascii")
             texts = [text[start:end] for start, end in spans]
@@ -623,12 +643,20 @@ class _DataFlow:
         branch_states.append(taken)
         if not has_else:
             branch_states.append(states)
-        merged: dict[str, list[int]] = {}
-        for branch in branch_states:
+        # Every state list is sorted and unique and never changed in place, and an unchanged branch hands
+        # back the very dict it got: merge each distinct dict once, and a name whose branches all hold
+        # the same list keeps that list (the union of one sorted unique list is itself).
+        distinct = list({id(branch): branch for branch in branch_states}.values())
+        merged = dict(distinct[0])
+        for branch in distinct[1:]:
             for name, where in branch.items():
-                merged.setdefault(name, []).extend(where)
+                have = merged.get(name)
+                if have is None:
+                    merged[name] = where
+                elif have is not where:
+                    merged[name] = sorted({*have, *where})
         # The children's edges come sorted and in token order: already sorted by token.
-        return edges, {name: sorted(set(where)) for name, where in merged.items()}
+        return edges, merged
 
     def _loop(self, node, states):
         states = dict(states)
