@@ -30,14 +30,13 @@ A pair that does not reach execution has no similarity and says why: no inputs, 
 
 from __future__ import annotations
 
-import ast
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from leaklab.execution.input_gen import generate_inputs, input_key
+from leaklab.execution.input_gen import find_function, generate_inputs, input_key
 
 THRESHOLD = 0.8  # HyClone's clone threshold on S_a and S_b
 MAX_INPUTS = 50  # inputs run per pair and side (the first ones)
@@ -220,18 +219,10 @@ def _proposed_inputs(llm: LLMStages, pairs, pending) -> dict[int, tuple[tuple[li
 
 def arity(source: str, entry_point: str) -> tuple[int, float] | None:
     """(fewest, most) positional arguments `entry_point` in `source` takes; None when it cannot be read."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    function = find_function(source, entry_point)
+    if isinstance(function, str):
         return None
-    found = [
-        n
-        for n in tree.body
-        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry_point
-    ]
-    if not found:
-        return None
-    args = found[-1].args
+    args = function.args
     if any(d is None for d in args.kw_defaults):  # a keyword-only argument without default
         return (1, 0)  # no positional call fits
     positional = len(args.posonlyargs) + len(args.args)

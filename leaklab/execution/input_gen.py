@@ -88,8 +88,8 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
     return Generated(kept, {s: c for s, c in sources.items() if c}, "" if kept else "nothing new to try")
 
 
-def _signature(source: str, entry_point: str) -> list[_Param] | str:
-    """The positional parameters of `entry_point` (the last top-level definition), or why none."""
+def find_function(source: str, entry_point: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str:
+    """The last top-level definition of `entry_point` in `source` (the one a call reaches), or why none."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -99,9 +99,15 @@ def _signature(source: str, entry_point: str) -> list[_Param] | str:
         for n in tree.body
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry_point
     ]
-    if not found:
-        return f"no top-level function {entry_point}"
-    args = found[-1].args
+    return found[-1] if found else f"no top-level function {entry_point}"
+
+
+def _signature(source: str, entry_point: str) -> list[_Param] | str:
+    """The positional parameters of `entry_point` (the last top-level definition), or why none."""
+    function = find_function(source, entry_point)
+    if isinstance(function, str):
+        return function
+    args = function.args
     if any(d is None for d in args.kw_defaults):
         return "needs a keyword-only argument"
     positional = [*args.posonlyargs, *args.args]

@@ -422,12 +422,6 @@ def candidate_sets(
     return sets
 
 
-def new_examples(examples: list[Example], rng: random.Random) -> list[tuple[Any, ...] | None]:
-    """One mutated input per example (None when no different input could be made)."""
-    sets = candidate_sets(examples, rng, 1)
-    return sets[0] if sets else [None] * len(examples)
-
-
 # --------------------------------------------------------------------------- choosing among candidates
 
 # The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs and the set whose shown text

@@ -339,17 +339,28 @@ _WORD = re.compile(r"[A-Za-z]+")
 FREQUENCY_JITTER = 2.0
 
 
-def count_code_tokens(sources: Iterable[str], min_count: int = 2) -> dict[str, int]:
-    """Occurrences of each identifier and number literal in Python sources (keywords excluded)."""
-    counts: Counter[str] = Counter()
+def _python_tokens(sources: Iterable[str]):
+    """The tokens of each Python source, in order; a file stops adding at the point it fails to tokenize."""
     for source in sources:
         try:
-            for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-                if tok.type in (tokenize.NAME, tokenize.NUMBER) and not keyword.iskeyword(tok.string):
-                    counts[tok.string] += 1
+            yield from tokenize.generate_tokens(io.StringIO(source).readline)
         except (tokenize.TokenError, SyntaxError, ValueError):
-            continue  # a file that does not tokenize adds nothing
+            continue
+
+
+def _frequent(counts: Counter[str], min_count: int) -> dict[str, int]:
+    """The entries seen at least `min_count` times, most frequent first (ties by text)."""
     return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
+
+
+def count_code_tokens(sources: Iterable[str], min_count: int = 2) -> dict[str, int]:
+    """Occurrences of each identifier and number literal in Python sources (keywords excluded)."""
+    counts: Counter[str] = Counter(
+        tok.string
+        for tok in _python_tokens(sources)
+        if tok.type in (tokenize.NAME, tokenize.NUMBER) and not keyword.iskeyword(tok.string)
+    )
+    return _frequent(counts, min_count)
 
 
 def count_prose_words(
@@ -358,16 +369,12 @@ def count_prose_words(
     """Occurrences of each lower-cased word in the strings and comments of Python `sources` and in
     plain `texts` (words of two or more letters)."""
     counts: Counter[str] = Counter()
-    for source in sources:
-        try:
-            for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-                if tok.type in (tokenize.STRING, tokenize.COMMENT):
-                    counts.update(w.lower() for w in _WORD.findall(tok.string) if len(w) > 1)
-        except (tokenize.TokenError, SyntaxError, ValueError):
-            continue
+    for tok in _python_tokens(sources):
+        if tok.type in (tokenize.STRING, tokenize.COMMENT):
+            counts.update(w.lower() for w in _WORD.findall(tok.string) if len(w) > 1)
     for text in texts:
         counts.update(w.lower() for w in _WORD.findall(text) if len(w) > 1)
-    return {k: v for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])) if v >= min_count}
+    return _frequent(counts, min_count)
 
 
 @functools.cache

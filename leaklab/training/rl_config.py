@@ -38,8 +38,9 @@ class RLConfig:
     # directory (its last checkpoint), or recipe:NAME (the last checkpoint of that recipe's run).
     init_from: str | None = None
     reward: str = "binary"  # binary: 1 when all tests pass; fraction: share of test cases passed
-    # Train on the first this many members (manifest order, as accuracy evaluates them; None: all). Each of N prompts is then drawn about
-    # steps x prompts-per-step / N times, so the policy can improve on the prompts it is rewarded on.
+    # Train on the first this many members (manifest order, as accuracy evaluates them; None: all). Each
+    # of N prompts is then drawn about steps x prompts-per-step / N times, so the policy can improve on
+    # the prompts it is rewarded on.
     max_prompts: int | None = None
     num_generations: int = 8  # completions per prompt (the group GRPO / RLOO compare)
     max_completion_length: int = 128  # tokens generated per completion at most
