@@ -264,3 +264,42 @@ def test_subtree_keys_are_equal_exactly_when_the_s_expressions_are():
             assert key_to_sexp.setdefault(key, sexp) == sexp
             assert sexp_to_key.setdefault(sexp, key) == key
     assert len(key_to_sexp) > 100
+
+
+def _stdlib_functions(limit: int, max_lines: int = 60) -> list[str]:
+    """Dedented top-level functions and methods of up to `max_lines` lines from the standard library."""
+    import ast
+    import sysconfig
+    import textwrap
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        source = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            module = ast.parse(source)
+        except SyntaxError:
+            continue
+        for top in module.body:
+            for node in [top, *(top.body if isinstance(top, ast.ClassDef) else [])]:
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+                    node.end_lineno - node.lineno < max_lines
+                ):
+                    found.append(textwrap.dedent(ast.get_source_segment(source, node, padded=True)))
+                    if len(found) >= limit:
+                        return found
+    return found
+
+
+def test_codebleu_alone_parses_once_and_gives_what_all_parts_give():
+    # CodeBLEU alone skips the raw text's tree-sitter parse when the stripped text's tree is clean;
+    # the parts it gives, and which snippets count as unparseable, must not change.
+    texts = _stdlib_functions(200) + [
+        "def f():\n    '''only a docstring'''\n",  # stripped tree broken: the raw parse decides
+        "def f():\n    x = 1  # c\n    return x\n",
+        "x = foo(\n'col 0 string')\n",
+    ]
+    for text in texts:
+        alone, full = st.structure(text, ("codebleu",)), st.structure(text)
+        assert alone.error == full.error, text[:200]
+        assert (alone.subtrees, alone.flow, alone.words) == (full.subtrees, full.flow, full.words), text[:200]

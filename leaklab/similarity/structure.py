@@ -54,10 +54,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import metadata
+from itertools import repeat
 
 import numpy as np
 
-from leaklab.similarity.text import bleu_from_counts, clipped_matches, ngram_counts
+from leaklab.similarity.text import bleu_from_counts, clipped_matches, word_ngram_counts
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
 MRI_COSTS = (1.0, 1.0, 1.0)
@@ -743,7 +744,7 @@ def data_flow(flat: _Flat, source: bytes) -> list[tuple]:
 def _weighted_recall(
     candidate: list[Counter], reference: list[Counter], matched: list | None = None
 ) -> float:
-    """CodeBLEU's weighted n-gram match from `ngram_counts` of both sides: BLEU's shape with clipped
+    """CodeBLEU's weighted n-gram match from `word_ngram_counts` of both sides: BLEU's shape with clipped
     recall, keyword unigrams weighted 1, other unigrams 0.2. `matched`: clipped counts per order, if known."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
@@ -752,15 +753,11 @@ def _weighted_recall(
     log_sum = 0.0
     for n, (cand, ref) in enumerate(zip(candidate, reference), start=1):
         if n == 1:
-            weight = {g: (1.0 if g[0] in CODEBLEU_KEYWORDS else 0.2) for g in ref}
-            # Float sums in the reference's order, as codebleu adds them; unmatched unigrams are left out
-            # (adding 0.0 changes no sum). map() keeps the loop in C.
-            shared = [g for g in ref if g in cand]
-            hits = sum(
-                map(operator.mul, map(min, map(ref.__getitem__, shared), map(cand.__getitem__, shared)),
-                    map(weight.__getitem__, shared))
-            )  # fmt: skip
-            total = max(1, sum(map(operator.mul, ref.values(), weight.values())))
+            weights = [1.0 if word in CODEBLEU_KEYWORDS else 0.2 for word in ref]
+            # Float sums in the reference's order, as codebleu adds them; an unmatched unigram adds
+            # 0.0, which changes no sum. map() keeps the loop in C.
+            hits = sum(map(operator.mul, map(min, ref.values(), map(cand.get, ref, repeat(0))), weights))
+            total = max(1, sum(map(operator.mul, ref.values(), weights)))
             if hits == 0:
                 return 0.0
         else:
@@ -784,52 +781,66 @@ class Structure:
     unparsed: str = ""
     subtrees: list[int] = field(default_factory=list)  # keys of every subtree's s-expression
     flow: list[tuple] = field(default_factory=list)
-    # 1..4-gram counts of the whitespace tokens of the raw text (CodeBLEU's two BLEU-shaped parts)
+    # 1..4-gram counts of the raw text's whitespace tokens, keyed by joined words (CodeBLEU's BLEU-shaped parts)
     words: list[Counter] = field(default_factory=list)
 
 
 def parse_error(text: str) -> str | None:
     """Why `text` is not valid Python for the structural metrics, or None (Python's parser and tree-sitter agree)."""
+    return _python_tree(text)[1]
+
+
+def _python_tree(text: str) -> tuple[ast.Module | None, str | None]:
+    """(Python's tree of `text`, None), or (None, why it does not parse)."""
     if not text.strip():
-        return "empty"
+        return None, "empty"
     try:
-        ast.parse(text)
+        return ast.parse(text), None
     except SyntaxError as err:
-        return f"SyntaxError: {err.msg}" + (f" (line {err.lineno})" if err.lineno else "")
+        return None, f"SyntaxError: {err.msg}" + (f" (line {err.lineno})" if err.lineno else "")
     except (ValueError, RecursionError, MemoryError) as err:
-        return f"{type(err).__name__}: {err}"
-    return None
+        return None, f"{type(err).__name__}: {err}"
 
 
 STRUCTURE_PARTS = ("tsed", "ast", "codebleu")
+_TREE_SITTER_ERROR = "tree-sitter could not parse it (ERROR or MISSING node)"
 
 
 def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
     """Parse `text` once into the structural representations `parts` need (all by default).
 
-    A snippet that does not parse carries the reason in `error` and nothing else.
+    A snippet that does not parse (Python's parser, and tree-sitter on the raw text) carries the reason
+    in `error` and nothing else. CodeBLEU alone needs only the tree of the text without comments and
+    docstrings: when that tree has no error, the raw text is not parsed a second time (no stdlib function
+    that Python parses has a tree-sitter error in its raw text only; the tests check this).
     """
-    error = parse_error(text)
+    python_tree, error = _python_tree(text)
     if error is not None:
         return Structure(error=error)
     parser = _parser()
-    tree = parser.parse(text.encode("utf-8", "surrogatepass"))
-    if tree.root_node.has_error:
-        return Structure(error="tree-sitter could not parse it (ERROR or MISSING node)")
+    stripped_text = strip_comments_and_docstrings(text) if "codebleu" in parts else text
+    tree = stripped_tree = None
+    if stripped_text != text and all(part == "codebleu" for part in parts):
+        stripped_tree = parser.parse(stripped_text.encode("utf-8", "surrogatepass"))
+    if stripped_tree is None or stripped_tree.root_node.has_error:
+        tree = parser.parse(text.encode("utf-8", "surrogatepass"))
+        if tree.root_node.has_error:
+            return Structure(error=_TREE_SITTER_ERROR)
     try:
-        return _parsed_structure(text, parser, tree, parts)
+        return _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_tree, parts)
     except Exception as err:  # noqa: BLE001 - a metric bug must cost this snippet's scores, not the batch
         return Structure(error=f"internal error in the structural metrics: {type(err).__name__}: {err}")
 
 
-def _parsed_structure(text: str, parser, tree, parts) -> Structure:
+def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_tree, parts) -> Structure:
+    """The parts of a snippet that parses. `tree` (the raw text's) may be None when only CodeBLEU is asked
+    and `stripped_tree` is in hand; `stripped_tree` None: parse it here unless nothing was stripped."""
     result = Structure()
-    root = tree.root_node
     if "tsed" in parts:
+        root = tree.root_node
         result.tsed_tree = ordered_tree(root, _named_children, _node_type)
         result.tsed_package_tree = ordered_tree(root, _named_children, _tsed_package_label)
     if "ast" in parts:
-        python_tree = ast.parse(text)
         result.ast_tree = ordered_tree(
             python_tree,
             lambda n: [c for c in ast.iter_child_nodes(n) if not isinstance(c, _AST_CONTEXTS)],
@@ -837,16 +848,14 @@ def _parsed_structure(text: str, parser, tree, parts) -> Structure:
         )
         result.unparsed = ast.unparse(python_tree)
     if "codebleu" in parts:
-        stripped_text = strip_comments_and_docstrings(text)
-        # Nothing stripped (no comment, docstring or blank line): the tree in hand is the stripped one.
-        stripped_tree = (
-            tree if stripped_text == text else parser.parse(stripped_text.encode("utf-8", "surrogatepass"))
-        )
         stripped = stripped_text.encode("utf-8", "surrogatepass")
+        if stripped_tree is None:
+            # Nothing stripped (no comment, docstring or blank line): the raw tree is the stripped one.
+            stripped_tree = tree if stripped_text == text else parser.parse(stripped)
         flat = _flatten(stripped_tree)
         result.subtrees = _subtree_keys(flat, stripped)
         result.flow = data_flow(flat, stripped)
-        result.words = ngram_counts(text.strip().split())
+        result.words = word_ngram_counts(text.strip().split())
     return result
 
 

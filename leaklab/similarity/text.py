@@ -111,6 +111,14 @@ def ngram_counts(tokens: Sequence[Hashable], max_n: int = 4) -> list[Counter]:
     return [Counter(_windows(tokens, n)) for n in range(1, max_n + 1)]
 
 
+def word_ngram_counts(words: Sequence[str], max_n: int = 4) -> list[Counter]:
+    """`ngram_counts` of whitespace-free words (`str.split()`'s), each n-gram keyed by its words joined
+    with one space: the same counts, since a space cannot occur inside a word, and faster to count and
+    look up, since a str caches its hash and a tuple does not. A unigram's key is the word itself."""
+    join = " ".join
+    return [Counter(words)] + [Counter(map(join, _windows(words, n))) for n in range(2, max_n + 1)]
+
+
 def bleu_from_counts(
     candidate: list[Counter],
     reference: list[Counter],
