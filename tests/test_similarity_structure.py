@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from leaklab.similarity import dataflow
 from leaklab.similarity import structure as st
 
 REF = '''def mean_of(xs, k=3):
@@ -303,3 +304,40 @@ def test_codebleu_alone_parses_once_and_gives_what_all_parts_give():
         alone, full = st.structure(text, ("codebleu",)), st.structure(text)
         assert alone.error == full.error, text[:200]
         assert (alone.subtrees, alone.flow, alone.words) == (full.subtrees, full.flow, full.words), text[:200]
+
+
+# --------------------------------------------------------------------------- data flow: compiled vs reference
+
+# Every rule, and the corners where the two implementations could part: paired and unpaired targets,
+# `x: int`, for-else (the body is not walked), while-else, elif chains, nested ifs, comprehensions
+# (also inside an f-string, which is one token), defaults with and without values, shadowing.
+CORNERS = [
+    "a, b = b, a\n(c, d) = 1, 2\ne, = f,\nx: int\ny: int = x\nz += y\n",
+    "for i in range(3):\n    s = i\nelse:\n    s = 0\nwhile s:\n    s -= 1\nelse:\n    t = s\n",
+    "if a:\n    x = 1\nelif b:\n    x = 2\n    if c:\n        y = x\nelse:\n    x = y\nz = x + y\n",
+    "v = [k * w for k in c if k for w in k]\nu = {a: b for a, b in v}\nt = f'{[q for q in u]}'\n",
+    "def f(a, b=1, *c, d=e, **g):\n    identifier = a\n    return identifier, b, c, d, g\n",
+    "x = 1\ndef g(x=x):\n    x = x + 1\n    return [x for x in range(x)]\n",
+]
+
+
+def _flow(text: str, compiled: bool):
+    source = st.strip_comments_and_docstrings(text).encode()
+    return dataflow.data_flow(st._flatten(st._parser().parse(source)), source, compiled=compiled)
+
+
+@pytest.mark.skipif(not dataflow.COMPILED, reason="numba is not installed: only the reference runs")
+def test_the_compiled_walk_equals_the_reference():
+    texts = CORNERS + [text for pair in PAIRS for text in pair] + _stdlib_functions(250)
+    linked = 0
+    for text in texts:
+        reference = _flow(text, compiled=False)
+        assert _flow(text, compiled=True) == reference, text[:300]
+        linked += len(reference)
+    assert linked > 4000  # the comparison is over real flows, not empty ones
+
+
+def test_broken_code_takes_the_reference():
+    # ERROR and MISSING nodes (a docstring-only body once stripped): zero-width tokens need aliasing.
+    text = "def f():\n    '''only a docstring'''\n"
+    assert _flow(text, compiled=True) == _flow(text, compiled=False)

@@ -32,7 +32,8 @@ How CodeBLEU's per-snippet work is kept cheap (values identical to computing it 
 comments and docstrings are cut by one regex scan that tracks what tokenize's rule looks at (falling
 back to tokenize for tabs, backslash continuations and 3.12 f-strings); the stripped tree is walked once
 into flat lists; subtree keys are built bottom-up from (label, field, child key) instead of printing
-every subtree's s-expression; data flow finds a node's tokens by bisection instead of re-walking it.
+every subtree's s-expression; data flow finds a node's tokens by bisection instead of re-walking it;
+CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are keyed by joined words.
 
 MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
 the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED / max_nodes).
@@ -41,7 +42,6 @@ the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED /
 from __future__ import annotations
 
 import ast
-import bisect
 import hashlib
 import io
 import keyword
@@ -58,13 +58,14 @@ from itertools import repeat
 
 import numpy as np
 
+from leaklab.similarity.dataflow import data_flow
+from leaklab.similarity.jit import jit
 from leaklab.similarity.text import bleu_from_counts, clipped_matches, word_ngram_counts
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
 MRI_COSTS = (1.0, 1.0, 1.0)
 # Python's keywords (3.12 incl. the soft ones), the weighted n-gram's weight-1 tokens.
 CODEBLEU_KEYWORDS = frozenset(keyword.kwlist) | {"match", "case", "type"}
-_STRING_TYPES = ("string", "string_literal", "character_literal")
 _AST_CONTEXTS = (ast.Load, ast.Store, ast.Del)
 
 
@@ -135,15 +136,7 @@ def ordered_tree(root, children, label) -> OrderedTree:
     return OrderedTree(np.asarray(labels, dtype=np.int64), left, keyroots)
 
 
-def _jit(function):
-    try:
-        from numba import njit
-    except ImportError:  # pure-Python fallback: the same code, slower
-        return function
-    return njit(cache=True, nogil=True)(function)
-
-
-@_jit
+@jit
 def _zhang_shasha(l1, lm1, kr1, l2, lm2, kr2, cost_del, cost_ins, cost_ren):  # pragma: no cover - compiled
     n1 = l1.shape[0]
     n2 = l2.shape[0]
@@ -359,6 +352,9 @@ class _Flat:
     kids: list  # per node the list of its children, () for a leaf
     last: list[int]  # the preorder index of each node's last descendant (itself for a leaf)
     has_error: bool
+    kind_ids: list[int]  # tree-sitter's ids of `types` and `fields` (0: no field), for compiled code
+    field_ids: list[int]
+    language: object
 
     def child(self, i: int, name: str) -> int | None:
         """The first child of i in field `name` (tree-sitter's child_by_field_name)."""
@@ -381,7 +377,7 @@ def _flatten(tree) -> _Flat:
     i = 0
     while True:
         add_node(cursor.node)
-        add_field(cursor.field_id)  # an int: field_name would build a new str per node
+        add_field(cursor.field_id or 0)  # an int: field_name would build a new str per node
         add_last(i)
         if open_nodes:
             kids[open_nodes[-1]].append(i)
@@ -403,8 +399,11 @@ def _flatten(tree) -> _Flat:
                 types = [kinds[k][0] for k in kind_ids]
                 named = [kinds[k][1] for k in kind_ids]
                 language = tree.language
-                fields = [None if f is None else _field_name(language, f) for f in field_ids]
-                return _Flat(nodes, types, named, fields, kids, last, tree.root_node.has_error)
+                fields = [_field_name(language, f) if f else None for f in field_ids]
+                has_error = tree.root_node.has_error
+                return _Flat(
+                    nodes, types, named, fields, kids, last, has_error, kind_ids, field_ids, language
+                )
             last[open_nodes.pop()] = i - 1
 
 
@@ -482,265 +481,6 @@ def _subtree_keys_with_errors(flat: _Flat, source: bytes) -> list[int]:
     return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
 
 
-class _DataFlow:
-    """Def-use edges of Python code as CodeBLEU defines them (comesFrom / computedFrom).
-
-    Works on the flat tree: nodes are preorder indexes, a node's tokens are a contiguous run of
-    `token_nodes` (found by bisection, not by walking the subtree again).
-    """
-
-    def __init__(self, flat: _Flat, source: bytes):
-        self.flat = flat
-        types, kids, last = flat.types, flat.kids, flat.last
-        self.types, self.kids, self.last = types, kids, last
-        tokens = [
-            i for i, kind in enumerate(types) if (not kids[i] or kind in _STRING_TYPES) and kind != "comment"
-        ]
-        strings = [i for i in tokens if kids[i]]
-        if strings:  # a string's parts are not tokens of their own
-            inside = {j for i in strings for j in range(i + 1, last[i] + 1)}
-            tokens = [i for i in tokens if i not in inside]
-        nodes = flat.nodes
-        spans = [nodes[i].byte_range for i in tokens]  # one call per token, not two
-        if source.isascii():  # byte offsets are character offsets: slice the text, decode once
-            text = source.decode("ascii")
-            texts = [text[start:end] for start, end in spans]
-        else:
-            texts = [source[start:end].decode("utf-8", errors="replace") for start, end in spans]
-        self.token_nodes, self.texts = tokens, texts
-        self.is_variable = [kind != text for kind, text in zip((types[i] for i in tokens), texts)]
-        # Tokens are known by their byte span, as in codebleu: where two share one (only zero-width
-        # nodes in broken code can) both stand for the last of them.
-        if any(start == end for start, end in spans):
-            by_span = {span: k for k, span in enumerate(spans)}
-            self.alias = [by_span[span] for span in spans]
-        else:
-            self.alias = list(range(len(tokens)))
-        self.index = dict(zip(tokens, self.alias))  # token node -> token index
-        # Punctuation and keywords (type == text) never take part in the data flow: not visited at all.
-        self.skip = {i for i, variable in zip(tokens, self.is_variable) if not variable}
-        # Nodes with a comprehension clause among their children (visited clause first).
-        self.reorder = set()
-        if "for_in_clause" in types:
-            self.reorder = {
-                j for j, children in enumerate(kids) for c in children if types[c] == "for_in_clause"
-            }
-
-    def variables(self, node: int) -> list[tuple[int, str]]:
-        """(token index, text) of the variable tokens under `node`, in order."""
-        lo = bisect.bisect_left(self.token_nodes, node)
-        hi = bisect.bisect_right(self.token_nodes, self.last[node])
-        texts, is_variable, alias = self.texts, self.is_variable, self.alias
-        return [(alias[k], texts[k]) for k in range(lo, hi) if is_variable[k]]
-
-    def visit(self, node: int, states: dict) -> tuple[list, dict]:
-        # `states` (variable -> token indexes of its last definitions) is never changed in place: a visit
-        # that binds a name returns a new dict (copy on write), so branches can share their parent's.
-        idx = self.index.get(node)
-        if idx is not None:
-            text = self.texts[idx]
-            if self.types[node] == text:  # punctuation or a keyword
-                return [], states
-            if text in states:
-                return [(text, idx, "comesFrom", [text], list(states[text]))], states
-            if self.types[node] == "identifier":
-                states = {**states, text: [idx]}
-            return [(text, idx, "comesFrom", [], [])], states
-        special = _FLOW_RULES.get(self.types[node])
-        if special is not None:
-            return special(self, node, states)
-        edges: list = []
-        children = self.kids[node]
-        # Comprehension clauses bind their variables before the element expression uses them.
-        reordered = node in self.reorder
-        if reordered:
-            children = sorted(children, key=lambda c: self.types[c] != "for_in_clause")
-        skip, index, texts, types = self.skip, self.index, self.texts, self.types
-        for child in children:
-            if child in skip:
-                continue
-            idx = index.get(child)
-            if idx is None:
-                found, states = self.visit(child, states)
-                edges += found
-                continue
-            # A variable token, handled here as `visit` would (most children are tokens: no call).
-            text = texts[idx]
-            if text in states:
-                edges.append((text, idx, "comesFrom", [text], list(states[text])))
-            else:
-                if types[child] == "identifier":
-                    states = {**states, text: [idx]}
-                edges.append((text, idx, "comesFrom", [], []))
-        # Children's edges come sorted and in token order, so only a reordering needs a sort.
-        return (_by_token(edges) if reordered else edges), states
-
-    def _default_parameter(self, node, states):
-        states = dict(states)
-        name, value = self.flat.child(node, "name"), self.flat.child(node, "value")
-        edges: list = []
-        sources = []
-        if value is not None:
-            edges, states = self.visit(value, states)
-            sources = self.variables(value)
-        for idx, text in self.variables(name):
-            if value is None:
-                edges.append((text, idx, "comesFrom", [], []))
-            for src_idx, src_text in sources:
-                edges.append((text, idx, "comesFrom", [src_text], [src_idx]))
-            states[text] = [idx]
-        return _by_token(edges), states
-
-    def _targets(self, node, left_field="left", right_field="right"):
-        """(left, right) node pairs: element-wise when both sides list the same number of parts."""
-        left, right = self.flat.child(node, left_field), self.flat.child(node, right_field)
-        # A string is one token: its start/content/end parts are never paired with a target's parts
-        # (codebleu pairs them, fails the token lookup and drops the whole function's data flow).
-        types = self.types
-        lefts = [] if left in self.index else [c for c in self.kids[left] if types[c] != ","]
-        rights = [] if right in self.index else [c for c in self.kids[right] if types[c] != ","]
-        if len(lefts) != len(rights):
-            lefts, rights = [left], [right]
-        return (lefts or [left]), (rights or [right])
-
-    def _bind(self, lefts, rights, states):
-        edges = []
-        for left, right in zip(lefts, rights):
-            sources = self.variables(right)
-            for idx, text in self.variables(left):
-                edges.append((text, idx, "computedFrom", [t for _, t in sources], [i for i, _ in sources]))
-                states[text] = [idx]
-        return edges
-
-    def _assignment(self, node, states):
-        states = dict(states)
-        if self.types[node] == "for_in_clause":
-            lefts, rights = [self.flat.child(node, "left")], [self.kids[node][-1]]
-        else:
-            if self.flat.child(node, "right") is None:  # `x: int` binds nothing
-                return [], states
-            lefts, rights = self._targets(node)
-        edges: list = []
-        for right in rights:
-            found, states = self.visit(right, states)
-            edges += found
-        # The targets' tokens all come before the values' ones: this is the edges sorted by token.
-        return self._bind(lefts, rights, states) + edges, states
-
-    def _if(self, node, states):
-        edges: list = []
-        branch_states = []
-        taken = dict(states)
-        has_else = False
-        for child in self.kids[node]:
-            kind = self.types[child]
-            has_else = has_else or "else" in kind
-            if kind in ("elif_clause", "else_clause"):
-                found, after = self.visit(child, states)
-                branch_states.append(after)
-            else:
-                found, taken = self.visit(child, taken)
-            edges += found
-        branch_states.append(taken)
-        if not has_else:
-            branch_states.append(states)
-        # Every state list is sorted and unique and never changed in place, and an unchanged branch hands
-        # back the very dict it got: merge each distinct dict once, and a name whose branches all hold
-        # the same list keeps that list (the union of one sorted unique list is itself).
-        distinct = list({id(branch): branch for branch in branch_states}.values())
-        merged = dict(distinct[0])
-        for branch in distinct[1:]:
-            for name, where in branch.items():
-                have = merged.get(name)
-                if have is None:
-                    merged[name] = where
-                elif have is not where:
-                    merged[name] = sorted({*have, *where})
-        # The children's edges come sorted and in token order: already sorted by token.
-        return edges, merged
-
-    def _loop(self, node, states):
-        states = dict(states)
-        edges: list = []
-        kids = self.kids[node]
-        for _ in range(2):  # twice, so uses in the body see definitions from the previous iteration
-            if self.types[node] == "for_statement":
-                lefts, rights = self._targets(node)
-                for right in rights:
-                    found, states = self.visit(right, states)
-                    edges += found
-                edges += self._bind(lefts, rights, states)
-                if self.types[kids[-1]] == "block":
-                    found, states = self.visit(kids[-1], states)
-                    edges += found
-            else:
-                for child in kids:
-                    found, states = self.visit(child, states)
-                    edges += found
-        merged: dict[tuple, list] = {}
-        for text, idx, rel, names, where in edges:
-            key = (text, idx, rel)
-            if key not in merged:
-                merged[key] = [list(names), list(where)]
-            else:
-                merged[key][0] = _ordered_union(merged[key][0], names)
-                merged[key][1] = sorted(set(merged[key][1]) | set(where))
-        ordered = sorted(merged.items(), key=lambda item: item[0][1])
-        return [(k[0], k[1], k[2], v[0], v[1]) for k, v in ordered], states
-
-
-_FLOW_RULES = {
-    "default_parameter": _DataFlow._default_parameter,
-    "assignment": _DataFlow._assignment,
-    "augmented_assignment": _DataFlow._assignment,
-    "for_in_clause": _DataFlow._assignment,
-    "if_statement": _DataFlow._if,
-    "for_statement": _DataFlow._loop,
-    "while_statement": _DataFlow._loop,
-}
-
-
-def _ordered_union(first: list, second: list) -> list:
-    return list(dict.fromkeys([*first, *second]))
-
-
-def _by_token(edges: list) -> list:
-    return sorted(edges, key=_TOKEN_OF_EDGE)
-
-
-_TOKEN_OF_EDGE = operator.itemgetter(1)
-
-
-def data_flow(flat: _Flat, source: bytes) -> list[tuple]:
-    """CodeBLEU's normalised data-flow edges: (variable, relation, [parent variables]), names renamed var_i."""
-    flow = _DataFlow(flat, source)
-    edges, _ = flow.visit(0, {})
-    edges = _by_token(edges)
-    # Keep only tokens that take part in some edge (as a child with parents, or as a parent).
-    linked = set()
-    for _, idx, _, _, where in edges:
-        if where:
-            linked.add(idx)
-        linked.update(where)
-    by_token: dict[int, tuple] = {}
-    for text, idx, rel, names, where in edges:
-        if idx not in linked:
-            continue
-        if idx in by_token:
-            old = by_token[idx]
-            by_token[idx] = (text, idx, rel, _ordered_union(old[3], names), _ordered_union(old[4], where))
-        else:
-            by_token[idx] = (text, idx, rel, names, where)
-    rename: dict[str, str] = {}
-    normalised = []
-    for text, _, rel, names, _ in by_token.values():
-        for name in (*names, text):
-            if name not in rename:
-                rename[name] = f"var_{len(rename)}"
-        normalised.append((rename[text], rel, tuple([rename[n] for n in names])))
-    return normalised
-
-
 def _weighted_recall(
     candidate: list[Counter], reference: list[Counter], matched: list | None = None
 ) -> float:
@@ -811,8 +551,9 @@ def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
 
     A snippet that does not parse (Python's parser, and tree-sitter on the raw text) carries the reason
     in `error` and nothing else. CodeBLEU alone needs only the tree of the text without comments and
-    docstrings: when that tree has no error, the raw text is not parsed a second time (no stdlib function
-    that Python parses has a tree-sitter error in its raw text only; the tests check this).
+    docstrings: when that tree has no error, the raw text is not parsed a second time. (A raw text that
+    tree-sitter rejects while it accepts the stripped one would then get CodeBLEU alone but no structure
+    with all parts; the tests find none among 200 standard-library functions.)
     """
     python_tree, error = _python_tree(text)
     if error is not None:
