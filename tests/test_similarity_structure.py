@@ -341,3 +341,13 @@ def test_broken_code_takes_the_reference():
     # ERROR and MISSING nodes (a docstring-only body once stripped): zero-width tokens need aliasing.
     text = "def f():\n    '''only a docstring'''\n"
     assert _flow(text, compiled=True) == _flow(text, compiled=False)
+
+
+@pytest.mark.skipif(not dataflow.COMPILED, reason="numba is not installed: only the Python keys run")
+def test_compiled_subtree_keys_equal_the_python_ones():
+    # Clean trees are keyed by compiled code, broken ones in Python: a subtree must get one key either way.
+    parser = st._parser()
+    for text in CORNERS + _stdlib_functions(150):
+        source = st.strip_comments_and_docstrings(text).encode()
+        flat = st._flatten(parser.parse(source))
+        assert st._subtree_keys(flat, source) == st._subtree_keys_python(flat, source), text[:300]

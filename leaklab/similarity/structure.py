@@ -59,7 +59,7 @@ from itertools import repeat
 import numpy as np
 
 from leaklab.similarity.dataflow import data_flow
-from leaklab.similarity.jit import jit
+from leaklab.similarity.jit import COMPILED, jit
 from leaklab.similarity.text import bleu_from_counts, clipped_matches, word_ngram_counts
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
@@ -419,28 +419,21 @@ def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
     """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`).
 
     Built bottom-up from the node's label and its printed children (named or missing ones, each with
-    its field name), as tree-sitter prints them, instead of printing every subtree (quadratic).
-    Ints and tuples of ints hash the same in every process, so keys can cross process boundaries.
+    its field name), as tree-sitter prints them, instead of printing every subtree (quadratic): a key
+    folds the label's hash, then each printed child's field hash and key (`_fold`), the same in every
+    process, so keys can cross process boundaries. Clean trees are keyed by compiled code
+    (`_k_subtree_keys`); trees with ERROR or MISSING nodes, whose labels need the source, here.
     """
-    types, named, fields, kids = flat.types, flat.named, flat.fields, flat.kids
-    if flat.has_error:
-        return _subtree_keys_with_errors(flat, source)
-    keys = [0] * len(types)
-    labels = _LABELS
-    for i in range(len(types) - 1, -1, -1):
-        children = kids[i]
-        if named[i]:
-            parts = [labels.get(types[i]) or _label(types[i])]
-            for c in children:
-                if named[c]:
-                    name = fields[c]
-                    parts.append((labels.get(name) or _label(name)) if name else 0)
-                    parts.append(keys[c])
-            keys[i] = hash(tuple(parts))
-        elif children:
-            # An unnamed node with children ("is not", "not in") prints as `(is not("is")("not")`.
-            keys[i] = _label(f"({types[i]}" + "".join(f'("{types[c]}")' for c in children))
-    return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
+    if COMPILED and not flat.has_error:
+        named, kind_labels, field_labels = _label_tables(flat.language)
+        keys = _k_subtree_keys(
+            np.array(flat.kind_ids, dtype=np.int64),
+            np.array(flat.last, dtype=np.int64),
+            np.array(flat.field_ids, dtype=np.int64),
+            named, kind_labels, field_labels,
+        )  # fmt: skip
+        return keys.tolist()
+    return _subtree_keys_python(flat, source)
 
 
 _LABELS: dict[str, int] = {}
@@ -454,10 +447,26 @@ def _label(text: str) -> int:
     return key
 
 
-def _subtree_keys_with_errors(flat: _Flat, source: bytes) -> list[int]:
-    """`_subtree_keys` where the tree has ERROR or MISSING nodes, printed by tree-sitter's own rules."""
+# A key: start from a seed (one for named nodes, one for the unnamed nodes with children that tree-sitter
+# prints as `(is not("is")("not"))`), then per value h = (h ^ value) * M mod 2^64, h ^= h >> 32.
+_SEED_NAMED, _SEED_UNNAMED = 0x517CC1B727220A95, 0x2545F4914F6CDD1D
+_KEY_MULTIPLIER = 0x9E3779B97F4A7C15
+_KEY_MASK = (1 << 64) - 1
+
+
+def _fold(seed: int, values) -> int:
+    h = seed
+    for value in values:
+        h = ((h ^ value) * _KEY_MULTIPLIER) & _KEY_MASK
+        h ^= h >> 32
+    return h
+
+
+def _subtree_keys_python(flat: _Flat, source: bytes) -> list[int]:
+    """`_subtree_keys` in Python, for any tree: tree-sitter prints a MISSING node as `MISSING type` and a
+    childless ERROR node as `UNEXPECTED c` with its first character."""
     types, named, fields, kids = flat.types, flat.named, flat.fields, flat.kids
-    missing = [node.is_missing for node in flat.nodes]
+    missing = [node.is_missing for node in flat.nodes] if flat.has_error else [False] * len(types)
     keys = [0] * len(types)
     for i in range(len(types) - 1, -1, -1):
         children = kids[i]
@@ -470,15 +479,65 @@ def _subtree_keys_with_errors(flat: _Flat, source: bytes) -> list[int]:
                 label = f"UNEXPECTED {char}"
             else:
                 label = types[i]
-            parts = [_label(label)]
+            values = [_label(label)]
             for c in children:
                 if named[c] or missing[c]:
-                    parts.append(_label(fields[c]) if fields[c] else 0)
-                    parts.append(keys[c])
-            keys[i] = hash(tuple(parts))
+                    values += (_label(fields[c]) if fields[c] else 0), keys[c]
+            keys[i] = _fold(_SEED_NAMED, values)
         elif children:
-            keys[i] = _label(f"({types[i]}" + "".join(f'("{types[c]}")' for c in children))
+            keys[i] = _fold(_SEED_UNNAMED, [_label(types[i])] + [_label(types[c]) for c in children])
     return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
+
+
+@lru_cache(maxsize=4)
+def _label_tables(language) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kind id: whether it is named and its label's hash; per field id: its label's hash (0: none)."""
+    kinds = range(language.node_kind_count)
+    named = np.array([language.node_kind_is_named(k) for k in kinds], dtype=np.bool_)
+    kind_labels = np.array([_label(language.node_kind_for_id(k) or "") for k in kinds], dtype=np.uint64)
+    fields = [language.field_name_for_id(f) if f else None for f in range(language.field_count + 1)]
+    field_labels = np.array([_label(name) if name else 0 for name in fields], dtype=np.uint64)
+    return named, kind_labels, field_labels
+
+
+@jit
+def _k_mix(h, value):
+    h = (h ^ value) * np.uint64(_KEY_MULTIPLIER)
+    return h ^ (h >> np.uint64(32))
+
+
+@jit
+def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  # pragma: no cover - compiled
+    n = kinds.shape[0]
+    keys = np.zeros(n, dtype=np.uint64)
+    for i in range(n - 1, -1, -1):
+        if named[kinds[i]]:
+            h = _k_mix(np.uint64(_SEED_NAMED), kind_labels[kinds[i]])
+            c = i + 1
+            while c <= last[i]:
+                if named[kinds[c]]:
+                    h = _k_mix(_k_mix(h, field_labels[field_ids[c]]), keys[c])
+                c = last[c] + 1
+            keys[i] = h
+        elif last[i] > i:
+            h = _k_mix(np.uint64(_SEED_UNNAMED), kind_labels[kinds[i]])
+            c = i + 1
+            while c <= last[i]:
+                h = _k_mix(h, kind_labels[kinds[c]])
+                c = last[c] + 1
+            keys[i] = h
+    count = 1
+    for i in range(1, n):
+        if last[i] > i:
+            count += 1
+    out = np.empty(count, dtype=np.uint64)
+    out[0] = keys[0]
+    m = 1
+    for i in range(1, n):
+        if last[i] > i:
+            out[m] = keys[i]
+            m += 1
+    return out
 
 
 def _weighted_recall(
