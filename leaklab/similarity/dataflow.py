@@ -51,11 +51,14 @@ def data_flow(flat, source: bytes, compiled: bool = COMPILED) -> list[tuple]:
 
 def _tokens(flat, source: bytes) -> tuple[list[int], list[tuple[int, int]], list[str]]:
     """The token nodes (leaves, a string whole, no comments) in order, their byte spans and texts."""
-    types, kids, last = flat.types, flat.kids, flat.last
+    types, last = flat.types, flat.last
+    # A leaf is its own last descendant.
     tokens = [
-        i for i, kind in enumerate(types) if (not kids[i] or kind in _STRING_TYPES) and kind != "comment"
+        i
+        for i, (kind, end) in enumerate(zip(types, last))
+        if (end == i or kind in _STRING_TYPES) and kind != "comment"
     ]
-    strings = [i for i in tokens if kids[i]]
+    strings = [i for i in tokens if last[i] > i]
     if strings:  # a string's parts are not tokens of their own
         inside = {j for i in strings for j in range(i + 1, last[i] + 1)}
         tokens = [i for i in tokens if i not in inside]

@@ -52,7 +52,7 @@ import sys
 import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import metadata
 from itertools import repeat
 
@@ -343,18 +343,42 @@ def _strip_by_scanning(source: str) -> str | None:
 @dataclass
 class _Flat:
     """A tree-sitter tree as flat preorder lists, from one cursor walk (reading Node attributes one node
-    at a time is what costs; list comprehensions over the collected nodes are cheap)."""
+    at a time is what costs; list comprehensions over the collected nodes are cheap). The compiled
+    metrics need only the ids and `last`; the Python ones (broken trees) also read `named`, `fields` and
+    `kids`, built when first read."""
 
     nodes: list
     types: list[str]
-    named: list[bool]
-    fields: list[str | None]
-    kids: list  # per node the list of its children, () for a leaf
     last: list[int]  # the preorder index of each node's last descendant (itself for a leaf)
     has_error: bool
-    kind_ids: list[int]  # tree-sitter's ids of `types` and `fields` (0: no field), for compiled code
+    kind_ids: list[int]  # tree-sitter's ids of `types` and `fields` (0: no field)
     field_ids: list[int]
     language: object
+
+    @cached_property
+    def named(self) -> list[bool]:
+        return [_KINDS[k][1] for k in self.kind_ids]
+
+    @cached_property
+    def fields(self) -> list[str | None]:
+        return [_field_name(self.language, f) if f else None for f in self.field_ids]
+
+    @cached_property
+    def kids(self) -> list:
+        """Per node the list of its children, () for a leaf."""
+        last = self.last
+        out: list = []
+        for i, end in enumerate(last):
+            if end == i:
+                out.append(())
+                continue
+            children = []
+            c = i + 1
+            while c <= end:
+                children.append(c)
+                c = last[c] + 1
+            out.append(children)
+        return out
 
     def child(self, i: int, name: str) -> int | None:
         """The first child of i in field `name` (tree-sitter's child_by_field_name)."""
@@ -368,25 +392,19 @@ def _flatten(tree) -> _Flat:
     cursor = tree.walk()
     nodes: list = []
     field_ids: list = []
-    kids: list = []
     last: list[int] = []
     open_nodes: list[int] = []
     first_child, next_sibling, parent = cursor.goto_first_child, cursor.goto_next_sibling, cursor.goto_parent
-    add_node, add_field, add_kids, add_last = nodes.append, field_ids.append, kids.append, last.append
-    no_kids = ()
+    add_node, add_field, add_last = nodes.append, field_ids.append, last.append
     i = 0
     while True:
         add_node(cursor.node)
         add_field(cursor.field_id or 0)  # an int: field_name would build a new str per node
         add_last(i)
-        if open_nodes:
-            kids[open_nodes[-1]].append(i)
         if first_child():
-            add_kids([])
             open_nodes.append(i)
             i += 1
             continue
-        add_kids(no_kids)
         i += 1
         while not next_sibling():
             if not parent():
@@ -397,13 +415,8 @@ def _flatten(tree) -> _Flat:
                     if kind not in kinds:
                         kinds[kind] = (node.type, node.is_named)
                 types = [kinds[k][0] for k in kind_ids]
-                named = [kinds[k][1] for k in kind_ids]
-                language = tree.language
-                fields = [_field_name(language, f) if f else None for f in field_ids]
                 has_error = tree.root_node.has_error
-                return _Flat(
-                    nodes, types, named, fields, kids, last, has_error, kind_ids, field_ids, language
-                )
+                return _Flat(nodes, types, last, has_error, kind_ids, field_ids, tree.language)
             last[open_nodes.pop()] = i - 1
 
 
