@@ -368,9 +368,7 @@ def _compiled_flow(flat, tokens: list[int], texts: list[str], is_variable: list[
     text_ids = list(map(ids.__getitem__, texts))
     flags, rules, fields = _kind_tables(flat.language)
     heads, relations, names, offsets = _k_flow(
-        np.array(flat.kind_ids, dtype=np.int64),
-        np.array(flat.last, dtype=np.int64),
-        np.array(flat.field_ids, dtype=np.int64),
+        *flat.arrays,
         np.array(tokens, dtype=np.int64),
         np.array(is_variable, dtype=np.bool_),
         np.array(text_ids, dtype=np.int64),

@@ -31,9 +31,11 @@ data flow are computed with comments and docstrings removed. Four deliberate dif
 How CodeBLEU's per-snippet work is kept cheap (values identical to computing it the direct way, tested):
 comments and docstrings are cut by one regex scan that tracks what tokenize's rule looks at (falling
 back to tokenize for tabs, backslash continuations and 3.12 f-strings); the stripped tree is walked once
-into flat lists; subtree keys are built bottom-up from (label, field, child key) instead of printing
-every subtree's s-expression; data flow finds a node's tokens by bisection instead of re-walking it;
-CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are keyed by joined words.
+into flat lists of kind ids and last descendants; subtree keys are built bottom-up from (label, field,
+child key) instead of printing every subtree's s-expression, and the keys and the data flow
+(`similarity.dataflow`) are computed by numba-compiled code on those arrays (plain Python for broken
+trees, tested equal); CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are
+keyed by joined words.
 
 MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
 the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED / max_nodes).
@@ -356,6 +358,13 @@ class _Flat:
     language: object
 
     @cached_property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kind ids, last descendants, field ids) as int64 arrays, what compiled code reads."""
+        return tuple(
+            np.array(values, dtype=np.int64) for values in (self.kind_ids, self.last, self.field_ids)
+        )
+
+    @cached_property
     def named(self) -> list[bool]:
         return [_KINDS[k][1] for k in self.kind_ids]
 
@@ -439,12 +448,7 @@ def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
     """
     if COMPILED and not flat.has_error:
         named, kind_labels, field_labels = _label_tables(flat.language)
-        keys = _k_subtree_keys(
-            np.array(flat.kind_ids, dtype=np.int64),
-            np.array(flat.last, dtype=np.int64),
-            np.array(flat.field_ids, dtype=np.int64),
-            named, kind_labels, field_labels,
-        )  # fmt: skip
+        keys = _k_subtree_keys(*flat.arrays, named, kind_labels, field_labels)
         return keys.tolist()
     return _subtree_keys_python(flat, source)
 
