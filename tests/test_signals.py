@@ -400,25 +400,32 @@ def test_two_processes_split_and_gather(tmp_path):
     script.write_text(DISTRIBUTED_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as sock:  # a free port, so parallel runs do not collide
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.run(
-        [
-            str(torchrun),
-            "--nproc_per_node",
-            "2",
-            "--master_addr",
-            "127.0.0.1",
-            "--master_port",
-            str(port),
-            str(script),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    for _ in range(2):  # see below
+        with socket.socket() as sock:  # a free port, so parallel runs do not collide
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        proc = subprocess.run(
+            [
+                str(torchrun),
+                "--nproc_per_node",
+                "2",
+                "--master_addr",
+                "127.0.0.1",
+                "--master_port",
+                str(port),
+                str(script),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        # Under pytest on the 2-core CI machine, torch's CPU process group sometimes aborts both workers
+        # in C++ ("terminate called without an active exception", no Python traceback): 3 of about 15
+        # runs, never in 32 runs of the same script outside pytest. One more launch tells that apart
+        # from a failure of leaklab's code, which fails both.
+        if proc.returncode == 0 or "terminate called without an active exception" not in proc.stderr:
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     from leaklab.detectors import run_detectors
 
