@@ -45,7 +45,7 @@ def data_flow(flat, source: bytes, compiled: bool = COMPILED) -> list[tuple]:
     # Zero-width tokens (only in broken code, and only they have empty text) need the reference's aliasing.
     if compiled and not flat.has_error and "" not in texts:
         return _compiled_flow(flat, tokens, texts, is_variable)
-    flow = _ReferenceFlow(flat, tokens, spans, texts)
+    flow = _ReferenceFlow(flat, tokens, spans, texts, is_variable)
     return _normalise(flow.visit(0, {})[0])
 
 
@@ -80,12 +80,11 @@ class _ReferenceFlow:
     (text, token index, relation, [parent texts], [parent token indexes]).
     """
 
-    def __init__(self, flat, tokens: list[int], spans: list[tuple[int, int]], texts: list[str]):
+    def __init__(self, flat, tokens: list[int], spans: list[tuple[int, int]], texts: list[str], is_variable):
         self.flat = flat
         types, kids, last = flat.types, flat.kids, flat.last
         self.types, self.kids, self.last = types, kids, last
-        self.token_nodes, self.texts = tokens, texts
-        self.is_variable = [kind != text for kind, text in zip((types[i] for i in tokens), texts)]
+        self.token_nodes, self.texts, self.is_variable = tokens, texts, is_variable
         # Tokens are known by their byte span, as in codebleu: where two share one (only zero-width
         # nodes in broken code can) both stand for the last of them.
         if any(start == end for start, end in spans):
@@ -345,6 +344,12 @@ _FIELD_CODES = {"left": _LEFT, "right": _RIGHT, "name": _NAME, "value": _VALUE}
 
 
 @lru_cache(maxsize=4)
+def field_names(language) -> list[str | None]:
+    """The grammar's field names by field id (id 0, no field: None)."""
+    return [language.field_name_for_id(f) if f else None for f in range(language.field_count + 1)]
+
+
+@lru_cache(maxsize=4)
 def _kind_tables(language) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kind id: flags and rule code; per field id: field code (the reference's string tests, once)."""
     kinds = [language.node_kind_for_id(k) or "" for k in range(language.node_kind_count)]
@@ -358,8 +363,7 @@ def _kind_tables(language) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         for kind in kinds
     ]
     rules = [_RULE_CODES.get(kind, _PLAIN) for kind in kinds]
-    names = [language.field_name_for_id(f) if f else None for f in range(language.field_count + 1)]
-    fields = [_FIELD_CODES.get(name, _NO_FIELD) for name in names]
+    fields = [_FIELD_CODES.get(name, _NO_FIELD) for name in field_names(language)]
     return tuple(np.array(table, dtype=np.int64) for table in (flags, rules, fields))
 
 
@@ -428,14 +432,8 @@ def _k_walk(pool, g):
     frames = np.empty((last.shape[0] + 1, 6), dtype=np.int64)
     f_states, f_taken = [states], [states]
     _k_push_calls(0, calls, g)
-    frames[0, 0], frames[0, 1], frames[0, 2], frames[0, 3], frames[0, 4], frames[0, 5] = (
-        0,
-        0,
-        0,
-        len(calls),
-        0,
-        0,
-    )
+    frames[0, :] = 0  # the root
+    frames[0, 3] = len(calls)
     top = 0
     while True:
         node, pos = frames[top, 0], frames[top, 2]
@@ -685,10 +683,8 @@ def _k_bind(left, right, paired, edges, states, pool, g):
     if not paired:
         _k_bind_one(left, right, edges, states, pool, g)
         return
-    a, b = left + 1, right + 1
+    a, b = left + 1, right + 1  # a side's first child is never a comma
     while a <= last[left]:
-        while flags[a] & _COMMA:
-            a = last[a] + 1
         while flags[b] & _COMMA:
             b = last[b] + 1
         _k_bind_one(a, b, edges, states, pool, g)

@@ -60,7 +60,7 @@ from itertools import repeat
 
 import numpy as np
 
-from leaklab.similarity.dataflow import data_flow
+from leaklab.similarity.dataflow import data_flow, field_names
 from leaklab.similarity.jit import COMPILED, jit
 from leaklab.similarity.text import bleu_from_counts, clipped_matches, word_ngram_counts
 
@@ -370,7 +370,8 @@ class _Flat:
 
     @cached_property
     def fields(self) -> list[str | None]:
-        return [_field_name(self.language, f) if f else None for f in self.field_ids]
+        names = field_names(self.language)
+        return [names[f] for f in self.field_ids]
 
     @cached_property
     def kids(self) -> list:
@@ -430,11 +431,6 @@ def _flatten(tree) -> _Flat:
 
 
 _KINDS: dict[int, tuple[str, bool]] = {}  # tree-sitter kind id -> (node type, is named), one grammar
-
-
-@lru_cache(maxsize=1024)
-def _field_name(language, field_id: int) -> str | None:
-    return language.field_name_for_id(field_id)
 
 
 def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
@@ -512,8 +508,7 @@ def _label_tables(language) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kinds = range(language.node_kind_count)
     named = np.array([language.node_kind_is_named(k) for k in kinds], dtype=np.bool_)
     kind_labels = np.array([_label(language.node_kind_for_id(k) or "") for k in kinds], dtype=np.uint64)
-    fields = [language.field_name_for_id(f) if f else None for f in range(language.field_count + 1)]
-    field_labels = np.array([_label(name) if name else 0 for name in fields], dtype=np.uint64)
+    field_labels = np.array([_label(name) if name else 0 for name in field_names(language)], dtype=np.uint64)
     return named, kind_labels, field_labels
 
 
@@ -599,11 +594,6 @@ class Structure:
     flow: list[tuple] = field(default_factory=list)
     # 1..4-gram counts of the raw text's whitespace tokens, keyed by joined words (CodeBLEU's BLEU-shaped parts)
     words: list[Counter] = field(default_factory=list)
-
-
-def parse_error(text: str) -> str | None:
-    """Why `text` is not valid Python for the structural metrics, or None (Python's parser and tree-sitter agree)."""
-    return _python_tree(text)[1]
 
 
 def _python_tree(text: str) -> tuple[ast.Module | None, str | None]:
