@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from leaklab import claims
 from leaklab.data.benchmarks import load_benchmark
 from leaklab.data.tasks import Task
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
 from leaklab.recipe import Recipe
-from leaklab.rundir import RunDir, read_json, write_atomic
+from leaklab.rundir import RunDir, locked, read_json, write_atomic
 
 DONE_METRIC = "done"
 
@@ -155,10 +156,15 @@ class Evaluator:
             broadcast_object_list(todo)
         return todo[0]
 
-    def evaluate(self, model, tokenizer, *, step: int, epoch: float) -> list[dict[str, Any]]:
-        """Run every pending evaluation on `model` (call on every rank); the rows written (main process)."""
+    def evaluate(
+        self, model, tokenizer, *, step: int, epoch: float, only: list[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Run every pending evaluation on `model` (call on every rank), or those of `only` (what an
+        evaluate worker claimed); the rows written (main process)."""
         written: list[dict[str, Any]] = []
         for name in self._agreed_pending(step):
+            if only is not None and name not in only:
+                continue
             evaluation = next(e for e in self.evaluations if e.name == name)
             started = time.perf_counter()
             output = evaluation.evaluate(self.ctx, model, tokenizer, step)
@@ -209,8 +215,21 @@ class Evaluator:
 # --------------------------------------------------------------------------- evaluate a finished run
 
 
-def evaluate_run(run_dir: str | Path, log=print) -> int:
-    """Evaluate the base model (step 0) and every checkpoint of a run that has no complete results."""
+def evaluate_run(
+    run_dir: str | Path,
+    log=print,
+    *,
+    heartbeat_s: float = claims.HEARTBEAT_S,
+    stale_s: float = claims.STALE_S,
+    poll_s: float = 5.0,
+) -> int:
+    """Evaluate the base model (step 0) and every checkpoint of a run that has no complete results.
+
+    Several workers (processes on one machine, Slurm array tasks) may run this on one run at once: each
+    claims one (checkpoint, evaluation) at a time (leaklab/claims.py), so none evaluates what another
+    does, and a claim left by a dead worker is taken over once its heartbeat is `stale_s` old. A worker
+    returns when nothing is pending; while the rest is claimed by live workers it waits (polling every
+    `poll_s`) so that it can take over from one that dies. Returns the (step, evaluation) pairs it did."""
     from leaklab import tracking
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
     from leaklab.recipe import load_recipe
@@ -227,34 +246,75 @@ def evaluate_run(run_dir: str | Path, log=print) -> int:
     base_path = stage_start or resolve_model_path(recipe.model, log=log)
     evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
 
-    todo: list[tuple[int, float, Path | None]] = []
-    if recipe.evaluate.base_model and evaluator.pending(0):
-        todo.append((0, 0.0, None))
+    steps: list[tuple[int, float, Path | None]] = []
+    if recipe.evaluate.base_model:
+        steps.append((0, 0.0, None))
     for step, path in run.checkpoint_dirs():
-        if evaluator.pending(step):
-            epoch = read_json(path / "trainer_state.json").get("epoch") or 0.0
-            todo.append((step, epoch, path))
-    if not todo:
+        steps.append((step, read_json(path / "trainer_state.json").get("epoch") or 0.0, path))
+
+    def pending() -> list[tuple[int, float, Path | None, str]]:
+        return [(step, epoch, path, name) for step, epoch, path in steps for name in evaluator.pending(step)]
+
+    initial = {(step, name) for step, _, _, name in pending()}
+    if not initial:
         log(f"{run.root}: every checkpoint is already evaluated")
         return 0
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
-    evaluator.prepare()
-    tracking.start(recipe, run.root)
+    # One worker prepares (builds SrDetection's variants, say) while the others wait, then read its copy.
+    with locked(claims.claims_dir(run.root) / ".prepare.lock"):
+        evaluator.prepare()
+    # W&B gets one writer per run: the worker holding this claim logs live, and at the end the rows the
+    # other workers wrote; the others log nothing (two offline W&B runs of one id would displace each other).
+    wandb_claim = claims.try_claim(
+        claims.claims_dir(run.root) / "wandb.claim", heartbeat_s=heartbeat_s, stale_s=stale_s, log=log
+    )
+    if wandb_claim is not None:
+        tracking.start(recipe, run.root)
+    did: list[tuple[int, str]] = []
+    loaded: tuple[int | None, Any] = (None, None)  # the model of the last step, kept for its next evaluation
     try:
-        for step, epoch, path in todo:
-            log(f"evaluating step {step} (epoch {epoch:g}) {'[base model]' if path is None else path}")
-            if path is None:
-                model = load_model(base_path, recipe.evaluate.dtype, recipe.model.trust_remote_code)
-            else:
-                model = load_checkpoint(path, base_path, recipe.model)
-            model.eval()
-            rows = evaluator.evaluate(model, tokenizer, step=step, epoch=epoch)
-            log(evaluator.summary_line(rows, step, epoch))
-            del model
-        tracking.publish_report(run.root)
+        while todo := pending():
+            progressed = False
+            for step, epoch, path, name in todo:
+                claim = claims.try_claim(
+                    claims.claim_path(run.root, step, name), heartbeat_s=heartbeat_s, stale_s=stale_s, log=log
+                )
+                if claim is None:
+                    continue  # a live worker has it
+                with claim:
+                    if name not in evaluator.pending(step):
+                        continue  # finished by another worker between our listing and our claim
+                    if loaded[0] != step:
+                        loaded = (None, None)  # free the previous model before loading the next
+                        where = "[base model]" if path is None else path
+                        log(f"evaluating step {step} (epoch {epoch:g}) {where}")
+                        if path is None:
+                            model = load_model(
+                                base_path, recipe.evaluate.dtype, recipe.model.trust_remote_code
+                            )
+                        else:
+                            model = load_checkpoint(path, base_path, recipe.model)
+                        model.eval()
+                        loaded = (step, model)
+                    rows = evaluator.evaluate(loaded[1], tokenizer, step=step, epoch=epoch, only=[name])
+                    log(evaluator.summary_line(rows, step, epoch))
+                    did.append((step, name))
+                progressed = True
+            if not progressed:
+                time.sleep(poll_s)  # the rest is claimed by live workers: wait, to take over if one dies
+        loaded = (None, None)
+        if wandb_claim is not None:
+            # Rows the other workers wrote, so the W&B run holds the whole evaluation.
+            others = initial - set(did)
+            tracking.log_rows(
+                [r for r in run.results_rows() if (r.get("step"), r.get("evaluation")) in others]
+            )
+            tracking.publish_report(run.root)
     finally:
         tracking.finish()
-    return len(todo)
+        if wandb_claim is not None:
+            wandb_claim.release()
+    return len(did)
 
 
 def main(argv: list[str] | None = None) -> int:

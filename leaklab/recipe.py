@@ -174,6 +174,9 @@ class EvaluateConfig:
     evaluations: list[str] = field(default_factory=lambda: ["detection"])
     detectors: list[str] = field(default_factory=lambda: ["ppl"])  # detector specs, e.g. [ppl, mink:k=0.2]
     every_checkpoint: bool = True  # evaluate each saved checkpoint during training
+    # false: training only saves checkpoints; `leaklab evaluate RUN_DIR` workers (several may share a
+    # run, one checkpoint x evaluation each) evaluate them afterwards. Not part of the run's hash.
+    during_training: bool = True
     base_model: bool = True  # evaluate the untrained model as step 0
     scoring_span: str = "text"  # text | solution (solution tokens only, conditioned on the prompt)
     batch_tokens: int = 8192  # token budget of one scoring batch (padded tokens)
@@ -576,6 +579,8 @@ def to_yaml(recipe: Recipe) -> str:
 def config_hash(recipe: Recipe) -> str:
     """A short hash of everything that changes what a run computes."""
     data = {k: v for k, v in to_dict(recipe).items() if k not in _NOT_HASHED}
+    # When checkpoints are evaluated changes nothing computed (and leaving it out keeps older runs' hashes).
+    data["evaluate"].pop("during_training", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
 
 

@@ -24,12 +24,14 @@ whose key is already present are skipped, so re-running never duplicates a row.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -146,10 +148,32 @@ def _repair_tail(path: Path) -> None:
         f.truncate(data.rfind(b"\n") + 1)
 
 
-def append_rows(path: str | Path, rows: Iterable[dict[str, Any]], key=row_key) -> int:
-    """Append rows not already present (by `key`); one write call for the batch. Returns rows written."""
+@contextmanager
+def locked(path: str | Path) -> Iterator[None]:
+    """An exclusive advisory lock on `path` (created if missing), released on exit or when the process
+    dies, so a killed process never leaves it held."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def append_rows(path: str | Path, rows: Iterable[dict[str, Any]], key=row_key) -> int:
+    """Append rows not already present (by `key`); one write call for the batch. Returns rows written.
+
+    Several processes may append to one file (evaluate workers sharing a run, leaklab/claims.py): the
+    tail repair, the duplicate check and the write happen under one lock, so no row is torn or doubled."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path.parent / f".{path.name}.lock"):
+        return _append_unlocked(path, rows, key)
+
+
+def _append_unlocked(path: Path, rows: Iterable[dict[str, Any]], key) -> int:
     _repair_tail(path)
     seen = {key(r) for r in read_rows(path)}
     fresh = []

@@ -180,15 +180,19 @@ def run_training(recipe) -> int:
     # 4. Train; each saved checkpoint is evaluated by the callback. What the evaluations need once per
     #    run (SrDetection's variants, say) is prepared here, by the main process first; the others read
     #    its copy.
+    #    With evaluate.during_training false, training only saves; `leaklab evaluate` workers do the rest.
+    during = recipe.evaluate.during_training
     eval_set = build_eval_set(tasks, manifest, recipe.data.text_format)
     evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
-    with state.main_process_first():
-        evaluator.prepare()
+    if during:
+        with state.main_process_first():
+            evaluator.prepare()
     tracker = tracking.start(recipe, run.root, is_main_process=state.is_main_process)
     callback = EvaluateCheckpoints(evaluator, tokenizer, log=log)
     report_to = ["wandb"] if tracker else "none"
+    callbacks = [callback, TrainingRows(run)] if during else [TrainingRows(run)]
     trainer = stage.build_trainer(
-        model, tokenizer, data.dataset, recipe, run.checkpoints, [callback, TrainingRows(run)], report_to
+        model, tokenizer, data.dataset, recipe, run.checkpoints, callbacks, report_to
     )
     # Scoring is split over the ranks by the Trainer's own Accelerator.
     if state.num_processes > 1:
@@ -206,7 +210,12 @@ def run_training(recipe) -> int:
     del trainer, model, evaluator, callback, data
 
     # 5. Anything saved but not evaluated (a run killed during an evaluation), then the summary.
-    if state.is_main_process:
+    if state.is_main_process and not during:
+        log(
+            f"[leaklab] evaluate.during_training is false: checkpoints saved, not evaluated; run "
+            f"`leaklab evaluate {run.root}` (several at once share the checkpoints)"
+        )
+    elif state.is_main_process:
         if evaluate_run(run.root, log=log):
             report = None  # new rows since it was built
         print_summary(run, report)
