@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.leaklab-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 QUIET  := 2>&1 | grep -v "WARNING: Location" || true
 
-.PHONY: demo test test-fast lint format bench clean browser
+.PHONY: demo test test-fast lint format bench clean browser gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ format: $(STAMP)
 
 bench: $(STAMP)
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+# Every GPU path on random-init Qwen2.5-0.5B / 7B shapes (bench/gpu_check.py); ~8 min on one H100.
+# No GPU: the CPU smoke sizes. GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--sizes 0.5b".
+# It installs nothing (a GPU node may have no network): the .venv's Python when there is one, else
+# $(PYTHON) with leaklab installed beside the node's own torch (`pip install -e . --no-deps`).
+gpu-check:
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) bench/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
