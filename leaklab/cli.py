@@ -20,6 +20,9 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   report RUN_DIR                          write RUN_DIR/report/ (index.html, markdown, CSV, figures) and
                                           print the table
   compare RUN_DIR... [--step N] [--out D] several runs side by side: tables, overlaid curves, F1 vs ratio
+                                          (a sweep directory: mean and 95% interval over seeds)
+  sweep recipe=NAME KEY=V1,V2 [seeds=0,1] (--local|--slurm)
+                                          a grid of runs, here one after another or as a Slurm array
   select RUN_DIR [--side S] [--tolerance T] recommend a checkpoint by the accuracy–MRI trade-off
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME]                      every recipe key: type, value, meaning
@@ -48,6 +51,9 @@ HELP = {
 Evaluate the base model (step 0) and every checkpoint of RUN_DIR that has no complete results yet, with
 the evaluations and detectors of RUN_DIR/recipe.yaml; then rebuild RUN_DIR/report/ and print the table.
 Results already in RUN_DIR/results.jsonl are kept; an interrupted evaluation is simply run again.
+Several of these may run on one run at once (on one machine or as Slurm array tasks; train with
+evaluate.during_training=false): each claims one checkpoint x evaluation at a time (RUN_DIR/claims/),
+and a claim whose worker died (no heartbeat for 10 minutes) is taken over.
 """,
     "audit": """usage: leaklab audit model=M benchmark=B [detectors=[..]] [key.sub=value ...] [--debug]
 
@@ -184,6 +190,7 @@ COMMANDS = (
     "keys",
     "build-tiny",
     "counterfactual",
+    "sweep",
 )
 
 
@@ -213,9 +220,13 @@ def dispatch(argv: list[str]) -> int:
     if command == "select":
         return _select(args)
     if command == "compare":
-        from leaklab.report.compare import main as compare_main
+        from leaklab.sweep import compare_command
 
-        return compare_main(args)
+        return compare_command(args)
+    if command == "sweep":
+        from leaklab.sweep import command as sweep_command
+
+        return sweep_command(args)
     if command == "counterfactual":
         from leaklab.memorization.standalone import main as counterfactual_main
 

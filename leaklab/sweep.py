@@ -1,0 +1,426 @@
+"""`leaklab sweep`: a grid of runs from one recipe, run here one after another or as a Slurm job array.
+
+    leaklab sweep recipe=tiny_cpt mix.ratio=1:1,1:5,1:10 train.epochs=1,3,5 seeds=0,1,2 --local
+    leaklab sweep recipe=apps_cpt mix.ratio=1:1,1:5,1:10 seeds=0,1,2 --slurm [--gpus 8] [--time 24:00:00]
+    leaklab compare SWEEP_DIR          # mean and 95% interval over seeds, per grid point and detector
+
+A `key=a,b,c` argument is an axis; `key=value` (or a YAML list, `evaluate.detectors=[ppl,zlib]`) applies to
+every run. `seeds=0,1,2` sets `seed`, `train.seed` and `mix.seed` together (the member split, data.seed,
+stays fixed so that every run injects the same members; make `data.seed=0,1` an axis to vary it).
+
+The sweep directory (`--out`, default `<output_dir>/sweeps/<recipe>-<hash of the grid>`) holds
+`sweep.json` (the grid and every run's overrides) and `runs/<run name>/`, one ordinary run directory per
+grid point; every run carries `tracking.wandb.group=<sweep name>`. Every grid point is validated before
+any run starts (a bad value exits 2 naming the key and the value). A directory holding another sweep is
+refused, and so is a second `--local` process on the same sweep while one runs; running the same sweep
+command again resumes it (finished runs are skipped by the training's own resume).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from leaklab.errors import InputError
+from leaklab.recipe import RecipeError, load_recipe
+from leaklab.rundir import locked, read_json, read_rows, write_atomic, write_json
+
+SEED_KEYS = ("seed", "train.seed", "mix.seed")
+
+HELP = """usage: leaklab sweep recipe=NAME KEY=V1,V2,... [seeds=0,1,2] [KEY=VALUE ...] (--local | --slurm)
+                     [--out DIR] [--gpus N] [--time HH:MM:SS] [--partition P]
+
+Expand the grid (every combination of the comma-separated values) into runs, one run directory each
+under one sweep directory and one W&B group.
+
+  --local        run them here, one after another (`leaklab train` per run)
+  --slurm        write SWEEP_DIR/slurm/sweep.sbatch, a job array with one task per run (each `accelerate
+                 launch leaklab/train.py ...` with launch/ddp.yaml on one node), and print the sbatch line
+  --out DIR      the sweep directory (default <output_dir>/sweeps/<recipe>-<hash of the grid>)
+  --gpus N       GPUs per array task (default 8); --time, --partition: passed to #SBATCH
+
+`leaklab compare SWEEP_DIR` then reads the whole sweep: mean and 95% interval over seeds.
+"""
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+def split_values(raw: str) -> list[str]:
+    """`1:1,1:5` -> ["1:1", "1:5"]; a bracketed YAML list or a quoted value is one value."""
+    if raw.startswith(("[", "{", "'", '"')):
+        return [raw]
+    return [v for v in raw.split(",") if v != ""] or [raw]
+
+
+def parse_sweep_args(argv: list[str]) -> dict[str, Any]:
+    """The sweep's command line: recipe, axes (ordered), fixed overrides and options."""
+    recipe, axes, fixed = "tiny_cpt", {}, []
+    opts: dict[str, Any] = {"mode": None, "out": None, "gpus": 8, "time": "24:00:00", "partition": None}
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--local", "--slurm"):
+            if opts["mode"] not in (None, arg[2:]):
+                raise InputError("sweep: give one of --local or --slurm, not both")
+            opts["mode"] = arg[2:]
+        elif arg in ("--out", "--gpus", "--time", "--partition"):
+            value = next(it, None)
+            if value is None:
+                raise InputError(f"sweep: {arg} needs a value")
+            opts[arg[2:]] = value
+        elif arg.startswith("--"):
+            raise InputError(f"sweep: unknown option {arg} (see `leaklab sweep --help`)")
+        elif "=" not in arg:
+            raise InputError(f"sweep: expected key=value, got {arg!r}")
+        else:
+            key, _, raw = arg.partition("=")
+            if key in ("recipe", "--recipe"):
+                recipe = raw
+                continue
+            values = split_values(raw)
+            if key == "seeds":
+                axes["seeds"] = values
+            elif len(values) > 1:
+                axes[key] = values
+            else:
+                fixed.append(arg)
+    if opts["mode"] is None:
+        raise InputError("sweep: say where the runs go: --local (here, one after another) or --slurm")
+    try:
+        opts["gpus"] = int(opts["gpus"])
+    except ValueError:
+        raise InputError(f"sweep: --gpus takes a number, got {opts['gpus']!r}") from None
+    return {"recipe": recipe, "axes": axes, "fixed": fixed, **opts}
+
+
+def point_overrides(point: dict[str, str]) -> list[str]:
+    out = []
+    for key, value in point.items():
+        out += [f"{k}={value}" for k in SEED_KEYS] if key == "seeds" else [f"{key}={value}"]
+    return out
+
+
+def run_name(recipe: str, point: dict[str, str]) -> str:
+    """A readable directory name: tiny_cpt-mix.ratio=1_5-train.epochs=3-seed=0."""
+    parts = [f"{'seed' if k == 'seeds' else k}={v}" for k, v in point.items()]
+    return re.sub(r"[^\w.=+-]", "_", "-".join([recipe, *parts]))
+
+
+def expand(spec: dict[str, Any]) -> list[dict[str, str]]:
+    keys = list(spec["axes"])
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(spec["axes"][k] for k in keys))]
+
+
+def grid_id(spec: dict[str, Any]) -> str:
+    what = {"recipe": spec["recipe"], "axes": spec["axes"], "fixed": spec["fixed"]}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def validate(spec: dict[str, Any]) -> None:
+    """Every axis value alone, then every grid point, through the recipe loader: a bad value exits 2
+    with the key and the value before any run starts."""
+    base = spec["fixed"]
+    try:
+        load_recipe(spec["recipe"], base)
+    except RecipeError as err:
+        raise InputError(f"sweep: {err.problems[0]}") from None
+    for key, values in spec["axes"].items():
+        for value in values:
+            overrides = point_overrides({key: value})
+            try:
+                load_recipe(spec["recipe"], [*base, *overrides])
+            except RecipeError as err:
+                raise InputError(f"sweep: {key}={value}: {err.problems[0]}") from None
+    for point in expand(spec):
+        try:
+            load_recipe(spec["recipe"], [*base, *point_overrides(point)])
+        except RecipeError as err:
+            combo = " ".join(f"{k}={v}" for k, v in point.items())
+            raise InputError(f"sweep: the combination {combo}: {err.problems[0]}") from None
+
+
+# --------------------------------------------------------------------------- the sweep directory
+
+
+def plan_sweep(spec: dict[str, Any]) -> dict[str, Any]:
+    """sweep.json's content: the grid and each run's name, overrides and directory."""
+    recipe = load_recipe(spec["recipe"], spec["fixed"])
+    name = f"{recipe.name}-{grid_id(spec)}"
+    # Absolute: array tasks start wherever Slurm puts them.
+    root = Path(spec["out"] or Path(recipe.output_dir) / "sweeps" / name).expanduser().absolute()
+    runs = []
+    for point in expand(spec):
+        rname = run_name(recipe.name, point)
+        overrides = [
+            *spec["fixed"],
+            *point_overrides(point),
+            f"output_dir={root / 'runs'}",
+            f"run_name={rname}",
+            f"tracking.wandb.group={name}",
+        ]
+        runs.append(
+            {"name": rname, "point": point, "overrides": overrides, "run_dir": str(root / "runs" / rname)}
+        )
+    return {
+        "sweep": name,
+        "id": grid_id(spec),
+        "recipe": spec["recipe"],
+        "axes": spec["axes"],
+        "fixed": spec["fixed"],
+        "root": str(root),
+        "runs": runs,
+    }
+
+
+def claim_directory(plan: dict[str, Any]) -> Path:
+    """Write sweep.json, or check that the directory holds this same sweep; refuse another one."""
+    root = Path(plan["root"])
+    root.mkdir(parents=True, exist_ok=True)
+    with locked(root / ".sweep.lock"):
+        path = root / "sweep.json"
+        if path.exists():
+            old = read_json(path)
+            if old.get("id") != plan["id"] or old.get("recipe") != plan["recipe"]:
+                raise InputError(
+                    f"sweep: {root} already holds another sweep ({old.get('recipe')}, axes "
+                    f"{', '.join(old.get('axes', {}))}); choose another --out"
+                )
+        elif any(p.name not in (".sweep.lock",) for p in root.iterdir()):
+            raise InputError(f"sweep: {root} is not empty and holds no sweep; choose another --out")
+        else:
+            write_json(path, plan)
+    return root
+
+
+def run_local(plan: dict[str, Any], log=print) -> int:
+    """Each run in its own process, one after another; a failed run is reported and the rest go on."""
+    root = Path(plan["root"])
+    # Held for the whole sweep: a second `--local` on the same directory would train the same runs.
+    fd = os.open(root / ".running.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InputError(f"sweep: another sweep process is running in {root}; wait for it to end") from None
+    failed = []
+    try:
+        for i, run in enumerate(plan["runs"], 1):
+            log(f"[leaklab] sweep {plan['sweep']}: run {i}/{len(plan['runs'])} {run['name']}")
+            cmd = [
+                sys.executable,
+                "-m",
+                "leaklab.cli",
+                "train",
+                f"recipe={plan['recipe']}",
+                *run["overrides"],
+            ]
+            if subprocess.run(cmd).returncode != 0:
+                failed.append(run["name"])
+    finally:
+        os.close(fd)
+    if failed:
+        log(f"[leaklab] sweep: {len(failed)} of {len(plan['runs'])} runs failed: {', '.join(failed)}")
+        return 1
+    log(f"[leaklab] sweep done: {root}; compare with `leaklab compare {root}`")
+    return 0
+
+
+def slurm_script(plan: dict[str, Any], gpus: int, time_limit: str, partition: str | None) -> str:
+    """A job array, one task per run on one node; cluster settings follow launch/slurm_multinode.sh and
+    launch/ddp.yaml (data-parallel over the node's GPUs)."""
+    root = Path(plan["root"])
+    repo = Path(__file__).resolve().parents[1]
+    # One GPU needs no data-parallel config; several use launch/ddp.yaml (absolute: tasks start anywhere).
+    config = repo / "launch" / ("single.yaml" if gpus == 1 else "ddp.yaml")
+    train = repo / "leaklab" / "train.py"
+    cases = []
+    for i, run in enumerate(plan["runs"]):
+        args = " ".join(shlex.quote(a) for a in [f"recipe={plan['recipe']}", *run["overrides"]])
+        cases.append(f"  {i}) ARGS=({args}) ;;")
+    lines = [
+        "#!/usr/bin/env bash",
+        f"# leaklab sweep {plan['sweep']}: {len(plan['runs'])} runs, one array task each.",
+        f"#   sbatch {root / 'slurm' / 'sweep.sbatch'}",
+        f"#SBATCH --job-name={plan['sweep']}",
+        f"#SBATCH --array=0-{len(plan['runs']) - 1}",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus}",
+        f"#SBATCH --cpus-per-task={8 * gpus}",
+        f"#SBATCH --time={time_limit}",
+        *([f"#SBATCH --partition={partition}"] if partition else []),
+        f"#SBATCH --output={root / 'slurm'}/%x-%A_%a.out",
+        "set -euo pipefail",
+        # Where the sweep was written: relative recipe files and paths in the overrides resolve here.
+        f"cd {shlex.quote(str(Path.cwd().absolute()))}",
+        'case "$SLURM_ARRAY_TASK_ID" in',
+        *cases,
+        '  *) echo "no run for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;',
+        "esac",
+        f'accelerate launch --config_file {config} --num_processes {gpus} {train} "${{ARGS[@]}}"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_slurm(plan: dict[str, Any], gpus: int, time_limit: str, partition: str | None) -> Path:
+    path = Path(plan["root"]) / "slurm" / "sweep.sbatch"
+    write_atomic(path, slurm_script(plan, gpus, time_limit, partition))
+    path.chmod(0o755)
+    return path
+
+
+def command(argv: list[str], log=print) -> int:
+    if any(a in ("-h", "--help", "help") for a in argv):
+        print(HELP, end="")
+        return 0
+    spec = parse_sweep_args(argv)
+    if not spec["axes"]:
+        raise InputError("sweep: no axis: give at least one key=V1,V2 (or seeds=0,1,2)")
+    validate(spec)
+    plan = plan_sweep(spec)
+    root = claim_directory(plan)
+    log(f"[leaklab] sweep {plan['sweep']}: {len(plan['runs'])} runs in {root}")
+    if spec["mode"] == "local":
+        return run_local(plan, log)
+    path = write_slurm(plan, spec["gpus"], spec["time"], spec["partition"])
+    log(f"sbatch {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------- compare a sweep
+
+
+def is_sweep(path: str | Path) -> bool:
+    return (Path(path) / "sweep.json").is_file()
+
+
+def last_detection(run_dir: str | Path) -> dict[str, dict[str, float]]:
+    """column -> metric -> value at the run's last evaluated checkpoint (detection rows)."""
+    rows = [r for r in read_rows(Path(run_dir) / "results.jsonl") if r.get("evaluation") == "detection"]
+    scored = [r for r in rows if r.get("column") and isinstance(r.get("value"), (int, float))]
+    if not scored:
+        return {}
+    last = max(r["step"] for r in scored)
+    out: dict[str, dict[str, float]] = {}
+    for r in scored:
+        if r["step"] == last:
+            out.setdefault(r["column"], {})[r["metric"]] = float(r["value"])
+    return out
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5% point of Student's t (two-sided 95% interval of a mean)."""
+    try:
+        from scipy.stats import t
+
+        return float(t.ppf(0.975, df))
+    except ImportError:  # scipy comes with scikit-learn; the normal value is the large-df limit
+        return 1.96
+
+
+def mean_interval(values: list[float]) -> tuple[float, float, float]:
+    """Mean and its 95% t-interval over seeds (the mean itself twice for one seed)."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, mean, mean
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def summarise(sweep_dir: str | Path, metrics=("auroc", "f1")) -> list[dict[str, Any]]:
+    """One row per grid point (seeds pooled) x detector column x metric: mean, interval, seeds."""
+    plan = read_json(Path(sweep_dir) / "sweep.json")
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for run in plan["runs"]:
+        point = {k: v for k, v in run["point"].items() if k != "seeds"}
+        groups.setdefault(tuple(point.items()), []).append(run)
+    out = []
+    for point, runs in groups.items():
+        found = [last_detection(r["run_dir"]) for r in runs]
+        columns = sorted({c for f in found for c in f})
+        for column in columns:
+            for metric in metrics:
+                values = [f[column][metric] for f in found if metric in f.get(column, {})]
+                if not values:
+                    continue
+                mean, low, high = mean_interval(values)
+                out.append(
+                    {
+                        **dict(point),
+                        "column": column,
+                        "metric": metric,
+                        "mean": mean,
+                        "ci_low": low,
+                        "ci_high": high,
+                        "seeds": len(values),
+                        "runs": len(runs),
+                    }
+                )
+    return out
+
+
+def format_summary(rows: list[dict[str, Any]], axes: list[str]) -> str:
+    head = [*axes, "detector", "metric", "mean", "95% interval", "seeds"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [str(r.get(a, "")) for a in axes]
+        interval = f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        cells += [r["column"], r["metric"], f"{r['mean']:.3f}", interval, f"{r['seeds']}/{r['runs']}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def compare_sweep(sweep_dir: str | Path, out: str | None = None) -> int:
+    """`leaklab compare SWEEP_DIR`: the seed-pooled table (also summary.md / summary.json in the sweep
+    directory), then the runs side by side through `leaklab compare` (curves, F1 vs ratio)."""
+    plan = read_json(Path(sweep_dir) / "sweep.json")
+    axes = [a for a in plan["axes"] if a != "seeds"]
+    rows = summarise(sweep_dir)
+    if not rows:
+        print(f"leaklab: {sweep_dir}: no run of the sweep has detection results yet", file=sys.stderr)
+        return 1
+    table = format_summary(rows, axes)
+    write_atomic(Path(sweep_dir) / "summary.md", table + "\n")
+    write_json(Path(sweep_dir) / "summary.json", rows)
+    print(table)
+    if axes == ["mix.ratio"]:
+        # SrDetection's Fig. 3 from the seed means (compare's own figure takes one run per ratio).
+        from leaklab.report.compare import web_share
+        from leaklab.report.figures import plot_ratio
+
+        points: dict[str, dict[str, float]] = {}
+        for r in rows:
+            if r["metric"] == "f1":
+                points.setdefault(r["mix.ratio"], {})[r["column"]] = r["mean"]
+        ratios = sorted(points, key=web_share)
+        title = f"{plan['sweep']}: macro-F1 vs code:web ratio, mean over seeds"
+        for path in plot_ratio(points, ratios, Path(sweep_dir) / "ratio_figure.png", title):
+            print(f"figure: {path}")
+    done = [r["run_dir"] for r in plan["runs"] if (Path(r["run_dir"]) / "results.jsonl").exists()]
+    from leaklab.report.compare import main as compare_main
+
+    return compare_main([*done, "--out", out or str(Path(sweep_dir) / "compare")])
+
+
+def compare_command(argv: list[str]) -> int:
+    """`leaklab compare`: a sweep directory gets the seed-pooled summary; run directories go as before."""
+    dirs = [a for a in argv if not a.startswith("-")]
+    if len(dirs) == 1 and is_sweep(dirs[0]):
+        out = argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None
+        return compare_sweep(dirs[0], out)
+    from leaklab.report.compare import main as compare_main
+
+    return compare_main(argv)
