@@ -56,7 +56,7 @@ bench: $(STAMP)
 # Every GPU path on random-init Qwen2.5-0.5B / 7B shapes (bench/gpu_check.py); ~8 min on one H100.
 # No GPU: the CPU smoke sizes. GPU_CHECK_ARGS passes options, e.g. GPU_CHECK_ARGS="--sizes 0.5b".
 # It installs nothing (a GPU node may have no network): the .venv's Python when there is one, else
-# $(PYTHON) with leaklab installed beside the node's own torch (`pip install -e . --no-deps`).
+# $(PYTHON) with the node's own torch; the script imports leaklab from this checkout.
 gpu-check:
 	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) bench/gpu_check.py $(GPU_CHECK_ARGS)
 

@@ -62,6 +62,10 @@ from typing import Any
 import numpy as np
 import torch
 
+# Importable from the checkout without installing it: a GPU node may have torch and friends but no network
+# to `pip install -e .` (whose build needs setuptools from PyPI).
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
+
 # Published shapes (the models' config.json); rope and norm settings matter for numerics, not speed.
 SHAPES: dict[str, dict[str, Any]] = {
     "0.5b": {
@@ -405,7 +409,7 @@ def full_weights(ctx: Context, size: str) -> dict:
     rng = np.random.default_rng(0)
     n = p["cpt_batch"] * (warm + timed)
     timer = StepTimer(ctx.device, warm)
-    if importlib.util.find_spec("trl") is not None:
+    if all(importlib.util.find_spec(m) is not None for m in ("trl", "datasets")):
         import datasets
 
         from leaklab.training.sft import SftData
@@ -431,7 +435,10 @@ def full_weights(ctx: Context, size: str) -> dict:
 
         recipe = train_recipe(ctx, "apps_cpt", ["train.lora.enabled=false"])
         data = PackedBlocks(rng.integers(3, len(ctx.tokenizer), size=(n, p["seq"])))
-        stage, note = get_stage("cpt"), "trl not installed: the cpt stage with every weight instead of sft"
+        stage, note = (
+            get_stage("cpt"),
+            "trl or datasets not installed: the cpt stage with every weight, not sft",
+        )
     trainer = stage.build_trainer(
         model,
         ctx.tokenizer,
