@@ -229,7 +229,8 @@ def evaluate_run(
     claims one (checkpoint, evaluation) at a time (leaklab/claims.py), so none evaluates what another
     does, and a claim left by a dead worker is taken over once its heartbeat is `stale_s` old. A worker
     returns when nothing is pending; while the rest is claimed by live workers it waits (polling every
-    `poll_s`) so that it can take over from one that dies. Returns the (step, evaluation) pairs it did."""
+    `poll_s`) so that it can take over from one that dies. Returns how many (step, evaluation) pairs it
+    evaluated."""
     from leaklab import tracking
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
     from leaklab.recipe import load_recipe
@@ -296,6 +297,7 @@ def evaluate_run(
                             model = load_checkpoint(path, base_path, recipe.model)
                         model.eval()
                         loaded = (step, model)
+                        del model  # `loaded` holds the only reference, so replacing it frees the weights
                     rows = evaluator.evaluate(loaded[1], tokenizer, step=step, epoch=epoch, only=[name])
                     log(evaluator.summary_line(rows, step, epoch))
                     did.append((step, name))

@@ -155,6 +155,8 @@ def test_three_workers_share_a_run_and_write_what_one_worker_writes(leaklab_cach
     )
     assert one.returncode == 0, one.stderr[-3000:]
 
+    # A worker that died an hour ago holding the last checkpoint's claim: the others must take it over.
+    _fake_claim(claims.claim_path(root, steps[-1], "detection"), age_s=3600)
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "leaklab.cli", "evaluate", str(root)],
@@ -169,6 +171,11 @@ def test_three_workers_share_a_run_and_write_what_one_worker_writes(leaklab_cach
     outputs = [w.communicate(timeout=600) for w in workers]
     for w, (_, err) in zip(workers, outputs, strict=True):
         assert w.returncode == 0, err[-3000:]
+    assert (
+        sum("taking over the claim of gone" in err for _, err in outputs)
+        + sum("taking over the claim of gone" in out for out, _ in outputs)
+        == 1
+    )
     # Each checkpoint was loaded and evaluated by exactly one worker.
     evaluated = [
         line for out, _ in outputs for line in out.splitlines() if line.startswith("evaluating step")
