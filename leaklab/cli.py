@@ -172,10 +172,13 @@ def _run_dir(command: str, args: list[str]) -> int:
         from leaklab.evaluate import evaluate_run
 
         evaluate_run(run_dir)
+    from leaklab.claims import claims_dir
     from leaklab.report import print_summary
-    from leaklab.rundir import RunDir
+    from leaklab.rundir import RunDir, locked
 
-    print_summary(RunDir(run_dir))
+    # Evaluate workers sharing a run end at about the same time: one writes report/ at a time.
+    with locked(claims_dir(run_dir) / ".report.lock"):
+        print_summary(RunDir(run_dir))
     return 0
 
 

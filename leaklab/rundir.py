@@ -168,8 +168,12 @@ def append_rows(path: str | Path, rows: Iterable[dict[str, Any]], key=row_key) -
     Several processes may append to one file (evaluate workers sharing a run, leaklab/claims.py): the
     tail repair, the duplicate check and the write happen under one lock, so no row is torn or doubled."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with locked(path.parent / f".{path.name}.lock"):
+    rows = list(rows)
+    if not rows:
+        return 0
+    # The lock is taken on the file itself (created here as open() would, under the umask): no lock file
+    # appears beside the run's files.
+    with locked(path):
         return _append_unlocked(path, rows, key)
 
 

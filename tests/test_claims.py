@@ -96,6 +96,14 @@ def test_concurrent_appends_write_each_row_once(tmp_path):
     assert append_rows(results, [rows[0]]) == 0
 
 
+def test_the_slurm_evaluate_script_runs_one_worker_per_array_task():
+    script = REPO / "launch" / "slurm_evaluate.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    lines = script.read_text().splitlines()
+    assert "#SBATCH --gpus-per-node=1" in lines
+    assert lines[-1] == 'leaklab evaluate "$RUN_DIR"'
+
+
 # --------------------------------------------------------------------------- workers on one run
 
 
