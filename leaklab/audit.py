@@ -255,18 +255,20 @@ def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
 
 def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str, Any]]:
     """The audited benchmark (suspect) against a known-clean set: every score column's AUROC with its
-    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: above
-    AUROC 0.6 the two sets differ in their text and the warning says so), and dataset inference (is the
-    suspect set, as a whole, in training? a p-value, with its false-positive rate over random halvings
-    of the clean set). Logs the table; returns the rows."""
+    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: when
+    a one-sided test says it separates the sets, they differ in their text and the warning says so), and
+    dataset inference (is the suspect set, as a whole, in training? a p-value, with its false-positive
+    rate over random halvings of the clean set). Logs the table; returns the rows."""
     from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
-    from leaklab.detectors.blind import blind_scores, shift_warning
+    from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
     from leaklab.metrics import detection_metrics
 
     n_s, n_c = len(texts[0]), len(texts[1])
     labels = np.r_[np.ones(n_s, int), np.zeros(n_c, int)]
     columns = {c: np.r_[suspect[c], clean[c]] for c in suspect}
-    columns["blind"] = blind_scores([*texts[0], *texts[1]], labels, folds=cfg.cv_folds, seed=cfg.seed)
+    blind_texts = [*texts[0], *texts[1]]
+    columns["blind"] = blind_scores(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed)
+    shift_p = shift_pvalue(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed, scores=columns["blind"])
     keep = (
         "n",
         "auroc",
@@ -289,7 +291,8 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
             if k in m
         }
         if column == "blind":
-            metrics["distribution_shift"] = float(bool(shift_warning(m["auroc"], "")))
+            metrics["shift_p_value_vs_clean"] = shift_p
+            metrics["distribution_shift"] = float(bool(shift_warning(shift_p, m["auroc"], "")))
         rows += [
             {
                 **head,
@@ -334,7 +337,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
         )
     else:
         lines.append("dataset inference: not run (needs score detectors and at least 4 tasks per set)")
-    warning = shift_warning(auroc["blind"][0], f"{head['benchmark']} from the clean set")
+    warning = shift_warning(shift_p, auroc["blind"][0], f"{head['benchmark']} from the clean set")
     if warning:
         lines.append(warning)
     log("\n".join(lines))
