@@ -215,6 +215,25 @@ def test_audit_against_a_clean_set(leaklab_cache, tmp_path, capsys):
         got[("dataset_inference", "n_suspect_test")] == 6 and got[("dataset_inference", "null_halvings")] > 0
     )
     assert (audit_dir / "scores" / "step-0" / "audit_clean.jsonl").exists()
+    verdict = (audit_dir / "verdict.md").read_text()
+    assert verdict.startswith("Tested: ") and "12 humaneval tasks" in verdict and "Not shown:" in verdict
+    assert "Dataset inference" in verdict and "Verdict (" in out
+
+    # Another clean set gets its own folder, with its own rows only; the same audit again replaces its
+    # rows rather than adding to them.
+    other = _humaneval_file(tmp_path / "other.jsonl", 130, 12)
+    assert main([*common, f"clean={other}"]) == 0
+    assert main([*common, f"clean={other}"]) == 0
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert len(folders) == 2 and any("-vs-other-" in f.name for f in folders), folders
+    for folder, expected in (
+        (audit_dir, str(clean)),
+        (next(f for f in folders if f != audit_dir), str(other)),
+    ):
+        rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+        assert {r.get("clean_set") for r in rows} == {None, expected}
+        keys = [(r["column"], r["metric"], r.get("clean_set")) for r in rows]
+        assert len(keys) == len(set(keys))
 
     # The benchmark itself as its "clean" set: a clear error before any model loads.
     overlapping = _humaneval_file(tmp_path / "same.jsonl", 0, 12)
