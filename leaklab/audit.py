@@ -81,7 +81,8 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     reference = load_reference(recipe, None) if REFERENCE in needs_of(specs) else None
     slug = Path(path).name if Path(path).exists() else path.replace("/", "--")
     benchmark = recipe.data.name or recipe.data.benchmark  # a user's own file by its own name
-    out = RunDir(Path(recipe.output_dir) / f"audit-{slug}-{benchmark}-{config_hash(recipe)}")
+    against = f"-vs-{clean_slug(clean)}" if clean else ""
+    out = RunDir(Path(recipe.output_dir) / f"audit-{slug}-{benchmark}{against}-{config_hash(recipe)}")
     fmt = recipe.data.text_format
     log(f"[leaklab] auditing {path} on {len(tasks)} {benchmark} tasks -> {out.root}")
 
@@ -137,14 +138,128 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         clean_rows = against_clean(
             suspect, clean_scores.columns, texts, cfg, {**base, "clean_set": clean}, log=log
         )
-    out.append_results(rows + leak_rows + clean_rows)
+    # An audit is one finished measurement: its rows replace a previous audit's in the same folder (same
+    # model, benchmark, clean set and settings), so no row of another audit stays behind.
+    all_rows = rows + leak_rows + clean_rows
+    write_atomic(out.results, "".join(json.dumps(r, default=str) + "\n" for r in all_rows))
     plot_histograms(scores.columns, out.report)
     if rows:
         log(_audit_table(rows))
     if leak_rows:
         log(_leak_table(leak_rows, benchmark))
+    tested = {
+        "model": str(path),
+        "benchmark": benchmark,
+        "n_tasks": len(tasks),
+        "detectors": specs,
+        "clean": clean,
+        "n_clean": len(clean_tasks) if clean_tasks is not None else 0,
+    }
+    summary = verdict(all_rows, tested)
+    write_atomic(out.root / "verdict.md", summary + "\n")
     log(f"scores: {out.scores(0, 'audit')}\nplots: {out.report}")
+    log(f"\nVerdict ({out.root / 'verdict.md'}):\n{summary}")
     return out.root
+
+
+def clean_slug(clean: str) -> str:
+    """The clean set in the audit folder's name: its file or benchmark name and a short hash of where it
+    is, so two clean sets never share a folder."""
+    from leaklab.rundir import text_sha256
+
+    where = str(Path(clean).resolve()) if Path(clean).exists() else clean
+    name = Path(clean).stem if Path(clean).exists() else clean
+    return f"{name.replace('/', '--')}-{text_sha256(where)[:8]}"
+
+
+def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
+    """One paragraph: what was tested, the evidence, and what the audit does not show.
+
+    Evidence is only what has a stated error rate: dataset inference against the clean set (with its
+    false-positive rate measured on halvings of the clean set), the calibrated SrDetection rule's exact
+    p-values, and the blind baseline's shift test. A significant difference beside AUROCs below 0.5 (the
+    benchmark looks less member-like than the clean set) is called a distribution difference, not leakage.
+    A raw SrDetection rate is reported as uncalibrated: its null holds only where variants are as likely
+    as originals to a model that never saw them, which nothing here measured."""
+    value = {(r.get("column"), r["metric"]): r.get("value") for r in rows}
+    columns = list(dict.fromkeys(r.get("column") for r in rows))
+    parts = [
+        f"Tested: {tested['model']} on {tested['n_tasks']} {tested['benchmark']} tasks with "
+        f"{', '.join(tested['detectors'])}"
+        + (
+            f", against the clean set {tested['clean']} ({tested['n_clean']} tasks)."
+            if tested["clean"]
+            else "."
+        )
+    ]
+    p_value = value.get(("dataset_inference", "p_value"))
+    aurocs = {
+        c: value[(c, "auroc_vs_clean")]
+        for c in columns
+        if c not in ("blind", "dataset_inference") and value.get((c, "auroc_vs_clean")) is not None
+    }
+    if p_value is not None:
+        alpha = value.get(("dataset_inference", "null_alpha")) or 0.05
+        false_positives = value.get(("dataset_inference", "null_rejection_rate"))
+        fp = "not measured" if false_positives is None else f"{false_positives:.2f}"
+        above = sum(v > 0.5 for v in aurocs.values())
+        shown = ", ".join(f"{c} {v:.3f}" for c, v in aurocs.items())
+        parts.append(
+            f"Dataset inference (is the benchmark, as a set, scored as trained on?): p = {p_value:.3g}, with a "
+            f"false-positive rate of {fp} at α = {alpha:g} on halvings of the clean set; AUROC benchmark vs "
+            f"clean: {shown or 'none'}."
+        )
+        if false_positives is not None and false_positives > 2 * alpha:
+            parts.append(
+                "The test rejected too often on the clean set alone, so its p-value is not reliable here."
+            )
+        elif p_value < alpha and above > len(aurocs) / 2:
+            parts.append(
+                "This is evidence that the model treats the benchmark as more familiar than the clean set."
+            )
+        elif p_value < alpha:
+            parts.append(
+                "The sets differ, but the benchmark looks less member-like than the clean set (most AUROCs "
+                "below 0.5): a distribution difference between the sets, not evidence of leakage."
+            )
+        else:
+            parts.append("No evidence at this sample size that the benchmark as a set was trained on.")
+    if value.get(("blind", "distribution_shift")) == 1.0:
+        parts.append(
+            f"The blind baseline tells the two sets apart by their text alone (AUROC "
+            f"{value.get(('blind', 'auroc_vs_clean')) or float('nan'):.3f}): any difference above may be the "
+            "texts' difference rather than training."
+        )
+    for c in columns:
+        rate, decided = value.get((c, "leak_rate")), value.get((c, "n_decided"))
+        if rate is None or not decided:
+            continue
+        excess = value.get((c, "excess_pvalue"))
+        chance = "–" if excess is None else f"{excess:.3g}"
+        if c.startswith("srdetection_calibrated"):
+            parts.append(
+                f"{c} flagged {value.get((c, 'n_leaks')) or 0:.0f} of {decided:.0f} decided tasks "
+                f"({100 * rate:.1f}%; chance of this many with no leakage {chance}, exact under "
+                "exchangeability of each original with its variants)."
+            )
+        else:
+            parts.append(
+                f"{c} flagged {100 * rate:.1f}% of {decided:.0f} decided tasks against a nominal null of "
+                f"{100 * (value.get((c, 'null_rate')) or float('nan')):.1f}%: uncalibrated, since that null "
+                "holds only if the variants are as likely as the originals to a model that never saw them, "
+                "which this audit did not measure; it is not evidence on its own."
+            )
+    if not tested["clean"] and not any(c.startswith("srdetection_calibrated") for c in columns):
+        parts.append(
+            "Without a clean set (clean=) or a calibrated rule (srdetection_calibrated with "
+            "evaluate.reference_model), no test of membership was made: score distributions alone cannot "
+            "show leakage."
+        )
+    parts.append(
+        "Not shown: which tasks were trained on (per-task scores are not decisions), or whether the exposure "
+        "came from the benchmark itself or from text like it (copies, translations, paraphrases)."
+    )
+    return " ".join(parts)
 
 
 def distribution(values) -> dict[str, float]:
@@ -255,18 +370,20 @@ def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
 
 def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str, Any]]:
     """The audited benchmark (suspect) against a known-clean set: every score column's AUROC with its
-    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: above
-    AUROC 0.6 the two sets differ in their text and the warning says so), and dataset inference (is the
-    suspect set, as a whole, in training? a p-value, with its false-positive rate over random halvings
-    of the clean set). Logs the table; returns the rows."""
+    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: when
+    a one-sided test says it separates the sets, they differ in their text and the warning says so), and
+    dataset inference (is the suspect set, as a whole, in training? a p-value, with its false-positive
+    rate over random halvings of the clean set). Logs the table; returns the rows."""
     from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
-    from leaklab.detectors.blind import blind_scores, shift_warning
+    from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
     from leaklab.metrics import detection_metrics
 
     n_s, n_c = len(texts[0]), len(texts[1])
     labels = np.r_[np.ones(n_s, int), np.zeros(n_c, int)]
     columns = {c: np.r_[suspect[c], clean[c]] for c in suspect}
-    columns["blind"] = blind_scores([*texts[0], *texts[1]], labels, folds=cfg.cv_folds, seed=cfg.seed)
+    blind_texts = [*texts[0], *texts[1]]
+    columns["blind"] = blind_scores(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed)
+    shift_p = shift_pvalue(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed, scores=columns["blind"])
     keep = (
         "n",
         "auroc",
@@ -289,7 +406,8 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
             if k in m
         }
         if column == "blind":
-            metrics["distribution_shift"] = float(bool(shift_warning(m["auroc"], "")))
+            metrics["shift_p_value_vs_clean"] = shift_p
+            metrics["distribution_shift"] = float(bool(shift_warning(shift_p, m["auroc"], "")))
         rows += [
             {
                 **head,
@@ -334,7 +452,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
         )
     else:
         lines.append("dataset inference: not run (needs score detectors and at least 4 tasks per set)")
-    warning = shift_warning(auroc["blind"][0], f"{head['benchmark']} from the clean set")
+    warning = shift_warning(shift_p, auroc["blind"][0], f"{head['benchmark']} from the clean set")
     if warning:
         lines.append(warning)
     log("\n".join(lines))

@@ -60,7 +60,7 @@ and a claim whose worker died (no heartbeat for 10 minutes) is taken over.
 Score a model leaklab did not train on a whole benchmark (no ground truth: per-sample scores, their
 distribution, and SrDetection's leakage rate with a bootstrap interval).
 
-  model=M        a hub name, a local directory or builtin:tiny (recipe key model.name_or_path)
+  model=M        required: a hub name, a local directory or builtin:tiny (model.name_or_path)
   benchmark=B    humaneval | humaneval_plus | mbpp_plus | apps | bigcodebench (data.benchmark);
                  data.path=FILE takes a local copy
   detectors=[..] detector specs (evaluate.detectors); default: those of tiny_cpt. Detectors that need a
@@ -118,10 +118,17 @@ def _build_tiny(args: list[str]) -> int:
 
 def _audit(args: list[str]) -> int:
     from leaklab.audit import audit_model, audit_overrides, clean_set_of
+    from leaklab.errors import InputError
     from leaklab.recipe import load_recipe
     from leaklab.train import preflight
 
     args, clean = clean_set_of(args)
+    if not any(a.partition("=")[0] in ("model", "model.name_or_path") for a in args):
+        # Without it the tiny recipe's builtin model would be audited, for minutes, and nobody asked.
+        raise InputError(
+            "audit: model= is required (a hub name, a local directory, or builtin:tiny); "
+            "see `leaklab audit --help`"
+        )
     # The tiny recipe supplies the evaluation defaults; the audit names its own model and benchmark.
     recipe = load_recipe("tiny_cpt", ["name=audit", *audit_overrides(args)])
     preflight(recipe)

@@ -239,6 +239,8 @@ CASES = [
     Case("override-without-equals", train("epochs"), 2, ["'epochs'", "key=value"]),
     Case("recipe-not-yaml", _yaml_recipe, 2, ["broken.yaml", "not valid YAML"]),
     Case("report-not-a-run-dir", lambda tmp, run, mp: ["report", str(tmp)], 2, ["not a leaklab run directory"]),
+    Case("audit-without-model", lambda tmp, run, mp: ["audit", "benchmark=humaneval", f"output_dir={tmp / 'runs'}"],
+         2, ["model= is required", "builtin:tiny"]),
     Case("audit-unknown-detector", lambda tmp, run, mp: ["audit", "model=builtin:tiny", "detectors=[pll]",
          f"output_dir={tmp / 'runs'}"], 2, ["pll", "ppl"]),
     Case("data-name-without-data-path", train("data.name=my-bench"), 2, ["data.name", "data.path"]),

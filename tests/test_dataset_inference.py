@@ -144,9 +144,10 @@ def test_report_shows_intervals_p_values_and_the_shift_warning(tmp_path):
                     {**head, "detector": column, "column": column, "metric": f"{metric}_ci_low", "value": value - 0.125},
                     {**head, "detector": column, "column": column, "metric": f"{metric}_ci_high", "value": value + 0.125},
                 ]  # fmt: skip
-        rows.append(
-            {**head, "detector": "blind", "column": "blind", "metric": "distribution_shift", "value": 1.0}
-        )
+        rows += [
+            {**head, "detector": "blind", "column": "blind", "metric": "distribution_shift", "value": 1.0},
+            {**head, "detector": "blind", "column": "blind", "metric": "shift_p_value", "value": 0.003},
+        ]
         di = {"p_value": 0.0123 if step else 0.4, "t": 2.5, "n_suspect_test": 25.0, "n_clean_test": 57.0,
               "null_rejection_rate": 0.04, "null_halvings": 100.0, "null_alpha": 0.05}  # fmt: skip
         rows += [
@@ -158,7 +159,7 @@ def test_report_shows_intervals_p_values_and_the_shift_warning(tmp_path):
     markdown = (tmp_path / "report" / "report.md").read_text()
     page = index.read_text()
     for text in (markdown, page):
-        assert "distribution shift" in text and "AUROC 0.710" in text
+        assert "distribution shift" in text and "AUROC 0.710, permutation p = 0.003" in text
         assert "0.0123" in text and "0.04 at α = 0.05 over 100 halvings" in text
     assert "0.810 [0.69, 0.94]" in markdown  # the auroc table's intervals
     assert "Last checkpoint (step 8, epoch 1) with bootstrap 95% intervals" in page
@@ -214,6 +215,25 @@ def test_audit_against_a_clean_set(leaklab_cache, tmp_path, capsys):
         got[("dataset_inference", "n_suspect_test")] == 6 and got[("dataset_inference", "null_halvings")] > 0
     )
     assert (audit_dir / "scores" / "step-0" / "audit_clean.jsonl").exists()
+    verdict = (audit_dir / "verdict.md").read_text()
+    assert verdict.startswith("Tested: ") and "12 humaneval tasks" in verdict and "Not shown:" in verdict
+    assert "Dataset inference" in verdict and "Verdict (" in out
+
+    # Another clean set gets its own folder, with its own rows only; the same audit again replaces its
+    # rows rather than adding to them.
+    other = _humaneval_file(tmp_path / "other.jsonl", 130, 12)
+    assert main([*common, f"clean={other}"]) == 0
+    assert main([*common, f"clean={other}"]) == 0
+    folders = sorted((tmp_path / "runs").iterdir())
+    assert len(folders) == 2 and any("-vs-other-" in f.name for f in folders), folders
+    for folder, expected in (
+        (audit_dir, str(clean)),
+        (next(f for f in folders if f != audit_dir), str(other)),
+    ):
+        rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines()]
+        assert {r.get("clean_set") for r in rows} == {None, expected}
+        keys = [(r["column"], r["metric"], r.get("clean_set")) for r in rows]
+        assert len(keys) == len(set(keys))
 
     # The benchmark itself as its "clean" set: a clear error before any model loads.
     overlapping = _humaneval_file(tmp_path / "same.jsonl", 0, 12)

@@ -370,6 +370,7 @@ def test_recent_detectors_in_a_run_and_an_audit(leaklab_cache, tmp_path):
             "-m",
             "leaklab.cli",
             "audit",
+            "model=builtin:tiny",
             "benchmark=humaneval",
             RECENT.split(".", 1)[1],
             "data.max_samples=6",

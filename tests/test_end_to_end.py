@@ -166,6 +166,7 @@ def test_audit_scores_a_whole_benchmark_without_training(leaklab_cache, tmp_path
             "-m",
             "leaklab.cli",
             "audit",
+            "model=builtin:tiny",
             "benchmark=humaneval",
             "detectors=[ppl,zlib]",
             "data.max_samples=20",
@@ -186,6 +187,9 @@ def test_audit_scores_a_whole_benchmark_without_training(leaklab_cache, tmp_path
     assert rows[("ppl", "n")] == 20
     assert rows[("ppl", "mean")] == pytest.approx(sum(s["ppl"] for s in scores) / 20)
     assert (run.report / "audit_ppl.png").exists()
+    # Neither a clean set nor a calibrated rule: the verdict says no test of membership was made.
+    assert "no test of membership was made" in out.stdout
+    assert (run.root / "verdict.md").read_text().startswith("Tested: ")
 
 
 def test_two_cpu_processes_under_accelerate_write_results_once(leaklab_cache, tmp_path):

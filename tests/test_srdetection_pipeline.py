@@ -465,6 +465,7 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
             "-m",
             "leaklab.cli",
             "audit",
+            "model=builtin:tiny",
             "benchmark=humaneval",
             "detectors=[srdetection_gray]",
             "data.max_samples=16",

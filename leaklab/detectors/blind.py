@@ -16,6 +16,14 @@ Scores are out-of-fold: stratified k-fold with the same folds the detection metr
 cross-validated thresholds (`leaklab.metrics.cv_decisions`: k = min(cv_folds, smaller class), shuffled
 with the seed), fitted on k-1 folds and applied to the held-out one, so no sample is scored by a
 classifier that saw its label. Higher = more member-like, like every detector.
+
+Whether a split is shifted is decided by a test, not by a point estimate: a one-sided permutation test of
+the blind AUROC (`shift_pvalue`) at level SHIFT_ALPHA, each permutation refitting the classifier. An AUROC
+cut-off (the old rule, AUROC > 0.6) fired on a fifth of random 20/20 halvings of HumanEval. A rank test
+on the pooled out-of-fold scores (Mann-Whitney) is not valid either: near-duplicate texts in different
+folds (HumanEval's encode/decode pairs share their code) make the folds' scores depend on each other's
+labels, and it fired on as many. The permutation test is exact under a random split; its false-alarm
+rate on random splits is measured in tests/test_blind_baseline.py.
 """
 
 from __future__ import annotations
@@ -27,7 +35,10 @@ import zlib
 import numpy as np
 
 NAME = "blind"
-SHIFT_AUROC = 0.6  # above this the split is flagged as distribution-shifted
+SHIFT_ALPHA = 0.05  # level of the shift test: its false-alarm rate on a split with no shift
+# The permutation test's budget: 49 refits give p down to 0.02; stopping at the 3rd permuted AUROC at or
+# above the observed one keeps p >= 3/49 > SHIFT_ALPHA, so stopping early never changes the decision.
+SHIFT_PERMUTATIONS, SHIFT_STOP = 49, 3
 HASH_FEATURES = 2**12
 
 _DATE = re.compile(
@@ -79,24 +90,22 @@ def _ngram_matrix(texts: list[str]):
     return hstack([words.transform(texts), chars.transform(texts)]).tocsr()
 
 
-def blind_scores(texts: list[str], labels, *, folds: int = 5, seed: int = 0) -> np.ndarray:
-    """Out-of-fold member probability of every text from a text-only classifier (see the module doc).
+def blind_features(texts: list[str]):
+    """(dense features, sparse n-gram counts) of the texts: computed once, refitted on many labellings."""
+    dense = np.array([text_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1)
+    return dense, _ngram_matrix(texts)
 
-    All NaN when a class has fewer than 2 samples (no fold could hold both classes out).
-    """
+
+def _out_of_fold(features, y: np.ndarray, folds: int, seed: int) -> np.ndarray:
     from scipy.sparse import csr_matrix, hstack
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
 
-    y = np.asarray(labels).astype(int).reshape(-1)
-    if len(y) != len(texts):
-        raise ValueError(f"{len(texts)} texts but {len(y)} labels")
+    dense, grams = features
     scores = np.full(len(y), np.nan)
     k = min(folds, int(y.sum()), int((1 - y).sum()))
     if k < 2:
         return scores
-    dense = np.array([text_features(t) for t in texts], dtype=np.float64)
-    grams = _ngram_matrix(texts)
     splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     for fit, held_out in splitter.split(dense, y):
         # Standardise the dense features on the fitted folds only: the held-out fold's statistics are
@@ -114,12 +123,65 @@ def blind_scores(texts: list[str], labels, *, folds: int = 5, seed: int = 0) -> 
     return scores
 
 
-def shift_warning(auroc: float, where: str) -> str:
-    """The warning line when the blind baseline's AUROC exceeds SHIFT_AUROC, else ''."""
-    if not (isinstance(auroc, float) and auroc > SHIFT_AUROC):
+def _labels(texts: list[str], labels) -> np.ndarray:
+    y = np.asarray(labels).astype(int).reshape(-1)
+    if len(y) != len(texts):
+        raise ValueError(f"{len(texts)} texts but {len(y)} labels")
+    return y
+
+
+def blind_scores(texts: list[str], labels, *, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Out-of-fold member probability of every text from a text-only classifier (see the module doc).
+
+    All NaN when a class has fewer than 2 samples (no fold could hold both classes out).
+    """
+    y = _labels(texts, labels)
+    return _out_of_fold(blind_features(texts), y, folds, seed)
+
+
+def shift_pvalue(
+    texts: list[str],
+    labels,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    scores=None,
+    max_permutations: int = SHIFT_PERMUTATIONS,
+) -> float:
+    """One-sided permutation p-value of the blind baseline's AUROC: is it higher than on the same texts
+    with the labels shuffled? Every permutation refits the whole out-of-fold classifier, so the test is
+    exact under a random split (the labels are then exchangeable), whatever the folds share.
+
+    Sequential (Besag & Clifford 1991): it stops at the `SHIFT_STOP`-th permuted AUROC at or above the
+    observed one, with p = SHIFT_STOP / permutations drawn, which then cannot fall below SHIFT_ALPHA; else
+    p = (1 + exceedances) / (1 + max_permutations). A split with no shift costs a handful of refits, a
+    shifted one `max_permutations`. `scores`: the observed out-of-fold scores when already computed.
+    NaN when a class has fewer than 2 samples."""
+    from leaklab.metrics import auroc
+
+    y = _labels(texts, labels)
+    features = blind_features(texts)
+    observed = _out_of_fold(features, y, folds, seed) if scores is None else np.asarray(scores, float)
+    if np.isnan(observed).all():
+        return float("nan")
+    statistic = auroc(observed, y)
+    rng = np.random.default_rng(seed)
+    exceed = 0
+    for drawn in range(1, max_permutations + 1):
+        shuffled = rng.permutation(y)
+        if auroc(_out_of_fold(features, shuffled, folds, seed), shuffled) >= statistic:
+            exceed += 1
+            if exceed == SHIFT_STOP:
+                return SHIFT_STOP / drawn
+    return (1 + exceed) / (1 + max_permutations)
+
+
+def shift_warning(p_value: float, auroc: float, where: str) -> str:
+    """The warning line when the shift test rejects at SHIFT_ALPHA (p < alpha), else ''."""
+    if not (isinstance(p_value, float) and p_value < SHIFT_ALPHA):
         return ""
     return (
         f"WARNING: the blind baseline (a text-only classifier that never sees the model) separates {where} "
-        f"at AUROC {auroc:.3f} > {SHIFT_AUROC}: the two sets differ in their text (distribution shift), so "
-        "detector scores measure that shift as well as training exposure"
+        f"at AUROC {auroc:.3f} (permutation p = {p_value:.2g} < {SHIFT_ALPHA}): the two sets differ in their "
+        "text (distribution shift), so detector scores measure that shift as well as training exposure"
     )

@@ -9,7 +9,7 @@ AUROC of the margin (`metrics.rule_metrics`). Every row carries 95% bootstrap in
 Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
   - `blind`: the blind baseline (`detectors/blind.py`), a text-only classifier scored out-of-fold with
     the CV thresholds' folds; its AUROC should be about 0.5 on a random split. Above 0.6 the split is
-    shifted: a `distribution_shift` row of 1 and a logged warning say so.
+    shifted (a one-sided test at SHIFT_ALPHA): a `distribution_shift` row of 1 and a logged warning say so.
   - `dataset_inference`: is the member set, as a whole, in training? (`leaklab/dataset_inference.py`): a
     p-value from every score column, and its measured false-positive rate over random halvings of the
     non-members (`null_rejection_rate`).
@@ -68,6 +68,7 @@ class Detection:
     def __init__(self) -> None:
         self.variant_sets: list[Any] | None = None
         self.blind_scores = None
+        self.shift_p_value = float("nan")
         self.warned = False
 
     def specs(self, recipe) -> list[str]:
@@ -162,17 +163,20 @@ class Detection:
         """The blind baseline's out-of-fold scores: the same at every checkpoint (it never sees the
         model), so computed once."""
         if self.blind_scores is None:
-            from leaklab.detectors.blind import blind_scores
+            from leaklab.detectors.blind import blind_scores, shift_pvalue
 
             cfg = ctx.recipe.evaluate
-            self.blind_scores = blind_scores(
-                ctx.eval_set.texts, ctx.eval_set.labels, folds=cfg.cv_folds, seed=cfg.seed
+            texts, labels = ctx.eval_set.texts, ctx.eval_set.labels
+            self.blind_scores = blind_scores(texts, labels, folds=cfg.cv_folds, seed=cfg.seed)
+            self.shift_p_value = shift_pvalue(
+                texts, labels, folds=cfg.cv_folds, seed=cfg.seed, scores=self.blind_scores
             )
         return self.blind_scores
 
     def _blind_rows(self, ctx: EvalContext, blind) -> list[dict[str, Any]]:
-        """The blind baseline's metric rows beside the detectors', and a `distribution_shift` row (1 when
-        its AUROC exceeds SHIFT_AUROC; the warning is also logged, once per run)."""
+        """The blind baseline's metric rows beside the detectors', its shift test's `shift_p_value` and a
+        `distribution_shift` row (1 when the test rejects at SHIFT_ALPHA; the warning is also logged, once
+        per run)."""
         from leaklab.detectors.blind import shift_warning
         from leaklab.metrics import detection_metrics
 
@@ -181,7 +185,8 @@ class Detection:
         metrics = detection_metrics(
             blind, labels, cv_folds=cfg.cv_folds, seed=cfg.seed, n_bootstrap=cfg.n_bootstrap
         )
-        warning = shift_warning(metrics["auroc"], "members from non-members")
+        metrics["shift_p_value"] = self.shift_p_value
+        warning = shift_warning(metrics["shift_p_value"], metrics["auroc"], "members from non-members")
         metrics["distribution_shift"] = float(bool(warning))
         if warning and not self.warned:
             ctx.log(f"[leaklab] {warning}")

@@ -57,23 +57,27 @@ BLIND, DATASET_INFERENCE = "blind", "dataset_inference"
 
 
 def shift_warnings(rows: list[dict]) -> list[str]:
-    """One line per checkpoint range where the blind baseline flagged a distribution shift (its AUROC
-    above 0.6): a text-only classifier separated members from non-members, so every detector's numbers
-    may measure the split rather than training."""
-    flagged = sorted(
-        int(r["step"])
+    """One line when the blind baseline's shift test rejected (a `distribution_shift` row of 1): a
+    text-only classifier separated members from non-members, so every detector's numbers may measure the
+    split rather than training."""
+    blind = {
+        (int(r["step"]), r.get("metric")): r.get("value")
         for r in rows
-        if column_of(r) == BLIND and r.get("metric") == "distribution_shift" and r.get("value") == 1.0
+        if column_of(r) == BLIND and r.get("metric") in ("distribution_shift", "auroc", "shift_p_value")
+    }
+    flagged = sorted(
+        step for (step, metric), v in blind.items() if metric == "distribution_shift" and v == 1.0
     )
     if not flagged:
         return []
-    auroc = max(
-        (r["value"] for r in rows if column_of(r) == BLIND and r.get("metric") == "auroc" and r.get("value")),
-        default=float("nan"),
-    )
+    # The blind baseline never sees the model, so its numbers are the same at every checkpoint.
+    auroc, p_value = blind.get((flagged[0], "auroc")), blind.get((flagged[0], "shift_p_value"))
+    shown = f"AUROC {auroc:.3f}" if auroc is not None else "AUROC –"
+    if p_value is not None:
+        shown += f", permutation p = {p_value:.2g}"
     return [
         f"WARNING: distribution shift. The blind baseline (a text-only classifier that never sees the model) "
-        f"separates members from non-members at AUROC {auroc:.3f} (> 0.6): the two sets differ in their text, "
+        f"separates members from non-members ({shown}): the two sets differ in their text, "
         "so the detectors' scores measure that difference as well as training exposure."
     ]
 
