@@ -11,6 +11,7 @@ Every n comes from one computation of the variants (the evaluator writes a colum
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
 from pathlib import Path
@@ -62,6 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         runs = {name: load_detection(d) for name, d in zip(names, args.run_dirs)}
     except FileNotFoundError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    known = sorted(
+        {
+            m
+            for table in runs.values()
+            for (_, column), metrics in table.items()
+            if column.partition("@n=")[0] in TABLES
+            for m in metrics
+        }
+    )
+    if known and args.metric not in known:
+        close = difflib.get_close_matches(args.metric, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        print(f"error: --metric {args.metric!r} is not a metric of these runs' SrDetection rows; {hint}"
+              f"known: {', '.join(known)}", file=sys.stderr)  # fmt: skip
         return 2
     printed = False
     for detector, title in TABLES.items():

@@ -27,6 +27,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME]                      every recipe key: type, value, meaning
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
+  --version                               print leaklab's version
   counterfactual --target M1 --reference M2 --corpus PATH [--out DIR]
                                           two models' function completions vs a corpus: the
                                           similarity suite, Tables 1 and 2 (counterfactual memorization)
@@ -86,6 +87,12 @@ among checkpoints whose validation loss is within T (relative, default 0.05) of 
 within T of the highest when no loss was logged), the one with the lowest MRI on the chosen side
 (default non_members, the held-out split). Prints the table (Pareto front marked, Early / Best-Val /
 Late) and writes RUN_DIR/selection.json with the recommendation and why.
+""",
+    "build-tiny": """usage: leaklab build-tiny [key=value ...]
+
+Build the builtin tiny model (a small Llama trained on Python's standard library) or find it in the
+cache (~/.cache/leaklab or $LEAKLAB_CACHE), and print its directory. Keys are those of model.tiny.*
+(`leaklab keys`), e.g. `leaklab build-tiny hidden_size=256 num_layers=4`.
 """,
     "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...]
 
@@ -209,6 +216,11 @@ def dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if argv else 2
+    if argv[0] in ("--version", "version"):
+        from importlib.metadata import version
+
+        print(f"leaklab {version('leaklab')}")
+        return 0
     command, args = argv[0], argv[1:]
     if command in HELP and any(a in ("-h", "--help") for a in args):
         print(HELP[command], end="")

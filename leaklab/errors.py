@@ -70,6 +70,11 @@ def guarded(fn: Callable[[], int], debug: bool = False) -> int:
             traceback.print_exc()
         _say(err.lines())
         return err.exit_code
+    except BrokenPipeError:
+        # The reader went away (`leaklab recipes | head -1`): it read what it asked for. Point stdout at
+        # /dev/null so the interpreter's last flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except OSError as err:
         # The machine, not the input: a full disk, a path that cannot be written or read.
         if debug:

@@ -241,6 +241,12 @@ CASES = [
     Case("report-not-a-run-dir", lambda tmp, run, mp: ["report", str(tmp)], 2, ["not a leaklab run directory"]),
     Case("audit-without-model", lambda tmp, run, mp: ["audit", "benchmark=humaneval", f"output_dir={tmp / 'runs'}"],
          2, ["model= is required", "builtin:tiny"]),
+    Case("compare-out-is-a-file", lambda tmp, run, mp: (tmp / "a_file").write_text("") and None
+         or ["compare", str(run), "--out", str(tmp / "a_file")], 2, ["--out", "a_file", "is a file"]),
+    Case("compare-step-no-run-has", lambda tmp, run, mp: ["compare", str(run), "--step", "999"], 2,
+         ["step 999", "steps with results: 1, 2"]),
+    Case("build-tiny-help", lambda tmp, run, mp: ["build-tiny", "--help"], 0, ["usage: leaklab build-tiny"]),
+    Case("version", lambda tmp, run, mp: ["--version"], 0, ["leaklab 0."]),
     Case("audit-unknown-detector", lambda tmp, run, mp: ["audit", "model=builtin:tiny", "detectors=[pll]",
          f"output_dir={tmp / 'runs'}"], 2, ["pll", "ppl"]),
     Case("data-name-without-data-path", train("data.name=my-bench"), 2, ["data.name", "data.path"]),

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,31 @@ def test_train_script_runs_as_a_file_under_its_own_path():
         check=True,
     )
     assert "name: tiny_cpt" in out.stdout
+
+
+def test_a_closed_pipe_ends_quietly():
+    # `leaklab keys | head -1`: the reader leaves after one line; no traceback, no error, exit 0.
+    out = subprocess.run(
+        f"{sys.executable} -m leaklab.cli keys | head -1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout.count("\n") == 1
+    assert out.stderr == "", out.stderr
+
+
+def test_srdetection_tables_rejects_an_unknown_metric(tmp_path, capsys):
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    import srdetection_tables
+
+    head = {"step": 1, "epoch": 1.0, "evaluation": "detection", "detector": "srdetection_gray"}
+    rows = [{**head, "params": {"n": 3}, "column": "srdetection_gray@n=3", "metric": m, "value": 0.5}
+            for m in ("f1", "accuracy")]  # fmt: skip
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert srdetection_tables.main([str(tmp_path), "--metric", "f1"]) == 0
+    assert srdetection_tables.main([str(tmp_path), "--metric", "acuracy"]) == 2
+    assert "did you mean 'accuracy'" in capsys.readouterr().err

@@ -297,6 +297,19 @@ def main(argv: list[str]) -> int:
     if missing:
         print(f"leaklab: not a directory: {missing[0]}", file=sys.stderr)
         return 2
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        print(
+            f"leaklab: compare: --out {args.out} is a file; name a directory (created if missing)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.step != "last":
+        steps = sorted({s for d in args.run_dirs for s in load_run(d).steps()})
+        if int(args.step) not in steps:
+            have = ", ".join(map(str, steps)) or "none"
+            print(f"leaklab: compare: no run has results at step {args.step} (steps with results: {have}); "
+                  "use one of them or --step last", file=sys.stderr)  # fmt: skip
+            return 2
     text, index = compare_runs(args.run_dirs, args.step, args.out)
     print(text)
     print(f"compare: {index}")
