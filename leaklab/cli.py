@@ -25,7 +25,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
                                           a grid of runs, here one after another or as a Slurm array
   select RUN_DIR [--side S] [--tolerance T] recommend a checkpoint by the accuracy–MRI trade-off
   recipes                                 list the recipes with a one-line description
-  keys [recipe=NAME]                      every recipe key: type, value, meaning
+  keys [recipe=NAME] [PATTERN]            every recipe key (or those matching): type, value, meaning
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
   --version                               print leaklab's version
   counterfactual --target M1 --reference M2 --corpus PATH [--out DIR]
@@ -94,23 +94,38 @@ Build the builtin tiny model (a small Llama trained on Python's standard library
 cache (~/.cache/leaklab or $LEAKLAB_CACHE), and print its directory. Keys are those of model.tiny.*
 (`leaklab keys`), e.g. `leaklab build-tiny hidden_size=256 num_layers=4`.
 """,
-    "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...]
+    "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...] [PATTERN ...]
 
 List every recipe key with its type, its value (the recipe's, or the schema default without one) and
-what it means. Any key can be set on the command line of train and audit as key.sub=value.
+what it means; a value too long for its column is shown whole below its key. PATTERN keeps the keys that
+contain it (or match it, with * ? []): `leaklab keys recipe=apps_cpt srdetection`, `leaklab keys
+'evaluate.*seed'`. Any key can be set on the command line of train and audit as key.sub=value.
 """,
 }
 
 
 def _keys(args: list[str]) -> int:
-    from leaklab.keys import describe_keys, format_keys
+    import difflib
+
+    from leaklab.errors import InputError
+    from leaklab.keys import describe_keys, filter_keys, format_keys
     from leaklab.recipe import Recipe, load_recipe
     from leaklab.train import parse_command_line
 
+    patterns = [a for a in args if "=" not in a and not a.startswith("-")]
+    args = [a for a in args if a not in patterns]
     named = any(a.partition("=")[0] in ("recipe", "--recipe") for a in args)
     recipe_name, overrides, _ = parse_command_line(args)
     recipe = load_recipe(recipe_name, overrides) if named or overrides else Recipe()
-    print(format_keys(describe_keys(recipe)))
+    rows = describe_keys(recipe)
+    if patterns:
+        chosen = filter_keys(rows, patterns)
+        if not chosen:
+            close = difflib.get_close_matches(patterns[0], [r[0] for r in rows], n=1, cutoff=0.4)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputError(f"keys: no recipe key matches {' '.join(patterns)!r}{hint}")
+        rows = chosen
+    print(format_keys(rows))
     return 0
 
 

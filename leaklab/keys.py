@@ -96,10 +96,26 @@ def _show(value: Any) -> str:
 
 
 def format_keys(rows: list[tuple[str, str, str, str]]) -> str:
+    """A table of key, type, value, meaning; a value too long for its column is shown whole on the line
+    below its key, so nothing is cut."""
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     widths[2] = min(widths[2], 24)
     lines = []
     for key, tp, value, meaning in rows:
-        shown = value if len(value) <= 24 else value[:21] + "..."
+        shown = value if len(value) <= 24 else "(below)"
         lines.append(f"{key:<{widths[0]}}  {tp:<{widths[1]}}  {shown:<{widths[2]}}  {meaning}")
+        if len(value) > 24:
+            lines.append(f"    = {value}")
     return "\n".join(lines)
+
+
+def filter_keys(
+    rows: list[tuple[str, str, str, str]], patterns: list[str]
+) -> list[tuple[str, str, str, str]]:
+    """The rows whose key contains any of the patterns (shell wildcards allowed: `evaluate.*seed`)."""
+    import fnmatch
+
+    def matches(key: str, pattern: str) -> bool:
+        return fnmatch.fnmatchcase(key, pattern) if any(c in pattern for c in "*?[") else pattern in key
+
+    return [r for r in rows if any(matches(r[0], p) for p in patterns)]

@@ -83,3 +83,16 @@ def test_srdetection_tables_rejects_an_unknown_metric(tmp_path, capsys):
     assert srdetection_tables.main([str(tmp_path), "--metric", "f1"]) == 0
     assert srdetection_tables.main([str(tmp_path), "--metric", "acuracy"]) == 2
     assert "did you mean 'accuracy'" in capsys.readouterr().err
+
+
+def test_keys_filter_and_full_values(capsys):
+    assert cli_main(["keys", "recipe=apps_cpt", "evaluate.detectors"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("evaluate.detectors") and "(below)" in out[0]
+    # The whole list, not cut at the column's width.
+    assert out[1].strip().startswith("= [ppl,") and out[1].rstrip().endswith("srdetection_black]")
+    assert cli_main(["keys", "evaluate.*.seed"]) == 0
+    keys = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert "evaluate.srdetection.seed" in keys and "evaluate.seed" not in keys and "seed" not in keys
+    assert cli_main(["keys", "detectr"]) == 2
+    assert "did you mean 'evaluate.detectors'" in capsys.readouterr().err
