@@ -17,7 +17,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   evaluate RUN_DIR                        evaluate checkpoints of a run that have no results yet
   audit model=M benchmark=B detectors=[..] score any model on a whole benchmark, no training
                                           (no ground truth: scores and their distributions)
-  report RUN_DIR                          write RUN_DIR/report/ (index.html, markdown, CSV, figures) and
+  report RUN_DIR [--out DIR]              write RUN_DIR/report/ or DIR (index.html, markdown, CSV, figures) and
                                           print the table
   compare RUN_DIR... [--step N] [--out D] several runs side by side: tables, overlaid curves, F1 vs ratio
                                           (a sweep directory: mean and 95% interval over seeds)
@@ -74,9 +74,9 @@ distribution, and SrDetection's leakage rate with a bootstrap interval).
 example:
   leaklab audit model=builtin:tiny benchmark=humaneval detectors=[ppl,mink]
 """,
-    "report": """usage: leaklab report RUN_DIR
+    "report": """usage: leaklab report RUN_DIR [--out DIR]
 
-Write RUN_DIR/report/ from the run's files and print the AUROC and F1 tables: index.html (interactive,
+Write RUN_DIR/report/ (or DIR) from the run's files and print the AUROC and F1 tables: index.html (interactive,
 opens offline from disk, with vega-bundle.js beside it), report.md, results.csv, PNG + PDF figures.
 Nothing else in RUN_DIR changes; a run with missing or half-written files gets a page that says so.
 """,
@@ -190,6 +190,15 @@ def _run_dir(command: str, args: list[str]) -> int:
 
     from leaklab.errors import InputError
 
+    out_dir = None
+    if command == "report" and "--out" in args:
+        at = args.index("--out")
+        if at + 1 >= len(args) or args[at + 1].startswith("-"):
+            raise InputError("report: --out takes a directory (see `leaklab report --help`)")
+        out_dir = args[at + 1]
+        args = args[:at] + args[at + 2 :]
+        if Path(out_dir).exists() and not Path(out_dir).is_dir():
+            raise InputError(f"report: --out {out_dir} is a file; name a directory (created if missing)")
     if len(args) != 1 or args[0].startswith("-"):
         raise InputError(
             f"{command}: expected one argument, the run directory (see `leaklab {command} --help`)"
@@ -207,7 +216,7 @@ def _run_dir(command: str, args: list[str]) -> int:
 
     # Evaluate workers sharing a run end at about the same time: one writes report/ at a time.
     with locked(claims_dir(run_dir) / ".report.lock"):
-        print_summary(RunDir(run_dir))
+        print_summary(RunDir(run_dir), out_dir=out_dir)
     return 0
 
 

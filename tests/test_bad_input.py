@@ -245,6 +245,10 @@ CASES = [
          or ["compare", str(run), "--out", str(tmp / "a_file")], 2, ["--out", "a_file", "is a file"]),
     Case("compare-step-no-run-has", lambda tmp, run, mp: ["compare", str(run), "--step", "999"], 2,
          ["step 999", "steps with results: 1, 2"]),
+    Case("report-out-elsewhere", lambda tmp, run, mp: ["report", str(run), "--out", str(tmp / "shared" / "r1")], 0,
+         ["shared/r1/index.html"], extra=lambda tmp, run, err: (tmp / "shared" / "r1" / "report.md").is_file() or 1 / 0),
+    Case("report-out-is-a-file", lambda tmp, run, mp: (tmp / "a_file").write_text("") and None
+         or ["report", str(run), "--out", str(tmp / "a_file")], 2, ["--out", "a_file", "is a file"]),
     Case("build-tiny-help", lambda tmp, run, mp: ["build-tiny", "--help"], 0, ["usage: leaklab build-tiny"]),
     Case("version", lambda tmp, run, mp: ["--version"], 0, ["leaklab 0."]),
     Case("audit-unknown-detector", lambda tmp, run, mp: ["audit", "model=builtin:tiny", "detectors=[pll]",

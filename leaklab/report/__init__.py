@@ -61,15 +61,15 @@ def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Pa
     return "\n".join(parts)
 
 
-def build_report(run_dir: str | Path) -> Path:
-    """Write every file of report/ and return the path of index.html. Never raises on a run that is
-    empty, half-written or from an older leaklab: what is missing is said on the page."""
+def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
+    """Write every file of report/ (or of `out_dir`) and return the path of index.html. Never raises on a
+    run that is empty, half-written or from an older leaklab: what is missing is said on the page."""
     from leaklab.report.html import write_page
     from leaklab.report.rundata import load_run
     from leaklab.report.sections import build_sections
 
     data = load_run(run_dir)
-    out = data.run.report
+    out = Path(out_dir) if out_dir else data.run.report
     rows = data.rows
     figures: list[Path] = []
     n_pos, n_neg = data.sample_counts()
@@ -85,11 +85,12 @@ def build_report(run_dir: str | Path) -> Path:
     return write_page(out, f"leaklab report: {data.name}", build_sections(data), footer=f"Files: {links}")
 
 
-def print_summary(run: RunDir, report: Path | None = None) -> None:
+def print_summary(run: RunDir, report: Path | None = None, out_dir: str | Path | None = None) -> None:
     """What a run ends with: the run directory, then AUROC and macro-F1 per checkpoint and detector.
-    `report`: the index.html already built from the run's current rows (W&B's artifact), else built here."""
+    `report`: the index.html already built from the run's current rows (W&B's artifact), else built here
+    (in `out_dir`, default the run's report/)."""
     rows = detection_rows(run.results_rows())
-    report = report or build_report(run.root)
+    report = report or build_report(run.root, out_dir)
     print(f"\nrun directory: {run.root}")
     print(
         "\nAUROC, members vs non-members (0.5 = chance), per checkpoint (rows) and detector (columns), "
@@ -98,4 +99,4 @@ def print_summary(run: RunDir, report: Path | None = None) -> None:
     print(metric_table(rows, "auroc"))
     print("macro-F1 at a cross-validated threshold:")
     print(metric_table(rows, "f1"))
-    print(f"report: {report}\n        {run.report / 'report.md'}")
+    print(f"report: {report}\n        {report.parent / 'report.md'}")
