@@ -121,7 +121,7 @@ def run_training(recipe) -> int:
     from leaklab.recipe import config_hash, run_dir_of, to_yaml
     from leaklab.report import print_summary
     from leaklab.rundir import RunDir, check_or_write_run_files, make_manifest, write_json
-    from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows
+    from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows, plain_progress
     from leaklab.training.stages import get_stage
 
     stage = get_stage(recipe.train.stage)
@@ -194,6 +194,7 @@ def run_training(recipe) -> int:
     trainer = stage.build_trainer(
         model, tokenizer, data.dataset, recipe, run.checkpoints, callbacks, report_to
     )
+    plain_progress(trainer)  # off a terminal: progress and loss lines, not a bar and raw dicts
     # Scoring is split over the ranks by the Trainer's own Accelerator.
     if state.num_processes > 1:
         evaluator.accelerator = trainer.accelerator

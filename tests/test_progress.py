@@ -56,3 +56,40 @@ def test_a_repeated_warning_is_said_once_and_counted(caplog):
         "3 of 7164 texts were longer than the context",
     ]
     assert progress.repeats()["2 of 7164 texts were longer than the context"] == 27
+
+
+def test_training_off_a_terminal_prints_progress_and_short_loss_lines(tmp_path, monkeypatch):
+    import io
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from leaklab.training.callbacks import TrainingProgress, plain_progress
+
+    stream = io.StringIO()
+    callback = TrainingProgress(stream)
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=100, global_step=0, epoch=0.0)
+    callback.on_train_begin(None, state, None)
+    callback.progress.every_s = 0.0  # a line at once, as after 30 s
+    for step in range(1, 11):
+        state.global_step, state.epoch = step, step / 100
+        callback.on_step_end(None, state, None)
+    # What GRPO logs: dozens of keys, some of them long strings; one short line of the ones that matter.
+    logs = {"loss": 2.5, "learning_rate": 1e-4, "grad_norm": 0.8, "completions/mean_length": 31.0,
+            "reward": 0.45, "completion": "x" * 900}  # fmt: skip
+    callback.on_log(None, state, None, logs=logs)
+    callback.on_train_end(None, state, None)
+    lines = stream.getvalue().splitlines()
+    assert "[leaklab] step 10/100 (epoch 0.10): loss 2.5, lr 0.0001, grad norm 0.8, reward 0.45" in lines
+    assert any(line.startswith("[leaklab] training: 10% 10/100 step") for line in lines), lines
+    assert all(len(line) < 160 and "{" not in line for line in lines), lines
+
+    # In a run the Trainer's bar and raw dict printer give way to it, off a terminal only.
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))  # fmt: skip
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none"))
+    monkeypatch.setattr("leaklab.training.callbacks.interactive", lambda: False)
+    plain_progress(trainer)
+    kinds = {type(c) for c in trainer.callback_handler.callbacks}
+    assert TrainingProgress in kinds and ProgressCallback not in kinds and PrinterCallback not in kinds

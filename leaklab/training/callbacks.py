@@ -9,10 +9,12 @@ step so no rank races ahead into the next training step while another still eval
 from __future__ import annotations
 
 import os
+import sys
 
 from transformers import TrainerCallback
 
 from leaklab.evaluate import Evaluator
+from leaklab.progress import Progress, interactive
 from leaklab.rundir import RunDir
 
 
@@ -75,3 +77,56 @@ class TrainingRows(TrainerCallback):
             if isinstance(value, (int, float)) and key != "epoch"
         ]
         self.run.append_results(rows)
+
+
+# The Trainer's log keys worth a line, in this order, with their short names.
+LOSS_LINE = (("loss", "loss"), ("learning_rate", "lr"), ("grad_norm", "grad norm"), ("reward", "reward"))
+
+
+class TrainingProgress(TrainerCallback):
+    """Off a terminal (a batch job, a log file): leaklab's progress line every 30 s (steps done, rate,
+    time left) and one short line per logging step with the loss, in place of the Trainer's tqdm bar
+    (carriage returns in a file) and its raw log dicts (hundreds of characters a line under TRL)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream
+        self.progress: Progress | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.progress = Progress(state.max_steps, "training", unit="step", tty=False, stream=self.stream)
+            self.progress.done = float(state.global_step)  # a resumed run starts where it stopped
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.update(1)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        parts = [
+            f"{short} {logs[key]:.4g}" for key, short in LOSS_LINE if isinstance(logs.get(key), (int, float))
+        ]
+        if not parts:
+            return
+        if self.progress is not None:
+            self.progress.set_postfix(parts[0])
+        epoch = f" (epoch {state.epoch:.2f})" if state.epoch is not None else ""
+        print(f"[leaklab] step {state.global_step}/{state.max_steps}{epoch}: {', '.join(parts)}",
+              file=self.stream or sys.stderr, flush=True)  # fmt: skip
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+
+
+def plain_progress(trainer, stream=None) -> None:
+    """Off a terminal, swap the Trainer's bar and raw log printing for `TrainingProgress`."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    if interactive():
+        return
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    trainer.add_callback(TrainingProgress(stream))
