@@ -81,7 +81,6 @@ def cdd_prompts(tokenizer, texts: Sequence[str], contexts: Sequence[str]) -> lis
 @dataclass
 class Cdd:
     name: ClassVar[str] = "cdd"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({GENERATIONS})
     alpha: tuple[float, ...] = (0.05,)
     samples: int = 20  # N sampled outputs per prompt

@@ -41,7 +41,6 @@ def neighbourhood_scores(original_nll: np.ndarray, variant_nll: np.ndarray, n: i
 @dataclass
 class Neighbourhood:
     name: ClassVar[str] = "neighbourhood"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
     n: int = 10  # neighbours compared (at most evaluate.srdetection.n_variants)
 

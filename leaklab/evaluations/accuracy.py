@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, EvalContext, EvalOutput, first_per_side
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
 
 SIDES = ("members", "non_members", "all")
 
@@ -38,6 +38,9 @@ SIDES = ("members", "non_members", "all")
 @dataclass
 class AccuracyConfig:
     """`evaluate.accuracy` in a recipe."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"format": ("auto", "completion", "chat")}
 
     format: str = "auto"  # auto | completion | chat: how the model is asked (auto: chat if it has a template)
     ks: list[int] = field(default_factory=lambda: [1, 5])  # pass@k from samples, for k <= n_samples
@@ -50,6 +53,9 @@ class AccuracyConfig:
     sandbox_workers: int = 2  # processes that run the tests
     timeout_s: float = 5.0  # per program
     seed: int = 0  # random seed of the samples
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: AccuracyConfig) -> list[str]:
@@ -109,9 +115,6 @@ class Accuracy:
     def specs(self, recipe) -> list[str]:
         cfg = recipe.evaluate.accuracy
         return ["pass@1"] + [f"pass@{k}" for k in sorted(set(cfg.ks)) if k <= cfg.n_samples and k > 1]
-
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, EXECUTIONS}
 
     def prepare(self, ctx: EvalContext) -> None:
         """Nothing to build: the sandbox starts on first use."""

@@ -4,7 +4,6 @@ An evaluation (one module in this package, one line in `EVALUATIONS`) is a small
   - `name`: its `evaluation` field in result rows and the file name of its per-sample records,
   - `specs(recipe)`: what its "done" marker records; a step is evaluated again when this grows
     (e.g. a detector added to the recipe),
-  - `needs(recipe)`: the shared services it uses (SERVICES), so the driver and the docs can tell,
   - `prepare(ctx)`: once per run, before any checkpoint (build or read perturbed sets, say),
   - `evaluate(ctx, model, tokenizer, step) -> EvalOutput`: once per checkpoint, on every rank under
     several processes (the services split the work and gather it); only the main process's output is
@@ -25,14 +24,6 @@ import numpy as np
 
 from leaklab.data.tasks import Task
 from leaklab.rundir import RunDir
-
-# The shared services an evaluation can declare it needs.
-TOKEN_STATS = "token_stats"  # batched token log-probs and next-token moments (leaklab.signals.logprobs)
-GENERATIONS = "generations"  # cached greedy continuations (leaklab.signals.continuations)
-EXECUTIONS = "executions"  # sandboxed runs of programs (leaklab.execution)
-PERTURBED = "perturbed"  # perturbed task sets built once per benchmark (leaklab.perturb)
-REFERENCE_MODEL = "reference_model"  # a model that did not see the data (the base model in a run)
-SERVICES = (TOKEN_STATS, GENERATIONS, EXECUTIONS, PERTURBED, REFERENCE_MODEL)
 
 
 @dataclass

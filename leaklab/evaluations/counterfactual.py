@@ -50,7 +50,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import GENERATIONS, REFERENCE_MODEL, EvalContext, EvalOutput, float_or_none
+from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
 
 SIDES = ("members", "non_members", "all")
 JUDGES = ("structural", "rating", "equivalence")  # the similarity judges (clone_screen is HyClone's stage 1)
@@ -60,6 +60,9 @@ RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why ext
 @dataclass
 class CounterfactualConfig:
     """`evaluate.counterfactual` in a recipe (defaults: the paper's settings)."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"judge_backend": ("none", "hf", "openai")}
 
     context_tokens: int = 250  # P: tokens of preceding context in the prompt
     max_new_tokens: int = 500  # greedy continuation length
@@ -81,6 +84,9 @@ class CounterfactualConfig:
     hyclone_screen: bool = True  # execution + a judge back-end: HyClone's stage 1 LLM screen first
     hyclone_llm_inputs: int = 10  # execution + a judge back-end: inputs the LLM proposes per function
     hyclone_generated_inputs: int = 10  # execution: inputs generated from the signature per pair (0: off)
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: CounterfactualConfig) -> list[str]:
@@ -145,9 +151,6 @@ class Counterfactual:
 
         # A new grammar changes node counts (TSED, CodeBLEU syntax): the step is evaluated again.
         return [*METRICS, f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"]
-
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, REFERENCE_MODEL}
 
     def prepare(self, ctx: EvalContext) -> None:
         """The function of every task that passes the filter (the relaxation, if any, is printed)."""

@@ -38,9 +38,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.evaluations.base import (
-    GENERATIONS,
-    REFERENCE_MODEL,
-    TOKEN_STATS,
     EvalContext,
     EvalOutput,
     float_or_none,
@@ -54,6 +51,9 @@ TEXT_CHARS = 2000  # of each output kept in the records
 @dataclass
 class ExtractionConfig:
     """`evaluate.extraction` in a recipe."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     # auto: the run's training corpus (mix.corpus + member tasks); builtin; or a file / directory.
     corpus: str = "auto"
@@ -70,6 +70,9 @@ class ExtractionConfig:
     n_prompts: int = 200  # distinct function definitions drawn (cycled through for n_outputs)
     precision_k: int = 100  # precision of each ranking's top k
     seed: int = 0  # random seed of this section (sampling, drawing the prompts)
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: ExtractionConfig) -> list[str]:
@@ -129,9 +132,6 @@ class Extraction:
         cfg = recipe.evaluate.extraction
         cells = [cell(s, k) for s in cfg.strategies for k in cfg.top_k]
         return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKING_NAMES]
-
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, TOKEN_STATS, REFERENCE_MODEL}
 
     # ------------------------------------------------------------------ once per run
 

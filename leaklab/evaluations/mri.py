@@ -46,9 +46,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 from leaklab.evaluations.base import (
-    EXECUTIONS,
-    GENERATIONS,
-    PERTURBED,
     EvalContext,
     EvalOutput,
     first_per_side,
@@ -63,6 +60,13 @@ NO_LLM = "not computed: no LLM backend for paraphrase (evaluate.mri.llm_backend)
 @dataclass
 class MriConfig:
     """`evaluate.mri` in a recipe."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "format": ("auto", "completion", "chat"),
+        "llm_backend": ("none", "hf", "openai"),
+        "llm_judge": ("off", "record", "filter"),
+    }
 
     format: str = "auto"  # auto | completion | chat: how the model is asked (as evaluate.accuracy)
     max_new_tokens: int = 128  # longest reply
@@ -85,6 +89,9 @@ class MriConfig:
     # The LLM judges each rewrite (statement aligned with the new solution? as hard as the original?):
     # off | record (kept in perturbed.jsonl) | filter (also drops the rewrites it does not pass).
     llm_judge: str = "off"
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: MriConfig) -> list[str]:
@@ -166,9 +173,6 @@ class Mri:
 
     def specs(self, recipe) -> list[str]:
         return ["mri", "rad_mut"] if recipe.evaluate.mri.mutation else ["mri"]
-
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, EXECUTIONS, PERTURBED}
 
     def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
         return first_per_side(ctx.eval_set, ctx.recipe.evaluate.mri.max_tasks)

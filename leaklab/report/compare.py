@@ -18,7 +18,15 @@ import leaklab.report.charts as charts
 from leaklab.report.rundata import RunData, load_run
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import Table as ResultTable
-from leaklab.results import column_of, column_sort_key, display_name, largest_n_only, load_detection, ordered
+from leaklab.results import (
+    column_of,
+    column_sort_key,
+    display_name,
+    is_rule,
+    largest_n_only,
+    load_detection,
+    ordered,
+)
 
 RUN_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#9c755f", "#edc948"]
 COMPARED = ("auroc", "f1")
@@ -45,7 +53,7 @@ def f1_at(table: ResultTable, epoch: float, oracle: bool) -> dict[str, float]:
     """column -> F1 at `epoch` (SrDetection: the rule's F1; baselines: CV or oracle threshold)."""
     out = {}
     for (e, column), metrics in table.items():
-        key = "f1_oracle" if oracle and not column.startswith("srdetection") else "f1"
+        key = "f1_oracle" if oracle and not is_rule(column) else "f1"
         value = metrics.get(key)
         if e == epoch and isinstance(value, (int, float)) and math.isfinite(value):
             out[column] = value

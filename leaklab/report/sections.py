@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 import leaklab.report.charts as charts
+from leaklab.evaluations import EVALUATIONS
+from leaklab.plugins import ReportsSection
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
 from leaklab.report.tables import dataset_inference_cells, shift_warnings
@@ -399,11 +401,9 @@ NOT_SECTIONS = ("timing", "audit")  # rows shown elsewhere (the header) or by th
 
 
 def _plugin_section(name: str) -> SectionFn | None:
-    from leaklab.evaluations import EVALUATIONS
-
-    cls = EVALUATIONS.get(name)
-    method = getattr(cls, "report_section", None) if cls is not None else None
-    if method is None:
+    record = EVALUATIONS.get(name)
+    cls = record.load() if record is not None else None
+    if cls is None or not issubclass(cls, ReportsSection):
         return None
     return lambda rows, run: cls().report_section(rows, run)
 
