@@ -42,9 +42,11 @@ from leaklab.evaluations.base import (
     EvalOutput,
     float_or_none,
 )
+from leaklab.memorization.extraction import RANKINGS, STRATEGIES
 
-STRATEGY_NAMES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step")
-RANKING_NAMES = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
+# The sampling strategies and rankings are the memorization module's; named once there.
+STRATEGY_NAMES = STRATEGIES
+RANKING_NAMES = RANKINGS
 TEXT_CHARS = 2000  # of each output kept in the records
 
 
