@@ -293,7 +293,7 @@ def test_registry_walk(name):
         assert VARIANTS in detector.needs
         return
     if kind == "model":
-        # Reads the model itself (a prefix pass, generations, variants); golden: test_detectors_recent.py.
+        # Reads the model itself (a prefix pass, generations, variants); golden: test_model_detectors.py.
         return
     assert not detector.needs & {VARIANTS, GENERATIONS}
     scores = detector.score(generic_signals())

@@ -40,7 +40,7 @@ from leaklab.signals.generation import Completion
 from leaklab.signals.logprobs import SignalCache
 
 LN2 = math.log(2)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def bigram():
