@@ -1,6 +1,7 @@
 """What every evaluation works with: the evaluation set, the run's shared services, and its output.
 
-An evaluation (one module in this package, one line in `EVALUATIONS`) is a small class with
+An evaluation (one module in this package, one record in `EVALUATIONS`) is a small class with (the
+Protocol `plugins.Evaluation`, checked by tests/test_plugins.py)
   - `name`: its `evaluation` field in result rows and the file name of its per-sample records,
   - `specs(recipe)`: what its "done" marker records; a step is evaluated again when this grows
     (e.g. a detector added to the recipe),
@@ -8,8 +9,10 @@ An evaluation (one module in this package, one line in `EVALUATIONS`) is a small
   - `evaluate(ctx, model, tokenizer, step) -> EvalOutput`: once per checkpoint, on every rank under
     several processes (the services split the work and gather it); only the main process's output is
     written.
-  - optionally `report_section(rows, run) -> Section | None`: its section of the HTML report (see
-    `leaklab/report/section.py`); without it the report draws each of its metrics per checkpoint.
+  - optionally `summary(rows) -> str`, the line logged after each checkpoint (`plugins.Summarises`),
+    and `report_section(rows, run) -> Section | None`, its section of the HTML report (see
+    `leaklab/report/section.py`, `plugins.ReportsSection`); without it the report draws each of its
+    metrics per checkpoint.
 The driver (`leaklab/evaluate.py`) owns everything else: done markers, resume, rank agreement, writing
 rows and records, W&B. An evaluation never imports the recipe module: it reads the recipe it is given.
 """

@@ -1,7 +1,7 @@
 """The report's sections: the run header, detection and training built in, one per other evaluation.
 
 `SECTIONS` maps an evaluation name to the function that draws its section, `(rows, run) -> Section |
-None`. For an evaluation not listed here the report asks its class in `leaklab.evaluations.EVALUATIONS`
+None`. For an evaluation not listed here the report asks the class its record in `leaklab.evaluations.EVALUATIONS` names
 for a `report_section(rows, run)` method (see `section.py`), and falls back to a generic section (each
 metric per checkpoint) when it has none. An evaluation without rows gets no section.
 """
