@@ -43,6 +43,7 @@ import numpy as np
 from leaklab.metrics import leak_rate as _leak_rate
 from leaklab.metrics import rule_metrics
 from leaklab.plugins import RuleScores
+from leaklab.similarity.text import ngram_overlap
 
 PAPER_NS = (1, 3, 5, 10)  # numbers of variants compared in SrDetection Tables 3 and 11
 
@@ -556,7 +557,6 @@ def black_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """NGO of every original and variant (NaN where the text cannot be cut). `sr`: a SrDetectionConfig."""
     from leaklab.signals.continuations import greedy_continuations
-    from leaklab.similarity.text import ngram_overlap
 
     sr = _sr_settings(sr)
     texts, contexts = inputs.flat()

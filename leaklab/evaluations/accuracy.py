@@ -30,7 +30,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
+from leaklab.execution.correctness import check_many, pass_at_k
+from leaklab.rundir import read_rows, write_atomic
 
 SIDES = ("members", "non_members", "all")
 
@@ -147,7 +150,6 @@ class Accuracy:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
         decodes its share and the main process gathers them. The greedy replies go through the run's
         generation cache, where the mri evaluation finds its answers to the same original tasks."""
-        from leaklab.data.prompting import COMPLETION_STOP
         from leaklab.signals.continuations import greedy_replies
         from leaklab.signals.generation import HFGenerator
 
@@ -179,8 +181,6 @@ class Accuracy:
 
     def _judge(self, cfg: AccuracyConfig, tasks, replies: list[list[str]], fmt: str) -> list[list[dict]]:
         """Extraction and sandbox verdict of every reply."""
-        from leaklab.data.prompting import extract_code
-        from leaklab.execution.correctness import check_many
 
         judged: list[list[dict]] = []
         todo: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
@@ -222,9 +222,6 @@ class Accuracy:
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        from leaklab.data.prompting import model_prompt, resolve_format
-        from leaklab.rundir import read_rows, write_atomic
-
         cfg = ctx.recipe.evaluate.accuracy
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
         tasks, labels = self._tasks(ctx)
@@ -267,7 +264,6 @@ class Accuracy:
 
 def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConfig) -> list[dict[str, Any]]:
     """The metric rows of one checkpoint from the judged replies (greedy first in each task's list)."""
-    from leaklab.execution.correctness import pass_at_k
 
     ks = sorted({k for k in cfg.ks if 1 < k <= cfg.n_samples} | ({1} if cfg.n_samples else set()))
     sides = {

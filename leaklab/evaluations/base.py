@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from leaklab.data.tasks import Task
+from leaklab.detectors.srdetection import context_of
 from leaklab.rundir import RunDir
 
 
@@ -42,7 +43,6 @@ class EvalSet:
 
 def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str) -> EvalSet:
     """The evaluation set of a run: the manifest's members then non-members."""
-    from leaklab.detectors.srdetection import context_of
 
     by_id = {t.task_id: t for t in tasks}
     ids = [*manifest["member_ids"], *manifest["non_member_ids"]]

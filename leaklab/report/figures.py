@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import leaklab.report.charts as charts
 from leaklab.results import display_name, is_rule, ordered
 
@@ -113,7 +115,6 @@ def plot_training_loss(rows: list[dict[str, Any]], path: Path) -> list[Path]:
 
 def plot_histograms(scores: dict, out_dir: Path) -> list[Path]:
     """One histogram per score column (audit mode, where there are no labels to split by)."""
-    import numpy as np
 
     plt = _pyplot()
     paths = []

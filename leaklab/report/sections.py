@@ -16,6 +16,7 @@ import numpy as np
 
 import leaklab.report.charts as charts
 from leaklab.evaluations import EVALUATIONS
+from leaklab.metrics import roc_curve
 from leaklab.plugins import ReportsSection
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
@@ -112,8 +113,6 @@ def header_section(run: RunData) -> Section:
 
 
 def _roc_points(records: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
-    from leaklab.metrics import roc_curve
-
     labels = np.array([int(r.get("label", -1)) for r in records])
     keep = np.isin(labels, (0, 1))
     points = []
