@@ -29,7 +29,7 @@ demo: $(STAMP)
 test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q
 
-# The report's browser test (tests/test_report_browser.py) drives a headless Chromium: Debian's package,
+# The report's browser test (tests/report/test_report_browser.py) drives a headless Chromium: Debian's package,
 # installed here when missing and run as root (as CI is); otherwise that test is skipped and says why.
 browser:
 	@if command -v chromium >/dev/null 2>&1; then echo "browser: $$(command -v chromium)"; \

@@ -129,7 +129,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
     clean_rows = []
     if clean_tasks is not None:
-        score_specs = [s for s in specs if kind_of(s) == "score"]
+        score_specs = [s for s in specs if kind_of(s) != "rule"]
         clean_scores = score(score_specs, clean_tasks)
         clean_records = [{"task_id": t.task_id, **clean_scores.cells(i)} for i, t in enumerate(clean_tasks)]
         write_atomic(out.scores(0, "audit_clean"), "".join(json.dumps(r) + "\n" for r in clean_records))

@@ -29,6 +29,7 @@ from leaklab.data.benchmarks import load_benchmark
 from leaklab.data.tasks import Task
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
+from leaklab.plugins import Summarises
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir, locked, read_json, write_atomic
 
@@ -98,7 +99,7 @@ class Evaluator:
 
         self.recipe = recipe
         self.run = run
-        self.evaluations = [EVALUATIONS[name]() for name in recipe.evaluate.evaluations]
+        self.evaluations = [EVALUATIONS[name].load()() for name in recipe.evaluate.evaluations]
         self._reference: list[Any] = []  # loaded on first use, then kept
 
         def reference():
@@ -206,7 +207,7 @@ class Evaluator:
         parts = []
         for evaluation in self.evaluations:
             mine = [r for r in rows if r.get("evaluation") == evaluation.name]
-            text = evaluation.summary(mine) if mine and hasattr(evaluation, "summary") else ""
+            text = evaluation.summary(mine) if mine and isinstance(evaluation, Summarises) else ""
             if text:
                 parts.append(text)
         return f"[leaklab] step {step} (epoch {epoch:g}): " + ("; ".join(parts) or "evaluated")

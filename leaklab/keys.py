@@ -72,7 +72,9 @@ def describe_keys(recipe: Any = None) -> list[tuple[str, str, str, str]]:
     def walk(obj: Any, prefix: str) -> None:
         cls = type(obj)
         hints = typing.get_type_hints(cls)
-        comments = field_comments(cls)
+        # `train` and `evaluate` are built from a base class plus the plug-ins' sections: their own
+        # fields' comments are in the base's source.
+        comments = {k: v for klass in reversed(cls.__mro__) for k, v in field_comments(klass).items()}
         for f in dataclasses.fields(cls):
             value = getattr(obj, f.name)
             if dataclasses.is_dataclass(value):

@@ -22,25 +22,15 @@ from typing import Any
 
 import yaml
 
-# Plug-ins own their settings and names; the recipe reads their registries, never the other way round
-# (a test forbids import cycles). None of these imports torch.
-from leaklab.detectors import validate_specs
-from leaklab.detectors.srdetection import SrDetectionConfig
+# Plug-ins own their settings and names; the recipe walks their registries (records name every class
+# by path), never the other way round (a test forbids import cycles). A record's settings dataclass is
+# imported here, from a module that imports no torch.
+from leaklab.detectors import DETECTORS, validate_specs
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
-from leaklab.evaluations.accuracy import AccuracyConfig
-from leaklab.evaluations.accuracy import validate_config as validate_accuracy
-from leaklab.evaluations.counterfactual import CounterfactualConfig
-from leaklab.evaluations.counterfactual import validate_config as validate_counterfactual
-from leaklab.evaluations.extraction import ExtractionConfig
-from leaklab.evaluations.extraction import validate_config as validate_extraction
-from leaklab.evaluations.mri import MriConfig
-from leaklab.evaluations.mri import validate_config as validate_mri
 from leaklab.execution.config import ExecutionConfig
-from leaklab.training.rl_config import CHOICES as RL_CHOICES
-from leaklab.training.rl_config import RLConfig
-from leaklab.training.rl_config import validate as validate_rl
-from leaklab.training.stages import STAGE_NAMES
+from leaklab.plugins import Record
+from leaklab.training.stages import STAGE_NAMES, STAGES
 
 PACKAGE_RECIPES = Path(__file__).parent / "recipes"
 
@@ -129,26 +119,33 @@ class LoraConfig:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
+def _plugin_sections(records: list[Record]) -> list[tuple[str, type, Any]]:
+    """(section, its dataclass, a field) for every record with settings, in registry order; records
+    that share a section (SrDetection's detectors) give it once."""
+    sections: dict[str, tuple[str, type, Any]] = {}
+    for record in records:
+        if record.config and record.section not in sections:
+            cls = record.settings_class()
+            sections[record.section] = (record.section, cls, field(default_factory=cls))
+    return list(sections.values())
+
+
+def _with_sections(base: type, records: list[Record]) -> type:
+    """`base` plus one field per plug-in section: the recipe's schema, read from the registries. A new
+    plug-in's settings appear in `leaklab keys`, overrides and validation without a line here."""
+    cls = dataclasses.make_dataclass(
+        base.__name__.removesuffix("Base"), _plugin_sections(records), bases=(base,)
+    )
+    cls.__module__ = __name__  # found by pickle and by `leaklab keys` as the base's neighbour
+    cls.__doc__ = base.__doc__
+    return cls
+
+
 @dataclass
-class SftConfig:
-    """`train.sft`: the sft stage (leaklab/training/sft.py)."""
+class TrainConfigBase:
+    """`train`: how members are injected; the stage's own section (train.sft, train.rl) comes from STAGES."""
 
-    format: str = "auto"  # auto | completion | chat (auto: chat when the tokenizer has a chat template)
-    max_length: int | None = None  # tokens per example (longer ones are cut); None: the model's context
-    # Other instruction data mixed in: a local JSONL (prompt/completion or instruction/output) or a hub dataset.
-    mix_with: str | None = None
-    mix_ratio: float = 0.0  # examples of mix_with per member example (0: members only)
-    mix_split: str = "train"  # split of a hub mix_with dataset
-    validation: bool = True  # validation loss on the non-members at every save
-    validation_max_tasks: int = 256  # at most this many non-members in the validation loss
-    # full: the model's own loss over full logits (fastest on CPU and for small vocabularies); fused:
-    # TRL's chunked LM head, which never builds the (batch, length, vocab) logits (for large vocabularies).
-    loss: str = "fused"
-
-
-@dataclass
-class TrainConfig:
-    stage: str = "cpt"  # a name in leaklab/training/stages.py: cpt (sft and rl come with later issues)
+    stage: str = "cpt"  # a name in leaklab/training/stages.py: cpt | sft | rl
     epochs: int = 3  # passes over the training mixture (at least 1)
     learning_rate: float = 1e-4  # peak learning rate of the injection training
     lr_scheduler: str = "constant"  # a transformers scheduler name: constant, linear, cosine, ...
@@ -163,14 +160,19 @@ class TrainConfig:
     deepspeed: str | None = None  # path to a DeepSpeed JSON (launch/zero2.json, launch/zero3.json)
     logging_steps: int = 10  # log the training loss every this many steps
     lora: LoraConfig = field(default_factory=LoraConfig)
-    sft: SftConfig = field(default_factory=SftConfig)  # stage sft: format, mixing, validation
-    rl: RLConfig = field(default_factory=RLConfig)  # stage rl: reward, algorithm (grpo | rloo | ppo)
     seed: int = 0  # random seed of this section
 
 
+TrainConfig = _with_sections(TrainConfigBase, list(STAGES.values()))
+
+
 @dataclass
-class EvaluateConfig:
-    # Per-checkpoint evaluations (leaklab/evaluations/): detection now; mri, counterfactual, extraction next.
+class EvaluateConfigBase:
+    """`evaluate`: what every checkpoint is scored with; each plug-in's own section (evaluate.srdetection,
+    evaluate.accuracy, ...) comes from DETECTORS and EVALUATIONS."""
+
+    # Per-checkpoint evaluations, names in leaklab/evaluations/__init__.py: detection, accuracy, mri,
+    # counterfactual, extraction.
     evaluations: list[str] = field(default_factory=lambda: ["detection"])
     detectors: list[str] = field(default_factory=lambda: ["ppl"])  # detector specs, e.g. [ppl, mink:k=0.2]
     every_checkpoint: bool = True  # evaluate each saved checkpoint during training
@@ -193,16 +195,9 @@ class EvaluateConfig:
     # Bootstrap resamples for the 95% intervals of every metric (AUROC, TPR@FPR, F1, leak rate; 0: none).
     n_bootstrap: int = 1000
     seed: int = 0  # random seed of this section
-    # Settings of the srdetection_gray / srdetection_black detectors.
-    srdetection: SrDetectionConfig = field(default_factory=SrDetectionConfig)
-    # Settings of the accuracy evaluation (pass@1 greedy, pass@k sampled).
-    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
-    # Settings of the counterfactual evaluation (target vs reference generations, similarity suite).
-    counterfactual: CounterfactualConfig = field(default_factory=CounterfactualConfig)
-    # Settings of the mri evaluation (rewritten / mutated tasks, Sim, RAD, MRI, competence rule).
-    mri: MriConfig = field(default_factory=MriConfig)
-    # Settings of the extraction evaluation (sampling strategies x top-k, clones against the corpus, rankings).
-    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+
+
+EvaluateConfig = _with_sections(EvaluateConfigBase, [*DETECTORS.values(), *EVALUATIONS.values()])
 
 
 @dataclass
@@ -237,26 +232,28 @@ class Recipe:
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)  # the sandbox, as a reward needs it
 
 
-# Values that are not free-form: checked at load with a suggestion.
+# The plug-in sections of the recipe: (parent key, section, its dataclass), read from the registries.
+PLUGIN_SECTIONS: list[tuple[str, str, type]] = [
+    ("train", name, cls) for name, cls, _ in _plugin_sections(list(STAGES.values()))
+] + [
+    ("evaluate", name, cls) for name, cls, _ in _plugin_sections([*DETECTORS.values(), *EVALUATIONS.values()])
+]
+
+# Values that are not free-form: checked at load with a suggestion. Each plug-in section declares its own.
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "float32", "bfloat16", "float16"),
     "data.benchmark": ("humaneval", "apps", "humaneval_plus", "mbpp_plus", "bigcodebench", "synthetic"),
     "data.text_format": ("prompt+solution", "solution", "prompt"),
     "train.stage": STAGE_NAMES,
-    "train.sft.format": ("auto", "completion", "chat"),
-    "train.sft.loss": ("fused", "full"),
-    "evaluate.accuracy.format": ("auto", "completion", "chat"),
-    "evaluate.mri.format": ("auto", "completion", "chat"),
-    "evaluate.mri.llm_backend": ("none", "hf", "openai"),
-    "evaluate.mri.llm_judge": ("off", "record", "filter"),
-    "evaluate.counterfactual.judge_backend": ("none", "hf", "openai"),
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
-    "evaluate.srdetection.split": ("solution", "text"),
-    "evaluate.srdetection.verify": ("tests", "alpha", "none"),
     "tracking.wandb.mode": ("offline", "online", "disabled"),
-    **RL_CHOICES,
+    **{
+        f"{parent}.{section}.{key}": allowed
+        for parent, section, cls in PLUGIN_SECTIONS
+        for key, allowed in cls.choices.items()
+    },
 }
 
 # Keys that change where or how results are shown, not what is computed: left out of the run hash.
@@ -520,30 +517,10 @@ def _validate(recipe: Recipe) -> list[str]:
             problems.append(f"{key}: must be at least 1, got {get_key(recipe, key)}")
     if recipe.train.learning_rate <= 0:
         problems.append(f"train.learning_rate: must be positive, got {recipe.train.learning_rate}")
-    problems.extend(validate_accuracy(recipe.evaluate.accuracy))
-    problems.extend(validate_counterfactual(recipe.evaluate.counterfactual))
-    problems.extend(validate_mri(recipe.evaluate.mri))
-    problems.extend(validate_extraction(recipe.evaluate.extraction))
-    if recipe.train.sft.mix_ratio < 0 or recipe.train.sft.validation_max_tasks < 1:
-        problems.append("train.sft: mix_ratio must be >= 0 and validation_max_tasks >= 1")
     if recipe.evaluate.cv_folds < 2:
         problems.append("evaluate.cv_folds: need at least 2 folds")
-    problems.extend(_validate_srdetection(recipe))
-    if recipe.train.stage == "rl":
-        problems.extend(validate_rl(recipe.train.rl, recipe.train.batch_size, recipe.train.micro_batch_size))
-    return problems
-
-
-def _validate_srdetection(recipe: Recipe) -> list[str]:
-    sr = recipe.evaluate.srdetection
-    problems = []
-    for key in ("n_variants", "min_variants", "ngram", "max_new_tokens", "generation_batch_size"):
-        if getattr(sr, key) < 1:
-            problems.append(f"evaluate.srdetection.{key}: must be at least 1, got {getattr(sr, key)}")
-    if sr.sandbox_workers < 1 or sr.sandbox_timeout_s <= 0:
-        problems.append("evaluate.srdetection: sandbox_workers and sandbox_timeout_s must be positive")
-    if not 0 < sr.prefix_fraction < 1:
-        problems.append(f"evaluate.srdetection.prefix_fraction: must be in (0, 1), got {sr.prefix_fraction}")
+    for parent, section, _ in PLUGIN_SECTIONS:  # each plug-in checks its own section
+        problems.extend(get_key(recipe, f"{parent}.{section}").check(get_key(recipe, parent)))
     return problems
 
 

@@ -2,36 +2,54 @@
 
 The report and the `analysis/` scripts build on these, so every table and figure orders and names the
 detectors the same way: registry order, parameters ascending as numbers (n=1, 3, 5, 10 — not 1, 10,
-3, 5). A row's column is its `column` field (older runs: its `detector` field).
+3, 5). Names, kinds and groups come from the detectors' records (`leaklab.detectors.DETECTORS`). A row's
+column is its `column` field (older runs: its `detector` field).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from leaklab.detectors import DETECTORS
 from leaklab.rundir import read_rows
 
 Table = dict[tuple[float, str], dict[str, float | None]]  # (epoch, column) -> metric -> value
 
-# Display names, in the order detectors are shown; other families follow alphabetically.
-DISPLAY = {
-    "ppl": "PPL",
-    "lowercase": "Lowercase",
-    "zlib": "Zlib",
-    "mink": "Min-K% Prob",
-    "minkpp": "Min-K%++ Prob",
-    "dcpdd": "DC-PDD",
-    "ref": "Ref. ratio",
-    "ref_diff": "Ref. difference",
-    "srdetection": "SrDetection",
-    "srdetection_gray": "SrDetection gray box",
-    "srdetection_black": "SrDetection black box",
-    "srdetection_calibrated": "SrDetection calibrated (vs reference)",
-    "blind": "Blind baseline (text only)",
-}
-RULE_FAMILIES = ("srdetection",)  # columns decided by a rule (no threshold)
+
+class Family(NamedTuple):
+    """How a column family (the part of a column before "@") is shown."""
+
+    display: str
+    group: str
+    rule: bool
+
+
+def families() -> dict[str, Family]:
+    """Every family reports know, in the order they are shown: the token-statistics and rule detectors,
+    the blind baseline, then the detectors that read the model; unknown ones follow alphabetically."""
+    out: dict[str, Family] = {}
+
+    def add(records) -> None:
+        for record in records:
+            out[record.name] = Family(record.title, record.group, record.kind == "rule")
+            for column, display in record.columns:
+                out[column] = Family(display, record.group, record.kind == "rule")
+
+    add(r for r in DETECTORS.values() if r.kind != "model")
+    # Columns that no registered detector writes: the single SrDetection column of runs older than its
+    # gray / black split, and the detection evaluation's blind baseline.
+    out["srdetection"] = Family("SrDetection", "SrDetection", True)
+    out["blind"] = Family("Blind baseline (text only)", "blind baseline", False)
+    add(r for r in DETECTORS.values() if r.kind == "model")
+    return out
+
+
+def family_of(column: str) -> Family:
+    """A family no record names is shown by its name, among "other detectors"."""
+    family = column.partition("@")[0]
+    return families().get(family) or Family(family, "other detectors", False)
 
 
 def column_of(row: dict[str, Any]) -> str | None:
@@ -39,13 +57,15 @@ def column_of(row: dict[str, Any]) -> str | None:
 
 
 def is_rule(column: str) -> bool:
-    return column.startswith(RULE_FAMILIES)
+    """A column decided by a rule detector (no threshold)."""
+    return family_of(column).rule
 
 
 def column_sort_key(column: str) -> tuple:
     """Registry / display order of the family, then each number in the parameters, as a number."""
     family, _, tail = column.partition("@")
-    rank = list(DISPLAY).index(family) if family in DISPLAY else len(DISPLAY)
+    known = list(families())
+    rank = known.index(family) if family in known else len(known)
     numbers = tuple(float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", tail))
     return rank, family, numbers, column
 
@@ -55,8 +75,8 @@ def ordered(columns) -> list[str]:
 
 
 def display_name(column: str) -> str:
-    family, _, tail = column.partition("@")
-    name = DISPLAY.get(family, family)
+    tail = column.partition("@")[2]
+    name = family_of(column).display
     if tail.startswith("n="):  # SrDetection: the number of variants compared
         return f"{name} ({tail})"
     return f"{name} (k={tail})" if tail else name

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,3 +56,19 @@ class Task:
         if text_format == "prompt":
             return self.prompt
         raise ValueError(f"unknown text_format {text_format!r}: use prompt+solution, solution or prompt")
+
+
+def task_to_dict(task: Task) -> dict[str, Any]:
+    """A task as plain JSON-ready data (test_cases as a list): the one stored form of a task, used by the
+    perturbed-set stores and the RL reward's dataset column."""
+    data = dataclasses.asdict(task)
+    data["test_cases"] = list(task.test_cases)
+    return data
+
+
+def task_from_dict(data: dict[str, Any]) -> Task:
+    """The task `task_to_dict` wrote; keys of other leaklab versions that Task no longer has are ignored."""
+    known = {f.name for f in dataclasses.fields(Task)}
+    return Task(
+        **{**{k: v for k, v in data.items() if k in known}, "test_cases": tuple(data.get("test_cases") or ())}
+    )

@@ -4,17 +4,20 @@ A spec is a registry name, optionally with parameters: "ppl", "mink:k=0.05,0.1,0
 "ref:forms=diff", "srdetection_gray:n=1,3,5,10". A parameter takes every comma-separated value up to the
 next `key=`. Every spec of a recipe is built (and so checked) when the recipe loads.
 
-Each detector is a small dataclass declaring
-  - `kind`: "score" (one number per sample, higher = more likely a member; metrics need a threshold or
-    none, as AUROC) or "rule" (the detector decides leak / not leak itself; SrDetection),
-  - `needs`: the signals it reads (token statistics of the target, lowercase, reference, corpus token
-    frequencies; variants and generations for SrDetection),
-  - `columns()`: score column -> the parameters that produced it (result rows carry both),
-  - optionally `config`: the dataclass of its own recipe section, and `check(evaluate_settings)`.
+Each detector is one record in DETECTORS (`plugins.Record`): where its class is, its kind, its display
+name and group in reports, and its recipe section if it has one. The kind says which interface the
+class has (`plugins.ScoreDetector`, `ModelDetector`, `RuleDetector`):
+  - "score": one number per sample from the shared token statistics, `score(signals)` (higher = more
+    likely a member; metrics need a threshold or none, as AUROC),
+  - "model": one number per sample that reads the model itself, `run(inputs)`,
+  - "rule": decides leak / not leak itself, `decide(inputs)`, and scores its decisions, `metrics(...)`.
+Every class declares `needs` (the signals it reads: token statistics of the target, lowercase,
+reference, corpus token frequencies; variants and generations), `columns()` (score column -> the
+parameters that produced it; result rows carry both) and optionally `check(evaluate_settings)`.
 
 `score_detectors` runs any mix of specs: score detectors share one batched pass of the signal engine
-(`run_detectors`), rule detectors get their variant inputs and the shared generation cache. Adding a
-detector: one class in a module here, one line in DETECTORS, one golden test.
+(`run_detectors`), the others get one shared `ModelInputs` (the model, variants, caches). Adding a
+detector: one class in a module here, one record in DETECTORS, one golden test.
 """
 
 from __future__ import annotations
@@ -28,63 +31,96 @@ from typing import Any
 
 import numpy as np
 
-from leaklab.detectors.cdd import Cdd
+from leaklab.data.corpora import corpus_texts
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import (
     DISTRIBUTION,
     FREQUENCIES,
     LOWERCASE,
     REFERENCE,
     TARGET,
-    DcPdd,
-    Lowercase,
-    MinK,
-    MinKPlusPlus,
-    Ppl,
-    ReferenceRatio,
     Signals,
-    Zlib,
 )
-from leaklab.detectors.neighbourhood import Neighbourhood
-from leaklab.detectors.ngram import NgramAccuracy
-from leaklab.detectors.recall import Recall
-from leaklab.detectors.srdetection import VARIANTS, SrDetectionBlack, SrDetectionCalibrated, SrDetectionGray
+from leaklab.detectors.srdetection import VARIANTS
+from leaklab.plugins import ChecksSettings, Record
 
-DETECTORS: dict[str, type] = {
-    "ppl": Ppl,
-    "zlib": Zlib,
-    "lowercase": Lowercase,
-    "mink": MinK,
-    "minkpp": MinKPlusPlus,
-    "dcpdd": DcPdd,
-    "ref": ReferenceRatio,
-    "srdetection_gray": SrDetectionGray,
-    "srdetection_black": SrDetectionBlack,
-    "srdetection_calibrated": SrDetectionCalibrated,
-    "recall": Recall,
-    "cdd": Cdd,
-    "ngram_acc": NgramAccuracy,
-    "neighbourhood": Neighbourhood,
+_LIKELIHOOD = "likelihood baselines"
+_SR = "SrDetection"
+_OTHER = "other detectors"
+_SR_CONFIG = "leaklab.detectors.srdetection:SrDetectionConfig"
+
+# Every detector, in the order reports show them (the rest of a report's columns follow by name).
+DETECTORS: dict[str, Record] = {
+    r.name: r
+    for r in [
+        Record("ppl", "leaklab.detectors.likelihood:Ppl", "score", "PPL", _LIKELIHOOD),
+        Record("lowercase", "leaklab.detectors.likelihood:Lowercase", "score", "Lowercase", _LIKELIHOOD),
+        Record("zlib", "leaklab.detectors.likelihood:Zlib", "score", "Zlib", _LIKELIHOOD),
+        Record("mink", "leaklab.detectors.likelihood:MinK", "score", "Min-K% Prob", _LIKELIHOOD),
+        Record("minkpp", "leaklab.detectors.likelihood:MinKPlusPlus", "score", "Min-K%++ Prob", _LIKELIHOOD),
+        Record("dcpdd", "leaklab.detectors.likelihood:DcPdd", "score", "DC-PDD", _LIKELIHOOD),
+        Record(
+            "ref",
+            "leaklab.detectors.likelihood:ReferenceRatio",
+            "score",
+            "Ref. ratio",
+            _LIKELIHOOD,
+            columns=(("ref_diff", "Ref. difference"),),
+        ),
+        Record(
+            "srdetection_gray",
+            "leaklab.detectors.srdetection:SrDetectionGray",
+            "rule",
+            "SrDetection gray box",
+            _SR,
+            config=_SR_CONFIG,
+            section="srdetection",
+        ),
+        Record(
+            "srdetection_black",
+            "leaklab.detectors.srdetection:SrDetectionBlack",
+            "rule",
+            "SrDetection black box",
+            _SR,
+            config=_SR_CONFIG,
+            section="srdetection",
+        ),
+        Record(
+            "srdetection_calibrated",
+            "leaklab.detectors.srdetection:SrDetectionCalibrated",
+            "rule",
+            "SrDetection calibrated (vs reference)",
+            _SR,
+            config=_SR_CONFIG,
+            section="srdetection",
+        ),
+        Record("cdd", "leaklab.detectors.cdd:Cdd", "model", "", _OTHER),
+        Record("neighbourhood", "leaklab.detectors.neighbourhood:Neighbourhood", "model", "", _OTHER),
+        Record("ngram_acc", "leaklab.detectors.ngram:NgramAccuracy", "model", "", _OTHER),
+        Record("recall", "leaklab.detectors.recall:Recall", "model", "", _OTHER),
+    ]
 }
-KINDS = ("score", "rule")
+KINDS = ("score", "model", "rule")  # see plugins.Record
+
+
+def record_of(spec: str) -> Record:
+    """The registry record a spec names (unknown names raise ValueError with a hint)."""
+    name = parse_spec(spec)[0]
+    if name not in DETECTORS:
+        raise ValueError(
+            f"unknown detector {name!r}{_did_you_mean(name, DETECTORS)} (known: {', '.join(DETECTORS)})"
+        )
+    return DETECTORS[name]
 
 
 def kind_of(spec: str) -> str:
-    """ "score" or "rule" (unknown names raise ValueError with a hint)."""
-    name = parse_spec(spec)[0]
-    if name not in DETECTORS:
-        raise ValueError(f"unknown detector {name!r}{_did_you_mean(name, DETECTORS)}")
-    return DETECTORS[name].kind
+    """ "score", "model" or "rule" (see `plugins.Record`)."""
+    return record_of(spec).kind
 
 
 def needs_of(specs: Sequence[str]) -> frozenset[str]:
     """Every signal the specs read."""
-    return frozenset().union(*(DETECTORS[parse_spec(s)[0]].needs for s in specs))
-
-
-def reads_model(spec: str) -> bool:
-    """A score detector with `run(ModelInputs)` (a prefix pass, generations, variants) rather than
-    `score(Signals)` over the shared token statistics."""
-    return hasattr(DETECTORS[parse_spec(spec)[0]], "run")
+    return frozenset().union(*(record_of(s).load().needs for s in specs))
 
 
 def needs_variants(specs: Sequence[str]) -> bool:
@@ -101,7 +137,7 @@ def validate_specs(specs: Sequence[str], settings=None) -> list[str]:
         except ValueError as err:
             problems.append(f"{spec!r}: {err}")
             continue
-        if settings is not None and hasattr(detector, "check"):
+        if settings is not None and isinstance(detector, ChecksSettings):
             problems.extend(detector.check(settings))
     return problems
 
@@ -130,10 +166,7 @@ def _did_you_mean(name: str, options: Iterable[str]) -> str:
 def build_detector(spec: str):
     """The detector instance a spec names; unknown names and parameters raise ValueError with a hint."""
     name, params = parse_spec(spec)
-    known = DETECTORS
-    if name not in known:
-        raise ValueError(f"unknown detector {name!r}{_did_you_mean(name, known)} (known: {', '.join(known)})")
-    cls = known[name]
+    cls = record_of(spec).load()
     hints = typing.get_type_hints(cls)
     fields = {f.name for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
@@ -203,7 +236,7 @@ def run_detectors(
     rules = [spec for spec in specs if kind_of(spec) == "rule"]
     if rules:
         raise ValueError(f"{rules[0]!r} is a rule detector: score it with score_detectors")
-    model_level = [spec for spec in specs if reads_model(spec)]
+    model_level = [spec for spec in specs if kind_of(spec) == "model"]
     if model_level:
         raise ValueError(
             f"{model_level[0]!r} reads more than token statistics: score it with score_detectors"
@@ -267,8 +300,6 @@ def _corpus(source: str | None) -> Iterable[str] | None:
     """DC-PDD's corpus by name: "builtin" (None here: the signal module loads it) or a corpus source."""
     if source in (None, "builtin"):
         return None
-    from leaklab.data.corpora import corpus_texts
-
     return corpus_texts(source)
 
 
@@ -280,11 +311,13 @@ class DetectorScores:
         margin: > 0 iff the rule says leak, NaN when undecided).
     params: score column -> (detector name, its parameters).
     decisions: rule columns only -> the rule's per-sample `Decisions`.
+    rules: rule columns only -> the detector that decided them (its `metrics` scores them).
     """
 
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     params: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
     decisions: dict[str, Any] = field(default_factory=dict)
+    rules: dict[str, Any] = field(default_factory=dict)
 
     def cells(self, i: int) -> dict[str, float | int | None]:
         """Sample i's score per column (None for NaN) and, for rule columns, `<column>:leak`
@@ -318,16 +351,16 @@ def score_detectors(
 
     rule_inputs: the originals with their verified variants (`srdetection.SrInputs`), for rule
         detectors that need variants. generation_cache: shared greedy continuations (black box).
+    Each kind goes its own way: "score" detectors share one pass of the signal engine, "model" ones
+    get `run(inputs)` and rule detectors `decide(inputs)`, both on one shared `ModelInputs`.
     Under several processes call it on every rank; every rank gets the full result.
     """
-    from leaklab.detectors.inputs import ModelInputs
-    from leaklab.detectors.srdetection import score_srdetection
-
     detectors = {spec: build_detector(spec) for spec in specs}
+    kinds = {spec: kind_of(spec) for spec in specs}
     out = DetectorScores()
-    model_level = [d for s, d in detectors.items() if d.kind == "score" and reads_model(s)]
-    score_specs = [s for s, d in detectors.items() if d.kind == "score" and not reads_model(s)]
-    rules = [d for d in detectors.values() if d.kind == "rule"]
+    model_level = [d for s, d in detectors.items() if kinds[s] == "model"]
+    score_specs = [s for s in specs if kinds[s] == "score"]
+    rules = [d for s, d in detectors.items() if kinds[s] == "rule"]
     out.columns.update(
         run_detectors(
             score_specs,
@@ -344,36 +377,28 @@ def score_detectors(
         if score_specs
         else {}
     )
-    if rules:
-        if rule_inputs is None:
-            raise ValueError(f"{rules[0].name!r} needs each sample's variants (rule_inputs)")
-        sr = score_srdetection(
-            rules,
-            model,
-            tokenizer,
-            rule_inputs,
-            settings=settings,
-            accelerator=accelerator,
-            cache=cache,
-            generation_cache=generation_cache,
-            reference=reference,
-        )
-        out.columns.update(sr.columns)
-        out.decisions.update(sr.decisions)
-        if info is not None:
-            info["rules"] = sr.info
+    inputs = ModelInputs(
+        model,
+        tokenizer,
+        list(texts),
+        prompts=None if prompts is None else list(prompts),
+        settings=settings,
+        rule_inputs=rule_inputs,
+        accelerator=accelerator,
+        cache=cache,
+        generation_cache=generation_cache,
+        reference=reference,
+    )
+    rule_info: dict[str, Any] = {}
+    for detector in rules:
+        decided = detector.decide(inputs)
+        out.columns.update(decided.columns)
+        out.decisions.update(decided.decisions)
+        out.rules.update({column: detector for column in decided.decisions})
+        rule_info.update(decided.info)
+    if rules and info is not None:
+        info["rules"] = rule_info
     if model_level:
-        inputs = ModelInputs(
-            model,
-            tokenizer,
-            list(texts),
-            prompts=None if prompts is None else list(prompts),
-            settings=settings,
-            rule_inputs=rule_inputs,
-            accelerator=accelerator,
-            cache=cache,
-            generation_cache=generation_cache,
-        )
         for detector in model_level:
             out.columns.update({c: np.asarray(v, dtype=np.float64) for c, v in detector.run(inputs).items()})
         if info is not None:
@@ -392,6 +417,7 @@ __all__ = [
     "build_detector",
     "columns_of",
     "kind_of",
+    "record_of",
     "needs_of",
     "needs_variants",
     "parse_spec",

@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.srdetection import GENERATIONS
+from leaklab.detectors.srdetection import GENERATIONS, cut_text
 
 
 def edit_distances(reference: Sequence[int], candidates: Sequence[Sequence[int]]) -> np.ndarray:
@@ -66,7 +66,6 @@ def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: f
 
 def cdd_prompts(tokenizer, texts: Sequence[str], contexts: Sequence[str]) -> list[str | None]:
     """The prompt CDD samples from: the context, else the first half of the text (None: too short)."""
-    from leaklab.detectors.srdetection import cut_text
 
     out: list[str | None] = []
     for text, context in zip(texts, contexts):
@@ -81,7 +80,6 @@ def cdd_prompts(tokenizer, texts: Sequence[str], contexts: Sequence[str]) -> lis
 @dataclass
 class Cdd:
     name: ClassVar[str] = "cdd"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({GENERATIONS})
     alpha: tuple[float, ...] = (0.05,)
     samples: int = 20  # N sampled outputs per prompt

@@ -1,9 +1,10 @@
 """What a model-level score detector reads: the model itself and the run's shared services.
 
 Most score detectors read only token statistics (`likelihood.Signals`, one engine pass shared by all of
-them). The detectors of `recall`, `cdd`, `ngram` and `neighbourhood` need more: a second pass with a
-prefix, generations, or the samples' variants. Each has a `run(inputs) -> {column: scores}` method
-instead of `score(signals)`, and `score_detectors` hands them one `ModelInputs`. They still go through
+them). The detectors of `recall`, `cdd`, `ngram` and `neighbourhood` (kind "model") need more: a second
+pass with a prefix, generations, or the samples' variants. Each has a `run(inputs) -> {column: scores}`
+method instead of `score(signals)`, and `score_detectors` hands them one `ModelInputs`; rule detectors
+get the same one in `decide(inputs)`. They still go through
 the shared engines (`signals.logprobs.compute_token_stats`, `signals.continuations`) and caches, so
 what another detector computed already is a cache hit.
 """
@@ -23,6 +24,7 @@ class ModelInputs:
     rule_inputs: the originals and their verified variants (`srdetection.SrInputs`), or None.
     cache / generation_cache: the shared signal and generation caches (None: the process-wide ones).
     generator: a `signals.generation.Generator` (None: an HFGenerator on `model`).
+    reference: (model, tokenizer) of the reference model, or None.
     info: per-detector counts (samples without a score and why), filled by the detectors.
     """
 
@@ -36,6 +38,7 @@ class ModelInputs:
     cache: Any = None
     generation_cache: Any = None
     generator: Any = None
+    reference: Any = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def contexts(self) -> list[str]:

@@ -18,10 +18,10 @@ token (ceil(k n) >= 1 whenever n >= 1, so k n < 1 means "the single lowest token
 sigma_t at SIGMA_FLOOR so a (numerically) deterministic next-token distribution gives a finite z_t;
 ratio detectors give NaN when the denominator NLL is 0 (a perfectly predicted text).
 
-A detector is a small dataclass: `name`, `kind = "score"`, the `needs` it reads from `Signals`, its
-parameters as fields (set from a spec such as "mink:k=0.05,0.1,0.2"), `columns()` (score column ->
-the parameters that produced it, which result rows carry) and `score(signals)`. Register it in
-`leaklab/detectors/__init__.py` and give it a golden test.
+A detector is a small dataclass (`plugins.ScoreDetector`): `name`, the `needs` it reads from `Signals`,
+its parameters as fields (set from a spec such as "mink:k=0.05,0.1,0.2"), `columns()` (score column ->
+the parameters that produced it, which result rows carry) and `score(signals)`. Register it with a
+record of kind "score" in `leaklab/detectors/__init__.py` and give it a golden test.
 """
 
 from __future__ import annotations
@@ -116,7 +116,6 @@ def _check_k(ks: tuple[float, ...]) -> None:
 @dataclass
 class Ppl:
     name: ClassVar[str] = "ppl"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
 
     def columns(self) -> dict[str, dict]:
@@ -130,7 +129,6 @@ class Ppl:
 @dataclass
 class Zlib:
     name: ClassVar[str] = "zlib"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
 
     def columns(self) -> dict[str, dict]:
@@ -146,7 +144,6 @@ class Zlib:
 @dataclass
 class Lowercase:
     name: ClassVar[str] = "lowercase"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, LOWERCASE})
 
     def columns(self) -> dict[str, dict]:
@@ -160,7 +157,6 @@ class Lowercase:
 @dataclass
 class MinK:
     name: ClassVar[str] = "mink"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
     k: tuple[float, ...] = (0.2,)
 
@@ -182,7 +178,6 @@ class MinK:
 @dataclass
 class MinKPlusPlus:
     name: ClassVar[str] = "minkpp"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, DISTRIBUTION})
     k: tuple[float, ...] = (0.2,)
 
@@ -203,7 +198,6 @@ class MinKPlusPlus:
 @dataclass
 class DcPdd:
     name: ClassVar[str] = "dcpdd"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, FREQUENCIES})
     a: float = 0.01  # upper clip of each token's alpha (METHODS.md §2)
 
@@ -226,7 +220,6 @@ class DcPdd:
 @dataclass
 class ReferenceRatio:
     name: ClassVar[str] = "ref"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, REFERENCE})
     forms: tuple[str, ...] = field(default=("ratio", "diff"))
 

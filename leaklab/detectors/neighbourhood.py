@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.srdetection import VARIANTS, first_n_scores
+from leaklab.detectors.srdetection import VARIANTS, first_n_scores, gray_scores
 
 
 def neighbourhood_scores(original_nll: np.ndarray, variant_nll: np.ndarray, n: int) -> np.ndarray:
@@ -41,7 +41,6 @@ def neighbourhood_scores(original_nll: np.ndarray, variant_nll: np.ndarray, n: i
 @dataclass
 class Neighbourhood:
     name: ClassVar[str] = "neighbourhood"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
     n: int = 10  # neighbours compared (at most evaluate.srdetection.n_variants)
 
@@ -61,8 +60,6 @@ class Neighbourhood:
         return []
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.detectors.srdetection import gray_scores
-
         if inputs.rule_inputs is None:
             raise ValueError("'neighbourhood' needs each sample's variants (rule_inputs)")
         original, variants = gray_scores(

@@ -82,7 +82,6 @@ def accuracy(probes: Sequence[Probe], predicted: Sequence[Sequence[int]], n: int
 @dataclass
 class NgramAccuracy:
     name: ClassVar[str] = "ngram_acc"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({GENERATIONS})
     n: tuple[int, ...] = (5,)  # tokens predicted per start (the paper's 5-gram)
     starts: int = 5  # K starting points per sample

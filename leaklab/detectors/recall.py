@@ -133,7 +133,6 @@ def recall_ratio(conditional_nll: np.ndarray, plain_nll: np.ndarray) -> np.ndarr
 @dataclass
 class Recall:
     name: ClassVar[str] = "recall"
-    kind: ClassVar[str] = "score"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET})
     # Prefix texts joined into P (one extra pass per value). One builtin text is ~100 tokens of the tiny
     # model's tokenizer: with shots=1 P + text fits its 512-token context for 90% of HumanEval.

@@ -40,6 +40,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from leaklab.metrics import leak_rate as _leak_rate
+from leaklab.metrics import rule_metrics
+from leaklab.plugins import RuleScores
+from leaklab.similarity.text import ngram_overlap
+
 PAPER_NS = (1, 3, 5, 10)  # numbers of variants compared in SrDetection Tables 3 and 11
 
 
@@ -262,6 +267,11 @@ def split_prefix_suffix(
 class SrDetectionConfig:
     """SrDetection (§3.1): how variants are built, and the black box's prefix / suffix split."""
 
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "split": ("solution", "text"),
+        "verify": ("tests", "alpha", "none"),
+    }
+
     n_variants: int = 10  # variants built per task; the detector spec's n values must not exceed it
     seed: int = 0  # seeds the names and example inputs of the variants
     # A decision needs at least min(n, min_variants) verified variants; fewer: undecided (not a leak).
@@ -281,6 +291,20 @@ class SrDetectionConfig:
     ngram: int = 7  # N of the N-gram overlap, in tokens (App. A.1)
     max_new_tokens: int = 128  # suffixes longer than this are compared on their first max_new_tokens
     generation_batch_size: int = 64  # rows decoded together
+
+    def check(self, parent=None) -> list[str]:
+        """`evaluate.srdetection`'s own problems; a spec's n against n_variants is the detector's check."""
+        problems = []
+        for key in ("n_variants", "min_variants", "ngram", "max_new_tokens", "generation_batch_size"):
+            if getattr(self, key) < 1:
+                problems.append(f"evaluate.srdetection.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.sandbox_workers < 1 or self.sandbox_timeout_s <= 0:
+            problems.append("evaluate.srdetection: sandbox_workers and sandbox_timeout_s must be positive")
+        if not 0 < self.prefix_fraction < 1:
+            problems.append(
+                f"evaluate.srdetection.prefix_fraction: must be in (0, 1), got {self.prefix_fraction}"
+            )
+        return problems
 
 
 VARIANTS = "variants"  # needs: the sample's verified variants
@@ -313,10 +337,8 @@ class SrDetectionGray:
     """Leak iff the original has a lower perplexity than each of its first n variants."""
 
     name: ClassVar[str] = "srdetection_gray"
-    kind: ClassVar[str] = "rule"
     mode: ClassVar[str] = "gray"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
-    config: ClassVar[type] = SrDetectionConfig  # its section of the recipe: evaluate.srdetection
     n: tuple[int, ...] = PAPER_NS
 
     def __post_init__(self) -> None:
@@ -328,6 +350,12 @@ class SrDetectionGray:
     def check(self, settings) -> list[str]:
         return _check_against_settings(self, settings)
 
+    def decide(self, inputs) -> RuleScores:
+        return _decide_with(self, inputs)
+
+    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+
 
 @dataclass
 class SrDetectionCalibrated:
@@ -336,10 +364,8 @@ class SrDetectionCalibrated:
     model, or `evaluate.reference_model` in an audit."""
 
     name: ClassVar[str] = "srdetection_calibrated"
-    kind: ClassVar[str] = "rule"
     mode: ClassVar[str] = "calibrated"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, "reference"})
-    config: ClassVar[type] = SrDetectionConfig
     n: tuple[int, ...] = PAPER_NS
     alpha: float = 0.0  # leak iff p <= max(alpha, 1/(m+1)); 0: the smallest p-value a sample can get
 
@@ -354,16 +380,20 @@ class SrDetectionCalibrated:
     def check(self, settings) -> list[str]:
         return _check_against_settings(self, settings)
 
+    def decide(self, inputs) -> RuleScores:
+        return _decide_with(self, inputs)
+
+    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+
 
 @dataclass
 class SrDetectionBlack:
     """Leak iff the original's greedy suffix overlaps its true suffix more than any of n variants' does."""
 
     name: ClassVar[str] = "srdetection_black"
-    kind: ClassVar[str] = "rule"
     mode: ClassVar[str] = "black"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, GENERATIONS})
-    config: ClassVar[type] = SrDetectionConfig
     n: tuple[int, ...] = PAPER_NS
 
     def __post_init__(self) -> None:
@@ -374,6 +404,12 @@ class SrDetectionBlack:
 
     def check(self, settings) -> list[str]:
         return _check_against_settings(self, settings)
+
+    def decide(self, inputs) -> RuleScores:
+        return _decide_with(self, inputs)
+
+    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -521,7 +557,6 @@ def black_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """NGO of every original and variant (NaN where the text cannot be cut). `sr`: a SrDetectionConfig."""
     from leaklab.signals.continuations import greedy_continuations
-    from leaklab.similarity.text import ngram_overlap
 
     sr = _sr_settings(sr)
     texts, contexts = inputs.flat()
@@ -551,6 +586,25 @@ def black_scores(
 
 def _sr_settings(sr):
     return SrDetectionConfig() if sr is None else sr
+
+
+def _decide_with(detector, inputs) -> RuleScores:
+    """One SrDetection detector on the shared `ModelInputs` (`detectors.score_detectors`)."""
+    if inputs.rule_inputs is None:
+        raise ValueError(f"{detector.name!r} needs each sample's variants (rule_inputs)")
+    sr = score_srdetection(
+        [detector],
+        inputs.model,
+        inputs.tokenizer,
+        inputs.rule_inputs,
+        settings=inputs.settings,
+        accelerator=inputs.accelerator,
+        cache=inputs.cache,
+        generation_cache=inputs.generation_cache,
+        generator=inputs.generator,
+        reference=inputs.reference,
+    )
+    return RuleScores(sr.columns, sr.decisions, sr.info)
 
 
 # --------------------------------------------------------------------------- the pipeline entry point
@@ -654,8 +708,6 @@ def srdetection_metrics(
     """The rule's metrics against the ground truth (`leaklab.metrics.rule_metrics`: binary metrics of
     the decisions, undecided counting as "not a leak"; auroc / tpr@fpr of the margin) plus
     `variants_mean`, the mean number of variants compared."""
-    from leaklab.metrics import rule_metrics
-
     out = rule_metrics(
         decisions.leak,
         labels,
@@ -670,6 +722,4 @@ def srdetection_metrics(
 
 def leak_rate(decisions: Decisions, *, n_bootstrap: int = 1000, seed: int = 0) -> dict[str, float]:
     """Audit (§5.3): the fraction of decided samples the rule flags, with its bootstrap 95% interval."""
-    from leaklab.metrics import leak_rate as rate
-
-    return rate(decisions.leak, decisions.decided, n_bootstrap=n_bootstrap, seed=seed)
+    return _leak_rate(decisions.leak, decisions.decided, n_bootstrap=n_bootstrap, seed=seed)

@@ -9,21 +9,50 @@
   mri         Memorization Risk Index: original / rewritten / mutated tasks, Sim, RAD, MRI, iMRI per side
 
 A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
-here with a class like `detection.Detection`, one line in EVALUATIONS, and a test.
+here with a class that satisfies `plugins.Evaluation` (as `detection.Detection`), one record in
+EVALUATIONS (with `config` when it has an `evaluate.<name>` section), and a test. Records name their
+class by path, so reading this table imports no evaluation; the recipe imports only their settings.
 """
 
 from __future__ import annotations
 
-from leaklab.evaluations.accuracy import Accuracy
-from leaklab.evaluations.counterfactual import Counterfactual
-from leaklab.evaluations.detection import Detection
-from leaklab.evaluations.extraction import Extraction
-from leaklab.evaluations.mri import Mri
+from leaklab.plugins import Record
 
-EVALUATIONS: dict[str, type] = {
-    "detection": Detection,
-    "accuracy": Accuracy,
-    "counterfactual": Counterfactual,
-    "mri": Mri,
-    "extraction": Extraction,
+EVALUATIONS: dict[str, Record] = {
+    r.name: r
+    for r in [
+        Record("detection", "leaklab.evaluations.detection:Detection", "evaluation", "Detection"),
+        Record(
+            "accuracy",
+            "leaklab.evaluations.accuracy:Accuracy",
+            "evaluation",
+            "Accuracy",
+            config="leaklab.evaluations.accuracy:AccuracyConfig",
+            section="accuracy",
+        ),
+        Record(
+            "counterfactual",
+            "leaklab.evaluations.counterfactual:Counterfactual",
+            "evaluation",
+            "Counterfactual memorization",
+            config="leaklab.evaluations.counterfactual:CounterfactualConfig",
+            section="counterfactual",
+        ),
+        Record(
+            "mri",
+            "leaklab.evaluations.mri:Mri",
+            "evaluation",
+            "Memorization Risk Index",
+            config="leaklab.evaluations.mri:MriConfig",
+            section="mri",
+        ),
+        Record(
+            "extraction",
+            "leaklab.evaluations.extraction:Extraction",
+            "evaluation",
+            "Extraction",
+            config="leaklab.evaluations.extraction:ExtractionConfig",
+            section="extraction",
+        ),
+    ]
 }

@@ -30,7 +30,10 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EXECUTIONS, GENERATIONS, EvalContext, EvalOutput, first_per_side
+from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
+from leaklab.execution.correctness import check_many, pass_at_k
+from leaklab.rundir import read_rows, write_atomic
 
 SIDES = ("members", "non_members", "all")
 
@@ -38,6 +41,9 @@ SIDES = ("members", "non_members", "all")
 @dataclass
 class AccuracyConfig:
     """`evaluate.accuracy` in a recipe."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"format": ("auto", "completion", "chat")}
 
     format: str = "auto"  # auto | completion | chat: how the model is asked (auto: chat if it has a template)
     ks: list[int] = field(default_factory=lambda: [1, 5])  # pass@k from samples, for k <= n_samples
@@ -50,6 +56,9 @@ class AccuracyConfig:
     sandbox_workers: int = 2  # processes that run the tests
     timeout_s: float = 5.0  # per program
     seed: int = 0  # random seed of the samples
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: AccuracyConfig) -> list[str]:
@@ -110,9 +119,6 @@ class Accuracy:
         cfg = recipe.evaluate.accuracy
         return ["pass@1"] + [f"pass@{k}" for k in sorted(set(cfg.ks)) if k <= cfg.n_samples and k > 1]
 
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, EXECUTIONS}
-
     def prepare(self, ctx: EvalContext) -> None:
         """Nothing to build: the sandbox starts on first use."""
 
@@ -144,7 +150,6 @@ class Accuracy:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
         decodes its share and the main process gathers them. The greedy replies go through the run's
         generation cache, where the mri evaluation finds its answers to the same original tasks."""
-        from leaklab.data.prompting import COMPLETION_STOP
         from leaklab.signals.continuations import greedy_replies
         from leaklab.signals.generation import HFGenerator
 
@@ -176,8 +181,6 @@ class Accuracy:
 
     def _judge(self, cfg: AccuracyConfig, tasks, replies: list[list[str]], fmt: str) -> list[list[dict]]:
         """Extraction and sandbox verdict of every reply."""
-        from leaklab.data.prompting import extract_code
-        from leaklab.execution.correctness import check_many
 
         judged: list[list[dict]] = []
         todo: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
@@ -219,9 +222,6 @@ class Accuracy:
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        from leaklab.data.prompting import model_prompt, resolve_format
-        from leaklab.rundir import read_rows, write_atomic
-
         cfg = ctx.recipe.evaluate.accuracy
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
         tasks, labels = self._tasks(ctx)
@@ -264,7 +264,6 @@ class Accuracy:
 
 def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConfig) -> list[dict[str, Any]]:
     """The metric rows of one checkpoint from the judged replies (greedy first in each task's list)."""
-    from leaklab.execution.correctness import pass_at_k
 
     ks = sorted({k for k in cfg.ks if 1 < k <= cfg.n_samples} | ({1} if cfg.n_samples else set()))
     sides = {

@@ -1,16 +1,18 @@
 """What every evaluation works with: the evaluation set, the run's shared services, and its output.
 
-An evaluation (one module in this package, one line in `EVALUATIONS`) is a small class with
+An evaluation (one module in this package, one record in `EVALUATIONS`) is a small class with (the
+Protocol `plugins.Evaluation`, checked by tests/test_plugins.py)
   - `name`: its `evaluation` field in result rows and the file name of its per-sample records,
   - `specs(recipe)`: what its "done" marker records; a step is evaluated again when this grows
     (e.g. a detector added to the recipe),
-  - `needs(recipe)`: the shared services it uses (SERVICES), so the driver and the docs can tell,
   - `prepare(ctx)`: once per run, before any checkpoint (build or read perturbed sets, say),
   - `evaluate(ctx, model, tokenizer, step) -> EvalOutput`: once per checkpoint, on every rank under
     several processes (the services split the work and gather it); only the main process's output is
     written.
-  - optionally `report_section(rows, run) -> Section | None`: its section of the HTML report (see
-    `leaklab/report/section.py`); without it the report draws each of its metrics per checkpoint.
+  - optionally `summary(rows) -> str`, the line logged after each checkpoint (`plugins.Summarises`),
+    and `report_section(rows, run) -> Section | None`, its section of the HTML report (see
+    `leaklab/report/section.py`, `plugins.ReportsSection`); without it the report draws each of its
+    metrics per checkpoint.
 The driver (`leaklab/evaluate.py`) owns everything else: done markers, resume, rank agreement, writing
 rows and records, W&B. An evaluation never imports the recipe module: it reads the recipe it is given.
 """
@@ -24,15 +26,8 @@ from typing import Any
 import numpy as np
 
 from leaklab.data.tasks import Task
+from leaklab.detectors.srdetection import context_of
 from leaklab.rundir import RunDir
-
-# The shared services an evaluation can declare it needs.
-TOKEN_STATS = "token_stats"  # batched token log-probs and next-token moments (leaklab.signals.logprobs)
-GENERATIONS = "generations"  # cached greedy continuations (leaklab.signals.continuations)
-EXECUTIONS = "executions"  # sandboxed runs of programs (leaklab.execution)
-PERTURBED = "perturbed"  # perturbed task sets built once per benchmark (leaklab.perturb)
-REFERENCE_MODEL = "reference_model"  # a model that did not see the data (the base model in a run)
-SERVICES = (TOKEN_STATS, GENERATIONS, EXECUTIONS, PERTURBED, REFERENCE_MODEL)
 
 
 @dataclass
@@ -48,7 +43,6 @@ class EvalSet:
 
 def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str) -> EvalSet:
     """The evaluation set of a run: the manifest's members then non-members."""
-    from leaklab.detectors.srdetection import context_of
 
     by_id = {t.task_id: t for t in tasks}
     ids = [*manifest["member_ids"], *manifest["non_member_ids"]]

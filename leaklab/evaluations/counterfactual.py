@@ -50,7 +50,21 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import GENERATIONS, REFERENCE_MODEL, EvalContext, EvalOutput, float_or_none
+from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
+from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
+from leaklab.execution.sandbox import Sandbox
+from leaklab.memorization.counterfactual import (
+    FunctionFilter,
+    build_prompt,
+    counterfactually_memorized,
+    extract_function,
+    extract_functions,
+    table1,
+    table2,
+)
+from leaklab.metrics import auroc
+from leaklab.perturb.rewriting import NotRewritable, call_inputs
+from leaklab.similarity.judges import judge_pairs, make_backend
 
 SIDES = ("members", "non_members", "all")
 JUDGES = ("structural", "rating", "equivalence")  # the similarity judges (clone_screen is HyClone's stage 1)
@@ -60,6 +74,9 @@ RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why ext
 @dataclass
 class CounterfactualConfig:
     """`evaluate.counterfactual` in a recipe (defaults: the paper's settings)."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"judge_backend": ("none", "hf", "openai")}
 
     context_tokens: int = 250  # P: tokens of preceding context in the prompt
     max_new_tokens: int = 500  # greedy continuation length
@@ -82,6 +99,9 @@ class CounterfactualConfig:
     hyclone_llm_inputs: int = 10  # execution + a judge back-end: inputs the LLM proposes per function
     hyclone_generated_inputs: int = 10  # execution: inputs generated from the signature per pair (0: off)
 
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
+
 
 def validate_config(cfg: CounterfactualConfig) -> list[str]:
     problems = []
@@ -92,7 +112,6 @@ def validate_config(cfg: CounterfactualConfig) -> list[str]:
         problems.append(
             f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {cfg.hyclone_llm_inputs}"
         )
-    from leaklab.execution.crossexec import MAX_INPUTS  # stdlib only: validation stays light
 
     if not 0 <= cfg.hyclone_generated_inputs <= MAX_INPUTS:
         problems.append(
@@ -121,8 +140,6 @@ def validate_config(cfg: CounterfactualConfig) -> list[str]:
 
 
 def function_filter(cfg: CounterfactualConfig):
-    from leaklab.memorization.counterfactual import FunctionFilter
-
     return FunctionFilter(cfg.min_body_lines, cfg.max_body_lines, cfg.min_chars)
 
 
@@ -146,12 +163,8 @@ class Counterfactual:
         # A new grammar changes node counts (TSED, CodeBLEU syntax): the step is evaluated again.
         return [*METRICS, f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"]
 
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, REFERENCE_MODEL}
-
     def prepare(self, ctx: EvalContext) -> None:
         """The function of every task that passes the filter (the relaxation, if any, is printed)."""
-        from leaklab.memorization.counterfactual import FunctionFilter, extract_functions
 
         cfg = ctx.recipe.evaluate.counterfactual
         keep = function_filter(cfg)
@@ -186,7 +199,6 @@ class Counterfactual:
 
     def _functions(self, ctx: EvalContext, model, tokenizer) -> list[dict]:
         """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation}."""
-        from leaklab.memorization.counterfactual import build_prompt, extract_function
         from leaklab.signals.continuations import greedy_continuations
 
         cfg = ctx.recipe.evaluate.counterfactual
@@ -276,8 +288,6 @@ class Counterfactual:
 
     def _execute(self, cfg, functions: list[dict]) -> list:
         """HyClone stage 2 for every sample: ground truth vs the extracted function on the test inputs."""
-        from leaklab.execution.crossexec import CrossPair, cross_execute
-        from leaklab.execution.sandbox import Sandbox
 
         pairs = [
             CrossPair(
@@ -304,7 +314,6 @@ class Counterfactual:
 
     def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
         """judge_<kind> -> a 0-1 score per sample (nan where the reply could not be read)."""
-        from leaklab.similarity.judges import judge_pairs, make_backend
 
         cfg = ctx.recipe.evaluate.counterfactual
         if self._judge is None:
@@ -327,8 +336,6 @@ class Counterfactual:
         return out
 
     def _records(self, t_scores, r_scores, target, reference, cfg) -> list[dict[str, Any]]:
-        from leaklab.memorization.counterfactual import counterfactually_memorized
-
         METRICS, STRUCTURE_METRICS = metric_names(cfg)  # noqa: N806 - the suite's names, judges added
         out = []
         for sample, label, ts, rs, tf, rf in zip(
@@ -391,7 +398,6 @@ def metric_names(cfg) -> tuple[list[str], list[str]]:
 
 def _test_inputs(task) -> list[list]:
     """The argument lists the task's tests call its entry point with ([] when there are none)."""
-    from leaklab.perturb.rewriting import NotRewritable, call_inputs
 
     try:
         return call_inputs(task)
@@ -420,7 +426,6 @@ def execution_rows(executed, labels) -> list[dict[str, Any]]:
 
 def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> list[dict[str, Any]]:
     """Table 1 and Table 2 as rows, for members, non-members and all samples."""
-    from leaklab.memorization.counterfactual import table1, table2
     from leaklab.similarity.structure import grammar_versions
     from leaklab.similarity.suite import STRUCTURE_METRICS as SUITE_STRUCTURE
 
@@ -482,7 +487,6 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
 def membership_rows(t_scores, r_scores, labels, metrics=None) -> list[dict[str, Any]]:
     """Each similarity as one more membership signal: AUROC of members vs non-members when scored by the
     target's similarity, and by the delta (target - reference). A missing score ranks as least member-like."""
-    from leaklab.metrics import auroc
     from leaklab.similarity.suite import METRICS
 
     rows = []

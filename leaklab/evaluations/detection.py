@@ -2,8 +2,8 @@
 
 Score detectors (ppl ... ref) give one number per sample; their rows are AUROC, TPR@FPR, and the
 binary metrics at a cross-validated threshold and at the oracle threshold (`metrics.detection_metrics`).
-Rule detectors (SrDetection) decide themselves; their rows are the binary metrics of the decisions and
-AUROC of the margin (`metrics.rule_metrics`). Every row carries 95% bootstrap intervals when
+Rule detectors (SrDetection) decide themselves; their rows are what the detector's own `metrics` gives
+(SrDetection: the binary metrics of the decisions and AUROC of the margin, `metrics.rule_metrics`). Every row carries 95% bootstrap intervals when
 `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
 
 Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
@@ -23,16 +23,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import (
-    EXECUTIONS,
-    GENERATIONS,
-    PERTURBED,
-    REFERENCE_MODEL,
-    TOKEN_STATS,
-    EvalContext,
-    EvalOutput,
-    float_or_none,
-)
+import numpy as np
+
+from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
+from leaklab.detectors import needs_of, needs_variants, score_detectors
+from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
+from leaklab.detectors.likelihood import REFERENCE
+from leaklab.detectors.srdetection import inputs_from_tasks
+from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
+from leaklab.metrics import detection_metrics
+from leaklab.perturb import store
+from leaklab.results import is_rule
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
@@ -43,10 +44,6 @@ def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) ->
     """Dataset inference (leaklab.dataset_inference) of the members against the non-members from every
     score column: the p-value, t, df and test-half sizes, and the test's rejection rate at 0.05 over
     N_HALVINGS random halvings of the non-members (clean vs clean: should be about 0.05 or less)."""
-    import numpy as np
-
-    from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
-
     y = np.asarray(labels).astype(bool)
     if not columns:
         return []
@@ -74,29 +71,9 @@ class Detection:
     def specs(self, recipe) -> list[str]:
         return sorted(recipe.evaluate.detectors)
 
-    def needs(self, recipe) -> set[str]:
-        from leaklab.detectors import needs_of
-        from leaklab.detectors.likelihood import REFERENCE
-        from leaklab.detectors.srdetection import GENERATIONS as SR_GENERATIONS
-        from leaklab.detectors.srdetection import VARIANTS
-
-        signals = needs_of(recipe.evaluate.detectors)
-        out = {TOKEN_STATS}
-        if VARIANTS in signals:
-            out |= {PERTURBED, EXECUTIONS}
-        if SR_GENERATIONS in signals:
-            out.add(GENERATIONS)
-        if REFERENCE in signals:
-            out.add(REFERENCE_MODEL)
-        return out
-
     def prepare(self, ctx: EvalContext) -> None:
-        from leaklab.detectors import needs_variants
-
         if not needs_variants(ctx.recipe.evaluate.detectors) or self.variant_sets is not None:
             return
-        from leaklab.perturb import store
-
         tasks = ctx.eval_set.tasks
         sets = store.read_run_variants(ctx.run.root, tasks)
         if sets is None:
@@ -107,11 +84,6 @@ class Detection:
         self.variant_sets = sets
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        from leaklab.detectors import needs_of, score_detectors
-        from leaklab.detectors.likelihood import REFERENCE
-        from leaklab.detectors.srdetection import inputs_from_tasks, srdetection_metrics
-        from leaklab.metrics import detection_metrics
-
         cfg, data = ctx.recipe.evaluate, ctx.recipe.data
         eval_set = ctx.eval_set
         rule_inputs = None
@@ -138,7 +110,7 @@ class Detection:
         for column, values in scores.columns.items():
             detector, params = scores.params[column]
             if column in scores.decisions:
-                metrics = srdetection_metrics(
+                metrics = scores.rules[column].metrics(
                     scores.decisions[column], labels, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed
                 )
             else:
@@ -163,8 +135,6 @@ class Detection:
         """The blind baseline's out-of-fold scores: the same at every checkpoint (it never sees the
         model), so computed once."""
         if self.blind_scores is None:
-            from leaklab.detectors.blind import blind_scores, shift_pvalue
-
             cfg = ctx.recipe.evaluate
             texts, labels = ctx.eval_set.texts, ctx.eval_set.labels
             self.blind_scores = blind_scores(texts, labels, folds=cfg.cv_folds, seed=cfg.seed)
@@ -177,9 +147,6 @@ class Detection:
         """The blind baseline's metric rows beside the detectors', its shift test's `shift_p_value` and a
         `distribution_shift` row (1 when the test rejects at SHIFT_ALPHA; the warning is also logged, once
         per run)."""
-        from leaklab.detectors.blind import shift_warning
-        from leaklab.metrics import detection_metrics
-
         cfg = ctx.recipe.evaluate
         labels = ctx.eval_set.labels
         metrics = detection_metrics(
@@ -200,9 +167,9 @@ class Detection:
         for r in rows:
             if r.get("value") is None or r.get("column") is None:
                 continue
-            if r["metric"] == "auroc" and not r["detector"].startswith("srdetection"):
+            if r["metric"] == "auroc" and not is_rule(r["detector"]):
                 parts.append(f"{r['column']} AUROC {r['value']:.3f}")
-            if r["metric"] == "f1" and r["detector"].startswith("srdetection"):
+            if r["metric"] == "f1" and is_rule(r["detector"]):
                 n = r.get("params", {}).get("n", 0)
                 if n >= rule_f1.get(r["detector"], (-1, ""))[0]:
                     rule_f1[r["detector"]] = (n, f"{r['column']} F1 {r['value']:.3f}")

@@ -37,23 +37,43 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from leaklab.errors import InputError
 from leaklab.evaluations.base import (
-    GENERATIONS,
-    REFERENCE_MODEL,
-    TOKEN_STATS,
     EvalContext,
     EvalOutput,
     float_or_none,
 )
+from leaklab.memorization.clones import build_index, find_clones, unique_snippets
+from leaklab.memorization.extraction import (
+    RANKINGS,
+    STRATEGIES,
+    corpus_secrets,
+    find_secrets,
+    function_definitions,
+    held_out_files,
+    load_corpus,
+    mask_text,
+    newline_counts,
+    ranking_scores,
+    sample,
+    taxonomy,
+)
+from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
+from leaklab.report.charts import metric_panel_spec
+from leaklab.report.section import Panel, Section, Table
 
-STRATEGY_NAMES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step")
-RANKING_NAMES = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
+# The sampling strategies and rankings are the memorization module's; named once there.
+STRATEGY_NAMES = STRATEGIES
+RANKING_NAMES = RANKINGS
 TEXT_CHARS = 2000  # of each output kept in the records
 
 
 @dataclass
 class ExtractionConfig:
     """`evaluate.extraction` in a recipe."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     # auto: the run's training corpus (mix.corpus + member tasks); builtin; or a file / directory.
     corpus: str = "auto"
@@ -70,6 +90,9 @@ class ExtractionConfig:
     n_prompts: int = 200  # distinct function definitions drawn (cycled through for n_outputs)
     precision_k: int = 100  # precision of each ranking's top k
     seed: int = 0  # random seed of this section (sampling, drawing the prompts)
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: ExtractionConfig) -> list[str]:
@@ -130,21 +153,9 @@ class Extraction:
         cells = [cell(s, k) for s in cfg.strategies for k in cfg.top_k]
         return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKING_NAMES]
 
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, TOKEN_STATS, REFERENCE_MODEL}
-
     # ------------------------------------------------------------------ once per run
 
     def prepare(self, ctx: EvalContext) -> None:
-        from leaklab.errors import InputError
-        from leaklab.memorization.clones import build_index
-        from leaklab.memorization.extraction import (
-            corpus_secrets,
-            function_definitions,
-            held_out_files,
-            load_corpus,
-        )
-
         cfg = ctx.recipe.evaluate.extraction
         source = ctx.recipe.mix.corpus if cfg.corpus == "auto" else cfg.corpus
         key = (
@@ -187,9 +198,6 @@ class Extraction:
     # ------------------------------------------------------------------ per checkpoint
 
     def _generate(self, ctx: EvalContext, model, tokenizer) -> list:
-        from leaklab.memorization.clones import find_clones, unique_snippets
-        from leaklab.memorization.extraction import sample
-
         cfg = ctx.recipe.evaluate.extraction
         samples = []
         for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
@@ -213,7 +221,6 @@ class Extraction:
     def _scores(
         self, ctx: EvalContext, model, tokenizer, texts: list[str], step: int
     ) -> dict[str, np.ndarray]:
-        from leaklab.memorization.extraction import newline_counts, ranking_scores
         from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
 
         # Outputs are scored whole, whatever span the detectors of the recipe score.
@@ -235,8 +242,6 @@ class Extraction:
         return ranking_scores(target, texts, self._newlines, reference)
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        from leaklab.memorization.clones import find_clones
-
         samples = self._generate(ctx, model, tokenizer)
         texts = [s.text for s in samples]
         scores = self._scores(ctx, model, tokenizer, texts, step)
@@ -249,8 +254,6 @@ class Extraction:
     # ------------------------------------------------------------------ rows and records
 
     def _output(self, recipe, samples, clones, scores, task_clones) -> EvalOutput:
-        from leaklab.memorization.extraction import find_secrets, mask_text, taxonomy
-
         cfg = recipe.evaluate.extraction
         n_boot, seed = recipe.evaluate.n_bootstrap, recipe.evaluate.seed
         rows: list[dict[str, Any]] = []
@@ -306,8 +309,6 @@ class Extraction:
 
     def _task_rows(self, task_clones) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Members vs non-members extracted verbatim; every non-member match checked against the corpus."""
-        from leaklab.memorization.clones import find_clones
-        from leaklab.memorization.extraction import mask_text
 
         hits: dict[int, list] = {}
         for per_output in task_clones:
@@ -349,8 +350,6 @@ class Extraction:
 
 
 def _snippets(index, clones):
-    from leaklab.memorization.clones import unique_snippets
-
     return unique_snippets(index, clones)
 
 
@@ -358,7 +357,6 @@ def cell_rows(
     index, column, rows_of_cell, samples, clones, scores, precision_k, n_boot, seed, params
 ) -> list[dict]:
     """The rows of one cell (one strategy and top-k, or all outputs pooled)."""
-    from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
 
     memorised = np.array([bool(clones[i]) for i in rows_of_cell])
     texts = [samples[i].text for i in rows_of_cell]
@@ -393,8 +391,6 @@ def cell_rows(
 
 def extraction_section(rows: list[dict[str, Any]], run) -> Any:
     """Memorised fraction per cell over checkpoints, members vs non-members extracted, and a table."""
-    from leaklab.report.charts import metric_panel_spec
-    from leaklab.report.section import Panel, Section, Table
 
     items: list[Any] = []
     cells = [r for r in rows if "/k=" in str(r["column"]) or r["column"] == "all"]

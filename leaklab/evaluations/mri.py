@@ -45,14 +45,29 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
+from leaklab.evaluations.accuracy import weights_digest
 from leaklab.evaluations.base import (
-    EXECUTIONS,
-    GENERATIONS,
-    PERTURBED,
     EvalContext,
     EvalOutput,
     first_per_side,
 )
+from leaklab.execution.correctness import check_many
+from leaklab.execution.sandbox import Sandbox
+from leaklab.metrics import (
+    auroc,
+    competence,
+    instance_mri,
+    mean_similarity,
+    memorization_risk_index,
+    relative_accuracy_drop,
+)
+from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, write_run_sets
+from leaklab.perturb.rewriting import LOGIC_TYPES
+from leaklab.report.section import Panel, Section, Table
+from leaklab.rundir import read_rows, write_atomic
+from leaklab.selection import checkpoint_points, select
+from leaklab.similarity.judges import make_backend
 
 SIDES = ("members", "non_members", "all")
 SETS = ("ori", "rew", "mut", "par")
@@ -63,6 +78,13 @@ NO_LLM = "not computed: no LLM backend for paraphrase (evaluate.mri.llm_backend)
 @dataclass
 class MriConfig:
     """`evaluate.mri` in a recipe."""
+
+    # Values that are one of a few words (checked at recipe load with a suggestion).
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "format": ("auto", "completion", "chat"),
+        "llm_backend": ("none", "hf", "openai"),
+        "llm_judge": ("off", "record", "filter"),
+    }
 
     format: str = "auto"  # auto | completion | chat: how the model is asked (as evaluate.accuracy)
     max_new_tokens: int = 128  # longest reply
@@ -85,6 +107,9 @@ class MriConfig:
     # The LLM judges each rewrite (statement aligned with the new solution? as hard as the original?):
     # off | record (kept in perturbed.jsonl) | filter (also drops the rewrites it does not pass).
     llm_judge: str = "off"
+
+    def check(self, parent=None) -> list[str]:
+        return validate_config(self)
 
 
 def validate_config(cfg: MriConfig) -> list[str]:
@@ -150,8 +175,6 @@ def llm_backend(cfg: MriConfig):
     """The perturbation LLM of the settings (None for llm_backend none); loaded here, once per run."""
     if cfg.llm_backend == "none":
         return None
-    from leaklab.perturb.mri_sets import LlmBackend
-    from leaklab.similarity.judges import make_backend
 
     generator, render = make_backend(cfg.llm_backend, cfg.llm_model, cfg.llm_base_url)
     identity = f"{cfg.llm_backend}:{cfg.llm_model}"
@@ -167,15 +190,11 @@ class Mri:
     def specs(self, recipe) -> list[str]:
         return ["mri", "rad_mut"] if recipe.evaluate.mri.mutation else ["mri"]
 
-    def needs(self, recipe) -> set[str]:
-        return {GENERATIONS, EXECUTIONS, PERTURBED}
-
     def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
         return first_per_side(ctx.eval_set, ctx.recipe.evaluate.mri.max_tasks)
 
     def prepare(self, ctx: EvalContext) -> None:
         """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
-        from leaklab.perturb.mri_sets import describe, perturbed_sets_for, write_run_sets
 
         cfg = ctx.recipe.evaluate.mri
         tasks, _ = self._tasks(ctx)
@@ -233,8 +252,6 @@ class Mri:
         """Greedy replies through the run's generation cache: the answers to the original tasks that the
         accuracy evaluation already decoded at this checkpoint (same format, stops and max_new_tokens)
         are read back, not decoded again."""
-        from leaklab.data.prompting import COMPLETION_STOP
-        from leaklab.evaluations.accuracy import weights_digest
         from leaklab.signals.continuations import greedy_replies
 
         cfg = ctx.recipe.evaluate.mri
@@ -251,10 +268,6 @@ class Mri:
         return texts
 
     def _judge(self, cfg: MriConfig, items, replies: list[str], fmt: str) -> list[dict]:
-        from leaklab.data.prompting import extract_code
-        from leaklab.execution.correctness import check_many
-        from leaklab.execution.sandbox import Sandbox
-
         judged: list[dict] = []
         todo: dict[bool, list[int]] = {True: [], False: []}
         for n, ((key, task, original), reply) in enumerate(zip(items, replies)):
@@ -288,9 +301,6 @@ class Mri:
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        from leaklab.data.prompting import model_prompt, resolve_format
-        from leaklab.rundir import read_rows, write_atomic
-
         cfg = ctx.recipe.evaluate.mri
         if self._sets is None:
             self.prepare(ctx)
@@ -365,16 +375,6 @@ def _mean(values) -> float | None:
 
 
 def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, Any]]:
-    from leaklab.metrics import (
-        auroc,
-        competence,
-        instance_mri,
-        mean_similarity,
-        memorization_risk_index,
-        relative_accuracy_drop,
-    )
-    from leaklab.perturb.rewriting import LOGIC_TYPES
-
     rows: list[dict[str, Any]] = []
 
     def add(side: str, metric: str, value, **params: Any) -> None:
@@ -519,9 +519,6 @@ def _tradeoff_spec(points, sel) -> dict[str, Any]:
 
 
 def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
-    from leaklab.report.section import Panel, Section, Table
-    from leaklab.selection import checkpoint_points, select
-
     training = run.rows_of("training")
     items: list[Any] = []
     notes = []

@@ -23,7 +23,6 @@ refuses to score unless `allow_weaker_sandbox` says otherwise.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaklab.data.tasks import Task
+from leaklab.data.tasks import Task, task_from_dict, task_to_dict
 from leaklab.execution.config import require_layers
 from leaklab.execution.correctness import check_many
 from leaklab.execution.extract import candidate
@@ -55,14 +54,11 @@ class Scored:
 
 def task_to_json(task: Task) -> str:
     """A task as one JSON string (a dataset column, veRL's ground_truth)."""
-    return json.dumps(dataclasses.asdict(task), default=str, sort_keys=True)
+    return json.dumps(task_to_dict(task), default=str, sort_keys=True)
 
 
 def task_from_json(text: str) -> Task:
-    data = json.loads(text)
-    data["test_cases"] = tuple(data.get("test_cases") or ())
-    known = {f.name for f in dataclasses.fields(Task)}
-    return Task(**{k: v for k, v in data.items() if k in known})
+    return task_from_dict(json.loads(text))
 
 
 class CodeReward:

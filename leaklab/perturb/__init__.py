@@ -7,7 +7,10 @@ examples      find the examples a prompt shows, mutate their inputs, write new i
 llm           the LLM backend: leaklab's renaming prompt, and reading a proposal back as a name mapping
 variants      SrDetection's variants: rename + replace examples, verify, keep (`make_variants`)
 rewriting     MRI's rule-based code rewriting: one logic change per task, validated in the sandbox
+unittest_rewrite  the same for tasks whose tests are a unittest class (BigCodeBench): expected literals
+              regenerated in the sandbox
 mutation      MRI's mutation: seeded word scrambling, capitalisation and character noise on the prose
+mri_llm       MRI's optional LLM backend: paraphrases and rewrites by a model, checked as the rules' are
 mri_sets      MRI's perturbed sets: built once per benchmark, cached, the run's copy and its summary
 store         sandboxed executors, building, JSON form, the per-benchmark cache and the run's copy
 """

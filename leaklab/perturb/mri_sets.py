@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leaklab.data.tasks import Task
+from leaklab.data.tasks import Task, task_from_dict, task_to_dict
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
 from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
 
@@ -76,17 +76,11 @@ class LlmBackend:
 
 
 def task_to_json(task: Task | None) -> dict[str, Any] | None:
-    if task is None:
-        return None
-    data = dataclasses.asdict(task)
-    data["test_cases"] = list(task.test_cases)
-    return data
+    return None if task is None else task_to_dict(task)
 
 
 def task_from_json(data: dict[str, Any] | None) -> Task | None:
-    if data is None:
-        return None
-    return Task(**{**data, "test_cases": tuple(data.get("test_cases", ()))})
+    return None if data is None else task_from_dict(data)
 
 
 def set_to_json(ps: PerturbedSet) -> dict[str, Any]:

@@ -17,6 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from leaklab.report.figures import file_stem, plot_histograms, plot_metric, plot_training_loss
+from leaklab.report.html import write_page
+from leaklab.report.rundata import load_run
+from leaklab.report.sections import build_sections
 from leaklab.report.tables import (
     dataset_inference_cells,
     markdown_table,
@@ -64,9 +67,6 @@ def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Pa
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write every file of report/ (or of `out_dir`) and return the path of index.html. Never raises on a
     run that is empty, half-written or from an older leaklab: what is missing is said on the page."""
-    from leaklab.report.html import write_page
-    from leaklab.report.rundata import load_run
-    from leaklab.report.sections import build_sections
 
     data = load_run(run_dir)
     out = Path(out_dir) if out_dir else data.run.report

@@ -4,9 +4,10 @@ Every spec carries its data inline, so a page opens from disk with no server. Ra
 fixed 0..1 axis with chance marked; a row's bootstrap interval (`<metric>_ci_low` / `_ci_high`) is drawn
 as a band around its line; hovering a point shows the value and its interval.
 
-Styles: detectors are grouped by family (likelihood baselines, SrDetection's n sweep, other detectors),
-each group with its own palette, line dash and point shape, so 15+ series stay distinguishable; a
-`blind` detector is drawn as a grey reference line, not as a contender. Clicking a legend entry
+Styles: detectors are grouped by the `group` of their registry record (likelihood baselines, SrDetection,
+other detectors), each group with its own palette, line dash and point shape, so 15+ series stay
+distinguishable; a rule detector's columns (its n sweep) are ramps of one hue; a `blind` detector is drawn
+as a grey reference line, not as a contender. Clicking a legend entry
 highlights that series.
 """
 
@@ -16,10 +17,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from leaklab.results import column_of, display_name, ordered
+from leaklab.results import column_of, display_name, family_of, is_rule, ordered
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"  # an identifier only; nothing is fetched
-LIKELIHOOD = ("ppl", "zlib", "lowercase", "mink", "minkpp", "dcpdd", "ref", "ref_diff")
+BASELINES = "likelihood baselines"  # the group drawn with BASELINE_COLORS
+BLIND = "blind baseline"
 RATE_METRICS = ("auroc", "f1", "f1_oracle", "accuracy", "precision", "recall", "tpr@1%fpr", "tpr@5%fpr")
 CHANCE = {"auroc": 0.5, "f1": 0.5, "f1_oracle": 0.5, "accuracy": 0.5, "tpr@1%fpr": 0.01, "tpr@5%fpr": 0.05}
 METRIC_TITLES = {
@@ -50,14 +52,7 @@ class Style:
 
 
 def group_of(column: str) -> str:
-    family = column.partition("@")[0]
-    if family.startswith("blind"):
-        return "blind baseline"
-    if family in LIKELIHOOD:
-        return "likelihood baselines"
-    if family.startswith("srdetection"):
-        return "SrDetection"
-    return "other detectors"
+    return family_of(column).group
 
 
 def _mix(a: str, b: str, t: float) -> str:
@@ -71,8 +66,8 @@ def series_styles(columns) -> dict[str, Style]:
     every panel and figure of a report."""
     columns = ordered(columns)
     styles: dict[str, Style] = {}
-    baselines = [c for c in columns if group_of(c) == "likelihood baselines"]
-    others = [c for c in columns if group_of(c) == "other detectors"]
+    baselines = [c for c in columns if group_of(c) == BASELINES and not is_rule(c)]
+    others = [c for c in columns if group_of(c) not in (BASELINES, BLIND) and not is_rule(c)]
     for i, c in enumerate(baselines):
         lap = i // len(BASELINE_COLORS)
         styles[c] = Style(
@@ -83,16 +78,16 @@ def series_styles(columns) -> dict[str, Style]:
         styles[c] = Style(
             OTHER_COLORS[i % len(OTHER_COLORS)], tuple(DASHES[(2 + lap) % 4]), "square", group_of(c)
         )
-    families = ordered({c.partition("@")[0] for c in columns if group_of(c) == "SrDetection"})
+    families = ordered({c.partition("@")[0] for c in columns if is_rule(c)})
     for f_index, family in enumerate(families):
         members = [c for c in columns if c.partition("@")[0] == family]
         light, dark = RAMPS[f_index % len(RAMPS)]
         for i, c in enumerate(members):
             t = 1.0 if len(members) == 1 else 0.25 + 0.75 * i / (len(members) - 1)
-            styles[c] = Style(_mix(light, dark, t), tuple(DASHES[1]), SHAPES[1 + f_index % 4], "SrDetection")
+            styles[c] = Style(_mix(light, dark, t), tuple(DASHES[1]), SHAPES[1 + f_index % 4], group_of(c))
     for c in columns:
-        if group_of(c) == "blind baseline":
-            styles[c] = Style("#7f7f7f", (4, 4), "cross", "blind baseline")
+        if group_of(c) == BLIND:
+            styles[c] = Style("#7f7f7f", (4, 4), "cross", BLIND)
     return styles
 
 

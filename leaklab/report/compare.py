@@ -10,15 +10,28 @@ oracle one; SrDetection: its own rule at its largest n). `analysis/ratio_figure.
 
 from __future__ import annotations
 
+import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import leaklab.report.charts as charts
+from leaklab.recipe import yaml_load
+from leaklab.report.html import write_page
 from leaklab.report.rundata import RunData, load_run
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import Table as ResultTable
-from leaklab.results import column_of, column_sort_key, display_name, largest_n_only, load_detection, ordered
+from leaklab.results import (
+    column_of,
+    column_sort_key,
+    display_name,
+    is_rule,
+    largest_n_only,
+    load_detection,
+    ordered,
+)
+from leaklab.rundir import write_atomic
 
 RUN_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#9c755f", "#edc948"]
 COMPARED = ("auroc", "f1")
@@ -28,8 +41,6 @@ COMPARED = ("auroc", "f1")
 
 
 def run_ratio(run_dir: str | Path) -> str:
-    from leaklab.recipe import yaml_load
-
     path = Path(run_dir) / "recipe.yaml"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no recipe.yaml (is it a leaklab run directory?)")
@@ -45,7 +56,7 @@ def f1_at(table: ResultTable, epoch: float, oracle: bool) -> dict[str, float]:
     """column -> F1 at `epoch` (SrDetection: the rule's F1; baselines: CV or oracle threshold)."""
     out = {}
     for (e, column), metrics in table.items():
-        key = "f1_oracle" if oracle and not column.startswith("srdetection") else "f1"
+        key = "f1_oracle" if oracle and not is_rule(column) else "f1"
         value = metrics.get(key)
         if e == epoch and isinstance(value, (int, float)) and math.isfinite(value):
             out[column] = value
@@ -192,8 +203,6 @@ def compare_runs(
     run_dirs: list[str | Path], step: str = "last", out_dir: str | Path = "compare"
 ) -> tuple[str, Path]:
     """(markdown tables, path of the page). Runs without results are named in the page, not dropped silently."""
-    from leaklab.report.html import write_page
-    from leaklab.rundir import write_atomic
 
     runs = [load_run(d) for d in run_dirs]
     names = _names(runs)
@@ -280,9 +289,6 @@ def compare_runs(
 
 
 def main(argv: list[str]) -> int:
-    import argparse
-    import sys
-
     parser = argparse.ArgumentParser(prog="leaklab compare", description="several runs side by side")
     parser.add_argument("run_dirs", nargs="+")
     parser.add_argument(

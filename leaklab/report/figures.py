@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import leaklab.report.charts as charts
-from leaklab.results import display_name, ordered
+from leaklab.results import display_name, is_rule, ordered
 
 
 def _pyplot():
@@ -113,7 +115,6 @@ def plot_training_loss(rows: list[dict[str, Any]], path: Path) -> list[Path]:
 
 def plot_histograms(scores: dict, out_dir: Path) -> list[Path]:
     """One histogram per score column (audit mode, where there are no labels to split by)."""
-    import numpy as np
 
     plt = _pyplot()
     paths = []
@@ -148,7 +149,7 @@ def plot_ratio(points: dict[str, dict[str, float]], ratios: list[str], path: Pat
         st = styles[c]
         dash = (0, st.dash) if st.dash != (1, 0) else (0, ())
         ax.plot(xs, [100 * points[ratios[i]][c] for i in xs], color=st.color, linestyle=dash,
-                marker=_MARKERS.get(st.shape, "o"), lw=2.2 if st.group == "SrDetection" else 1.2, label=display_name(c))  # fmt: skip
+                marker=_MARKERS.get(st.shape, "o"), lw=2.2 if is_rule(c) else 1.2, label=display_name(c))  # fmt: skip
     ax.axhline(50, color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xticks(range(len(ratios)), ratios)
     ax.set_xlabel("code : web mixing ratio")

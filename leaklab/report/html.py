@@ -16,10 +16,11 @@ from __future__ import annotations
 import html
 import json
 import math
+import shutil
 from pathlib import Path
 
 from leaklab.report.section import Panel, Section, Table
-from leaklab.rundir import write_atomic
+from leaklab.rundir import cache_root, write_atomic
 
 BUNDLE = "vega-bundle.js"
 
@@ -73,9 +74,6 @@ draw();
 def write_bundle(report_dir: Path) -> str | None:
     """Put the plotting library beside the page (once per vl-convert version: bundling it takes a couple
     of seconds, so a copy is kept in leaklab's cache); returns a problem line or None."""
-    import shutil
-
-    from leaklab.rundir import cache_root
 
     path = report_dir / BUNDLE
     try:

@@ -4,7 +4,7 @@ A section is a title, a short text, and a list of items, each either a `Panel` (
 a Vega-Lite spec with its data inline) or a `Table` (text cells), plus `notes` that say what is missing.
 The report page (`html.py`) draws sections in order; it knows nothing about any evaluation.
 
-An evaluation contributes its section with an optional method on its class in
+An evaluation contributes its section with an optional method on the class its record names in
 `leaklab.evaluations.EVALUATIONS`:
 
     def report_section(self, rows: list[dict], run: RunData) -> Section | None

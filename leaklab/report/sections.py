@@ -1,7 +1,7 @@
 """The report's sections: the run header, detection and training built in, one per other evaluation.
 
 `SECTIONS` maps an evaluation name to the function that draws its section, `(rows, run) -> Section |
-None`. For an evaluation not listed here the report asks its class in `leaklab.evaluations.EVALUATIONS`
+None`. For an evaluation not listed here the report asks the class its record in `leaklab.evaluations.EVALUATIONS` names
 for a `report_section(rows, run)` method (see `section.py`), and falls back to a generic section (each
 metric per checkpoint) when it has none. An evaluation without rows gets no section.
 """
@@ -15,6 +15,9 @@ from typing import Any
 import numpy as np
 
 import leaklab.report.charts as charts
+from leaklab.evaluations import EVALUATIONS
+from leaklab.metrics import roc_curve
+from leaklab.plugins import ReportsSection
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
 from leaklab.report.tables import dataset_inference_cells, shift_warnings
@@ -110,8 +113,6 @@ def header_section(run: RunData) -> Section:
 
 
 def _roc_points(records: list[dict[str, Any]], columns: list[str]) -> list[dict[str, Any]]:
-    from leaklab.metrics import roc_curve
-
     labels = np.array([int(r.get("label", -1)) for r in records])
     keep = np.isin(labels, (0, 1))
     points = []
@@ -399,11 +400,9 @@ NOT_SECTIONS = ("timing", "audit")  # rows shown elsewhere (the header) or by th
 
 
 def _plugin_section(name: str) -> SectionFn | None:
-    from leaklab.evaluations import EVALUATIONS
-
-    cls = EVALUATIONS.get(name)
-    method = getattr(cls, "report_section", None) if cls is not None else None
-    if method is None:
+    record = EVALUATIONS.get(name)
+    cls = record.load() if record is not None else None
+    if cls is None or not issubclass(cls, ReportsSection):
         return None
     return lambda rows, run: cls().report_section(rows, run)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 ALGORITHMS = ("grpo", "rloo", "ppo")  # grpo / rloo: TRL in process; ppo: veRL (training/verl.py)
 REWARD_MODES = ("binary", "fraction")
@@ -33,6 +34,14 @@ class VerlConfig:
 class RLConfig:
     """`train.rl`: the reward (all tests pass in the sandbox) and the policy-gradient algorithm."""
 
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {
+        "algorithm": ALGORITHMS,
+        "reward": REWARD_MODES,
+        "prompt_format": PROMPT_FORMATS,
+        "use_vllm": SWITCHES,
+        "verl.launch": ("auto", "print"),
+    }
+
     algorithm: str = "grpo"  # grpo | rloo (TRL, in process) | ppo (veRL)
     # Start from this model instead of model.name_or_path: a checkpoint or model directory, a run
     # directory (its last checkpoint), or recipe:NAME (the last checkpoint of that recipe's run).
@@ -54,14 +63,11 @@ class RLConfig:
     log_completions: bool = False  # print sampled completions with their rewards (TRL)
     verl: VerlConfig = field(default_factory=VerlConfig)  # settings of algorithm=ppo on veRL
 
-
-CHOICES = {
-    "train.rl.algorithm": ALGORITHMS,
-    "train.rl.reward": REWARD_MODES,
-    "train.rl.prompt_format": PROMPT_FORMATS,
-    "train.rl.use_vllm": SWITCHES,
-    "train.rl.verl.launch": ("auto", "print"),
-}
+    def check(self, train) -> list[str]:
+        """Checked only when the recipe trains the rl stage (other stages ignore this section)."""
+        if train is None or train.stage != "rl":
+            return []
+        return validate(self, train.batch_size, train.micro_batch_size)
 
 
 def validate(rl: RLConfig, batch_size: int, micro_batch_size: int) -> list[str]:

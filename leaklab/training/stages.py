@@ -1,6 +1,7 @@
-"""Training stages: `train.stage` names one entry of STAGES; `train.py` calls its two builders.
+"""Training stages: `train.stage` names one record of STAGES; `train.py` calls its two builders.
 
-A stage is one module with two functions, and one line below:
+A stage is one module with two functions (`plugins.Stage`), and one record below (with `config` when it
+has a `train.<name>` section, a dataclass in a module that imports no torch, as `sft_config.py`):
 
     build_dataset(recipe, tokenizer, tasks, manifest, run, log) -> StageData
         what the trainer trains on, built from the manifest's members (and whatever else the stage
@@ -9,6 +10,9 @@ A stage is one module with two functions, and one line below:
         a transformers `Trainer` (TRL's trainers are subclasses) that saves checkpoints to output_dir
         and calls `callbacks`, which evaluate every checkpoint.
 
+Optionally `resolve_base(recipe, run, log) -> str | None`: the model training starts from (rl: an
+earlier stage's checkpoint).
+
 The model arrives loaded, with LoRA applied when the recipe asks (`models/lora.py`); resume, the
 evaluation and the summary are `train.py`'s. Stage modules are named by string and imported when a
 builder is first called, so reading the names (recipe validation) imports no torch or transformers.
@@ -16,10 +20,18 @@ builder is first called, so reading the names (recipe validation) imports no tor
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from leaklab.plugins import Record, resolve
+
+
+@runtime_checkable
+class ResolvesBase(Protocol):
+    """Optional for a stage module: where its training starts, when not `model.name_or_path`."""
+
+    def resolve_base(self, recipe, run, log) -> str | None: ...
 
 
 @dataclass
@@ -30,12 +42,16 @@ class StageData:
 
 @dataclass(frozen=True)
 class Stage:
-    name: str
-    module: str  # the module that defines build_dataset and build_trainer
-    summary: str
+    """A stage's record, with its module's functions to call."""
+
+    record: Record
+
+    @property
+    def name(self) -> str:
+        return self.record.name
 
     def builders(self) -> ModuleType:
-        return importlib.import_module(self.module)
+        return resolve(self.record.path)
 
     def build_dataset(self, recipe, tokenizer, tasks, manifest, run, log=print) -> StageData:
         return self.builders().build_dataset(recipe, tokenizer, tasks, manifest, run, log)
@@ -48,18 +64,36 @@ class Stage:
     def resolve_base(self, recipe, run, log=print) -> str | None:
         """The model training starts from when the stage module says so with a `resolve_base` of its own
         (rl: `train.rl.init_from`, an earlier stage's checkpoint); None: `model.name_or_path`."""
-        hook = getattr(self.builders(), "resolve_base", None)
-        return hook(recipe, run, log) if hook else None
+        module = self.builders()
+        return module.resolve_base(recipe, run, log) if isinstance(module, ResolvesBase) else None
 
 
-STAGES: dict[str, Stage] = {
-    "cpt": Stage("cpt", "leaklab.training.cpt", "continued pretraining on members packed with corpus text"),
-    "sft": Stage(
-        "sft", "leaklab.training.sft", "supervised fine-tuning on members (prompt -> solution), TRL"
-    ),
-    "rl": Stage(
-        "rl", "leaklab.training.rl", "GRPO / RLOO (TRL) or PPO (veRL) with the sandbox's verdict as reward"
-    ),
+STAGES: dict[str, Record] = {
+    r.name: r
+    for r in [
+        Record(
+            "cpt",
+            "leaklab.training.cpt",
+            "stage",
+            summary="continued pretraining on members packed with corpus text",
+        ),
+        Record(
+            "sft",
+            "leaklab.training.sft",
+            "stage",
+            config="leaklab.training.sft_config:SftConfig",
+            section="sft",
+            summary="supervised fine-tuning on members (prompt -> solution), TRL",
+        ),
+        Record(
+            "rl",
+            "leaklab.training.rl",
+            "stage",
+            config="leaklab.training.rl_config:RLConfig",
+            section="rl",
+            summary="GRPO / RLOO (TRL) or PPO (veRL) with the sandbox's verdict as reward",
+        ),
+    ]
 }
 
 # What `train.stage` may be; recipe validation reads this.
@@ -68,6 +102,6 @@ STAGE_NAMES: tuple[str, ...] = tuple(STAGES)
 
 def get_stage(name: str) -> Stage:
     try:
-        return STAGES[name]
+        return Stage(STAGES[name])
     except KeyError:
         raise ValueError(f"train.stage: unknown stage {name!r} (known: {', '.join(STAGE_NAMES)})") from None

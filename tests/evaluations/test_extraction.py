@@ -15,7 +15,7 @@ import pytest
 from leaklab.memorization.clones import build_index, code_lines, find_clones, naive_clones, unique_snippets
 from leaklab.metrics import pearson, precision_at_k, resample_weights, spearman
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC_A = "\n".join(f"value_{i} = compute({i}, 'a')" for i in range(10))
 DOC_B = "\n".join(f"other_{i} = compute({i}, 'b')" for i in range(10))
 

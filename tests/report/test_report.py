@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from leaklab.plugins import Record
 from leaklab.report import build_report, charts
 from leaklab.report.rundata import load_run
 from leaklab.report.section import Panel, Section, Table, panel_values
@@ -276,10 +277,16 @@ class _NoSection:
 def test_evaluations_supply_their_sections(tmp_path, monkeypatch):
     import leaklab.evaluations as evaluations
 
-    monkeypatch.setitem(evaluations.EVALUATIONS, "toy", _WithSection)
-    monkeypatch.setitem(evaluations.EVALUATIONS, "broken", _Broken)
-    monkeypatch.setitem(evaluations.EVALUATIONS, "plain", _NoSection)
-    monkeypatch.setitem(evaluations.EVALUATIONS, "silent", _WithSection)  # registered, but no rows
+    for name, cls in [
+        ("toy", _WithSection),
+        ("broken", _Broken),
+        ("plain", _NoSection),
+        ("silent", _WithSection),
+    ]:
+        # "silent" is registered but has no rows
+        monkeypatch.setitem(
+            evaluations.EVALUATIONS, name, Record(name, f"{__name__}:{cls.__name__}", "evaluation")
+        )
     run = make_run(tmp_path / "run", steps=(0, 8))
     extra = []
     for name in ("toy", "broken", "plain"):

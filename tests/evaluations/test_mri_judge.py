@@ -8,7 +8,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from test_mri_perturb import ADD  # add(a, b) with a HumanEval-style check
+from test_mri_sets import ADD  # add(a, b) with a HumanEval-style check
 
 from leaklab.data.tasks import Task
 from leaklab.evaluations.mri import MriConfig, llm_backend, validate_config

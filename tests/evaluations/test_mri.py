@@ -15,7 +15,7 @@ from conftest import SMALL_TINY
 from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity
 from leaklab.rundir import RunDir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ORIGINAL = 'def f(xs):\n    """Sum of xs."""\n    total = 0\n    for x in xs:\n        total += x\n    return total\n'
 
 

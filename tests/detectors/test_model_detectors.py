@@ -330,7 +330,7 @@ RECENT = 'evaluate.detectors=[ppl,recall,"ngram_acc:starts=2","cdd:samples=2,max
 def test_recent_detectors_in_a_run_and_an_audit(leaklab_cache, tmp_path):
     """Through the detection evaluation (rows, per-sample records, the results table) and `leaklab audit`
     with no special case: each new column gets the metrics of every score column."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
     env.update(LEAKLAB_CACHE=leaklab_cache, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
     columns = ["ppl", "recall@shots=1", "ngram_acc@n=5", "cdd@alpha=0.05"]

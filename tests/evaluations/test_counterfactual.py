@@ -141,7 +141,7 @@ def test_analysis_tables_render_members_and_non_members(monkeypatch):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
     from counterfactual_tables import render
 
     got = {
@@ -178,7 +178,7 @@ def test_analysis_plots_write_three_pngs(tmp_path):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
     from counterfactual_tables import plots
 
     paths = plots(_records(), tmp_path / "figs")

@@ -16,7 +16,7 @@ from leaklab.recipe import load_recipe
 from leaklab.rundir import RunDir
 from leaklab.training import verl
 
-KEYS_FIXTURE = Path(__file__).parent / "fixtures" / "verl_ppo_trainer_keys.txt"
+KEYS_FIXTURE = Path(__file__).parent.parent / "fixtures" / "verl_ppo_trainer_keys.txt"
 
 
 def ppo_recipe(*overrides: str):

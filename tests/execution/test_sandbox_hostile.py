@@ -650,7 +650,7 @@ def _answer_key() -> Path:
 
 def test_the_host_and_the_answer_keys_are_out_of_sight(host_view, sandbox):
     _needs(sandbox, "mounts")
-    key, checkout = _answer_key(), Path(__file__).resolve().parents[1]
+    key, checkout = _answer_key(), Path(__file__).resolve().parents[2]
     assert key.exists()
     spy = (
         "import gzip, os\n"

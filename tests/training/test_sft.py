@@ -16,7 +16,7 @@ import pytest
 from conftest import SMALL_TINY
 from leaklab.rundir import RunDir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 SMALL_SFT = [

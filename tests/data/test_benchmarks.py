@@ -21,7 +21,7 @@ from leaklab.data.tasks import Task
 from leaklab.execution.correctness import check_many
 from leaklab.execution.sandbox import Sandbox
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
 PATHS = {name: FIXTURES / name for name in ("humaneval_plus", "mbpp_plus", "apps", "bigcodebench")}
 
 

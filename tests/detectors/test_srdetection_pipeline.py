@@ -25,6 +25,7 @@ from leaklab.data.tasks import Task
 from leaklab.detectors import build_detector, run_detectors, score_detectors
 from leaklab.detectors.srdetection import (
     Decisions,
+    SrDetectionConfig,
     SrInputs,
     cut_text,
     decisions_by_n,
@@ -33,13 +34,13 @@ from leaklab.detectors.srdetection import (
     srdetection_metrics,
 )
 from leaklab.perturb.variants import Variant, VariantSet
-from leaklab.recipe import EvaluateConfig, RecipeError, SrDetectionConfig, load_recipe
+from leaklab.recipe import EvaluateConfig, RecipeError, load_recipe
 from leaklab.signals.continuations import GenerationCache
 from leaklab.signals.generation import Completion
 from leaklab.signals.logprobs import SignalCache
 
 LN2 = math.log(2)
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def bigram():

@@ -275,24 +275,25 @@ def generic_signals() -> Signals:
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
 def test_registry_walk(name):
-    """Every registered detector: a kind, known needs, typed columns, and (score kind) finite scores."""
+    """Every registered detector: a kind, known needs, typed columns, and (score kind) finite scores.
+    (Its interface against its kind's Protocol: test_plugins.py.)"""
     from leaklab.detectors import KINDS
     from leaklab.detectors.srdetection import GENERATIONS, VARIANTS
 
     known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES, VARIANTS, GENERATIONS}
-    detector = build_detector(name)
-    assert detector.name == name and detector.kind in KINDS
+    detector, kind = build_detector(name), DETECTORS[name].kind
+    assert detector.name == name and kind in KINDS
     assert detector.needs and detector.needs <= known
     columns = detector.columns()
     assert columns and all(isinstance(params, dict) for params in columns.values())
-    if hasattr(detector, "config"):
-        assert dataclasses.is_dataclass(detector.config)
-    if detector.kind == "rule":
+    if DETECTORS[name].config:
+        assert dataclasses.is_dataclass(DETECTORS[name].settings_class())
+    if kind == "rule":
         # Rules read variants, not token statistics; their golden decisions are in test_srdetection.py.
         assert VARIANTS in detector.needs
         return
-    if hasattr(detector, "run"):
-        # Reads the model itself (a prefix pass, generations, variants); golden: test_detectors_recent.py.
+    if kind == "model":
+        # Reads the model itself (a prefix pass, generations, variants); golden: test_model_detectors.py.
         return
     assert not detector.needs & {VARIANTS, GENERATIONS}
     scores = detector.score(generic_signals())

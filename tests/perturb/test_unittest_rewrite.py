@@ -52,7 +52,7 @@ LONG_WORDS = Task(
     tests=TESTS,
     test_type="unittest",
 )
-FIXTURE = Path(__file__).parent / "fixtures" / "bigcodebench" / "bigcodebench-fixture.jsonl"
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "bigcodebench" / "bigcodebench-fixture.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_bigcodebench_recipes_evaluate_mri(name):
 
 
 def test_an_llm_rewrite_of_a_unittest_task_goes_through_the_same_checks(sandbox):
-    from test_mri_perturb import _Scripted
+    from test_mri_sets import _Scripted
 
     from leaklab.perturb.mri_llm import llm_rewrites
 

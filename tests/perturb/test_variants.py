@@ -568,7 +568,7 @@ def test_apps_fixture_tasks_rename_cleanly():
 
     from leaklab.data.benchmarks import load_apps
 
-    fixture = Path(__file__).parent / "fixtures" / "apps" / "apps-fixture.jsonl"
+    fixture = Path(__file__).parent.parent / "fixtures" / "apps" / "apps-fixture.jsonl"
     tasks = load_apps(fixture)
     assert tasks
     for task in tasks:

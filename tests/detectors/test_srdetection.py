@@ -216,7 +216,7 @@ def test_a_rule_column_that_decided_nothing_is_marked_in_the_results_table():
     assert undecided_note({"n": 10.0, "n_undecided": 10.0}) == " (all undecided)"
     assert undecided_note({"n": 10.0, "n_undecided": 3.0}) == ""
     assert undecided_note({}) == ""
-    script = Path(__file__).resolve().parents[1] / "analysis" / "detector_table.py"
+    script = Path(__file__).resolve().parents[2] / "analysis" / "detector_table.py"
     spec = importlib.util.spec_from_file_location("detector_table", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

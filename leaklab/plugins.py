@@ -1,0 +1,193 @@
+"""What a plug-in is: one registry record, and the interface its object satisfies.
+
+Every detector (`leaklab/detectors/__init__.py`, DETECTORS), evaluation (`leaklab/evaluations/__init__.py`,
+EVALUATIONS) and training stage (`leaklab/training/stages.py`, STAGES) is described once, by a `Record`:
+where its object lives (a lazy "module:Object" path), its kind, the dataclass of its recipe section, and how
+reports show it. The recipe loader builds and validates `evaluate.*` and `train.*` from the records' config
+dataclasses; the driver, the report and `compare` read names, kinds and groups from them. Nothing imports a
+plug-in's module until it is used, so listing the registries imports no torch.
+
+The interfaces are Protocols below; `tests/test_plugins.py` walks every registry and checks each record's
+object against the Protocol of its kind.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Record:
+    """One plug-in, as every part of leaklab sees it.
+
+    name: the name recipes use (`evaluate.detectors`, `evaluate.evaluations`, `train.stage`).
+    path: "module:Object", imported on first use.
+    kind: detectors: "score" (`score(signals)` over the shared token statistics), "model" (a score
+        detector that reads the model itself: `run(inputs)`) or "rule" (decides leak / not leak:
+        `decide(inputs)`); "evaluation"; "stage".
+    display: its name in tables and figures ("" shows `name`).
+    group: its family in reports: series of one group share a palette, dash and point shape.
+    config: "module:Dataclass" of its recipe section (evaluate.<section> or train.<section>), or None.
+        That module must import no torch: the recipe reads it when it loads.
+    section: the key of that section; several records may share one (SrDetection's three detectors).
+    columns: other score columns it writes, with their display names (`ref` also writes `ref_diff`).
+    summary: one line for listings.
+    """
+
+    name: str
+    path: str
+    kind: str
+    display: str = ""
+    group: str = ""
+    config: str | None = None
+    section: str | None = None
+    columns: tuple[tuple[str, str], ...] = ()
+    summary: str = ""
+
+    def load(self) -> Any:
+        """The plug-in's object (a class, or a module for a stage)."""
+        return resolve(self.path)
+
+    def settings_class(self) -> type | None:
+        return resolve(self.config) if self.config else None
+
+    @property
+    def title(self) -> str:
+        return self.display or self.name
+
+
+def resolve(path: str) -> Any:
+    """ "leaklab.detectors.likelihood:Ppl" -> the object; "leaklab.training.cpt" -> the module."""
+    module, _, attr = path.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attr) if attr else loaded
+
+
+# --------------------------------------------------------------------------- interfaces
+
+
+@runtime_checkable
+class Settings(Protocol):
+    """A plug-in's recipe section (`Record.config`): a dataclass with these two."""
+
+    # Fields whose value is one of a few words, relative to the section: {"format": ("auto", "chat")}.
+    choices: ClassVar[dict[str, tuple[str, ...]]]
+
+    def check(self, parent: Any) -> list[str]:
+        """One line per problem, each naming its full key; `parent` is the enclosing section
+        (the recipe's `evaluate` or `train`), for checks that read a sibling setting."""
+        ...
+
+
+@runtime_checkable
+class ScoreDetector(Protocol):
+    """kind "score": one number per sample from the shared token statistics (higher = member)."""
+
+    name: ClassVar[str]
+    needs: ClassVar[frozenset[str]]  # signals of `likelihood`: target, lowercase, reference, ...
+
+    def columns(self) -> dict[str, dict]: ...
+
+    def score(self, signals: Any) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class ModelDetector(Protocol):
+    """kind "model": one number per sample, reading the model itself (`detectors/inputs.ModelInputs`)."""
+
+    name: ClassVar[str]
+    needs: ClassVar[frozenset[str]]
+
+    def columns(self) -> dict[str, dict]: ...
+
+    def run(self, inputs: Any) -> dict[str, Any]: ...
+
+
+class Decisions(Protocol):
+    """A rule's per-sample verdicts for one column."""
+
+    leak: Any  # bool [samples]; False where undecided
+    decided: Any  # bool [samples]
+    margin: Any  # float [samples]: > 0 iff leak, NaN where undecided; its AUROC is reported
+
+
+@dataclass
+class RuleScores:
+    """What a rule detector's `decide` returns: per column its margin and its decisions."""
+
+    columns: dict[str, Any]
+    decisions: dict[str, Any]
+    info: dict[str, Any]
+
+
+@runtime_checkable
+class RuleDetector(Protocol):
+    """kind "rule": decides leak / not leak per sample itself; its metrics need no threshold."""
+
+    name: ClassVar[str]
+    needs: ClassVar[frozenset[str]]
+
+    def columns(self) -> dict[str, dict]: ...
+
+    def decide(self, inputs: Any) -> RuleScores: ...
+
+    def metrics(self, decisions: Any, labels: Any, *, n_bootstrap: int, seed: int) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class ChecksSettings(Protocol):
+    """Optional for a detector: problems of its spec under the recipe's `evaluate` settings."""
+
+    def check(self, settings: Any) -> list[str]: ...
+
+
+@runtime_checkable
+class Evaluation(Protocol):
+    """kind "evaluation": constructed with no arguments, once per run."""
+
+    name: ClassVar[str]
+
+    def specs(self, recipe: Any) -> list[str]:
+        """What its "done" marker records; a step is evaluated again when this grows."""
+        ...
+
+    def prepare(self, ctx: Any) -> None:
+        """Once per run, before any checkpoint."""
+        ...
+
+    def evaluate(self, ctx: Any, model: Any, tokenizer: Any, step: int) -> Any:
+        """Once per checkpoint, on every rank; returns an `EvalOutput`."""
+        ...
+
+
+@runtime_checkable
+class Summarises(Protocol):
+    """Optional for an evaluation: the one line logged after each checkpoint."""
+
+    def summary(self, rows: list[dict[str, Any]]) -> str: ...
+
+
+@runtime_checkable
+class ReportsSection(Protocol):
+    """Optional for an evaluation: its own section of the HTML report."""
+
+    def report_section(self, rows: list[dict[str, Any]], run: Any) -> Any: ...
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """kind "stage": a module with these two functions (and optionally `resolve_base`)."""
+
+    def build_dataset(self, recipe, tokenizer, tasks, manifest, run, log) -> Any: ...
+
+    def build_trainer(self, model, tokenizer, dataset, recipe, output_dir, callbacks, report_to) -> Any: ...
+
+
+def closest(name: str, options: Sequence[str]) -> str:
+    """'; did you mean "x"?' for the nearest option, or ""."""
+    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return f"; did you mean {match[0]!r}?" if match else ""
