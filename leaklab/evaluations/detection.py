@@ -78,11 +78,15 @@ class Detection:
         from leaklab.detectors.likelihood import REFERENCE
         from leaklab.detectors.srdetection import GENERATIONS as SR_GENERATIONS
         from leaklab.detectors.srdetection import VARIANTS
+        from leaklab.perturb.store import verify_mode
 
         signals = needs_of(recipe.evaluate.detectors)
         out = {TOKEN_STATS}
         if VARIANTS in signals:
-            out |= {PERTURBED, EXECUTIONS}
+            out.add(PERTURBED)
+            # Variants verified by running the benchmark's tests; alpha and none run nothing.
+            if verify_mode(recipe.evaluate.srdetection) == "tests":
+                out.add(EXECUTIONS)
         if SR_GENERATIONS in signals:
             out.add(GENERATIONS)
         if REFERENCE in signals:
