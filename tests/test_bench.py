@@ -42,6 +42,7 @@ def test_every_bench_is_listed():
     assert sorted(p.stem.removeprefix("bench_") for p in SCRIPTS) == sorted(KEYS)
 
 
+@pytest.mark.slow  # builds the smoke tiny model, tokenizers and variant sets on a cold cache
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_a_bench_runs_at_smoke_size(script, leaklab_cache, monkeypatch):
     monkeypatch.setattr(sys, "argv", [str(script), "--smoke"])

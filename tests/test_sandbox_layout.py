@@ -169,7 +169,15 @@ def test_benchmark_caches_come_from_the_callers_environment(monkeypatch, tmp_pat
         assert str(tmp_path / name) in caches, name
 
 
-@pytest.mark.slow
+def test_only_caches_inside_the_installation_are_covered_and_never_the_installation(tmp_path):
+    venv = tmp_path / "venv"
+    inside, outside = venv / "cache", tmp_path / "home" / ".cache" / "leaklab"
+    for d in (inside, outside):
+        d.mkdir(parents=True)
+    hide = [str(inside), str(outside), str(venv), str(tmp_path), str(venv / "missing")]
+    assert isolation.hidden_inside(hide, [str(venv)]) == [str(inside)]
+
+
 @pytest.mark.parametrize("location", LOCATIONS)
 def test_a_checkout_and_virtualenv_anywhere(location):
     # Like a fresh clone: a directory holding the checkout and its .venv, seven levels down.

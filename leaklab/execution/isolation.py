@@ -449,6 +449,18 @@ def data_caches() -> list[str]:
     return sorted({os.path.realpath(os.path.expanduser(p)) for p in paths})
 
 
+def hidden_inside(hide: list[str], keep: list[str]) -> list[str]:
+    """The existing paths of `hide` that a run could see: those inside a kept directory. Not one that
+    holds a kept directory (a cache set to the installation itself, or above it): covering it would
+    hide Python from the runs."""
+    found = set()
+    for h in map(os.path.realpath, hide):
+        seen = any(_inside(h, k) for k in keep)
+        if os.path.exists(h) and seen and not any(_inside(k, h) for k in keep):
+            found.add(h)
+    return sorted(found)
+
+
 def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[str, Any]:
     """Pivot the calling worker (root, in its own mount namespace) into a fresh tmpfs holding only
     `keep` (read-only, at the same paths), a few files of /etc, a few devices, a /proc, and a scratch
@@ -456,9 +468,7 @@ def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[
     files of benchmark packages (`answer_keys`) and the files and directories of `hide` (`data_caches`)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     keep = _outermost(p for p in keep if os.path.isdir(p))
-    hidden = sorted(
-        {os.path.realpath(h) for h in hide if os.path.exists(h) and any(_inside(h, k) for k in keep)}
-    )
+    hidden = hidden_inside(hide, keep)
     # Told apart now: once the new root is mounted over /tmp, a path under the host's /tmp leads there.
     hidden_dirs = {h for h in hidden if os.path.isdir(h)}
     # A directory of `hide` is covered whole; the packages' files inside it need no mount of their own.
