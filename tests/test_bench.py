@@ -1,9 +1,9 @@
 """Every bench/ script still runs: `--smoke` sizes, its JSON line last, with the keys it documents.
 
 The scripts run in this process (runpy, as `__main__`, with their own argv): one import of torch and
-transformers for all of them keeps the whole file within about a minute and a half on 2 cores. What a
-smoke run measures means nothing; that it runs, and prints what the README and the issue trackers read,
-is the point.
+transformers serves them all. On a cold cache the first runs also build the smoke tiny model, two
+tokenizers, variant sets and numba's compiled kernels; those are shared with the rest of the suite.
+What a smoke run measures means nothing; that it runs, and prints what the README reads, is the point.
 """
 
 from __future__ import annotations
