@@ -20,7 +20,7 @@ never stops early, so every generation runs to its full length (the worst case f
 each (their ratio moves by a few percent between runs on a quiet machine). Variants come from the
 per-benchmark cache (built and sandbox-verified once; not part of any ratio).
 
-    python bench/bench_detectors.py [--tasks 40] [--repeats 3] [--threads 2] [--skip cdd,...]
+    python bench/bench_detectors.py [--tasks 40] [--repeats 3] [--threads 2] [--skip cdd,...] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "detectors", "ratio_vs_ppl": {...}, ...}.
 """
@@ -70,7 +70,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="best-of rounds for ppl")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--skip", default="", help="comma-separated detectors to leave out")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that exercises every path")
     args = parser.parse_args()
+    if args.smoke:
+        args.tasks, args.repeats = 3, 1
     torch.set_num_threads(args.threads)
 
     from leaklab.data.benchmarks import load_humaneval
@@ -83,6 +86,9 @@ def main() -> None:
 
     tasks = load_humaneval()[: args.tasks]
     settings = EvaluateConfig()
+    specs = dict(SPECS)
+    if args.smoke:  # CDD's 20 samples x 64 new tokens, cut down
+        specs["cdd"] = "cdd:samples=2,max_new_tokens=8"
     tokenizer = build_tokenizer(4096)
     model = init_llama(tokenizer, context_length=512).eval()
     texts = [t.text("prompt+solution") for t in tasks]
@@ -109,7 +115,7 @@ def main() -> None:
     ppl = min(fresh(["ppl"]) for _ in range(args.repeats))
     results = {}
     for name in names:
-        spec = SPECS[name]
+        spec = specs[name]
         cold = fresh([spec])
         # cdd and ngram_acc read nothing that ppl computed: what they add is their fresh time.
         added = fresh([spec], warm=SHARES[name]) if name in SHARES else cold
@@ -122,7 +128,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     print(f"| ppl | ppl | {ppl:.2f} (best of {args.repeats}) | 1.00 | {ppl:.2f} | 1.00 |")
     for name, (cold, added) in results.items():
-        print(f"| {name} | {SPECS[name]} | {cold:.2f} | {cold / ppl:.2f} | {added:.2f} | {added / ppl:.2f} |")
+        print(f"| {name} | {specs[name]} | {cold:.2f} | {cold / ppl:.2f} | {added:.2f} | {added / ppl:.2f} |")
     out = {
         "bench": "detectors",
         "ratio_vs_ppl": {name: round(cold / ppl, 2) for name, (cold, _) in results.items()},

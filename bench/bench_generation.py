@@ -17,7 +17,7 @@ ops far more than the engine's large ones (one such run measured 40x), which fla
 the per-sample ones (fp32). The model is a random ~60M-parameter Llama with a 32k byte-level BPE
 vocabulary (`leaklab.models.tiny`): generation cost does not depend on the weights' values.
 
-    python bench/bench_generation.py [--prompts 32] [--new-tokens 64] [--levers] [--threads N]
+    python bench/bench_generation.py [--prompts 32] [--new-tokens 64] [--levers] [--threads N] [--smoke]
 
 The last line printed is one JSON object with the measurements.
 """
@@ -106,7 +106,11 @@ def main() -> None:
         "--levers", action="store_true", help="also time the engine with each lever switched off"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that exercises every path")
     args = parser.parse_args()
+    if args.smoke:  # the smoke tiny model's tokenizer (1024), a one-layer model, short generations
+        args.prompts, args.new_tokens, args.repeats, args.vocab_size = 3, 6, 1, 1024
+        args.hidden_size, args.layers, args.intermediate_size = 64, 1, 128
     if args.threads:
         torch.set_num_threads(args.threads)
 

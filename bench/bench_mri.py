@@ -11,7 +11,7 @@ The model is a checkpoint of a tiny_sft run (--run RUN_DIR [--step N], default i
 --run, the recipe's base model (the same shapes and lengths; a trained model only stops earlier). The
 target of issue 12: one checkpoint in <= 3 minutes on 2 cores.
 
-    python bench/bench_mri.py [--run RUN_DIR] [--step N] [--naive 32]
+    python bench/bench_mri.py [--run RUN_DIR] [--step N] [--naive 32] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "mri", "ratio_vs_one_by_one": ..., ...}.
 """
@@ -24,16 +24,27 @@ import tempfile
 import time
 from pathlib import Path
 
+# --smoke: two tasks a side and short generations (with the small tiny model, `SMOKE_TINY`).
+SMOKE_OVERRIDES = [
+    "evaluate.mri.max_tasks=2",
+    "evaluate.mri.max_new_tokens=8",
+    "evaluate.accuracy.max_tasks=2",
+    "evaluate.accuracy.max_new_tokens=8",
+]
 
-def checkpoint(run: str | None, step: int | None, overrides: list[str] = ()):
+
+def checkpoint(run: str | None, step: int | None, overrides: list[str] = (), smoke: bool = False):
     """(recipe, model, tokenizer, eval set, step): a tiny_sft run's checkpoint (`step`, default its last)
-    or, without a run, the tiny_sft recipe's base model on its own split."""
+    or, without a run, the tiny_sft recipe's base model on its own split. `smoke`: the small tiny
+    model and `SMOKE_OVERRIDES` after `overrides`."""
     from leaklab.data.splits import split_members
     from leaklab.evaluate import build_eval_set, load_tasks
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
-    from leaklab.recipe import load_recipe
+    from leaklab.recipe import SMOKE_TINY, load_recipe
     from leaklab.rundir import RunDir, make_manifest, read_json
 
+    if smoke:
+        overrides = [*SMOKE_TINY, *overrides, *SMOKE_OVERRIDES]
     if run:
         source = RunDir(run)
         recipe = load_recipe(str(source.recipe), list(overrides))
@@ -68,9 +79,12 @@ def main() -> None:
     parser.add_argument("--run", help="a tiny_sft run directory (default: the recipe's base model)")
     parser.add_argument("--step", type=int, help="its checkpoint (default: the last)")
     parser.add_argument("--naive", type=int, default=32, help="prompts generated one at a time")
+    parser.add_argument("--smoke", action="store_true", help="the smoke tiny model, 2 tasks a side, 8 tokens")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    recipe, model, tokenizer, eval_set, step = checkpoint(args.run, args.step)
+    if args.smoke:
+        args.naive = 2
+    recipe, model, tokenizer, eval_set, step = checkpoint(args.run, args.step, smoke=args.smoke)
 
     with tempfile.TemporaryDirectory() as tmp:
         ctx = EvalContext(recipe=recipe, run=RunDir(tmp), eval_set=eval_set, log=lambda *a, **k: None)
@@ -81,8 +95,8 @@ def main() -> None:
         t0 = time.perf_counter()
         out = mri.evaluate(ctx, model, tokenizer, step)
         evaluate_s = time.perf_counter() - t0
-        chosen, _ = mri._tasks(ctx)
-        items = mri._items(chosen, recipe.evaluate.mri)
+        chosen, _ = mri.tasks(ctx)
+        items = mri.items(chosen, recipe.evaluate.mri)
 
     # One at a time: the same engine, batch size 1, on the first --naive prompts.
     fmt = resolve_format(tokenizer, recipe.evaluate.mri.format)

@@ -8,7 +8,7 @@ mri, with the same format / max_new_tokens / stops. Timed, each on a fresh gener
   mri alone       `Mri().evaluate` on an empty cache: every prompt decoded (the old cost)
 Both MRI runs must give the same rows (the shared replies are the ones accuracy judged).
 
-    python bench/bench_mri_shared.py [--run RUN_DIR] [--step N] [--tasks 100]
+    python bench/bench_mri_shared.py [--run RUN_DIR] [--step N] [--tasks 100] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "mri_shared", "ratio_alone_vs_shared": ..., ...}.
 """
@@ -37,11 +37,12 @@ def main() -> None:
     parser.add_argument(
         "--tasks", type=int, default=100, help="members and non-members each, both evaluations"
     )
+    parser.add_argument("--smoke", action="store_true", help="as bench_mri.py --smoke")
     args = parser.parse_args()
     torch.set_num_threads(2)
     overrides = [f"evaluate.mri.max_tasks={args.tasks}", f"evaluate.accuracy.max_tasks={args.tasks}",
                  "evaluate.accuracy.n_samples=0"]  # fmt: skip
-    recipe, model, tokenizer, eval_set, step = checkpoint(args.run, args.step, overrides)
+    recipe, model, tokenizer, eval_set, step = checkpoint(args.run, args.step, overrides, smoke=args.smoke)
     quiet = lambda *a, **k: None  # noqa: E731
 
     def context(tmp: str) -> EvalContext:
@@ -61,8 +62,8 @@ def main() -> None:
         t0 = time.perf_counter()
         alone = mri.evaluate(alone_ctx, model, tokenizer, step)
         alone_s = time.perf_counter() - t0
-        chosen, _ = mri._tasks(shared_ctx)
-        n_prompts = len(mri._items(chosen, recipe.evaluate.mri))
+        chosen, _ = mri.tasks(shared_ctx)
+        n_prompts = len(mri.items(chosen, recipe.evaluate.mri))
 
     same_rows = [r["value"] for r in shared.rows] == [r["value"] for r in alone.rows]
     print(f"checkpoint step {step}; {len(chosen)} tasks; MRI prompts {n_prompts} (originals {len(chosen)})")

@@ -21,7 +21,7 @@ their judges and candidates, alive or already reaped). `cpu_bound_per_s` = cores
 completion is the rate the same work reaches when it has the machine's cores to itself (the sandbox's
 waits overlap across workers, so an idle machine runs CPU-bound); the table says which number is which.
 
-    python bench/bench_reward.py [--rounds 2] [--workers 2] [--batch 64] [--problems 164]
+    python bench/bench_reward.py [--rounds 2] [--workers 2] [--batch 64] [--problems 164] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "reward", "ratio_vs_one_by_one": ..., ...}.
 """
@@ -124,7 +124,10 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=164)
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--with-unparsable", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="8 problems, one round, 2 workers")
     args = parser.parse_args()
+    if args.smoke:
+        args.rounds, args.problems, args.batch, args.workers = 1, 8, 8, 2
 
     from leaklab.data.benchmarks import load_humaneval
     from leaklab.execution.rewards import CodeReward

@@ -20,7 +20,7 @@ in a separate child process (glibc told to return freed memory, so the peak RSS 
 is that method's own live memory, not reuse of a heap another method left behind), including the large
 architecture with both vocabularies to show whether memory grows with the vocabulary.
 
-    python bench/bench_scoring.py [--texts 300] [--texts-large 100] [--repeats 2] [--threads 2]
+    python bench/bench_scoring.py [--texts 300] [--texts-large 100] [--repeats 2] [--threads 2] [--smoke]
 
 Prints tables, then one JSON line: {"bench": "scoring", "ratio_vs_per_sample": ..., ...}; the top-level
 ratios are the worse of the two models.
@@ -87,26 +87,18 @@ def padded_batch(model, tokenizer, texts: list[str], max_length: int, batch_size
     return out
 
 
-def engine_batches(tokenizer, texts: list[str], max_length: int, batch_tokens: int):
-    """The engine's own segments and token-budget batches (for the bare forward)."""
-    from leaklab.signals.logprobs import _batches, _plan_text, _tokenise
-
-    segments = []
-    for i, (ids, scorable) in enumerate(_tokenise(tokenizer, texts, None)):
-        segments += _plan_text(i, ids, scorable, max_length, "truncate").segments
-    return _batches(segments, batch_tokens)
-
-
 def bare_forward(model, tokenizer, texts: list[str], max_length: int, batch_tokens: int) -> int:
     """Logits only, batched exactly like the engine (right padding, no mask: see the engine's notes)."""
+    from leaklab.signals.logprobs import plan_batches
+
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     n = 0
     with torch.inference_mode():
-        for batch in engine_batches(tokenizer, texts, max_length, batch_tokens):
-            width = max(len(s.ids) for s in batch)
+        for batch in plan_batches(tokenizer, texts, max_length, batch_tokens):
+            width = max(len(ids) for ids in batch)
             x = torch.full((len(batch), width), pad_id)
-            for i, seg in enumerate(batch):
-                x[i, : len(seg.ids)] = torch.from_numpy(seg.ids)
+            for i, ids in enumerate(batch):
+                x[i, : len(ids)] = torch.from_numpy(ids)
             n += model(input_ids=x, use_cache=False).logits.shape[0]
     return n
 
@@ -299,7 +291,10 @@ def main() -> None:
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true", help="6 texts, the small model only, no memory")
     args = parser.parse_args()
+    if args.smoke:
+        args.texts, args.repeats, args.skip_large, args.skip_memory = 6, 1, True, True
     torch.set_num_threads(args.threads)
     from transformers.utils import logging as hf_logging
 

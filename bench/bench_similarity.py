@@ -18,7 +18,7 @@ In-process measures (tsed, codebleu) are CPU seconds of this process (`time.proc
 threaded), so neighbours on a shared machine do not move the ratios; the suite, which runs on a process
 pool, is wall time.
 
-    python bench/bench_similarity.py [--tsed-pairs 200] [--suite-pairs 2000] [--codebleu-pairs 200] [--workers 2]
+    python bench/bench_similarity.py [--tsed-pairs 200] [--suite-pairs 2000] [--codebleu-pairs 200] [--workers 2] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "similarity", "tsed_ratio_vs_apted": ..., ...}.
 """
@@ -109,12 +109,8 @@ def make_pairs(functions: list[str], n: int, seed: int) -> list[tuple[str, str]]
 
 
 def tsed_ours(reference: str, candidate: str) -> float:
-    parser = st._parser()
-    trees = [
-        st.ordered_tree(parser.parse(text.encode()).root_node, st._named_children, lambda n: n.type)
-        for text in (reference, candidate)
-    ]
-    return st.normalised_tree_similarity(trees[0], trees[1], st.TSED_COSTS)
+    # Through the public path the suite takes (it also runs Python's parser on each snippet).
+    return st.tsed(*(st.structure(text, ("tsed",)) for text in (reference, candidate)))
 
 
 class _AptedNode:
@@ -128,7 +124,7 @@ class _AptedNode:
 def tsed_apted(reference: str, candidate: str) -> float:
     from apted import APTED, PerEditOperationConfig
 
-    parser = st._parser()
+    parser = st.python_parser()
     roots = [parser.parse(text.encode()).root_node for text in (reference, candidate)]
     sizes = [_count(r) for r in roots]
     distance = APTED(
@@ -180,10 +176,13 @@ def main() -> None:
     parser.add_argument("--codebleu-pairs", type=int, default=200)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--smoke", action="store_true", help="a few pairs of each, one worker")
     args = parser.parse_args()
+    if args.smoke:
+        args.tsed_pairs, args.suite_pairs, args.codebleu_pairs, args.workers = 4, 8, 4, 1
     workers = args.workers or default_workers()
 
-    functions = stdlib_functions()
+    functions = stdlib_functions(limit=60 if args.smoke else 3000)
     pairs = make_pairs(functions, max(args.tsed_pairs, args.suite_pairs, args.codebleu_pairs), args.seed)
     lines = [sum(len(x.split("\n")) for x in p) / 2 for p in pairs[: args.tsed_pairs]]
     print(

@@ -17,7 +17,7 @@ After an untimed warm-up round, the methods alternate for `--repeats` rounds; ea
 so a busy machine hurts both alike. With --black the black box (greedy suffix generation for every
 text, fresh generation cache) is timed once too.
 
-    python bench/bench_srdetection.py [--tasks 164] [--repeats 3] [--threads 2] [--black]
+    python bench/bench_srdetection.py [--tasks 164] [--repeats 3] [--threads 2] [--black] [--smoke]
 
 Prints a table, then one JSON line: {"bench": "srdetection", "ratio_vs_11_ppl_passes": ..., ...}.
 """
@@ -83,7 +83,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--batch-tokens", type=int, default=8192, help="evaluate.batch_tokens")
     parser.add_argument("--black", action="store_true", help="also time the black box once")
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that exercises every path")
     args = parser.parse_args()
+    if args.smoke:
+        args.tasks, args.repeats = 3, 1
     torch.set_num_threads(args.threads)
 
     from leaklab.data.benchmarks import load_humaneval

@@ -5,7 +5,10 @@ built exactly as `train.py` builds it (its TrainingArguments, callbacks that wri
 checkpoint-evaluation hook present but with nothing to evaluate), the plain side is a bare `Trainer`.
 Runs alternate A/B/A/B and the best of each is compared, so a busy machine hurts both sides alike.
 
-    python bench/bench_training.py [--steps 40] [--repeats 2]
+    python bench/bench_training.py [--steps 40] [--repeats 2] [--smoke]
+
+`--smoke` (what the test of every bench runs): 2 steps, one round, no warm-up, a small tiny model
+(`leaklab.recipe.SMOKE_TINY`) and 40 corpus texts: it shows the script still runs, its numbers mean nothing.
 
 Prints a table, then one JSON line: {"bench": "training", "ratio_vs_plain_trainer": ..., ...}.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import tempfile
 import time
@@ -26,7 +30,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="the smallest run that exercises every path")
     args = parser.parse_args()
+    if args.smoke:
+        args.steps, args.repeats = 2, 1
 
     from transformers import Trainer, TrainingArguments, default_data_collator
     from transformers.utils import logging as hf_logging
@@ -35,10 +42,11 @@ def main() -> None:
     from leaklab.data.corpora import corpus_texts
     from leaklab.data.mixing import build_mixture
     from leaklab.data.splits import split_members
+    from leaklab.evaluate import Evaluator
     from leaklab.evaluations.base import build_eval_set
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
     from leaklab.models.lora import apply_lora
-    from leaklab.recipe import load_recipe
+    from leaklab.recipe import SMOKE_TINY, load_recipe
     from leaklab.rundir import RunDir
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows
     from leaklab.training.cpt import PackedBlocks, build_trainer
@@ -52,6 +60,7 @@ def main() -> None:
             "evaluate.base_model=false",
             "evaluate.every_checkpoint=false",
             "tracking.wandb.enabled=false",
+            *(SMOKE_TINY if args.smoke else []),
         ],
     )
     path = resolve_model_path(recipe.model)
@@ -60,9 +69,10 @@ def main() -> None:
     tasks = load_humaneval()
     split = split_members([t.task_id for t in tasks], seed=0)
     by_id = {t.task_id: t for t in tasks}
+    corpus = corpus_texts("builtin")
     blocks, stats = build_mixture(
         [by_id[i].text() for i in split.member_ids],
-        corpus_texts("builtin"),
+        itertools.islice(corpus, 40) if args.smoke else corpus,
         tokenizer,
         code=1,
         web=5,
@@ -74,10 +84,8 @@ def main() -> None:
         run = RunDir(workdir)
         manifest = {"member_ids": split.member_ids, "non_member_ids": split.non_member_ids}
         eval_set = build_eval_set(tasks, manifest, "prompt+solution")
-        callbacks = [
-            EvaluateCheckpoints(recipe, run, eval_set, tokenizer, log=lambda *a: None),
-            TrainingRows(run),
-        ]
+        evaluator = Evaluator(recipe, run, eval_set, base_path=path, log=lambda *a: None)
+        callbacks = [EvaluateCheckpoints(evaluator, tokenizer, log=lambda *a: None), TrainingRows(run)]
         model = apply_lora(copy.deepcopy(base_model), recipe)
         trainer = build_trainer(
             model, tokenizer, PackedBlocks(blocks), recipe, run.checkpoints, callbacks, report_to="none"
@@ -114,7 +122,7 @@ def main() -> None:
         return args.steps * tokens_per_step / (time.perf_counter() - start)
 
     # One untimed round first: the first Trainer in a process pays for lazy imports and allocator warm-up.
-    for side in (leaklab_side, plain_side):
+    for side in () if args.smoke else (leaklab_side, plain_side):
         with tempfile.TemporaryDirectory() as tmp:
             side(Path(tmp))
     results: dict[str, list[float]] = {"leaklab": [], "plain": []}

@@ -27,9 +27,10 @@ from typing import Any
 from leaklab import claims
 from leaklab.data.benchmarks import load_benchmark
 from leaklab.data.tasks import Task
+from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
-from leaklab.plugins import Summarises
+from leaklab.plugins import RunsTests, Summarises
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir, locked, read_json, write_atomic
 
@@ -38,7 +39,38 @@ DONE_METRIC = "done"
 __all__ = ["DONE_METRIC", "EvalSet", "Evaluator", "build_eval_set", "evaluate_run", "load_tasks"]
 
 
+def tests_needed_by(recipe: Recipe) -> list[str]:
+    """What in the recipe runs the benchmark's tests, each as the key and value that asks for it: the
+    evaluations that need executions (accuracy, mri, detection with variants verified by `tests`), and
+    RL training, whose reward is the tests passing. [] when nothing does."""
+    needing = []
+    if recipe.train.stage == "rl":
+        needing.append("train.stage: rl (its reward runs the tests)")
+    for name in recipe.evaluate.evaluations:
+        evaluation = EVALUATIONS[name].load()()
+        why = evaluation.runs_tests(recipe) if isinstance(evaluation, RunsTests) else None
+        if why:
+            needing.append(why)
+    return needing
+
+
 def load_tasks(recipe: Recipe) -> list[Task]:
+    """The recipe's benchmark. Tasks without tests are fine unless something in the recipe runs them
+    (`tests_needed_by`): then one line names the first such task and what needs its tests."""
+    data = recipe.data
+    tasks = _load_tasks(recipe)
+    empty = [t for t in tasks if not t.has_tests()]
+    needing = tests_needed_by(recipe) if empty else []
+    if needing:
+        source = data.path or data.hub_name or data.benchmark
+        raise InputError(
+            f"{source}: {len(empty)} of {len(tasks)} tasks have no tests (first: {empty[0].task_id}), "
+            f"but {needing[0]} needs them; give every task a test, or leave out what runs them"
+        )
+    return tasks
+
+
+def _load_tasks(recipe: Recipe) -> list[Task]:
     data = recipe.data
     # `synthetic` is drawn with data.seed and built at data.max_samples tasks; other loaders ignore both.
     return load_benchmark(

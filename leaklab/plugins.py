@@ -172,6 +172,14 @@ class Summarises(Protocol):
 
 
 @runtime_checkable
+class RunsTests(Protocol):
+    """Optional for an evaluation that may run the benchmark's tests: for this recipe, the key and value
+    that make it run them (said when a task has none), or None."""
+
+    def runs_tests(self, recipe: Any) -> str | None: ...
+
+
+@runtime_checkable
 class ReportsSection(Protocol):
     """Optional for an evaluation: its own section of the HTML report."""
 

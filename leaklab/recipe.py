@@ -65,6 +65,18 @@ class TinyModelConfig:
     seed: int = 0  # random seed of this section
 
 
+# Recipe overrides for a tiny model that builds in seconds: the tests' end-to-end runs and the benches'
+# --smoke runs use it, and so share one cached copy.
+SMOKE_TINY = [
+    "model.tiny.hidden_size=64",
+    "model.tiny.intermediate_size=128",
+    "model.tiny.num_layers=1",
+    "model.tiny.num_heads=2",
+    "model.tiny.pretrain_steps=20",
+    "model.tiny.vocab_size=1024",
+]
+
+
 @dataclass
 class ModelConfig:
     # "builtin:tiny" builds (or reuses) the tiny model; anything else is a hub name or a local directory.

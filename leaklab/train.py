@@ -221,6 +221,10 @@ def run_training(recipe) -> int:
             report = None  # new rows since it was built
         print_summary(run, report)
     state.wait_for_everyone()
+    # Several processes: tear the process group down while Python is alive. Left to interpreter exit,
+    # gloo's worker threads may drop a tensor then, which aborts the process in C++ ("terminate called
+    # without an active exception"). Only here, after a clean run: with a rank failed it could hang.
+    state.destroy_process_group()
     return 0
 
 

@@ -6,15 +6,10 @@ import os
 
 import pytest
 
+from leaklab.recipe import SMOKE_TINY
+
 # A small, fast variant of the builtin tiny model for end-to-end tests (the demo uses the real one).
-SMALL_TINY = [
-    "model.tiny.hidden_size=64",
-    "model.tiny.intermediate_size=128",
-    "model.tiny.num_layers=1",
-    "model.tiny.num_heads=2",
-    "model.tiny.pretrain_steps=20",
-    "model.tiny.vocab_size=1024",
-]
+SMALL_TINY = SMOKE_TINY
 # A short run on part of HumanEval: enough to exercise every stage, seconds not minutes.
 SMALL_RUN = [
     *SMALL_TINY,

@@ -205,8 +205,9 @@ CASES = [
     Case("benchmark-not-utf8", train_data(raw=(json.dumps(good(0)) + "\n").encode() + b'{"task_id": "\xff"}\n'),
          2, ["bench.jsonl:2", "UTF-8"]),
     Case("benchmark-duplicate-ids", train_data([good(0), good(1), good(1)]), 2, ["duplicate", "'T/1'"]),
+    # tiny_cpt's SrDetection verifies its variants by running the tests (verify: tests).
     Case("benchmark-empty-test", train_data([good(0), good(1, test="  \n")]), 2,
-         ["bench.jsonl:2", "T/1", "test is empty"]),
+         ["bench.jsonl", "T/1", "no tests", "evaluate.srdetection.verify: tests"]),
     Case("benchmark-prompt-null", train_data([good(0, prompt=None)]), 2, ["bench.jsonl:1", "prompt is null"]),
     # --- the additions
     Case("benchmark-empty-file", train_data(raw=b""), 2, ["bench.jsonl", "no humaneval tasks"]),
@@ -406,6 +407,48 @@ def test_a_local_file_gets_its_own_benchmark_name(tmp_path, capsys):
     plain = load_recipe("tiny_cpt", [f"data.path={path}"])
     assert make_manifest(plain, load_tasks(plain), Split)["benchmark"] == "humaneval"
     assert "benchmark_format" not in make_manifest(plain, load_tasks(plain), Split)
+
+
+@pytest.mark.parametrize(
+    "recipe, keys",
+    [
+        ("tiny_cpt", ["evaluate.srdetection.verify=alpha"]),
+        ("tiny_cpt", ["evaluate.srdetection.verify=none"]),
+        ("tiny_cpt", ["evaluate.detectors=[ppl,zlib]"]),
+        ("tiny_counterfactual", []),
+        ("tiny_extraction", []),
+    ],
+)
+def test_tasks_without_tests_load_when_nothing_runs_them(tmp_path, recipe, keys):
+    from leaklab.evaluate import load_tasks, tests_needed_by
+    from leaklab.recipe import load_recipe
+
+    path = rows_file(tmp_path, [good(0), good(1, test="")])
+    loaded = load_recipe(recipe, [f"data.path={path}", *keys])
+    assert tests_needed_by(loaded) == []
+    assert [t.tests for t in load_tasks(loaded)][1] == ""
+
+
+@pytest.mark.parametrize(
+    "recipe, keys, needing",
+    [
+        ("tiny_cpt", [], "evaluate.srdetection.verify: tests"),
+        ("tiny_cpt", ["evaluate.srdetection.verify=alpha", "evaluate.evaluations=[detection,accuracy]"],
+         "evaluate.evaluations: accuracy"),
+        ("tiny_cpt", ["evaluate.srdetection.verify=alpha", "evaluate.evaluations=[mri]"], "evaluate.evaluations: mri"),
+        ("tiny_grpo", ["data.benchmark=humaneval", "evaluate.evaluations=[extraction]"], "train.stage: rl"),
+    ],
+)  # fmt: skip
+def test_tasks_without_tests_are_refused_by_name_where_tests_run(tmp_path, recipe, keys, needing):
+    from leaklab.errors import InputError
+    from leaklab.evaluate import load_tasks
+    from leaklab.recipe import load_recipe
+
+    path = rows_file(tmp_path, [good(0), good(1, test="   ")])
+    with pytest.raises(InputError) as refused:
+        load_tasks(load_recipe(recipe, [f"data.path={path}", *keys]))
+    message = str(refused.value)
+    assert "\n" not in message and needing in message and "T/1" in message and str(path) in message, message
 
 
 def test_the_sandbox_changes_no_process_state_of_its_caller():

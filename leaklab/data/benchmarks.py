@@ -117,8 +117,9 @@ _WHERE = "__leaklab_where__"  # FILE:LINE of a local row, read by `_require`
 def _require(
     row: dict[str, Any], keys: tuple[str, ...], benchmark: str, where: str | None = None, texts=()
 ) -> None:
-    """Every key in `keys` present, and every key in `texts` a non-empty string (a null prompt or an empty
-    test would fail much later, far from the file); the error names the file, line and task."""
+    """Every key in `keys` present, and every key in `texts` a string (a null prompt would fail much later,
+    far from the file); the error names the file, line and task. An empty `test` is allowed: a user's own
+    functions may have none, and only what runs tests needs them (`evaluate.tests_needed_by` says)."""
     where = where or row.get(_WHERE)
     task = row.get("task_id", row.get("problem_id"))
     at = f"{where or f'a {benchmark} row'}" + (f" (task {task})" if task is not None else "")
@@ -133,8 +134,6 @@ def _require(
         if not isinstance(value, str):
             got = "null" if value is None else type(value).__name__
             raise DataFormatError(f"{at}: field {key} is {got}, expected text")
-        if key == "test" and not value.strip():
-            raise DataFormatError(f"{at}: field test is empty; a task without tests cannot be checked")
 
 
 def _hub_rows(hub_name: str, split: str, key: str) -> Iterator[dict[str, Any]]:

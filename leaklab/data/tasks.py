@@ -41,6 +41,10 @@ class Task:
     compare: str = "exact"
     atol: float = 0.0
 
+    def has_tests(self) -> bool:
+        """Whether there is anything to run: test code (function, unittest) or test cases (stdio, call)."""
+        return bool(self.tests.strip() or self.test_cases)
+
     def program(self, completion: str | None = None) -> str:
         """The program that runs: prompt + completion, or the completion alone when the prompt is prose.
         Without a completion, the canonical solution's program."""

@@ -119,6 +119,9 @@ class Accuracy:
         cfg = recipe.evaluate.accuracy
         return ["pass@1"] + [f"pass@{k}" for k in sorted(set(cfg.ks)) if k <= cfg.n_samples and k > 1]
 
+    def runs_tests(self, recipe) -> str:
+        return "evaluate.evaluations: accuracy (it runs the tests)"
+
     def prepare(self, ctx: EvalContext) -> None:
         """Nothing to build: the sandbox starts on first use."""
 

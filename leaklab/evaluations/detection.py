@@ -71,6 +71,15 @@ class Detection:
     def specs(self, recipe) -> list[str]:
         return sorted(recipe.evaluate.detectors)
 
+    def runs_tests(self, recipe) -> str | None:
+        """Variants verified by the benchmark's tests (`verify: tests`) run them; alpha and none do not."""
+        if (
+            needs_variants(recipe.evaluate.detectors)
+            and store.verify_mode(recipe.evaluate.srdetection) == "tests"
+        ):
+            return "evaluate.srdetection.verify: tests (alpha or none verify variants without tests)"
+        return None
+
     def prepare(self, ctx: EvalContext) -> None:
         if not needs_variants(ctx.recipe.evaluate.detectors) or self.variant_sets is not None:
             return

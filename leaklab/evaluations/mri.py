@@ -190,14 +190,18 @@ class Mri:
     def specs(self, recipe) -> list[str]:
         return ["mri", "rad_mut"] if recipe.evaluate.mri.mutation else ["mri"]
 
-    def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
+    def runs_tests(self, recipe) -> str:
+        return "evaluate.evaluations: mri (it runs the tests of the original and rewritten tasks)"
+
+    def tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
+        """The tasks one checkpoint's MRI asks about (the first `max_tasks` per side) and their labels."""
         return first_per_side(ctx.eval_set, ctx.recipe.evaluate.mri.max_tasks)
 
     def prepare(self, ctx: EvalContext) -> None:
         """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
 
         cfg = ctx.recipe.evaluate.mri
-        tasks, _ = self._tasks(ctx)
+        tasks, _ = self.tasks(ctx)
         # Under several processes the main one builds (and caches) the sets; the others then read them.
         first = (
             ctx.accelerator.main_process_first() if ctx.accelerator is not None else contextlib.nullcontext()
@@ -223,7 +227,7 @@ class Mri:
 
     # ------------------------------------------------------------------ generation and judging
 
-    def _items(self, tasks, cfg: MriConfig) -> list[tuple[str, Any, Any]]:
+    def items(self, tasks, cfg: MriConfig) -> list[tuple[str, Any, Any]]:
         """(key, task asked, original) for every prompt of this checkpoint."""
         items = []
         for task in tasks:
@@ -305,8 +309,8 @@ class Mri:
         if self._sets is None:
             self.prepare(ctx)
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.mri.format")
-        tasks, labels = self._tasks(ctx)
-        items = self._items(tasks, cfg)
+        tasks, labels = self.tasks(ctx)
+        items = self.items(tasks, cfg)
         cache = self._cache_file(ctx, model, tokenizer, fmt, items)
         stored = {row["key"]: row for row in read_rows(cache)} if cache.exists() else {}
         if all(key in stored for key, _, _ in items):

@@ -8,8 +8,11 @@ in force, `require_layers` refuses a reward computed without them):
 - minimal_root the worker pivots into a root of its own (`build_root`): a small tmpfs that holds, read-only,
                only what `visible_paths` lists (the Python installation with its stdlib and
                site-packages, /usr, a few files of /etc, five devices) with every benchmark answer key
-               under it covered by an unreadable empty file (`answer_keys`). No checkout, no home
-               directory, no /work, no /opt.
+               under it covered: the data files of benchmark packages in any site directory, found
+               from the installation wherever it lives (`answer_keys`), by an unreadable empty file,
+               and benchmark caches (`data_caches`: leaklab's, evalplus's, bigcodebench's, Hugging
+               Face's) by an empty directory nobody may enter. No checkout, no home directory, no
+               /work, no /opt.
                The worker's children live in a PID namespace of their own (`start_pid_namespace`),
                whose /proc shows a run only its own processes (hidepid=invisible): no process of
                the host, not even its pid numbers, no other command line or environment;
@@ -156,11 +159,12 @@ LAYERS = ("minimal_root", "run_scratch", "seccomp")
 
 
 def setup_worker(
-    tmp_size_mb: int = 256, memory_mb: int = 1024, disable: tuple[str, ...] = ()
+    tmp_size_mb: int = 256, memory_mb: int = 1024, disable: tuple[str, ...] = (), hide: list[str] = ()
 ) -> dict[str, Any]:
     """Make the calling (single-threaded) worker process a subreaper and, where allowed, move it into
     fresh namespaces and its minimal root. Returns what is in force, for `Sandbox.isolation` and for
-    the tests; `disable` names layers of `LAYERS` to leave out (tests only)."""
+    the tests; `disable` names layers of `LAYERS` to leave out (tests only); `hide` lists answer keys
+    outside packages (`data_caches`) that the minimal root covers."""
     unknown = set(disable) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {LAYERS}")
@@ -206,7 +210,7 @@ def setup_worker(
                     info["mounts"] = "namespace"
                     info["scratch_rebind"] = [p for p, cover in plan.kept if cover == "/tmp"]
                 else:
-                    info.update(build_root(visible_paths(), tmp_size_mb))
+                    info.update(build_root(visible_paths(), tmp_size_mb, hide))
                     info["mounts"] = "minimal-root"
                     info["proc"] = "own-processes-only"
                     try:
@@ -376,41 +380,99 @@ def _outermost(paths: Any) -> list[str]:
     return [p for p in real if not any(q != p and _inside(p, q) for q in real)]
 
 
-def answer_keys(paths: list[str]) -> list[str]:
-    """Data files of benchmark packages installed under any of `paths`."""
-    found: set[str] = set()
+# Where packages live below an installation's prefix: lib/python3.X/site-packages (CPython, venvs,
+# conda), lib/python3/dist-packages (Debian's system Python), local/lib/... (pip run as root on Debian),
+# lib64 on some distributions, pypy's lib/pypy3.X. Matched below each bound directory, so the search
+# holds however deep the installation lives.
+SITE_LAYOUTS = (
+    "lib*/*/site-packages", "lib*/*/dist-packages", "local/lib*/*/site-packages", "local/lib*/*/dist-packages",
+)  # fmt: skip
+
+
+def site_dirs(paths: list[str]) -> list[str]:
+    """The directories packages are installed in that lie inside any of `paths`: the running
+    interpreter's own, as site, sysconfig and sys.path name them wherever the installation lives, and
+    those of the usual layouts (`SITE_LAYOUTS`) below each path, where another Python of the system
+    installs."""
+    import glob
+    import site
+    import sysconfig
+
+    found = {
+        *site.getsitepackages(),
+        site.getusersitepackages(),
+        *(sysconfig.get_paths()[k] for k in ("purelib", "platlib")),
+        *sys.path,
+    }
     for base in paths:
-        for site in {base, *(os.path.join(r, d) for r, ds, _ in _walk_sites(base) for d in ds)}:
-            for package in BENCHMARK_PACKAGES:
-                top = os.path.join(site, package)
-                if not os.path.isdir(top):
-                    continue
-                for root, _, files in os.walk(top):
-                    found.update(
-                        os.path.realpath(os.path.join(root, f))
-                        for f in files
-                        if f.lower().endswith(DATA_SUFFIXES)
-                    )
+        for layout in SITE_LAYOUTS:
+            found.update(glob.glob(os.path.join(glob.escape(base), layout)))
+    real = {os.path.realpath(p) for p in found if p and os.path.isdir(p)}
+    return sorted(p for p in real if any(_inside(p, base) for base in paths))
+
+
+def answer_keys(paths: list[str]) -> list[str]:
+    """Data files of the benchmark packages (`BENCHMARK_PACKAGES`) installed in the site directories
+    inside `paths`."""
+    found: set[str] = set()
+    for site in site_dirs(paths):
+        for package in BENCHMARK_PACKAGES:
+            for root, _, files in os.walk(os.path.join(site, package)):
+                data = (f for f in files if f.lower().endswith(DATA_SUFFIXES))
+                found.update(os.path.realpath(os.path.join(root, f)) for f in data)
     return sorted(found)
 
 
-def _walk_sites(base: str):
-    """(root, [site-packages or dist-packages dirs], _) under `base`, without walking whole trees."""
-    for root, dirs, files in os.walk(base):
-        sites = [d for d in dirs if d in ("site-packages", "dist-packages")]
-        if sites:
-            yield root, sites, files
-        # Site directories sit at most a few levels down (lib/python3.X/site-packages).
-        dirs[:] = [d for d in dirs if d.startswith(("lib", "python", "local")) and root.count("/") < 6]
+# Environment variables that name a benchmark file or a cache of benchmarks: evalplus and bigcodebench
+# read a release from *_OVERRIDE_PATH; the Hugging Face caches hold the hub benchmarks (mbpp, apps,
+# openai_humaneval) once downloaded.
+DATA_VARIABLES = (
+    "HUMANEVAL_OVERRIDE_PATH", "MBPP_OVERRIDE_PATH", "BIGCODEBENCH_OVERRIDE_PATH", "HF_HOME",
+    "HF_DATASETS_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+)  # fmt: skip
 
 
-def build_root(keep: list[str], tmp_size_mb: int) -> dict[str, Any]:
+def data_caches() -> list[str]:
+    """Files and directories outside any package that hold benchmarks, their solutions and tests:
+    leaklab's cache (`LEAKLAB_CACHE`, else ~/.cache/leaklab: the synthetic benchmark, variants,
+    perturbed sets, generations), the caches evalplus and bigcodebench download their releases into
+    (the user's cache directory, as their appdirs find it), the Hugging Face cache and every path of
+    `DATA_VARIABLES`. Read in the process that starts the sandbox: a worker's environment is clean.
+    Usually none of them is visible to a run; the minimal root covers those that are (a cache inside a
+    virtualenv, a Python installed in a home directory)."""
+    from leaklab.rundir import cache_root
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    named = ("evalplus", "bigcodebench", "huggingface")
+    paths = [str(cache_root()), *(os.path.join(cache, d) for d in named)]
+    paths += [os.environ[v] for v in DATA_VARIABLES if os.environ.get(v)]
+    return sorted({os.path.realpath(os.path.expanduser(p)) for p in paths})
+
+
+def hidden_inside(hide: list[str], keep: list[str]) -> list[str]:
+    """The existing paths of `hide` that a run could see: those inside a kept directory. Not one that
+    holds a kept directory (a cache set to the installation itself, or above it): covering it would
+    hide Python from the runs."""
+    found = set()
+    for h in map(os.path.realpath, hide):
+        seen = any(_inside(h, k) for k in keep)
+        if os.path.exists(h) and seen and not any(_inside(k, h) for k in keep):
+            found.add(h)
+    return sorted(found)
+
+
+def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[str, Any]:
     """Pivot the calling worker (root, in its own mount namespace) into a fresh tmpfs holding only
     `keep` (read-only, at the same paths), a few files of /etc, a few devices, a /proc, and a scratch
-    tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock. Answer keys under `keep` are covered."""
+    tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock. Answer keys under `keep` are covered: the data
+    files of benchmark packages (`answer_keys`) and the files and directories of `hide` (`data_caches`)."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     keep = _outermost(p for p in keep if os.path.isdir(p))
-    masked = answer_keys(keep)
+    hidden = hidden_inside(hide, keep)
+    # Told apart now: once the new root is mounted over /tmp, a path under the host's /tmp leads there.
+    hidden_dirs = {h for h in hidden if os.path.isdir(h)}
+    # A directory of `hide` is covered whole; the packages' files inside it need no mount of their own.
+    masked = [f for f in answer_keys(keep) if not any(_inside(f, h) for h in hidden)]
     etc = [os.path.join("/etc", e) for e in ETC_FILES if os.path.lexists(os.path.join("/etc", e))]
     # Hold everything to bring in by a descriptor first: the new root goes up over /tmp, which may
     # hold kept paths (a checkout and its virtualenv under /tmp, as in CI).
@@ -434,6 +496,11 @@ def build_root(keep: list[str], tmp_size_mb: int) -> dict[str, Any]:
         os.chmod(blank, 0)
         for path in masked:
             _mount(blank, new + path, None, MS_BIND, None)
+        for path in _outermost(hidden):
+            if path in hidden_dirs:  # an empty, read-only directory nobody may enter
+                _mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0")
+            else:
+                _mount(blank, new + path, None, MS_BIND, None)
         for d in ("/dev", "/proc", "/tmp", "/run/leaklab", "/dev/mqueue", "/var"):
             _make_way(new + d, new)
         os.chmod(new + "/tmp", 0o1777)
@@ -480,7 +547,7 @@ def build_root(keep: list[str], tmp_size_mb: int) -> dict[str, Any]:
     rebind = [p for p in keep if _inside(p, "/tmp")]
     return {
         "visible": keep,
-        "answer_keys_masked": masked,
+        "answer_keys_masked": sorted({*masked, *hidden}),
         "scratch_rebind": rebind,
         "run_root": "/run/leaklab",
     }

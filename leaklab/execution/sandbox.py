@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.execution import values
-from leaklab.execution.isolation import Limits
+from leaklab.execution.isolation import Limits, data_caches
 from leaklab.execution.worker import read_exact, read_message, write_message
 
 VERDICTS = ("passed", "failed", "timeout", "error")
@@ -291,6 +291,8 @@ class Sandbox:
             "preload": tuple(preload),
             "disable": tuple(disable),
             "memory_mb": memory_mb,
+            # Found here, with the caller's environment (LEAKLAB_CACHE, HF_HOME, ...): the worker's is clean.
+            "hide": data_caches(),
         }
         self._start_timeout_s = start_timeout_s
         self._queue: queue.Queue = queue.Queue()

@@ -253,7 +253,10 @@ class Worker:
                 self.preload_errors[name] = f"{type(err).__name__}: {err}"
         self.uids = self._probe_uids()
         self.isolation = isolation.setup_worker(
-            config.get("tmp_size_mb", 256), config.get("memory_mb", 1024), tuple(config.get("disable", ()))
+            config.get("tmp_size_mb", 256),
+            config.get("memory_mb", 1024),
+            tuple(config.get("disable", ())),
+            config.get("hide", []),
         )
         self.seccomp = self.isolation.pop("seccomp_program", None)
         self.rebind = self.isolation.get("scratch_rebind", [])

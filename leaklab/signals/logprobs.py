@@ -371,6 +371,17 @@ def _tokenise(
     return out
 
 
+def plan_batches(
+    tokenizer, texts: Sequence[str], max_length: int, batch_tokens: int, long_texts: str = "truncate"
+) -> list[list[np.ndarray]]:
+    """The token ids the engine forwards for `texts`, in its batches (planned as `compute_token_stats`
+    plans them): what a bare forward pass must run to be compared with the engine."""
+    segments = []
+    for i, (ids, scorable) in enumerate(_tokenise(tokenizer, texts, None)):
+        segments += _plan_text(i, ids, scorable, max_length, long_texts).segments
+    return [[seg.ids for seg in batch] for batch in _batches(segments, batch_tokens)]
+
+
 def _batches(segments: Sequence[_Segment], batch_tokens: int) -> list[list[_Segment]]:
     """Longest first; a batch grows while (segments x longest length) stays within the budget."""
     order = sorted(segments, key=lambda s: -len(s.ids))

@@ -77,7 +77,8 @@ def grammar_versions() -> dict[str, str]:
 
 
 @lru_cache(maxsize=1)
-def _parser():
+def python_parser():
+    """tree-sitter's parser for the pinned Python grammar, built once (every structural score uses it)."""
     import tree_sitter
     import tree_sitter_python
 
@@ -624,7 +625,7 @@ def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
     python_tree, error = _python_tree(text)
     if error is not None:
         return Structure(error=error)
-    parser = _parser()
+    parser = python_parser()
     stripped_text = strip_comments_and_docstrings(text) if "codebleu" in parts else text
     tree = stripped_tree = None
     if stripped_text != text and all(part == "codebleu" for part in parts):

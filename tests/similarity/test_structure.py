@@ -88,7 +88,7 @@ def tsed_package():
     """The `tsed` package with its tree_sitter_language_pack import served by our pinned parser."""
     pytest.importorskip("apted")
     stub = types.ModuleType("tree_sitter_language_pack")
-    stub.get_parser = lambda language: st._parser()
+    stub.get_parser = lambda language: st.python_parser()
     stub.SupportedLanguage = str
     saved = sys.modules.get("tree_sitter_language_pack")
     sys.modules["tree_sitter_language_pack"] = stub
@@ -254,7 +254,7 @@ def test_subtree_keys_are_equal_exactly_when_the_s_expressions_are():
             del cut[rng.randrange(len(cut))]
             texts.append("\n".join(cut)[: rng.randrange(20, 400)])
     key_to_sexp, sexp_to_key = {}, {}
-    parser = st._parser()
+    parser = st.python_parser()
     for text in texts:
         source = text.encode()
         tree = parser.parse(source)
@@ -323,7 +323,7 @@ CORNERS = [
 
 def _flow(text: str, compiled: bool):
     source = st.strip_comments_and_docstrings(text).encode()
-    return dataflow.data_flow(st._flatten(st._parser().parse(source)), source, compiled=compiled)
+    return dataflow.data_flow(st._flatten(st.python_parser().parse(source)), source, compiled=compiled)
 
 
 @pytest.mark.skipif(not dataflow.COMPILED, reason="numba is not installed: only the reference runs")
@@ -346,7 +346,7 @@ def test_broken_code_takes_the_reference():
 @pytest.mark.skipif(not dataflow.COMPILED, reason="numba is not installed: only the Python keys run")
 def test_compiled_subtree_keys_equal_the_python_ones():
     # Clean trees are keyed by compiled code, broken ones in Python: a subtree must get one key either way.
-    parser = st._parser()
+    parser = st.python_parser()
     for text in CORNERS + _stdlib_functions(150):
         source = st.strip_comments_and_docstrings(text).encode()
         flat = st._flatten(parser.parse(source))
