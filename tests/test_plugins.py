@@ -159,3 +159,20 @@ def test_a_rule_detector_registered_in_a_test_is_scored_reported_and_rendered(tm
     assert "Toy rule" in page
     styles = charts.series_styles(["ppl", "toy_rule"])
     assert styles["toy_rule"].group == "toy rules" and styles["toy_rule"].shape != styles["ppl"].shape
+
+
+def test_every_rule_detector_gets_both_flag_rates_even_from_its_own_metrics():
+    from leaklab.evaluations.detection import rule_detector_metrics
+
+    class F1Only:  # a rule whose own metrics know nothing of flag rates
+        def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0):
+            return {"f1": 0.5}
+
+    decisions = ToyDecisions(
+        leak=np.array([1, 0, 1, 1, 1, 0], bool), decided=np.ones(6, bool), margin=np.zeros(6)
+    )
+    labels = np.array([1, 1, 0, 0, 0, 0])
+    m = rule_detector_metrics(F1Only(), decisions, labels, n_bootstrap=100, seed=0)
+    assert m["f1"] == 0.5
+    assert m["flag_rate_members"] == 0.5 and m["flag_rate_non_members"] == 0.75
+    assert m["flag_rate_non_members_ci_low"] <= 0.75 <= m["flag_rate_non_members_ci_high"]
