@@ -25,7 +25,7 @@ import yaml
 # Plug-ins own their settings and names; the recipe walks their registries (records name every class
 # by path), never the other way round (a test forbids import cycles). A record's settings dataclass is
 # imported here, from a module that imports no torch.
-from leaklab.detectors import DETECTORS, validate_specs
+from leaklab.detectors import DETECTORS, regroup_specs, validate_specs
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.execution.config import ExecutionConfig
@@ -422,6 +422,8 @@ def _build(cls, raw: Any, prefix: str, problems: list[str]):
             problems.append(f"{prefix}{key}: unknown key{_closest(prefix + str(key), full)}")
             continue
         value = OLD_VALUES.get(f"{prefix}{key}", {}).get(value, value) if isinstance(value, bool) else value
+        if f"{prefix}{key}" == "evaluate.detectors" and isinstance(value, list):
+            value = regroup_specs(value)  # [ppl,srdetection_gray:n=1,3,5,10]: two specs, not five
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
     return cls(**kwargs)
 

@@ -105,3 +105,25 @@ def test_a_run_written_before_verify_took_a_string_still_loads(tmp_path):
         assert f"verify: {str(written).lower()}" in text
         path.write_text(text)
         assert load_recipe(str(path)).evaluate.srdetection.verify == read
+
+
+def test_detector_specs_keep_their_comma_separated_values():
+    """The README's `detectors=[ppl,srdetection_gray:n=1,3,5,10]` (YAML splits it into ppl,
+    srdetection_gray:n=1, 3, 5, 10) is two specs, as is the quoted form; in a recipe file too."""
+    unquoted = load_recipe("tiny_cpt", ["evaluate.detectors=[ppl,srdetection_gray:n=1,3,5,10]"])
+    quoted = load_recipe("tiny_cpt", ["evaluate.detectors=[ppl, 'srdetection_gray:n=1,3,5,10']"])
+    assert unquoted.evaluate.detectors == quoted.evaluate.detectors == ["ppl", "srdetection_gray:n=1,3,5,10"]
+    many = load_recipe("tiny_cpt", ["evaluate.detectors=[mink:k=0.1,0.2,zlib,ref:forms=ratio,diff,ppl]"])
+    assert many.evaluate.detectors == ["mink:k=0.1,0.2", "zlib", "ref:forms=ratio,diff", "ppl"]
+
+
+def test_an_unknown_detector_is_still_rejected_with_the_closest_name():
+    for detectors in ("[pll,srdetection_gray:n=1,3]", "[srdetection_gray:n=1,3,zlibb]", "[ppl,3]"):
+        with pytest.raises(RecipeError) as err:
+            load_recipe("tiny_cpt", [f"evaluate.detectors={detectors}"])
+        text = str(err.value)
+        assert "unknown detector" in text, text
+        if "pll" in detectors:
+            assert "did you mean 'ppl'" in text
+        if "zlibb" in detectors:
+            assert "did you mean 'zlib'" in text
