@@ -94,7 +94,9 @@ def header_section(run: RunData) -> Section:
             ]
         )
     if recipe.get("seed") is not None:
-        facts.append(["training seed", str(recipe.get("seed"))])
+        sections = {k: (recipe.get(k) or {}).get("seed") for k in ("train", "mix", "evaluate")}
+        given = ", ".join(f"{k} {v}" for k, v in sections.items() if v is not None)
+        facts.append(["seeds", f"seed {recipe.get('seed')}" + (f" ({given})" if given else "")])
     steps = run.steps()
     if steps:
         facts.append(["checkpoints evaluated", ", ".join(f"{s} (epoch {run.epoch_of(s):g})" for s in steps)])
