@@ -294,7 +294,7 @@ def flag_rate_spec(rows: list[dict[str, Any]], *, x: str = "epoch") -> dict[str,
         "field": "side",
         "type": "nominal",
         "scale": {"domain": ["members", "non-members"], "range": [[1, 0], [6, 3]]},
-        "legend": {"title": None},
+        "legend": None,  # the panel's caption and each view's subtitle say which dash is which
     }
     tooltip = [
         {"field": "series", "title": "detector"},
@@ -357,7 +357,8 @@ def flag_rate_spec(rows: list[dict[str, Any]], *, x: str = "epoch") -> dict[str,
                     },
                 }
             )
-        views.append({"title": family, "width": 300, "height": 220, "layer": layers})
+        title = {"text": family, "subtitle": "solid: members, dashed: non-members, dotted: null"}
+        views.append({"title": title, "width": 300, "height": 220, "layer": layers})
     return {"$schema": SCHEMA, "hconcat": views, "resolve": {"scale": {"color": "independent"}}}
 
 

@@ -280,7 +280,7 @@ def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
     detection = next(s for s in build_sections(load_run(run)) if s.key == "detection")
     panel = next(i for i in detection.items if isinstance(i, Panel) and "flagged" in i.title)
     (view,) = panel.spec["hconcat"]  # one panel per rule family
-    assert view["title"] == "SrDetection gray box"
+    assert view["title"]["text"] == "SrDetection gray box"
     lines = next(
         layer for layer in view["layer"] if layer["mark"]["type"] == "line" and "color" in layer["encoding"]
     )
