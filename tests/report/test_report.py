@@ -253,8 +253,8 @@ def test_detection_delay_counts_only_threshold_free_evidence():
     assert detection_delays(rows) == {"srdetection_gray@n=5": [None, None], "ppl": [0, None]}
 
 
-def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
-    run = make_run(tmp_path / "run")
+def add_flag_rates(run: Path) -> Path:
+    """Rule flag-rate rows (members rising faster than non-members) appended to a `make_run` run."""
     rows = []
     for i, step in enumerate((0, 8, 16)):
         for column in ("srdetection_gray@n=1", "srdetection_gray@n=10"):
@@ -277,6 +277,11 @@ def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
             rows.append({**head, "metric": "null_flag_rate", "value": 1 / 11})
     with (run / "results.jsonl").open("a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
+    run = add_flag_rates(make_run(tmp_path / "run"))
     detection = next(s for s in build_sections(load_run(run)) if s.key == "detection")
     panel = next(i for i in detection.items if isinstance(i, Panel) and "flagged" in i.title)
     (view,) = panel.spec["hconcat"]  # one panel per rule family
