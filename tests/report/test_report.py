@@ -298,6 +298,8 @@ def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
     assert table.header[1:3] == ["members flagged", "non-members flagged"]
     assert table.rows[1][1:] == ["70.0% [60.0, 80.0]", "40.0% [30.0, 50.0]", "9.1%"]
     assert "flagged" in _check_page(run)
+    markdown = (run / "report" / "report.md").read_text()
+    assert "## flag_rate_members" in markdown and "## flag_rate_non_members" in markdown
 
 
 def test_sixteen_series_keep_distinct_styles():
