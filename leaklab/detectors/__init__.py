@@ -134,7 +134,7 @@ KINDS = ("score", "model", "rule")  # see plugins.Record
 # What each signal a detector `needs` asks of a run, in words (`leaklab detectors`).
 NEEDS_TEXT = {
     TARGET: "the model's token log-probs",
-    DISTRIBUTION: "its next-token distribution (mean, variance)",
+    DISTRIBUTION: "the mean and variance of log p under the model's next-token distribution",
     LOWERCASE: "log-probs of the lowercased text",
     REFERENCE: "a reference model (evaluate.reference_model; a run's base model for SrDetection)",
     FREQUENCIES: "token frequencies of a corpus (evaluate.dcpdd_corpus)",
