@@ -141,6 +141,10 @@ def test_a_rule_detector_registered_in_a_test_is_scored_reported_and_rendered(tm
     output = detection.evaluate(ctx, model, tok, step=0)
     toy = {r["metric"]: r["value"] for r in output.rows if r["column"] == "toy_rule"}
     assert {"f1", "auroc", "n_undecided"} <= set(toy) and "f1_oracle" not in toy
+    # Both error rates, from the rule's own decisions, for a rule the framework knows nothing about.
+    leak = np.array([r["toy_rule:leak"] == 1 for r in output.records])
+    assert toy["flag_rate_members"] == pytest.approx(leak[labels == 1].mean())
+    assert toy["flag_rate_non_members"] == pytest.approx(leak[labels == 0].mean())
     assert all("toy_rule:leak" in r for r in output.records)
     assert "toy_rule F1" in detection.summary(output.rows)
 
