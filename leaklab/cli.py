@@ -1,5 +1,5 @@
 """The `leaklab` command: train | evaluate | audit | report | compare | select | recipes | keys |
-build-tiny | counterfactual.
+detectors | build-tiny | counterfactual.
 
 Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
 (unknown recipe key or value, bad arguments), 130 interrupted; each explained in one line per problem on
@@ -26,6 +26,8 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   select RUN_DIR [--side S] [--tolerance T] recommend a checkpoint by the accuracy–MRI trade-off
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME] [PATTERN]            every recipe key (or those matching): type, value, meaning
+  detectors                               every detector: kind, parameters and defaults, what it needs,
+                                          cost class
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
   --version                               print leaklab's version
   counterfactual --target M1 --reference M2 --corpus PATH [--out DIR]
@@ -94,6 +96,11 @@ Build the builtin tiny model (a small Llama trained on Python's standard library
 cache (~/.cache/leaklab or $LEAKLAB_CACHE), and print its directory. Keys are those of model.tiny.*
 (`leaklab keys`), e.g. `leaklab build-tiny hidden_size=256 num_layers=4`.
 """,
+    "detectors": """usage: leaklab detectors
+
+List every registered detector: its kind (score, model, rule), display name and group, parameters with
+their defaults, what it needs from a run (a reference model, variants, generations...) and its cost class.
+""",
     "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...] [PATTERN ...]
 
 List every recipe key with its type, its value (the recipe's, or the schema default without one) and
@@ -102,6 +109,22 @@ contain it (or match it, with * ? []): `leaklab keys recipe=apps_cpt srdetection
 'evaluate.*seed'`. Any key can be set on the command line of train and audit as key.sub=value.
 """,
 }
+
+
+def _detectors() -> int:
+    from leaklab.detectors import describe_detectors
+
+    for d in describe_detectors():
+        params = ", ".join(f"{k}={v}" for k, v in d["params"].items()) or "none"
+        print(f"{d['name']}  ({d['kind']}, {d['cost']})  {d['display']} [{d['group']}]")
+        print(f"    parameters: {params}" + (f"; settings: {d['section']}.*" if d["section"] else ""))
+        print(f"    needs: {'; '.join(d['needs'])}")
+    print(
+        "\ncost per checkpoint: cheap = one forward pass over the texts, moderate = several forward passes"
+        " or a second model, costly = generation or sandbox runs.\n"
+        "spec: name or name:key=v1,v2 in evaluate.detectors, e.g. detectors=[ppl,srdetection_gray:n=1,3,5,10]"
+    )
+    return 0
 
 
 def _keys(args: list[str]) -> int:
@@ -229,6 +252,7 @@ COMMANDS = (
     "select",
     "recipes",
     "keys",
+    "detectors",
     "build-tiny",
     "counterfactual",
     "sweep",
@@ -259,6 +283,8 @@ def dispatch(argv: list[str]) -> int:
         return _recipes()
     if command == "keys":
         return _keys(args)
+    if command == "detectors":
+        return _detectors()
     if command == "build-tiny":
         return _build_tiny(args)
     if command in ("evaluate", "report"):

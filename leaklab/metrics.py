@@ -316,9 +316,10 @@ def rule_metrics(
     leak: bool per sample (the rule's decision; undecided samples count as "not a leak").
     margin: how far each sample is from the rule's boundary (> 0 iff leak, NaN when undecided); gives
         the threshold-free auroc / tpr@fpr. decided: bool per sample (None: all decided).
-    Keys: n, n_members, n_leaks, n_undecided, the binary metrics of the decisions, auroc and tpr@fpr of
-    the margin (NaN without one), and with n_bootstrap > 0 `<metric>_ci_low` / `_ci_high` of each of
-    those, from the same stratified bootstrap as `detection_metrics`.
+    Keys: n, n_members, n_leaks, n_undecided, the binary metrics of the decisions, both flag rates
+    (`flag_rates`), auroc and tpr@fpr of the margin (NaN without one), and with n_bootstrap > 0
+    `<metric>_ci_low` / `_ci_high` of each of those, from the same stratified bootstrap as
+    `detection_metrics`.
     """
     y = np.asarray(labels).astype(bool)
     p = np.asarray(leak).astype(bool)
@@ -335,15 +336,43 @@ def rule_metrics(
     out["auroc"] = auroc(m, y) if m is not None else math.nan
     for name, level in FPR_LEVELS.items():
         out[name] = tpr_at_fpr(m, y, level) if m is not None else math.nan
+    out.update(flag_rates(p, y))
     if n_bootstrap > 0 and y.any() and (~y).any():
         strata = [np.flatnonzero(y), np.flatnonzero(~y)]
         weights = resample_weights(strata, len(y), n=n_bootstrap, seed=seed)
         draws = _binary_draws(y, p, weights)
+        draws.update(_flag_rate_draws(y, p, weights))
         if m is not None:
             s, _ = _prepare(m, y)
             draws.update(_threshold_free_draws(s, y, weights))
         out.update(percentile_intervals(draws))
     return out
+
+
+def flag_rates(leak, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+    """A rule's two error rates, each on its own side: `flag_rate_members` (the share of members it
+    flags, its true-positive rate) and `flag_rate_non_members` (the share of non-members it flags, its
+    false-positive rate), undecided samples counting as not flagged. F1 or AUROC alone hide a rule that
+    flags most non-members too. With n_bootstrap > 0, `_ci_low` / `_ci_high` from the same stratified
+    bootstrap (and seed) as `rule_metrics`. NaN for a side with no samples."""
+    y = np.asarray(labels).astype(bool)
+    p = np.asarray(leak).astype(bool)
+    out = {
+        "flag_rate_members": float(p[y].mean()) if y.any() else math.nan,
+        "flag_rate_non_members": float(p[~y].mean()) if (~y).any() else math.nan,
+    }
+    if n_bootstrap > 0 and y.any() and (~y).any():
+        weights = resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n_bootstrap, seed=seed)
+        out.update(percentile_intervals(_flag_rate_draws(y, p, weights)))
+    return out
+
+
+def _flag_rate_draws(y: np.ndarray, p: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Both flag rates in every resample (each stratum keeps its size, so the denominators are fixed)."""
+    return {
+        "flag_rate_members": weights @ (y & p) / y.sum(),
+        "flag_rate_non_members": weights @ (~y & p) / (~y).sum(),
+    }
 
 
 def leak_rate(leak, decided=None, *, n_bootstrap: int = 1000, seed: int = 0) -> dict[str, float]:

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+COSTS = ("cheap", "moderate", "costly")  # a detector record's `cost`, cheapest first
+
 
 @dataclass(frozen=True)
 class Record:
@@ -36,6 +38,9 @@ class Record:
     section: the key of that section; several records may share one (SrDetection's three detectors).
     columns: other score columns it writes, with their display names (`ref` also writes `ref_diff`).
     summary: one line for listings.
+    cost: detectors: what one checkpoint costs it, one of COSTS ("cheap": one forward pass over the
+        texts; "moderate": several forward passes, or a second model; "costly": generation or sandbox
+        runs), shown by `leaklab detectors`.
     """
 
     name: str
@@ -47,6 +52,7 @@ class Record:
     section: str | None = None
     columns: tuple[tuple[str, str], ...] = ()
     summary: str = ""
+    cost: str = ""
 
     def load(self) -> Any:
         """The plug-in's object (a class, or a module for a stage)."""

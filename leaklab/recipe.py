@@ -25,7 +25,7 @@ import yaml
 # Plug-ins own their settings and names; the recipe walks their registries (records name every class
 # by path), never the other way round (a test forbids import cycles). A record's settings dataclass is
 # imported here, from a module that imports no torch.
-from leaklab.detectors import DETECTORS, validate_specs
+from leaklab.detectors import DETECTORS, regroup_specs, validate_specs
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.execution.config import ExecutionConfig
@@ -62,7 +62,7 @@ class TinyModelConfig:
     pretrain_steps: int = 400  # optimizer steps of pre-training on the builtin corpus
     batch_size: int = 8  # pre-training sequences per step
     learning_rate: float = 3e-3  # pre-training learning rate
-    seed: int = 0  # random seed of this section
+    seed: int = 0  # seeds the tiny model (tokenizer, weights, pre-training); the top-level seed leaves it
 
 
 # Recipe overrides for a tiny model that builds in seconds: the tests' end-to-end runs and the benches'
@@ -101,7 +101,7 @@ class DataConfig:
     max_samples: int | None = None  # cap the number of tasks before the member / non-member split
     member_fraction: float = 0.5  # 1:1 members to non-members by default
     text_format: str = "prompt+solution"  # what is injected and scored
-    seed: int = 0  # random seed of this section
+    seed: int = 0  # seeds the member / non-member split (and the synthetic benchmark's draw)
     # SrDetection's pre-filter (§3.2): before the split, drop every task whose original already has the
     # lowest perplexity of its variant set under the base model (variants as in evaluate.srdetection).
     # It applies to the tasks max_samples selected, so the run keeps that many minus the dropped ones.
@@ -117,7 +117,7 @@ class MixConfig:
     corpus_split: str = "train"  # split of a hub corpus
     ratio: str = "1:5"  # code:web by tokens
     max_seq_len: int = 256  # tokens per packed training block
-    seed: int = 0  # random seed of this section
+    seed: int = 0  # seeds the mixture: the members' order and which corpus block each lands in
 
 
 @dataclass
@@ -172,7 +172,7 @@ class TrainConfigBase:
     deepspeed: str | None = None  # path to a DeepSpeed JSON (launch/zero2.json, launch/zero3.json)
     logging_steps: int = 10  # log the training loss every this many steps
     lora: LoraConfig = field(default_factory=LoraConfig)
-    seed: int = 0  # random seed of this section
+    seed: int = 0  # seeds training: the Trainer's data order, dropout and new weights (LoRA)
 
 
 TrainConfig = _with_sections(TrainConfigBase, list(STAGES.values()))
@@ -206,7 +206,7 @@ class EvaluateConfigBase:
     cv_folds: int = 5  # folds of the cross-validated threshold (F1, accuracy)
     # Bootstrap resamples for the 95% intervals of every metric (AUROC, TPR@FPR, F1, leak rate; 0: none).
     n_bootstrap: int = 1000
-    seed: int = 0  # random seed of this section
+    seed: int = 0  # seeds CV folds, bootstrap intervals, the blind baseline and dataset inference
 
 
 EvaluateConfig = _with_sections(EvaluateConfigBase, [*DETECTORS.values(), *EVALUATIONS.values()])
@@ -234,7 +234,7 @@ class Recipe:
     # plus a hash of the resolved settings, so re-running the same command finds (and resumes) the same run.
     output_dir: str = "runs"
     run_name: str | None = None  # the run directory's name (None: recipe name + settings hash)
-    seed: int = 0  # random seed of this section
+    seed: int = 0  # default of every section seed not given (data, mix, train, evaluate and its sections)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     mix: MixConfig = field(default_factory=MixConfig)
@@ -399,11 +399,41 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     return nested
 
 
+# The section seeds that the top-level `seed` sets when the recipe (file, its base, the command line) does
+# not give them. Not model.tiny.seed: that one picks the base model itself.
+SPREAD_SEEDS = (
+    "data.seed",
+    "mix.seed",
+    "train.seed",
+    "evaluate.seed",
+    "evaluate.srdetection.seed",
+    "evaluate.accuracy.seed",
+    "evaluate.mri.seed",
+    "evaluate.extraction.seed",
+)
+
+
+def _spread_seed(raw: dict[str, Any]) -> dict[str, Any]:
+    """`seed: N` (or seed=N) as the default of every section seed in SPREAD_SEEDS that is not given. A
+    recipe without a top-level seed is left as it is, so every existing recipe resolves as before."""
+    seed = raw.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        return raw  # absent, or a bad value that the schema check reports
+    for dotted in SPREAD_SEEDS:
+        *sections, key = dotted.split(".")
+        node = raw
+        for section in sections:
+            node = node.setdefault(section, {}) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.setdefault(key, seed)
+    return raw
+
+
 def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe:
     path = find_recipe(name_or_path)
     raw = _resolve_base(path)
     raw.setdefault("name", path.stem)
-    raw = _deep_merge(raw, parse_overrides(overrides or []))
+    raw = _spread_seed(_deep_merge(raw, parse_overrides(overrides or [])))
     problems: list[str] = []
     recipe = _build(Recipe, raw, "", problems)
     if not problems:
@@ -434,6 +464,8 @@ def _build(cls, raw: Any, prefix: str, problems: list[str]):
             problems.append(f"{prefix}{key}: unknown key{_closest(prefix + str(key), full)}")
             continue
         value = OLD_VALUES.get(f"{prefix}{key}", {}).get(value, value) if isinstance(value, bool) else value
+        if f"{prefix}{key}" == "evaluate.detectors" and isinstance(value, list):
+            value = regroup_specs(value)  # [ppl,srdetection_gray:n=1,3,5,10]: two specs, not five
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
     return cls(**kwargs)
 

@@ -122,3 +122,24 @@ def largest_n_only(table: Table) -> Table:
             continue
         keep[epoch, column] = metrics
     return keep
+
+
+DELAY_LEVELS = (0.5, 0.8)
+
+
+def detection_delays(rows: list[dict[str, Any]], levels=DELAY_LEVELS) -> dict[str, list[int | None]]:
+    """column -> per level, the first step whose AUROC bootstrap interval lies wholly above it (None:
+    never). Only threshold-free evidence counts: the AUROC of a score column, or of a rule's margin
+    (how far each sample is from the rule's boundary). A rule's flags (its F1, precision, flag rates)
+    depend on the rule's fixed operating point and never count, whatever their intervals say. A step 0
+    in the result is the model before this run's training: the sets already differ there (see
+    `report.sections`), which is not a delay of detection."""
+    low: dict[str, dict[int, float]] = {}
+    for r in rows:
+        value = r.get("value")
+        if r.get("metric") == "auroc_ci_low" and isinstance(value, (int, float)) and column_of(r):
+            low.setdefault(str(column_of(r)), {})[int(r["step"])] = float(value)
+    return {
+        column: [next((s for s in sorted(by_step) if by_step[s] > level), None) for level in levels]
+        for column, by_step in low.items()
+    }

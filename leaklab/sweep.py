@@ -6,7 +6,8 @@
 
 A `key=a,b,c` argument is an axis; `key=value` (or a YAML list, `evaluate.detectors=[ppl,zlib]`) applies to
 every run. `seeds=0,1,2` sets `seed`, `train.seed` and `mix.seed` together (the member split, data.seed,
-stays fixed so that every run injects the same members; make `data.seed=0,1` an axis to vary it).
+stays fixed so that every run injects the same members, and so do the evaluation's seeds: each is passed
+at its value without the sweep's seed, `pinned_seeds`; make `data.seed=0,1` an axis to vary it).
 
 The sweep directory (`--out`, default `<output_dir>/sweeps/<recipe>-<hash of the grid>`) holds
 `sweep.json` (the grid and every run's overrides) and `runs/<run name>/`, one ordinary run directory per
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.errors import InputError
-from leaklab.recipe import RecipeError, load_recipe
+from leaklab.recipe import SPREAD_SEEDS, RecipeError, get_key, load_recipe
 from leaklab.rundir import locked, read_json, read_rows, write_atomic, write_json
 
 SEED_KEYS = ("seed", "train.seed", "mix.seed")
@@ -103,11 +104,26 @@ def parse_sweep_args(argv: list[str]) -> dict[str, Any]:
     return {"recipe": recipe, "axes": axes, "fixed": fixed, **opts}
 
 
-def point_overrides(point: dict[str, str]) -> list[str]:
+def point_overrides(point: dict[str, str], pinned: dict[str, str] | None = None) -> list[str]:
+    """A grid point's overrides; `seeds=v` sets SEED_KEYS, and `pinned` (`pinned_seeds`) keeps each other
+    section seed whose value differs from v, which the top-level seed would otherwise set to v."""
     out = []
     for key, value in point.items():
-        out += [f"{k}={value}" for k in SEED_KEYS] if key == "seeds" else [f"{key}={value}"]
+        if key == "seeds":
+            out += [f"{k}={value}" for k in SEED_KEYS]
+            out += [f"{k}={v}" for k, v in (pinned or {}).items() if v != value]
+        else:
+            out.append(f"{key}={value}")
     return out
+
+
+def pinned_seeds(spec: dict[str, Any]) -> dict[str, str]:
+    """Every section seed outside SEED_KEYS at its value without the sweep's seed: a seeds axis varies
+    the training's randomness, never the member split (data.seed) or the evaluation's seeds."""
+    if "seeds" not in spec["axes"]:
+        return {}
+    recipe = load_recipe(spec["recipe"], spec["fixed"])
+    return {k: str(get_key(recipe, k)) for k in SPREAD_SEEDS if k not in SEED_KEYS}
 
 
 def run_name(recipe: str, point: dict[str, str]) -> str:
@@ -134,16 +150,17 @@ def validate(spec: dict[str, Any]) -> None:
         load_recipe(spec["recipe"], base)
     except RecipeError as err:
         raise InputError(f"sweep: {err.problems[0]}") from None
+    pinned = pinned_seeds(spec)
     for key, values in spec["axes"].items():
         for value in values:
-            overrides = point_overrides({key: value})
+            overrides = point_overrides({key: value}, pinned)
             try:
                 load_recipe(spec["recipe"], [*base, *overrides])
             except RecipeError as err:
                 raise InputError(f"sweep: {key}={value}: {err.problems[0]}") from None
     for point in expand(spec):
         try:
-            load_recipe(spec["recipe"], [*base, *point_overrides(point)])
+            load_recipe(spec["recipe"], [*base, *point_overrides(point, pinned)])
         except RecipeError as err:
             combo = " ".join(f"{k}={v}" for k, v in point.items())
             raise InputError(f"sweep: the combination {combo}: {err.problems[0]}") from None
@@ -159,11 +176,12 @@ def plan_sweep(spec: dict[str, Any]) -> dict[str, Any]:
     # Absolute: array tasks start wherever Slurm puts them.
     root = Path(spec["out"] or Path(recipe.output_dir) / "sweeps" / name).expanduser().absolute()
     runs = []
+    pinned = pinned_seeds(spec)
     for point in expand(spec):
         rname = run_name(recipe.name, point)
         overrides = [
             *spec["fixed"],
-            *point_overrides(point),
+            *point_overrides(point, pinned),
             f"output_dir={root / 'runs'}",
             f"run_name={rname}",
             f"tracking.wandb.group={name}",

@@ -201,9 +201,9 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
 
 def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The W&B summary of a run's detection: the detector with the highest AUROC at the last checkpoint
-    (with its interval) and each detector's detection delay (first step whose AUROC interval lies above
-    0.5 and above 0.8; -1: never)."""
-    from leaklab.results import column_of
+    (with its interval) and each detector's detection delay (`results.detection_delays`: first step whose
+    AUROC interval lies above 0.5 and above 0.8, threshold-free evidence only; -1: never)."""
+    from leaklab.results import DELAY_LEVELS, column_of, detection_delays
 
     det = [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
     steps = sorted({r["step"] for r in det})
@@ -219,14 +219,9 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for r in last:
             if column_of(r) == best and r["metric"] in ("auroc_ci_low", "auroc_ci_high"):
                 out[f"detection/best_{r['metric']}"] = r["value"]
-    low: dict[str, dict[int, float]] = {}
-    for r in det:
-        if r["metric"] == "auroc_ci_low" and r.get("value") is not None:
-            low.setdefault(column_of(r), {})[r["step"]] = r["value"]
-    for column, by_step in low.items():
-        for level in (0.5, 0.8):
-            first = next((s for s in sorted(by_step) if by_step[s] > level), -1)
-            out[f"detection/delay_above_{level}/{column}"] = first
+    for column, firsts in detection_delays(det).items():
+        for level, first in zip(DELAY_LEVELS, firsts):
+            out[f"detection/delay_above_{level}/{column}"] = -1 if first is None else first
     return out
 
 

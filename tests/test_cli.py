@@ -96,3 +96,27 @@ def test_keys_filter_and_full_values(capsys):
     assert "evaluate.srdetection.seed" in keys and "evaluate.seed" not in keys and "seed" not in keys
     assert cli_main(["keys", "detectr"]) == 2
     assert "did you mean 'evaluate.detectors'" in capsys.readouterr().err
+
+
+def test_detectors_lists_every_registered_detector(capsys):
+    from leaklab.detectors import DETECTORS, describe_detectors
+    from leaklab.plugins import COSTS
+
+    assert cli_main(["detectors"]) == 0
+    out = capsys.readouterr().out
+    heads = [
+        line.split()[0] for line in out.splitlines() if line and not line.startswith((" ", "cost", "spec"))
+    ]
+    assert heads == list(DETECTORS)
+    described = {d["name"]: d for d in describe_detectors()}
+    assert all(d["cost"] in COSTS and d["kind"] in ("score", "model", "rule") for d in described.values())
+    gray = described["srdetection_gray"]
+    assert gray["params"] == {"n": "1,3,5,10"} and gray["section"] == "evaluate.srdetection"
+    assert any("variants" in n for n in gray["needs"]) and gray["display"] == "SrDetection gray box"
+    assert any("reference model" in n for n in described["ref"]["needs"])
+    assert any("generations" in n for n in described["srdetection_black"]["needs"])
+    assert described["ppl"]["cost"] == "cheap" and described["srdetection_black"]["cost"] == "costly"
+    assert "srdetection_gray  (rule, moderate)  SrDetection gray box [SrDetection]" in out
+    assert "    parameters: n=1,3,5,10; settings: evaluate.srdetection.*" in out
+    assert cli_main(["detectors", "--help"]) == 0 and "usage: leaklab detectors" in capsys.readouterr().out
+    assert cli_main(["--help"]) == 0 and "  detectors  " in capsys.readouterr().out

@@ -179,3 +179,24 @@ def test_rule_metrics_and_leak_rate_by_hand():
     rate = leak_rate(leak, [1, 1, 0, 1, 1, 1], n_bootstrap=300, seed=1)
     assert rate["leak_rate"] == pytest.approx(3 / 5) and rate["n_decided"] == 5
     assert 0.0 <= rate["leak_rate_ci_low"] < 0.6 < rate["leak_rate_ci_high"] <= 1.0
+
+
+def test_rule_flag_rates_on_both_sides_by_hand():
+    from leaklab.metrics import flag_rates, rule_metrics
+
+    # 4 members, 5 non-members: the rule flags 3 members and 4 non-members (one member undecided,
+    # counted as not flagged). F1 alone would hide that it flags 80% of the non-members.
+    leak = np.array([1, 1, 1, 0, 1, 1, 1, 1, 0], bool)
+    labels = np.array([1, 1, 1, 1, 0, 0, 0, 0, 0])
+    decided = np.array([1, 1, 1, 0, 1, 1, 1, 1, 1], bool)
+    m = rule_metrics(leak, labels, decided=decided, n_bootstrap=400, seed=3)
+    assert m["flag_rate_members"] == pytest.approx(3 / 4)
+    assert m["flag_rate_non_members"] == pytest.approx(4 / 5)
+    for side in ("members", "non_members"):
+        low, value, high = (m[f"flag_rate_{side}{t}"] for t in ("_ci_low", "", "_ci_high"))
+        assert 0.0 <= low <= value <= high <= 1.0 and low < high
+    # The same rates and intervals alone (same bootstrap, same seed).
+    alone = flag_rates(leak, labels, n_bootstrap=400, seed=3)
+    assert alone == {k: m[k] for k in alone}
+    assert set(flag_rates(leak, labels)) == {"flag_rate_members", "flag_rate_non_members"}
+    assert math.isnan(flag_rates(leak[labels == 1], labels[labels == 1])["flag_rate_non_members"])

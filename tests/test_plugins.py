@@ -141,6 +141,10 @@ def test_a_rule_detector_registered_in_a_test_is_scored_reported_and_rendered(tm
     output = detection.evaluate(ctx, model, tok, step=0)
     toy = {r["metric"]: r["value"] for r in output.rows if r["column"] == "toy_rule"}
     assert {"f1", "auroc", "n_undecided"} <= set(toy) and "f1_oracle" not in toy
+    # Both error rates, from the rule's own decisions, for a rule the framework knows nothing about.
+    leak = np.array([r["toy_rule:leak"] == 1 for r in output.records])
+    assert toy["flag_rate_members"] == pytest.approx(leak[labels == 1].mean())
+    assert toy["flag_rate_non_members"] == pytest.approx(leak[labels == 0].mean())
     assert all("toy_rule:leak" in r for r in output.records)
     assert "toy_rule F1" in detection.summary(output.rows)
 
@@ -159,3 +163,20 @@ def test_a_rule_detector_registered_in_a_test_is_scored_reported_and_rendered(tm
     assert "Toy rule" in page
     styles = charts.series_styles(["ppl", "toy_rule"])
     assert styles["toy_rule"].group == "toy rules" and styles["toy_rule"].shape != styles["ppl"].shape
+
+
+def test_every_rule_detector_gets_both_flag_rates_even_from_its_own_metrics():
+    from leaklab.evaluations.detection import rule_detector_metrics
+
+    class F1Only:  # a rule whose own metrics know nothing of flag rates
+        def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0):
+            return {"f1": 0.5}
+
+    decisions = ToyDecisions(
+        leak=np.array([1, 0, 1, 1, 1, 0], bool), decided=np.ones(6, bool), margin=np.zeros(6)
+    )
+    labels = np.array([1, 1, 0, 0, 0, 0])
+    m = rule_detector_metrics(F1Only(), decisions, labels, n_bootstrap=100, seed=0)
+    assert m["f1"] == 0.5
+    assert m["flag_rate_members"] == 0.5 and m["flag_rate_non_members"] == 0.75
+    assert m["flag_rate_non_members_ci_low"] <= 0.75 <= m["flag_rate_non_members_ci_high"]

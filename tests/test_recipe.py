@@ -105,3 +105,64 @@ def test_a_run_written_before_verify_took_a_string_still_loads(tmp_path):
         assert f"verify: {str(written).lower()}" in text
         path.write_text(text)
         assert load_recipe(str(path)).evaluate.srdetection.verify == read
+
+
+def test_detector_specs_keep_their_comma_separated_values():
+    """The README's `detectors=[ppl,srdetection_gray:n=1,3,5,10]` (YAML splits it into ppl,
+    srdetection_gray:n=1, 3, 5, 10) is two specs, as is the quoted form; in a recipe file too."""
+    unquoted = load_recipe("tiny_cpt", ["evaluate.detectors=[ppl,srdetection_gray:n=1,3,5,10]"])
+    quoted = load_recipe("tiny_cpt", ["evaluate.detectors=[ppl, 'srdetection_gray:n=1,3,5,10']"])
+    assert unquoted.evaluate.detectors == quoted.evaluate.detectors == ["ppl", "srdetection_gray:n=1,3,5,10"]
+    many = load_recipe("tiny_cpt", ["evaluate.detectors=[mink:k=0.1,0.2,zlib,ref:forms=ratio,diff,ppl]"])
+    assert many.evaluate.detectors == ["mink:k=0.1,0.2", "zlib", "ref:forms=ratio,diff", "ppl"]
+
+
+def test_an_unknown_detector_is_still_rejected_with_the_closest_name():
+    for detectors in ("[pll,srdetection_gray:n=1,3]", "[srdetection_gray:n=1,3,zlibb]", "[ppl,3]"):
+        with pytest.raises(RecipeError) as err:
+            load_recipe("tiny_cpt", [f"evaluate.detectors={detectors}"])
+        text = str(err.value)
+        assert "unknown detector" in text, text
+        if "pll" in detectors:
+            assert "did you mean 'ppl'" in text
+        if "zlibb" in detectors:
+            assert "did you mean 'zlib'" in text
+
+
+def _seeds(recipe) -> dict[str, int]:
+    from leaklab.recipe import SPREAD_SEEDS, get_key
+
+    return {key: get_key(recipe, key) for key in ("seed", "model.tiny.seed", *SPREAD_SEEDS)}
+
+
+def test_one_seed_sets_every_section_seed_not_given(tmp_path):
+    from leaklab.recipe import SPREAD_SEEDS
+
+    # tiny_cpt gives data.seed in its file: it stays; the command line's mix.seed stays; the rest follow.
+    recipe = load_recipe("tiny_cpt", ["seed=7", "mix.seed=3"])
+    seeds = _seeds(recipe)
+    assert seeds.pop("data.seed") == 0 and seeds.pop("mix.seed") == 3 and seeds.pop("model.tiny.seed") == 0
+    assert set(seeds.values()) == {7} and set(seeds) == {"seed", *SPREAD_SEEDS} - {"data.seed", "mix.seed"}
+    # A recipe file with a top-level seed and no section seeds: every one follows it.
+    path = tmp_path / "mine.yaml"
+    path.write_text("seed: 4\nevaluate:\n  n_bootstrap: 0\n  srdetection:\n    seed: 9\n")
+    seeds = _seeds(load_recipe(str(path)))
+    assert seeds.pop("evaluate.srdetection.seed") == 9 and seeds.pop("model.tiny.seed") == 0
+    assert set(seeds.values()) == {4}
+    # A run's own recipe.yaml (every seed written out) loads back to the same values.
+    again = tmp_path / "again.yaml"
+    again.write_text(to_yaml(recipe))
+    assert _seeds(load_recipe(str(again))) == _seeds(recipe)
+
+
+@pytest.mark.parametrize("name", sorted(available_recipes()))
+def test_the_seed_changes_no_existing_recipe(name, monkeypatch):
+    """No shipped recipe sets a top-level seed, and every seed defaults to 0: each resolves, and hashes,
+    as it did before `seed` spread to the sections."""
+    import leaklab.recipe as recipe_module
+
+    now = load_recipe(name)
+    monkeypatch.setattr(recipe_module, "_spread_seed", lambda raw: raw)
+    before = load_recipe(name)
+    assert to_yaml(now) == to_yaml(before) and config_hash(now) == config_hash(before)
+    assert run_dir_of(now) == run_dir_of(before)

@@ -14,6 +14,7 @@ import pytest
 from conftest import SMALL_RUN
 from leaklab import sweep
 from leaklab.errors import InputError
+from leaklab.recipe import SPREAD_SEEDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,6 +38,22 @@ def test_axes_seeds_and_fixed_overrides_are_told_apart():
     assert len(points) == 12 and points[0] == {"mix.ratio": "1:1", "train.epochs": "1", "seeds": "0"}
     assert sweep.point_overrides({"seeds": "2"}) == ["seed=2", "train.seed=2", "mix.seed=2"]
     assert sweep.run_name("tiny_cpt", points[0]) == "tiny_cpt-mix.ratio=1_1-train.epochs=1-seed=0"
+
+
+def test_a_seeds_axis_varies_training_but_not_the_split_or_the_evaluation(tmp_path):
+    """`seed` sets every section seed a recipe does not give; a sweep's seeds axis pins the others at
+    their values without it, so its runs resolve (and hash) as before."""
+    from leaklab.recipe import get_key, load_recipe
+
+    path = tmp_path / "noseed.yaml"  # gives no section seed at all
+    path.write_text("base: tiny_cpt\ndata:\n  benchmark: humaneval\n")
+    spec = _spec(f"recipe={path}", "seeds=0,2", "--local", "--out", str(tmp_path / "s"))
+    for run in sweep.plan_sweep(spec)["runs"]:
+        recipe = load_recipe(str(path), run["overrides"])
+        seed = int(run["point"]["seeds"])
+        for key in SPREAD_SEEDS:
+            assert get_key(recipe, key) == (seed if key in sweep.SEED_KEYS else 0), key
+        assert recipe.seed == seed
 
 
 @pytest.mark.parametrize(
@@ -132,11 +149,13 @@ def test_the_slurm_script_line_by_line(tmp_path):
     rest = [line for line in lines[len(expected_head) :] if not line.startswith("#")]
     assert rest[0] == f"cd {Path.cwd().absolute()}"
     assert rest[1] == 'case "$SLURM_ARRAY_TASK_ID" in'
+    # seed 1 keeps the split and the evaluation's seeds at the recipe's 0; seed 0 needs no pin
+    pins = {"0": "", "1": "".join(f"{k}=0 " for k in SPREAD_SEEDS if k not in sweep.SEED_KEYS)}
     for i, (line, run) in enumerate(zip(rest[2:6], plan["runs"], strict=True)):
         point = run["point"]
         assert line == (
             f"  {i}) ARGS=(recipe=tiny_cpt 'evaluate.detectors=[ppl]' mix.ratio={point['mix.ratio']} "
-            f"seed={point['seeds']} train.seed={point['seeds']} mix.seed={point['seeds']} "
+            f"seed={point['seeds']} train.seed={point['seeds']} mix.seed={point['seeds']} {pins[point['seeds']]}"
             f"output_dir={out / 'runs'} run_name={run['name']} tracking.wandb.group={name}) ;;"
         )
     assert rest[6] == '  *) echo "no run for array task $SLURM_ARRAY_TASK_ID" >&2; exit 2 ;;'

@@ -2,7 +2,8 @@
 
 A spec is a registry name, optionally with parameters: "ppl", "mink:k=0.05,0.1,0.2", "dcpdd:a=0.02",
 "ref:forms=diff", "srdetection_gray:n=1,3,5,10". A parameter takes every comma-separated value up to the
-next `key=`. Every spec of a recipe is built (and so checked) when the recipe loads.
+next `key=`; in a list, a spec keeps the values after its `key=` up to the next item that starts a spec
+(`regroup_specs`: `[ppl,srdetection_gray:n=1,3,5,10]` is two specs). Every spec of a recipe is built (and so checked) when the recipe loads.
 
 Each detector is one record in DETECTORS (`plugins.Record`): where its class is, its kind, its display
 name and group in reports, and its recipe section if it has one. The kind says which interface the
@@ -41,7 +42,7 @@ from leaklab.detectors.likelihood import (
     TARGET,
     Signals,
 )
-from leaklab.detectors.srdetection import VARIANTS
+from leaklab.detectors.srdetection import GENERATIONS, VARIANTS
 from leaklab.plugins import ChecksSettings, Record
 
 _LIKELIHOOD = "likelihood baselines"
@@ -53,12 +54,28 @@ _SR_CONFIG = "leaklab.detectors.srdetection:SrDetectionConfig"
 DETECTORS: dict[str, Record] = {
     r.name: r
     for r in [
-        Record("ppl", "leaklab.detectors.likelihood:Ppl", "score", "PPL", _LIKELIHOOD),
-        Record("lowercase", "leaklab.detectors.likelihood:Lowercase", "score", "Lowercase", _LIKELIHOOD),
-        Record("zlib", "leaklab.detectors.likelihood:Zlib", "score", "Zlib", _LIKELIHOOD),
-        Record("mink", "leaklab.detectors.likelihood:MinK", "score", "Min-K% Prob", _LIKELIHOOD),
-        Record("minkpp", "leaklab.detectors.likelihood:MinKPlusPlus", "score", "Min-K%++ Prob", _LIKELIHOOD),
-        Record("dcpdd", "leaklab.detectors.likelihood:DcPdd", "score", "DC-PDD", _LIKELIHOOD),
+        Record("ppl", "leaklab.detectors.likelihood:Ppl", "score", "PPL", _LIKELIHOOD, cost="cheap"),
+        Record(
+            "lowercase",
+            "leaklab.detectors.likelihood:Lowercase",
+            "score",
+            "Lowercase",
+            _LIKELIHOOD,
+            cost="moderate",
+        ),
+        Record("zlib", "leaklab.detectors.likelihood:Zlib", "score", "Zlib", _LIKELIHOOD, cost="cheap"),
+        Record(
+            "mink", "leaklab.detectors.likelihood:MinK", "score", "Min-K% Prob", _LIKELIHOOD, cost="cheap"
+        ),
+        Record(
+            "minkpp",
+            "leaklab.detectors.likelihood:MinKPlusPlus",
+            "score",
+            "Min-K%++ Prob",
+            _LIKELIHOOD,
+            cost="cheap",
+        ),
+        Record("dcpdd", "leaklab.detectors.likelihood:DcPdd", "score", "DC-PDD", _LIKELIHOOD, cost="cheap"),
         Record(
             "ref",
             "leaklab.detectors.likelihood:ReferenceRatio",
@@ -66,6 +83,7 @@ DETECTORS: dict[str, Record] = {
             "Ref. ratio",
             _LIKELIHOOD,
             columns=(("ref_diff", "Ref. difference"),),
+            cost="moderate",
         ),
         Record(
             "srdetection_gray",
@@ -75,6 +93,7 @@ DETECTORS: dict[str, Record] = {
             _SR,
             config=_SR_CONFIG,
             section="srdetection",
+            cost="moderate",
         ),
         Record(
             "srdetection_black",
@@ -84,6 +103,7 @@ DETECTORS: dict[str, Record] = {
             _SR,
             config=_SR_CONFIG,
             section="srdetection",
+            cost="costly",
         ),
         Record(
             "srdetection_calibrated",
@@ -93,14 +113,59 @@ DETECTORS: dict[str, Record] = {
             _SR,
             config=_SR_CONFIG,
             section="srdetection",
+            cost="moderate",
         ),
-        Record("cdd", "leaklab.detectors.cdd:Cdd", "model", "", _OTHER),
-        Record("neighbourhood", "leaklab.detectors.neighbourhood:Neighbourhood", "model", "", _OTHER),
-        Record("ngram_acc", "leaklab.detectors.ngram:NgramAccuracy", "model", "", _OTHER),
-        Record("recall", "leaklab.detectors.recall:Recall", "model", "", _OTHER),
+        Record("cdd", "leaklab.detectors.cdd:Cdd", "model", "", _OTHER, cost="costly"),
+        Record(
+            "neighbourhood",
+            "leaklab.detectors.neighbourhood:Neighbourhood",
+            "model",
+            "",
+            _OTHER,
+            cost="moderate",
+        ),
+        Record("ngram_acc", "leaklab.detectors.ngram:NgramAccuracy", "model", "", _OTHER, cost="costly"),
+        Record("recall", "leaklab.detectors.recall:Recall", "model", "", _OTHER, cost="moderate"),
     ]
 }
 KINDS = ("score", "model", "rule")  # see plugins.Record
+
+
+# What each signal a detector `needs` asks of a run, in words (`leaklab detectors`).
+NEEDS_TEXT = {
+    TARGET: "the model's token log-probs",
+    DISTRIBUTION: "the mean and variance of log p under the model's next-token distribution",
+    LOWERCASE: "log-probs of the lowercased text",
+    REFERENCE: "a reference model (evaluate.reference_model; a run's base model for SrDetection)",
+    FREQUENCIES: "token frequencies of a corpus (evaluate.dcpdd_corpus)",
+    VARIANTS: "verified variants of each task (built once per benchmark in the sandbox, cached)",
+    GENERATIONS: "generations from the model",
+}
+
+
+def describe_detectors() -> list[dict[str, Any]]:
+    """Every registered detector as `leaklab detectors` lists it: name, kind, display name, group,
+    parameters with their defaults, its recipe section, what it needs and its cost class."""
+    out = []
+    for record in DETECTORS.values():
+        cls = record.load()
+        params = {}
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            params[f.name] = ",".join(map(str, default)) if isinstance(default, tuple) else str(default)
+        out.append(
+            {
+                "name": record.name,
+                "kind": record.kind,
+                "display": record.title,
+                "group": record.group,
+                "params": params,
+                "section": f"evaluate.{record.section}" if record.section else "",
+                "needs": [NEEDS_TEXT.get(n, n) for n in sorted(cls.needs)],
+                "cost": record.cost,
+            }
+        )
+    return out
 
 
 def record_of(spec: str) -> Record:
@@ -156,6 +221,41 @@ def parse_spec(spec: str) -> tuple[str, dict[str, list[str]]]:
         else:
             params[current].append(item)
     return name.strip(), params
+
+
+def regroup_specs(items: Sequence[Any]) -> list[str]:
+    """A spec list as a comma-split command line or YAML flow list gives it, put back together:
+    `[ppl,srdetection_gray:n=1,3,5,10]` arrives as "ppl", "srdetection_gray:n=1", 3, 5, 10 and means
+    ["ppl", "srdetection_gray:n=1,3,5,10"]. An item joins the spec before it when that spec has
+    parameters and the item does not start a spec of its own: it is not a detector name, has no ':',
+    and is a number, a `key=value`, or a word close to no detector name (so `ref:forms=ratio,diff` keeps
+    "diff", while `srdetection_gray:n=1,3,zlibb` rejects "zlibb" with its closest name)."""
+    out: list[str] = []
+    for item in items:
+        text = str(item).strip()
+        name = text.partition(":")[0].strip()
+        starts_spec = (
+            ":" in text
+            or name in DETECTORS
+            or (
+                "=" not in text
+                and not _is_number(text)
+                and bool(difflib.get_close_matches(text, list(DETECTORS), n=1, cutoff=0.6))
+            )
+        )
+        if out and ":" in out[-1] and "=" in out[-1] and not starts_spec:
+            out[-1] += f",{text}"
+        else:
+            out.append(text)
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _did_you_mean(name: str, options: Iterable[str]) -> str:
@@ -415,12 +515,14 @@ __all__ = [
     "DetectorScores",
     "Signals",
     "build_detector",
+    "describe_detectors",
     "columns_of",
     "kind_of",
     "record_of",
     "needs_of",
     "needs_variants",
     "parse_spec",
+    "regroup_specs",
     "run_detectors",
     "score_detectors",
     "validate_specs",

@@ -706,8 +706,9 @@ def srdetection_metrics(
     decisions: Decisions, labels: np.ndarray | Sequence[int], *, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
     """The rule's metrics against the ground truth (`leaklab.metrics.rule_metrics`: binary metrics of
-    the decisions, undecided counting as "not a leak"; auroc / tpr@fpr of the margin) plus
-    `variants_mean`, the mean number of variants compared."""
+    the decisions, undecided counting as "not a leak"; both flag rates; auroc / tpr@fpr of the margin)
+    plus `variants_mean`, the mean number of variants compared, and `null_flag_rate`, the non-members'
+    flag rate expected under exchangeable variants (1/(m+1) per decided sample)."""
     out = rule_metrics(
         decisions.leak,
         labels,
@@ -717,6 +718,11 @@ def srdetection_metrics(
         seed=seed,
     )
     out["variants_mean"] = float(np.mean(decisions.variants_used)) if len(decisions.leak) else float("nan")
+    # What `flag_rate_non_members` would be if each non-member's original were exchangeable with its
+    # variants: the mean of 1/(m+1), undecided samples counting 0 (they are never flagged).
+    clean = ~np.asarray(labels).astype(bool)
+    null = np.nan_to_num(decisions.null_rate[clean], nan=0.0)
+    out["null_flag_rate"] = float(null.mean()) if clean.any() else float("nan")
     return out
 
 

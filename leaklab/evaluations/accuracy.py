@@ -55,7 +55,7 @@ class AccuracyConfig:
     max_tasks: int | None = None  # evaluate at most this many members and this many non-members
     sandbox_workers: int = 2  # processes that run the tests
     timeout_s: float = 5.0  # per program
-    seed: int = 0  # random seed of the samples
+    seed: int = 0  # seeds the sampled completions
 
     def check(self, parent=None) -> list[str]:
         return validate_config(self)

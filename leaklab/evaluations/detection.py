@@ -3,8 +3,10 @@
 Score detectors (ppl ... ref) give one number per sample; their rows are AUROC, TPR@FPR, and the
 binary metrics at a cross-validated threshold and at the oracle threshold (`metrics.detection_metrics`).
 Rule detectors (SrDetection) decide themselves; their rows are what the detector's own `metrics` gives
-(SrDetection: the binary metrics of the decisions and AUROC of the margin, `metrics.rule_metrics`). Every row carries 95% bootstrap intervals when
-`evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
+(SrDetection: the binary metrics of the decisions and AUROC of the margin, `metrics.rule_metrics`), and
+for every rule both of its error rates, `flag_rate_members` and `flag_rate_non_members`
+(`metrics.flag_rates`, added here when a rule's own `metrics` lacks them). Every row carries 95% bootstrap
+intervals when `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
 
 Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
   - `blind`: the blind baseline (`detectors/blind.py`), a text-only classifier scored out-of-fold with
@@ -31,7 +33,7 @@ from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
 from leaklab.detectors.likelihood import REFERENCE
 from leaklab.detectors.srdetection import inputs_from_tasks
 from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
-from leaklab.metrics import detection_metrics
+from leaklab.metrics import detection_metrics, flag_rates
 from leaklab.perturb import store
 from leaklab.results import is_rule
 
@@ -57,6 +59,15 @@ def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) ->
     metrics["n_features"] = float(len(columns))
     head = {"detector": DATASET_INFERENCE, "params": {"features": list(columns)}, "column": DATASET_INFERENCE}
     return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+
+
+def rule_detector_metrics(detector, decisions, labels, n_bootstrap: int, seed: int) -> dict[str, float]:
+    """A rule detector's own `metrics`, with both flag rates (`metrics.flag_rates`) added when they lack
+    them: every rule shows its error rate on members and on non-members."""
+    metrics = dict(detector.metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed))
+    if "flag_rate_members" not in metrics:
+        metrics.update(flag_rates(decisions.leak, labels, n_bootstrap=n_bootstrap, seed=seed))
+    return metrics
 
 
 class Detection:
@@ -119,8 +130,8 @@ class Detection:
         for column, values in scores.columns.items():
             detector, params = scores.params[column]
             if column in scores.decisions:
-                metrics = scores.rules[column].metrics(
-                    scores.decisions[column], labels, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed
+                metrics = rule_detector_metrics(
+                    scores.rules[column], scores.decisions[column], labels, cfg.n_bootstrap, cfg.seed
                 )
             else:
                 metrics = detection_metrics(

@@ -89,7 +89,7 @@ class ExtractionConfig:
     held_out: str = "builtin"
     n_prompts: int = 200  # distinct function definitions drawn (cycled through for n_outputs)
     precision_k: int = 100  # precision of each ranking's top k
-    seed: int = 0  # random seed of this section (sampling, drawing the prompts)
+    seed: int = 0  # seeds the sampling and the drawing of the prompts
 
     def check(self, parent=None) -> list[str]:
         return validate_config(self)

@@ -51,6 +51,13 @@ def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Pa
     for metric in HEADLINE_METRICS:
         if any(r["metric"] == metric for r in det):
             parts += [f"## {metric}\n", metric_table(det, metric)]
+    for metric, side in (("flag_rate_members", "members"), ("flag_rate_non_members", "non-members")):
+        if any(r["metric"] == metric for r in det):
+            parts += [
+                f"## {metric}\n",
+                f"Rule detectors: the share of {side} flagged (undecided: not flagged).\n",
+                metric_table(det, metric),
+            ]
     header, body = dataset_inference_cells(det)
     if body:
         parts += [

@@ -149,6 +149,16 @@ def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> 
     return sorted(out, key=lambda p: (p["step"], p["column"]))
 
 
+def _x_encoding(values: list[dict[str, Any]], x: str) -> dict[str, Any]:
+    """The checkpoint axis of a per-checkpoint panel: a tick at every checkpoint drawn."""
+    return {
+        "field": "x",
+        "type": "quantitative",
+        "title": "epoch" if x == "epoch" else "step",
+        "axis": {"values": sorted({p["x"] for p in values}), "format": "~g", "labelOverlap": True},
+    }
+
+
 def metric_panel_spec(
     rows: list[dict[str, Any]], metric: str, *, x: str = "epoch", bounded: bool | None = None
 ) -> dict[str, Any] | None:
@@ -166,13 +176,7 @@ def metric_panel_spec(
     y = {"field": "value", "type": "quantitative", "title": y_title}
     if bounded:
         y["scale"] = {"domain": [0, 1], "nice": False}
-    ticks = sorted({p["x"] for p in values})
-    x_enc = {
-        "field": "x",
-        "type": "quantitative",
-        "title": "epoch" if x == "epoch" else "step",
-        "axis": {"values": ticks, "format": "~g", "labelOverlap": True},
-    }
+    x_enc = _x_encoding(values, x)
     tooltip = [
         {"field": "series", "title": "detector"},
         {"field": "step"},
@@ -268,6 +272,94 @@ def metric_panel_spec(
         "layer": layers,
         "resolve": {"scale": {"fill": "independent"}, "legend": {"fill": "independent"}},
     }
+
+
+FLAG_SIDES = (("flag_rate_members", "members"), ("flag_rate_non_members", "non-members"))
+
+
+def flag_rate_spec(rows: list[dict[str, Any]], *, x: str = "epoch") -> dict[str, Any] | None:
+    """Rule detectors' two error rates per checkpoint: one panel per rule family, one colour per column
+    (its n), members solid and non-members dashed, each with its bootstrap band; the dotted grey line is
+    the non-members' rate expected under exchangeable variants (`null_flag_rate`) where the rows have it.
+    None when no rule column has flag-rate rows."""
+    values = []
+    for metric, side in FLAG_SIDES:
+        values += [{**p, "side": side} for p in metric_values(rows, metric, x) if is_rule(p["column"])]
+    if not values:
+        return None
+    null = [p for p in metric_values(rows, "null_flag_rate", x) if is_rule(p["column"])]
+    x_enc = _x_encoding(values, x)
+    y = {"field": "value", "type": "quantitative", "title": "share flagged", "scale": {"domain": [0, 1]}}
+    dash = {
+        "field": "side",
+        "type": "nominal",
+        "scale": {"domain": ["members", "non-members"], "range": [[1, 0], [6, 3]]},
+        "legend": None,  # the panel's caption and each view's subtitle say which dash is which
+    }
+    tooltip = [
+        {"field": "series", "title": "detector"},
+        {"field": "side"},
+        {"field": "step"},
+        {"field": "value", "format": ".3f", "title": "share flagged"},
+        {"field": "low", "format": ".3f", "title": "95% CI low"},
+        {"field": "high", "format": ".3f", "title": "95% CI high"},
+    ]
+    views = []
+    for family in dict.fromkeys(family_of(c).display for c in ordered(p["column"] for p in values)):
+        mine = [p for p in values if family_of(p["column"]).display == family]
+        columns = ordered(p["column"] for p in mine)
+        styles = series_styles(columns)
+        color = _scale(styles, columns)["color"]
+        bands = [p for p in mine if p.get("low") is not None and p.get("high") is not None]
+        layers: list[dict[str, Any]] = []
+        if bands:
+            layers.append(
+                {
+                    "data": {"values": bands},
+                    "mark": {"type": "area", "opacity": 0.08},
+                    "encoding": {
+                        "x": x_enc,
+                        "y": {"field": "low", "type": "quantitative", "scale": y["scale"]},
+                        "y2": {"field": "high"},
+                        "fill": {**color, "legend": None},
+                        "detail": {"field": "side"},
+                    },
+                }
+            )
+        layers.append(
+            {
+                "data": {"values": mine},
+                "mark": {"type": "line", "strokeWidth": 2, "point": True},
+                "encoding": {
+                    "x": x_enc,
+                    "y": y,
+                    "color": color,
+                    "strokeDash": dash,
+                    "detail": {"field": "side"},
+                    "tooltip": tooltip,
+                },
+            }
+        )
+        expected = [p for p in null if family_of(p["column"]).display == family]
+        if expected:
+            layers.append(
+                {
+                    "data": {"values": expected},
+                    "mark": {"type": "line", "color": "#7f7f7f", "strokeDash": [2, 2], "strokeWidth": 1},
+                    "encoding": {
+                        "x": x_enc,
+                        "y": y,
+                        "detail": {"field": "series"},
+                        "tooltip": [
+                            {"field": "series", "title": "null rate of"},
+                            {"field": "value", "format": ".3f", "title": "expected non-member rate"},
+                        ],
+                    },
+                }
+            )
+        title = {"text": family, "subtitle": "solid: members, dashed: non-members, dotted: null"}
+        views.append({"title": title, "width": 300, "height": 220, "layer": layers})
+    return {"$schema": SCHEMA, "hconcat": views, "resolve": {"scale": {"color": "independent"}}}
 
 
 def roc_spec(curves: dict[str, list[dict[str, Any]]], floor: float) -> dict[str, Any] | None:

@@ -21,10 +21,17 @@ from leaklab.plugins import ReportsSection
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
 from leaklab.report.tables import dataset_inference_cells, shift_warnings
-from leaklab.results import column_of, display_name, ordered, undecided_note
+from leaklab.results import (
+    DELAY_LEVELS,
+    column_of,
+    detection_delays,
+    display_name,
+    is_rule,
+    ordered,
+    undecided_note,
+)
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
-DELAY_LEVELS = (0.5, 0.8)
 HIST_BINS = 20
 
 
@@ -87,7 +94,9 @@ def header_section(run: RunData) -> Section:
             ]
         )
     if recipe.get("seed") is not None:
-        facts.append(["training seed", str(recipe.get("seed"))])
+        sections = {k: (recipe.get(k) or {}).get("seed") for k in ("train", "mix", "evaluate")}
+        given = ", ".join(f"{k} {v}" for k, v in sections.items() if v is not None)
+        facts.append(["seeds", f"seed {recipe.get('seed')}" + (f" ({given})" if given else "")])
     steps = run.steps()
     if steps:
         facts.append(["checkpoints evaluated", ", ".join(f"{s} (epoch {run.epoch_of(s):g})" for s in steps)])
@@ -161,18 +170,6 @@ def _histograms(run: RunData, steps: list[int], columns: list[str]) -> list[dict
     return values
 
 
-def detection_delays(rows: list[dict[str, Any]], levels=DELAY_LEVELS) -> dict[str, list[int | None]]:
-    """column -> per level, the first step whose AUROC interval lies wholly above it (None: never)."""
-    low: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r.get("metric") == "auroc_ci_low" and isinstance(r.get("value"), (int, float)) and column_of(r):
-            low.setdefault(column_of(r), {})[int(r["step"])] = float(r["value"])
-    return {
-        column: [next((s for s in sorted(by_step) if by_step[s] > level), None) for level in levels]
-        for column, by_step in low.items()
-    }
-
-
 def _best_step(rows: list[dict[str, Any]]) -> int | None:
     """The checkpoint with the highest AUROC of any detector (ties: the earliest); the blind baseline,
     which never sees the model, does not count."""
@@ -215,6 +212,44 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     )
 
 
+def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
+    """Every rule column's two error rates at the last checkpoint, with their intervals, beside the
+    non-members' rate expected under exchangeable variants where the rule has one."""
+    if not run.steps():
+        return None
+    step = run.steps()[-1]
+    value = {(column_of(r), r.get("metric")): r.get("value") for r in rows if r.get("step") == step}
+    columns = [c for c in ordered({c for c, m in value if m == "flag_rate_members"}) if c and is_rule(c)]
+    if not columns:
+        return None
+
+    def cell(column: str, metric: str) -> str:
+        v, low, high = (value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high"))
+        if not isinstance(v, (int, float)) or not math.isfinite(v):
+            return "–"
+        text = f"{100 * v:.1f}%"
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            text += f" [{100 * low:.1f}, {100 * high:.1f}]"
+        return text
+
+    return Table(
+        f"Rule detectors' flag rates at the last checkpoint (step {step}, epoch {run.epoch_of(step):g})",
+        ["detector", "members flagged", "non-members flagged", "expected on non-members (null)"],
+        [
+            [
+                display_name(c) + undecided_note({m: value.get((c, m)) for m in ("n", "n_undecided")}),
+                cell(c, "flag_rate_members"),
+                cell(c, "flag_rate_non_members"),
+                cell(c, "null_flag_rate"),
+            ]
+            for c in columns
+        ],
+        "share of each set the rule calls a leak (undecided: not flagged), with its bootstrap 95% interval; "
+        "the non-members' share is the rule's false-positive rate, to be read against the null (what the "
+        "rule flags when each original is exchangeable with its variants)",
+    )
+
+
 def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | None:
     rows = [r for r in rows if column_of(r) is not None]
     if not rows:
@@ -246,6 +281,17 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
             Panel(charts.METRIC_TITLES.get(metric, metric) + " per checkpoint", spec, caption)
         )
 
+    spec = charts.flag_rate_spec(rows)
+    if spec is not None:
+        section.items.append(
+            Panel(
+                "Rule detectors: members vs non-members flagged per checkpoint",
+                spec,
+                f"{counts}; solid: members (true-positive rate), dashed: non-members (false-positive rate); "
+                f"{_bootstrap_caption(run, rows, 'flag_rate_members')}; dotted grey: the non-members' rate "
+                "expected under exchangeable variants",
+            )
+        )
     steps = run.steps()
     done = {int(r["step"]) for r in run.rows_of("detection") if r.get("metric") == "done"}
     if done:  # a run from before done rows has none at all: nothing to conclude then
@@ -301,9 +347,9 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                     f"{HIST_BINS} bins per detector, the same at every checkpoint",
                 )
             )
-    table = _interval_table(rows, run)
-    if table is not None:
-        section.items.append(table)
+    for table in (_interval_table(rows, run), _flag_rate_table(rows, run)):
+        if table is not None:
+            section.items.append(table)
     header, body = dataset_inference_cells(rows)
     if body:
         section.items.append(
@@ -322,7 +368,11 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         table_rows = []
         for column in ordered(delays):
             cells = [
-                "not reached" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"
+                "not reached"
+                if s is None
+                else "before training (step 0)"
+                if s == 0
+                else f"step {s} (epoch {run.epoch_of(s):g})"
                 for s in delays[column]
             ]
             table_rows.append([display_name(column), *cells])
@@ -331,7 +381,12 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                 "Detection delay",
                 ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
                 table_rows,
-                "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds the level",
+                "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds "
+                "the level. Only threshold-free evidence counts: the AUROC of a score, or of a rule's margin; "
+                'a rule\'s flags (F1, flag rates) never do. "before training": the interval already lies '
+                "above the level at step 0, the model before this run's training, so the detector separates "
+                "the sets without having been trained on the members (a difference between the sets, see "
+                "the blind baseline, or a starting model that had seen them): no detection delay",
             )
         )
     else:

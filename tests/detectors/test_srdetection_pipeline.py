@@ -96,6 +96,10 @@ def test_rule_metrics_by_hand():
     assert m["variants_mean"] == pytest.approx((1 + 1 + 1 + 0) / 4)  # at most n = 1 compared
     # margins: members 0.35, 0.0 above non-members -0.69 and undecided (ranked lowest)
     assert m["auroc"] == 1.0
+    # Flag rates: members 1 of 2, non-members 0 of 2; null: 1/(1+1) for the decided non-member, 0 for
+    # the undecided one.
+    assert m["flag_rate_members"] == 0.5 and m["flag_rate_non_members"] == 0.0
+    assert m["null_flag_rate"] == pytest.approx(0.25)
     boot = srdetection_metrics(d["srdetection_gray@n=1"], LABELS, n_bootstrap=50, seed=1)
     assert boot["f1_ci_low"] <= boot["f1"] <= boot["f1_ci_high"]
 

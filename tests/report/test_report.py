@@ -229,6 +229,79 @@ def test_detection_delay_by_hand():
     assert detection_delays(rows) == {"a": [10, 20], "b": [None, None], "c": [0, None]}
 
 
+def test_detection_delay_counts_only_threshold_free_evidence():
+    """A rule whose flags separate the sets (F1 and flag-rate intervals far apart) but whose margin's AUROC
+    interval covers 0.5 is not detected; an interval already above the level at step 0 is "before
+    training" in the table, never a delay of 0."""
+    rows = []
+    for step in (0, 8):
+        head = {"step": step, "epoch": step / 8, "evaluation": "detection"}
+        rule = {**head, "detector": "srdetection_gray", "params": {"n": 5}, "column": "srdetection_gray@n=5"}
+        rows += [
+            {**rule, "metric": "auroc", "value": 0.55},
+            {**rule, "metric": "auroc_ci_low", "value": 0.45},
+            {**rule, "metric": "auroc_ci_high", "value": 0.65},
+            {**rule, "metric": "f1", "value": 0.9},
+            {**rule, "metric": "f1_ci_low", "value": 0.85},
+            {**rule, "metric": "flag_rate_members", "value": 0.95},
+            {**rule, "metric": "flag_rate_members_ci_low", "value": 0.9},
+            {**rule, "metric": "flag_rate_non_members", "value": 0.1},
+            {**rule, "metric": "flag_rate_non_members_ci_high", "value": 0.2},
+        ]
+        shifted = {**head, "detector": "ppl", "params": {}, "column": "ppl"}
+        rows += [{**shifted, "metric": "auroc_ci_low", "value": 0.6}]
+    assert detection_delays(rows) == {"srdetection_gray@n=5": [None, None], "ppl": [0, None]}
+
+
+def add_flag_rates(run: Path) -> Path:
+    """Rule flag-rate rows (members rising faster than non-members) appended to a `make_run` run."""
+    rows = []
+    for i, step in enumerate((0, 8, 16)):
+        for column in ("srdetection_gray@n=1", "srdetection_gray@n=10"):
+            head = {
+                "step": step,
+                "epoch": float(i),
+                "evaluation": "detection",
+                "detector": "srdetection_gray",
+            }
+            head |= {"params": {"n": int(column.rpartition("=")[2])}, "column": column}
+            for metric, value in (
+                ("flag_rate_members", 0.3 + 0.2 * i),
+                ("flag_rate_non_members", 0.2 + 0.1 * i),
+            ):
+                rows += [
+                    {**head, "metric": metric, "value": value},
+                    {**head, "metric": f"{metric}_ci_low", "value": value - 0.1},
+                    {**head, "metric": f"{metric}_ci_high", "value": value + 0.1},
+                ]
+            rows.append({**head, "metric": "null_flag_rate", "value": 1 / 11})
+    with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
+    run = add_flag_rates(make_run(tmp_path / "run"))
+    detection = next(s for s in build_sections(load_run(run)) if s.key == "detection")
+    panel = next(i for i in detection.items if isinstance(i, Panel) and "flagged" in i.title)
+    (view,) = panel.spec["hconcat"]  # one panel per rule family
+    assert view["title"]["text"] == "SrDetection gray box"
+    lines = next(
+        layer for layer in view["layer"] if layer["mark"]["type"] == "line" and "color" in layer["encoding"]
+    )
+    points = {(p["column"], p["side"], p["step"]): p for p in lines["data"]["values"]}
+    assert len(points) == 12 and points[("srdetection_gray@n=10", "non-members", 16)][
+        "value"
+    ] == pytest.approx(0.4)
+    assert points[("srdetection_gray@n=1", "members", 8)]["low"] == pytest.approx(0.4)
+    table = next(i for i in detection.items if isinstance(i, Table) and "flag rates" in i.title)
+    assert table.header[1:3] == ["members flagged", "non-members flagged"]
+    assert table.rows[1][1:] == ["70.0% [60.0, 80.0]", "40.0% [30.0, 50.0]", "9.1%"]
+    assert "flagged" in _check_page(run)
+    markdown = (run / "report" / "report.md").read_text()
+    assert "## flag_rate_members" in markdown and "## flag_rate_non_members" in markdown
+
+
 def test_sixteen_series_keep_distinct_styles():
     columns = [
         "ppl", "zlib", "lowercase", "mink@0.1", "mink@0.2", "minkpp@0.2", "dcpdd", "ref", "ref_diff",
@@ -351,3 +424,11 @@ def test_compare_runs_of_a_ratio_sweep(tmp_path, capsys):
     assert "step 8 (epoch 1)" in (tmp_path / "cmp3" / "index.html").read_text()
     assert cli_main(["compare", str(a), "--step", "soon"]) == 2
     assert "--step takes a step number" in capsys.readouterr().err
+
+
+def test_a_separation_already_at_step_0_is_not_a_detection_delay(tmp_path):
+    run = make_run(tmp_path / "run", lift=0.2)  # step 0: AUROC 0.7 [0.55, 0.85] before any training
+    detection = next(s for s in build_sections(load_run(run)) if s.key == "detection")
+    delay = next(i for i in detection.items if isinstance(i, Table) and i.title == "Detection delay")
+    assert {row[1] for row in delay.rows} == {"before training (step 0)"}
+    assert "threshold-free" in delay.caption and "never do" in delay.caption

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_report import make_run
+from test_report import add_flag_rates, make_run
 
 from leaklab.report import build_report
 from leaklab.report.html import render_page, write_bundle
@@ -57,7 +57,7 @@ def _render(page: Path, tmp_path: Path) -> tuple[dict, str, str]:
 
 
 def test_report_renders_in_chromium_without_errors(tmp_path):
-    run = make_run(tmp_path / "run")
+    run = add_flag_rates(make_run(tmp_path / "run"))
     index = build_report(run)
     status, dom, log = _render(index, tmp_path)
     assert status.get("done"), "the page never finished drawing"
@@ -70,6 +70,7 @@ def test_report_renders_in_chromium_without_errors(tmp_path):
     assert not empty, f"panels drawn without data: {empty}"
     assert dom.count("<svg") >= len(specs)  # not a blank page: every panel became a chart
     assert "Detection delay" in dom and "members / non-members" in dom
+    assert "Rule detectors: members vs non-members flagged" in dom
 
 
 def test_the_browser_check_catches_a_broken_panel_and_a_missing_library(tmp_path):
