@@ -42,7 +42,7 @@ from leaklab.data.tasks import Task
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
-from leaklab.plugins import Summarises
+from leaklab.plugins import Narrows, Summarises
 from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict
 from leaklab.rundir import RunDir, locked, read_json, read_rows, write_atomic, write_json
 
@@ -91,6 +91,10 @@ def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
         ):
             specs = (specs or set()) | set(row.get("specs", []))
     return specs
+
+
+def _sorted_or_none(specs: set[str] | None) -> list[str] | None:
+    return None if specs is None else sorted(specs)
 
 
 # --------------------------------------------------------------------------- what rows mean
@@ -262,11 +266,15 @@ class Evaluator:
                 out.append(evaluation.name)
         return out
 
-    def _agreed_pending(self, step: int) -> list[str]:
-        """`pending`, as decided by the main process, on every rank."""
+    def _todo(self, step: int) -> list[tuple[str, list[str] | None]]:
+        """(name, the specs already done or None) of every pending evaluation at `step`."""
+        return [(name, _sorted_or_none(done_specs(self.run, step, name))) for name in self.pending(step)]
+
+    def _agreed_pending(self, step: int) -> list[tuple[str, list[str] | None]]:
+        """`_todo`, as decided by the main process, on every rank."""
         acc = self.ctx.accelerator
         world = getattr(acc, "num_processes", 1) if acc is not None else 1
-        todo = [self.pending(step) if self.ctx.is_main_process else None]
+        todo = [self._todo(step) if self.ctx.is_main_process else None]
         if world > 1:
             from accelerate.utils import broadcast_object_list
 
@@ -279,18 +287,32 @@ class Evaluator:
         """Run every pending evaluation on `model` (call on every rank), or those of `only` (what an
         evaluate worker claimed); the rows written (main process)."""
         written: list[dict[str, Any]] = []
-        for name in self._agreed_pending(step):
+        for name, done in self._agreed_pending(step):
             if only is not None and name not in only:
                 continue
             evaluation = next(e for e in self.evaluations if e.name == name)
+            # A step evaluated before with fewer specs: compute only what it lacks, where the evaluation
+            # can say how (detection: the new detectors); else all again (rows present are not rewritten).
+            recipe = (
+                evaluation.narrow(self.recipe, set(done))
+                if done and isinstance(evaluation, Narrows)
+                else None
+            )
             started = time.perf_counter()
-            output = evaluation.evaluate(self.ctx, model, tokenizer, step)
+            self.ctx.recipe = recipe or self.recipe
+            try:
+                output = evaluation.evaluate(self.ctx, model, tokenizer, step)
+            finally:
+                self.ctx.recipe = self.recipe
             if not self.ctx.is_main_process:
                 continue
-            written += self._write(evaluation, output, step, epoch, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            written += self._write(evaluation, output, step, epoch, seconds, recipe or self.recipe)
         return written
 
-    def _write(self, evaluation, output, step: int, epoch: float, seconds: float) -> list[dict[str, Any]]:
+    def _write(
+        self, evaluation, output, step: int, epoch: float, seconds: float, recipe: Recipe
+    ) -> list[dict[str, Any]]:
         from leaklab import tracking
 
         if output.records:
@@ -308,7 +330,7 @@ class Evaluator:
                 "column": None,
                 "metric": DONE_METRIC,
                 "value": float(len(eval_set.task_ids)),
-                "specs": evaluation.specs(self.recipe),
+                "specs": evaluation.specs(recipe),  # what this pass computed (done_specs: their union)
                 "n_members": int(eval_set.labels.sum()),
                 "n_non_members": int((1 - eval_set.labels).sum()),
                 "seconds": round(seconds, 2),  # wall time of this evaluation at this step (the report's)

@@ -56,6 +56,10 @@ def test_evaluate_adds_detectors_to_every_checkpoint_and_rewrites_nothing(run, c
         assert {"ppl", "zlib", "mink@0.2"} <= _columns(run, step)
         record = json.loads(run.scores(step, "detection").read_text().splitlines()[0])
         assert {"ppl", "zlib", "mink@0.2"} <= set(record)
+    # Only what the steps lacked was computed: the new done markers close the new specs alone.
+    new_done = [json.loads(line) for line in after[len(before) :].decode().splitlines()]
+    new_done = [r["specs"] for r in new_done if r["metric"] == "done"]
+    assert new_done == [["mink:k=0.2", "zlib"]] * len(steps)
     settings = json.loads(run.evaluation_settings.read_text())
     assert settings["detection"]["evaluate.cv_folds"] == 5
     # Done: the same again evaluates nothing and writes nothing.

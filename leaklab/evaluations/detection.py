@@ -21,6 +21,7 @@ copied into the run, so every checkpoint compares against the same variants.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
@@ -70,6 +71,12 @@ class Detection:
 
     def specs(self, recipe) -> list[str]:
         return sorted(recipe.evaluate.detectors)
+
+    def narrow(self, recipe, done: set[str]):
+        """The recipe with only the detectors not done yet (their rows and per-sample columns are added;
+        the blind baseline's and dataset inference's rows, already written, are kept as they are)."""
+        todo = [spec for spec in recipe.evaluate.detectors if spec not in done]
+        return dataclasses.replace(recipe, evaluate=dataclasses.replace(recipe.evaluate, detectors=todo))
 
     def prepare(self, ctx: EvalContext) -> None:
         if not needs_variants(ctx.recipe.evaluate.detectors) or self.variant_sets is not None:
