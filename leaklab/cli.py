@@ -14,7 +14,8 @@ USAGE = """usage: leaklab COMMAND [ARGS]
 
   train recipe=NAME [key.sub=value ...]   train and evaluate every checkpoint
                                           (same as `accelerate launch leaklab/train.py ...`)
-  evaluate RUN_DIR                        evaluate checkpoints of a run that have no results yet
+  evaluate RUN_DIR [--into NAME] [evaluate.k=v ...]
+                                          evaluate a run's checkpoints with what they lack (no retraining)
   audit model=M benchmark=B detectors=[..] score any model on a whole benchmark, no training
                                           (no ground truth: scores and their distributions)
   report RUN_DIR [--out DIR]              write RUN_DIR/report/ or DIR (index.html, markdown, CSV, figures) and
@@ -49,11 +50,17 @@ def _recipes() -> int:
 
 
 HELP = {
-    "evaluate": """usage: leaklab evaluate RUN_DIR [--debug]
+    "evaluate": """usage: leaklab evaluate RUN_DIR [--into NAME] [evaluate.key=value ...] [--debug]
 
-Evaluate the base model (step 0) and every checkpoint of RUN_DIR that has no complete results yet, with
-the evaluations and detectors of RUN_DIR/recipe.yaml; then rebuild RUN_DIR/report/ and print the table.
-Results already in RUN_DIR/results.jsonl are kept; an interrupted evaluation is simply run again.
+Evaluate the base model (step 0) and every checkpoint of RUN_DIR with what it has no results for yet:
+the evaluations and detectors of RUN_DIR/recipe.yaml, or those the evaluate.* keys name (no retraining:
+`evaluate.detectors=[ppl,zlib,"mink:k=0.2"]` adds the columns it lacks, `evaluate.evaluations=[...]`
+adds evaluations); then rebuild RUN_DIR/report/ and print the table. Rows already in
+RUN_DIR/results.jsonl are kept, never rewritten; an interrupted evaluation is simply run again.
+RUN_DIR/evaluations.json records the settings each evaluation's rows were computed with: a different
+value of one of them (evaluate.cv_folds, n_bootstrap, seed, dtype, scoring_span, a plug-in's section, ...)
+is refused, and --into NAME writes to RUN_DIR/evaluations/NAME/ instead (its own results and report, on
+the run's checkpoints). Keys outside evaluate.* (and tracking.*) change the trained weights: train a new run.
 Several of these may run on one run at once (on one machine or as Slurm array tasks; train with
 evaluate.during_training=false): each claims one checkpoint x evaluation at a time (RUN_DIR/claims/),
 and a claim whose worker died (no heartbeat for 10 minutes) is taken over.
@@ -229,10 +236,37 @@ def _run_dir(command: str, args: list[str]) -> int:
     run_dir = args[0]
     if not (Path(run_dir) / "recipe.yaml").exists():
         raise InputError(f"{run_dir} is not a leaklab run directory (no recipe.yaml)")
-    if command == "evaluate":
-        from leaklab.evaluate import evaluate_run
+    return _summary(run_dir, out_dir)
 
-        evaluate_run(run_dir)
+
+def _evaluate(args: list[str]) -> int:
+    """`leaklab evaluate RUN_DIR [--into NAME] [evaluate.key=value ...]`, then the report."""
+    from pathlib import Path
+
+    from leaklab.errors import InputError
+    from leaklab.evaluate import evaluate_run
+    from leaklab.rundir import RunDir
+
+    into = None
+    if "--into" in args:
+        at = args.index("--into")
+        if at + 1 >= len(args) or args[at + 1].startswith("-") or "=" in args[at + 1]:
+            raise InputError("evaluate: --into takes a name (see `leaklab evaluate --help`)")
+        into = args[at + 1]
+        args = args[:at] + args[at + 2 :]
+    positional = [a for a in args if "=" not in a]
+    if len(positional) != 1 or positional[0].startswith("-"):
+        raise InputError(
+            "evaluate: expected one run directory, then evaluate.* keys (see `leaklab evaluate --help`)"
+        )
+    run_dir = positional[0]
+    if not (Path(run_dir) / "recipe.yaml").exists():
+        raise InputError(f"{run_dir} is not a leaklab run directory (no recipe.yaml)")
+    evaluate_run(run_dir, overrides=[a for a in args if "=" in a], into=into)
+    return _summary(str(RunDir(run_dir).evaluation_folder(into)) if into else run_dir, None)
+
+
+def _summary(run_dir: str, out_dir: str | None) -> int:
     from leaklab.claims import claims_dir
     from leaklab.report import print_summary
     from leaklab.rundir import RunDir, locked
@@ -287,7 +321,9 @@ def dispatch(argv: list[str]) -> int:
         return _detectors()
     if command == "build-tiny":
         return _build_tiny(args)
-    if command in ("evaluate", "report"):
+    if command == "evaluate":
+        return _evaluate(args)
+    if command == "report":
         return _run_dir(command, args)
     if command == "select":
         return _select(args)

@@ -14,13 +14,25 @@ The evaluations themselves (`leaklab/evaluations/`) compute; this module owns wh
   - rank agreement: the main process decides what is pending and broadcasts it, all ranks compute,
     only the main process writes;
   - writing: rows to results.jsonl (with step / epoch / evaluation added), per-sample records to
-    scores/step-N/<evaluation>.jsonl, the same rows to W&B.
+    scores/step-N/<evaluation>.jsonl (merged by task id with what a step already has), the same rows to
+    W&B;
+  - the settings each evaluation's rows were computed with (`row_settings`), recorded in
+    evaluations.json when its first rows are written. A run's identity is its training, so `leaklab
+    evaluate RUN_DIR evaluate.detectors=[...]` adds detectors (new specs are new columns) or evaluations
+    to its checkpoints; a value of a recorded setting other than the recorded one would change the
+    meaning of rows already written, and is refused with the way to a fresh evaluation folder
+    (`--into NAME`: <run>/evaluations/NAME/, its own results on the run's checkpoints).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
+import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +42,9 @@ from leaklab.data.tasks import Task
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
-from leaklab.plugins import RunsTests, Summarises
-from leaklab.recipe import Recipe
-from leaklab.rundir import RunDir, locked, read_json, write_atomic
+from leaklab.plugins import Narrows, RunsTests, Summarises
+from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict
+from leaklab.rundir import RunDir, locked, read_json, read_rows, write_atomic, write_json
 
 DONE_METRIC = "done"
 
@@ -112,6 +124,113 @@ def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
     return specs
 
 
+def _sorted_or_none(specs: set[str] | None) -> list[str] | None:
+    return None if specs is None else sorted(specs)
+
+
+# --------------------------------------------------------------------------- what rows mean
+
+# evaluate.* keys every evaluation's rows depend on (intervals, thresholds, how texts are scored); with
+# each evaluation's own section (detection: every detector's section) they are its recorded settings.
+# The other evaluate.* keys choose what to compute or how fast (evaluations, detectors, base_model,
+# every_checkpoint, during_training, batch_tokens) and may change freely.
+ROW_SETTINGS = (
+    "seed",
+    "cv_folds",
+    "n_bootstrap",
+    "dtype",
+    "scoring_span",
+    "max_length",
+    "long_texts",
+    "reference_model",
+    "dcpdd_corpus",
+)
+
+
+def row_settings(recipe: Recipe, evaluation: str) -> dict[str, Any]:
+    """The settings `evaluation`'s rows depend on, as {"evaluate.key": value}."""
+    from leaklab.detectors import DETECTORS
+
+    evaluate = to_dict(recipe)["evaluate"]
+    records = [EVALUATIONS[evaluation], *(DETECTORS.values() if evaluation == "detection" else ())]
+    keys = [*ROW_SETTINGS, *(r.section for r in records if r.config)]
+    return {f"evaluate.{k}": evaluate[k] for k in dict.fromkeys(keys)}
+
+
+def recorded_settings(run: RunDir) -> dict[str, dict[str, Any]]:
+    """evaluation -> the settings its rows were computed with (evaluations.json). A run written before
+    that file existed: each evaluation with rows, under the settings of the run's recipe.yaml."""
+    if run.evaluation_settings.exists():
+        return read_json(run.evaluation_settings)
+    names = {r["evaluation"] for r in run.results_rows() if r.get("metric") == DONE_METRIC}
+    names &= set(EVALUATIONS)
+    if not names or not run.recipe.exists():
+        return {}
+    old = load_recipe(str(run.recipe))
+    return {name: row_settings(old, name) for name in sorted(names)}
+
+
+def record_settings(run: RunDir, recipe: Recipe, evaluation: str) -> None:
+    """Record the settings of `evaluation`'s first rows in this run (kept from then on)."""
+    with locked(claims.claims_dir(run.root) / ".settings.lock"):
+        recorded = recorded_settings(run)
+        if evaluation not in recorded:
+            recorded[evaluation] = row_settings(recipe, evaluation)
+            write_json(run.evaluation_settings, recorded)
+
+
+def _as_override(key: str, value: Any) -> str:
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def check_settings(run: RunDir, recipe: Recipe) -> None:
+    """Refuse (one line, exit 2) settings that would change the meaning of rows already in the run."""
+    recorded = recorded_settings(run)
+    changed: dict[str, tuple[Any, Any, list[str]]] = {}
+    for name in recipe.evaluate.evaluations:
+        old = recorded.get(name)
+        if old is None:
+            continue  # no rows yet: this call's settings become its record
+        for key, value in row_settings(recipe, name).items():
+            if key in old and old[key] != value:
+                changed.setdefault(key, (old[key], value, []))[2].append(name)
+    if changed:
+        what = "; ".join(f"{k} {o!r} -> {n!r} ({', '.join(e)} rows)" for k, (o, n, e) in changed.items())
+        keys = " ".join(_as_override(k, n) for k, (_, n, _) in changed.items())
+        raise InputError(
+            f"{run.root}: {what} would change the meaning of rows already written; write to a fresh "
+            f"evaluation folder instead: leaklab evaluate {run.training_root} --into NAME {keys} ..."
+        )
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """`leaklab evaluate` takes evaluate.* (and tracking.*) keys; one that changes the trained weights is
+    refused with one line (exit 2)."""
+    identity = {f.name for f in dataclasses.fields(Recipe)} - set(NOT_IDENTITY)
+    for item in overrides:
+        key = item.partition("=")[0].strip()
+        top = key.split(".")[0]
+        if top in identity:
+            raise InputError(
+                f"evaluate: {key} changes the trained weights; train a new run (leaklab train ... {item})"
+            )
+        if top in NOT_IDENTITY and top not in ("evaluate", "tracking"):
+            raise InputError(f"evaluate: {key} is not an evaluation setting; evaluate takes evaluate.* keys")
+
+
+def merge_records(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A step's per-sample records with the columns of `new` added; values already there are kept. By
+    task id when both sides have one per record; else `new` alone (an evaluation computed whole again)."""
+    old_ids = [r.get("task_id") for r in old]
+    new_ids = [r.get("task_id") for r in new]
+    unique = None not in old_ids + new_ids and len(set(old_ids)) == len(old_ids) == len(set(new_ids))
+    if not old or not unique:
+        return new
+    by_id = {r["task_id"]: r for r in new}
+    merged = [{**by_id.get(r["task_id"], {}), **r} for r in old]
+    return merged + [r for r in new if r["task_id"] not in set(old_ids)]
+
+
 class Evaluator:
     """The recipe's evaluations on one run: `prepare()` once, then `evaluate(model, ...)` per checkpoint."""
 
@@ -178,11 +297,15 @@ class Evaluator:
                 out.append(evaluation.name)
         return out
 
-    def _agreed_pending(self, step: int) -> list[str]:
-        """`pending`, as decided by the main process, on every rank."""
+    def _todo(self, step: int) -> list[tuple[str, list[str] | None]]:
+        """(name, the specs already done or None) of every pending evaluation at `step`."""
+        return [(name, _sorted_or_none(done_specs(self.run, step, name))) for name in self.pending(step)]
+
+    def _agreed_pending(self, step: int) -> list[tuple[str, list[str] | None]]:
+        """`_todo`, as decided by the main process, on every rank."""
         acc = self.ctx.accelerator
         world = getattr(acc, "num_processes", 1) if acc is not None else 1
-        todo = [self.pending(step) if self.ctx.is_main_process else None]
+        todo = [self._todo(step) if self.ctx.is_main_process else None]
         if world > 1:
             from accelerate.utils import broadcast_object_list
 
@@ -195,25 +318,39 @@ class Evaluator:
         """Run every pending evaluation on `model` (call on every rank), or those of `only` (what an
         evaluate worker claimed); the rows written (main process)."""
         written: list[dict[str, Any]] = []
-        for name in self._agreed_pending(step):
+        for name, done in self._agreed_pending(step):
             if only is not None and name not in only:
                 continue
             evaluation = next(e for e in self.evaluations if e.name == name)
+            # A step evaluated before with fewer specs: compute only what it lacks, where the evaluation
+            # can say how (detection: the new detectors); else all again (rows present are not rewritten).
+            recipe = (
+                evaluation.narrow(self.recipe, set(done))
+                if done and isinstance(evaluation, Narrows)
+                else None
+            )
             started = time.perf_counter()
-            output = evaluation.evaluate(self.ctx, model, tokenizer, step)
+            self.ctx.recipe = recipe or self.recipe
+            try:
+                output = evaluation.evaluate(self.ctx, model, tokenizer, step)
+            finally:
+                self.ctx.recipe = self.recipe
             if not self.ctx.is_main_process:
                 continue
-            written += self._write(evaluation, output, step, epoch, time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            written += self._write(evaluation, output, step, epoch, seconds, recipe or self.recipe)
         return written
 
-    def _write(self, evaluation, output, step: int, epoch: float, seconds: float) -> list[dict[str, Any]]:
-        import json
-
+    def _write(
+        self, evaluation, output, step: int, epoch: float, seconds: float, recipe: Recipe
+    ) -> list[dict[str, Any]]:
         from leaklab import tracking
 
         if output.records:
-            lines = "".join(json.dumps(r) + "\n" for r in output.records)
-            write_atomic(self.run.scores(step, evaluation.name), lines)
+            path = self.run.scores(step, evaluation.name)
+            records = merge_records(read_rows(path), output.records)
+            write_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+        record_settings(self.run, self.recipe, evaluation.name)
         base = {"step": step, "epoch": round(float(epoch), 4), "evaluation": evaluation.name}
         rows = [{**base, **row} for row in output.rows]
         eval_set = self.ctx.eval_set
@@ -224,7 +361,7 @@ class Evaluator:
                 "column": None,
                 "metric": DONE_METRIC,
                 "value": float(len(eval_set.task_ids)),
-                "specs": evaluation.specs(self.recipe),
+                "specs": evaluation.specs(recipe),  # what this pass computed (done_specs: their union)
                 "n_members": int(eval_set.labels.sum()),
                 "n_non_members": int((1 - eval_set.labels).sum()),
                 "seconds": round(seconds, 2),  # wall time of this evaluation at this step (the report's)
@@ -248,10 +385,30 @@ class Evaluator:
 # --------------------------------------------------------------------------- evaluate a finished run
 
 
+def evaluation_folder(run: RunDir, name: str, recipe: Recipe) -> RunDir:
+    """<run>/evaluations/<name>/ (`--into NAME`): created with the run's manifest and mixture and
+    `recipe` (the run's, with this call's evaluate.* keys); its results, scores, caches and report are its
+    own, its checkpoints the run's."""
+    from leaklab.recipe import to_yaml
+
+    if not re.fullmatch(r"[\w.+-]+", name):
+        raise InputError(f"evaluate: --into {name!r}: use letters, digits, '.', '+', '-' or '_'")
+    folder = RunDir(run.evaluation_folder(name))
+    if not folder.recipe.exists():
+        for path in (run.manifest, run.mixture):
+            if path.exists():
+                folder.root.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, folder.root / path.name)
+        write_atomic(folder.recipe, to_yaml(recipe))  # last: it marks the folder whole
+    return folder
+
+
 def evaluate_run(
     run_dir: str | Path,
     log=print,
     *,
+    overrides: Sequence[str] = (),
+    into: str | None = None,
     heartbeat_s: float = claims.HEARTBEAT_S,
     stale_s: float = claims.STALE_S,
     poll_s: float = 5.0,
@@ -263,16 +420,24 @@ def evaluate_run(
     does, and a claim left by a dead worker is taken over once its heartbeat is `stale_s` old. A worker
     returns when nothing is pending; while the rest is claimed by live workers it waits (polling every
     `poll_s`) so that it can take over from one that dies. Returns how many (step, evaluation) pairs it
-    evaluated."""
+    evaluated.
+
+    `overrides`: evaluate.* keys over the run's recipe (others are refused: they change the weights);
+    settings that would change the meaning of rows already written are refused (`check_settings`).
+    `into`: write to the evaluation folder <run>/evaluations/<into>/ instead of the run's own files."""
     from leaklab import tracking
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
-    from leaklab.recipe import load_recipe
     from leaklab.training.stages import get_stage
 
     run = RunDir(run_dir)
     if not run.recipe.exists():
         raise FileNotFoundError(f"{run.root} is not a leaklab run directory (no recipe.yaml)")
-    recipe = load_recipe(str(run.recipe))
+    check_overrides(overrides)
+    recipe = load_recipe(str(run.recipe), list(overrides))  # a bad key or value fails here, before writing
+    if into is not None:
+        run = evaluation_folder(run, into, recipe)
+        recipe = load_recipe(str(run.recipe), list(overrides))
+    check_settings(run, recipe)
     manifest = read_json(run.manifest)
     eval_set = build_eval_set(load_tasks(recipe), manifest, recipe.data.text_format)
     # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
@@ -357,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 1:
         print("usage: python -m leaklab.evaluate RUN_DIR", file=sys.stderr)
         return 2
-    evaluate_run(argv[0])
+    evaluate_run(argv[0])  # `leaklab evaluate` takes overrides and --into
     return 0
 
 

@@ -186,6 +186,14 @@ class RunsTests(Protocol):
 
 
 @runtime_checkable
+class Narrows(Protocol):
+    """Optional for an evaluation: the recipe that computes only the specs a step lacks (`done` holds
+    those its "done" markers already list), so adding a detector to an evaluated step scores only it."""
+
+    def narrow(self, recipe: Any, done: set[str]) -> Any: ...
+
+
+@runtime_checkable
 class ReportsSection(Protocol):
     """Optional for an evaluation: its own section of the HTML report."""
 

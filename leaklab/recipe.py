@@ -231,9 +231,10 @@ class Recipe:
     name: str = "unnamed"  # the recipe's name; the run directory starts with it
     description: str = ""  # one line shown by `leaklab recipes`
     # Where runs go; the run directory is <output_dir>/<run_name>, and run_name defaults to the recipe name
-    # plus a hash of the resolved settings, so re-running the same command finds (and resumes) the same run.
+    # plus a hash of its training settings (run_identity), so re-running the same command finds (and
+    # resumes) the same run, whatever its evaluate.* keys.
     output_dir: str = "runs"
-    run_name: str | None = None  # the run directory's name (None: recipe name + settings hash)
+    run_name: str | None = None  # the run directory's name (None: recipe name + training hash)
     seed: int = 0  # default of every section seed not given (data, mix, train, evaluate and its sections)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -268,8 +269,17 @@ CHOICES: dict[str, tuple[str, ...]] = {
     },
 }
 
-# Keys that change where or how results are shown, not what is computed: left out of the run hash.
-_NOT_HASHED = {"name", "description", "output_dir", "run_name", "tracking"}
+# A run's identity is its training: the run directory's hash and the check that an existing run
+# directory holds the same run cover only what changes the trained weights. Left out: where and how
+# results are shown (name, description, output_dir, run_name, tracking) and every `evaluate.*` key, so a
+# new detector or evaluation is added to a finished run's checkpoints (`leaklab evaluate RUN_DIR
+# evaluate.detectors=[...]`) instead of training again. `execution` stays in: the rl stage's reward runs
+# programs in the sandbox, so its limits change what is learned.
+SHOWN_ONLY = ("name", "description", "output_dir", "run_name", "tracking")
+NOT_IDENTITY = (*SHOWN_ONLY, "evaluate")
+# ...except that SrDetection's pre-filter (data.prefilter) picks the tasks with the srdetection
+# variants and these scoring settings, so under it they decide the split, and are part of the identity.
+PREFILTER_KEYS = ("srdetection", "scoring_span", "dtype", "max_length", "long_texts")
 
 
 # --------------------------------------------------------------------------- loading
@@ -598,15 +608,48 @@ def to_yaml(recipe: Recipe) -> str:
 
 
 def config_hash(recipe: Recipe) -> str:
-    """A short hash of everything that changes what a run computes."""
-    data = {k: v for k, v in to_dict(recipe).items() if k not in _NOT_HASHED}
-    # When checkpoints are evaluated changes nothing computed (and leaving it out keeps older runs' hashes).
+    """A short hash of everything that changes what is computed, evaluation settings included (an
+    audit's folder, which trains nothing, is named by it); a run's directory is named by `run_hash`."""
+    data = {k: v for k, v in to_dict(recipe).items() if k not in SHOWN_ONLY}
+    # When checkpoints are evaluated changes nothing computed (and leaving it out keeps older hashes).
     data["evaluate"].pop("during_training", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
 
 
+def run_identity(recipe: Recipe) -> dict[str, Any]:
+    """The settings that change the trained weights (see NOT_IDENTITY): model, data, mix, train,
+    execution and the top-level seed."""
+    data = {k: v for k, v in to_dict(recipe).items() if k not in NOT_IDENTITY}
+    if recipe.data.prefilter:
+        evaluate = to_dict(recipe)["evaluate"]
+        data["prefilter"] = {f"evaluate.{k}": evaluate[k] for k in PREFILTER_KEYS}
+    return data
+
+
+def run_hash(recipe: Recipe) -> str:
+    """A short hash of `run_identity`: the run directory's name ends with it."""
+    return hashlib.sha256(json.dumps(run_identity(recipe), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def identity_changes(old: Recipe, new: Recipe) -> list[str]:
+    """'key: old -> new' for every setting of the run's identity that differs between two recipes."""
+    a, b = flat(run_identity(old)), flat(run_identity(new))
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
 def run_dir_of(recipe: Recipe) -> Path:
-    return Path(recipe.output_dir) / (recipe.run_name or f"{recipe.name}-{config_hash(recipe)}")
+    return Path(recipe.output_dir) / (recipe.run_name or f"{recipe.name}-{run_hash(recipe)}")
 
 
 def describe(path: Path) -> str:

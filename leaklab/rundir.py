@@ -30,7 +30,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from leaklab.errors import InputError
 
 # A row is identified by these fields; a second row with the same key is a duplicate.
 ROW_KEY = ("step", "evaluation", "column", "metric")
+EVALUATIONS_DIR = "evaluations"  # <run>/evaluations/<name>/: results of other evaluation settings
 
 
 def cache_root() -> Path:
@@ -106,7 +107,10 @@ def _jsonable(obj: Any) -> Any:
 
 def row_key(row: dict[str, Any]) -> tuple:
     # A row written before rows had a `column` field is keyed by its detector name instead.
-    return tuple(row.get(k) if k != "column" else row.get("column", row.get("detector")) for k in ROW_KEY)
+    key = tuple(row.get(k) if k != "column" else row.get("column", row.get("detector")) for k in ROW_KEY)
+    # A step's "done" markers are told apart by the specs they close: detectors added to an evaluated step
+    # write a second marker (leaklab.evaluate.done_specs reads their union).
+    return (*key, tuple(sorted(row["specs"]))) if "specs" in row else key
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -208,10 +212,15 @@ def text_sha256(text: str) -> str:
 
 
 class RunDir:
-    """Paths inside one run directory."""
+    """Paths inside one run directory, or inside one of its evaluation folders
+    (`<run>/evaluations/<name>/`, written by `leaklab evaluate RUN_DIR --into NAME`): a folder of its own
+    results, scores, caches and report, on the checkpoints of the run above it."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        above = self.root.parent.parent
+        in_run = self.root.parent.name == EVALUATIONS_DIR and (above / "recipe.yaml").exists()
+        self.training_root = above if in_run else self.root  # where the checkpoints are
 
     @property
     def recipe(self) -> Path:
@@ -227,7 +236,15 @@ class RunDir:
 
     @property
     def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
+        return self.training_root / "checkpoints"
+
+    @property
+    def evaluation_settings(self) -> Path:
+        """The settings each evaluation's rows in results.jsonl were computed with (leaklab.evaluate)."""
+        return self.root / "evaluations.json"
+
+    def evaluation_folder(self, name: str) -> Path:
+        return self.root / EVALUATIONS_DIR / name
 
     @property
     def results(self) -> Path:
@@ -332,17 +349,23 @@ def environment_info() -> dict[str, Any]:
     }
 
 
-class RunMismatchError(RuntimeError):
-    """A run directory that already holds a different recipe or split."""
+class RunMismatchError(InputError):
+    """A run directory that already holds a run with a different training or split (exit 2, one line)."""
 
 
 def check_or_write_run_files(
-    run: RunDir, recipe_yaml: str, recipe_hash: str, manifest: dict[str, Any]
+    run: RunDir,
+    recipe_yaml: str,
+    run_hash: str,
+    manifest: dict[str, Any],
+    identity_changes: Callable[[Path], list[str]] | None = None,
 ) -> None:
-    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist they are the same.
+    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist it is the same run.
 
-    recipe_yaml / recipe_hash: `recipe.to_yaml(r)` and `recipe.config_hash(r)` (passed in, so this module
-    stays below the recipe module)."""
+    The same run means the same training (`recipe.run_identity`): `identity_changes(old recipe.yaml)`
+    lists what differs from the recipe being run ('key: old -> new'), and evaluation settings are not
+    among it, so the same run with other detectors passes. recipe_yaml / run_hash: `recipe.to_yaml(r)`
+    and `recipe.run_hash(r)` (passed in, so this module stays below the recipe module)."""
     if run.manifest.exists():
         old = read_json(run.manifest)
         if old != manifest:
@@ -350,12 +373,13 @@ def check_or_write_run_files(
                 f"{run.root} already holds a run with a different manifest (split or data changed); "
                 f"choose another run_name or output_dir"
             )
-        old_recipe = run.root / "recipe_hash.txt"
-        if old_recipe.exists() and old_recipe.read_text().strip() != recipe_hash:
+        changes = identity_changes(run.recipe) if identity_changes and run.recipe.exists() else []
+        if changes:
             raise RunMismatchError(
-                f"{run.root} already holds a run of a different recipe; choose another run_name or output_dir"
+                f"{run.root} already holds a run trained differently ({'; '.join(changes)}); choose "
+                f"another run_name or output_dir (evaluation settings may differ: they are not the run's)"
             )
     write_atomic(run.recipe, recipe_yaml)
-    write_atomic(run.root / "recipe_hash.txt", recipe_hash + "\n")
+    write_atomic(run.root / "run_hash.txt", run_hash + "\n")
     write_json(run.manifest, manifest)
     write_json(run.root / "environment.json", environment_info())

@@ -34,7 +34,8 @@ def parse_command_line(argv: list[str]) -> tuple[str, list[str], bool]:
 HELP = """usage: leaklab train [recipe=NAME|FILE.yaml] [key.sub=value ...] [print_config=true] [--debug]
 
 Train the recipe's model on its benchmark's members mixed with general text, evaluating every checkpoint;
-the run directory is <output_dir>/<recipe name>-<settings hash>, and the same command again resumes it.
+the run directory is <output_dir>/<recipe name>-<training hash>, and the same command again resumes it;
+with other evaluate.* keys on a trained run it trains nothing and evaluates what the checkpoints lack.
 
   recipe=NAME        a recipe from `leaklab recipes` or a YAML file (default tiny_cpt)
   key.sub=value      override any recipe key; `leaklab keys recipe=NAME` lists them with their values
@@ -115,10 +116,10 @@ def run_training(recipe) -> int:
     from leaklab import tracking
     from leaklab.data.prefilter import prefilter_candidates, prefilter_tasks
     from leaklab.data.splits import split_members
-    from leaklab.evaluate import Evaluator, build_eval_set, evaluate_run, load_tasks
+    from leaklab.evaluate import Evaluator, build_eval_set, check_settings, evaluate_run, load_tasks
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
     from leaklab.models.lora import apply_lora
-    from leaklab.recipe import config_hash, run_dir_of, to_yaml
+    from leaklab.recipe import identity_changes, run_dir_of, run_hash, to_yaml
     from leaklab.report import print_summary
     from leaklab.rundir import RunDir, check_or_write_run_files, make_manifest, write_json
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows, plain_progress
@@ -163,12 +164,36 @@ def run_training(recipe) -> int:
     if prefiltered is not None:
         manifest["prefilter"] = {k: v for k, v in prefiltered.items() if k != "kept_ids"}
     if state.is_main_process:
-        check_or_write_run_files(run, to_yaml(recipe), config_hash(recipe), manifest)
+        if run.recipe.exists() and not identity_changes(load_recipe(str(run.recipe)), recipe):
+            check_settings(run, recipe)  # the same run: its rows' settings must hold (before recipe.yaml)
+        check_or_write_run_files(
+            run,
+            to_yaml(recipe),
+            run_hash(recipe),
+            manifest,
+            lambda old: identity_changes(load_recipe(str(old)), recipe),
+        )
         log(f"[leaklab] run directory: {run.root}")
         log(
             f"[leaklab] {len(split.member_ids)} members, {len(split.non_member_ids)} non-members of {manifest['benchmark']}"
         )
     state.wait_for_everyone()
+    complete = run.checkpoint_dirs()
+    if complete and trained_to_the_end(complete[-1][1]):
+        # Changed evaluate.* settings on a trained run: its checkpoints get what they lack, no training.
+        if not recipe.evaluate.during_training:
+            log(
+                f"[leaklab] {run.root} is trained; evaluate its checkpoints with `leaklab evaluate {run.root}`"
+            )
+        elif state.is_main_process:
+            log(
+                f"[leaklab] {run.root} is trained ({complete[-1][1].name} is the last step): nothing to "
+                f"train; evaluating what its checkpoints lack"
+            )
+            evaluate_run(run.root, log=log)
+            print_summary(run)
+        state.wait_for_everyone()
+        return 0
     model = apply_lora(model, recipe)
 
     # 3. The training data, built by the stage from the manifest's members (cpt: members mixed with
@@ -226,6 +251,14 @@ def run_training(recipe) -> int:
     # without an active exception"). Only here, after a clean run: with a rank failed it could hang.
     state.destroy_process_group()
     return 0
+
+
+def trained_to_the_end(checkpoint) -> bool:
+    """True when a checkpoint is the last step of its training (its Trainer state says so)."""
+    import json
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return bool(state.get("max_steps")) and state.get("global_step", 0) >= state["max_steps"]
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ from leaklab.recipe import (
     RecipeError,
     available_recipes,
     config_hash,
+    identity_changes,
     load_recipe,
     parse_ratio,
     run_dir_of,
+    run_hash,
     to_yaml,
     yaml_load,
 )
@@ -83,6 +85,34 @@ def test_run_dir_is_stable_and_ignores_tracking():
     c = load_recipe("tiny_cpt", ["train.epochs=2"])
     assert run_dir_of(a) == run_dir_of(b)
     assert config_hash(a) != config_hash(c)
+
+
+def test_a_runs_identity_is_its_training_not_its_evaluation():
+    """Issue 24: adding a detector or changing any evaluate.* key finds the same run (no retraining);
+    what changes the weights makes a new one."""
+    a = load_recipe("tiny_cpt")
+    same = [
+        "evaluate.detectors=[ppl,zlib,'mink:k=0.2']",
+        "evaluate.evaluations=[detection,accuracy]",
+        "evaluate.batch_tokens=1024",
+        "evaluate.cv_folds=3",
+        "evaluate.n_bootstrap=0",
+        "evaluate.srdetection.seed=1",
+        "tracking.wandb.enabled=false",
+    ]
+    for override in same:
+        assert run_dir_of(load_recipe("tiny_cpt", [override])) == run_dir_of(a), override
+    for override in ["train.epochs=2", "mix.ratio=1:3", "data.seed=1", "model.tiny.num_layers=1", "seed=3"]:
+        other = load_recipe("tiny_cpt", [override])
+        assert run_dir_of(other) != run_dir_of(a), override
+        assert identity_changes(a, other) and override.split("=")[0] in identity_changes(a, other)[0]
+    # The audit, which trains nothing, is still named by every setting.
+    assert config_hash(load_recipe("tiny_cpt", ["evaluate.cv_folds=3"])) != config_hash(a)
+    # SrDetection's pre-filter picks the split with the srdetection variants: then they are identity.
+    pre = load_recipe("tiny_cpt", ["data.prefilter=true"])
+    pre3 = load_recipe("tiny_cpt", ["data.prefilter=true", "evaluate.srdetection.seed=1"])
+    assert run_hash(pre) != run_hash(pre3)
+    assert run_hash(pre) == run_hash(load_recipe("tiny_cpt", ["data.prefilter=true", "evaluate.cv_folds=3"]))
 
 
 def test_parse_ratio():

@@ -29,3 +29,44 @@ def test_write_atomic_leaves_no_temporary_files(tmp_path):
     write_atomic(tmp_path / "a" / "f.txt", "hello")
     assert (tmp_path / "a" / "f.txt").read_text() == "hello"
     assert [p.name for p in (tmp_path / "a").iterdir()] == ["f.txt"]
+
+
+def test_an_existing_run_with_other_training_is_refused_in_one_line_and_other_evaluation_is_not(tmp_path):
+    """Issue 24: the run directory check compares the training (not evaluate.*), and a mismatch is bad
+    input (exit 2, one line naming what differs), not a traceback."""
+    from leaklab.errors import InputError
+    from leaklab.recipe import identity_changes, load_recipe, run_hash, to_yaml
+    from leaklab.rundir import RunDir, RunMismatchError, check_or_write_run_files
+
+    run = RunDir(tmp_path / "run")
+    manifest = {"member_ids": ["a"], "non_member_ids": ["b"]}
+
+    def write(recipe):
+        check_or_write_run_files(
+            run,
+            to_yaml(recipe),
+            run_hash(recipe),
+            manifest,
+            lambda old: identity_changes(load_recipe(str(old)), recipe),
+        )
+
+    write(load_recipe("tiny_cpt"))
+    write(load_recipe("tiny_cpt", ["evaluate.detectors=[ppl,zlib]", "evaluate.batch_tokens=512"]))
+    assert load_recipe(str(run.recipe)).evaluate.detectors == ["ppl", "zlib"]
+    try:
+        write(load_recipe("tiny_cpt", ["train.epochs=7"]))
+    except RunMismatchError as err:
+        assert isinstance(err, InputError) and len(err.lines()) == 1
+        assert "train.epochs: 8 -> 7" in str(err)
+    else:
+        raise AssertionError("a run trained differently was accepted")
+
+
+def test_done_markers_of_a_step_are_told_apart_by_their_specs(tmp_path):
+    """Detectors added to an evaluated step close it with a second "done" row (it was dropped as a
+    duplicate, so the step stayed pending for ever)."""
+    path = tmp_path / "results.jsonl"
+    done = {"step": 0, "evaluation": "detection", "column": None, "metric": "done", "value": 4.0}
+    assert append_rows(path, [{**done, "specs": ["ppl"]}]) == 1
+    assert append_rows(path, [{**done, "specs": ["zlib"]}]) == 1
+    assert append_rows(path, [{**done, "specs": ["zlib"]}]) == 0

@@ -23,6 +23,7 @@ copied into the run, so every checkpoint compares against the same variants.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import numpy as np
@@ -90,6 +91,12 @@ class Detection:
         ):
             return "evaluate.srdetection.verify: tests (alpha or none verify variants without tests)"
         return None
+
+    def narrow(self, recipe, done: set[str]):
+        """The recipe with only the detectors not done yet (their rows and per-sample columns are added;
+        the blind baseline's and dataset inference's rows, already written, are kept as they are)."""
+        todo = [spec for spec in recipe.evaluate.detectors if spec not in done]
+        return dataclasses.replace(recipe, evaluate=dataclasses.replace(recipe.evaluate, detectors=todo))
 
     def prepare(self, ctx: EvalContext) -> None:
         if not needs_variants(ctx.recipe.evaluate.detectors) or self.variant_sets is not None:
