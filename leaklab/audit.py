@@ -53,7 +53,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     """Score every task of the recipe's benchmark with its model; write <output_dir>/audit-.../.
     With `clean` (a file or directory in data.benchmark's format, or a benchmark name) the benchmark is
     also tested against that known-clean set (`against_clean`)."""
-    from leaklab.detectors import kind_of, needs_of, needs_variants, score_detectors
+    from leaklab.detectors import needs_of, needs_variants, score_detectors
     from leaklab.detectors.likelihood import REFERENCE
     from leaklab.detectors.srdetection import inputs_from_tasks
     from leaklab.models.load import load_model_and_tokenizer
@@ -69,6 +69,12 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         specs = [s for s in specs if REFERENCE not in needs_of([s])]
         skipped = ", ".join(repr(s) for s in cfg.detectors if s not in specs)
         log(f"[leaklab] skipping {skipped}: needs evaluate.reference_model (a hub name or local directory)")
+    raw_rules = [s for s in specs if s.startswith(("srdetection_gray", "srdetection_black"))]
+    if raw_rules and cfg.reference_model and not any(s.startswith("srdetection_calibrated") for s in specs):
+        # A raw rule's rate has no measured null; with a reference model the calibrated rule gives one.
+        specs.append("srdetection_calibrated")
+        log(f"[leaklab] adding srdetection_calibrated beside {', '.join(raw_rules)}: the raw rules' null "
+            "1/(n+1) is not measured, the calibrated rule's p-values are exact against the reference model")  # fmt: skip
     tasks = load_tasks(recipe)
     if recipe.data.max_samples:
         tasks = tasks[: recipe.data.max_samples]
@@ -129,15 +135,26 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
     clean_rows = []
     if clean_tasks is not None:
-        score_specs = [s for s in specs if kind_of(s) != "rule"]
-        clean_scores = score(score_specs, clean_tasks)
+        clean_rule_inputs = None
+        if rule_inputs is not None:
+            # The rules run on the clean set too: its measured flag rate is their null (`vs_clean_pvalue`),
+            # where 1/(n+1) holds only if variants are as likely as originals to a model that never saw them.
+            clean_sets = store.variant_sets_for(clean_tasks, cfg.srdetection, log=log)
+            clean_rule_inputs = inputs_from_tasks(clean_tasks, clean_sets, fmt)
+        clean_scores = score(specs, clean_tasks, clean_rule_inputs)
         clean_records = [{"task_id": t.task_id, **clean_scores.cells(i)} for i, t in enumerate(clean_tasks)]
         write_atomic(out.scores(0, "audit_clean"), "".join(json.dumps(r) + "\n" for r in clean_records))
-        suspect = {c: scores.columns[c] for c in clean_scores.columns}
+        heads = [row for row in leak_rows if row["metric"] == "n_decided"]  # one per rule column
+        for head in heads:
+            column = head["column"]
+            leak_rows += rule_vs_clean(scores.decisions[column], clean_scores.decisions[column], head)
+        score_columns = [c for c in clean_scores.columns if c not in clean_scores.decisions]
+        suspect = {c: scores.columns[c] for c in score_columns}
         texts = ([t.text(fmt) for t in tasks], [t.text(fmt) for t in clean_tasks])
         clean_rows = against_clean(
-            suspect, clean_scores.columns, texts, cfg, {**base, "clean_set": clean}, log=log
-        )
+            suspect, {c: clean_scores.columns[c] for c in score_columns}, texts, cfg,
+            {**base, "clean_set": clean}, log=log,
+        )  # fmt: skip
     # An audit is one finished measurement: its rows replace a previous audit's in the same folder (same
     # model, benchmark, clean set and settings), so no row of another audit stays behind.
     all_rows = rows + leak_rows + clean_rows
@@ -242,6 +259,20 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
                 f"({100 * rate:.1f}%; chance of this many with no leakage {chance}, exact under "
                 "exchangeability of each original with its variants)."
             )
+        elif value.get((c, "vs_clean_pvalue")) is not None:
+            p_clean = value[(c, "vs_clean_pvalue")]
+            clean_rate = value.get((c, "clean_leak_rate"))
+            finding = (
+                "evidence that the model prefers the benchmark's originals over their variants more than it "
+                "does on the clean set"
+                if p_clean < 0.05
+                else "no evidence at this sample size that the benchmark is flagged more often than the clean set"
+            )
+            parts.append(
+                f"{c} flagged {100 * rate:.1f}% of {decided:.0f} decided benchmark tasks and "
+                f"{100 * clean_rate:.1f}% of {value.get((c, 'clean_n_decided')) or 0:.0f} decided clean tasks "
+                f"(one-sided Fisher exact p = {p_clean:.3g}): {finding}."
+            )
         else:
             parts.append(
                 f"{c} flagged {100 * rate:.1f}% of {decided:.0f} decided tasks against a nominal null of "
@@ -294,14 +325,33 @@ def rule_rates(decisions, *, n_bootstrap: int, seed: int) -> dict[str, float]:
     return out
 
 
+def rule_vs_clean(decisions, clean_decisions, head: dict[str, Any]) -> list[dict[str, Any]]:
+    """A rule's flag rate on the clean set beside the benchmark's, and the exact one-sided test that the
+    benchmark's is higher (`two_rate_pvalue`): the comparison a raw rule's rate needs, since its nominal
+    null 1/(n+1) fails on code whose variants the model finds likelier than the originals."""
+    from leaklab.metrics import two_rate_pvalue
+
+    n, n_clean = int(decisions.decided.sum()), int(clean_decisions.decided.sum())
+    flagged, flagged_clean = decisions.n_leaks, clean_decisions.n_leaks
+    values = {
+        "clean_n_decided": float(n_clean),
+        "clean_n_leaks": float(flagged_clean),
+        "clean_leak_rate": flagged_clean / n_clean if n_clean else float("nan"),
+        "vs_clean_pvalue": two_rate_pvalue(flagged, n, flagged_clean, n_clean),
+    }
+    keep = {k: v for k, v in head.items() if k not in ("metric", "value")}
+    return [{**keep, "metric": k, "value": float_or_none(v)} for k, v in values.items()]
+
+
 def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
     """The leakage rate per rule column, in %, with its bootstrap 95% interval, beside the null rate."""
     value = {(r["column"], r["metric"]): r["value"] for r in rows}
     lines = [
         f"SrDetection leakage rate on {benchmark} (leaks among decided samples; bootstrap 95% interval), "
         "beside the rate on data no model saw (null) and the chance of this many leaks under that null:",
-        "| detector | decided | undecided | leaks | leak rate % | 95% CI | null rate % | P(>= leaks | null) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| detector | decided | undecided | leaks | leak rate % | 95% CI | null rate % | P(>= leaks | null) |"
+        " clean rate % | P(rate > clean) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def pct(x):
@@ -314,14 +364,16 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             f"| {column} | {value[(column, 'n_decided')]:.0f} | {value[(column, 'n_undecided')]:.0f} | "
             f"{value[(column, 'n_leaks')]:.0f} | {pct(value.get((column, 'leak_rate')))} | "
             f"[{pct(low)}, {pct(high)}] | {pct(value.get((column, 'null_rate')))} | "
-            f"{'–' if excess is None else f'{excess:.3g}'} |"
+            f"{_p(excess)} | {pct(value.get((column, 'clean_leak_rate')))} | "
+            f"{_p(value.get((column, 'vs_clean_pvalue')))} |"
         )
     columns = {r["column"] for r in rows}
     if any(not c.startswith("srdetection_calibrated") for c in columns):
         lines.append(
             "srdetection_gray / _black: the null rate holds only if variants are as likely as originals to a "
             "model that never saw them (measured by analysis/srdetection_null.py); a rate near it is no "
-            "evidence of leakage."
+            "evidence of leakage. With clean=, the clean set's rate under the same model is the null instead "
+            "(one-sided Fisher exact test)."
         )
     if any(c.startswith("srdetection_calibrated") for c in columns):
         lines.append(
@@ -329,6 +381,10 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             "reference; exact p-values under exchangeability, whatever the variants' style."
         )
     return "\n".join(lines)
+
+
+def _p(value) -> str:
+    return "–" if value is None else f"{value:.3g}"
 
 
 def _audit_table(rows: list[dict[str, Any]]) -> str:

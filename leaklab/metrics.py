@@ -412,6 +412,21 @@ def excess_rate_pvalue(flags, null_rates) -> float:
     return float(min(1.0, dist[k:].sum()))
 
 
+def two_rate_pvalue(flagged: int, n: int, flagged_clean: int, n_clean: int) -> float:
+    """One-sided exact test (Fisher's) that a rule flags a larger share of n samples than of n_clean samples
+    from a known-clean set scored by the same model: P(at least `flagged` of the flagged_clean + flagged
+    flags fall among the n, when the n + n_clean samples are exchangeable) — a hypergeometric upper tail.
+    It needs no null rate from theory: the clean set's measured rate is the null. NaN if a side is empty."""
+    if n <= 0 or n_clean <= 0:
+        return math.nan
+    total, flags = n + n_clean, flagged + flagged_clean
+    ways = math.comb(total, n)
+    tail = sum(
+        math.comb(flags, j) * math.comb(total - flags, n - j) for j in range(flagged, min(flags, n) + 1)
+    )
+    return min(1.0, tail / ways)
+
+
 # --------------------------------------------------------------------------- ranking (extraction audit)
 
 

@@ -76,3 +76,40 @@ def test_the_calibrated_rule_is_evidence_with_its_exact_chance():
     text = verdict(rows, {**TESTED, "detectors": ["srdetection_calibrated"]})
     assert "flagged 10 of 50 decided tasks (20.0%; chance of this many with no leakage 2e-05" in text
     assert "no test of membership was made" not in text
+
+
+def test_with_a_clean_set_a_raw_rule_is_compared_with_the_clean_rate():
+    rows = [
+        {"column": "srdetection_gray@n=10", "metric": "leak_rate", "value": 0.25},
+        {"column": "srdetection_gray@n=10", "metric": "n_decided", "value": 100.0},
+        {"column": "srdetection_gray@n=10", "metric": "null_rate", "value": 1 / 11},
+        {"column": "srdetection_gray@n=10", "metric": "clean_leak_rate", "value": 0.05},
+        {"column": "srdetection_gray@n=10", "metric": "clean_n_decided", "value": 200.0},
+        {"column": "srdetection_gray@n=10", "metric": "vs_clean_pvalue", "value": 1e-6},
+    ]
+    tested = {**TESTED, "detectors": ["srdetection_gray:n=10"], "clean": "c.jsonl", "n_clean": 200}
+    text = verdict(rows, tested)
+    assert "25.0% of 100 decided benchmark tasks and 5.0% of 200 decided clean tasks" in text
+    assert "Fisher exact p = 1e-06): evidence" in text and "nominal null" not in text
+    same = [*rows[:-1], {**rows[-1], "value": 0.4}]
+    assert "no evidence at this sample size" in verdict(same, tested)
+
+
+def test_rule_vs_clean_rows_count_decided_samples_only():
+    import numpy as np
+
+    from leaklab.audit import rule_vs_clean
+    from leaklab.detectors.srdetection import Decisions
+    from leaklab.metrics import two_rate_pvalue
+
+    def decisions(leak, decided):
+        leak, decided = np.array(leak, bool), np.array(decided, bool)
+        return Decisions(1, leak, decided, decided.astype(int), np.where(decided, 0.0, np.nan))
+
+    bench = decisions([1, 1, 1, 0, 0], [1, 1, 1, 1, 0])  # 3 of 4 decided
+    clean = decisions([0, 1, 0, 0, 0, 0], [1, 1, 1, 1, 0, 0])  # 1 of 4 decided
+    head = {"step": 0, "column": "srdetection_gray@n=1", "metric": "n_decided", "value": 4.0}
+    got = {r["metric"]: r["value"] for r in rule_vs_clean(bench, clean, head)}
+    assert got["clean_n_decided"] == 4 and got["clean_n_leaks"] == 1 and got["clean_leak_rate"] == 0.25
+    assert got["vs_clean_pvalue"] == two_rate_pvalue(3, 4, 1, 4)
+    assert all(r["column"] == "srdetection_gray@n=1" for r in rule_vs_clean(bench, clean, head))

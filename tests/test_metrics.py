@@ -200,3 +200,20 @@ def test_rule_flag_rates_on_both_sides_by_hand():
     assert alone == {k: m[k] for k in alone}
     assert set(flag_rates(leak, labels)) == {"flag_rate_members", "flag_rate_non_members"}
     assert math.isnan(flag_rates(leak[labels == 1], labels[labels == 1])["flag_rate_non_members"])
+
+
+def test_two_rate_pvalue_by_hand_and_against_scipy():
+    from scipy.stats import fisher_exact
+
+    from leaklab.metrics import two_rate_pvalue
+
+    # 3 of 4 flagged vs 0 of 4: of the 3 flags among 8 exchangeable samples, at least 3 land in the first 4
+    # with probability C(3,3) C(5,1) / C(8,4) = 5 / 70.
+    assert two_rate_pvalue(3, 4, 0, 4) == pytest.approx(5 / 70)
+    # Equal counts: P(X >= 2), X ~ Hypergeom(8 samples, 4 flags, 4 drawn) = (36 + 16 + 1) / 70.
+    assert two_rate_pvalue(2, 4, 2, 4) == pytest.approx(53 / 70)
+    for flagged, n, flagged_clean, n_clean in [(40, 82, 12, 240), (7, 164, 30, 240), (0, 10, 0, 10)]:
+        table = [[flagged, n - flagged], [flagged_clean, n_clean - flagged_clean]]
+        expected = fisher_exact(table, alternative="greater").pvalue
+        assert two_rate_pvalue(flagged, n, flagged_clean, n_clean) == pytest.approx(expected, rel=1e-9)
+    assert math.isnan(two_rate_pvalue(1, 0, 2, 5))

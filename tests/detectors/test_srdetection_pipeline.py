@@ -464,7 +464,11 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
         key = (f"srdetection_{mode}@n=10", "f1")
         assert redone[key] == pytest.approx(value[(last, *key)], abs=1e-9)
 
-    # The audit of the same small model: a leakage rate with its bootstrap interval.
+    # The audit of the same small model: a leakage rate with its bootstrap interval, and against a clean
+    # set (8 other HumanEval tasks) the rule's rate there under the same model, with the exact test.
+    from test_dataset_inference import _humaneval_file
+
+    clean = _humaneval_file(tmp_path / "clean.jsonl", 150, 8)
     audit = _run(
         [
             "-m",
@@ -475,11 +479,13 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
             "detectors=[srdetection_gray]",
             "data.max_samples=16",
             f"output_dir={tmp_path / 'audit'}",
+            f"clean={clean}",
             *SMALL_TINY,
         ],
         leaklab_cache,
     )
     assert "leakage rate on humaneval" in audit.stdout
+    assert "decided clean tasks (one-sided Fisher exact p = " in audit.stdout
     (audit_root,) = (tmp_path / "audit").iterdir()
     rates = {(r["column"], r["metric"]): r["value"] for r in RunDir(audit_root).results_rows()}
     rate = rates[("srdetection_gray@n=10", "leak_rate")]
@@ -491,6 +497,18 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
     decided = rates[("srdetection_gray@n=10", "n_decided")]
     assert rates[("srdetection_gray@n=10", "n_leaks")] == pytest.approx(rate * decided)
     assert decided + rates[("srdetection_gray@n=10", "n_undecided")] == 16
+    from leaklab.metrics import two_rate_pvalue
+
+    clean_decided = rates[("srdetection_gray@n=10", "clean_n_decided")]
+    assert 0 < clean_decided <= 8
+    assert rates[("srdetection_gray@n=10", "vs_clean_pvalue")] == pytest.approx(
+        two_rate_pvalue(
+            int(rates[("srdetection_gray@n=10", "n_leaks")]),
+            int(decided),
+            int(rates[("srdetection_gray@n=10", "clean_n_leaks")]),
+            int(clean_decided),
+        )
+    )
 
 
 # --------------------------------------------------------------------------- analysis scripts
