@@ -53,15 +53,29 @@ def stdlib_functions(min_lines: int = 25, max_lines: int = 50, limit: int = 3000
             tree = ast.parse(source)
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue
+        lines: list[str] = []  # the file's lines, split once (ast.get_source_segment splits per call)
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno:
                 if min_lines <= node.end_lineno - node.lineno + 1 <= max_lines and not node.decorator_list:
-                    segment = ast.get_source_segment(source, node, padded=True)
+                    lines = lines or re.findall(r"[^\r\n]*(?:\r\n|\r|\n|$)", source)
+                    segment = _segment(lines, node)
                     if segment:
                         found.append(textwrap.dedent(segment))
                 if len(found) >= limit:
                     return found
     return found
+
+
+def _segment(lines: list[str], node) -> str:
+    """What ast.get_source_segment(source, node, padded=True) returns, from the file's lines (offsets are
+    UTF-8 byte offsets, as there)."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset : node.end_col_offset].decode()
+    head = " " * len(lines[first].encode()[: node.col_offset].decode())
+    head += lines[first].encode()[node.col_offset :].decode()
+    tail = lines[last].encode()[: node.end_col_offset].decode()
+    return "".join([head, *lines[first + 1 : last], tail])
 
 
 def mutate(code: str, rng: random.Random) -> str:
@@ -179,7 +193,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="a few pairs of each, one worker")
     args = parser.parse_args()
     if args.smoke:
-        args.tsed_pairs, args.suite_pairs, args.codebleu_pairs, args.workers = 4, 8, 4, 1
+        args.tsed_pairs, args.suite_pairs, args.codebleu_pairs, args.workers = 2, 8, 4, 1
     workers = args.workers or default_workers()
 
     functions = stdlib_functions(limit=60 if args.smoke else 3000)

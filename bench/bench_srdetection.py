@@ -113,10 +113,10 @@ def main() -> None:
     n_texts = len(inputs.texts) + sum(len(r) for r in inputs.variant_texts)
     tokens = sum(len(ids) for ids in tokenizer(inputs.flat()[0], verbose=False)["input_ids"])
 
-    # Warm-up (untimed): first touches of memory and kernels.
-    warm = inputs_from_tasks(tasks[:8], sets[:8], "prompt+solution")
-    eleven_passes(model, tokenizer, warm, settings)
-    srdetection(model, tokenizer, warm, settings)
+    if not args.smoke:  # warm-up (untimed): first touches of memory and kernels
+        warm = inputs_from_tasks(tasks[:8], sets[:8], "prompt+solution")
+        eleven_passes(model, tokenizer, warm, settings)
+        srdetection(model, tokenizer, warm, settings)
 
     best = {"eleven_passes": np.inf, "srdetection": np.inf, "in_pipeline": np.inf}
     for _ in range(args.repeats):
