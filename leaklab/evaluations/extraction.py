@@ -16,7 +16,8 @@ also occurs in the corpus; `n_unexplained` counts those that do not, which would
 
 Rows (`column` = "<strategy>/k=<k>" for each cell, `all` pooled, and `members` / `non_members`):
   n_outputs, n_empty, n_not_python (outputs that do not parse; counted, still matched), memorised_fraction
-  (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval),
+  (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval;
+  NaN unless the cell has more than k outputs, since the top k of k outputs is all of them),
   frequency_spearman / frequency_pearson (snippet frequency in the corpus vs in the outputs);
   `all` also: taxonomy.<tag> (unique snippets per tag), secrets.<kind> (distinct values found in outputs
   that also occur in the corpus), secrets_not_in_corpus;
@@ -374,15 +375,20 @@ def cell_rows(
         _row(column, "frequency_spearman", spearman([s.corpus_frequency for s in snippets], [s.output_frequency for s in snippets]), **params),
         _row(column, "frequency_pearson", pearson([s.corpus_frequency for s in snippets], [s.output_frequency for s in snippets]), **params),
     ]  # fmt: skip
+    # Precision@k measures a ranking only when the ranking chooses: with k or fewer outputs the "top k" is
+    # every output and precision@k is the memorised fraction whatever the scores (Unveiling §5.3 ranks
+    # 20,000 outputs for its top 100). Such cells get NaN; the pooled `all` usually has enough.
+    ranked = len(rows_of_cell) > precision_k
     for metric in RANKING_NAMES:
         p = precision_at_k(
             scores[metric][rows_of_cell], memorised, precision_k, n_bootstrap=n_boot, seed=seed
         )
-        if np.isnan(scores[metric][rows_of_cell]).all():
-            p = {key: math.nan for key in p}  # no score at all (ppl_ratio without a reference): no ranking
+        if not ranked or np.isnan(scores[metric][rows_of_cell]).all():
+            # Too few outputs to rank, or no score at all (ppl_ratio without a reference): no ranking.
+            p = {key: math.nan for key in p}
         name = f"precision_at_{precision_k}.{metric}"
         out += [
-            _row(column, name, p["precision_at_k"], k=p.get("k"), **params),
+            _row(column, name, p["precision_at_k"], k=precision_k, **params),
             _row(column, f"{name}_ci_low", p["precision_at_k_ci_low"], **params),
             _row(column, f"{name}_ci_high", p["precision_at_k_ci_high"], **params),
         ]

@@ -349,7 +349,8 @@ def test_evaluation_rows_for_crafted_outputs(tmp_path):
     assert got[("non_prompt/k=5", "n_outputs")] == 4 and got[("all", "n_outputs")] == 4
     assert got[("all", "memorised_fraction")] == 0.25 and got[("all", "n_unique_snippets")] == 1
     assert got[("all", "n_empty")] == 1 and got[("all", "n_not_python")] == 1  # the empty text parses
-    assert got[("all", "precision_at_4.ppl")] == 0.25 and got[("all", "precision_at_4.ppl_ratio")] is None
+    # 4 outputs and k = 4: the "top 4" is every output, so there is no ranking to measure.
+    assert got[("all", "precision_at_4.ppl")] is None and got[("all", "precision_at_4.ppl_ratio")] is None
     assert got[("all", "secrets.email")] == 1 and got[("all", "secrets_not_in_corpus")] == 1
     assert got[("all", "taxonomy.configuration")] == 1
     assert (got[("members", "n_extracted")], got[("non_members", "n_extracted")]) == (1, 1)
@@ -358,6 +359,41 @@ def test_evaluation_rows_for_crafted_outputs(tmp_path):
     written = str(out.records)
     assert "alice@example.org" not in written and "bob@example.org" not in written
     assert Extraction().summary(out.rows).startswith("extraction: 25.0% of 4 outputs memorised")
+
+
+def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
+    """Unveiling §5.3 / Table 4 rank many outputs and count the memorised among the top k: a cell of k
+    outputs would just give its memorised fraction, whatever the ranking, so it gets NaN; the pooled
+    outputs (8 > k = 4) are ranked, and different rankings then give different precisions."""
+    from leaklab.evaluations.extraction import Extraction
+    from leaklab.memorization.clones import find_clones
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path)
+    ext = Extraction()
+    ext.prepare(ctx)
+    memorised, fresh = "\n".join(DOC_A.splitlines()[:7]), "def fresh():\n    return 0\n"
+    texts = [memorised, fresh, fresh, fresh] + [memorised, memorised, fresh, fresh]
+    samples = [Sample("non_prompt", 5, "", t) for t in texts[:4]]
+    samples += [Sample("temperature_decay", 5, "", t) for t in texts[4:]]
+    ppl = np.array([8.0, 1.0, 2.0, 3.0, 7.0, 6.0, 4.0, 0.0])
+    # ppl's top 4: outputs 0, 4, 5 (memorised) and 6 -> 3/4; window_ppl reversed: 7, 1, 2, 3 -> 0/4.
+    scores = {"ppl": ppl, "ppl_zlib": ppl, "window_ppl": -ppl, "ppl_ratio": np.full(8, np.nan)}
+    out = ext._output(ctx.recipe, samples, find_clones(ext.index, texts), scores, None)
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
+    assert got[("all", "memorised_fraction")] == 3 / 8
+    assert got[("all", "precision_at_4.ppl")] == 0.75 and got[("all", "precision_at_4.ppl_zlib")] == 0.75
+    assert got[("all", "precision_at_4.window_ppl")] == 0.0
+    assert got[("all", "precision_at_4.ppl_ratio")] is None  # no reference model: no scores
+    for column, fraction in (("non_prompt/k=5", 0.25), ("temperature_decay/k=5", 0.5)):
+        assert got[(column, "n_outputs")] == 4 and got[(column, "memorised_fraction")] == fraction
+        for metric in ("ppl", "ppl_zlib", "window_ppl", "ppl_ratio"):
+            for suffix in ("", "_ci_low", "_ci_high"):
+                assert got[(column, f"precision_at_4.{metric}{suffix}")] is None, (column, metric)
+    ks = {
+        r["params"]["k"] for r in out.rows if r["metric"].startswith("precision_at_4.") and "k" in r["params"]
+    }
+    assert ks == {4}
 
 
 def test_evaluation_runs_on_a_model_with_every_strategy(tmp_path, small_lm):
