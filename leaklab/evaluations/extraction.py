@@ -210,10 +210,14 @@ class Extraction:
             first = [s for s in samples if s.strategy == "non_prompt"]
             snippets = unique_snippets(self.index, find_clones(self.index, [s.text for s in first]))
             if snippets:
-                ctx.log(f"[leaklab] extraction: two_step prompts with a {snippets[0].n_lines}-line snippet")
+                top = snippets[0]
+                # The prompt is the corpus's own lines (indentation and blank lines kept), not the
+                # whitespace-normalised snippet, which would be code the model never saw.
+                prompt = self.index.source(top.doc, top.doc_line, top.n_lines) + "\n"
+                ctx.log(f"[leaklab] extraction: two_step prompts with a {top.n_lines}-line snippet")
                 for k in cfg.top_k:
                     samples += sample(model, tokenizer, "two_step", k, cfg.n_outputs, cfg.max_new_tokens,
-                                      prompts=[snippets[0].text + "\n"], batch_size=cfg.batch_size,
+                                      prompts=[prompt], batch_size=cfg.batch_size,
                                       seed=cfg.seed + 7000 + k)  # fmt: skip
             else:
                 ctx.log("[leaklab] extraction: two_step skipped (non_prompt found no memorised snippet)")

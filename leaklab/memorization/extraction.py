@@ -9,7 +9,8 @@ The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extract
     temperature_decay   the same start, temperature 20 falling linearly to 1 over the first 20 new
                         tokens, then 1 (a logits processor), so samples start diverse and end fluent;
     prompt_conditioned  function definitions (signature line(s)) parsed from held-out files;
-    two_step            the most frequent snippet found by non_prompt sampling, as the prompt.
+    two_step            the most frequent snippet found by non_prompt sampling, as the prompt: its lines
+                        as the corpus writes them (indentation kept), not the normalised lines.
 - ranking without the corpus, from one batched token-statistics pass per model: PPL, PPL ratio
   (log PPL of the model / log PPL of a reference model), PPL / zlib ratio (log PPL / zlib-compressed
   bytes) and the average PPL of sliding windows of 6 lines (stride 1). Every score is oriented so that

@@ -396,6 +396,51 @@ def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
     assert ks == {4}
 
 
+INDENTED = """class Store:
+    def load(self, path):
+        with open(path) as f:
+            data = f.read()
+
+        rows = data.splitlines()
+        return [r.strip() for r in rows]
+"""
+
+
+def test_index_source_gives_the_corpus_lines_as_written():
+    index = _index(DOC_B, "# header\n\n" + INDENTED)
+    [[clone]] = find_clones(index, ["x = 0\n" + "\n".join(code_lines(INDENTED))])  # flattened copy
+    assert (clone.doc, clone.doc_line, clone.n_lines) == (1, 1, 6)
+    assert index.source(clone.doc, clone.doc_line, clone.n_lines) == INDENTED.rstrip("\n")
+    assert index.source(1, 2, 2) == "    def load(self, path):\n        with open(path) as f:"
+
+
+def test_two_step_prompts_with_the_snippet_as_the_corpus_writes_it(tmp_path, monkeypatch):
+    """Unveiling §3.1: two-step generation prompts with the memorised snippet found most often; the
+    prompt is the training corpus's text (indentation, blank lines), not the normalised lines."""
+    from leaklab.evaluations import extraction as ev
+    from leaklab.memorization.extraction import Sample
+
+    corpus = tmp_path / "indented"
+    corpus.mkdir()
+    (corpus / "store.py").write_text("import os\n\n" + INDENTED)
+    ctx = _context(tmp_path, f"evaluate.extraction.corpus={corpus}", "evaluate.extraction.top_k=[5]")
+    ext = ev.Extraction()
+    ext.prepare(ctx)
+    flattened = "\n".join(code_lines(INDENTED))  # what the model sampled: the lines, indentation lost
+    two_step_prompts = []
+
+    def fake_sample(model, tokenizer, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
+        if strategy == "two_step":
+            two_step_prompts.extend(prompts)
+            return [Sample(strategy, k, prompts[0], "") for _ in range(n)]
+        return [Sample(strategy, k, "", flattened if strategy == "non_prompt" else "") for _ in range(n)]
+
+    monkeypatch.setattr(ev, "sample", fake_sample)
+    samples = ext._generate(ctx, None, None)
+    assert [s.strategy for s in samples].count("two_step") == 3
+    assert two_step_prompts == [INDENTED]  # the 6 corpus lines as written, the blank one between them kept
+
+
 def test_evaluation_runs_on_a_model_with_every_strategy(tmp_path, small_lm):
     from leaklab.evaluations.extraction import Extraction
 
