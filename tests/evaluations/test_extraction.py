@@ -176,8 +176,9 @@ def test_temperature_decay_schedule_and_processor_steps(small_lm):
     from leaklab.memorization.extraction import TemperatureDecay
     from leaklab.signals.generation import HFGenerator
 
+    # Unveiling §4.3: start at 20 and lower by 1.0 per generated token until 1.0, i.e. max(1, 20 - t).
     decay = TemperatureDecay()
-    assert [decay.temperature(s) for s in (0, 10, 19, 20, 50)] == [20.0, 10.5, 20 - 19 * 19 / 20, 1.0, 1.0]
+    assert [decay.temperature(t) for t in (0, 1, 10, 18, 19, 20, 25)] == [20, 19, 10, 2, 1, 1, 1]
     assert torch.equal(decay(0, torch.tensor([[20.0, 40.0]])), torch.tensor([[1.0, 2.0]]))
     seen = []
     model, tokenizer = small_lm
