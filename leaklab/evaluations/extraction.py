@@ -14,7 +14,8 @@ checkpoint reports how many members were extracted verbatim vs non-members. Non-
 training corpus: each non-member match is checked against the corpus index (a match must be text that
 also occurs in the corpus; `n_unexplained` counts those that do not, which would be a bug).
 
-Rows (`column` = "<strategy>/k=<k>" for each cell, `all` pooled, and `members` / `non_members`):
+Rows (`column` = "<strategy>/k=<k>" for each cell, "<strategy>/all" for a strategy's outputs over its
+top-k values (when it has several), `all` pooled, and `members` / `non_members`):
   n_outputs, n_empty, n_not_python (outputs that do not parse; counted, still matched), memorised_fraction
   (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval;
   NaN unless the cell has more than k outputs, since the top k of k outputs is all of them),
@@ -262,16 +263,19 @@ class Extraction:
         cfg = recipe.evaluate.extraction
         n_boot, seed = recipe.evaluate.n_bootstrap, recipe.evaluate.seed
         rows: list[dict[str, Any]] = []
-        cells: dict[str, list[int]] = {}
+        cells: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        by_strategy: dict[str, list[int]] = {}
         for i, s in enumerate(samples):
-            cells.setdefault(cell(s.strategy, s.top_k), []).append(i)
-        cells["all"] = list(range(len(samples)))
-        for column, index in cells.items():
-            params = (
-                {}
-                if column == "all"
-                else {"strategy": samples[index[0]].strategy, "top_k": samples[index[0]].top_k}
-            )
+            params = {"strategy": s.strategy, "top_k": s.top_k}
+            cells.setdefault(cell(s.strategy, s.top_k), ([], params))[0].append(i)
+            by_strategy.setdefault(s.strategy, []).append(i)
+        # Each strategy over all its top-k values: at the default sizes (100 outputs a cell, k = 100) the
+        # smallest set that is large enough to rank, without mixing strategies as `all` does.
+        for strategy, index in by_strategy.items():
+            if len({samples[i].top_k for i in index}) > 1:
+                cells[f"{strategy}/all"] = (index, {"strategy": strategy})
+        cells["all"] = (list(range(len(samples))), {})
+        for column, (index, params) in cells.items():
             rows += cell_rows(
                 self.index, column, index, samples, clones, scores, cfg.precision_k, n_boot, seed, params
             )

@@ -364,8 +364,9 @@ def test_evaluation_rows_for_crafted_outputs(tmp_path):
 
 def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
     """Unveiling §5.3 / Table 4 rank many outputs and count the memorised among the top k: a cell of k
-    outputs would just give its memorised fraction, whatever the ranking, so it gets NaN; the pooled
-    outputs (8 > k = 4) are ranked, and different rankings then give different precisions."""
+    or fewer outputs would just give its memorised fraction, whatever the ranking, so it gets NaN; a
+    strategy over its top-k values (8 > k = 4) and all outputs (9) are ranked, and different rankings
+    then give different precisions."""
     from leaklab.evaluations.extraction import Extraction
     from leaklab.memorization.clones import find_clones
     from leaklab.memorization.extraction import Sample
@@ -373,28 +374,37 @@ def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
     ctx = _context(tmp_path)
     ext = Extraction()
     ext.prepare(ctx)
-    memorised, fresh = "\n".join(DOC_A.splitlines()[:7]), "def fresh():\n    return 0\n"
-    texts = [memorised, fresh, fresh, fresh] + [memorised, memorised, fresh, fresh]
-    samples = [Sample("non_prompt", 5, "", t) for t in texts[:4]]
-    samples += [Sample("temperature_decay", 5, "", t) for t in texts[4:]]
-    ppl = np.array([8.0, 1.0, 2.0, 3.0, 7.0, 6.0, 4.0, 0.0])
-    # ppl's top 4: outputs 0, 4, 5 (memorised) and 6 -> 3/4; window_ppl reversed: 7, 1, 2, 3 -> 0/4.
-    scores = {"ppl": ppl, "ppl_zlib": ppl, "window_ppl": -ppl, "ppl_ratio": np.full(8, np.nan)}
+    m, f = "\n".join(DOC_A.splitlines()[:7]), "def fresh():\n    return 0\n"  # memorised, fresh
+    cells = [("non_prompt", 5, [m, f, f, f]), ("non_prompt", 40, [m, m, f, f]), ("temperature_decay", 5, [m])]
+    samples = [Sample(strategy, k, "", t) for strategy, k, texts in cells for t in texts]
+    texts = [s.text for s in samples]
+    ppl = np.array([8.0, 1.0, 2.0, 3.0, 7.0, 6.0, 4.0, 0.0, 9.0])
+    scores = {"ppl": ppl, "ppl_zlib": ppl, "window_ppl": -ppl, "ppl_ratio": np.full(9, np.nan)}
     out = ext._output(ctx.recipe, samples, find_clones(ext.index, texts), scores, None)
     got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
-    assert got[("all", "memorised_fraction")] == 3 / 8
-    assert got[("all", "precision_at_4.ppl")] == 0.75 and got[("all", "precision_at_4.ppl_zlib")] == 0.75
-    assert got[("all", "precision_at_4.window_ppl")] == 0.0
-    assert got[("all", "precision_at_4.ppl_ratio")] is None  # no reference model: no scores
-    for column, fraction in (("non_prompt/k=5", 0.25), ("temperature_decay/k=5", 0.5)):
-        assert got[(column, "n_outputs")] == 4 and got[(column, "memorised_fraction")] == fraction
+
+    # non_prompt's 8 outputs: ppl's top 4 are outputs 0, 4, 5 (memorised) and 6; window_ppl (reversed)
+    # picks 7, 1, 2, 3, none memorised. All 9: ppl's top 4 are 8, 0, 4, 5, all memorised.
+    for column, n, fraction, by_ppl in (("non_prompt/all", 8, 3 / 8, 0.75), ("all", 9, 4 / 9, 1.0)):
+        assert got[(column, "n_outputs")] == n and got[(column, "memorised_fraction")] == fraction
+        assert got[(column, "precision_at_4.ppl")] == by_ppl == got[(column, "precision_at_4.ppl_zlib")]
+        assert got[(column, "precision_at_4.window_ppl")] == 0.0
+        assert got[(column, "precision_at_4.ppl_ratio")] is None  # no reference model: no scores
+    assert ("temperature_decay/all", "n_outputs") not in got  # one top-k: the same as its cell
+    for column, n, fraction in (
+        ("non_prompt/k=5", 4, 0.25),
+        ("non_prompt/k=40", 4, 0.5),
+        ("temperature_decay/k=5", 1, 1.0),
+    ):
+        assert got[(column, "n_outputs")] == n and got[(column, "memorised_fraction")] == fraction
         for metric in ("ppl", "ppl_zlib", "window_ppl", "ppl_ratio"):
             for suffix in ("", "_ci_low", "_ci_high"):
                 assert got[(column, f"precision_at_4.{metric}{suffix}")] is None, (column, metric)
-    ks = {
-        r["params"]["k"] for r in out.rows if r["metric"].startswith("precision_at_4.") and "k" in r["params"]
-    }
-    assert ks == {4}
+    values = [r for r in out.rows if r["metric"].startswith("precision_at_4.") and "_ci_" not in r["metric"]]
+    assert {r["params"]["k"] for r in values} == {4}  # the k asked for, also where there were fewer
+    params = {r["column"]: {k: v for k, v in r["params"].items() if k != "k"} for r in out.rows}
+    assert params["non_prompt/all"] == {"split": "non_prompt/all", "strategy": "non_prompt"}
+    assert params["non_prompt/k=40"] == {"split": "non_prompt/k=40", "strategy": "non_prompt", "top_k": 40}
 
 
 INDENTED = """class Store:
