@@ -36,6 +36,16 @@ def test_apps_cpt_is_the_srdetection_testbed():
     assert r.train.lora.enabled and "Qwen2.5-7B" in r.model.name_or_path
 
 
+@pytest.mark.parametrize("name", ["apps_cpt", "humaneval_cpt"])
+def test_testbed_recipes_pre_filter_on_the_base_model(name):
+    """SrDetection always pre-filters (§3.2, App. A.2): the testbed recipes do too, so their split (and
+    run hash) depends on the variant and scoring settings that pick the dropped tasks."""
+    r = load_recipe(name)
+    assert r.data.prefilter
+    other_variants = load_recipe(name, ["evaluate.srdetection.seed=1"])
+    assert run_hash(other_variants) != run_hash(r)
+
+
 def test_overrides_are_typed():
     r = load_recipe(
         "tiny_cpt", ["train.epochs=3", "train.learning_rate=1e-4", "mix.ratio=1:10", "evaluate.detectors=ppl"]

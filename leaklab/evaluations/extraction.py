@@ -14,9 +14,11 @@ checkpoint reports how many members were extracted verbatim vs non-members. Non-
 training corpus: each non-member match is checked against the corpus index (a match must be text that
 also occurs in the corpus; `n_unexplained` counts those that do not, which would be a bug).
 
-Rows (`column` = "<strategy>/k=<k>" for each cell, `all` pooled, and `members` / `non_members`):
+Rows (`column` = "<strategy>/k=<k>" for each cell, "<strategy>/all" for a strategy's outputs over its
+top-k values (when it has several), `all` pooled, and `members` / `non_members`):
   n_outputs, n_empty, n_not_python (outputs that do not parse; counted, still matched), memorised_fraction
-  (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval),
+  (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval;
+  NaN unless the cell has more than k outputs, since the top k of k outputs is all of them),
   frequency_spearman / frequency_pearson (snippet frequency in the corpus vs in the outputs);
   `all` also: taxonomy.<tag> (unique snippets per tag), secrets.<kind> (distinct values found in outputs
   that also occur in the corpus), secrets_not_in_corpus;
@@ -209,10 +211,14 @@ class Extraction:
             first = [s for s in samples if s.strategy == "non_prompt"]
             snippets = unique_snippets(self.index, find_clones(self.index, [s.text for s in first]))
             if snippets:
-                ctx.log(f"[leaklab] extraction: two_step prompts with a {snippets[0].n_lines}-line snippet")
+                top = snippets[0]
+                # The prompt is the corpus's own lines (indentation and blank lines kept), not the
+                # whitespace-normalised snippet, which would be code the model never saw.
+                prompt = self.index.source(top.doc, top.doc_line, top.n_lines) + "\n"
+                ctx.log(f"[leaklab] extraction: two_step prompts with a {top.n_lines}-line snippet")
                 for k in cfg.top_k:
                     samples += sample(model, tokenizer, "two_step", k, cfg.n_outputs, cfg.max_new_tokens,
-                                      prompts=[snippets[0].text + "\n"], batch_size=cfg.batch_size,
+                                      prompts=[prompt], batch_size=cfg.batch_size,
                                       seed=cfg.seed + 7000 + k)  # fmt: skip
             else:
                 ctx.log("[leaklab] extraction: two_step skipped (non_prompt found no memorised snippet)")
@@ -257,16 +263,19 @@ class Extraction:
         cfg = recipe.evaluate.extraction
         n_boot, seed = recipe.evaluate.n_bootstrap, recipe.evaluate.seed
         rows: list[dict[str, Any]] = []
-        cells: dict[str, list[int]] = {}
+        cells: dict[str, tuple[list[int], dict[str, Any]]] = {}
+        by_strategy: dict[str, list[int]] = {}
         for i, s in enumerate(samples):
-            cells.setdefault(cell(s.strategy, s.top_k), []).append(i)
-        cells["all"] = list(range(len(samples)))
-        for column, index in cells.items():
-            params = (
-                {}
-                if column == "all"
-                else {"strategy": samples[index[0]].strategy, "top_k": samples[index[0]].top_k}
-            )
+            params = {"strategy": s.strategy, "top_k": s.top_k}
+            cells.setdefault(cell(s.strategy, s.top_k), ([], params))[0].append(i)
+            by_strategy.setdefault(s.strategy, []).append(i)
+        # Each strategy over all its top-k values: at the default sizes (100 outputs a cell, k = 100) the
+        # smallest set that is large enough to rank, without mixing strategies as `all` does.
+        for strategy, index in by_strategy.items():
+            if len({samples[i].top_k for i in index}) > 1:
+                cells[f"{strategy}/all"] = (index, {"strategy": strategy})
+        cells["all"] = (list(range(len(samples))), {})
+        for column, (index, params) in cells.items():
             rows += cell_rows(
                 self.index, column, index, samples, clones, scores, cfg.precision_k, n_boot, seed, params
             )
@@ -374,15 +383,20 @@ def cell_rows(
         _row(column, "frequency_spearman", spearman([s.corpus_frequency for s in snippets], [s.output_frequency for s in snippets]), **params),
         _row(column, "frequency_pearson", pearson([s.corpus_frequency for s in snippets], [s.output_frequency for s in snippets]), **params),
     ]  # fmt: skip
+    # Precision@k measures a ranking only when the ranking chooses: with k or fewer outputs the "top k" is
+    # every output and precision@k is the memorised fraction whatever the scores (Unveiling §5.3 ranks
+    # 20,000 outputs for its top 100). Such cells get NaN; the pooled `all` usually has enough.
+    ranked = len(rows_of_cell) > precision_k
     for metric in RANKING_NAMES:
         p = precision_at_k(
             scores[metric][rows_of_cell], memorised, precision_k, n_bootstrap=n_boot, seed=seed
         )
-        if np.isnan(scores[metric][rows_of_cell]).all():
-            p = {key: math.nan for key in p}  # no score at all (ppl_ratio without a reference): no ranking
+        if not ranked or np.isnan(scores[metric][rows_of_cell]).all():
+            # Too few outputs to rank, or no score at all (ppl_ratio without a reference): no ranking.
+            p = {key: math.nan for key in p}
         name = f"precision_at_{precision_k}.{metric}"
         out += [
-            _row(column, name, p["precision_at_k"], k=p.get("k"), **params),
+            _row(column, name, p["precision_at_k"], k=precision_k, **params),
             _row(column, f"{name}_ci_low", p["precision_at_k_ci_low"], **params),
             _row(column, f"{name}_ci_high", p["precision_at_k_ci_high"], **params),
         ]

@@ -91,6 +91,8 @@ class CorpusIndex:
     doc_start: np.ndarray  # int64 [n_docs]: first line of each document
     window_keys: np.ndarray  # uint64, sorted: the hash of every in-document window
     window_pos: np.ndarray  # int64: the first line of the window with that key
+    texts: list[str]  # each document as given (references, not copies): for `source`
+    source_line: np.ndarray  # int32 [n_lines]: each normalised line's line number in its document
     min_lines: int = MIN_LINES
     min_informative: int = MIN_INFORMATIVE
     n_skipped: Counter = field(default_factory=Counter)  # documents left out, by reason
@@ -98,6 +100,13 @@ class CorpusIndex:
     @property
     def n_docs(self) -> int:
         return len(self.names)
+
+    def source(self, doc: int, doc_line: int, n_lines: int) -> str:
+        """The document's own text of the normalised lines [doc_line, doc_line + n_lines): its lines as
+        written (indentation kept), from the first to the last, blank lines between them included."""
+        first = int(self.doc_start[doc]) + doc_line
+        start, end = int(self.source_line[first]), int(self.source_line[first + n_lines - 1])
+        return "\n".join(self.texts[doc].splitlines()[start : end + 1])
 
     def locations(self, key: np.uint64) -> np.ndarray:
         """First lines of every corpus window with this hash."""
@@ -113,17 +122,22 @@ def build_index(
     if min_lines < 2 or not 0 <= min_informative <= min_lines:
         raise ValueError(f"min_lines must be >= 2 and 0 <= min_informative <= min_lines ({min_lines})")
     names: list[str] = []
+    texts: list[str] = []
     lines: list[str] = []
+    source_line: list[int] = []
     starts: list[int] = []
     skipped: Counter = Counter()
     for name, text in documents:
-        doc_lines = code_lines(text)
-        if not doc_lines:
+        # code_lines, keeping where each line stands in the document.
+        numbered = [(i, n) for i, n in enumerate(normalise(line) for line in text.splitlines()) if n]
+        if not numbered:
             skipped["empty"] += 1
             continue
         names.append(name)
+        texts.append(text)
         starts.append(len(lines))
-        lines.extend(doc_lines)
+        source_line.extend(i for i, _ in numbered)
+        lines.extend(n for _, n in numbered)
     hashes = _line_hashes(lines)
     doc_start = np.asarray(starts, dtype=np.int64)
     doc_len = np.diff(np.append(doc_start, len(lines)))
@@ -142,6 +156,8 @@ def build_index(
         doc_start=doc_start,
         window_keys=keys[order],
         window_pos=pos[order],
+        texts=texts,
+        source_line=np.asarray(source_line, dtype=np.int32),
         min_lines=min_lines,
         min_informative=min_informative,
         n_skipped=skipped,
@@ -221,6 +237,8 @@ class Snippet:
     corpus_frequency: int
     output_frequency: int  # outputs that contain it
     example_doc: str  # a corpus document it comes from
+    doc: int  # that document's index, and the snippet's first normalised line in it (`CorpusIndex.source`)
+    doc_line: int
 
 
 def unique_snippets(index: CorpusIndex, clones: list[list[Clone]]) -> list[Snippet]:
@@ -233,7 +251,13 @@ def unique_snippets(index: CorpusIndex, clones: list[list[Clone]]) -> list[Snipp
                 by_text[text].output_frequency += 1
             else:
                 by_text[text] = Snippet(
-                    text, clone.n_lines, clone.corpus_frequency, 1, index.names[clone.doc]
+                    text,
+                    clone.n_lines,
+                    clone.corpus_frequency,
+                    1,
+                    index.names[clone.doc],
+                    clone.doc,
+                    clone.doc_line,
                 )
     return sorted(by_text.values(), key=lambda s: (-s.output_frequency, -s.n_lines, s.text))
 

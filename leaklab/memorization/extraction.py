@@ -6,10 +6,11 @@ The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extract
   clone index over them is `leaklab.memorization.clones`.
 - sampling: four strategies, each with top-k sampling, through the shared generation engine:
     non_prompt          the start token only;
-    temperature_decay   the same start, temperature 20 falling linearly to 1 over the first 20 new
-                        tokens, then 1 (a logits processor), so samples start diverse and end fluent;
+    temperature_decay   the same start, temperature max(1, 20 - t) at new token t (20, 19, ..., 1,
+                        then 1; a logits processor), so samples start diverse and end fluent;
     prompt_conditioned  function definitions (signature line(s)) parsed from held-out files;
-    two_step            the most frequent snippet found by non_prompt sampling, as the prompt.
+    two_step            the most frequent snippet found by non_prompt sampling, as the prompt: its lines
+                        as the corpus writes them (indentation kept), not the normalised lines.
 - ranking without the corpus, from one batched token-statistics pass per model: PPL, PPL ratio
   (log PPL of the model / log PPL of a reference model), PPL / zlib ratio (log PPL / zlib-compressed
   bytes) and the average PPL of sliding windows of 6 lines (stride 1). Every score is oriented so that
@@ -144,16 +145,16 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
 
 
 class TemperatureDecay:
-    """Logits processor: divide by a temperature that falls linearly from `start` to `end` over the first
-    `steps` new tokens, then stays at `end` (the sampler then applies temperature 1)."""
+    """Logits processor: divide by temperature `start` at the first new token and `decrement` less at each
+    one after, never below `end`: max(1, 20 - t) at new token t (0-based) by default, as Unveiling §4.3
+    does (20 at the first token, lowered by 1.0 per generated token until it reaches 1.0 after 20
+    tokens). The sampler then applies temperature 1."""
 
-    def __init__(self, start: float = 20.0, end: float = 1.0, steps: int = 20):
-        self.start, self.end, self.steps = start, end, steps
+    def __init__(self, start: float = 20.0, end: float = 1.0, decrement: float = 1.0):
+        self.start, self.end, self.decrement = start, end, decrement
 
     def temperature(self, step: int) -> float:
-        if step >= self.steps:
-            return self.end
-        return self.start + (self.end - self.start) * step / self.steps
+        return max(self.end, self.start - self.decrement * step)
 
     def __call__(self, step: int, logits):
         return logits / self.temperature(step)

@@ -119,7 +119,8 @@ GOLDEN: dict[str, float] = {
     "mink@1": -NLL,
     "minkpp@0.5": -1.0,  # z = -1, -1 are the lowest two of (+1, -1, +1, -1)
     "minkpp@1": 0.0,
-    "dcpdd": 0.01,  # first a: 0.5 ln 4 = 0.693, first b: 0.5 ln 2 = 0.347, both clipped at 0.01
+    # alpha of the first a: p 1/2 * ln(1 / f(a) = 4) = 0.693; of the first b: 1/2 * ln 2 = 0.347; then clip.
+    "dcpdd:a=0.4": (0.4 + 0.5 * math.log(2)) / 2,  # a clipped, b not
     "dcpdd:a=1": (0.5 * math.log(4) + 0.5 * math.log(2)) / 2,
     "dcpdd:a=0.5": (0.5 + 0.5 * math.log(2)) / 2,
     "ref": -NLL / (2 * LN2),  # -0.75: the reference gives each token 1/4
@@ -144,8 +145,10 @@ def golden_run(specs, split: bool = True, ref_order=None):
 
 @pytest.mark.parametrize("split", [True, False], ids=["head-blocks", "full-logits"])
 def test_golden_values_through_the_engine(split):
-    specs = ["ppl", "zlib", "mink:k=0.5,0.2,1", "minkpp:k=0.5,1", "dcpdd", "ref"]
+    # DC-PDD at a = 0.4 clips one token and not the other (the default 0.01 clips both: any alpha passes).
+    specs = ["ppl", "zlib", "mink:k=0.5,0.2,1", "minkpp:k=0.5,1", "dcpdd:a=0.4", "ref"]
     scores = golden_run(specs, split=split)
+    golden = {**GOLDEN, "dcpdd": GOLDEN["dcpdd:a=0.4"]}
     for name in [
         "ppl",
         "zlib",
@@ -158,13 +161,34 @@ def test_golden_values_through_the_engine(split):
         "ref",
         "ref_diff",
     ]:
-        assert scores[name][0] == pytest.approx(GOLDEN[name], abs=1e-5), name
+        assert scores[name][0] == pytest.approx(golden[name], abs=1e-5), name
         assert np.isnan(scores[name][1]), f"{name}: an empty text must score NaN"
 
 
-@pytest.mark.parametrize("spec", ["dcpdd:a=1", "dcpdd:a=0.5"])
-def test_golden_dcpdd_clip(spec):
-    assert golden_run([spec])["dcpdd"][0] == pytest.approx(GOLDEN[spec], abs=1e-6)
+def dcpdd_from_the_tables(text: str, a: float) -> float:
+    """DC-PDD (Zhang et al. 2024) written out again over words, from TARGET_TABLE and CORPUS alone:
+    mean over each word's first occurrence of min(p(word | previous) * ln(1 / f(word)), a), with f the
+    Laplace-smoothed corpus frequency over the 4-word vocabulary (a, b, c, <bos>)."""
+    counts = {w: sum(t.split().count(w) for t in CORPUS) for w in ("a", "b", "c", "<bos>")}
+    total = sum(counts.values())
+    alphas, seen, previous = [], set(), "<bos>"
+    for word in text.split():
+        p = TARGET_TABLE[previous]["abc".index(word)]
+        if word not in seen:
+            seen.add(word)
+            f = (counts[word] + 1) / (total + len(counts))
+            alphas.append(min(p * math.log(1 / f), a))
+        previous = word
+    return sum(alphas) / len(alphas)
+
+
+@pytest.mark.parametrize("a", [1, 0.5, 0.4, 0.01])
+def test_golden_dcpdd_clip(a):
+    """Above both alphas (1), between them (0.5, 0.4: the first a clipped, the first b not), below both."""
+    got = golden_run([f"dcpdd:a={a}"])["dcpdd"][0]
+    assert got == pytest.approx(dcpdd_from_the_tables(TEXTS[0], a), abs=1e-6)
+    if f"dcpdd:a={a}" in GOLDEN:
+        assert got == pytest.approx(GOLDEN[f"dcpdd:a={a}"], abs=1e-6)
 
 
 def test_minkpp_statistics_by_hand():
@@ -356,9 +380,19 @@ def test_run_detectors_on_no_texts():
 
 
 def test_evaluate_config_defaults_are_valid_specs():
+    """A recipe that names no detectors and no evaluations gets the detection evaluation with PPL at its
+    own defaults, which scores as the golden PPL."""
+    from leaklab.detectors.likelihood import Ppl
+    from leaklab.evaluations import EVALUATIONS
     from leaklab.recipe import EvaluateConfig
 
-    assert columns_of(EvaluateConfig().detectors)
+    defaults = EvaluateConfig()
+    assert [parse_spec(s) for s in defaults.detectors] == [("ppl", {})]
+    assert [build_detector(s) for s in defaults.detectors] == [Ppl()]
+    assert columns_of(defaults.detectors) == ["ppl"]
+    scores = golden_run(defaults.detectors)
+    assert list(scores) == ["ppl"] and scores["ppl"][0] == pytest.approx(GOLDEN["ppl"], abs=1e-5)
+    assert defaults.evaluations == ["detection"] and "detection" in EVALUATIONS
 
 
 def test_dcpdd_corpus_from_settings_and_info(tmp_path):

@@ -318,6 +318,28 @@ def test_detection_evaluation_writes_scores_and_typed_rows_and_reuses_signals(tm
     assert forwards[0] == 0, "the same checkpoint again: every text (originals and variants) is cached"
 
 
+def test_prefilter_drops_the_originals_easiest_under_the_base_model_and_counts_them(monkeypatch):
+    """SrDetection §3.2 / App. A.2 on the bigram model: t0's original is easier than both its variants
+    (dropped), t1's is not (kept), t2 has no variant to compare with (undecided, kept). What it returns,
+    less kept_ids, is the manifest's `prefilter` block (leaklab/train.py)."""
+    from leaklab.data.prefilter import prefilter_tasks
+    from leaklab.perturb import store as variant_store
+
+    model, tok = bigram()
+    tasks = [word_task("t0", "a ", "b c"), word_task("t1", "b ", "b b"), word_task("t2", "a ", "a b b")]
+    sets = [
+        VariantSet("t0", 2, [variant(tasks[0], 0, "a ", "a b b"), variant(tasks[0], 1, "b ", "b b")]),
+        VariantSet("t1", 2, [variant(tasks[1], 0, "a ", "b c"), variant(tasks[1], 1, "c ", "c")]),
+        VariantSet("t2", 2, [], reasons=["no renamable identifiers"]),
+    ]
+    monkeypatch.setattr(variant_store, "variant_sets_for", lambda tasks_, cfg, log=print: sets)
+    lines = []
+    got = prefilter_tasks(model, tok, tasks, load_recipe("tiny_cpt", ["data.prefilter=true"]), lines.append)
+    assert (got["n_candidates"], got["n_dropped"], got["n_undecided"]) == (3, 1, 1)
+    assert got["dropped_ids"] == ["t0"] and got["kept_ids"] == ["t1", "t2"]
+    assert any("pre-filter: dropped 1 of 3 tasks" in line for line in lines)
+
+
 # --------------------------------------------------------------------------- variant sets, built once
 
 

@@ -176,8 +176,9 @@ def test_temperature_decay_schedule_and_processor_steps(small_lm):
     from leaklab.memorization.extraction import TemperatureDecay
     from leaklab.signals.generation import HFGenerator
 
+    # Unveiling §4.3: start at 20 and lower by 1.0 per generated token until 1.0, i.e. max(1, 20 - t).
     decay = TemperatureDecay()
-    assert [decay.temperature(s) for s in (0, 10, 19, 20, 50)] == [20.0, 10.5, 20 - 19 * 19 / 20, 1.0, 1.0]
+    assert [decay.temperature(t) for t in (0, 1, 10, 18, 19, 20, 25)] == [20, 19, 10, 2, 1, 1, 1]
     assert torch.equal(decay(0, torch.tensor([[20.0, 40.0]])), torch.tensor([[1.0, 2.0]]))
     seen = []
     model, tokenizer = small_lm
@@ -349,7 +350,8 @@ def test_evaluation_rows_for_crafted_outputs(tmp_path):
     assert got[("non_prompt/k=5", "n_outputs")] == 4 and got[("all", "n_outputs")] == 4
     assert got[("all", "memorised_fraction")] == 0.25 and got[("all", "n_unique_snippets")] == 1
     assert got[("all", "n_empty")] == 1 and got[("all", "n_not_python")] == 1  # the empty text parses
-    assert got[("all", "precision_at_4.ppl")] == 0.25 and got[("all", "precision_at_4.ppl_ratio")] is None
+    # 4 outputs and k = 4: the "top 4" is every output, so there is no ranking to measure.
+    assert got[("all", "precision_at_4.ppl")] is None and got[("all", "precision_at_4.ppl_ratio")] is None
     assert got[("all", "secrets.email")] == 1 and got[("all", "secrets_not_in_corpus")] == 1
     assert got[("all", "taxonomy.configuration")] == 1
     assert (got[("members", "n_extracted")], got[("non_members", "n_extracted")]) == (1, 1)
@@ -358,6 +360,96 @@ def test_evaluation_rows_for_crafted_outputs(tmp_path):
     written = str(out.records)
     assert "alice@example.org" not in written and "bob@example.org" not in written
     assert Extraction().summary(out.rows).startswith("extraction: 25.0% of 4 outputs memorised")
+
+
+def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
+    """Unveiling §5.3 / Table 4 rank many outputs and count the memorised among the top k: a cell of k
+    or fewer outputs would just give its memorised fraction, whatever the ranking, so it gets NaN; a
+    strategy over its top-k values (8 > k = 4) and all outputs (9) are ranked, and different rankings
+    then give different precisions."""
+    from leaklab.evaluations.extraction import Extraction
+    from leaklab.memorization.clones import find_clones
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path)
+    ext = Extraction()
+    ext.prepare(ctx)
+    m, f = "\n".join(DOC_A.splitlines()[:7]), "def fresh():\n    return 0\n"  # memorised, fresh
+    cells = [("non_prompt", 5, [m, f, f, f]), ("non_prompt", 40, [m, m, f, f]), ("temperature_decay", 5, [m])]
+    samples = [Sample(strategy, k, "", t) for strategy, k, texts in cells for t in texts]
+    texts = [s.text for s in samples]
+    ppl = np.array([8.0, 1.0, 2.0, 3.0, 7.0, 6.0, 4.0, 0.0, 9.0])
+    scores = {"ppl": ppl, "ppl_zlib": ppl, "window_ppl": -ppl, "ppl_ratio": np.full(9, np.nan)}
+    out = ext._output(ctx.recipe, samples, find_clones(ext.index, texts), scores, None)
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
+
+    # non_prompt's 8 outputs: ppl's top 4 are outputs 0, 4, 5 (memorised) and 6; window_ppl (reversed)
+    # picks 7, 1, 2, 3, none memorised. All 9: ppl's top 4 are 8, 0, 4, 5, all memorised.
+    for column, n, fraction, by_ppl in (("non_prompt/all", 8, 3 / 8, 0.75), ("all", 9, 4 / 9, 1.0)):
+        assert got[(column, "n_outputs")] == n and got[(column, "memorised_fraction")] == fraction
+        assert got[(column, "precision_at_4.ppl")] == by_ppl == got[(column, "precision_at_4.ppl_zlib")]
+        assert got[(column, "precision_at_4.window_ppl")] == 0.0
+        assert got[(column, "precision_at_4.ppl_ratio")] is None  # no reference model: no scores
+    assert ("temperature_decay/all", "n_outputs") not in got  # one top-k: the same as its cell
+    for column, n, fraction in (
+        ("non_prompt/k=5", 4, 0.25),
+        ("non_prompt/k=40", 4, 0.5),
+        ("temperature_decay/k=5", 1, 1.0),
+    ):
+        assert got[(column, "n_outputs")] == n and got[(column, "memorised_fraction")] == fraction
+        for metric in ("ppl", "ppl_zlib", "window_ppl", "ppl_ratio"):
+            for suffix in ("", "_ci_low", "_ci_high"):
+                assert got[(column, f"precision_at_4.{metric}{suffix}")] is None, (column, metric)
+    values = [r for r in out.rows if r["metric"].startswith("precision_at_4.") and "_ci_" not in r["metric"]]
+    assert {r["params"]["k"] for r in values} == {4}  # the k asked for, also where there were fewer
+    params = {r["column"]: {k: v for k, v in r["params"].items() if k != "k"} for r in out.rows}
+    assert params["non_prompt/all"] == {"split": "non_prompt/all", "strategy": "non_prompt"}
+    assert params["non_prompt/k=40"] == {"split": "non_prompt/k=40", "strategy": "non_prompt", "top_k": 40}
+
+
+INDENTED = """class Store:
+    def load(self, path):
+        with open(path) as f:
+            data = f.read()
+
+        rows = data.splitlines()
+        return [r.strip() for r in rows]
+"""
+
+
+def test_index_source_gives_the_corpus_lines_as_written():
+    index = _index(DOC_B, "# header\n\n" + INDENTED)
+    [[clone]] = find_clones(index, ["x = 0\n" + "\n".join(code_lines(INDENTED))])  # flattened copy
+    assert (clone.doc, clone.doc_line, clone.n_lines) == (1, 1, 6)
+    assert index.source(clone.doc, clone.doc_line, clone.n_lines) == INDENTED.rstrip("\n")
+    assert index.source(1, 2, 2) == "    def load(self, path):\n        with open(path) as f:"
+
+
+def test_two_step_prompts_with_the_snippet_as_the_corpus_writes_it(tmp_path, monkeypatch):
+    """Unveiling §3.1: two-step generation prompts with the memorised snippet found most often; the
+    prompt is the training corpus's text (indentation, blank lines), not the normalised lines."""
+    from leaklab.evaluations import extraction as ev
+    from leaklab.memorization.extraction import Sample
+
+    corpus = tmp_path / "indented"
+    corpus.mkdir()
+    (corpus / "store.py").write_text("import os\n\n" + INDENTED)
+    ctx = _context(tmp_path, f"evaluate.extraction.corpus={corpus}", "evaluate.extraction.top_k=[5]")
+    ext = ev.Extraction()
+    ext.prepare(ctx)
+    flattened = "\n".join(code_lines(INDENTED))  # what the model sampled: the lines, indentation lost
+    two_step_prompts = []
+
+    def fake_sample(model, tokenizer, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
+        if strategy == "two_step":
+            two_step_prompts.extend(prompts)
+            return [Sample(strategy, k, prompts[0], "") for _ in range(n)]
+        return [Sample(strategy, k, "", flattened if strategy == "non_prompt" else "") for _ in range(n)]
+
+    monkeypatch.setattr(ev, "sample", fake_sample)
+    samples = ext._generate(ctx, None, None)
+    assert [s.strategy for s in samples].count("two_step") == 3
+    assert two_step_prompts == [INDENTED]  # the 6 corpus lines as written, the blank one between them kept
 
 
 def test_evaluation_runs_on_a_model_with_every_strategy(tmp_path, small_lm):

@@ -16,6 +16,18 @@ def test_ngrams_are_a_set_of_windows():
 
 
 def test_default_n_is_seven():
+    """SrDetection's NGO counts 7-token n-grams (App. A.1): without n, ngram_overlap and the suite's
+    ngram_overlap_7 column score as n = 7 does, not as 6 or 8 would."""
+    from leaklab.similarity.suite import compare, document
+
+    gt = list(range(10))  # 7-grams (0..6) .. (3..9): 4; 6-grams: 5; 8-grams: 3
+    seven = [*range(7), 99]  # holds exactly (0..6)
+    sixes = [*range(6), 99, *range(4, 10)]  # holds (0..5) and (4..9), no 7 in a row
+    assert ngram_overlap(seven, gt) == 1 / 4 and ngram_overlap(sixes, gt) == 0.0
+    assert ngram_overlap(seven, gt, n=6) == 2 / 5 and ngram_overlap(seven, gt, n=8) == 0.0  # the others
+    words = [f"w{i}" for i in gt]  # code_tokens keeps each word one token
+    row = compare(document(" ".join(words)), document(" ".join([*words[:7], "x"])))
+    assert row["ngram_overlap_7"] == 1 / 4
     assert NGO_N == 7
 
 
