@@ -158,10 +158,15 @@ class Counterfactual:
 
     def specs(self, recipe) -> list[str]:
         from leaklab.similarity.structure import grammar_versions
-        from leaklab.similarity.suite import METRICS
+        from leaklab.similarity.suite import EDIT_SIMILARITY, METRICS
 
-        # A new grammar changes node counts (TSED, CodeBLEU syntax): the step is evaluated again.
-        return [*METRICS, f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"]
+        # A new grammar changes node counts (TSED, CodeBLEU syntax), a new normalisation the edit
+        # similarity: either way the step is evaluated again.
+        return [
+            *METRICS,
+            f"edit_similarity: {EDIT_SIMILARITY}",
+            f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}",
+        ]
 
     def prepare(self, ctx: EvalContext) -> None:
         """The function of every task that passes the filter (the relaxation, if any, is printed)."""
