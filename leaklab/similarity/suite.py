@@ -33,6 +33,10 @@ STRUCTURE_METRICS = (
     "mri_similarity",
 )
 METRICS = TEXT_METRICS + STRUCTURE_METRICS
+# The structural metrics the counterfactual paper counts as functional (000, §3; its Table 2). AST
+# similarity and MRI's S also need both sides to parse and are reported beside them (Table 1, the
+# membership AUROCs), but flag nothing: MRI's S is half edit similarity, a text metric.
+FUNCTIONAL_METRICS = ("codebleu_equal", "codebleu_syntax", "codebleu_dataflow", "tsed")
 EDIT_SIMILARITY = "1 - Levenshtein / |ground truth|, floored at 0"  # 000 §3 (MRI's uses the longer string)
 
 
