@@ -13,9 +13,14 @@ so the criterion's false-positive rate is the fraction of non-members it flags.
 
 Rows (`column` = members | non_members | all):
   <metric>.target_mean / .target_std / .reference_mean / .reference_std / .delta   the paper's Table 1
-  <metric>.memorized   Table 2, for the structural metrics (the functional ones this module has):
-                       BLEU(target) < tau_text, SIM(target) >= tau_func, SIM(reference) < tau_func
-  memorized_any        samples flagged by at least one of them
+  <metric>.memorized   Table 2, for the paper's functional metrics (000, §3): CodeBLEU equal / syntax /
+                       data flow, TSED, the judges asked, HyClone stage 1 and HyClone's similarity:
+                       BLEU(target) < tau_text, SIM(target) >= tau_func, SIM(reference) < tau_func.
+                       AST similarity and MRI's S are in Table 1 only (MRI's S is half a text metric).
+  memorized_any        samples flagged by at least one functional metric (Table 2's "Unique (any)")
+  memorized_any_excl_lenient   the same without the most lenient judge (the one that flags the most
+                       samples over all of them, named in params.excluded; Table 2's "Unique (excl.
+                       Nikiema)"); equal to memorized_any with fewer than two judges
   near_verbatim        BLEU(target) >= tau_text and BLEU(reference) < tau_text
   n_samples, n_extraction_failed_target, n_extraction_failed_reference, n_structure_missing_target
 Column `membership`: <metric>.auroc_target / .auroc_delta, members vs non-members ranked by the target's
@@ -27,16 +32,19 @@ LLM judges (optional, off by default): `judges: [structural, rating, equivalence
 hf | openai asks each judge (`leaklab/similarity/judges.py`) about every (ground truth, generation) pair
 of the target and, once per run, of the reference; each judge is then one more functional metric
 `judge_<kind>` in Table 1, Table 2 and the membership AUROCs. Unreadable replies are a missing score,
-counted per side in `judge_<kind>.n_unreadable_target`. `memorized_any` is the paper's "unique over all
-metrics, excluding the most lenient judge" (the judge that flags the most samples; named in the row's
-params).
+counted per side in `judge_<kind>.n_unreadable_target`.
 
 HyClone's execution stage (optional, `execution: true`; `leaklab/execution/crossexec.py`): the ground truth
 and each extracted function run in the sandbox on the task's own test inputs; `hyclone` = the share of
-inputs where they agree (S_a; S_b = S_a with one shared input set) is one more functional metric, and
-`hyclone.n_executed_target` says per side how many pairs reached execution (the reasons of the others
-in its params). With a judge back-end, HyClone's stage 1 (`hyclone_screen`: an LLM "could these be
-clones?" whose "no" skips execution) and LLM-proposed inputs per function (`hyclone_llm_inputs`) apply
+inputs where they agree (S_a; S_b = S_a with one shared input set) is one more functional metric. A pair
+that never ran (screened out, no function, no inputs) is no clone and scores 0, as in the paper, whose
+Table 1 averages over all functions; `hyclone_executed_only` keeps the pairs that ran as a diagnostic
+(missing otherwise: Table 1 and `hyclone_executed_only.memorized` over pairs executed on both sides; in
+no union). `hyclone.n_executed_target` / `_reference` say per side how many pairs reached execution (the
+reasons of the others in params). With a judge back-end, HyClone's stage 1 (`hyclone_screen`: an LLM
+"could these be clones?" asked for every pair with a function, whose "no" skips execution) is a binary
+functional metric of its own, `hyclone_stage1` (unreadable replies missing, counted in
+`hyclone_stage1.n_unreadable_target`), and LLM-proposed inputs per function (`hyclone_llm_inputs`) apply
 too; `hyclone.llm_inputs_target` counts the proposals run and, in its params, those dropped and why.
 Inputs generated from the ground truth's signature (`hyclone_generated_inputs`, default 10 per pair, 0
 off; `leaklab/execution/input_gen.py`) join the test inputs with or without a judge back-end;
@@ -59,6 +67,7 @@ from leaklab.memorization.counterfactual import (
     counterfactually_memorized,
     extract_function,
     extract_functions,
+    most_lenient,
     table1,
     table2,
 )
@@ -69,6 +78,9 @@ from leaklab.similarity.judges import judge_pairs, make_backend
 SIDES = ("members", "non_members", "all")
 JUDGES = ("structural", "rating", "equivalence")  # the similarity judges (clone_screen is HyClone's stage 1)
 RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why extraction failed
+HYCLONE_EXECUTED_ONLY = "hyclone_executed_only"  # HyClone over executed pairs only: a diagnostic
+# What Table 2 counts (in the done specs: a step counted another way is evaluated again)
+TABLE2_SPEC = "table2: the paper's functional metrics, both unions; HyClone not executed = 0"
 
 
 @dataclass
@@ -158,10 +170,16 @@ class Counterfactual:
 
     def specs(self, recipe) -> list[str]:
         from leaklab.similarity.structure import grammar_versions
-        from leaklab.similarity.suite import METRICS
+        from leaklab.similarity.suite import EDIT_SIMILARITY, METRICS
 
-        # A new grammar changes node counts (TSED, CodeBLEU syntax): the step is evaluated again.
-        return [*METRICS, f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"]
+        # A new grammar changes node counts (TSED, CodeBLEU syntax), a new normalisation the edit
+        # similarity: either way the step is evaluated again.
+        return [
+            *METRICS,
+            f"edit_similarity: {EDIT_SIMILARITY}",
+            TABLE2_SPEC,
+            f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}",
+        ]
 
     def prepare(self, ctx: EvalContext) -> None:
         """The function of every task that passes the filter (the relaxation, if any, is printed)."""
@@ -276,14 +294,19 @@ class Counterfactual:
                 self._reference_executed = self._execute(cfg, reference)
             for scored, results in ((t_scores, executed), (r_scores, self._reference_executed)):
                 for row, result in zip(scored, results):
-                    row["hyclone"] = math.nan if result.similarity is None else result.similarity
+                    row.update(hyclone_scores(result, screens_pairs(cfg)))
         rows = counterfactual_rows(t_scores, r_scores, target, reference, self._labels, cfg)
         if executed is not None:
-            rows += execution_rows(executed, self._labels)
+            rows += execution_rows(executed, self._labels, self._reference_executed)
         records = self._records(t_scores, r_scores, target, reference, cfg)
-        for record, result in zip(records, executed or []):
-            record["hyclone_target"] = {"s_a": result.s_a, "clone": result.clone, "n_inputs": result.n_inputs,
-                                        "reason": result.reason}  # fmt: skip
+        for record, result, ref in zip(records, executed or [], self._reference_executed or []):
+            for key, got in (("hyclone_target", result), ("hyclone_reference", ref)):
+                record[key] = {
+                    "s_a": got.s_a,
+                    "clone": got.clone,
+                    "n_inputs": got.n_inputs,
+                    "reason": got.reason,
+                }
         return EvalOutput(rows=rows, records=records)
 
     def _execute(self, cfg, functions: list[dict]) -> list:
@@ -336,14 +359,14 @@ class Counterfactual:
         return out
 
     def _records(self, t_scores, r_scores, target, reference, cfg) -> list[dict[str, Any]]:
-        METRICS, STRUCTURE_METRICS = metric_names(cfg)  # noqa: N806 - the suite's names, judges added
+        METRICS, FUNCTIONAL = metric_names(cfg)  # noqa: N806 - the suite's names, judges and HyClone added
         out = []
         for sample, label, ts, rs, tf, rf in zip(
             self._samples, self._labels, t_scores, r_scores, target, reference
         ):
             flags = [
                 m
-                for m in STRUCTURE_METRICS
+                for m in FUNCTIONAL
                 if counterfactually_memorized(ts["bleu"], ts[m], rs[m], cfg.tau_text, cfg.tau_func)
             ]
             out.append(
@@ -368,14 +391,32 @@ class Counterfactual:
         got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
         if ("members", "memorized_any") not in got:
             return ""
+        excluded = next(
+            (r["params"].get("excluded") for r in rows if r["metric"] == "memorized_any_excl_lenient"), None
+        )
+
+        def flagged(side: str) -> str:
+            text = f"{got.get((side, 'memorized_any'), 0):.0f}"
+            if excluded:
+                text += f" ({got.get((side, 'memorized_any_excl_lenient'), 0):.0f} without {excluded})"
+            return text
+
         delta = got.get(("members", "tsed.delta"))
         failed = got.get(("members", "n_extraction_failed_target"), 0)
-        return (
-            f"counterfactual: members {got[('members', 'memorized_any')]:.0f} flagged, "
-            f"non-members {got.get(('non_members', 'memorized_any'), 0):.0f}; "
+        line = (
+            f"counterfactual: flagged by any functional metric: members {flagged('members')}, "
+            f"non-members {flagged('non_members')}; "
             f"TSED delta members {'-' if delta is None else f'{delta:+.3f}'}; "
             f"{failed:.0f} member generations without a function"
         )
+        if ("members", "hyclone.memorized") in got:
+            line += (
+                f"; HyClone members {got[('members', 'hyclone.memorized')]:.0f} flagged "
+                f"({got.get(('members', f'{HYCLONE_EXECUTED_ONLY}.memorized'), 0):.0f} among pairs executed "
+                f"on both sides; {got.get(('members', 'hyclone.n_executed_target'), 0):.0f} of "
+                f"{got.get(('members', 'n_samples'), 0):.0f} target pairs executed)"
+            )
+        return line
 
 
 def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
@@ -388,12 +429,46 @@ def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
     }
 
 
-def metric_names(cfg) -> tuple[list[str], list[str]]:
-    """(every metric, the functional ones of Table 2): the suite's, then the LLM judges asked."""
-    from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS
+def screens_pairs(cfg) -> bool:
+    """Whether HyClone's stage 1 is asked: execution on, a judge back-end to ask, hyclone_screen."""
+    return cfg.execution and cfg.judge_backend != "none" and cfg.hyclone_screen
 
-    judges = [f"judge_{kind}" for kind in cfg.judges] + (["hyclone"] if cfg.execution else [])
-    return [*METRICS, *judges], [*STRUCTURE_METRICS, *judges]
+
+def metric_names(cfg) -> tuple[list[str], list[str]]:
+    """(every metric, the functional ones of Table 2 and its unions).
+
+    The functional set is the paper's (000, §3): CodeBLEU (equal, syntax, data flow) and TSED, the LLM
+    judges asked, HyClone's stage 1 (when screened) and HyClone's similarity. Every metric adds the suite's
+    text metrics, AST similarity and MRI's S, and HyClone's executed-only diagnostic.
+    """
+    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS
+
+    judges = [f"judge_{kind}" for kind in cfg.judges]
+    hyclone = (["hyclone_stage1"] if screens_pairs(cfg) else []) + (["hyclone"] if cfg.execution else [])
+    diagnostic = [HYCLONE_EXECUTED_ONLY] if cfg.execution else []
+    return [*METRICS, *judges, *hyclone, *diagnostic], [*FUNCTIONAL_METRICS, *judges, *hyclone]
+
+
+def hyclone_scores(result, screened: bool) -> dict[str, float]:
+    """One pair's HyClone metrics from its `CrossResult`.
+
+    hyclone                (S_a + S_b) / 2, and 0 when the pair never ran (screened out, no function, no
+                           inputs, the ground truth runs on none): not a clone, as the paper counts it
+                           (its Table 1 averages HyClone over all functions; 000, §4, App. C.2).
+    hyclone_executed_only  the same, missing (NaN) when the pair never ran: a diagnostic over the pairs that
+                           did (Table 1 and the criterion then use only pairs executed on both sides).
+    hyclone_stage1         (screened only) 1 when stage 1 calls the pair a clone, 0 when it does not or
+                           there was no function to screen, missing when the reply could not be read.
+    """
+    ran = result.similarity is not None
+    out = {
+        "hyclone": result.similarity if ran else 0.0,
+        HYCLONE_EXECUTED_ONLY: result.similarity if ran else math.nan,
+    }
+    if screened:
+        unreadable = result.screen.startswith("unreadable")
+        out["hyclone_stage1"] = math.nan if unreadable else float(result.screen == "clone")
+    return out
 
 
 def _test_inputs(task) -> list[list]:
@@ -405,14 +480,18 @@ def _test_inputs(task) -> list[list]:
         return []
 
 
-def execution_rows(executed, labels) -> list[dict[str, Any]]:
-    """Per side: how many target pairs reached execution, and why the others did not."""
+def execution_rows(executed, labels, reference=None) -> list[dict[str, Any]]:
+    """Per side: how many target (and reference) pairs reached execution, and why the others did not."""
     rows = []
     for side, keep in (("members", 1), ("non_members", 0), ("all", None)):
         chosen = [r for r, y in zip(executed, labels) if keep is None or y == keep]
         why = Counter(r.reason for r in chosen if r.reason)
         n = float(sum(not r.reason for r in chosen))
         rows.append(_row(side, "hyclone.n_executed_target", n, not_executed=dict(why)))
+        if reference is not None:
+            ref = [r for r, y in zip(reference, labels) if keep is None or y == keep]
+            rows.append(_row(side, "hyclone.n_executed_reference", float(sum(not r.reason for r in ref)),
+                             not_executed=dict(Counter(r.reason for r in ref if r.reason))))  # fmt: skip
         rows.append(_row(side, "hyclone.clones_target", float(sum(bool(r.clone) for r in chosen))))
         dropped = sum((Counter(r.llm_inputs_dropped) for r in chosen), Counter())
         screens = Counter(r.screen.split(":")[0] for r in chosen if r.screen)
@@ -429,9 +508,14 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
     from leaklab.similarity.structure import grammar_versions
     from leaklab.similarity.suite import STRUCTURE_METRICS as SUITE_STRUCTURE
 
-    METRICS, STRUCTURE_METRICS = metric_names(cfg)  # noqa: N806 - the suite's names, judges added
+    METRICS, FUNCTIONAL = metric_names(cfg)  # noqa: N806 - the suite's names, judges and HyClone added
     judges = [f"judge_{kind}" for kind in cfg.judges]
+    diagnostic = [m for m in METRICS if m == HYCLONE_EXECUTED_ONLY]
+    unreadable = judges + [m for m in FUNCTIONAL if m == "hyclone_stage1"]
     grammar = f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}"
+    # The paper's second union leaves out its most lenient judge; which one that is is read once, over
+    # all samples, so that members and non-members leave out the same judge.
+    lenient = most_lenient(table2(t_scores, r_scores, judges, cfg.tau_text, cfg.tau_func)["counts"], judges)
 
     rows: list[dict[str, Any]] = []
     sides = {
@@ -457,9 +541,9 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
             for stat in ("target_mean", "target_std", "reference_mean", "reference_std", "delta"):
                 value = float_or_none(entry.get(stat, math.nan))
                 rows.append(_row(side, f"{entry['metric']}.{stat}", value, **extra))
-        counts = table2(ts, rs, STRUCTURE_METRICS, cfg.tau_text, cfg.tau_func)
-        for metric, count in counts["counts"].items():
-            extra = {"grammar": grammar} if metric in SUITE_STRUCTURE else {"judge": cfg.judge_model}
+        counts = table2(ts, rs, FUNCTIONAL, cfg.tau_text, cfg.tau_func, exclude=lenient)
+        executed_only = table2(ts, rs, diagnostic, cfg.tau_text, cfg.tau_func)["counts"]
+        for metric, count in {**counts["counts"], **executed_only}.items():
             rows.append(
                 _row(
                     side,
@@ -467,21 +551,35 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
                     float(count),
                     tau_text=cfg.tau_text,
                     tau_func=cfg.tau_func,
-                    **extra,
+                    **_metric_params(metric, grammar, cfg),
                 )
             )
-        for judge in judges:
-            unread = sum(math.isnan(t[judge]) for t in ts)
-            rows.append(_row(side, f"{judge}.n_unreadable_target", float(unread), judge=cfg.judge_model))
-        # The paper's union leaves out the most lenient judge (the one that flags the most samples).
-        lenient = max(judges, key=lambda j: counts["counts"][j]) if len(judges) > 1 else None
-        union = set().union(*(set(v) for m, v in counts["flagged"].items() if m != lenient))
+        for metric in unreadable:
+            missing = sum(math.isnan(t[metric]) for t in ts)
+            rows.append(_row(side, f"{metric}.n_unreadable_target", float(missing), judge=cfg.judge_model))
+        # Table 2's two unions: over every functional metric, and without the most lenient judge.
         rows.append(
-            _row(side, "memorized_any", float(len(union)), **({"excluded": lenient} if lenient else {}))
+            _row(side, "memorized_any", float(counts["unique_over_metrics"]), metrics=list(FUNCTIONAL))
+        )
+        rows.append(
+            _row(side, "memorized_any_excl_lenient", float(counts["unique_excluding"]), excluded=lenient)
         )
         rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
     rows += membership_rows(t_scores, r_scores, labels, METRICS)
     return rows
+
+
+def _metric_params(metric: str, grammar: str, cfg) -> dict[str, Any]:
+    """What a Table 2 count depends on beyond the thresholds, for its row's params."""
+    from leaklab.similarity.suite import STRUCTURE_METRICS
+
+    if metric in STRUCTURE_METRICS:
+        return {"grammar": grammar}
+    if metric == "hyclone":
+        return {"not_executed": "scored 0 (not a clone)"}
+    if metric == HYCLONE_EXECUTED_ONLY:
+        return {"over": "pairs executed for both target and reference"}
+    return {"judge": cfg.judge_model}
 
 
 def membership_rows(t_scores, r_scores, labels, metrics=None) -> list[dict[str, Any]]:

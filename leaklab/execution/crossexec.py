@@ -16,16 +16,18 @@ ground truth decides which inputs are valid (an input A crashes
 on counts for neither); a generation that fails to load or crashes on a valid input disagrees there.
 A pair is a clone when both are >= `threshold` (0.8); its similarity is (S_a + S_b) / 2.
 
-Stage 1 (`llm.screen`): the judge prompt `clone_screen` (`leaklab/similarity/judges.py`) asks whether the
-two could be functional clones; a "no" skips execution (reason "stage 1: ..."), an unreadable reply does
-not (the pair is executed and `screen` says why it was not screened).
+Stage 1 (`llm.screen`): the judge prompt `clone_screen` (`leaklab/similarity/judges.py`) asks, for every
+pair with a generated function, whether the two could be functional clones; a "no" skips execution (reason
+"stage 1: ..."), an unreadable reply does not (the pair is executed and `screen` says why it was not
+screened).
 
 LLM-proposed inputs: a prompt asks for a JSON list of argument lists for one function; the reply's last
 JSON array is read, and each proposal that is not a list, has an arity the function cannot take, or
 repeats an input already there is dropped and counted by reason in `llm_inputs_dropped`.
 
-A pair that does not reach execution has no similarity and says why: no inputs, no generated function
-(extraction failed), the stage-1 screen, or the ground truth runs on none of its inputs.
+A pair that does not reach execution has no similarity here (None) and says why: no inputs, no generated
+function (extraction failed), the stage-1 screen, or the ground truth runs on none of its inputs. The
+counterfactual evaluation scores such a pair 0, as the paper does: it is not a clone.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from leaklab.execution.input_gen import find_function, generate_inputs, input_key
@@ -111,10 +113,15 @@ def cross_execute(
             out[i] = CrossResult(None, reason="no inputs")
         else:
             pending.append(i)
-    screens = _screen(llm, pairs, pending) if llm and llm.screen else {}
+    # Stage 1 screens every pair with a generated function, executable or not: its verdict is a metric
+    # of its own (000, §3, Table 1 "HyClone Stage 1", a mean over all functions).
+    with_function = [i for i, pair in enumerate(pairs) if pair.candidate is not None]
+    screens = _screen(llm, pairs, with_function) if llm and llm.screen else {}
     for i, verdict in screens.items():
         if verdict == "not a clone":
             out[i] = CrossResult(None, reason=SCREENED_OUT, screen=verdict)
+        elif i in out:  # not executable (no inputs): its reason stays, with the verdict beside it
+            out[i] = replace(out[i], screen=verdict)
     pending = [i for i in pending if i not in out]
     proposed = _proposed_inputs(llm, pairs, pending) if llm and llm.n_inputs > 0 else {}
 

@@ -262,8 +262,11 @@ def table2(
     tau_text: float = TAU,
     tau_func: float = TAU,
     text_metric: str = TEXT_METRIC,
+    exclude: str | None = None,
 ) -> dict:
-    """Counts of counterfactually memorized samples per functional metric, and unique over all of them.
+    """Counts of counterfactually memorized samples per functional metric, and unique over them: over
+    all of them (the paper's "Unique (any metric)") and without `exclude` (its "Unique (excl. Nikiema)",
+    the most lenient judge; see `most_lenient`).
 
     The text metric itself is reported as near-verbatim memorization (target >= tau, reference < tau).
     """
@@ -282,13 +285,28 @@ def table2(
         if t[text_metric] >= tau_text and r[text_metric] < tau_text
     }
     union = set().union(*flagged.values()) if flagged else set()
+    kept = set().union(*(s for m, s in flagged.items() if m != exclude)) if flagged else set()
     return {
         "n": len(target),
         "counts": {m: len(s) for m, s in flagged.items()},
         "unique_over_metrics": len(union),
+        "unique_excluding": len(kept),
+        "excluded": exclude,
         f"near_verbatim_{text_metric}": len(verbatim),
         "flagged": {m: sorted(s) for m, s in flagged.items()},
     }
+
+
+def most_lenient(counts: dict[str, int], judges: Sequence[str]) -> str | None:
+    """The judge that flags the most samples (the first of a tie), or None with fewer than two judges.
+
+    The paper leaves its most lenient judge (Nikiema's rating prompt, 14% against 4% for the others) out
+    of its second union; which judge is most lenient is read off the counts here rather than fixed.
+    """
+    asked = [j for j in judges if j in counts]
+    if len(asked) < 2:
+        return None
+    return max(asked, key=lambda j: counts[j])
 
 
 # --------------------------------------------------------------------------- figures

@@ -104,7 +104,7 @@ def main(argv: list[str]) -> int:
         table2,
     )
     from leaklab.rundir import write_atomic
-    from leaklab.similarity.suite import METRICS, STRUCTURE_METRICS, Pair, provenance, score_pairs
+    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, Pair, provenance, score_pairs
 
     args = parser().parse_args(argv)
     keep = FunctionFilter(args.min_body_lines, args.max_body_lines, args.min_chars)
@@ -136,7 +136,7 @@ def main(argv: list[str]) -> int:
     for s, tf, rf, ts, rs in zip(samples, target, reference, t_scores, r_scores):
         flags = [
             m
-            for m in STRUCTURE_METRICS
+            for m in FUNCTIONAL_METRICS
             if counterfactually_memorized(ts["bleu"], ts[m], rs[m], args.tau, args.tau)
         ]
         lines.append(
@@ -156,7 +156,7 @@ def main(argv: list[str]) -> int:
         )
     write_atomic(out / "pairs.jsonl", "".join(lines))
     t1 = table1(t_scores, r_scores, METRICS)
-    t2 = table2(t_scores, r_scores, STRUCTURE_METRICS, args.tau, args.tau)
+    t2 = table2(t_scores, r_scores, FUNCTIONAL_METRICS, args.tau, args.tau)
     t2.pop("flagged")
     tables = {
         "target": args.target,
@@ -198,7 +198,7 @@ def format_tables(t1: list[dict], t2: dict) -> str:
     for metric, count in t2["counts"].items():
         lines.append(f"{metric:30} {count:6d} {count / n:7.1%}")
     lines.append(
-        f"{'unique over metrics':30} {t2['unique_over_metrics']:6d} {t2['unique_over_metrics'] / n:7.1%}"
+        f"{'unique (any metric)':30} {t2['unique_over_metrics']:6d} {t2['unique_over_metrics'] / n:7.1%}"
     )
     lines.append(
         f"{'near-verbatim (BLEU)':30} {t2['near_verbatim_bleu']:6d} {t2['near_verbatim_bleu'] / n:7.1%}"

@@ -720,8 +720,8 @@ def ast_similarity(reference: Structure, candidate: Structure) -> float:
 
 def mri_similarity(reference: Structure, candidate: Structure) -> float:
     """MRI's S = (AST similarity + edit similarity of the `ast.unparse`-normalised code) / 2."""
-    from leaklab.similarity.text import edit_similarity
+    from leaklab.similarity.text import edit_similarity_max_len
 
     return (
-        ast_similarity(reference, candidate) + edit_similarity(candidate.unparsed, reference.unparsed)
+        ast_similarity(reference, candidate) + edit_similarity_max_len(candidate.unparsed, reference.unparsed)
     ) / 2

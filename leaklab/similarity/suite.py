@@ -33,6 +33,11 @@ STRUCTURE_METRICS = (
     "mri_similarity",
 )
 METRICS = TEXT_METRICS + STRUCTURE_METRICS
+# The structural metrics the counterfactual paper counts as functional (000, §3; its Table 2). AST
+# similarity and MRI's S also need both sides to parse and are reported beside them (Table 1, the
+# membership AUROCs), but flag nothing: MRI's S is half edit similarity, a text metric.
+FUNCTIONAL_METRICS = ("codebleu_equal", "codebleu_syntax", "codebleu_dataflow", "tsed")
+EDIT_SIMILARITY = "1 - Levenshtein / |ground truth|, floored at 0"  # 000 §3 (MRI's uses the longer string)
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,8 @@ def compare(reference: Document, candidate: Document) -> dict:
     row: dict = {
         "exact_match": tx.exact_match(candidate.text, reference.text),
         "bleu": tx.bleu_from_counts(candidate.grams, reference.grams),
-        "edit_similarity": tx.edit_similarity(candidate.text, reference.text),
+        # normalised by the ground truth's length (000, §3), not the longer string (MRI's)
+        "edit_similarity": tx.edit_similarity_truth_len(candidate.text, reference.text),
         "lcs": tx.lcs_similarity(candidate.text, reference.text),
         "ngram_overlap_7": tx.ngram_overlap(candidate.tokens, reference.tokens),
         "jaccard": tx.jaccard(candidate.tokens, reference.tokens),
@@ -148,5 +154,6 @@ def provenance() -> dict:
         "grammar": st.grammar_versions(),
         "tsed_costs": {"delete": st.TSED_COSTS[0], "insert": st.TSED_COSTS[1], "rename": st.TSED_COSTS[2]},
         "bleu": {"tokens": "code tokens (\\w+ | one non-space char)", "smoothing": "method1, epsilon 0.1"},
+        "edit_similarity": EDIT_SIMILARITY,
         "minhash_permutations": tx.MINHASH_PERMUTATIONS,
     }

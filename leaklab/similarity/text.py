@@ -159,11 +159,30 @@ def _windows(seq: Sequence[Hashable], n: int):
     return zip(*(seq[i:] for i in range(n)))
 
 
-def edit_similarity(candidate: str, reference: str) -> float:
-    """1 - Levenshtein(candidate, reference) / max(len): characters, unit costs; two empty strings -> 1."""
+def edit_similarity_max_len(candidate: str, reference: str) -> float:
+    """MRI's edit similarity (004, §3.1.1): 1 - Levenshtein(candidate, reference) / max(len of the two).
+
+    Characters, unit costs; two empty strings -> 1. Symmetric: the longer side sets the scale.
+    """
     from rapidfuzz.distance import Levenshtein
 
     return float(Levenshtein.normalized_similarity(candidate, reference))
+
+
+def edit_similarity_truth_len(candidate: str, reference: str) -> float:
+    """The counterfactual paper's edit similarity (000, §3, after Ippolito et al. 2023):
+    1 - Levenshtein(candidate, reference) / |reference|, the ground truth's length, floored at 0.
+
+    Unlike `edit_similarity_max_len`, a generation much longer than the ground truth is not forgiven
+    by its own length: a 100-character truth against an unrelated 200-character generation scores 0,
+    not 0.5. The floor (the distance can exceed |reference|) and an empty reference (1 when the
+    candidate is empty too, else 0) are our choices; the paper's ground truths are never empty.
+    """
+    from rapidfuzz.distance import Levenshtein
+
+    if not reference:
+        return 1.0 if not candidate else 0.0
+    return max(0.0, 1.0 - Levenshtein.distance(candidate, reference) / len(reference))
 
 
 def longest_common_substring(a: str, b: str) -> int:

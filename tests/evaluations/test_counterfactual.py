@@ -6,13 +6,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from leaklab.evaluations.counterfactual import Counterfactual, CounterfactualConfig, validate_config
+from leaklab.evaluations.counterfactual import (
+    Counterfactual,
+    CounterfactualConfig,
+    hyclone_scores,
+    metric_names,
+    validate_config,
+)
 from leaklab.memorization.counterfactual import (
     FunctionFilter,
     build_prompt,
     counterfactually_memorized,
     extract_function,
     extract_functions,
+    most_lenient,
     table1,
     table2,
 )
@@ -83,6 +90,67 @@ def test_criterion_and_tables_by_hand():
     assert counts["near_verbatim_bleu"] == 1
 
 
+def test_table2_reports_both_unions_and_the_most_lenient_judge():
+    # sample 0 flagged by judge_a and judge_b, sample 1 by judge_b alone, sample 2 by tsed alone
+    target = [
+        {"bleu": 0.1, "tsed": 0.1, "judge_a": 0.9, "judge_b": 0.9},
+        {"bleu": 0.1, "tsed": 0.1, "judge_a": 0.1, "judge_b": 0.9},
+        {"bleu": 0.1, "tsed": 0.9, "judge_a": 0.1, "judge_b": 0.1},
+    ]
+    reference = [{"bleu": 0.1, "tsed": 0.1, "judge_a": 0.1, "judge_b": 0.1}] * 3
+    metrics, judges = ["tsed", "judge_a", "judge_b"], ["judge_a", "judge_b"]
+    counts = table2(target, reference, metrics)["counts"]
+    assert counts == {"tsed": 1, "judge_a": 1, "judge_b": 2}
+    assert most_lenient(counts, judges) == "judge_b"
+    assert most_lenient(counts, ["judge_a"]) is None  # one judge: nothing to leave out
+    both = table2(target, reference, metrics, exclude="judge_b")
+    assert both["unique_over_metrics"] == 3  # {0, 1, 2}
+    assert both["unique_excluding"] == 2 and both["excluded"] == "judge_b"  # {0 (judge_a), 2 (tsed)}
+
+
+def test_the_functional_metrics_are_the_papers():
+    """000, §3 / Table 2: CodeBLEU (equal, syntax, data flow), TSED, three judges, HyClone stage 1 and
+    HyClone's similarity. AST similarity and MRI's S are reported (Table 1) but flag nothing."""
+    structural = ["codebleu_equal", "codebleu_syntax", "codebleu_dataflow", "tsed"]
+    every, functional = metric_names(CounterfactualConfig())
+    assert functional == structural
+    assert {"ast_similarity", "mri_similarity", "edit_similarity"} <= set(every)
+    cfg = CounterfactualConfig(
+        judges=["structural", "rating", "equivalence"],
+        judge_backend="openai",
+        judge_model="m",
+        execution=True,
+    )
+    every, functional = metric_names(cfg)
+    judges = ["judge_structural", "judge_rating", "judge_equivalence"]
+    assert functional == [*structural, *judges, "hyclone_stage1", "hyclone"]
+    assert every[-1] == "hyclone_executed_only" and "hyclone_executed_only" not in functional
+    # execution without a back-end to ask: no stage 1
+    assert metric_names(CounterfactualConfig(execution=True))[1] == [*structural, "hyclone"]
+
+
+def test_a_pair_that_never_ran_is_no_clone():
+    """000, §4 and App. C.2: a screened-out or unexecuted pair is not a clone (Table 1 averages HyClone
+    over all functions); the executed-only diagnostic leaves it out instead."""
+    from leaklab.execution.crossexec import SCREENED_OUT, CrossResult
+
+    ran = CrossResult(0.9, 0.9, 0.9, True, 4, screen="clone")
+    screened_out = CrossResult(None, reason=SCREENED_OUT, screen="not a clone")
+    no_function = CrossResult(None, reason="no generated function")
+    unreadable = CrossResult(0.5, 0.5, 0.5, False, 4, screen="unreadable: no JSON object in the reply")
+    got = [hyclone_scores(r, screened=True) for r in (ran, screened_out, no_function, unreadable)]
+    assert [g["hyclone"] for g in got] == [0.9, 0.0, 0.0, 0.5]
+    assert [g["hyclone_stage1"] for g in got[:3]] == [1.0, 0.0, 0.0] and math.isnan(got[3]["hyclone_stage1"])
+    executed_only = [g["hyclone_executed_only"] for g in got]
+    assert executed_only[0] == 0.9 and math.isnan(executed_only[1]) and math.isnan(executed_only[2])
+    assert "hyclone_stage1" not in hyclone_scores(ran, screened=False)
+    # the target's clone whose reference never ran is counterfactually memorized; executed only, it is not
+    target, reference = {"bleu": 0.2, **got[0]}, {"bleu": 0.1, **got[1]}
+    assert counterfactually_memorized(target["bleu"], target["hyclone"], reference["hyclone"]) is True
+    only = "hyclone_executed_only"
+    assert counterfactually_memorized(target["bleu"], target[only], reference[only]) is None
+
+
 def test_config_validation():
     assert validate_config(CounterfactualConfig()) == []
     bad = CounterfactualConfig(max_new_tokens=0, tau_func=1.5, max_body_lines=1)
@@ -128,7 +196,12 @@ def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     assert got[("non_members", "n_structure_missing_target")] == 1.0
     assert got[("members", "tsed.delta")] > 0.5
     assert out.records[0]["memorized_by"] and out.records[1]["target_failure"] == "empty generation"
-    assert "members 1 flagged" in evaluation.summary(out.rows)
+    assert "flagged by any functional metric: members 1, non-members 0" in evaluation.summary(out.rows)
+    # no judges: both of Table 2's unions are the same, nothing is left out
+    assert got[("members", "memorized_any_excl_lenient")] == 1.0
+    # AST similarity and MRI's S are in Table 1 only
+    assert ("members", "mri_similarity.delta") in got and ("members", "mri_similarity.memorized") not in got
+    assert ("members", "ast_similarity.memorized") not in got
     tsed_rows = [r for r in out.rows if r["metric"] == "tsed.delta"]
     assert all(r["params"]["grammar"].startswith("tree-sitter-python==") for r in tsed_rows)
     assert evaluation.specs(None)[-1].startswith("tree-sitter-python==")
@@ -150,11 +223,22 @@ def test_analysis_tables_render_members_and_non_members(monkeypatch):
         ("members", "tsed.delta"): 0.5, ("members", "tsed.memorized"): 3.0, ("members", "n_samples"): 4.0,
         ("non_members", "tsed.delta"): 0.0, ("non_members", "tsed.memorized"): 1.0,
         ("non_members", "n_samples"): 4.0, ("members", "memorized_any"): 3.0,
+        ("members", "memorized_any_excl_lenient"): 2.0, ("members", "hyclone.memorized"): 2.0,
+        ("members", "hyclone_executed_only.memorized"): 1.0, ("members", "hyclone.n_executed_target"): 1.0,
+        ("members", "hyclone.n_executed_reference"): 0.0,
     }  # fmt: skip
-    text = render(got, 7)
+    text = render(got, 7, excluded="judge_rating")
     assert "## Step 7" in text
     assert "| tsed | 0.900 ± 0.050 | 0.400 ± 0.100 | +0.500 | - | - | +0.000 |" in text
     assert "| tsed | 3 / 4 (75.0%) | 1 / 4 (25.0%) |" in text
+    assert "| unique (any metric) | 3 / 4 (75.0%) | - |" in text
+    assert "| unique (excl. the most lenient judge: judge_rating) | 2 / 4 (50.0%) | - |" in text
+    # the executed-only diagnostic comes after the unions, marked as such
+    lines = text.splitlines()
+    diagnostic = next(i for i, line in enumerate(lines) if line.startswith("| hyclone_executed_only"))
+    assert diagnostic > next(i for i, line in enumerate(lines) if line.startswith("| unique (any"))
+    assert "in no union) | 1 / 4 (25.0%) |" in lines[diagnostic]
+    assert "HyClone pairs executed (the rest score 0, not a clone): members: target 1, reference 0" in text
 
 
 def _records(n: int = 12) -> list[dict]:
@@ -240,9 +324,16 @@ def test_llm_judges_are_extra_functional_metrics_through_an_endpoint(monkeypatch
     assert value[("non_members", "judge_structural.n_unreadable_target")] == 1.0
     assert value[("members", "judge_structural.memorized")] == 1.0
     assert value[("non_members", "judge_equivalence.memorized")] == 1.0  # the lenient judge flags it ...
-    assert value[("non_members", "memorized_any")] == 0.0  # ... and is left out of the union
-    assert got[("non_members", "memorized_any")]["params"]["excluded"] == "judge_equivalence"
-    assert value[("members", "memorized_any")] == 1.0
+    assert value[("non_members", "memorized_any")] == 1.0  # ... in the union over every metric ...
+    assert value[("non_members", "memorized_any_excl_lenient")] == 0.0  # ... and is left out of the other
+    # the judge left out is read over all samples, so both sides leave out the same one
+    for side in ("members", "non_members", "all"):
+        assert got[(side, "memorized_any_excl_lenient")]["params"]["excluded"] == "judge_equivalence"
+    assert (
+        value[("members", "memorized_any")] == 1.0 and value[("members", "memorized_any_excl_lenient")] == 1.0
+    )
+    line = evaluation.summary(out.rows)
+    assert "members 1 (1 without judge_equivalence), non-members 1 (0 without judge_equivalence)" in line
     assert value[("membership", "judge_structural.auroc_target")] == 1.0
     assert out.records[0]["target"]["judge_structural"] == pytest.approx(0.9)
     assert "judge_structural" in out.records[0]["memorized_by"]

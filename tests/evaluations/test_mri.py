@@ -24,8 +24,31 @@ def test_similarity_ignores_docstrings_and_layout():
     assert normalised_code(same_code) == normalised_code(ORIGINAL)
     assert similarity(same_code, ORIGINAL) == pytest.approx(1.0)
     other = "def f(xs):\n    return max(xs)\n"
-    assert 0 < similarity(other, ORIGINAL) < 0.7
+    # S = (AST similarity + edit similarity) / 2 of the unparsed code, worked out apart from leaklab:
+    # AST trees (node classes, no Load/Store) of 16 nodes (ORIGINAL) and 8 (other). Edit distance 10:
+    # keep Module, FunctionDef, arguments, arg; For -> Return and AugAssign -> Call (2 renames) with
+    # AugAssign's two Names kept; delete Assign, its Name and Constant, For's two Names, Add, Return and
+    # its Name (8). No cheaper script (apted agrees): AST similarity = (16 - 10) / 16.
+    a, b = normalised_code(other), normalised_code(ORIGINAL)
+    assert (len(a), len(b)) == (29, 77)
+    edit = 1 - _levenshtein(a, b) / 77  # MRI's edit similarity: by the longer string
+    assert _levenshtein(a, b) == 56
+    assert similarity(other, ORIGINAL) == pytest.approx(((16 - 10) / 16 + edit) / 2)
+    # symmetric: the longer string, not the original, scales the edit distance (by |original| = 29
+    # here the edit part would be 1 - 56 / 29, floored at 0)
+    assert similarity(ORIGINAL, other) == pytest.approx(similarity(other, ORIGINAL))
     assert similarity("def f(:\n", ORIGINAL) is None
+
+
+def _levenshtein(s: str, t: str) -> int:
+    """Plain dynamic-programming edit distance (unit costs), independent of rapidfuzz."""
+    previous = list(range(len(t) + 1))
+    for i, a in enumerate(s, 1):
+        current = [i]
+        for j, b in enumerate(t, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a != b)))
+        previous = current
+    return previous[-1]
 
 
 def _outcome(task_id, label, ori, rew, sim, logic_type="operator_change", mut=None):

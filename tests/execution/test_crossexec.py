@@ -67,6 +67,14 @@ def test_a_no_from_the_screen_skips_execution(sandbox):
         assert result.similarity == 1.0 and result.screen == screen and result.reason == ""
 
 
+def test_the_screen_asks_about_every_pair_with_a_function(sandbox):
+    # stage 1's verdict is a metric of its own (000, Table 1), so a pair that cannot run is screened too
+    backend = _Backend(screen='{"clone": true}')
+    (got,) = cross_execute([CrossPair(REF, NEAR, "f", [])], sandbox, llm=LLMStages(backend, n_inputs=0))
+    assert got.reason == "no inputs" and got.screen == "clone"
+    assert sum("functional cloning" in p for p in backend.prompts) == 1
+
+
 def test_proposed_inputs_run_in_the_sandbox(sandbox):
     recording = _Recording(sandbox)
     # A is asked for inputs first, then B: A's proposals find the difference, B's repeat a shared input.
@@ -152,6 +160,24 @@ def test_the_counterfactual_evaluation_applies_both_stages_with_a_judge_backend(
     assert got[("non_members", "hyclone.n_executed_target")]["params"]["not_executed"] == {
         "no generated function": 1
     }
-    # the reference's `return 0` was screened out, so there is no paired mean
-    assert got[("members", "hyclone.target_mean")]["value"] is None
+    # the reference's `return 0` was screened out: not a clone, similarity 0 (000, §4, App. C.2), so the
+    # target's clone counts as counterfactually memorized
     assert evaluation._reference_executed[0].reason == SCREENED_OUT
+    value = {k: r["value"] for k, r in got.items()}
+    assert (
+        value[("members", "hyclone.target_mean")] == 1.0
+        and value[("members", "hyclone.reference_mean")] == 0.0
+    )
+    assert value[("members", "hyclone.memorized")] == 1.0 and value[("members", "memorized_any")] == 1.0
+    # stage 1 is a binary metric of its own: the member's target a clone, its reference not
+    assert value[("members", "hyclone_stage1.target_mean")] == 1.0
+    assert value[("members", "hyclone_stage1.reference_mean")] == 0.0
+    assert value[("members", "hyclone_stage1.memorized")] == 1.0
+    assert value[("members", "hyclone_stage1.n_unreadable_target")] == 0.0
+    # the executed-only diagnostic: no pair ran on both sides, so no mean and no flag
+    assert value[("members", "hyclone_executed_only.target_mean")] is None
+    assert value[("members", "hyclone_executed_only.memorized")] == 0.0
+    assert value[("members", "hyclone.n_executed_reference")] == 0.0
+    assert got[("members", "hyclone.n_executed_reference")]["params"]["not_executed"] == {SCREENED_OUT: 1}
+    assert out.records[0]["hyclone_reference"]["reason"] == SCREENED_OUT
+    assert "HyClone members 1 flagged (0 among pairs executed on both sides" in evaluation.summary(out.rows)

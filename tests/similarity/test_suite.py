@@ -48,6 +48,13 @@ def test_prefix_lets_bodies_parse_for_structure_but_not_count_as_text():
     assert row["edit_similarity"] < whole["edit_similarity"]  # the shared signature is not counted
 
 
+def test_edit_similarity_is_normalised_by_the_ground_truth():
+    truth = "    return " + "x" * 88 + "\n"  # 100 characters
+    (row,) = score_pairs([Pair(truth + "    y = 1\n" * 10, truth)], workers=1)  # 100 characters appended
+    assert row["edit_similarity"] == 0.0  # 1 - 100 / 100; the longer string would give 1 - 100 / 200
+    assert "ground truth" in provenance()["edit_similarity"]
+
+
 def test_process_pool_gives_the_same_rows():
     pairs = [Pair(OTHER, GOOD), Pair(GOOD, OTHER), Pair("x = (", GOOD), Pair(GOOD, GOOD)]
     serial = score_pairs(pairs, workers=1)

@@ -109,9 +109,25 @@ def test_exact_match_ignores_line_endings_and_trailing_space_only():
 
 
 def test_edit_similarity_golden():
-    assert tx.edit_similarity("kitten", "sitting") == pytest.approx(1 - 3 / 7)
-    assert tx.edit_similarity("", "") == 1.0
-    assert tx.edit_similarity("abc", "") == 0.0
+    # MRI's: normalised by the longer string
+    assert tx.edit_similarity_max_len("kitten", "sitting") == pytest.approx(1 - 3 / 7)
+    assert tx.edit_similarity_max_len("", "") == 1.0
+    assert tx.edit_similarity_max_len("abc", "") == 0.0
+
+
+def test_edit_similarity_by_the_ground_truths_length():
+    # the counterfactual paper's: normalised by |reference| (the ground truth), floored at 0
+    assert tx.edit_similarity_truth_len("sitting", "kitten") == pytest.approx(1 - 3 / 6)
+    assert tx.edit_similarity_truth_len("kitten", "sitting") == pytest.approx(1 - 3 / 7)
+    # a 100-character truth against a 200-character generation sharing nothing: distance 200
+    truth, generation = "a" * 100, "b" * 200
+    assert tx.edit_similarity_max_len(generation, truth) == pytest.approx(0.0)
+    assert tx.edit_similarity_truth_len(generation, truth) == 0.0  # 1 - 200 / 100, floored
+    # the truth followed by 100 extra characters: distance 100 -> 0 by |x|, 0.5 by the longer string
+    assert tx.edit_similarity_max_len(truth + generation[:100], truth) == pytest.approx(0.5)
+    assert tx.edit_similarity_truth_len(truth + generation[:100], truth) == 0.0
+    assert tx.edit_similarity_truth_len(truth + generation[:50], truth) == pytest.approx(0.5)
+    assert tx.edit_similarity_truth_len("", "") == 1.0 and tx.edit_similarity_truth_len("a", "") == 0.0
 
 
 def test_longest_common_substring_against_the_table_and_difflib():
