@@ -66,7 +66,7 @@ from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, w
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
 from leaklab.rundir import read_rows, write_atomic
-from leaklab.selection import checkpoint_points, select
+from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
 SIDES = ("members", "non_members", "all")
@@ -524,11 +524,14 @@ def _tradeoff_spec(points, sel) -> dict[str, Any]:
 
 def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
     training = run.rows_of("training")
+    # The paper picks by the training stage (sft: MRI among comparable losses; rl: validation reward).
+    stage = stage_of(getattr(run, "recipe", None))
+    accuracy_rows = run.rows_of("accuracy")
     items: list[Any] = []
     notes = []
     for side in ("non_members", "members"):
-        points = checkpoint_points([*rows, *training], side)
-        sel = select(points, side=side)
+        points = checkpoint_points([*rows, *training, *accuracy_rows], side)
+        sel = select(points, side=side, stage=stage)
         if any(p.mri_unchecked for p in points):
             notes.append(
                 f"{side}: some checkpoints are below the competence rule; their MRI is shown unchecked"
