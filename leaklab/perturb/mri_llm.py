@@ -230,7 +230,7 @@ def llm_rewrites(
             )
             continue
         new_task = dataclasses.replace(task, prompt=proposal.prompt)
-        examples = [e for e in find_examples(new_task, _params(task)) if e.kind == "call"]
+        examples = [e for e in find_examples(new_task, _params(task), asserts=True) if e.kind == "call"]
         probe = inputs + [list(e.args) for e in examples]
         entry = task.entry_point or ""
         plans.append((i, proposal, inputs, examples, probe, len(jobs)))

@@ -642,7 +642,8 @@ def call_inputs(task: Task) -> list[list]:
 
 
 def _docstring_span(task: Task) -> tuple[int, int] | None:
-    """Character span of the entry point's docstring in the prompt (quotes included)."""
+    """Character span of the entry point's docstring in the prompt (quotes included), else of a prompt
+    that is one module docstring (MBPP+'s: a sentence put after it would not parse as a program)."""
     try:
         tree = ast.parse(task.prompt)
     except (SyntaxError, ValueError):
@@ -657,11 +658,19 @@ def _docstring_span(task: Task) -> tuple[int, int] | None:
             if first is not None and isinstance(first.value.value, str):
                 lo, hi = src.span(first.value)
                 return len(src.data[:lo].decode()), len(src.data[:hi].decode())
+    first = tree.body[0] if tree.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        lo, hi = src.span(first.value)
+        return len(src.data[:lo].decode()), len(src.data[:hi].decode())
     return None
 
 
 _EXAMPLE_START = re.compile(
-    r"^[ \t]*(>>>|Example|For example|Examples|e\.g\.|Input:|[\w]+\(.*\)\s*(==>|=>|➞|->))", re.M
+    r"^[ \t]*(>>>|Example|For example|Examples|e\.g\.|Input:|assert |[\w]+\(.*\)\s*(==>|=>|➞|->))", re.M
 )
 
 
@@ -871,7 +880,7 @@ def rewrite_tasks(
         except NotRewritable as err:
             results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
             continue
-        examples = [ex for ex in find_examples(task, _params(task)) if ex.kind == "call"]
+        examples = [ex for ex in find_examples(task, _params(task), asserts=True) if ex.kind == "call"]
         probe = inputs + [list(ex.args) for ex in examples]
         plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
         jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))

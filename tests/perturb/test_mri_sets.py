@@ -169,6 +169,15 @@ def test_rewritten_mbpp_plus_and_synthetic_prompts_quote_no_code(sandbox):
     assert len(rewritten) == len(tasks)
     for task, new in rewritten:
         assert quoted_code(new.prompt, [task.program(), new.program()], task.entry_point, task.prompt) == []
+    # An MBPP+ prompt is one module docstring: the sentence goes inside it, so prompt + solution still
+    # parses, and each rewrite passes its own tests while the original solution fails them.
+    news = [new for task, new in rewritten if task.benchmark == "mbpp_plus"]
+    assert len(news) == 3 and all(r.passed for r in check_many([(n, n.solution) for n in news], sandbox))
+    assert not any(r.passed for r in check_many([(n, t.solution) for t, n in zip(mbpp, news)], sandbox))
+    # MBPP+'s example is an assert: it shows the rewrite's output, not the original's (40)
+    square = next(new for task, new in rewritten if task.task_id == "Mbpp/17")
+    shown = next(c["output"] for c in square.test_cases if c["input"] == [10])
+    assert shown != 40 and f"assert square_perimeter(10) == {shown!r}\n" in square.prompt
 
 
 def test_synthetic_tasks_use_the_family_rewrite(sandbox):
@@ -195,6 +204,21 @@ def test_mutation_counts_and_protected_text(humaneval):
         mutate_task(humaneval[0], random.Random(1))[0].prompt
         == mutate_task(humaneval[0], random.Random(1))[0].prompt
     )
+
+
+def test_mbpp_plus_prompts_are_mutated_in_their_prose_and_keep_their_assert():
+    from pathlib import Path
+
+    from leaklab.data.benchmarks import load_benchmark
+
+    for task in load_benchmark("mbpp_plus", path=Path(__file__).parent.parent / "fixtures" / "mbpp_plus"):
+        mutated, info = mutate_task(task, random.Random(1))
+        assert mutated is not None, info  # the prompt is one module docstring: its prose is mutated
+        old_lines, new_lines = task.prompt.splitlines(), mutated.prompt.splitlines()
+        assert [ln for ln in new_lines if ln.startswith("assert ")] == [
+            ln for ln in old_lines if ln.startswith("assert ")
+        ]
+        assert new_lines[1] != old_lines[1]  # the sentence
 
 
 def test_plan_is_about_four_operations_per_five_words():
