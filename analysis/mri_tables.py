@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from leaklab.rundir import RunDir
-from leaklab.selection import checkpoint_points, select
+from leaklab.selection import checkpoint_points, run_stage, select
 
 SIDES = ("non_members", "members")
 TABLE1 = ("acc_ori", "acc_rew", "sim", "rad_rew", "rad_mut", "rad_par", "mri", "imri")
@@ -68,13 +68,14 @@ def table1(runs: dict[str, list[dict]], step: int | None) -> str:
     return "\n".join(lines)
 
 
-def table2(runs: dict[str, list[dict]]) -> str:
+def table2(runs: dict[str, list[dict]], training: dict[str, str] | None = None) -> str:
+    """`training`: each run's training stage (the selection rule depends on it; sft when not given)."""
     header = ["Run", "Side", "Stage", "step", "val loss", "Acc(T_ori)", "MRI"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, rows in runs.items():
         for side in SIDES:
             points = {p.step: p for p in checkpoint_points(rows, side)}
-            sel = select(list(points.values()), side=side)
+            sel = select(list(points.values()), side=side, stage=(training or {}).get(name, "sft"))
             stages = [*sel.stages.items()]
             if sel.recommended is not None:
                 stages.append(("recommended", sel.recommended))
@@ -98,17 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     names = args.names or [Path(d).resolve().name for d in args.run_dirs]
     if len(names) != len(args.run_dirs):
         parser.error("give one --names entry per run directory")
-    runs = {}
+    runs, training = {}, {}
     for name, run_dir in zip(names, args.run_dirs):
         run = RunDir(run_dir)
         if not run.results.exists():
             print(f"{run_dir}: no results.jsonl (not a leaklab run directory?)", file=sys.stderr)
             return 2
         runs[name] = run.results_rows()
+        training[name] = run_stage(run.training_root)
     print("Table 1: accuracy, similarity, RAD and MRI per run\n")
     print(table1(runs, args.step))
     print("\nTable 2: Early / Best-Val / Late checkpoints\n")
-    print(table2(runs))
+    print(table2(runs, training))
     return 0
 
 

@@ -91,11 +91,13 @@ Nothing else in RUN_DIR changes; a run with missing or half-written files gets a
 """,
     "select": """usage: leaklab select RUN_DIR [--side non_members|members|all] [--tolerance T]
 
-Recommend a checkpoint of RUN_DIR by the accuracy–MRI trade-off (needs the mri evaluation's rows):
-among checkpoints whose validation loss is within T (relative, default 0.05) of the lowest (accuracy
-within T of the highest when no loss was logged), the one with the lowest MRI on the chosen side
-(default non_members, the held-out split). Prints the table (Pareto front marked, Early / Best-Val /
-Late) and writes RUN_DIR/selection.json with the recommendation and why.
+Recommend a checkpoint of RUN_DIR as the MRI paper does for its training stage (needs the mri
+evaluation's rows). sft / cpt: among checkpoints whose validation loss is within T (relative, default
+0.05) of the lowest (accuracy within T of the highest when no loss was logged), the one with the lowest
+MRI on the chosen side (default non_members, the held-out split). rl: the checkpoint with the highest
+validation reward (the non-members' pass@1, the binary all-tests reward on the held-out split). Prints
+the table (Pareto front marked, Early / Best-Val / Late) and writes RUN_DIR/selection.json with the
+recommendation and why.
 """,
     "build-tiny": """usage: leaklab build-tiny [key=value ...]
 

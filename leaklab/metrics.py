@@ -500,8 +500,10 @@ MIN_SOLVED = 50  # ... and at least 50 original tasks solved
 
 
 def mean_similarity(similarities) -> float | None:
-    """Sim(T_rew) = mean of S_i over the rewritten tasks that have one (None when none has)."""
-    values = [float(s) for s in similarities if s is not None and not math.isnan(s)]
+    """Sim(T_rew) = mean of S_i over every rewritten task (None when there is none). An answer without
+    an S_i (no code, or code that does not parse: None or NaN) counts 0, the rule `instance_mri` uses
+    too: it copied no parsable code of the original, and the paper's mean runs over all of T_rew."""
+    values = [0.0 if s is None or math.isnan(s) else float(s) for s in similarities]
     return sum(values) / len(values) if values else None
 
 
@@ -522,8 +524,8 @@ def memorization_risk_index(similarity: float | None, rad_rewrite: float | None)
 
 def instance_mri(solved_original, similarities, rewrite_failed) -> float | None:
     """iMRI = mean over originally solved tasks k of Sim_k x Drop_k (Drop_k = 1 when the rewrite
-    fails). A solved task without a similarity (the answer did not parse) counts Sim_k = 0: it did not
-    copy a parsable solution. None when no task was solved."""
+    fails). A solved task without a similarity (the answer did not parse) counts Sim_k = 0, as in
+    `mean_similarity`: it did not copy a parsable solution. None when no task was solved."""
     terms = [
         (0.0 if s is None or math.isnan(s) else float(s)) * float(bool(f))
         for ok, s, f in zip(solved_original, similarities, rewrite_failed)

@@ -286,15 +286,19 @@ PREFILTER_KEYS = ("srdetection", "scoring_span", "dtype", "max_length", "long_te
 
 
 class _Loader(yaml.SafeLoader):
-    """YAML with YAML-1.2 numbers: `1e-4` is a float, and `1:5` stays a string (YAML 1.1 reads 65)."""
+    """YAML with YAML-1.2 numbers and booleans: `1e-4` is a float, `1:5` stays a string (YAML 1.1 reads
+    65), and only true / false are booleans (YAML 1.1 reads `off`, a value of evaluate.mri.llm_judge,
+    as false)."""
 
 
+_YAML_1_1 = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool")
 _Loader.yaml_implicit_resolvers = {
-    first: [
-        (tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    ]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML_1_1]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:int",
     re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+)$"),

@@ -1,19 +1,25 @@
-"""Checkpoint selection by the accuracy–MRI trade-off (Memorize or generalize?, §5.2, Table 2).
+"""Checkpoint selection by the accuracy–MRI trade-off (Memorize or generalize?, §3.3, §5.2, Table 2).
 
-    points = checkpoint_points(rows, side="non_members")   # accuracy, MRI, validation loss per step
-    sel = select(points, tolerance=0.05)                     # front, stages, recommendation + why
+    points = checkpoint_points(rows, side="non_members")   # accuracy, MRI, validation loss / reward
+    sel = select(points, tolerance=0.05, stage="sft")        # front, stages, recommendation + why
     write_selection(run_dir, sel)                            # <run>/selection.json
 
 Per trained checkpoint (step > 0; the base model is shown, never recommended):
-  accuracy   the mri evaluation's acc_ori on `side`, else the accuracy evaluation's pass@1
-  mri        MRI on `side`; when the competence rule made it N/A, the unchecked value, flagged
-  val_loss   the training rows' eval_loss at that step (the sft stage's loss on non-members)
-The paper's rule: among checkpoints "comparable" to the best one (validation loss within `tolerance`
-(relative) of the lowest, or accuracy within `tolerance` (absolute) of the highest when no loss was
-logged), prefer the lower MRI (then the higher accuracy, then the earlier step). The accuracy–MRI Pareto
-front (no other checkpoint with accuracy >= and MRI <=, one of them strictly) is reported beside it.
-Stages as in Table 2: Early = the first trained checkpoint, Best-Val = the lowest validation loss (the
-highest accuracy without one), Late = the last checkpoint.
+  accuracy    the mri evaluation's acc_ori on `side`, else the accuracy evaluation's pass@1
+  mri         MRI on `side`; when the competence rule made it N/A, the unchecked value, flagged
+  val_loss    the training rows' eval_loss at that step (the sft stage's loss on non-members)
+  val_reward  the binary all-tests-pass reward averaged over the held-out split: the non-members'
+              pass@1 (the accuracy evaluation's, else the mri evaluation's acc_ori), whatever `side`
+The paper chooses by the training stage (§3.3):
+  sft, cpt  among checkpoints "comparable" to the best one (validation loss within `tolerance`
+            (relative) of the lowest, or accuracy within `tolerance` (absolute) of the highest when no
+            loss was logged), prefer the lower MRI (then the higher accuracy, then the earlier step);
+  rl        the checkpoint with the highest validation reward (the earlier one on a tie), MRI aside:
+            "we evaluate using the checkpoint that achieves the highest validation reward" (PPO).
+The accuracy–MRI Pareto front (no other checkpoint with accuracy >= and MRI <=, one of them strictly)
+is reported beside it. Stages as in Table 2: Early = the first trained checkpoint, Best-Val = the lowest
+validation loss (rl: the highest validation reward; the highest accuracy without either), Late = the
+last checkpoint.
 
 The default side is non_members: the paper evaluates on the held-out test split; members (what was
 trained on) are the leak leaklab can see, selectable with `side`.
@@ -37,13 +43,14 @@ class Point:
     mri: float | None
     val_loss: float | None = None
     mri_unchecked: bool = False  # MRI taken without the competence rule (it was N/A)
+    val_reward: float | None = None  # the non-members' pass@1: the rl stage's validation reward
 
 
 @dataclass
 class Selection:
     side: str
     tolerance: float
-    criterion: str  # "val_loss" | "accuracy"
+    criterion: str  # "val_loss" | "accuracy" | "val_reward"
     points: list[Point]
     front: list[int] = field(default_factory=list)
     stages: dict[str, int] = field(default_factory=dict)  # Early / Best-Val / Late -> step
@@ -69,6 +76,8 @@ def checkpoint_points(rows: list[dict[str, Any]], side: str = "non_members") -> 
     acc_mri = _by_step(rows, "mri", "acc_ori", side)
     acc = _by_step(rows, "accuracy", "pass@1", side)
     loss = _by_step(rows, "training", "eval_loss", None)
+    held_out = _by_step(rows, "accuracy", "pass@1", "non_members")
+    held_out_mri = _by_step(rows, "mri", "acc_ori", "non_members")
     points = []
     for step in sorted(set(mri) | set(unchecked)):
         value = mri.get(step, {}).get("value")
@@ -77,7 +86,8 @@ def checkpoint_points(rows: list[dict[str, Any]], side: str = "non_members") -> 
             value = unchecked.get(step, {}).get("value")
         accuracy = (acc_mri.get(step) or acc.get(step) or {}).get("value")
         val = loss.get(step, {}).get("value")
-        points.append(Point(step, accuracy, value, val, flagged and value is not None))
+        reward = (held_out.get(step) or held_out_mri.get(step) or {}).get("value")
+        points.append(Point(step, accuracy, value, val, flagged and value is not None, reward))
     return points
 
 
@@ -95,7 +105,13 @@ def pareto_front(points: list[Point]) -> list[int]:
     return sorted(front)
 
 
-def select(points: list[Point], tolerance: float = 0.05, side: str = "non_members") -> Selection:
+def select(
+    points: list[Point], tolerance: float = 0.05, side: str = "non_members", stage: str = "sft"
+) -> Selection:
+    """The paper's choice for a run trained by `stage` (rl: highest validation reward; else the lowest
+    MRI among checkpoints comparable in validation loss or accuracy)."""
+    if stage == "rl":
+        return _select_by_reward(points, tolerance, side)
     # Stages come from every trained checkpoint; the recommendation only from those with an MRI
     # (MRI is undefined where the original accuracy is 0).
     trained = [p for p in points if p.step > 0]
@@ -133,6 +149,46 @@ def select(points: list[Point], tolerance: float = 0.05, side: str = "non_member
     return sel
 
 
+def _select_by_reward(points: list[Point], tolerance: float, side: str) -> Selection:
+    """The paper's PPO rule (§3.3.2, App. J.1.2): the checkpoint with the highest validation reward."""
+    trained = [p for p in points if p.step > 0]
+    sel = Selection(side, tolerance, "val_reward", points, front=pareto_front(points))
+    rewarded = [p for p in trained if p.val_reward is not None]
+    if not rewarded:
+        sel.why = (
+            "no trained checkpoint has a validation reward (non-members' pass@1): nothing to choose from"
+        )
+        return sel
+    best = max(rewarded, key=lambda p: (p.val_reward, -p.step))
+    sel.stages = {"Early": trained[0].step, "Best-Val": best.step, "Late": trained[-1].step}
+    sel.comparable = [best.step]
+    sel.recommended = best.step
+    mri = (
+        "no MRI" if best.mri is None else f"MRI {best.mri:.4f}" + (" unchecked" if best.mri_unchecked else "")
+    )
+    sel.why = (
+        f"rl stage: step {best.step} has the highest validation reward ({best.val_reward:.3f}, the "
+        f"non-members' pass@1) of {len(rewarded)} checkpoint(s); {mri}"
+        + ("" if best.step in sel.front else "; note: it is not on the accuracy–MRI front")
+    )
+    return sel
+
+
+def stage_of(recipe: Any) -> str:
+    """The training stage (cpt | sft | rl) a resolved recipe (a dict) names; "sft" when it names none."""
+    train = recipe.get("train") if isinstance(recipe, dict) else None
+    stage = train.get("stage") if isinstance(train, dict) else None
+    return stage if isinstance(stage, str) else "sft"
+
+
+def run_stage(run_dir: str | Path) -> str:
+    """The training stage of a run, from its recipe.yaml."""
+    import yaml
+
+    path = Path(run_dir) / "recipe.yaml"
+    return stage_of(yaml.safe_load(path.read_text()) if path.exists() else None)
+
+
 def write_selection(run_dir: str | Path, sel: Selection) -> Path:
     from leaklab.rundir import write_json
 
@@ -144,11 +200,15 @@ def write_selection(run_dir: str | Path, sel: Selection) -> Path:
 def describe(sel: Selection) -> str:
     lines = [f"checkpoints ({sel.side}; * on the accuracy–MRI front, criterion {sel.criterion}):"]
     names = {step: name for name, step in sel.stages.items()}
-    lines.append(f"  {'step':>7} {'accuracy':>9} {'MRI':>8} {'val_loss':>9}  stage")
+    by_reward = sel.criterion == "val_reward"
+    lines.append(
+        f"  {'step':>7} {'accuracy':>9} {'MRI':>8} {'val_reward' if by_reward else 'val_loss':>9}  stage"
+    )
     for p in sel.points:
         acc = "–" if p.accuracy is None else f"{p.accuracy:.3f}"
         mri = "–" if p.mri is None else f"{p.mri:.4f}" + ("†" if p.mri_unchecked else "")
-        loss = "–" if p.val_loss is None else f"{p.val_loss:.4f}"
+        val = p.val_reward if by_reward else p.val_loss
+        loss = "–" if val is None else f"{val:.4f}"
         star = "*" if p.step in sel.front else " "
         stage = ", ".join(n for n, s in sel.stages.items() if s == p.step) or names.get(p.step, "")
         lines.append(f" {star}{p.step:>7} {acc:>9} {mri:>9} {loss:>9}  {stage}")
@@ -167,7 +227,8 @@ def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float 
     run = RunDir(run_dir)
     if not run.results.exists():
         raise FileNotFoundError(f"{run.results} does not exist: is {run_dir} a leaklab run directory?")
-    sel = select(checkpoint_points(run.results_rows(), side), tolerance, side)
+    stage = run_stage(run.training_root)
+    sel = select(checkpoint_points(run.results_rows(), side), tolerance, side, stage)
     write_selection(run.root, sel)
     return sel
 

@@ -15,10 +15,11 @@ from leaklab.metrics import (
 )
 
 
-def test_sim_is_the_mean_over_tasks_with_a_similarity():
-    # (0.9 + 0.5 + 0.4) / 3 = 0.6; the task whose answer did not parse (None) and a NaN are left out
-    assert mean_similarity([0.9, None, 0.5, 0.4, math.nan]) == pytest.approx(0.6)
-    assert mean_similarity([]) is None and mean_similarity([None]) is None
+def test_sim_is_the_mean_over_every_rewritten_task():
+    # (0.9 + 0 + 0.5 + 0.4 + 0) / 5 = 0.36: the answer that did not parse (None) and a NaN count 0,
+    # the rule iMRI uses
+    assert mean_similarity([0.9, None, 0.5, 0.4, math.nan]) == pytest.approx(0.36)
+    assert mean_similarity([]) is None and mean_similarity([None]) == 0.0
 
 
 def test_rad_relative_drop_and_its_clamp():

@@ -136,6 +136,12 @@ def test_yaml_numbers():
     assert yaml_load("1e-4") == 1e-4 and yaml_load("1:5") == "1:5" and yaml_load("3") == 3
 
 
+def test_yaml_booleans_are_true_and_false_only():
+    # YAML 1.1 reads off / on / yes / no as booleans: `llm_judge: off` (its default) could not be written.
+    assert yaml_load("[true, False, off, on, yes, no]") == [True, False, "off", "on", "yes", "no"]
+    assert load_recipe("tiny_sft", ["evaluate.mri.llm_judge=off"]).evaluate.mri.llm_judge == "off"
+
+
 def test_a_run_written_before_verify_took_a_string_still_loads(tmp_path):
     """Runs from before `verify: tests | alpha | none` wrote a boolean into their recipe.yaml; `leaklab
     evaluate` and `report` load that file again, so true / false read as tests / none."""
@@ -206,3 +212,25 @@ def test_the_seed_changes_no_existing_recipe(name, monkeypatch):
     before = load_recipe(name)
     assert to_yaml(now) == to_yaml(before) and config_hash(now) == config_hash(before)
     assert run_dir_of(now) == run_dir_of(before)
+
+
+PAPER_MRI_RECIPES = ("mbpp_sft", "bigcodebench_sft", "bigcodebench_ppo")
+
+
+@pytest.mark.parametrize("name", PAPER_MRI_RECIPES)
+def test_the_paper_recipes_rewrite_with_the_llm_and_its_judge_as_filter(name):
+    """MRI's paper writes each rewritten statement from the new code with an LLM and keeps what its judge
+    passes (004, §3.1, App. B): the paper recipes do so; the offline rule-based path is three overrides."""
+    mri = load_recipe(name).evaluate.mri
+    assert (mri.llm_backend, mri.llm_rewrite, mri.llm_judge) == ("openai", True, "filter")
+    assert mri.llm_model and mri.llm_base_url
+    offline = [
+        "evaluate.mri.llm_backend=none",
+        "evaluate.mri.llm_rewrite=false",
+        "evaluate.mri.llm_judge=off",
+    ]
+    assert load_recipe(name, offline).evaluate.mri.llm_backend == "none"
+
+
+def test_bigcodebench_ppo_generates_the_papers_512_response_tokens():
+    assert load_recipe("bigcodebench_ppo").train.rl.max_completion_length == 512  # 004, App. J.1.2

@@ -37,7 +37,7 @@ def _rows():
 
 def test_points_take_the_side_and_flag_unchecked_mri():
     points = {p.step: p for p in checkpoint_points(_rows(), "non_members")}
-    assert points[30] == Point(30, 0.38, 0.12, 0.41, False)
+    assert points[30] == Point(30, 0.38, 0.12, 0.41, False, 0.38)  # val_reward: non-members' acc_ori
     assert points[0].mri == 0.05 and points[0].mri_unchecked  # N/A there: the unchecked value, flagged
     assert {p.mri for p in checkpoint_points(_rows(), "members")} == {0.9}
 
@@ -126,3 +126,60 @@ def test_stages_count_checkpoints_without_mri():
     assert sel.stages == {"Early": 10, "Best-Val": 30, "Late": 30} and sel.recommended == 30
     none = select([Point(10, 0.0, None, 0.9)])
     assert none.recommended is None and "none has an MRI" in none.why
+
+
+def _rl_rows():
+    # The accuracy evaluation's greedy pass@1 on the held-out non-members: the binary all-tests reward's
+    # mean there, i.e. the validation reward. Highest at step 20 (the sft rule picks 30 on these rows).
+    held_out = {0: 0.1, 10: 0.2, 20: 0.5, 30: 0.3, 40: 0.45}
+    rows = _rows()
+    for step, value in held_out.items():
+        base = {"step": step, "evaluation": "accuracy", "metric": "pass@1"}
+        rows += [
+            {**base, "column": "non_members", "value": value},
+            {**base, "column": "members", "value": 0.9},
+        ]
+    return rows
+
+
+def test_an_rl_run_is_chosen_by_its_validation_reward():
+    points = checkpoint_points(_rl_rows(), "non_members")
+    assert select(points).recommended == 30  # the sft rule
+    sel = select(points, stage="rl")
+    assert sel.criterion == "val_reward" and sel.recommended == 20
+    assert sel.stages == {"Early": 10, "Best-Val": 20, "Late": 40} and "highest validation reward" in sel.why
+    # the reward is the held-out split's whatever side MRI is read on
+    members = checkpoint_points(_rl_rows(), "members")
+    assert [p.val_reward for p in members] == [0.1, 0.2, 0.5, 0.3, 0.45]
+    assert select(members, side="members", stage="rl").recommended == 20
+    no_held_out = [r for r in _rows() if r["metric"] != "acc_ori"]
+    none = select(checkpoint_points(no_held_out), stage="rl")
+    assert none.recommended is None and "no trained checkpoint has a validation reward" in none.why
+
+
+def test_select_command_chooses_by_the_runs_stage(tmp_path, capsys):
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _rl_rows()))
+    (tmp_path / "recipe.yaml").write_text("name: x\ntrain:\n  stage: sft\n")
+    assert main(["select", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "selection.json").read_text())["recommended"] == 30
+    (tmp_path / "recipe.yaml").write_text("name: x\ntrain:\n  stage: rl\n")
+    assert main(["select", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "recommended: step 20" in out and "val_reward" in out
+    assert json.loads((tmp_path / "selection.json").read_text())["criterion"] == "val_reward"
+
+
+def test_mri_report_section_of_an_rl_run_marks_the_best_reward():
+    from leaklab.evaluations.mri import Mri
+
+    rows = _rl_rows()
+
+    class Run:
+        recipe = {"train": {"stage": "rl"}}
+
+        def rows_of(self, evaluation):
+            return [r for r in rows if r["evaluation"] == evaluation]
+
+    section = Mri().report_section([r for r in rows if r["evaluation"] == "mri"], Run())
+    values = next(i for i in section.items if hasattr(i, "spec")).spec["data"]["values"]
+    assert {v["step"]: v["label"] for v in values}[20] == "Best-Val, recommended"

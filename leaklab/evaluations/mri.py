@@ -18,14 +18,17 @@ Per checkpoint: every original, rewritten, mutated (and paraphrased) task is ask
   sim                         Sim = mean S_i over rewritten tasks; S_i = (AST sim + edit sim) / 2 of the
                               answer to the rewrite vs the ORIGINAL canonical program, both with
                               docstrings dropped and `ast.unparse`-normalised (the similarity suite's
-                              `mri_similarity`); an answer that does not parse has no S_i (counted)
+                              `mri_similarity`); an answer with no code or code that does not parse
+                              has S_i = 0 here, in iMRI and in the per-task score (one rule; counted
+                              in n_sim_missing)
   rad_rew, rad_mut, mri       None with the reason in params["na"] below the competence rule
                               (Acc_ori_rew >= min_accuracy and >= min_solved originals solved)
   acc_par, rad_par            with an LLM backend (`llm_backend` hf | openai: `perturb/mri_llm.py`) the
                               paraphrased tasks; without one rad_par is null, "not computed" in params["na"]
   imri                        mean over originally solved rewritten tasks of S_k x Drop_k
   rad_rew_unchecked, mri_unchecked   the same numbers without the competence rule (small models)
-  rad_rew/<type>, mri/<type>, n/<type>   per logic-change type (types with >= min_type_count tasks)
+  rad_rew/<type>, mri/<type>, n/<type>   per logic-change type, for types with >= min_type_count
+                              (default 50, the paper's cut) rewritten tasks on that side
   n_tasks, n_rewritten, n_mutated, n_solved_ori, n_extraction_failed_{ori,rew,mut}, n_sim_missing
 and (column `all`) `score_auroc`: AUROC of the per-task score S_k x Drop_k, members vs non-members.
 Records (scores/step-N/mri.jsonl): per task its verdicts on the three sets, S_k, Drop_k and `score`
@@ -66,7 +69,7 @@ from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, w
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
 from leaklab.rundir import read_rows, write_atomic
-from leaklab.selection import checkpoint_points, select
+from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
 SIDES = ("members", "non_members", "all")
@@ -95,7 +98,9 @@ class MriConfig:
     mutation: bool = True  # also ask the mutated tasks (RAD_mut)
     min_accuracy: float = 0.10  # competence rule: Acc(T_ori) at least this ...
     min_solved: int = 50  # ... and at least this many originals solved, else RAD / MRI are N/A
-    min_type_count: int = 1  # per-type rows for types with at least this many rewritten tasks (paper: 50)
+    # Per-type rows only for types with at least this many rewritten tasks on a side: the paper drops
+    # types with fewer than 50 as statistically unstable (004, App. G); 1 keeps every type.
+    min_type_count: int = 50
     sandbox_workers: int = 2  # processes that run programs
     timeout_s: float = 5.0  # per program
     # The optional LLM that paraphrases (and with llm_rewrite, rewrites): none | hf | openai.
@@ -524,11 +529,14 @@ def _tradeoff_spec(points, sel) -> dict[str, Any]:
 
 def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
     training = run.rows_of("training")
+    # The paper picks by the training stage (sft: MRI among comparable losses; rl: validation reward).
+    stage = stage_of(getattr(run, "recipe", None))
+    accuracy_rows = run.rows_of("accuracy")
     items: list[Any] = []
     notes = []
     for side in ("non_members", "members"):
-        points = checkpoint_points([*rows, *training], side)
-        sel = select(points, side=side)
+        points = checkpoint_points([*rows, *training, *accuracy_rows], side)
+        sel = select(points, side=side, stage=stage)
         if any(p.mri_unchecked for p in points):
             notes.append(
                 f"{side}: some checkpoints are below the competence rule; their MRI is shown unchecked"

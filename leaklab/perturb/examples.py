@@ -57,6 +57,8 @@ _DOCTEST = re.compile(r"^(?P<indent>[ \t]*)>>> (?P<call>.+)\n(?P=indent)(?P<out>
 _IO_PAIR = re.compile(
     r"Input:[ \t]*(?P<args>[^\n]+?)[ \t]*\n[ \t]*Output:[ \t]*(?P<out>[^\n]+?)[ \t]*$", re.M
 )
+# MBPP+'s one example: `assert f(...) == out` (only when asked: see find_examples).
+_ASSERT = re.compile(r"^(?P<indent>[ \t]*)assert (?P<call>\w+\(.*\))\s*==\s*(?P<out>.+?)\s*$")
 _FOR_SHOULD = re.compile(r"For (?P<args>\w+ = .+?),? the output should be (?P<out>.+?)\.?[ \t]*$", re.M)
 
 
@@ -102,8 +104,10 @@ def _call_example(
     return Example("call", tuple(values), tuple(spans), (out_start, out_start + len(out_text)), out_text)
 
 
-def find_examples(task: Task, params: list[str] | None = None) -> list[Example]:
-    """Examples in the prompt whose inputs can be replaced (see the module docstring for the forms)."""
+def find_examples(task: Task, params: list[str] | None = None, asserts: bool = False) -> list[Example]:
+    """Examples in the prompt whose inputs can be replaced (see the module docstring for the forms);
+    with `asserts`, also MBPP+'s `assert f(...) == out` lines (MRI's rewrites recompute their outputs, so
+    a rewritten prompt does not show the original's)."""
     prompt, examples = task.prompt, []
     if task.test_type == "stdio":
         return _stdio_examples(prompt)
@@ -115,7 +119,7 @@ def find_examples(task: Task, params: list[str] | None = None) -> list[Example]:
         ex = _call_example(m["call"], m.start("call"), m["out"], m.start("out"), task.entry_point, params)
         examples.append(ex)
     for line_match in re.finditer(r"^.*$", prompt, re.M):
-        m = _ARROW.match(line_match.group())
+        m = _ARROW.match(line_match.group()) or (_ASSERT.match(line_match.group()) if asserts else None)
         if m:
             base = line_match.start()
             examples.append(

@@ -7,10 +7,11 @@ rewriting, tolerant reading of the replies, and the same execution checks as the
 
 Any back-end of `leaklab.signals.generation` answers (greedy); `render` wraps a prompt for a chat model.
 A reply that cannot be read, or whose program breaks the rules (another signature, no entry point, does
-not parse), is a rejection with its reason, counted, never raised. An LLM rewrite is accepted only as a
-rule-based one is (`rewriting.check_candidate`): it runs on every test input and the prompt's example
-inputs, and differs from the original on at least one test input; its tests are the original inputs with
-its own outputs and the examples in its prompt get its outputs.
+not parse, a statement that quotes code of either solution: `rewriting.quoted_code`), is a rejection
+with its reason, counted, never raised. An LLM rewrite is accepted only as a rule-based one is
+(`rewriting.check_candidate`): it runs on every test input and the prompt's example inputs, and differs
+from the original on at least one test input; its tests are the original inputs with its own outputs
+and the examples in its prompt get its outputs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from leaklab.data.tasks import Task
-from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite
+from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, quoted_code
 
 PARAPHRASE_PROMPT = """\
 Here is the statement of a Python programming task, between <task> and </task>.
@@ -51,6 +52,7 @@ Make a new, different task from it:
    hard to write as the original.
 2. Rewrite the task statement so it asks for the new behaviour, changing as few words as possible and
    keeping the signature, imports and the layout of the examples (their outputs will be recomputed).
+   Describe the new behaviour in words: quote no code of the old or the new solution.
 
 Answer in exactly this form:
 <type>the kind of change, one of the names above</type>
@@ -187,6 +189,11 @@ def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
         solution = _body_onwards(code, task.entry_point)
         if solution is None:
             return None, "the proposed function has no body"
+    # A statement that quotes either solution's code hands the model the original to recall (Sim up,
+    # RAD down): the paper's statement is written from the new code, in words.
+    quoted = quoted_code(statement, [task.program(), code], task.entry_point, task.prompt)
+    if quoted:
+        return None, f"the statement quotes the solutions' code ({', '.join(quoted[:3])})"
     return Proposal(kind, code, statement, solution), ""
 
 
@@ -223,7 +230,7 @@ def llm_rewrites(
             )
             continue
         new_task = dataclasses.replace(task, prompt=proposal.prompt)
-        examples = [e for e in find_examples(new_task, _params(task)) if e.kind == "call"]
+        examples = [e for e in find_examples(new_task, _params(task), asserts=True) if e.kind == "call"]
         probe = inputs + [list(e.args) for e in examples]
         entry = task.entry_point or ""
         plans.append((i, proposal, inputs, examples, probe, len(jobs)))

@@ -31,7 +31,7 @@ from leaklab.data.tasks import Task
 RATE = 4 / 5  # operations per word of the description
 KINDS = ("scramble", "capitalise", "noise")
 _WORD = re.compile(r"[A-Za-z]+")
-_EXAMPLE_LINE = re.compile(r"^[ \t]*(>>>|\w+\(.*\)\s*(==>|=>|➞|->)|Input|Output|Example)", re.I)
+_EXAMPLE_LINE = re.compile(r"^[ \t]*(>>>|assert\s|\w+\(.*\)\s*(==>|=>|➞|->)|Input|Output|Example)", re.I)
 
 
 def _identifiers(task: Task) -> set[str]:

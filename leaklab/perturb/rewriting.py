@@ -18,8 +18,10 @@ Validation (the paper's, App. B.5, for MBPP+: the original test inputs, outputs 
 program and every candidate run in the sandbox on the task's test inputs and on its prompt's example
 inputs. A candidate is accepted only when it runs cleanly on all of them and its output differs from the
 original's on at least one test input. The rewritten task's tests are the same inputs with the
-candidate's outputs ("call" tests); its prompt is the original's with one plain sentence naming the
-changed rule put into the docstring and each shown example's output replaced by the candidate's.
+candidate's outputs ("call" tests); its prompt is the original's with one sentence put into the
+docstring that describes the new behaviour in prose (never a piece of either solution's code, which
+would hand the model the original to recall: `quoted_code` checks it), and each shown example's output
+replaced by the candidate's.
 Every rejected candidate is kept as (type, reason), so acceptance per type can be reported.
 
 `synthetic` tasks are rewritten exactly by their family (`leaklab.data.synthetic.rewrite`): another
@@ -32,8 +34,10 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import functools
 import random
 import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -109,15 +113,48 @@ SYMBOLS = {
 }  # fmt: skip
 DROPPABLE_STAGES = {"sorted", "reversed", "set", "abs", "list", "tuple", "str"}
 DROPPABLE_METHODS = {"strip", "lower", "upper", "lstrip", "rstrip"}
-# What each type's sentence in the new prompt says before naming the change.
-LEADS = {
-    "component_swap": "This version uses a different building block than the usual one",
-    "constraint_change": "This version changes one limit or condition",
-    "logic_reversal": "This version reverses one decision",
-    "operator_change": "This version uses a different operator in one place",
-    "operation_order_swap": "This version performs two steps in the other order",
-    "constant_swap": "This version uses a different constant",
+# The words the new prompt's sentence uses for what the code does: the sentence describes the new
+# behaviour in prose and never quotes the solution's code (quoting it would hand the model the original
+# solution to recall, raising Sim and lowering RAD).
+ARITHMETIC_WORDS = {
+    ast.Add: "addition", ast.Sub: "subtraction", ast.Mult: "multiplication", ast.Div: "division",
+    ast.FloorDiv: "whole-number division (the quotient rounded down)",
+    ast.Mod: "the remainder of a division", ast.Pow: "raising to a power", ast.BitAnd: "bitwise AND",
+    ast.BitOr: "bitwise OR", ast.BitXor: "bitwise exclusive OR",
+}  # fmt: skip
+EQUALITY_WORDS = {
+    ast.Eq: "checks that two values are equal",
+    ast.NotEq: "checks that two values differ",
+    ast.In: "checks that a value is contained in a collection",
+    ast.NotIn: "checks that a value is not contained in a collection",
 }
+BOUND_WORDS = {ast.Lt: "less than", ast.LtE: "less than or equal to", ast.Gt: "greater than",
+               ast.GtE: "greater than or equal to"}  # fmt: skip
+COMPONENT_WORDS = {
+    "sum": "the total of the items", "max": "the largest item", "min": "the smallest item",
+    "any": "a check that at least one item is true", "all": "a check that every item is true",
+    "set": "the distinct items (duplicates dropped, order not kept)",
+    "list": "all the items as a list (duplicates and order kept)",
+    "int": "truncation to a whole number", "round": "rounding to the nearest whole number",
+    "float": "conversion to a floating-point number", "floor": "rounding down", "ceil": "rounding up",
+    "upper": "conversion to upper case", "lower": "conversion to lower case",
+    "isupper": "a check for upper-case letters", "islower": "a check for lower-case letters",
+    "startswith": "a check of how the text starts", "endswith": "a check of how the text ends",
+    "find": "the position of the first occurrence", "rfind": "the position of the last occurrence",
+    "lstrip": "removal of characters at the start", "rstrip": "removal of characters at the end",
+    "strip": "removal of characters at both ends", "isdigit": "a check for digits",
+    "isalpha": "a check for letters", "capitalize": "capitalising only the first letter",
+    "title": "capitalising every word", "extend": "adding the items one by one",
+    "append": "adding the whole value as one item",
+}  # fmt: skip
+STAGE_WORDS = {
+    "sorted": "the sorting", "reversed": "the reversal", "set": "the removal of duplicates",
+    "abs": "taking the absolute value", "list": "the conversion to a list",
+    "tuple": "the conversion to a tuple", "str": "the conversion to text",
+    "strip": "the removal of surrounding whitespace", "lstrip": "the removal of leading whitespace",
+    "rstrip": "the removal of trailing whitespace", "lower": "the conversion to lower case",
+    "upper": "the conversion to upper case",
+}  # fmt: skip
 
 
 class NotRewritable(ValueError):
@@ -132,9 +169,7 @@ class Edit:
     start: int
     end: int
     text: str
-    old: str  # the code that changes, as it reads before ...
-    new: str  # ... and after (for the prompt's sentence)
-    note: str = ""  # a whole sentence for the prompt when the generic one would not read well
+    sentence: str  # the new behaviour in prose, for the new prompt (no code of either solution)
 
 
 @dataclass
@@ -184,11 +219,6 @@ class _Source:
         return (self.data[: edit.start] + edit.text.encode("utf-8") + self.data[edit.end :]).decode("utf-8")
 
 
-def _one_line(code: str, limit: int = 90) -> str:
-    code = " ".join(code.split())
-    return code if len(code) <= limit else code[: limit - 3] + "..."
-
-
 def _paren(node: ast.AST) -> str:
     text = ast.unparse(node)
     if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp, ast.Lambda)):
@@ -196,24 +226,19 @@ def _paren(node: ast.AST) -> str:
     return text
 
 
-def _replace(src: _Source, logic_type: str, node: ast.AST, new_node: ast.AST, note: str = "") -> Edit:
+def _replace(src: _Source, logic_type: str, node: ast.AST, new_node: ast.AST, sentence: str) -> Edit:
     start, end = src.span(node)
-    text = _paren(new_node)
-    return Edit(logic_type, start, end, text, _one_line(src.of(node)), _one_line(text), note)
+    return Edit(logic_type, start, end, _paren(new_node), sentence)
 
 
-def _token_edit(src: _Source, logic_type: str, node, left, right, old: str, new: str) -> Edit | None:
+def _token_edit(src: _Source, logic_type: str, left, right, old: str, new: str, sentence: str) -> Edit | None:
     """Replace the operator token `old` that sits between the nodes `left` and `right` of `node`."""
     lo, hi = src.span(left)[1], src.span(right)[0]
     between = src.segment(lo, hi)
     found = re.search(rf"(?<![\w=<>!]){re.escape(old)}(?![\w=<>])", between)
     if found is None:
         return None
-    start, end = lo + found.start(), lo + found.end()
-    n_start, n_end = src.span(node)
-    before = src.segment(n_start, n_end)
-    after = src.segment(n_start, start) + new + src.segment(end, n_end)
-    return Edit(logic_type, start, end, new, _one_line(before), _one_line(after))
+    return Edit(logic_type, lo + found.start(), lo + found.end(), new, sentence)
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -228,16 +253,20 @@ def _call_name(node: ast.AST) -> str | None:
 # --------------------------------------------------------------------------- the operators
 
 
+def _swap_sentence(old: str, new: str) -> str:
+    return f"In one step this version uses {COMPONENT_WORDS[new]} where the task above uses {COMPONENT_WORDS[old]}."
+
+
 def _swap_calls(src: _Source, node: ast.Call, logic_type: str, functions: dict, methods: dict):
     func = node.func
     if isinstance(func, ast.Name) and func.id in functions:
         new = copy.deepcopy(node)
         new.func = ast.Name(functions[func.id], ast.Load())
-        yield _replace(src, logic_type, node, new)
+        yield _replace(src, logic_type, node, new, _swap_sentence(func.id, functions[func.id]))
     elif isinstance(func, ast.Attribute) and func.attr in methods:
         new = copy.deepcopy(node)
         new.func.attr = methods[func.attr]
-        yield _replace(src, logic_type, node, new)
+        yield _replace(src, logic_type, node, new, _swap_sentence(func.attr, methods[func.attr]))
 
 
 def _component_swap(src: _Source, node: ast.AST, ctx: dict):
@@ -252,8 +281,18 @@ def _component_swap(src: _Source, node: ast.AST, ctx: dict):
 
 def _constraint_change(src: _Source, node: ast.AST, ctx: dict):
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in BOUNDS:
-        old, new = SYMBOLS[type(node.ops[0])], SYMBOLS[BOUNDS[type(node.ops[0])]]
-        edit = _token_edit(src, "constraint_change", node, node.left, node.comparators[0], old, new)
+        op = type(node.ops[0])
+        words = (BOUND_WORDS[op], BOUND_WORDS[BOUNDS[op]])
+        sentence = f"One comparison is changed: where the task above asks for {words[0]}, this version asks for {words[1]}."
+        edit = _token_edit(
+            src,
+            "constraint_change",
+            node.left,
+            node.comparators[0],
+            SYMBOLS[op],
+            SYMBOLS[BOUNDS[op]],
+            sentence,
+        )
         if edit:
             yield edit
     if _call_name(node) == "range" and isinstance(node.func, ast.Name) and not node.keywords:
@@ -264,10 +303,11 @@ def _constraint_change(src: _Source, node: ast.AST, ctx: dict):
             shifted = ast.BinOp(start, ast.Add(), ast.Constant(1))
             if isinstance(start, ast.Constant) and isinstance(start.value, int):
                 shifted = ast.Constant(start.value + 1)
-            yield _replace(src, "constraint_change", node, ast.Call(node.func, [shifted, stop], []))
-            yield _replace(
-                src, "constraint_change", node, ast.Call(node.func, [start, stop, ast.Constant(2)], [])
-            )
+            later = "One loop starts one value later than in the task above: its first value is skipped."
+            every_second = "One loop visits only every second value of its range."
+            yield _replace(src, "constraint_change", node, ast.Call(node.func, [shifted, stop], []), later)
+            new = ast.Call(node.func, [start, stop, ast.Constant(2)], [])
+            yield _replace(src, "constraint_change", node, new, every_second)
 
 
 def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
@@ -276,6 +316,11 @@ def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
         name = _call_name(node)
         if name in ("sorted", "sort"):
             flags = [k for k in node.keywords if k.arg == "reverse"]
+            sentence = (
+                "One sorting step puts the items in the opposite order to the task above."
+                if flags
+                else "One sorting step puts the items in descending order instead of ascending order."
+            )
             new = copy.deepcopy(node)
             if flags:
                 flag = flags[0].value
@@ -288,7 +333,7 @@ def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
                         k.value = value
             else:
                 new.keywords.append(ast.keyword("reverse", ast.Constant(True)))
-            yield _replace(src, "logic_reversal", node, new)
+            yield _replace(src, "logic_reversal", node, new, sentence)
     if isinstance(node, (ast.If, ast.IfExp, ast.While)) and src.in_solution(node.test):
         if isinstance(node, ast.While):
             return  # a negated loop condition mostly never stops: not a meaningful rewrite
@@ -300,29 +345,53 @@ def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
             text = f"({text})" if isinstance(test.operand, (ast.BoolOp, ast.IfExp, ast.Lambda)) else text
         else:
             text = f"not ({old})" if isinstance(node, ast.If) else f"(not ({old}))"
-        yield Edit("logic_reversal", start, end, text, _one_line(old), _one_line(text))
+        sentence = (
+            "One condition is reversed: the step it guards is taken exactly when the task above would skip it."
+            if isinstance(node, ast.If)
+            else "One choice between two values is reversed: each value is picked exactly when the task above picks the other."
+        )
+        yield Edit("logic_reversal", start, end, text, sentence)
 
 
 def _operator_change(src: _Source, node: ast.AST, ctx: dict):
-    if isinstance(node, ast.BinOp) and type(node.op) in ARITHMETIC:
-        old, new = SYMBOLS[type(node.op)], SYMBOLS[ARITHMETIC[type(node.op)]]
-        edit = _token_edit(src, "operator_change", node, node.left, node.right, old, new)
-        if edit:
-            yield edit
-    elif isinstance(node, ast.AugAssign) and type(node.op) in ARITHMETIC:
-        old, new = SYMBOLS[type(node.op)] + "=", SYMBOLS[ARITHMETIC[type(node.op)]] + "="
-        edit = _token_edit(src, "operator_change", node, node.target, node.value, old, new)
+    if isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in ARITHMETIC:
+        op, new_op = type(node.op), ARITHMETIC[type(node.op)]
+        sentence = f"In one step this version uses {ARITHMETIC_WORDS[new_op]} where the task above uses {ARITHMETIC_WORDS[op]}."
+        if isinstance(node, ast.BinOp):
+            edit = _token_edit(
+                src, "operator_change", node.left, node.right, SYMBOLS[op], SYMBOLS[new_op], sentence
+            )
+        else:
+            edit = _token_edit(
+                src,
+                "operator_change",
+                node.target,
+                node.value,
+                SYMBOLS[op] + "=",
+                SYMBOLS[new_op] + "=",
+                sentence,
+            )
         if edit:
             yield edit
     elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in EQUALITY:
-        old, new = SYMBOLS[type(node.ops[0])], SYMBOLS[EQUALITY[type(node.ops[0])]]
-        edit = _token_edit(src, "operator_change", node, node.left, node.comparators[0], old, new)
+        op, new_op = type(node.ops[0]), EQUALITY[type(node.ops[0])]
+        sentence = (
+            f"In one test this version {EQUALITY_WORDS[new_op]} where the task above {EQUALITY_WORDS[op]}."
+        )
+        edit = _token_edit(
+            src, "operator_change", node.left, node.comparators[0], SYMBOLS[op], SYMBOLS[new_op], sentence
+        )
         if edit:
             yield edit
     elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
         old = SYMBOLS[type(node.op)]
         new = "or" if old == "and" else "and"
-        edit = _token_edit(src, "operator_change", node, node.values[0], node.values[1], old, new)
+        sentence = (
+            "One combined condition holds when either of its two parts holds, where the task above needs both."
+            if new == "or"
+            else "One combined condition needs both of its two parts to hold, where the task above needs either."
+        )
+        edit = _token_edit(src, "operator_change", node.values[0], node.values[1], old, new, sentence)
         if edit:
             yield edit
 
@@ -345,10 +414,8 @@ def _operation_order_swap(src: _Source, node: ast.AST, ctx: dict):
                 if "\n" in first or "\n" in second:
                     continue
                 text = second + src.segment(a1, b0) + first
-                yield Edit(
-                    "operation_order_swap", a0, b1, text,
-                    _one_line(f"{first}; then {second}"), _one_line(f"{second}; then {first}"),
-                )  # fmt: skip
+                sentence = "Two consecutive steps of the task above are carried out in the opposite order."
+                yield Edit("operation_order_swap", a0, b1, text, sentence)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 1:
         inner = node.args[0]
         if (
@@ -360,7 +427,8 @@ def _operation_order_swap(src: _Source, node: ast.AST, ctx: dict):
             and inner.func.id != node.func.id
         ):
             new = ast.Call(inner.func, [ast.Call(node.func, [inner.args[0]], [])], [])
-            yield _replace(src, "operation_order_swap", node, new)
+            sentence = "Two operations that the task above applies one after the other are applied in the opposite order."
+            yield _replace(src, "operation_order_swap", node, new, sentence)
 
 
 def _constant_swap(src: _Source, node: ast.AST, ctx: dict):
@@ -369,15 +437,16 @@ def _constant_swap(src: _Source, node: ast.AST, ctx: dict):
     value = node.value
     if isinstance(value, bool):
         new: Any = not value
-    elif isinstance(value, int):
-        new = value + 1
-    elif isinstance(value, float):
-        new = value * 2 if value else 1.0
+        sentence = f"One fixed yes/no setting is {str(new).lower()} instead of {str(value).lower()}."
+    elif isinstance(value, (int, float)):
+        new = value + 1 if isinstance(value, int) else (value * 2 if value else 1.0)
+        sentence = f"One fixed number used in the computation is {new} instead of {value}."
     elif isinstance(value, str) and value and value.swapcase() != value and len(value) <= 40:
         new = value.swapcase()
+        sentence = "One fixed piece of text used in the computation has the case of its letters swapped (upper case becomes lower case and lower case becomes upper case)."
     else:
         return
-    yield _replace(src, "constant_swap", node, ast.Constant(new))
+    yield _replace(src, "constant_swap", node, ast.Constant(new), sentence)
 
 
 def _data_transformation(src: _Source, node: ast.AST, ctx: dict):
@@ -393,29 +462,32 @@ def _data_transformation(src: _Source, node: ast.AST, ctx: dict):
     for name, value in zip(params, ctx["first_input"]):
         if isinstance(value, bool):
             continue
+        reverse = (f"{name}[::-1]", "reversed")
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
-            transforms = [f"sorted({name})", f"{name}[::-1]"]
+            transforms = [(f"sorted({name})", "sorted in ascending order"), reverse]
         elif isinstance(value, (list, tuple, str)):
-            transforms = [f"{name}[::-1]"]
+            transforms = [reverse]
             if isinstance(value, str):
-                transforms.append(f"{name}.lower()" if value != value.lower() else f"{name}.upper()")
+                case = ("lower", "lower case") if value != value.lower() else ("upper", "upper case")
+                transforms.append((f"{name}.{case[0]}()", f"converted to {case[1]}"))
         elif isinstance(value, (int, float)):
-            transforms = [f"abs({name})"]
+            transforms = [(f"abs({name})", "replaced by its absolute value")]
         else:
             continue
-        for expr in transforms:
+        for expr, what in transforms:
             line = f"{indent}{name} = {expr}\n"
-            note = f"Before anything else, `{name}` is replaced by `{expr}`, and the result is computed from that."
-            yield Edit("data_transformation", start, start, line, name, expr, note)
+            sentence = (
+                f"Before anything else, the argument {name} is {what}, and the result is computed from that."
+            )
+            yield Edit("data_transformation", start, start, line, sentence)
 
 
 def _workflow_modification(src: _Source, node: ast.AST, ctx: dict):
     name = _call_name(node)
     if isinstance(node, ast.Call) and name in DROPPABLE_STAGES and isinstance(node.func, ast.Name):
         if len(node.args) == 1 and not node.keywords:
-            inner = node.args[0]
-            note = f"The step `{_one_line(src.of(node))}` is left out: `{_one_line(ast.unparse(inner))}` is used as it is."
-            yield _replace(src, "workflow_modification", node, inner, note)
+            sentence = f"One step of the task above is left out: {STAGE_WORDS[name]} is not done."
+            yield _replace(src, "workflow_modification", node, node.args[0], sentence)
     elif (
         isinstance(node, ast.Call)
         and name in DROPPABLE_METHODS
@@ -423,9 +495,8 @@ def _workflow_modification(src: _Source, node: ast.AST, ctx: dict):
         and not node.args
         and not node.keywords
     ):
-        inner = node.func.value
-        note = f"The step `.{name}()` in `{_one_line(src.of(node))}` is left out."
-        yield _replace(src, "workflow_modification", node, inner, note)
+        sentence = f"One step of the task above is left out: {STAGE_WORDS[name]} is not done."
+        yield _replace(src, "workflow_modification", node, node.func.value, sentence)
     output = ctx["first_output"]
     if isinstance(node, ast.Return) and node.value is not None and ctx["has_output"]:
         if isinstance(node.value, ast.Constant) and node.value.value is None:
@@ -439,8 +510,8 @@ def _workflow_modification(src: _Source, node: ast.AST, ctx: dict):
             what = "doubled"
         else:
             return
-        note = f"One more step comes last: the value the description above asks for is {what} before it is returned."
-        yield _replace(src, "workflow_modification", value, new, note)
+        sentence = f"One more step comes last: the value the description above asks for is {what} before it is returned."
+        yield _replace(src, "workflow_modification", value, new, sentence)
 
 
 OPERATORS = {
@@ -571,7 +642,8 @@ def call_inputs(task: Task) -> list[list]:
 
 
 def _docstring_span(task: Task) -> tuple[int, int] | None:
-    """Character span of the entry point's docstring in the prompt (quotes included)."""
+    """Character span of the entry point's docstring in the prompt (quotes included), else of a prompt
+    that is one module docstring (MBPP+'s: a sentence put after it would not parse as a program)."""
     try:
         tree = ast.parse(task.prompt)
     except (SyntaxError, ValueError):
@@ -586,19 +658,98 @@ def _docstring_span(task: Task) -> tuple[int, int] | None:
             if first is not None and isinstance(first.value.value, str):
                 lo, hi = src.span(first.value)
                 return len(src.data[:lo].decode()), len(src.data[:hi].decode())
+    first = tree.body[0] if tree.body else None
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        lo, hi = src.span(first.value)
+        return len(src.data[:lo].decode()), len(src.data[:hi].decode())
     return None
 
 
 _EXAMPLE_START = re.compile(
-    r"^[ \t]*(>>>|Example|For example|Examples|e\.g\.|Input:|[\w]+\(.*\)\s*(==>|=>|➞|->))", re.M
+    r"^[ \t]*(>>>|Example|For example|Examples|e\.g\.|Input:|assert |[\w]+\(.*\)\s*(==>|=>|➞|->))", re.M
 )
 
 
+# Characters that make a piece of code read as code rather than as a word or a number.
+_CODE_MARKS = set("()[]{}=+-*/%<>!&|^~'\"")
+
+
+def _squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+@functools.lru_cache(maxsize=256)
+def code_fragments(program: str) -> frozenset[str]:
+    """Every one-line expression and statement of `program` that reads as code (an operator, a bracket
+    or a quote in it, at least 3 characters), as written, whitespace removed. Literals (a number, a
+    string such as the letter 'k') are values a task may state, not code, and are left out."""
+    try:
+        tree = ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        try:  # a function body on its own (the solution of a prompt that is code)
+            program = textwrap.dedent(program)
+            tree = ast.parse(program)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return frozenset()
+    src = _Source(program, 0)
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.expr, ast.stmt)) or isinstance(node, ast.Constant):
+            continue
+        if node.lineno != node.end_lineno:
+            continue  # a fragment spread over lines is no phrase a prompt could hold
+        text = _squeeze(src.of(node))
+        if len(text) < 3 or not _CODE_MARKS & set(text):
+            continue
+        try:
+            float(text)
+        except ValueError:
+            out.add(text)
+    return frozenset(out)
+
+
+def prose_of(prompt: str, entry_point: str | None) -> str:
+    """The prompt without its signature and examples: lines that call or define the entry point, doctest
+    lines and the output line under each, and Input:/Output: lines."""
+    out, after_doctest = [], False
+    for line in prompt.splitlines():
+        stripped = line.strip()
+        example = (
+            stripped.startswith(">>>")
+            or (entry_point and f"{entry_point}(" in line)
+            or stripped.startswith(("Input:", "Output:"))
+        )
+        if example or after_doctest:
+            after_doctest = stripped.startswith(">>>")
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+def quoted_code(
+    new_prompt: str, programs: Sequence[str], entry_point: str | None, old_prompt: str = ""
+) -> list[str]:
+    """The code of `programs` (the original and the rewritten solution) that the prose of `new_prompt`
+    shows and the prose of `old_prompt` (the task it was rewritten from) did not: every code fragment
+    (`code_fragments`) and every `backticked` span new to it. Empty for a prompt that describes the
+    change in words only."""
+    new, old = prose_of(new_prompt, entry_point), prose_of(old_prompt, entry_point)
+    new_squeezed, old_squeezed = _squeeze(new), _squeeze(old)
+    found = set()
+    for program in programs:
+        found |= {f for f in code_fragments(program) if f in new_squeezed and f not in old_squeezed}
+    old_ticks = set(re.findall(r"`[^`\n]+`", old))
+    found |= {t for t in re.findall(r"`[^`\n]+`", new) if t not in old_ticks}
+    return sorted(found)
+
+
 def change_sentence(edit: Edit) -> str:
-    if edit.note:
-        return edit.note
-    lead = LEADS.get(edit.logic_type, "This version changes one step")
-    return f"{lead}: where the usual solution does `{edit.old}`, this one does `{edit.new}`."
+    """The sentence the new prompt gains: the new behaviour in prose, no code of either solution."""
+    return edit.sentence
 
 
 def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> str:
@@ -729,7 +880,7 @@ def rewrite_tasks(
         except NotRewritable as err:
             results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
             continue
-        examples = [ex for ex in find_examples(task, _params(task)) if ex.kind == "call"]
+        examples = [ex for ex in find_examples(task, _params(task), asserts=True) if ex.kind == "call"]
         probe = inputs + [list(ex.args) for ex in examples]
         plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
         jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))

@@ -19,7 +19,7 @@ How (every program runs in the sandbox):
      Otherwise the candidate is rejected ("regenerated_suite").
 A task without a regenerable site is not rewritable by rule (`not_rewritable`, the reason says so);
 the LLM backend (`evaluate.mri.llm_rewrite`) then is the path, through the same checks of its outputs.
-The new prompt names the change as `rewriting.py` does; `>>>` examples in the docstring cannot be
+The new prompt describes the change in prose as `rewriting.py` does; `>>>` examples in the docstring cannot be
 recomputed from a unittest task, so they are dropped from the new prompt (metadata "examples_dropped").
 """
 
@@ -171,7 +171,7 @@ class Candidate:
     program: str  # the whole program the tests run against
     solution: str  # what completes `prompt`
     prompt: str  # the new statement (examples not yet dropped)
-    change: str  # the sentence that names the change (Rewrite.change)
+    change: str  # the sentence that describes the change in prose (Rewrite.change)
 
 
 def regenerable_sites(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SMALL_TINY
-from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity
+from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity, validate_config
 from leaklab.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_rows_worked_by_hand():
         _outcome("n1", 0, True, True, 0.2),
         _outcome("n2", 0, False, False, 0.4),
     ]
-    cfg = MriConfig(min_accuracy=0.1, min_solved=1)
+    cfg = MriConfig(min_accuracy=0.1, min_solved=1, min_type_count=1)
     got = {(r["column"], r["metric"]): r for r in mri_rows(outcomes, cfg)}
     v = {k: r["value"] for k, r in got.items()}
     # members: acc_ori over 4 = 3/4; over the rewritten 3 = 1; acc_rew = 1/3; RAD = (1 - 1/3)/1 = 2/3
@@ -105,6 +105,30 @@ def test_rows_worked_by_hand():
     # score = sim x drop: members m1 0.9, m2 0.7, m3 0; non-members n1 0, n2 0.4.
     # AUROC: pairs (m, n) where m > n: 0.9>0,0.9>0.4,0.7>0,0.7>0.4, 0=0 (half), 0<0.4 -> (4 + 0.5)/6 = 0.75
     assert v[("all", "score_auroc")] == pytest.approx(0.75)
+
+
+def test_an_answer_that_does_not_parse_counts_zero_in_sim_and_imri_alike():
+    # both originals solved, both rewrites failed; m2's answer did not parse (no S_i)
+    outcomes = [_outcome("m1", 1, True, False, 0.8), _outcome("m2", 1, True, False, None)]
+    v = {(r["column"], r["metric"]): r["value"] for r in mri_rows(outcomes, MriConfig(min_solved=1))}
+    # Sim = (0.8 + 0) / 2 = 0.4; RAD = 1; MRI = 0.4; iMRI = (0.8 x 1 + 0 x 1) / 2 = 0.4
+    assert v[("members", "sim")] == pytest.approx(0.4)
+    assert v[("members", "mri")] == pytest.approx(0.4) and v[("members", "imri")] == pytest.approx(0.4)
+    assert v[("members", "n_sim_missing")] == 1.0
+
+
+def test_per_type_rows_need_50_tasks_of_the_type_by_default():
+    # 50 constant swaps, 49 operator changes on the members' side: only the first type gets rows (App. G)
+    outcomes = [_outcome(f"c{i}", 1, True, False, 0.5, "constant_swap") for i in range(50)]
+    outcomes += [_outcome(f"o{i}", 1, True, i % 2 == 0, 0.5, "operator_change") for i in range(49)]
+    metrics = {r["metric"] for r in mri_rows(outcomes, MriConfig()) if r["column"] == "members"}
+    assert {"n/constant_swap", "rad_rew/constant_swap", "mri/constant_swap"} <= metrics
+    assert not any(m.endswith("/operator_change") for m in metrics)
+    every = {r["metric"] for r in mri_rows(outcomes, MriConfig(min_type_count=1)) if r["column"] == "members"}
+    assert "mri/operator_change" in every
+    assert validate_config(MriConfig(min_type_count=0)) == [
+        "evaluate.mri.min_type_count: must be at least 1, got 0"
+    ]
 
 
 def test_competence_rule_marks_na_with_the_reason():

@@ -16,9 +16,14 @@ from leaklab.perturb import mri_sets
 from leaklab.perturb.mutation import KINDS, mutate_task, plan
 from leaklab.perturb.rewriting import (
     LOGIC_TYPES,
+    NotRewritable,
+    _docstring_span,
     call_inputs,
     candidate_edits,
+    change_sentence,
+    code_fragments,
     edited_task,
+    quoted_code,
     rewrite_tasks,
     state_change,
 )
@@ -102,6 +107,7 @@ def test_rewrites_are_validated_and_their_tests_come_from_the_rewrite(sandbox, h
     assert not any(x.passed for x in old_on_new)  # and the original solution fails them
     for t, r in rewritten:
         assert r.logic_type in LOGIC_TYPES and r.change in r.task.prompt
+        assert quoted_code(r.task.prompt, [t.program(), r.task.program()], t.entry_point, t.prompt) == []
         assert r.task.entry_point == t.entry_point
         sig = t.prompt[t.prompt.index(f"def {t.entry_point}(") :].split("\n")[0]
         assert sig in r.task.prompt  # signature kept
@@ -109,6 +115,69 @@ def test_rewrites_are_validated_and_their_tests_come_from_the_rewrite(sandbox, h
     add = results[0].task
     expected = next(c["output"] for c in add.test_cases if c["input"] == [2, 3])
     assert f">>> add(2, 3)\n    {expected!r}\n" in add.prompt
+
+
+def test_quoted_code_finds_either_solutions_code_in_the_new_prose_only():
+    # The sentence the rewriter used to add: it quoted the original solution and the rewrite.
+    quoting = "This version uses a different operator: where the usual solution does `a + b`, this one does `a - b`."
+    prompt = state_change(ADD.prompt, _docstring_span(ADD), quoting)
+    found = quoted_code(prompt, [ADD.solution, "    return a - b\n"], "add", ADD.prompt)
+    assert {"a+b", "a-b", "`a + b`", "`a - b`"} <= set(found)
+    prose = "In one step this version uses subtraction where the task above uses addition."
+    assert (
+        quoted_code(state_change(ADD.prompt, _docstring_span(ADD), prose), [ADD.solution], "add", ADD.prompt)
+        == []
+    )
+    # The signature and the examples are not prose; code the original statement already showed is not new.
+    shown = ADD.prompt.replace("Add a and b.", "Return a + b.")
+    assert quoted_code(shown, [ADD.solution], "add", ADD.prompt) == ["a+b"]
+    assert quoted_code(shown, [ADD.solution], "add", shown) == []
+    assert quoted_code(ADD.prompt + ">>> add(a + b, 1)\n", [ADD.solution], "add", ADD.prompt) == []
+
+
+def test_no_rewrite_sentence_quotes_code_on_all_of_humaneval(humaneval):
+    """Every candidate edit of every HumanEval task (a superset of the accepted rewrites), put into the
+    prompt as the rewriter does: its sentence shows no code of the original or the edited solution."""
+    scanned, quoting = 0, []
+    assert all(code_fragments(t.program()) for t in humaneval)  # the scan sees code in every solution
+    for task in humaneval:
+        try:
+            first = call_inputs(task)[0]
+        except NotRewritable:
+            first = None
+        for output in (0, [0]):  # both kinds of added last step (doubled, reversed)
+            for edits in candidate_edits(task, random.Random(0), first, output, True).values():
+                for edit in edits:
+                    program, _ = edited_task(task, edit)
+                    prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
+                    found = quoted_code(prompt, [task.program(), program], task.entry_point, task.prompt)
+                    scanned += 1
+                    if found:
+                        quoting.append((task.task_id, edit.logic_type, found))
+    assert scanned > 2000 and quoting == []
+
+
+def test_rewritten_mbpp_plus_and_synthetic_prompts_quote_no_code(sandbox):
+    from pathlib import Path
+
+    from leaklab.data.benchmarks import load_benchmark
+
+    mbpp = load_benchmark("mbpp_plus", path=Path(__file__).parent.parent / "fixtures" / "mbpp_plus")
+    tasks = mbpp + synthetic.build_synthetic(seed=5, size=len(synthetic.FAMILIES), sandbox=sandbox)
+    results = rewrite_tasks(tasks, sandbox, seed=0)
+    rewritten = [(t, r.task) for t, r in zip(tasks, results) if r.task is not None]
+    assert len(rewritten) == len(tasks)
+    for task, new in rewritten:
+        assert quoted_code(new.prompt, [task.program(), new.program()], task.entry_point, task.prompt) == []
+    # An MBPP+ prompt is one module docstring: the sentence goes inside it, so prompt + solution still
+    # parses, and each rewrite passes its own tests while the original solution fails them.
+    news = [new for task, new in rewritten if task.benchmark == "mbpp_plus"]
+    assert len(news) == 3 and all(r.passed for r in check_many([(n, n.solution) for n in news], sandbox))
+    assert not any(r.passed for r in check_many([(n, t.solution) for t, n in zip(mbpp, news)], sandbox))
+    # MBPP+'s example is an assert: it shows the rewrite's output, not the original's (40)
+    square = next(new for task, new in rewritten if task.task_id == "Mbpp/17")
+    shown = next(c["output"] for c in square.test_cases if c["input"] == [10])
+    assert shown != 40 and f"assert square_perimeter(10) == {shown!r}\n" in square.prompt
 
 
 def test_synthetic_tasks_use_the_family_rewrite(sandbox):
@@ -135,6 +204,21 @@ def test_mutation_counts_and_protected_text(humaneval):
         mutate_task(humaneval[0], random.Random(1))[0].prompt
         == mutate_task(humaneval[0], random.Random(1))[0].prompt
     )
+
+
+def test_mbpp_plus_prompts_are_mutated_in_their_prose_and_keep_their_assert():
+    from pathlib import Path
+
+    from leaklab.data.benchmarks import load_benchmark
+
+    for task in load_benchmark("mbpp_plus", path=Path(__file__).parent.parent / "fixtures" / "mbpp_plus"):
+        mutated, info = mutate_task(task, random.Random(1))
+        assert mutated is not None, info  # the prompt is one module docstring: its prose is mutated
+        old_lines, new_lines = task.prompt.splitlines(), mutated.prompt.splitlines()
+        assert [ln for ln in new_lines if ln.startswith("assert ")] == [
+            ln for ln in old_lines if ln.startswith("assert ")
+        ]
+        assert new_lines[1] != old_lines[1]  # the sentence
 
 
 def test_plan_is_about_four_operations_per_five_words():
@@ -200,6 +284,17 @@ def test_llm_rewrite_goes_through_the_execution_checks(sandbox):
         results[2].rejections[0]["reason"] == "unreadable"
         and results[3].rejections[0]["reason"] == "unreadable"
     )
+
+
+def test_an_llm_statement_that_quotes_the_code_is_refused(sandbox):
+    from leaklab.perturb.mri_llm import llm_rewrites
+
+    statement = ADD.prompt.replace("Add a and b.", "Compute `a - b` instead of a + b.")
+    reply = f"<type>operator change</type>\n<code>\n{statement}    return a - b\n</code>\n<task>\n{statement}</task>"
+    (result,) = llm_rewrites([ADD], _Scripted([reply]), sandbox)
+    assert result.task is None
+    assert result.rejections[0]["reason"] == "unreadable"
+    assert "quotes the solutions' code" in result.rejections[0]["detail"]
 
 
 def test_sets_with_an_llm_backend_carry_paraphrases(tmp_path, sandbox):

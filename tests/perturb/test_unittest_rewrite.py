@@ -13,6 +13,7 @@ from leaklab.data.tasks import Task
 from leaklab.execution.correctness import check_many
 from leaklab.execution.sandbox import Sandbox
 from leaklab.perturb import mri_sets
+from leaklab.perturb.rewriting import quoted_code
 from leaklab.perturb.unittest_rewrite import drop_examples, instrumented, literal_sites, regenerated
 
 TESTS = """import unittest
@@ -86,7 +87,11 @@ def test_a_unittest_task_is_rewritten_with_regenerated_asserts(sandbox, tmp_path
     assert new is not None, ps.rejections
     assert new.test_type == "unittest" and new.task_id == "BigCodeBench/900/rewrite"
     assert ps.logic_type in new.metadata["logic_type"] and new.metadata["examples_dropped"] == 1
-    assert new.solution != LONG_WORDS.solution and "This version" in new.prompt
+    assert new.solution != LONG_WORDS.solution and ps.change in new.prompt
+    # the sentence describes the change in words: no code of either solution
+    assert (
+        quoted_code(new.prompt, [LONG_WORDS.program(), new.program()], "task_func", LONG_WORDS.prompt) == []
+    )
     assert 1 <= new.metadata["regenerated_asserts"] <= 2  # the loop's literal is checked twice: kept as is
     # through the real (judged) unittest path: the rewrite passes, the original fails, the original task
     # still passes with its own solution
