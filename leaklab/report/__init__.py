@@ -19,7 +19,7 @@ from pathlib import Path
 from leaklab.report.figures import file_stem, plot_histograms, plot_metric, plot_training_loss
 from leaklab.report.html import write_page
 from leaklab.report.rundata import load_run
-from leaklab.report.sections import build_sections
+from leaklab.report.sections import build_sections, headline
 from leaklab.report.tables import (
     dataset_inference_cells,
     markdown_table,
@@ -37,9 +37,10 @@ HEADLINE_METRICS = ("auroc", "f1", "accuracy", "precision", "recall", "f1_oracle
 FIGURE_METRICS = ("auroc", "tpr@1%fpr", "f1")
 
 
-def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Path]) -> str:
+def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Path], lead: str = "") -> str:
     det = detection_rows(rows)
     parts = [f"# leaklab report: {name}\n", "Interactive version: [index.html](index.html)\n"]
+    parts += [f"{lead}\n"] if lead else []
     parts += [f"- missing: {p}\n" for p in problems]
     parts.append(
         "Detection of injected (member) vs held-out (non-member) samples, one table per metric: a row per "
@@ -84,7 +85,8 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     for metric in FIGURE_METRICS:
         figures += plot_metric(rows, metric, out / f"detection_{file_stem(metric)}.png", caption=caption)
     figures += plot_training_loss(rows, out / "training_loss.png")
-    write_atomic(out / "report.md", _markdown(data.name, rows, data.problems, figures))
+    lead = headline(data.rows_of("detection"), data)
+    write_atomic(out / "report.md", _markdown(data.name, rows, data.problems, figures, lead))
     write_atomic(out / "results.csv", rows_csv(rows))
     links = " · ".join(
         f'<a href="{p.name}">{p.name}</a>' for p in [out / "report.md", out / "results.csv", *figures]
@@ -106,4 +108,7 @@ def print_summary(run: RunDir, report: Path | None = None, out_dir: str | Path |
     print(metric_table(rows, "auroc"))
     print("macro-F1 at a cross-validated threshold:")
     print(metric_table(rows, "f1"))
+    lead = headline(rows, load_run(run.root))
+    if lead:
+        print(f"\n{lead}")
     print(f"report: {report}\n        {report.parent / 'report.md'}")

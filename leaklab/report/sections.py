@@ -115,7 +115,59 @@ def header_section(run: RunData) -> Section:
     notes = list(run.problems)
     if not times and run.rows:
         notes.append("no wall times recorded (a run from before timing rows)")
-    return Section("run", f"Run {run.name}", items=[Table("", ["", ""], facts)] if facts else [], notes=notes)
+    return Section(
+        "run",
+        f"Run {run.name}",
+        intro=headline(run.rows_of("detection"), run),
+        items=[Table("", ["", ""], facts)] if facts else [],
+        notes=notes,
+    )
+
+
+def headline(rows: list[dict[str, Any]], run: RunData) -> str:
+    """One sentence a reader can quote: the best detector at the last checkpoint with its interval, the
+    first checkpoint where its interval clears chance, and the blind baseline's verdict. '' without
+    detection rows."""
+    value = {(r.get("step"), column_of(r), r.get("metric")): r.get("value") for r in rows}
+    steps = sorted({step for step, _, _ in value if step is not None})
+    if not steps:
+        return ""
+    last = steps[-1]
+    aurocs = {
+        c: v
+        for (step, c, m), v in value.items()
+        if step == last and m == "auroc" and c not in (None, "blind") and isinstance(v, (int, float))
+        if math.isfinite(v)
+    }
+    if not aurocs:
+        return ""
+    best = max(ordered(aurocs), key=lambda c: aurocs[c])  # ties: the first in the usual order
+    low, high = (value.get((last, best, f"auroc_ci_{end}")) for end in ("low", "high"))
+    interval = f" [{_fmt(low, 2)}, {_fmt(high, 2)}]" if isinstance(low, (int, float)) else ""
+    parts = [
+        f"Best detector at the last checkpoint (step {last}, epoch {run.epoch_of(last):g}): "
+        f"{display_name(best)}, AUROC {_fmt(aurocs[best])}{interval}."
+    ]
+    cleared = [
+        s for s in steps if isinstance(lo := value.get((s, best, "auroc_ci_low")), (int, float)) and lo > 0.5
+    ]
+    if cleared:
+        parts.append(
+            f"Its interval first clears 0.5 at step {cleared[0]} (epoch {run.epoch_of(cleared[0]):g})."
+        )
+    elif isinstance(low, (int, float)):
+        parts.append("Its interval includes 0.5 at every checkpoint: no detection.")
+    p_value = value.get((last, "blind", "shift_p_value"))
+    if value.get((last, "blind", "distribution_shift")) == 1.0:
+        parts.append(
+            f"The blind baseline separates members from non-members by their text alone (permutation p = "
+            f"{p_value:.2g}): part of every AUROC may be that difference, not training."
+        )
+    elif isinstance(p_value, (int, float)):
+        parts.append(
+            f"The blind baseline (text only) does not separate them (permutation p = {p_value:.2g})."
+        )
+    return " ".join(parts)
 
 
 # --------------------------------------------------------------------------- detection

@@ -444,6 +444,7 @@ def test_tiny_run_with_srdetection_prefilter_and_audit(leaklab_cache, tmp_path):
         *SMALL_RUN,
         detectors,
         "data.prefilter=true",
+        "evaluate.srdetection.max_new_tokens=32",  # the black box's continuations: short is enough here
     ]
     out = _run([*cmd, f"output_dir={tmp_path / 'runs'}"], leaklab_cache)
     (root,) = (tmp_path / "runs").iterdir()

@@ -4,6 +4,7 @@ delays by hand. The browser test is in test_report_browser.py."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -432,3 +433,32 @@ def test_a_separation_already_at_step_0_is_not_a_detection_delay(tmp_path):
     delay = next(i for i in detection.items if isinstance(i, Table) and i.title == "Detection delay")
     assert {row[1] for row in delay.rows} == {"before training (step 0)"}
     assert "threshold-free" in delay.caption and "never do" in delay.caption
+
+
+def test_the_report_opens_with_a_headline_sentence(tmp_path):
+    from leaklab.report.sections import headline
+
+    root = make_run(tmp_path / "run")
+    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
+    # Every column rises alike (0.5, 0.7, 0.9); ppl leads by 0.01 at the last step.
+    for r in rows:
+        if r.get("column") == "ppl" and r["step"] == 16 and r["metric"] == "auroc":
+            r["value"] = 0.91
+    blind = {"step": 16, "epoch": 2.0, "evaluation": "detection", "detector": "blind", "column": "blind"}
+    rows += [{**blind, "metric": "shift_p_value", "value": 0.42}, {**blind, "metric": "distribution_shift", "value": 0.0}]  # fmt: skip
+    (root / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(root)
+    text = headline(run.rows_of("detection"), run)
+    assert text.startswith(
+        "Best detector at the last checkpoint (step 16, epoch 2): PPL, AUROC 0.910 [0.75, 1.00]."
+    )
+    # step 0's interval [0.35, 0.65] includes 0.5, step 8's [0.55, 0.85] clears it
+    assert "Its interval first clears 0.5 at step 8 (epoch 1)." in text
+    assert text.endswith("The blind baseline (text only) does not separate them (permutation p = 0.42).")
+    index = build_report(root)
+    assert text in (index.parent / "report.md").read_text()
+    assert html.escape(text) in index.read_text() or text in index.read_text()
+    shifted = [r | {"value": 1.0} if r.get("metric") == "distribution_shift" else r for r in rows]
+    assert "separates members from non-members by their text alone" in headline(
+        [r for r in shifted if r.get("evaluation") == "detection"], run
+    )
