@@ -245,6 +245,15 @@ def metric_panel_spec(
                 "encoding": {"x": x_enc, "y": y, "detail": {"field": "series"}, "tooltip": tooltip},
             }
         )
+        # The blind line has no colour of its own in the legend: it is named where it ends.
+        ends = [max((p for p in values if p["column"] == c), key=lambda p: p["x"]) for c in blind]
+        layers.append(
+            {
+                "data": {"values": [{**p, "label": BLIND} for p in ends]},
+                "mark": {"type": "text", "align": "right", "dy": -8, "color": "#7f7f7f"},
+                "encoding": {"x": x_enc, "y": y, "text": {"field": "label"}},
+            }
+        )
     if metric in CHANCE and bounded:
         layers.append(
             {

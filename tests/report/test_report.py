@@ -325,8 +325,12 @@ def test_blind_baseline_is_a_reference_line_not_a_contender():
     spec = charts.metric_panel_spec(rows, "auroc")
     line = spec["layer"][0]  # no intervals: the line layer comes first
     assert {p["column"] for p in line["data"]["values"]} == {"ppl"}
-    blind = [layer for layer in spec["layer"] if layer.get("mark", {}).get("color") == "#7f7f7f"]
+    grey = [layer for layer in spec["layer"] if layer.get("mark", {}).get("color") == "#7f7f7f"]
+    blind = [layer for layer in grey if layer["mark"]["type"] == "line"]
     assert len(blind) == 1 and {p["column"] for p in blind[0]["data"]["values"]} == {"blind"}
+    # Not in the colour legend, so labelled where it ends.
+    (label,) = [layer for layer in grey if layer["mark"]["type"] == "text"]
+    assert [(p["label"], p["x"]) for p in label["data"]["values"]] == [(charts.BLIND, 1.0)]
 
 
 class _WithSection:
