@@ -1,0 +1,241 @@
+"""Exposure doses (`inject.doses`, `inject.window`): the seeded groups, the planned positions (computed
+by hand), the counts read back from the packed data, the order the Trainer keeps, and bad input."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from leaklab.cli import main as cli_main
+from leaklab.data.doses import LayoutError, assign_doses, count_in_stream, plan_positions, window_slots
+from leaklab.data.mixing import build_dosed_mixture
+from leaklab.data.splits import Split
+from leaklab.data.tasks import Task
+from leaklab.errors import InputError
+from leaklab.recipe import RecipeError, config_hash, load_recipe, run_hash, run_identity
+from leaklab.rundir import make_manifest, member_doses
+
+
+class CharTokenizer:
+    """One token per character (no EOS clash: ids 1..200, EOS 0)."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1 + (ord(c) % 200) for c in text]}
+
+
+# --------------------------------------------------------------------------- the plan, by hand
+
+
+# Doses {a: 2, b: 1}: keys (j + 0.5) / d are a 0.25, 0.75 and b 0.5, so the order is a, b, a (C = 3).
+# The i-th copy goes to first + floor((i + 0.5) * L / C) = first + (2i + 1) * L // 6.
+#   whole stream, n = 10: L = 10 -> 10//6, 30//6, 50//6 = 1, 5, 8
+#   early [0, 0.5]: slots 0..4, L = 5 -> 5//6, 15//6, 25//6 = 0, 2, 4
+#   late [0.5, 1]: slots 5..9 -> 5, 7, 9
+#   middle [0.25, 0.75]: 2.5 and 7.5 round up: slots 3..7, L = 5 -> 3, 5, 7
+@pytest.mark.parametrize(
+    "window, a, b",
+    [
+        (None, [1, 8], [5]),
+        ([0.0, 0.5], [0, 4], [2]),
+        ([0.5, 1.0], [5, 9], [7]),
+        ([0.25, 0.75], [3, 7], [5]),
+    ],
+)
+def test_plan_positions_by_hand(window, a, b):
+    assert plan_positions({"a": 2, "b": 1}, 10, window, seed=0) == {"a": a, "b": b}
+
+
+def test_window_slots_round_halves_up():
+    assert window_slots(10, [0.25, 0.75]) == (3, 8)
+    assert window_slots(20, [0.0, 0.25]) == (0, 5)
+    assert window_slots(7, None) == (0, 7)
+
+
+def test_ties_are_broken_by_a_seeded_member_rank():
+    # Three members of dose 1 share the key 0.5: they take slots 1, 5, 8 of 10 (as above) in a seeded order.
+    orders = set()
+    for seed in range(6):
+        plan = plan_positions({"a": 1, "b": 1, "c": 1}, 10, None, seed=seed)
+        assert sorted(s for slots in plan.values() for s in slots) == [1, 5, 8]
+        assert plan == plan_positions({"a": 1, "b": 1, "c": 1}, 10, None, seed=seed)
+        orders.add(tuple(sorted(plan, key=plan.get)))
+    assert len(orders) > 1
+
+
+def test_copies_of_one_member_are_never_adjacent():
+    doses = {f"m{i}": d for i, d in enumerate([1, 4, 16, 64] * 5)}
+    for window, n in ((None, 900), ([0.0, 0.5], 900), ([0.8, 1.0], 2200), (None, 425)):
+        plan = plan_positions(doses, n, window, seed=3)
+        first, end = window_slots(n, window)
+        every = [s for slots in plan.values() for s in slots]
+        assert len(every) == len(set(every)) == sum(doses.values())
+        assert all(first <= s < end for s in every)
+        for task_id, slots in plan.items():
+            assert len(slots) == doses[task_id]
+            assert all(b - a >= 2 for a, b in zip(slots, slots[1:], strict=False)), task_id
+
+
+def test_a_layout_that_must_put_copies_side_by_side_is_refused():
+    with pytest.raises(LayoutError, match="adjacent"):
+        plan_positions({"a": 2}, 2)
+    with pytest.raises(LayoutError, match="do not fit"):
+        plan_positions({"a": 2, "b": 2}, 6, [0.0, 0.5])
+
+
+def test_dose_groups_are_equal_and_seeded():
+    ids = [f"t/{i}" for i in range(10)]
+    groups = assign_doses(ids, [1, 4, 16], seed=0)
+    assert list(groups) == ids
+    assert sorted(list(groups.values()).count(d) for d in (1, 4, 16)) == [3, 3, 4]
+    # Independently: the sorted ids shuffled by the named seed, dealt in turn.
+    shuffled = sorted(ids)
+    random.Random("inject.doses:0").shuffle(shuffled)
+    assert groups == {t: [1, 4, 16][shuffled.index(t) % 3] for t in ids}
+    assert groups == assign_doses(list(reversed(ids)), [1, 4, 16], seed=0) | {}
+    assert groups != assign_doses(ids, [1, 4, 16], seed=1)
+
+
+# --------------------------------------------------------------------------- cpt: packed data
+
+
+def _members(n):
+    return {f"t/{i}": f"def member_{i}(x):\n    return x * {i} + {i * 7}\n" for i in range(n)}
+
+
+@pytest.mark.parametrize("window", [None, [0.0, 0.3], [0.6, 1.0]])
+def test_exposures_counted_in_the_packed_blocks_equal_the_plan(window):
+    texts = _members(8)
+    doses = assign_doses(list(texts), [1, 2, 4, 8], seed=0)
+    web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
+    blocks, info = build_dosed_mixture(
+        texts, doses, web, CharTokenizer(), code=1, web=3, block_len=128, window=window, seed=5
+    )
+    assert blocks.shape == (info["blocks"], 128)
+    assert info["exposures"] == doses
+    # Every member fits in a block, so a slot is a block: the blocks found are the planned slots.
+    assert info["exposure_blocks"] == plan_positions(doses, info["blocks"], window, seed=5)
+    first, end = window_slots(info["blocks"], window)
+    assert all(first <= b < end for at in info["exposure_blocks"].values() for b in at)
+    assert info["member_tokens"] == sum(doses[t] * (len(x) + 1) for t, x in texts.items())
+    assert abs(info["web_tokens"] - 3 * info["member_tokens"]) <= 128 or window is not None
+    json.dumps(info)  # mixture.json
+
+
+def test_a_member_longer_than_a_block_is_found_whole_across_its_blocks():
+    texts = {"long": "L" * 150 + "end", "short": "def s(): pass\n"}
+    blocks, info = build_dosed_mixture(
+        texts, {"long": 2, "short": 1}, ["w" * 400], CharTokenizer(), code=1, web=2, block_len=64, seed=0
+    )
+    assert info["exposures"] == {"long": 2, "short": 1}
+    assert info["members_split_across_blocks"] == 1
+
+
+def test_count_in_stream_reads_the_data_not_the_plan():
+    blocks = np.array([[5, 6, 7, 1], [9, 5, 6, 7], [0, 0, 5, 6], [7, 2, 2, 2]])
+    # [5, 6, 7] starts in blocks 0, 1 and 2 (the last across the boundary); [6, 7, 9] only in block 0.
+    assert count_in_stream(blocks, {"a": [5, 6, 7], "b": [7, 1, 9], "c": [3]}) == {
+        "a": [0, 1, 2],
+        "b": [0],
+        "c": [],
+    }
+
+
+# --------------------------------------------------------------------------- manifest, identity
+
+
+def _tasks(n):
+    return [
+        Task(task_id=f"t/{i}", benchmark="toy", prompt=f"def f{i}():\n", solution="    pass\n")
+        for i in range(n)
+    ]
+
+
+def test_manifest_records_doses_only_when_inject_is_set(tmp_path):
+    tasks = _tasks(8)
+    split = Split(member_ids=[f"t/{i}" for i in range(4)], non_member_ids=[f"t/{i}" for i in range(4, 8)])
+    plain = make_manifest(load_recipe("tiny_cpt"), tasks, split)
+    assert "doses" not in plain and "inject" not in plain
+    dosed = make_manifest(load_recipe("tiny_cpt", ["inject.doses=[1,4]"]), tasks, split)
+    assert {k: v for k, v in dosed.items() if k not in ("doses", "inject")} == plain
+    assert sorted(dosed["doses"].values()) == [1, 1, 4, 4]
+    assert dosed["inject"] == {"doses": [1, 4], "window": [0.0, 1.0]}
+    (tmp_path / "manifest.json").write_text(json.dumps(dosed))
+    assert member_doses(tmp_path) == {**dosed["doses"], **{f"t/{i}": 0 for i in range(4, 8)}}
+    (tmp_path / "manifest.json").write_text(json.dumps(plain))
+    assert member_doses(tmp_path) == {f"t/{i}": int(i < 4) for i in range(8)}
+
+
+def test_inject_is_part_of_the_run_identity_only_when_set():
+    plain = load_recipe("tiny_cpt")
+    assert "inject" not in run_identity(plain)
+    assert "inject" not in json.dumps(run_identity(plain))
+    dosed = load_recipe("tiny_cpt", ["inject.doses=[1,4]"])
+    windowed = load_recipe("tiny_cpt", ["inject.window=[0,0.5]"])
+    assert len({run_hash(plain), run_hash(dosed), run_hash(windowed)}) == 3
+    assert len({config_hash(plain), config_hash(dosed), config_hash(windowed)}) == 3
+
+
+# --------------------------------------------------------------------------- the Trainer keeps the order
+
+
+def _trainer_order(recipe, dataset, tmp_path):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, default_data_collator
+
+    from leaklab.training.cpt import training_arguments
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+    args = training_arguments(recipe, tmp_path, 1, "none")
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator)
+    return [int(x) for batch in trainer.get_train_dataloader() for x in batch["input_ids"][:, 0]]
+
+
+def test_the_trainer_feeds_the_blocks_in_the_planned_order(tmp_path):
+    from leaklab.training.cpt import PackedBlocks
+
+    dataset = PackedBlocks(np.arange(64 * 4).reshape(64, 4) % 250)
+    planned = [int(x) for x in dataset.blocks[:, 0]]
+    overrides = ["train.batch_size=8", "train.micro_batch_size=8"]
+    dosed = load_recipe("tiny_cpt", [*overrides, "inject.doses=[1]"])
+    assert _trainer_order(dosed, dataset, tmp_path) == planned
+    # Without `inject` the Trainer shuffles, as before.
+    assert _trainer_order(load_recipe("tiny_cpt", overrides), dataset, tmp_path) != planned
+
+
+# --------------------------------------------------------------------------- bad input: exit 2 naming the key
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("inject.doses=[1,0]", "inject.doses: 0 is not a positive integer"),
+        ("inject.doses=[-2]", "inject.doses: -2 is not a positive integer"),
+        ("inject.doses=[1,2.5]", "inject.doses: expected an integer"),
+        ("inject.doses=[]", "inject.doses: an empty list"),
+        (
+            "inject.window=[0.5,1.5]",
+            "inject.window: [0.5, 1.5] is outside [0, 1]; the closest valid is [0.5, 1.0]",
+        ),
+        ("inject.window=[-0.1,0.5]", "inject.window: [-0.1, 0.5] is outside [0, 1]"),
+        ("inject.window=[0.7,0.2]", "inject.window: [0.7, 0.2] is empty"),
+        ("inject.window=[0.5,0.5]", "inject.window: [0.5, 0.5] is empty"),
+        ("inject.window=[0.5]", "inject.window: expected [start, end]"),
+    ],
+)
+def test_bad_inject_values_exit_2_naming_the_key(override, says, capsys):
+    with pytest.raises(RecipeError, match=says.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        load_recipe("tiny_cpt", [override])
+    assert cli_main(["train", "recipe=tiny_cpt", override]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_more_dose_groups_than_members_exits_2_naming_the_key():
+    split = Split(member_ids=["t/0", "t/1"], non_member_ids=["t/2", "t/3"])
+    recipe = load_recipe("tiny_cpt", ["inject.doses=[1,2,3]"])
+    with pytest.raises(InputError, match=r"inject\.doses: 3 dose groups but only 2 members") as err:
+        make_manifest(recipe, _tasks(4), split)
+    assert err.value.exit_code == 2
