@@ -9,12 +9,17 @@ sampler), and count the exposures each member actually got from the data they bu
 compared.
 
 The layout, so that it can be checked by hand:
-  - the window [start, end] covers slots round(start * n) .. round(end * n) - 1 (L slots);
-  - every copy gets a key (j + 0.5) / d (the j-th of a member's d copies, at the middle of its 1/d
-    share of the window); copies are ordered by key, ties broken by a seeded rank of the members;
-  - the i-th of the C copies in that order goes to slot start_slot + floor((i + 0.5) * L / C).
-So a member's copies are spread evenly through the window, and two copies of one member are never in
-adjacent slots (checked: a layout that would put them side by side is refused).
+  - the window [start, end] covers slots floor(start * n + 0.5) .. floor(end * n + 0.5) - 1 (L slots);
+  - the members are ranked by a seeded shuffle (`member_ranks`); the member of rank r among M gets the
+    phase (r + 0.5) / M, and its j-th of d copies the key (j + phase) / d: one copy in each 1/d of the
+    window, members of one dose at different places within their share;
+  - copies are ordered by key (ties by rank), and the i-th of the C copies in that order goes to slot
+    first + floor((i + 0.5) * L / C).
+So a member's copies are spread evenly through the window, and the members of a dose group through all
+of it. With L >= 2C no two member copies are ever adjacent. With fewer slots, when two copies of one
+member would land side by side, the next copy of another member in the order comes forward one place
+between them; a layout where that is impossible (one member's copies are most of all) is refused
+(LayoutError).
 """
 
 from __future__ import annotations
@@ -55,6 +60,13 @@ def slots_needed(copies: int, window: Sequence[float] | None) -> int:
         n += 1
 
 
+def member_ranks(member_ids: list[str], seed: int) -> list[str]:
+    """The members in their seeded order (rank 0 first), independent of the order given."""
+    ranked = sorted(member_ids)
+    random.Random(f"inject.order:{seed}").shuffle(ranked)
+    return ranked
+
+
 class LayoutError(ValueError):
     """The doses do not fit the stream (the caller says which recipe key to change)."""
 
@@ -71,15 +83,24 @@ def plan_positions(
             f"{copies_total} member exposures do not fit the {width} slots of the window "
             f"(of {n_slots} in the stream)"
         )
-    ranked = sorted(doses)
-    random.Random(f"inject.order:{seed}").shuffle(ranked)
-    rank = {task_id: i for i, task_id in enumerate(ranked)}
+    rank = {task_id: r for r, task_id in enumerate(member_ranks(list(doses), seed))}
+    phase = {task_id: (r + 0.5) / len(rank) for task_id, r in rank.items()}
     copies = sorted(
-        ((j + 0.5) / dose, rank[task_id], task_id) for task_id, dose in doses.items() for j in range(dose)
+        ((j + phase[task_id]) / dose, rank[task_id], task_id)
+        for task_id, dose in doses.items()
+        for j in range(dose)
     )
+    order = [task_id for _, _, task_id in copies]
+    slots = [first + (2 * i + 1) * width // (2 * copies_total) for i in range(copies_total)]
+    for i in range(1, copies_total):
+        if order[i] == order[i - 1] and slots[i] - slots[i - 1] < 2:
+            # Side by side: the next copy of another member comes forward one place.
+            other = next((k for k in range(i + 1, copies_total) if order[k] != order[i]), None)
+            if other is not None:
+                order.insert(i, order.pop(other))
     positions: dict[str, list[int]] = {task_id: [] for task_id in doses}
-    for i, (_, _, task_id) in enumerate(copies):
-        positions[task_id].append(first + (2 * i + 1) * width // (2 * copies_total))
+    for task_id, slot in zip(order, slots, strict=True):
+        positions[task_id].append(slot)
     for task_id, slots in positions.items():
         if any(b - a < 2 for a, b in zip(slots, slots[1:], strict=False)):
             raise LayoutError(

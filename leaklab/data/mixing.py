@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from leaklab.data.doses import count_in_stream, plan_positions, slots_needed
+from leaklab.data.doses import LayoutError, count_in_stream, plan_positions, slots_needed
 
 
 @dataclass
@@ -126,8 +126,10 @@ def build_dosed_mixture(
     One epoch is a sequence of slots laid out by `plan_positions`: a member's slot holds one copy of it
     (whole, with corpus text filling the rest of its block; a member longer than a block takes
     consecutive blocks, the last one filled), every other slot is a block of corpus text. One member
-    copy a slot keeps copies of one member apart (never adjacent) and the order exact; corpus blocks
-    are as many as the code:web ratio asks of all copies' tokens (more when the window needs room).
+    copy a slot keeps the order exact; corpus blocks are as many as the code:web ratio asks of all
+    copies' tokens, more when the window needs room for the copies or for corpus blocks between the
+    copies of one member. Slots are counted as blocks except that a member longer than a block takes
+    one slot but several blocks, so then the blocks of the window are off by a few.
     The exposures are then counted by finding each member's token ids in the packed blocks.
     """
     rng = random.Random(seed)
@@ -139,7 +141,13 @@ def build_dosed_mixture(
     filled_in_member_blocks = sum(doses[t] * (span[t] * block_len - len(ids)) for t, ids in tokens.items())
     web_slots = max(0, round((web_needed - filled_in_member_blocks) / block_len))
     n_slots = max(copies + web_slots, slots_needed(copies, window))
-    plan = plan_positions(doses, n_slots, window, seed)
+    try:
+        plan = plan_positions(doses, n_slots, window, seed)
+    except LayoutError:
+        # Too few corpus blocks in the window to keep one member's copies apart: twice as many slots as
+        # copies put a corpus block between any two copies (the achieved ratio records the extra text).
+        n_slots = max(n_slots, slots_needed(2 * copies, window))
+        plan = plan_positions(doses, n_slots, window, seed)
     member_at = {slot: task_id for task_id, slots in plan.items() for slot in slots}
 
     web_iter = _WebTokens(web_texts, tokenizer)

@@ -14,10 +14,8 @@ import numpy as np
 import torch
 
 from leaklab.data.corpora import corpus_texts
-from leaklab.data.doses import LayoutError
 from leaklab.data.mixing import build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
-from leaklab.errors import InputError
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
 from leaklab.training.stages import StageData
@@ -67,22 +65,19 @@ def build_dataset(
 
 def _dosed_dataset(recipe: Recipe, tokenizer, by_id: dict, manifest: dict, code, web, log) -> StageData:
     """`inject` set: each member as many times as its dose, at the planned blocks, in training order."""
-    try:
-        blocks, info = build_dosed_mixture(
-            {i: by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]},
-            manifest["doses"],
-            corpus_texts(
-                recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
-            ),
-            tokenizer,
-            code=code,
-            web=web,
-            block_len=recipe.mix.max_seq_len,
-            window=recipe.inject.window,
-            seed=recipe.mix.seed,
-        )
-    except LayoutError as err:
-        raise InputError(f"inject.doses: {err}; lower the largest dose or use more members") from None
+    blocks, info = build_dosed_mixture(
+        {i: by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]},
+        manifest["doses"],
+        corpus_texts(
+            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
+        ),
+        tokenizer,
+        code=code,
+        web=web,
+        block_len=recipe.mix.max_seq_len,
+        window=recipe.inject.window,
+        seed=recipe.mix.seed,
+    )
     info["inject"] = manifest["inject"]
     log(
         f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} members "

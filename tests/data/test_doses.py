@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from leaklab.cli import main as cli_main
-from leaklab.data.doses import LayoutError, assign_doses, count_in_stream, plan_positions, window_slots
+from leaklab.data.doses import (
+    LayoutError,
+    assign_doses,
+    count_in_stream,
+    member_ranks,
+    plan_positions,
+    window_slots,
+)
 from leaklab.data.mixing import build_dosed_mixture
 from leaklab.data.splits import Split
 from leaklab.data.tasks import Task
@@ -29,23 +36,27 @@ class CharTokenizer:
 # --------------------------------------------------------------------------- the plan, by hand
 
 
-# Doses {a: 2, b: 1}: keys (j + 0.5) / d are a 0.25, 0.75 and b 0.5, so the order is a, b, a (C = 3).
-# The i-th copy goes to first + floor((i + 0.5) * L / C) = first + (2i + 1) * L // 6.
-#   whole stream, n = 10: L = 10 -> 10//6, 30//6, 50//6 = 1, 5, 8
-#   early [0, 0.5]: slots 0..4, L = 5 -> 5//6, 15//6, 25//6 = 0, 2, 4
-#   late [0.5, 1]: slots 5..9 -> 5, 7, 9
-#   middle [0.25, 0.75]: 2.5 and 7.5 round up: slots 3..7, L = 5 -> 3, 5, 7
+# Doses {a: 2, b: 1}, two members: the one ranked first (member_ranks) has phase 0.25, the other 0.75.
+# The keys (j + phase) / d, the order by key, and the i-th of C = 3 copies at first + (2i + 1) * L // 6:
+#   a first: a 0.125, 0.625; b 0.75   -> order a, a, b
+#   b first: b 0.25; a 0.375, 0.875   -> order b, a, a
+#   whole stream, n = 10, L = 10: slots 10//6, 30//6, 50//6 = 1, 5, 8
+#   early [0, 0.5]: slots 0..4, L = 5: 5//6, 15//6, 25//6 = 0, 2, 4
+#   late [0.5, 1]: slots 5..9: 5, 7, 9
+#   middle [0.25, 0.75]: 2.5 and 7.5 round up, slots 3..7: 3, 5, 7
 @pytest.mark.parametrize(
-    "window, a, b",
-    [
-        (None, [1, 8], [5]),
-        ([0.0, 0.5], [0, 4], [2]),
-        ([0.5, 1.0], [5, 9], [7]),
-        ([0.25, 0.75], [3, 7], [5]),
-    ],
+    "window, slots",
+    [(None, [1, 5, 8]), ([0.0, 0.5], [0, 2, 4]), ([0.5, 1.0], [5, 7, 9]), ([0.25, 0.75], [3, 5, 7])],
 )
-def test_plan_positions_by_hand(window, a, b):
-    assert plan_positions({"a": 2, "b": 1}, 10, window, seed=0) == {"a": a, "b": b}
+def test_plan_positions_by_hand(window, slots):
+    seen = set()
+    for seed in range(4):
+        first = member_ranks(["a", "b"], seed)[0]
+        seen.add(first)
+        s1, s2, s3 = slots
+        expected = {"a": [s1, s2], "b": [s3]} if first == "a" else {"b": [s1], "a": [s2, s3]}
+        assert plan_positions({"a": 2, "b": 1}, 10, window, seed=seed) == expected
+    assert seen == {"a", "b"}  # both orders were checked
 
 
 def test_window_slots_round_halves_up():
@@ -54,14 +65,16 @@ def test_window_slots_round_halves_up():
     assert window_slots(7, None) == (0, 7)
 
 
-def test_ties_are_broken_by_a_seeded_member_rank():
-    # Three members of dose 1 share the key 0.5: they take slots 1, 5, 8 of 10 (as above) in a seeded order.
+def test_members_of_one_dose_are_spread_in_a_seeded_order():
+    # Three members of dose 1 have keys 1/6, 3/6, 5/6 by rank: slots 1, 5, 8 of 10 in a seeded order.
     orders = set()
     for seed in range(6):
         plan = plan_positions({"a": 1, "b": 1, "c": 1}, 10, None, seed=seed)
         assert sorted(s for slots in plan.values() for s in slots) == [1, 5, 8]
         assert plan == plan_positions({"a": 1, "b": 1, "c": 1}, 10, None, seed=seed)
-        orders.add(tuple(sorted(plan, key=plan.get)))
+        order = tuple(sorted(plan, key=plan.get))
+        assert order == tuple(member_ranks(["a", "b", "c"], seed))
+        orders.add(order)
     assert len(orders) > 1
 
 
@@ -76,6 +89,20 @@ def test_copies_of_one_member_are_never_adjacent():
         for task_id, slots in plan.items():
             assert len(slots) == doses[task_id]
             assert all(b - a >= 2 for a, b in zip(slots, slots[1:], strict=False)), task_id
+
+
+def test_copies_that_would_touch_are_separated_by_the_next_other_copy():
+    # {a: 2, b: 1, c: 1} in 4 slots (L = C: slots 0, 1, 2, 3). With a ranked in the middle (phase 1/2) its
+    # keys are 0.25 and 0.75, the others' 1/6 and 5/6: order x, a, a, z -> z comes forward: x, a, z, a.
+    checked = 0
+    for seed in range(12):
+        x, middle, z = member_ranks(["a", "b", "c"], seed)
+        plan = plan_positions({"a": 2, "b": 1, "c": 1}, 4, None, seed=seed)
+        assert plan["a"][1] - plan["a"][0] >= 2
+        if middle == "a":
+            assert plan == {"a": [1, 3], x: [0], z: [2]}
+            checked += 1
+    assert checked
 
 
 def test_a_layout_that_must_put_copies_side_by_side_is_refused():
@@ -239,3 +266,43 @@ def test_more_dose_groups_than_members_exits_2_naming_the_key():
     with pytest.raises(InputError, match=r"inject\.doses: 3 dose groups but only 2 members") as err:
         make_manifest(recipe, _tasks(4), split)
     assert err.value.exit_code == 2
+
+
+# --------------------------------------------------------------------------- sft rows, rl prompt schedule
+
+
+def test_sft_rows_repeat_each_member_by_its_dose_at_the_planned_rows():
+    from leaklab.training.sft import _dataset, count_member_rows, dosed_pairs
+
+    recipe = load_recipe("tiny_cpt", ["train.stage=sft", "inject.doses=[1,3]", "inject.window=[0.5,1.0]"])
+    pair_of = {f"t/{i}": (f"def f{i}(x):\n", f"    return x + {i}\n") for i in range(4)}
+    doses = {"t/0": 1, "t/1": 3, "t/2": 1, "t/3": 3}
+    others = [(f"question {i}\n", f"answer {i}") for i in range(8)]
+    members, ordered = dosed_pairs(recipe, pair_of, doses, others)
+    assert len(ordered) == 16 and len(members) == 8
+    train, _ = _dataset(ordered, CharTokenizer(), "completion", 512)
+    counted = count_member_rows(train, pair_of, CharTokenizer(), "completion", 512)
+    assert counted["exposures"] == doses
+    plan = plan_positions(doses, 16, [0.5, 1.0], seed=recipe.mix.seed)
+    assert counted["exposure_rows"] == plan
+    assert all(row >= 8 for rows in plan.values() for row in rows)  # late: the second half
+    assert [p for p in ordered if p in others] == others  # the other data keeps its drawn order
+    with pytest.raises(InputError, match=r"inject\.window: .* do not fit"):
+        dosed_pairs(recipe, pair_of, doses, others[:2])
+
+
+def test_rl_prompt_schedule_follows_the_plan_and_needs_the_whole_stream():
+    from leaklab.training.rl import prompt_schedule
+
+    tasks = _tasks(3)
+    doses = {"t/0": 2, "t/1": 1, "t/2": 1}
+    recipe = load_recipe("tiny_cpt", ["inject.doses=[1,2]"])
+    schedule = [t.task_id for t in prompt_schedule(recipe, tasks, doses)]
+    plan = plan_positions(doses, 4, None, seed=recipe.mix.seed)
+    assert schedule == [next(k for k, rows in plan.items() if row in rows) for row in range(4)]
+    assert sorted(schedule) == ["t/0", "t/0", "t/1", "t/2"]
+    first, second = (row for row, task_id in enumerate(schedule) if task_id == "t/0")
+    assert second - first >= 2
+    late = load_recipe("tiny_cpt", ["inject.doses=[1,2]", "inject.window=[0.5,1]"])
+    with pytest.raises(RecipeError, match=r"inject\.window: .* only member prompts"):
+        prompt_schedule(late, tasks, doses)
