@@ -50,12 +50,13 @@ def window_slots(n_slots: int, window: Sequence[float] | None) -> tuple[int, int
     return math.floor(start * n_slots + 0.5), math.floor(end * n_slots + 0.5)
 
 
-def slots_needed(copies: int, window: Sequence[float] | None) -> int:
-    """The fewest slots whose window holds `copies` slots."""
-    n = copies
+def slots_needed(copies: int, window: Sequence[float] | None, extra: int = 0) -> int:
+    """The fewest slots whose window holds `copies` slots plus `extra` (the further slots that copies
+    longer than one slot take)."""
+    n = copies + extra
     while True:
         first, end = window_slots(n, window)
-        if end - first >= copies:
+        if end - first >= copies + extra:
             return n
         n += 1
 
@@ -72,11 +73,21 @@ class LayoutError(ValueError):
 
 
 def plan_positions(
-    doses: dict[str, int], n_slots: int, window: Sequence[float] | None = None, seed: int = 0
+    doses: dict[str, int],
+    n_slots: int,
+    window: Sequence[float] | None = None,
+    seed: int = 0,
+    spans: dict[str, int] | None = None,
 ) -> dict[str, list[int]]:
-    """task id -> the sorted slots its copies take in one epoch of `n_slots` slots (see the module)."""
+    """task id -> the sorted slots where its copies start, in one epoch of `n_slots` slots (see the
+    module). `spans`: slots one copy of a member takes (cpt: a member longer than a block takes several
+    consecutive blocks; default 1). The layout is made over the window less those further slots, then
+    each copy is pushed back by the further slots of the copies before it, so every slot of every copy
+    stays inside the window."""
+    spans = spans or {}
     first, end = window_slots(n_slots, window)
-    width = end - first
+    extra = sum(dose * (spans.get(task_id, 1) - 1) for task_id, dose in doses.items())
+    width = end - first - extra
     copies_total = sum(doses.values())
     if copies_total > width:
         raise LayoutError(
@@ -98,15 +109,18 @@ def plan_positions(
             other = next((k for k in range(i + 1, copies_total) if order[k] != order[i]), None)
             if other is not None:
                 order.insert(i, order.pop(other))
-    positions: dict[str, list[int]] = {task_id: [] for task_id in doses}
-    for task_id, slot in zip(order, slots, strict=True):
-        positions[task_id].append(slot)
-    for task_id, slots in positions.items():
-        if any(b - a < 2 for a, b in zip(slots, slots[1:], strict=False)):
+    for task_id in doses:
+        own = [slot for other, slot in zip(order, slots, strict=True) if other == task_id]
+        if any(b - a < 2 for a, b in zip(own, own[1:], strict=False)):
             raise LayoutError(
-                f"{task_id}'s {len(slots)} copies would sit in adjacent slots: its dose is too large a "
+                f"{task_id}'s {len(own)} copies would sit in adjacent slots: its dose is too large a "
                 f"share of the {copies_total} exposures in {width} slots"
             )
+    positions: dict[str, list[int]] = {task_id: [] for task_id in doses}
+    pushed = 0  # the further slots of the copies placed so far
+    for task_id, slot in zip(order, slots, strict=True):
+        positions[task_id].append(slot + pushed)
+        pushed += spans.get(task_id, 1) - 1
     return positions
 
 

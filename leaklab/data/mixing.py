@@ -123,13 +123,12 @@ def build_dosed_mixture(
 ) -> tuple[np.ndarray, dict]:
     """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
 
-    One epoch is a sequence of slots laid out by `plan_positions`: a member's slot holds one copy of it
-    (whole, with corpus text filling the rest of its block; a member longer than a block takes
-    consecutive blocks, the last one filled), every other slot is a block of corpus text. One member
-    copy a slot keeps the order exact; corpus blocks are as many as the code:web ratio asks of all
-    copies' tokens, more when the window needs room for the copies or for corpus blocks between the
-    copies of one member. Slots are counted as blocks except that a member longer than a block takes
-    one slot but several blocks, so then the blocks of the window are off by a few.
+    One epoch is a sequence of blocks laid out by `plan_positions`: a member's planned block holds one
+    copy of it (whole, with corpus text filling the rest of the block; a member longer than a block
+    takes consecutive blocks, the last one filled), every other block is corpus text. One member copy
+    a block keeps the order exact; corpus blocks are as many as the code:web ratio asks of all copies'
+    tokens, more when the window needs room for the copies or for corpus blocks between the copies of
+    one member.
     The exposures are then counted by finding each member's token ids in the packed blocks.
     """
     rng = random.Random(seed)
@@ -139,21 +138,22 @@ def build_dosed_mixture(
     member_tokens = sum(doses[t] * len(ids) for t, ids in tokens.items())
     web_needed = math.ceil(member_tokens * web / code)
     filled_in_member_blocks = sum(doses[t] * (span[t] * block_len - len(ids)) for t, ids in tokens.items())
-    web_slots = max(0, round((web_needed - filled_in_member_blocks) / block_len))
-    n_slots = max(copies + web_slots, slots_needed(copies, window))
+    web_blocks = max(0, round((web_needed - filled_in_member_blocks) / block_len))
+    extra = sum(doses[t] * (span[t] - 1) for t in tokens)  # further blocks of members longer than one
+    n_blocks = max(copies + extra + web_blocks, slots_needed(copies, window, extra))
     try:
-        plan = plan_positions(doses, n_slots, window, seed)
+        plan = plan_positions(doses, n_blocks, window, seed, span)
     except LayoutError:
         # Too few corpus blocks in the window to keep one member's copies apart: twice as many slots as
         # copies put a corpus block between any two copies (the achieved ratio records the extra text).
-        n_slots = max(n_slots, slots_needed(2 * copies, window))
-        plan = plan_positions(doses, n_slots, window, seed)
-    member_at = {slot: task_id for task_id, slots in plan.items() for slot in slots}
+        n_blocks = max(n_blocks, slots_needed(2 * copies, window, extra))
+        plan = plan_positions(doses, n_blocks, window, seed, span)
+    member_at = {block: task_id for task_id, starts in plan.items() for block in starts}
 
     web_iter = _WebTokens(web_texts, tokenizer)
     blocks: list[list[int]] = []
-    for slot in range(n_slots):
-        task_id = member_at.get(slot)
+    while len(blocks) < n_blocks:
+        task_id = member_at.get(len(blocks))
         if task_id is None:
             blocks.append([next(web_iter) for _ in range(block_len)])
             continue

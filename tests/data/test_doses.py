@@ -59,6 +59,17 @@ def test_plan_positions_by_hand(window, slots):
     assert seen == {"a", "b"}  # both orders were checked
 
 
+def test_copies_longer_than_a_slot_push_the_later_ones_back():
+    # a takes 3 slots a copy: the layout is made over 12 - 2 * 2 = 8 slots (1, 4, 6 as the i-th of 3 at
+    # (2i + 1) * 8 // 6), then each copy moves back by the further slots of the copies before it.
+    for seed in range(4):
+        plan = plan_positions({"a": 2, "b": 1}, 12, None, seed=seed, spans={"a": 3})
+        if member_ranks(["a", "b"], seed)[0] == "a":  # order a, a, b
+            assert plan == {"a": [1, 6], "b": [10]}
+        else:  # order b, a, a
+            assert plan == {"b": [1], "a": [4, 8]}
+
+
 def test_window_slots_round_halves_up():
     assert window_slots(10, [0.25, 0.75]) == (3, 8)
     assert window_slots(20, [0.0, 0.25]) == (0, 5)
@@ -151,13 +162,20 @@ def test_exposures_counted_in_the_packed_blocks_equal_the_plan(window):
     json.dumps(info)  # mixture.json
 
 
-def test_a_member_longer_than_a_block_is_found_whole_across_its_blocks():
-    texts = {"long": "L" * 150 + "end", "short": "def s(): pass\n"}
+@pytest.mark.parametrize("window", [None, [0.5, 1.0], [0.2, 0.4]])
+def test_a_member_longer_than_a_block_is_found_whole_in_its_blocks_inside_the_window(window):
+    texts = {"long": "L" * 150 + "end", "short": "def s(): pass\n", "other": "def o(): return 1\n"}
+    doses = {"long": 2, "short": 1, "other": 3}
     blocks, info = build_dosed_mixture(
-        texts, {"long": 2, "short": 1}, ["w" * 400], CharTokenizer(), code=1, web=2, block_len=64, seed=0
+        texts, doses, ["w" * 400], CharTokenizer(), code=1, web=4, block_len=64, window=window, seed=0
     )
-    assert info["exposures"] == {"long": 2, "short": 1}
+    assert info["exposures"] == doses
     assert info["members_split_across_blocks"] == 1
+    spans = {"long": 3, "short": 1, "other": 1}  # 154 tokens: 2 full blocks and a filled third
+    assert info["exposure_blocks"] == plan_positions(doses, info["blocks"], window, seed=0, spans=spans)
+    first, end = window_slots(info["blocks"], window)
+    for task_id, starts in info["exposure_blocks"].items():
+        assert all(first <= b and b + spans[task_id] <= end for b in starts)
 
 
 def test_count_in_stream_reads_the_data_not_the_plan():
