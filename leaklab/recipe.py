@@ -126,10 +126,12 @@ class InjectConfig:
 
     # Exposure doses, e.g. [1, 4, 16, 64]: the members are split (seeded by data.seed) into equal groups,
     # one per dose, and a member of dose d is seen d times per epoch, its copies spread through the
-    # stream and never adjacent. None: every member once per epoch, as without this section.
+    # stream and never adjacent (the layout's ties seeded by mix.seed; leaklab/data/doses.py). None:
+    # every member once per epoch.
     doses: list[int] | None = None
     # [start, end]: the part of each epoch's training stream, as fractions, that holds the member
-    # exposures ([0, 0.25] early, [0.75, 1] late). None: the whole stream.
+    # exposures ([0, 0.25] early, [0.75, 1] late). None: the whole stream. Either key set keeps the
+    # planned order in training (no shuffle).
     window: list[float] | None = None
 
     @property
