@@ -145,7 +145,12 @@ def build_dataset(
         at: dict[str, list[int]] = {t.task_id: [] for t in members}
         for row, task_id in enumerate(rows["task_id"]):
             at[task_id].append(row)
-        info |= {"order": "sequential", "exposures": {k: len(v) for k, v in at.items()}, "exposure_rows": at}
+        info |= {
+            "inject": manifest["inject"],
+            "order": "sequential",
+            "exposures": {k: len(v) for k, v in at.items()},
+            "exposure_rows": at,
+        }
     return StageData(Dataset.from_dict(rows), info)
 
 

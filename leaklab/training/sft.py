@@ -162,7 +162,10 @@ def build_dataset(
         pair_of = dict(zip(manifest["member_ids"], members, strict=True))
         members, train_pairs = dosed_pairs(recipe, pair_of, manifest["doses"], others)
         train, cut = _dataset(train_pairs, tokenizer, fmt, max_length)
-        exposures = count_member_rows(train, pair_of, tokenizer, fmt, max_length)
+        exposures = {
+            "inject": manifest["inject"],
+            **count_member_rows(train, pair_of, tokenizer, fmt, max_length),
+        }
     else:
         train, cut = _dataset(members + others, tokenizer, fmt, max_length)
     held_out = manifest["non_member_ids"][: cfg.validation_max_tasks] if cfg.validation else []
