@@ -213,6 +213,25 @@ def test_manifest_records_doses_only_when_inject_is_set(tmp_path):
     assert member_doses(tmp_path) == {f"t/{i}": int(i < 4) for i in range(8)}
 
 
+def test_without_inject_the_mixture_and_manifest_are_those_of_before():
+    """Pinned to what the code before `inject` existed (main at 9e81abc) gives on the same input."""
+    import hashlib
+
+    from leaklab.data.mixing import build_mixture
+    from leaklab.data.splits import split_members
+
+    members = list(_members(8).values())
+    web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
+    blocks, stats = build_mixture(members, web, CharTokenizer(), code=1, web=3, block_len=128, seed=5)
+    mixture = blocks.tobytes() + json.dumps(stats.as_dict(), sort_keys=True).encode()
+    assert hashlib.sha256(mixture).hexdigest()[:16] == "8f883910a1f2c55d"
+    tasks = _tasks(8)
+    manifest = make_manifest(
+        load_recipe("tiny_cpt"), tasks, split_members([t.task_id for t in tasks], seed=0)
+    )
+    assert hashlib.sha256(json.dumps(manifest).encode()).hexdigest()[:16] == "ec67728391f45a51"
+
+
 def test_inject_is_part_of_the_run_identity_only_when_set():
     plain = load_recipe("tiny_cpt")
     assert "inject" not in run_identity(plain)
