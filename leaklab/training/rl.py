@@ -141,8 +141,9 @@ def build_dataset(
     )
     info = {"stage": "rl", "algorithm": rl.algorithm, "prompts": len(members), "prompt_format": fmt}
     if recipe.inject.active:
-        # Read back from the schedule itself: the rows (0-based, one epoch) each member's prompt is on.
-        at: dict[str, list[int]] = {t.task_id: [] for t in members}
+        # Read back from the schedule itself: the rows (0-based, one epoch) each member's prompt is on;
+        # members past train.rl.max_prompts are listed with none.
+        at: dict[str, list[int]] = {task_id: [] for task_id in manifest["member_ids"]}
         for row, task_id in enumerate(rows["task_id"]):
             at[task_id].append(row)
         info |= {
