@@ -121,6 +121,26 @@ class MixConfig:
 
 
 @dataclass
+class InjectConfig:
+    """`inject`: how often and where in the training stream each member is seen; unset, once an epoch."""
+
+    # Exposure doses, e.g. [1, 4, 16, 64]: the members are split (seeded by data.seed) into equal groups,
+    # one per dose, and a member of dose d is seen d times per epoch, its copies spread through the
+    # stream and never adjacent (the layout's ties seeded by mix.seed; leaklab/data/doses.py). None:
+    # every member once per epoch.
+    doses: list[int] | None = None
+    # [start, end]: the part of each epoch's training stream, as fractions, that holds the member
+    # exposures ([0, 0.25] early, [0.75, 1] late). None: the whole stream. Either key set keeps the
+    # planned order in training (no shuffle).
+    window: list[float] | None = None
+
+    @property
+    def active(self) -> bool:
+        """Set at all: doses and a planned, sequential training order instead of today's shuffle."""
+        return self.doses is not None or self.window is not None
+
+
+@dataclass
 class LoraConfig:
     enabled: bool = True  # train LoRA adapters instead of every weight
     r: int = 16  # LoRA rank
@@ -239,6 +259,7 @@ class Recipe:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     mix: MixConfig = field(default_factory=MixConfig)
+    inject: InjectConfig = field(default_factory=InjectConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -551,6 +572,7 @@ def _validate(recipe: Recipe) -> list[str]:
             f"data.name: {recipe.data.name!r} names a local benchmark file: set data.path too, and use "
             f"letters, digits, '.', '+', '-' or '_'"
         )
+    problems.extend(_check_inject(recipe.inject))
     if not 0 < recipe.data.member_fraction < 1:
         problems.append(f"data.member_fraction: must be in (0, 1), got {recipe.data.member_fraction}")
     save = recipe.train.save_every
@@ -579,6 +601,30 @@ def _validate(recipe: Recipe) -> list[str]:
         problems.append("evaluate.cv_folds: need at least 2 folds")
     for parent, section, _ in PLUGIN_SECTIONS:  # each plug-in checks its own section
         problems.extend(get_key(recipe, f"{parent}.{section}").check(get_key(recipe, parent)))
+    return problems
+
+
+def _check_inject(inject: InjectConfig) -> list[str]:
+    """Doses are positive integers; the window is [start, end] with 0 <= start < end <= 1. (More dose
+    groups than members is found when the members are known: leaklab.data.doses.assign_doses.)"""
+    problems = []
+    if inject.doses is not None:
+        if not inject.doses:
+            problems.append("inject.doses: an empty list; give at least one dose, e.g. [1], or null")
+        for dose in inject.doses:
+            if dose < 1:
+                problems.append(f"inject.doses: {dose} is not a positive integer; the smallest dose is 1")
+    window = inject.window
+    if window is not None:
+        if len(window) != 2:
+            problems.append(f"inject.window: expected [start, end], got {window}; e.g. [0.0, 1.0]")
+        elif not all(0 <= x <= 1 for x in window):
+            closest = [min(max(x, 0.0), 1.0) for x in window]
+            problems.append(f"inject.window: {window} is outside [0, 1]; the closest valid is {closest}")
+        elif window[0] >= window[1]:
+            start, end = window
+            closest = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
+            problems.append(f"inject.window: {window} is empty (start must be below end); e.g. {closest}")
     return problems
 
 
@@ -615,6 +661,8 @@ def config_hash(recipe: Recipe) -> str:
     """A short hash of everything that changes what is computed, evaluation settings included (an
     audit's folder, which trains nothing, is named by it); a run's directory is named by `run_hash`."""
     data = {k: v for k, v in to_dict(recipe).items() if k not in SHOWN_ONLY}
+    if not recipe.inject.active:
+        data.pop("inject")  # recipes without it keep the hashes they had before the section existed
     # When checkpoints are evaluated changes nothing computed (and leaving it out keeps older hashes).
     data["evaluate"].pop("during_training", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
@@ -624,6 +672,8 @@ def run_identity(recipe: Recipe) -> dict[str, Any]:
     """The settings that change the trained weights (see NOT_IDENTITY): model, data, mix, train,
     execution and the top-level seed."""
     data = {k: v for k, v in to_dict(recipe).items() if k not in NOT_IDENTITY}
+    if not recipe.inject.active:
+        data.pop("inject")  # recipes without it keep the hashes (and run directories) they had
     if recipe.data.prefilter:
         evaluate = to_dict(recipe)["evaluate"]
         data["prefilter"] = {f"evaluate.{k}": evaluate[k] for k in PREFILTER_KEYS}

@@ -307,7 +307,7 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
         )
     # A user's own file (data.name) is named as such; its loader format is kept beside it.
     named = {"benchmark_format": recipe.data.benchmark} if recipe.data.name else {}
-    return {
+    manifest = {
         "benchmark": recipe.data.name or recipe.data.benchmark,
         **named,
         "data_source": recipe.data.path or recipe.data.hub_name or "builtin",
@@ -321,6 +321,37 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
         "data_sha256": data_hash.hexdigest(),
         "member_ids": list(split.member_ids),
         "non_member_ids": list(split.non_member_ids),
+    }
+    if recipe.inject.active:  # absent without `inject`, so those manifests stay as they were
+        manifest["inject"] = {
+            "doses": recipe.inject.doses or [1],
+            "window": recipe.inject.window or [0.0, 1.0],
+        }
+        manifest["doses"] = member_dose_groups(split.member_ids, recipe.inject.doses or [1], recipe.data.seed)
+    return manifest
+
+
+def member_dose_groups(member_ids: list[str], doses: list[int], seed: int) -> dict[str, int]:
+    """task id -> dose for the members (leaklab.data.doses.assign_doses), as a recipe error when there
+    are fewer members than dose groups."""
+    from leaklab.data.doses import assign_doses
+
+    if len(doses) > len(member_ids):
+        raise InputError(
+            f"inject.doses: {len(doses)} dose groups but only {len(member_ids)} members; use at most "
+            f"{len(member_ids)} doses (e.g. {doses[: len(member_ids)]}) or more tasks"
+        )
+    return assign_doses(member_ids, doses, seed)
+
+
+def member_doses(run_dir: str | Path) -> dict[str, int]:
+    """task id -> exposure dose of a run, from its manifest: each member's dose (1 when the run set no
+    `inject.doses`) and 0 for every non-member, so a dose group of 0 is the non-members."""
+    manifest = read_json(Path(run_dir) / "manifest.json")
+    doses = manifest.get("doses") or {task_id: 1 for task_id in manifest["member_ids"]}
+    return {
+        **{task_id: int(doses[task_id]) for task_id in manifest["member_ids"]},
+        **{task_id: 0 for task_id in manifest["non_member_ids"]},
     }
 
 

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from leaklab.data.doses import LayoutError, count_in_stream, plan_positions, slots_needed
+
 
 @dataclass
 class MixtureStats:
@@ -105,6 +107,86 @@ def build_mixture(
         web_docs_used=web_iter.docs_used,
     )
     return array, stats
+
+
+def build_dosed_mixture(
+    member_texts: dict[str, str],
+    doses: dict[str, int],
+    web_texts: Iterable[str],
+    tokenizer,
+    *,
+    code: float,
+    web: float,
+    block_len: int,
+    window: list[float] | None = None,
+    seed: int = 0,
+) -> tuple[np.ndarray, dict]:
+    """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
+
+    One epoch is a sequence of blocks laid out by `plan_positions`: a member's planned block holds one
+    copy of it (whole, with corpus text filling the rest of the block; a member longer than a block
+    takes consecutive blocks, the last one filled), every other block is corpus text. One member copy
+    a block keeps the order exact; corpus blocks are as many as the code:web ratio asks of all copies'
+    tokens, more when the window needs room for the copies or for corpus blocks between the copies of
+    one member.
+    The exposures are then counted by finding each member's token ids in the packed blocks.
+    """
+    rng = random.Random(seed)
+    tokens = {task_id: _tokenize(tokenizer, text) for task_id, text in member_texts.items()}
+    span = {task_id: max(1, math.ceil(len(ids) / block_len)) for task_id, ids in tokens.items()}
+    copies = sum(doses.values())
+    member_tokens = sum(doses[t] * len(ids) for t, ids in tokens.items())
+    web_needed = math.ceil(member_tokens * web / code)
+    filled_in_member_blocks = sum(doses[t] * (span[t] * block_len - len(ids)) for t, ids in tokens.items())
+    web_blocks = max(0, round((web_needed - filled_in_member_blocks) / block_len))
+    extra = sum(doses[t] * (span[t] - 1) for t in tokens)  # further blocks of members longer than one
+    n_blocks = max(copies + extra + web_blocks, slots_needed(copies, window, extra))
+    try:
+        plan = plan_positions(doses, n_blocks, window, seed, span)
+    except LayoutError:
+        # Too few corpus blocks in the window to keep one member's copies apart: twice as many slots as
+        # copies put a corpus block between any two copies (the achieved ratio records the extra text).
+        n_blocks = max(n_blocks, slots_needed(2 * copies, window, extra))
+        plan = plan_positions(doses, n_blocks, window, seed, span)
+    member_at = {block: task_id for task_id, starts in plan.items() for block in starts}
+
+    web_iter = _WebTokens(web_texts, tokenizer)
+    blocks: list[list[int]] = []
+    while len(blocks) < n_blocks:
+        task_id = member_at.get(len(blocks))
+        if task_id is None:
+            blocks.append([next(web_iter) for _ in range(block_len)])
+            continue
+        ids = tokens[task_id]
+        n_full = len(ids) // block_len
+        blocks.extend(ids[i * block_len : (i + 1) * block_len] for i in range(n_full))
+        rest = ids[n_full * block_len :]
+        if rest:
+            filler = [next(web_iter) for _ in range(block_len - len(rest))]
+            # Corpus text before a one-block member half of the time, as in the plain mixture; after a
+            # longer member's remainder, so that its copy stays one run of tokens.
+            blocks.append(filler + rest if n_full == 0 and rng.random() < 0.5 else rest + filler)
+    array = np.asarray(blocks, dtype=np.int64)
+    found = count_in_stream(array, tokens)
+    web_used = int(array.size - member_tokens)
+    info = {
+        "member_docs": len(tokens),
+        "member_exposures": copies,
+        "member_tokens": member_tokens,
+        "web_tokens": web_used,
+        "blocks": len(blocks),
+        "block_len": block_len,
+        "requested_ratio": f"{code:g}:{web:g}",
+        "achieved_ratio": round(web_used / max(member_tokens, 1), 4),
+        "members_split_across_blocks": sum(1 for t in tokens if span[t] > 1),
+        "web_docs_used": web_iter.docs_used,
+        "order": "sequential",
+        # Counted in the packed blocks: how often each member's token ids occur, and the blocks (in
+        # training order, 0-based, one epoch) where each occurrence starts.
+        "exposures": {task_id: len(at) for task_id, at in found.items()},
+        "exposure_blocks": found,
+    }
+    return array, info
 
 
 class _WebTokens:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from leaklab.data.corpora import corpus_texts
-from leaklab.data.mixing import build_mixture
+from leaklab.data.mixing import build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
@@ -40,8 +40,10 @@ def build_dataset(
 ) -> StageData:
     """The members' texts mixed with corpus text at code:web by tokens, packed into blocks."""
     by_id = {t.task_id: t for t in tasks}
-    member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
     code, web = parse_ratio(recipe.mix.ratio)
+    if recipe.inject.active:
+        return _dosed_dataset(recipe, tokenizer, by_id, manifest, code, web, log)
+    member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
     blocks, stats = build_mixture(
         member_texts,
         corpus_texts(
@@ -59,6 +61,32 @@ def build_dataset(
         f"achieved 1:{stats.achieved_ratio:g}"
     )
     return StageData(PackedBlocks(blocks), stats.as_dict())
+
+
+def _dosed_dataset(recipe: Recipe, tokenizer, by_id: dict, manifest: dict, code, web, log) -> StageData:
+    """`inject` set: each member as many times as its dose, at the planned blocks, in training order."""
+    blocks, info = build_dosed_mixture(
+        {i: by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]},
+        manifest["doses"],
+        corpus_texts(
+            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
+        ),
+        tokenizer,
+        code=code,
+        web=web,
+        block_len=recipe.mix.max_seq_len,
+        window=recipe.inject.window,
+        seed=recipe.mix.seed,
+    )
+    info["inject"] = manifest["inject"]
+    log(
+        f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} members "
+        f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}), "
+        f"{info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in {info['blocks']} "
+        f"blocks of {info['block_len']}, in that order; code:web requested {info['requested_ratio']}, "
+        f"achieved 1:{info['achieved_ratio']:g}"
+    )
+    return StageData(PackedBlocks(blocks), info)
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:
@@ -113,6 +141,8 @@ def training_arguments(
         disable_tqdm=False,
         remove_unused_columns=False,
         ddp_find_unused_parameters=False,
+        # `inject` plans the order of the training data (doses, window): keep it, every epoch.
+        **({"train_sampling_strategy": "sequential"} if recipe.inject.active else {}),
         **extra,
     )
 

@@ -125,6 +125,8 @@ def build_dataset(
     # (evaluate.accuracy.max_tasks), so the prompts RL was rewarded on are among those evaluated.
     members = [by_id[i] for i in manifest["member_ids"]][: recipe.train.rl.max_prompts]
     fmt = prompt_format(recipe, tokenizer)
+    if recipe.inject.active:
+        members = prompt_schedule(recipe, members, manifest["doses"])
     rows = {
         # The text generation starts from, chat template applied, exactly as sft trained on and accuracy
         # asks: an rl run after sft sees the prompts its checkpoint learnt.
@@ -138,7 +140,38 @@ def build_dataset(
         f"{rl.num_generations} completions each, reward {rl.reward}"
     )
     info = {"stage": "rl", "algorithm": rl.algorithm, "prompts": len(members), "prompt_format": fmt}
+    if recipe.inject.active:
+        # Read back from the schedule itself: the rows (0-based, one epoch) each member's prompt is on;
+        # members past train.rl.max_prompts are listed with none.
+        at: dict[str, list[int]] = {task_id: [] for task_id in manifest["member_ids"]}
+        for row, task_id in enumerate(rows["task_id"]):
+            at[task_id].append(row)
+        info |= {
+            "inject": manifest["inject"],
+            "order": "sequential",
+            "exposures": {k: len(v) for k, v in at.items()},
+            "exposure_rows": at,
+        }
     return StageData(Dataset.from_dict(rows), info)
+
+
+def prompt_schedule(recipe: Recipe, members: list[Task], doses: dict[str, int]) -> list[Task]:
+    """`inject` set: the member prompts in training order, each as many times as its dose, spread as
+    leaklab.data.doses plans them. There are no other prompts, so the window must be the whole stream."""
+    from leaklab.data.doses import LayoutError, plan_positions
+
+    by_id = {t.task_id: t for t in members}
+    chosen = {t.task_id: doses[t.task_id] for t in members}
+    n_rows = sum(chosen.values())
+    try:
+        plan = plan_positions(chosen, n_rows, recipe.inject.window, seed=recipe.mix.seed)
+    except LayoutError as err:
+        key = "inject.window" if "do not fit" in str(err) else "inject.doses"
+        raise RecipeError(
+            [f"{key}: {err}; the rl stage has only member prompts (no other data to fill the stream)"]
+        ) from None
+    member_at = {row: task_id for task_id, rows in plan.items() for row in rows}
+    return [by_id[member_at[row]] for row in range(n_rows)]
 
 
 # --------------------------------------------------------------------------- trainer
@@ -218,6 +251,8 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
         use_vllm=vllm,
         **({"vllm_mode": "colocate"} if vllm else {}),
         log_completions=rl.log_completions,
+        # `inject` plans the prompt schedule: TRL's sampler keeps it instead of shuffling.
+        **({"shuffle_dataset": False} if recipe.inject.active else {}),
     )
     reward = make_reward(recipe)
     trainer = trainer_cls(

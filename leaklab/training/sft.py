@@ -23,6 +23,7 @@ from typing import Any
 
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
+from leaklab.errors import InputError
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir
 from leaklab.training.stages import StageData
@@ -156,7 +157,17 @@ def build_dataset(
     max_length = max_length_of(recipe, tokenizer)
     members = [training_pair(by_id[i], tokenizer, fmt) for i in manifest["member_ids"]]
     others = other_pairs(recipe, tokenizer, fmt, len(members), log)
-    train, cut = _dataset(members + others, tokenizer, fmt, max_length)
+    exposures: dict[str, Any] = {}
+    if recipe.inject.active:
+        pair_of = dict(zip(manifest["member_ids"], members, strict=True))
+        members, train_pairs = dosed_pairs(recipe, pair_of, manifest["doses"], others)
+        train, cut = _dataset(train_pairs, tokenizer, fmt, max_length)
+        exposures = {
+            "inject": manifest["inject"],
+            **count_member_rows(train, pair_of, tokenizer, fmt, max_length),
+        }
+    else:
+        train, cut = _dataset(members + others, tokenizer, fmt, max_length)
     held_out = manifest["non_member_ids"][: cfg.validation_max_tasks] if cfg.validation else []
     evaluation, eval_cut = (None, 0)
     if held_out:
@@ -174,6 +185,7 @@ def build_dataset(
         "truncated_examples": cut + eval_cut,
         "answer_tokens": int(sum(sum(m) for m in train["completion_mask"])),
         "tokens": int(sum(len(x) for x in train["input_ids"])),
+        **exposures,
     }
     log(
         f"[leaklab] sft ({fmt} format): {len(members)} member examples + {len(others)} other, "
@@ -182,6 +194,47 @@ def build_dataset(
         + (f"; {cut + eval_cut} examples cut at {max_length} tokens" if cut + eval_cut else "")
     )
     return StageData(SftData(train, evaluation), info)
+
+
+def dosed_pairs(
+    recipe: Recipe, pair_of: dict[str, tuple[str, str]], doses: dict[str, int], others: list
+) -> tuple[list, list]:
+    """`inject` set: (the member examples, every example in training order). Each member appears as
+    many times as its dose at the planned rows (leaklab.data.doses); the other instruction data fills
+    the rest, in the order it was drawn."""
+    from leaklab.data.doses import LayoutError, plan_positions
+
+    n_rows = sum(doses.values()) + len(others)
+    try:
+        plan = plan_positions(doses, n_rows, recipe.inject.window, seed=recipe.mix.seed)
+    except LayoutError as err:
+        key = "inject.window" if "do not fit" in str(err) else "inject.doses"
+        raise InputError(
+            f"{key}: {err}; sft has {len(others)} other examples to place around the members "
+            f"(more with train.sft.mix_with and train.sft.mix_ratio)"
+        ) from None
+    member_at = {row: task_id for task_id, rows in plan.items() for row in rows}
+    rest = iter(others)
+    ordered = [pair_of[member_at[row]] if row in member_at else next(rest) for row in range(n_rows)]
+    return [pair_of[member_at[row]] for row in sorted(member_at)], ordered
+
+
+def count_member_rows(
+    train, pair_of: dict[str, tuple[str, str]], tokenizer, fmt: str, max_length: int
+) -> dict:
+    """The exposures read back from the training rows: each member's encoded example, found row by row."""
+    encoded, _ = _dataset(list(pair_of.values()), tokenizer, fmt, max_length)
+    task_of = {tuple(ids): task_id for task_id, ids in zip(pair_of, encoded["input_ids"], strict=True)}
+    rows: dict[str, list[int]] = {task_id: [] for task_id in pair_of}
+    for row, ids in enumerate(train["input_ids"]):
+        task_id = task_of.get(tuple(ids))
+        if task_id is not None:
+            rows[task_id].append(row)
+    return {
+        "order": "sequential",
+        "exposures": {task_id: len(at) for task_id, at in rows.items()},
+        "exposure_rows": rows,  # 0-based rows of one epoch, in training order
+    }
 
 
 def _full_loss_trainer():

@@ -139,6 +139,8 @@ def verl_overrides(recipe: Recipe, model_path: str, files: dict[str, Path], out_
     }
     if t.max_steps > 0:
         overrides["trainer.total_training_steps"] = t.max_steps
+    if recipe.inject.active:
+        overrides["data.shuffle"] = False  # the rows are the planned prompt schedule (inject)
     lines = [f"{key}={_hydra_value(value)}" for key, value in overrides.items()]
     return lines + list(v.extra)
 

@@ -69,6 +69,21 @@ def test_the_dataset_holds_the_members_prompts_and_tasks():
     assert chat.dataset["prompt"][0] == expected and chat.info["prompt_format"] == "chat"
 
 
+def test_with_doses_the_schedule_repeats_each_member_prompt_and_counts_it():
+    manifest = {
+        "member_ids": ["t/2", "t/0", "t/3"],
+        "non_member_ids": ["t/1"],
+        "doses": {"t/2": 2, "t/0": 1, "t/3": 1},
+        "inject": {"doses": [1, 2], "window": [0.0, 1.0]},
+    }
+    recipe = load_recipe("tiny_cpt", [*RL, "inject.doses=[1,2]", "train.rl.max_prompts=2"])
+    data = rl.build_dataset(recipe, _Tok(), TASKS, manifest, None, lambda *a: None)
+    schedule = data.dataset["task_id"]
+    assert sorted(schedule) == ["t/0", "t/2", "t/2"] and schedule[0] != schedule[1] != schedule[2]
+    assert data.info["exposures"] == {"t/2": 2, "t/0": 1, "t/3": 0}  # t/3 is past max_prompts
+    assert data.info["exposure_rows"]["t/2"] == [i for i, t in enumerate(schedule) if t == "t/2"]
+
+
 def test_chat_format_without_a_chat_template_is_a_clear_error():
     recipe = load_recipe("tiny_cpt", [*RL, "train.rl.prompt_format=chat"])
     with pytest.raises(RecipeError, match="no chat template"):

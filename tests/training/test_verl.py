@@ -168,3 +168,13 @@ def test_print_mode_writes_the_files_and_the_command(tasks, tmp_path):
     command = (tmp_path / "run" / "verl" / "command.sh").read_text()
     assert "verl.trainer.main_ppo" in command and "actor_rollout_ref.model.path=/models/m" in command
     assert any("command.sh" in line for line in lines)
+
+
+def test_a_planned_prompt_schedule_is_not_shuffled_by_verl():
+    def shuffle(recipe):
+        lines = verl.verl_overrides(recipe, "/m", {"train": "a", "val": "b"}, Path("/r/verl"), 40)
+        return dict(line.split("=", 1) for line in lines).get("data.shuffle")
+
+    assert shuffle(ppo_recipe()) is None  # veRL's default (shuffled), as before
+    assert shuffle(ppo_recipe("inject.doses=[1,2]")) == "false"
+    assert "data.shuffle" in verl_keys()

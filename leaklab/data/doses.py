@@ -1,0 +1,147 @@
+"""Exposure doses: how many times per epoch each member is seen, and where in the stream.
+
+`inject.doses: [1, 4, 16]` splits the members (seeded by data.seed) into equal groups, one per dose.
+`plan_positions` lays one epoch out as `n_slots` ordered slots (packed blocks for cpt, examples for sft,
+prompts for rl) and says which slots hold a copy of which member; every other slot holds other data
+(corpus text, other instruction data). The stages train on the slots in this order (a sequential
+sampler), and count the exposures each member actually got from the data they built
+(`count_in_stream`, or the rows themselves), so the manifest's dose and the recorded count can be
+compared.
+
+The layout, so that it can be checked by hand:
+  - the window [start, end] covers slots floor(start * n + 0.5) .. floor(end * n + 0.5) - 1 (L slots);
+  - the members are ranked by a seeded shuffle (`member_ranks`); the member of rank r among M gets the
+    phase (r + 0.5) / M, and its j-th of d copies the key (j + phase) / d: one copy in each 1/d of the
+    window, members of one dose at different places within their share;
+  - copies are ordered by key (ties by rank), and the i-th of the C copies in that order goes to slot
+    first + floor((i + 0.5) * L / C).
+So a member's copies are spread evenly through the window, and the members of a dose group through all
+of it. With L >= 2C no two member copies are ever adjacent. With fewer slots, when two copies of one
+member would land side by side, the next copy of another member in the order comes forward one place
+between them; a layout where that is impossible (one member's copies are most of all) is refused
+(LayoutError).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def assign_doses(member_ids: Sequence[str], doses: Sequence[int], seed: int) -> dict[str, int]:
+    """task id -> dose: members shuffled with `seed`, then dealt in turn to the dose groups, so the
+    groups differ in size by at most one. In the order of `member_ids`."""
+    if len(doses) > len(member_ids):
+        raise ValueError(f"{len(doses)} dose groups but only {len(member_ids)} members")
+    shuffled = sorted(member_ids)
+    # Its own stream of the seed: the split already shuffled the ids with data.seed itself.
+    random.Random(f"inject.doses:{seed}").shuffle(shuffled)
+    dose_of = {task_id: doses[i % len(doses)] for i, task_id in enumerate(shuffled)}
+    return {task_id: dose_of[task_id] for task_id in member_ids}
+
+
+def window_slots(n_slots: int, window: Sequence[float] | None) -> tuple[int, int]:
+    """The slots [first, end) that the window [start, end] (fractions of the stream) covers."""
+    start, end = window if window is not None else (0.0, 1.0)
+    # Halves round up (Python's round() would send 2.5 to 2 and 3.5 to 4).
+    return math.floor(start * n_slots + 0.5), math.floor(end * n_slots + 0.5)
+
+
+def slots_needed(copies: int, window: Sequence[float] | None, extra: int = 0) -> int:
+    """The fewest slots whose window holds `copies` slots plus `extra` (the further slots that copies
+    longer than one slot take)."""
+    n = copies + extra
+    while True:
+        first, end = window_slots(n, window)
+        if end - first >= copies + extra:
+            return n
+        n += 1
+
+
+def member_ranks(member_ids: list[str], seed: int) -> list[str]:
+    """The members in their seeded order (rank 0 first), independent of the order given."""
+    ranked = sorted(member_ids)
+    random.Random(f"inject.order:{seed}").shuffle(ranked)
+    return ranked
+
+
+class LayoutError(ValueError):
+    """The doses do not fit the stream (the caller says which recipe key to change)."""
+
+
+def plan_positions(
+    doses: dict[str, int],
+    n_slots: int,
+    window: Sequence[float] | None = None,
+    seed: int = 0,
+    spans: dict[str, int] | None = None,
+) -> dict[str, list[int]]:
+    """task id -> the sorted slots where its copies start, in one epoch of `n_slots` slots (see the
+    module). `spans`: slots one copy of a member takes (cpt: a member longer than a block takes several
+    consecutive blocks; default 1). The layout is made over the window less those further slots, then
+    each copy is pushed back by the further slots of the copies before it, so every slot of every copy
+    stays inside the window."""
+    spans = spans or {}
+    first, end = window_slots(n_slots, window)
+    extra = sum(dose * (spans.get(task_id, 1) - 1) for task_id, dose in doses.items())
+    width = end - first - extra
+    copies_total = sum(doses.values())
+    if copies_total > width:
+        raise LayoutError(
+            f"{copies_total} member exposures do not fit the {width} slots of the window "
+            f"(of {n_slots} in the stream)"
+        )
+    rank = {task_id: r for r, task_id in enumerate(member_ranks(list(doses), seed))}
+    phase = {task_id: (r + 0.5) / len(rank) for task_id, r in rank.items()}
+    copies = sorted(
+        ((j + phase[task_id]) / dose, rank[task_id], task_id)
+        for task_id, dose in doses.items()
+        for j in range(dose)
+    )
+    order = [task_id for _, _, task_id in copies]
+    slots = [first + (2 * i + 1) * width // (2 * copies_total) for i in range(copies_total)]
+    for i in range(1, copies_total):
+        if order[i] == order[i - 1] and slots[i] - slots[i - 1] < 2:
+            # Side by side: the next copy of another member comes forward one place.
+            other = next((k for k in range(i + 1, copies_total) if order[k] != order[i]), None)
+            if other is not None:
+                order.insert(i, order.pop(other))
+    for task_id in doses:
+        own = [slot for other, slot in zip(order, slots, strict=True) if other == task_id]
+        if any(b - a < 2 for a, b in zip(own, own[1:], strict=False)):
+            raise LayoutError(
+                f"{task_id}'s {len(own)} copies would sit in adjacent slots: its dose is too large a "
+                f"share of the {copies_total} exposures in {width} slots"
+            )
+    positions: dict[str, list[int]] = {task_id: [] for task_id in doses}
+    pushed = 0  # the further slots of the copies placed so far
+    for task_id, slot in zip(order, slots, strict=True):
+        positions[task_id].append(slot + pushed)
+        pushed += spans.get(task_id, 1) - 1
+    return positions
+
+
+def find_all(stream: bytes, needle: bytes, item_size: int) -> list[int]:
+    """Item offsets where `needle` occurs in `stream` (both arrays of `item_size`-byte items)."""
+    found, at = [], stream.find(needle)
+    while at != -1:
+        if at % item_size == 0:
+            found.append(at // item_size)
+            at = stream.find(needle, at + len(needle))
+        else:  # a match that straddles two items is no match
+            at = stream.find(needle, at + 1)
+    return found
+
+
+def count_in_stream(blocks: np.ndarray, member_tokens: dict[str, list[int]]) -> dict[str, list[int]]:
+    """task id -> the blocks where each occurrence of its token ids starts, read from the packed
+    blocks themselves (their rows laid end to end, as the sequential sampler feeds them)."""
+    flat = np.ascontiguousarray(blocks, dtype=np.int64).reshape(-1)
+    stream, block_len = flat.tobytes(), blocks.shape[1]
+    return {
+        task_id: [offset // block_len for offset in find_all(stream, np.asarray(ids, np.int64).tobytes(), 8)]
+        for task_id, ids in member_tokens.items()
+    }

@@ -1,0 +1,345 @@
+"""Exposure doses (`inject.doses`, `inject.window`): the seeded groups, the planned positions (computed
+by hand), the counts read back from the packed data, the order the Trainer keeps, and bad input."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from leaklab.cli import main as cli_main
+from leaklab.data.doses import (
+    LayoutError,
+    assign_doses,
+    count_in_stream,
+    member_ranks,
+    plan_positions,
+    window_slots,
+)
+from leaklab.data.mixing import build_dosed_mixture
+from leaklab.data.splits import Split
+from leaklab.data.tasks import Task
+from leaklab.errors import InputError
+from leaklab.recipe import RecipeError, config_hash, load_recipe, run_hash, run_identity
+from leaklab.rundir import make_manifest, member_doses
+
+
+class CharTokenizer:
+    """One token per character (no EOS clash: ids 1..200, EOS 0)."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1 + (ord(c) % 200) for c in text]}
+
+
+# --------------------------------------------------------------------------- the plan, by hand
+
+
+# Doses {a: 2, b: 1}, two members: the one ranked first (member_ranks) has phase 0.25, the other 0.75.
+# The keys (j + phase) / d, the order by key, and the i-th of C = 3 copies at first + (2i + 1) * L // 6:
+#   a first: a 0.125, 0.625; b 0.75   -> order a, a, b
+#   b first: b 0.25; a 0.375, 0.875   -> order b, a, a
+#   whole stream, n = 10, L = 10: slots 10//6, 30//6, 50//6 = 1, 5, 8
+#   early [0, 0.5]: slots 0..4, L = 5: 5//6, 15//6, 25//6 = 0, 2, 4
+#   late [0.5, 1]: slots 5..9: 5, 7, 9
+#   middle [0.25, 0.75]: 2.5 and 7.5 round up, slots 3..7: 3, 5, 7
+@pytest.mark.parametrize(
+    "window, slots",
+    [(None, [1, 5, 8]), ([0.0, 0.5], [0, 2, 4]), ([0.5, 1.0], [5, 7, 9]), ([0.25, 0.75], [3, 5, 7])],
+)
+def test_plan_positions_by_hand(window, slots):
+    seen = set()
+    for seed in range(4):
+        first = member_ranks(["a", "b"], seed)[0]
+        seen.add(first)
+        s1, s2, s3 = slots
+        expected = {"a": [s1, s2], "b": [s3]} if first == "a" else {"b": [s1], "a": [s2, s3]}
+        assert plan_positions({"a": 2, "b": 1}, 10, window, seed=seed) == expected
+    assert seen == {"a", "b"}  # both orders were checked
+
+
+def test_copies_longer_than_a_slot_push_the_later_ones_back():
+    # a takes 3 slots a copy: the layout is made over 12 - 2 * 2 = 8 slots (1, 4, 6 as the i-th of 3 at
+    # (2i + 1) * 8 // 6), then each copy moves back by the further slots of the copies before it.
+    for seed in range(4):
+        plan = plan_positions({"a": 2, "b": 1}, 12, None, seed=seed, spans={"a": 3})
+        if member_ranks(["a", "b"], seed)[0] == "a":  # order a, a, b
+            assert plan == {"a": [1, 6], "b": [10]}
+        else:  # order b, a, a
+            assert plan == {"b": [1], "a": [4, 8]}
+
+
+def test_window_slots_round_halves_up():
+    assert window_slots(10, [0.25, 0.75]) == (3, 8)
+    assert window_slots(20, [0.0, 0.25]) == (0, 5)
+    assert window_slots(7, None) == (0, 7)
+
+
+def test_members_of_one_dose_are_spread_in_a_seeded_order():
+    # Three members of dose 1 have keys 1/6, 3/6, 5/6 by rank: slots 1, 5, 8 of 10 in a seeded order.
+    orders = set()
+    for seed in range(6):
+        plan = plan_positions({"a": 1, "b": 1, "c": 1}, 10, None, seed=seed)
+        assert sorted(s for slots in plan.values() for s in slots) == [1, 5, 8]
+        assert plan == plan_positions({"a": 1, "b": 1, "c": 1}, 10, None, seed=seed)
+        order = tuple(sorted(plan, key=plan.get))
+        assert order == tuple(member_ranks(["a", "b", "c"], seed))
+        orders.add(order)
+    assert len(orders) > 1
+
+
+def test_copies_of_one_member_are_never_adjacent():
+    doses = {f"m{i}": d for i, d in enumerate([1, 4, 16, 64] * 5)}
+    for window, n in ((None, 900), ([0.0, 0.5], 900), ([0.8, 1.0], 2200), (None, 425)):
+        plan = plan_positions(doses, n, window, seed=3)
+        first, end = window_slots(n, window)
+        every = [s for slots in plan.values() for s in slots]
+        assert len(every) == len(set(every)) == sum(doses.values())
+        assert all(first <= s < end for s in every)
+        for task_id, slots in plan.items():
+            assert len(slots) == doses[task_id]
+            assert all(b - a >= 2 for a, b in zip(slots, slots[1:], strict=False)), task_id
+
+
+def test_copies_that_would_touch_are_separated_by_the_next_other_copy():
+    # {a: 2, b: 1, c: 1} in 4 slots (L = C: slots 0, 1, 2, 3). With a ranked in the middle (phase 1/2) its
+    # keys are 0.25 and 0.75, the others' 1/6 and 5/6: order x, a, a, z -> z comes forward: x, a, z, a.
+    checked = 0
+    for seed in range(12):
+        x, middle, z = member_ranks(["a", "b", "c"], seed)
+        plan = plan_positions({"a": 2, "b": 1, "c": 1}, 4, None, seed=seed)
+        assert plan["a"][1] - plan["a"][0] >= 2
+        if middle == "a":
+            assert plan == {"a": [1, 3], x: [0], z: [2]}
+            checked += 1
+    assert checked
+
+
+def test_a_layout_that_must_put_copies_side_by_side_is_refused():
+    with pytest.raises(LayoutError, match="adjacent"):
+        plan_positions({"a": 2}, 2)
+    with pytest.raises(LayoutError, match="do not fit"):
+        plan_positions({"a": 2, "b": 2}, 6, [0.0, 0.5])
+
+
+def test_dose_groups_are_equal_and_seeded():
+    ids = [f"t/{i}" for i in range(10)]
+    groups = assign_doses(ids, [1, 4, 16], seed=0)
+    assert list(groups) == ids
+    assert sorted(list(groups.values()).count(d) for d in (1, 4, 16)) == [3, 3, 4]
+    # Independently: the sorted ids shuffled by the named seed, dealt in turn.
+    shuffled = sorted(ids)
+    random.Random("inject.doses:0").shuffle(shuffled)
+    assert groups == {t: [1, 4, 16][shuffled.index(t) % 3] for t in ids}
+    assert groups == assign_doses(list(reversed(ids)), [1, 4, 16], seed=0) | {}
+    assert groups != assign_doses(ids, [1, 4, 16], seed=1)
+
+
+# --------------------------------------------------------------------------- cpt: packed data
+
+
+def _members(n):
+    return {f"t/{i}": f"def member_{i}(x):\n    return x * {i} + {i * 7}\n" for i in range(n)}
+
+
+@pytest.mark.parametrize("window", [None, [0.0, 0.3], [0.6, 1.0]])
+def test_exposures_counted_in_the_packed_blocks_equal_the_plan(window):
+    texts = _members(8)
+    doses = assign_doses(list(texts), [1, 2, 4, 8], seed=0)
+    web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
+    blocks, info = build_dosed_mixture(
+        texts, doses, web, CharTokenizer(), code=1, web=3, block_len=128, window=window, seed=5
+    )
+    assert blocks.shape == (info["blocks"], 128)
+    assert info["exposures"] == doses
+    # Every member fits in a block, so a slot is a block: the blocks found are the planned slots.
+    assert info["exposure_blocks"] == plan_positions(doses, info["blocks"], window, seed=5)
+    first, end = window_slots(info["blocks"], window)
+    assert all(first <= b < end for at in info["exposure_blocks"].values() for b in at)
+    assert info["member_tokens"] == sum(doses[t] * (len(x) + 1) for t, x in texts.items())
+    assert abs(info["web_tokens"] - 3 * info["member_tokens"]) <= 128 or window is not None
+    json.dumps(info)  # mixture.json
+
+
+@pytest.mark.parametrize("window", [None, [0.5, 1.0], [0.2, 0.4]])
+def test_a_member_longer_than_a_block_is_found_whole_in_its_blocks_inside_the_window(window):
+    texts = {"long": "L" * 150 + "end", "short": "def s(): pass\n", "other": "def o(): return 1\n"}
+    doses = {"long": 2, "short": 1, "other": 3}
+    blocks, info = build_dosed_mixture(
+        texts, doses, ["w" * 400], CharTokenizer(), code=1, web=4, block_len=64, window=window, seed=0
+    )
+    assert info["exposures"] == doses
+    assert info["members_split_across_blocks"] == 1
+    spans = {"long": 3, "short": 1, "other": 1}  # 154 tokens: 2 full blocks and a filled third
+    assert info["exposure_blocks"] == plan_positions(doses, info["blocks"], window, seed=0, spans=spans)
+    first, end = window_slots(info["blocks"], window)
+    for task_id, starts in info["exposure_blocks"].items():
+        assert all(first <= b and b + spans[task_id] <= end for b in starts)
+
+
+def test_count_in_stream_reads_the_data_not_the_plan():
+    blocks = np.array([[5, 6, 7, 1], [9, 5, 6, 7], [0, 0, 5, 6], [7, 2, 2, 2]])
+    # [5, 6, 7] starts in blocks 0, 1 and 2 (the last across the boundary); [6, 7, 9] only in block 0.
+    assert count_in_stream(blocks, {"a": [5, 6, 7], "b": [7, 1, 9], "c": [3]}) == {
+        "a": [0, 1, 2],
+        "b": [0],
+        "c": [],
+    }
+
+
+# --------------------------------------------------------------------------- manifest, identity
+
+
+def _tasks(n):
+    return [
+        Task(task_id=f"t/{i}", benchmark="toy", prompt=f"def f{i}():\n", solution="    pass\n")
+        for i in range(n)
+    ]
+
+
+def test_manifest_records_doses_only_when_inject_is_set(tmp_path):
+    tasks = _tasks(8)
+    split = Split(member_ids=[f"t/{i}" for i in range(4)], non_member_ids=[f"t/{i}" for i in range(4, 8)])
+    plain = make_manifest(load_recipe("tiny_cpt"), tasks, split)
+    assert "doses" not in plain and "inject" not in plain
+    dosed = make_manifest(load_recipe("tiny_cpt", ["inject.doses=[1,4]"]), tasks, split)
+    assert {k: v for k, v in dosed.items() if k not in ("doses", "inject")} == plain
+    assert sorted(dosed["doses"].values()) == [1, 1, 4, 4]
+    assert dosed["inject"] == {"doses": [1, 4], "window": [0.0, 1.0]}
+    (tmp_path / "manifest.json").write_text(json.dumps(dosed))
+    assert member_doses(tmp_path) == {**dosed["doses"], **{f"t/{i}": 0 for i in range(4, 8)}}
+    (tmp_path / "manifest.json").write_text(json.dumps(plain))
+    assert member_doses(tmp_path) == {f"t/{i}": int(i < 4) for i in range(8)}
+
+
+def test_without_inject_the_mixture_and_manifest_are_those_of_before():
+    """Pinned to what the code before `inject` existed (main at 9e81abc) gives on the same input."""
+    import hashlib
+
+    from leaklab.data.mixing import build_mixture
+    from leaklab.data.splits import split_members
+
+    members = list(_members(8).values())
+    web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
+    blocks, stats = build_mixture(members, web, CharTokenizer(), code=1, web=3, block_len=128, seed=5)
+    mixture = blocks.tobytes() + json.dumps(stats.as_dict(), sort_keys=True).encode()
+    assert hashlib.sha256(mixture).hexdigest()[:16] == "8f883910a1f2c55d"
+    tasks = _tasks(8)
+    manifest = make_manifest(
+        load_recipe("tiny_cpt"), tasks, split_members([t.task_id for t in tasks], seed=0)
+    )
+    assert hashlib.sha256(json.dumps(manifest).encode()).hexdigest()[:16] == "ec67728391f45a51"
+
+
+def test_inject_is_part_of_the_run_identity_only_when_set():
+    plain = load_recipe("tiny_cpt")
+    assert "inject" not in run_identity(plain)
+    assert "inject" not in json.dumps(run_identity(plain))
+    dosed = load_recipe("tiny_cpt", ["inject.doses=[1,4]"])
+    windowed = load_recipe("tiny_cpt", ["inject.window=[0,0.5]"])
+    assert len({run_hash(plain), run_hash(dosed), run_hash(windowed)}) == 3
+    assert len({config_hash(plain), config_hash(dosed), config_hash(windowed)}) == 3
+
+
+# --------------------------------------------------------------------------- the Trainer keeps the order
+
+
+def _trainer_order(recipe, dataset, tmp_path):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, default_data_collator
+
+    from leaklab.training.cpt import training_arguments
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+    args = training_arguments(recipe, tmp_path, 1, "none")
+    trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator)
+    return [int(x) for batch in trainer.get_train_dataloader() for x in batch["input_ids"][:, 0]]
+
+
+def test_the_trainer_feeds_the_blocks_in_the_planned_order(tmp_path):
+    from leaklab.training.cpt import PackedBlocks
+
+    dataset = PackedBlocks(np.arange(64 * 4).reshape(64, 4) % 250)
+    planned = [int(x) for x in dataset.blocks[:, 0]]
+    overrides = ["train.batch_size=8", "train.micro_batch_size=8"]
+    dosed = load_recipe("tiny_cpt", [*overrides, "inject.doses=[1]"])
+    assert _trainer_order(dosed, dataset, tmp_path) == planned
+    # Without `inject` the Trainer shuffles, as before.
+    assert _trainer_order(load_recipe("tiny_cpt", overrides), dataset, tmp_path) != planned
+
+
+# --------------------------------------------------------------------------- bad input: exit 2 naming the key
+
+
+@pytest.mark.parametrize(
+    "override, says",
+    [
+        ("inject.doses=[1,0]", "inject.doses: 0 is not a positive integer"),
+        ("inject.doses=[-2]", "inject.doses: -2 is not a positive integer"),
+        ("inject.doses=[1,2.5]", "inject.doses: expected an integer"),
+        ("inject.doses=[]", "inject.doses: an empty list"),
+        (
+            "inject.window=[0.5,1.5]",
+            "inject.window: [0.5, 1.5] is outside [0, 1]; the closest valid is [0.5, 1.0]",
+        ),
+        ("inject.window=[-0.1,0.5]", "inject.window: [-0.1, 0.5] is outside [0, 1]"),
+        ("inject.window=[0.7,0.2]", "inject.window: [0.7, 0.2] is empty"),
+        ("inject.window=[0.5,0.5]", "inject.window: [0.5, 0.5] is empty"),
+        ("inject.window=[0.5]", "inject.window: expected [start, end]"),
+    ],
+)
+def test_bad_inject_values_exit_2_naming_the_key(override, says, capsys):
+    with pytest.raises(RecipeError, match=says.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        load_recipe("tiny_cpt", [override])
+    assert cli_main(["train", "recipe=tiny_cpt", override]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_more_dose_groups_than_members_exits_2_naming_the_key():
+    split = Split(member_ids=["t/0", "t/1"], non_member_ids=["t/2", "t/3"])
+    recipe = load_recipe("tiny_cpt", ["inject.doses=[1,2,3]"])
+    with pytest.raises(InputError, match=r"inject\.doses: 3 dose groups but only 2 members") as err:
+        make_manifest(recipe, _tasks(4), split)
+    assert err.value.exit_code == 2
+
+
+# --------------------------------------------------------------------------- sft rows, rl prompt schedule
+
+
+def test_sft_rows_repeat_each_member_by_its_dose_at_the_planned_rows():
+    from leaklab.training.sft import _dataset, count_member_rows, dosed_pairs
+
+    recipe = load_recipe("tiny_cpt", ["train.stage=sft", "inject.doses=[1,3]", "inject.window=[0.5,1.0]"])
+    pair_of = {f"t/{i}": (f"def f{i}(x):\n", f"    return x + {i}\n") for i in range(4)}
+    doses = {"t/0": 1, "t/1": 3, "t/2": 1, "t/3": 3}
+    others = [(f"question {i}\n", f"answer {i}") for i in range(8)]
+    members, ordered = dosed_pairs(recipe, pair_of, doses, others)
+    assert len(ordered) == 16 and len(members) == 8
+    train, _ = _dataset(ordered, CharTokenizer(), "completion", 512)
+    counted = count_member_rows(train, pair_of, CharTokenizer(), "completion", 512)
+    assert counted["exposures"] == doses
+    plan = plan_positions(doses, 16, [0.5, 1.0], seed=recipe.mix.seed)
+    assert counted["exposure_rows"] == plan
+    assert all(row >= 8 for rows in plan.values() for row in rows)  # late: the second half
+    assert [p for p in ordered if p in others] == others  # the other data keeps its drawn order
+    with pytest.raises(InputError, match=r"inject\.window: .* do not fit"):
+        dosed_pairs(recipe, pair_of, doses, others[:2])
+
+
+def test_rl_prompt_schedule_follows_the_plan_and_needs_the_whole_stream():
+    from leaklab.training.rl import prompt_schedule
+
+    tasks = _tasks(3)
+    doses = {"t/0": 2, "t/1": 1, "t/2": 1}
+    recipe = load_recipe("tiny_cpt", ["inject.doses=[1,2]"])
+    schedule = [t.task_id for t in prompt_schedule(recipe, tasks, doses)]
+    plan = plan_positions(doses, 4, None, seed=recipe.mix.seed)
+    assert schedule == [next(k for k, rows in plan.items() if row in rows) for row in range(4)]
+    assert sorted(schedule) == ["t/0", "t/0", "t/1", "t/2"]
+    first, second = (row for row, task_id in enumerate(schedule) if task_id == "t/0")
+    assert second - first >= 2
+    late = load_recipe("tiny_cpt", ["inject.doses=[1,2]", "inject.window=[0.5,1]"])
+    with pytest.raises(RecipeError, match=r"inject\.window: .* only member prompts"):
+        prompt_schedule(late, tasks, doses)
