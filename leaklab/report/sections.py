@@ -86,6 +86,15 @@ def header_section(run: RunData) -> Section:
         facts.append(["members / non-members", f"{m.get('n_members')} / {m.get('n_non_members')}"])
         if not mia:
             facts.append(["split seed", str(m.get("seed"))])
+        left_out = m.get("left_out") or []
+        if left_out:
+            facts.append(
+                [
+                    "left out",
+                    f"{len(left_out)} task(s) whose canonical solution fails its own tests "
+                    f"(first: {left_out[0].get('task_id')}: {str(left_out[0].get('reason', ''))[:120]})",
+                ]
+            )
     elif run.sample_counts()[0] is not None:
         n_pos, n_neg = run.sample_counts()
         facts.append(["members / non-members", f"{n_pos} / {n_neg}"])
