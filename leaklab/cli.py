@@ -1,4 +1,4 @@
-"""The `leaklab` command: train | evaluate | audit | report | compare | select | recipes | keys |
+"""The `leaklab` command: train | evaluate | audit | mia | report | compare | select | recipes | keys |
 detectors | build-tiny | counterfactual.
 
 Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
@@ -18,6 +18,9 @@ USAGE = """usage: leaklab COMMAND [ARGS]
                                           evaluate a run's checkpoints with what they lack (no retraining)
   audit model=M benchmark=B detectors=[..] score any model on a whole benchmark, no training
                                           (no ground truth: scores and their distributions)
+  mia model=M data=FILE [detectors=[..]] membership inference on any labelled text (text + label
+                                          columns, or members=F non_members=F, or data=hub:NAME), no
+                                          training: the rows, scores and report of a run's step
   report RUN_DIR [--out DIR]              write RUN_DIR/report/ or DIR (index.html, markdown, CSV, figures) and
                                           print the table
   compare RUN_DIR... [--step N] [--out D] several runs side by side: tables, overlaid curves, F1 vs ratio
@@ -82,6 +85,32 @@ distribution, and SrDetection's leakage rate with a bootstrap interval).
 
 example:
   leaklab audit model=builtin:tiny benchmark=humaneval detectors=[ppl,mink]
+""",
+    "mia": """usage: leaklab mia model=M (data=FILE | members=FILE non_members=FILE | data=hub:NAME)
+                   [detectors=[..]] [--limit N] [key.sub=value ...] [--debug]
+
+Membership inference on any labelled text, without training: every detector that applies to plain text
+scores each text with model M, and the folder <output_dir>/mia-<model>-<data>-<hash>/ gets what a run's
+step gets (results.jsonl with AUROC, TPR@1%/5%FPR, CV and oracle F1 with bootstrap intervals, the blind
+baseline and dataset inference; scores/step-0/detection.jsonl; report/; W&B), so `leaklab report` and
+`leaklab compare` read it like a run. Running it again computes only what the folder lacks.
+
+  model=M            required: a hub name, a local directory or builtin:tiny (model.name_or_path)
+  data=FILE          .jsonl, .jsonl.gz, .json, .csv or .parquet with a text and a label column
+                     (label 1 = member, 0 = non-member; true / false also read)
+  members=FILE non_members=FILE
+                     two files of texts (a text column each) instead of data=
+  data=hub:NAME      a hub dataset, with split=S (default train); offline, save it and give data= a path
+  text_column=C label_column=L
+                     the columns' names (default text, label)
+  --limit N          the first N members and the first N non-members
+  detectors=[..]     detector specs (evaluate.detectors); default: tiny_cpt's that apply to plain text.
+                     Those needing variants (srdetection_*, neighbourhood) do not apply; ref needs
+                     evaluate.reference_model. Either is skipped by default and refused when named.
+  other keys         any recipe key (`leaklab keys`), e.g. output_dir=mia evaluate.n_bootstrap=200
+
+example:
+  leaklab mia model=builtin:tiny members=seen.jsonl non_members=unseen.jsonl detectors=[ppl,zlib,mink]
 """,
     "report": """usage: leaklab report RUN_DIR [--out DIR]
 
@@ -190,6 +219,26 @@ def _audit(args: list[str]) -> int:
     return 0
 
 
+def _mia(args: list[str]) -> int:
+    from leaklab.errors import InputError
+    from leaklab.mia import parse_mia_args, run_mia
+    from leaklab.recipe import load_recipe
+    from leaklab.train import preflight
+
+    overrides, spec, limit = parse_mia_args(args)
+    if not any(o.partition("=")[0] == "model.name_or_path" for o in overrides):
+        raise InputError(
+            "mia: model= is required (a hub name, a local directory, or builtin:tiny); "
+            "see `leaklab mia --help`"
+        )
+    named = any(o.partition("=")[0] == "evaluate.detectors" for o in overrides)
+    # The tiny recipe supplies the evaluation defaults; the command names its own model and data.
+    recipe = load_recipe("tiny_cpt", ["name=mia", *overrides])
+    preflight(recipe)
+    run_dir = run_mia(recipe, spec, limit, named=named)
+    return _summary(str(run_dir), None)
+
+
 def _select(args: list[str]) -> int:
     import argparse
     from pathlib import Path
@@ -283,6 +332,7 @@ COMMANDS = (
     "train",
     "evaluate",
     "audit",
+    "mia",
     "report",
     "compare",
     "select",
@@ -315,6 +365,8 @@ def dispatch(argv: list[str]) -> int:
         return train_command(args)
     if command == "audit":
         return _audit(args)
+    if command == "mia":
+        return _mia(args)
     if command == "recipes":
         return _recipes()
     if command == "keys":

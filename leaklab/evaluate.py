@@ -66,20 +66,53 @@ def tests_needed_by(recipe: Recipe) -> list[str]:
     return needing
 
 
-def load_tasks(recipe: Recipe) -> list[Task]:
+def load_tasks(
+    recipe: Recipe, log=print, left_out: list[dict[str, str]] | None = None, check_solutions: bool = True
+) -> list[Task]:
     """The recipe's benchmark. Tasks without tests are fine unless something in the recipe runs them
-    (`tests_needed_by`): then one line names the first such task and what needs its tests."""
+    (`tests_needed_by`): then one line names the first such task and what needs its tests.
+
+    When something runs the tests of a local benchmark (data.path), every canonical solution is run
+    against its own tests first: a task whose solution fails is left out, counted in a logged line and,
+    when `left_out` is a list, appended to it as {"task_id", "reason"} (a run's manifest records them).
+    Every solution failing is an error (the tests or the file's format are wrong). `check_solutions`
+    False skips this (a trained run's evaluation: its manifest already decided the tasks)."""
     data = recipe.data
     tasks = _load_tasks(recipe)
+    needing = tests_needed_by(recipe)
+    source = data.path or data.hub_name or data.benchmark
     empty = [t for t in tasks if not t.has_tests()]
-    needing = tests_needed_by(recipe) if empty else []
-    if needing:
-        source = data.path or data.hub_name or data.benchmark
+    if needing and empty:
         raise InputError(
             f"{source}: {len(empty)} of {len(tasks)} tasks have no tests (first: {empty[0].task_id}), "
             f"but {needing[0]} needs them; give every task a test, or leave out what runs them"
         )
+    if needing and data.path and check_solutions:
+        tasks = _drop_failing_solutions(tasks, source, log, left_out)
     return tasks
+
+
+def _drop_failing_solutions(tasks: list[Task], source: str, log, left_out) -> list[Task]:
+    """`tasks` without those whose canonical solution fails its own tests (see `load_tasks`)."""
+    from leaklab.execution.correctness import canonical_failures
+
+    failing = canonical_failures(tasks)
+    if not failing:
+        return tasks
+    first, why = next(iter(failing.items()))
+    why = why.strip().splitlines()[0][:200] if why.strip() else "failed"
+    if len(failing) == len(tasks):
+        raise InputError(
+            f"{source}: the canonical solution of every task fails its own tests (first: {first}: {why}); "
+            "check the tests, and that data.benchmark names the file's format"
+        )
+    log(
+        f"[leaklab] {source}: the canonical solutions of {len(failing)} of {len(tasks)} tasks fail their "
+        f"own tests (first: {first}: {why}); those tasks are left out"
+    )
+    if left_out is not None:
+        left_out.extend({"task_id": i, "reason": r} for i, r in failing.items())
+    return [t for t in tasks if t.task_id not in failing]
 
 
 def _load_tasks(recipe: Recipe) -> list[Task]:
@@ -439,7 +472,8 @@ def evaluate_run(
         recipe = load_recipe(str(run.recipe), list(overrides))
     check_settings(run, recipe)
     manifest = read_json(run.manifest)
-    eval_set = build_eval_set(load_tasks(recipe), manifest, recipe.data.text_format)
+    # The manifest already holds only the tasks whose canonical solutions passed when the run began.
+    eval_set = build_eval_set(load_tasks(recipe, check_solutions=False), manifest, recipe.data.text_format)
     # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
     stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
     base_path = stage_start or resolve_model_path(recipe.model, log=log)

@@ -138,7 +138,8 @@ def run_training(recipe) -> int:
 
     # 1. Tasks (first: a missing dataset is the cheapest error), then the model: the main process builds
     #    the tiny model (if asked for and not cached) before the others look.
-    tasks = load_tasks(recipe)
+    left_out: list[dict[str, str]] = []  # tasks whose canonical solution fails its tests (local files)
+    tasks = load_tasks(recipe, log=log, left_out=left_out)
     with state.main_process_first():
         # The stage may start elsewhere (rl: train.rl.init_from); then model.name_or_path is not built.
         base_path = stage.resolve_base(recipe, run, log) or resolve_model_path(recipe.model, log=log)
@@ -163,6 +164,8 @@ def run_training(recipe) -> int:
     manifest = make_manifest(recipe, tasks, split)
     if prefiltered is not None:
         manifest["prefilter"] = {k: v for k, v in prefiltered.items() if k != "kept_ids"}
+    if left_out:
+        manifest["left_out"] = left_out
     if state.is_main_process:
         if run.recipe.exists() and not identity_changes(load_recipe(str(run.recipe)), recipe):
             check_settings(run, recipe)  # the same run: its rows' settings must hold (before recipe.yaml)

@@ -411,6 +411,36 @@ def test_a_local_file_gets_its_own_benchmark_name(tmp_path, capsys):
     assert "benchmark_format" not in make_manifest(plain, load_tasks(plain), Split)
 
 
+def test_a_canonical_solution_that_fails_its_tests_is_counted_reported_and_left_out(tmp_path):
+    """A local benchmark whose canonical solution fails its own tests was accepted silently: a model
+    could never pass that task, and its variants never verify."""
+    from leaklab.errors import InputError
+    from leaklab.evaluate import load_tasks
+    from leaklab.recipe import load_recipe
+    from leaklab.report.rundata import load_run
+    from leaklab.report.sections import header_section
+    from leaklab.rundir import write_json
+
+    path = rows_file(tmp_path, [good(0), good(1, canonical_solution="    return a - b\n"), good(2)])
+    recipe = load_recipe("tiny_cpt", [f"data.path={path}"])  # SrDetection verifies variants by tests
+    said, left_out = [], []
+    tasks = load_tasks(recipe, log=said.append, left_out=left_out)
+    assert [t.task_id for t in tasks] == ["T/0", "T/2"]
+    assert [d["task_id"] for d in left_out] == ["T/1"] and left_out[0]["reason"]
+    assert len(said) == 1 and "bench.jsonl: the canonical solutions of 1 of 3 tasks fail" in said[0], said
+    assert "(first: T/1: " in said[0] and said[0].endswith("those tasks are left out")
+    # A run records them in its manifest; its report names them.
+    write_json(tmp_path / "run" / "manifest.json", {"benchmark": "humaneval", "left_out": left_out})
+    facts = dict(header_section(load_run(tmp_path / "run")).items[0].rows)
+    assert facts["left out"].startswith("1 task(s) whose canonical solution fails its own tests (first: T/1")
+    # Nothing in the recipe runs tests: nothing is run, all three load.
+    assert len(load_tasks(load_recipe("tiny_cpt", [f"data.path={path}", "evaluate.detectors=[ppl]"]))) == 3
+    # Every solution failing says the file is wrong, in one line.
+    broken = rows_file(tmp_path, [good(0, canonical_solution="    return 0\n")])
+    with pytest.raises(InputError, match="the canonical solution of every task fails its own tests"):
+        load_tasks(load_recipe("tiny_cpt", [f"data.path={broken}"]))
+
+
 @pytest.mark.parametrize(
     "recipe, keys",
     [

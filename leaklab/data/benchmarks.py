@@ -115,7 +115,12 @@ _WHERE = "__leaklab_where__"  # FILE:LINE of a local row, read by `_require`
 
 
 def _require(
-    row: dict[str, Any], keys: tuple[str, ...], benchmark: str, where: str | None = None, texts=()
+    row: dict[str, Any],
+    keys: tuple[str, ...],
+    benchmark: str,
+    where: str | None = None,
+    texts=(),
+    schema: str = "the hub's schema",
 ) -> None:
     """Every key in `keys` present, and every key in `texts` a string (a null prompt would fail much later,
     far from the file); the error names the file, line and task. An empty `test` is allowed: a user's own
@@ -127,7 +132,7 @@ def _require(
     if missing:
         raise DataFormatError(
             f"{at}: missing field(s) {', '.join(missing)}; a {benchmark} row needs {', '.join(keys)} "
-            f"(the hub's schema)"
+            f"({schema})"
         )
     for key in texts:
         value = row[key]
@@ -233,6 +238,19 @@ def _single_file(path: Path, pattern: str) -> Path:
     return path
 
 
+# What evalplus reads from every row (its completeness check, and the entry point leaklab calls).
+EVALPLUS_FIELDS = (
+    "task_id",
+    "prompt",
+    "entry_point",
+    "canonical_solution",
+    "contract",
+    "base_input",
+    "plus_input",
+    "atol",
+)
+
+
 def _evalplus_problems(name: str, path: str | Path | None) -> dict[str, dict[str, Any]]:
     """The problems as evalplus itself reads them (MBPP+ inputs turned back into tuples and sets).
 
@@ -251,6 +269,18 @@ def _evalplus_problems(name: str, path: str | Path | None) -> dict[str, dict[str
     }[name]
     path = path or os.environ.get(env) or None
     local = str(_single_file(Path(path), pattern)) if path else None
+    if local:
+        # evalplus indexes its fields without a check (a KeyError traceback on, say, HumanEval rows):
+        # every row is checked here first, and a missing field is named with its file and line.
+        for where, row in _located_rows(Path(local)):
+            _require(
+                row,
+                EVALPLUS_FIELDS,
+                name,
+                where,
+                texts=("prompt", "canonical_solution", "entry_point"),
+                schema="the evalplus release's schema; data.benchmark names the file's format",
+            )
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:

@@ -416,6 +416,17 @@ def check_many(
     return out
 
 
+def canonical_failures(tasks: Sequence[Task], *, workers: int = 2, timeout_s: float = 10.0) -> dict[str, str]:
+    """task id -> why, for every task whose canonical solution fails its own tests (run in a sandbox
+    of its own); {} when all pass. A benchmark file of one's own can hold such tasks: a model could
+    never pass them, and variants verified by them never verify."""
+    from leaklab.execution.sandbox import Sandbox
+
+    with Sandbox(workers=workers, timeout_s=timeout_s) as sandbox:
+        results = check_many([(t, t.solution) for t in tasks], sandbox)
+    return {r.task_id: (r.reason or r.verdict) for r in results if not r.passed}
+
+
 def check_solution(
     task: Task,
     completion: str,

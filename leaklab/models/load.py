@@ -117,7 +117,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     try:
-        return AutoModelForCausalLM.from_pretrained(
+        model = AutoModelForCausalLM.from_pretrained(
             path,
             dtype=torch_dtype(dtype),
             trust_remote_code=trust_remote_code,
@@ -125,6 +125,19 @@ def load_model(
         )
     except (OSError, ValueError) as err:
         raise _unavailable(path, "model", err, key) from err
+    declare_tied_weights(model)
+    return model
+
+
+def declare_tied_weights(model) -> None:
+    """Say that a tied weight is not saved, because it is not: transformers writes lm_head.weight of a
+    model with tied embeddings (the builtin tiny model) once, as the input embedding. A Trainer resuming
+    from a checkpoint re-ties the keys listed in `_keys_to_ignore_on_save` that it finds missing, and
+    warns about any other missing key; without this, every resume warned that lm_head.weight was missing.
+    Saving is unchanged (the tied keys were dropped already); models that tie nothing get nothing."""
+    tied = getattr(model, "all_tied_weights_keys", None) or {}
+    if tied:
+        model._keys_to_ignore_on_save = set(model._keys_to_ignore_on_save or ()) | set(tied)
 
 
 def load_model_and_tokenizer(cfg: ModelConfig, log=print):

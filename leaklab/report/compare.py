@@ -213,6 +213,8 @@ def compare_runs(
         n_pos, n_neg = run.sample_counts()
         model = (run.recipe.get("model") or {}).get("name_or_path", "?")
         ratio = (run.recipe.get("mix") or {}).get("ratio", "?")
+        if run.manifest.get("mode") == "mia":
+            ratio = "– (mia)"  # nothing was trained, so no mixture
         overview.append([name, str(model), str(ratio), str(run.recipe.get("seed", "?")), f"{n_pos} / {n_neg}",
                          "none" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"])  # fmt: skip
         if s is None:

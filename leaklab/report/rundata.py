@@ -95,12 +95,15 @@ def load_run(run_dir: str | Path) -> RunData:
             )
     else:
         problems.append("no recipe.yaml (model and stage not shown)")
+    manifest = _read_json(run.manifest, problems, "members and non-members")
+    # `leaklab mia` trains nothing (its labels came with the data), so it has no mixture to miss.
+    trained = manifest.get("mode") != "mia"
     return RunData(
         run=run,
         rows=rows,
         recipe=recipe,
-        manifest=_read_json(run.manifest, problems, "members and non-members"),
-        mixture=_read_json(run.mixture, problems, "training mixture"),
+        manifest=manifest,
+        mixture=_read_json(run.mixture, problems, "training mixture") if trained else {},
         environment=_read_json(run.root / "environment.json", problems, "versions and git commit"),
         problems=problems,
     )

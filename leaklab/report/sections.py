@@ -76,12 +76,25 @@ def header_section(run: RunData) -> Section:
     facts: list[list[str]] = []
     model = (recipe.get("model") or {}).get("name_or_path")
     stage = (recipe.get("train") or {}).get("stage")
+    mia = m.get("mode") == "mia"  # `leaklab mia`: a given model on labelled data, nothing trained
     if model:
-        facts.append(["model", f"{model} (stage {stage})"])
+        facts.append(
+            ["model", f"{model} (" + ("no training: leaklab mia" if mia else f"stage {stage}") + ")"]
+        )
     if m:
-        facts.append(["benchmark", f"{m.get('benchmark')} ({m.get('data_source', '?')})"])
+        facts.append(["data" if mia else "benchmark", f"{m.get('benchmark')} ({m.get('data_source', '?')})"])
         facts.append(["members / non-members", f"{m.get('n_members')} / {m.get('n_non_members')}"])
-        facts.append(["split seed", str(m.get("seed"))])
+        if not mia:
+            facts.append(["split seed", str(m.get("seed"))])
+        left_out = m.get("left_out") or []
+        if left_out:
+            facts.append(
+                [
+                    "left out",
+                    f"{len(left_out)} task(s) whose canonical solution fails its own tests "
+                    f"(first: {left_out[0].get('task_id')}: {str(left_out[0].get('reason', ''))[:120]})",
+                ]
+            )
     elif run.sample_counts()[0] is not None:
         n_pos, n_neg = run.sample_counts()
         facts.append(["members / non-members", f"{n_pos} / {n_neg}"])

@@ -76,11 +76,28 @@ def test_evalplus_formats_offline_and_malformed(monkeypatch, tmp_path):
             load_benchmark(name)
     bad = tmp_path / "HumanEvalPlus.jsonl"
     bad.write_text(json.dumps({"task_id": "HumanEval/0", "prompt": "x"}) + "\n")
-    with pytest.raises(DataUnavailableError, match="not in the evalplus format"):
+    with pytest.raises(DataFormatError, match=r"HumanEvalPlus.jsonl:1 \(task HumanEval/0\): missing field"):
         load_benchmark("humaneval_plus", path=bad)
     with pytest.raises(DataUnavailableError, match="does not exist"):
         load_benchmark("mbpp_plus", path=tmp_path / "missing.jsonl")
     assert he.HUMANEVAL_OVERRIDE_PATH is None  # a local path does not outlive the call
+
+
+@pytest.mark.parametrize("name", ["mbpp_plus", "humaneval_plus"])
+def test_a_humaneval_file_read_as_evalplus_names_the_missing_fields(name, capsys):
+    """data.benchmark=mbpp_plus on HumanEval rows was a KeyError traceback from inside evalplus."""
+    from leaklab.data.benchmarks import humaneval_path
+    from leaklab.train import main as train_main
+
+    with pytest.raises(DataFormatError) as err:
+        load_benchmark(name, path=humaneval_path())
+    assert (
+        "HumanEval.jsonl.gz:1 (task HumanEval/0): missing field(s) contract, base_input, plus_input, atol"
+        in str(err.value)
+    )
+    rc = train_main(["recipe=tiny_cpt", f"data.benchmark={name}", f"data.path={humaneval_path()}"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "missing field(s) contract" in lines[0], lines
 
 
 # --------------------------------------------------------------------------- APPS
