@@ -137,3 +137,35 @@ def test_margin_as_a_score_rows_are_detection_metrics_of_the_margin():
     assert got.keys() == expected.keys()
     for metric in ("f1", "f1_ci_low", "f1_ci_high", "auroc", "tpr@1%fpr", "f1_oracle", "threshold_cv"):
         assert got[metric] == pytest.approx(expected[metric])
+
+
+def test_the_audit_thresholds_the_benchmark_at_the_clean_sets_quantile_and_cross_fits_the_clean_set():
+    from leaklab.audit import clean_null_against_clean_set, rule_vs_clean
+
+    model, tok = bigram()
+    spec = "srdetection_clean_null:n=1,alpha=0.5"
+    # The benchmark: GRAY's samples 0 and 2 (raw margins 0.5 ln 2 and 0); the clean set: GRAY itself, every
+    # sample known clean (decided margins 0.5 ln 2, -ln 2, 0; sample 3 undecided).
+    bench = GRAY.__class__(
+        [GRAY.texts[i] for i in (0, 2)],
+        [GRAY.contexts[i] for i in (0, 2)],
+        [GRAY.variant_texts[i] for i in (0, 2)],
+        [GRAY.variant_contexts[i] for i in (0, 2)],
+    )
+    scores = score_detectors([spec], model, tok, bench.texts, rule_inputs=bench, cache=SignalCache())
+    clean = score_detectors(
+        [spec], model, tok, GRAY.texts, rule_inputs=GRAY, cache=SignalCache(), known_clean=np.ones(4, bool)
+    )
+    column = "srdetection_clean_null@n=1"
+    # The clean set, cross-fitted (3 decided margins, 3 folds of one): each against the other two at
+    # alpha 0.5, rank ceil(0.5 * 3) = 2, their larger: 0 for 0.5 ln 2 (flagged), 0.5 ln 2 for -ln 2 and 0.
+    np.testing.assert_allclose(clean.decisions[column].threshold[:3], [0.0, 0.5 * LN2, 0.5 * LN2], atol=1e-6)
+    assert clean.decisions[column].leak.tolist() == [True, False, False, False]
+    clean_null_against_clean_set(scores, clean)
+    # The benchmark against all 3 clean margins: rank ceil(0.5 * 4) = 2 of [-ln 2, 0, 0.5 ln 2] -> 0.
+    d = scores.decisions[column]
+    np.testing.assert_allclose(d.threshold, [0.0, 0.0], atol=1e-6)
+    assert d.leak.tolist() == [True, False] and d.decided.tolist() == [True, True]
+    rows = rule_vs_clean(d, clean.decisions[column], {"column": column, "metric": "n_decided"})
+    got = {r["metric"]: r["value"] for r in rows}
+    assert got["clean_n_decided"] == 3 and got["clean_n_leaks"] == 1
