@@ -169,3 +169,24 @@ def test_the_audit_thresholds_the_benchmark_at_the_clean_sets_quantile_and_cross
     rows = rule_vs_clean(d, clean.decisions[column], {"column": column, "metric": "n_decided"})
     got = {r["metric"]: r["value"] for r in rows}
     assert got["clean_n_decided"] == 3 and got["clean_n_leaks"] == 1
+
+
+def test_srdetection_tables_show_the_margin_as_a_score(tmp_path, capsys):
+    from test_srdetection_pipeline import load_script, write_sr_run
+
+    from leaklab.rundir import append_rows
+
+    tables = load_script("srdetection_tables")
+    run = write_sr_run(tmp_path / "run", "1:5", 2.0)
+    rows = [
+        {"step": step, "epoch": epoch, "evaluation": "detection", "detector": "srdetection_gray_margin",
+         "column": f"srdetection_gray_margin@n={n}", "metric": "f1", "value": 0.5 + 0.1 * step + 0.001 * n}
+        for step, epoch in enumerate((0.0, 1.0, 2.0))
+        for n in (1, 10)
+    ]  # fmt: skip
+    append_rows(run / "results.jsonl", rows)
+    assert tables.main([str(run), "--names", "tiny", "--margin"]) == 0
+    out = capsys.readouterr().out
+    assert "Table 3 (gray box), margin as a score" in out and "Table 11" not in out
+    lines = [line for line in out.splitlines() if line.startswith("| tiny") or line.startswith("|  |")]
+    assert [cell.strip() for cell in lines[1].split("|")[2:6]] == ["10", "51.00", "61.00", "71.00"]
