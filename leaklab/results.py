@@ -62,6 +62,12 @@ def margin_column(column: str) -> str:
     return f"{family}{MARGIN}{at}{tail}"
 
 
+def is_margin(column: str) -> bool:
+    """A rule's margin reported as a score (`margin_column`)."""
+    family = column.partition("@")[0]
+    return family.endswith(MARGIN) and family in families()
+
+
 def family_of(column: str) -> Family:
     """A family no record names is shown by its name, among "other detectors"."""
     family = column.partition("@")[0]
@@ -127,7 +133,7 @@ def load_detection(run_dir: str | Path) -> Table:
 def _by_n(column: str) -> bool:
     """A column of a rule, or of its margin as a score, at one number of variants ("...@n=10")."""
     family, _, n = column.partition("@n=")
-    return n.isdigit() and (is_rule(column) or family.endswith(MARGIN))
+    return n.isdigit() and (is_rule(column) or is_margin(column))
 
 
 def largest_n_only(table: Table) -> Table:

@@ -26,6 +26,7 @@ from leaklab.results import (
     column_of,
     detection_delays,
     display_name,
+    is_margin,
     is_rule,
     margin_column,
     ordered,
@@ -33,6 +34,7 @@ from leaklab.results import (
 )
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
+THRESHOLD_FREE = ("auroc", "tpr@1%fpr", "tpr@5%fpr")
 HIST_BINS = 20
 
 
@@ -318,7 +320,10 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
             f"{len(legacy)} rows from an older leaklab (no `column` field): their detector name is used"
         )
     for metric in HEADLINE:
-        spec = charts.metric_panel_spec(rows, metric)
+        shown = rows
+        if metric in THRESHOLD_FREE:  # a rule's margin as a score: the rule's own line already shows it
+            shown = [r for r in rows if not is_margin(column_of(r))]
+        spec = charts.metric_panel_spec(shown, metric)
         if spec is None:
             section.notes.append(f"no {charts.METRIC_TITLES.get(metric, metric)} rows")
             continue
