@@ -393,12 +393,17 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             f"{_p(value.get((column, 'vs_clean_pvalue')))} |"
         )
     columns = {r["column"] for r in rows}
-    if any(not c.startswith("srdetection_calibrated") for c in columns):
+    if any(c.startswith(("srdetection_gray", "srdetection_black")) for c in columns):
         lines.append(
             "srdetection_gray / _black: the null rate holds only if variants are as likely as originals to a "
             "model that never saw them (measured by analysis/srdetection_null.py); a rate near it is no "
             "evidence of leakage. With clean=, the clean set's rate under the same model is the null instead "
             "(one-sided Fisher exact test)."
+        )
+    if any(c.startswith("srdetection_clean_null") for c in columns):
+        lines.append(
+            "srdetection_clean_null: leak iff the raw margin exceeds the (1 - alpha) quantile of the clean set's "
+            "margins under the same model (null rate: alpha); the clean set's own rate is cross-fitted."
         )
     if any(c.startswith("srdetection_calibrated") for c in columns):
         lines.append(
