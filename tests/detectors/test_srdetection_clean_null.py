@@ -190,3 +190,24 @@ def test_srdetection_tables_show_the_margin_as_a_score(tmp_path, capsys):
     assert "Table 3 (gray box), margin as a score" in out and "Table 11" not in out
     lines = [line for line in out.splitlines() if line.startswith("| tiny") or line.startswith("|  |")]
     assert [cell.strip() for cell in lines[1].split("|")[2:6]] == ["10", "51.00", "61.00", "71.00"]
+
+
+def test_compare_reads_the_margin_like_ppl_at_the_largest_n():
+    from leaklab.report.compare import f1_at
+    from leaklab.results import largest_n_only
+
+    table = {
+        (1.0, "ppl"): {"f1": 0.8, "f1_oracle": 0.85},
+        (1.0, "srdetection_gray@n=1"): {"f1": 0.55, "f1_oracle": 0.9},
+        (1.0, "srdetection_gray@n=10"): {"f1": 0.6, "f1_oracle": 0.9},
+        (1.0, "srdetection_gray_margin@n=1"): {"f1": 0.7, "f1_oracle": 0.75},
+        (1.0, "srdetection_gray_margin@n=10"): {"f1": 0.78, "f1_oracle": 0.82},
+    }
+    kept = largest_n_only(table)
+    assert sorted(c for _, c in kept) == ["ppl", "srdetection_gray@n=10", "srdetection_gray_margin@n=10"]
+    # --oracle: the oracle threshold for ppl and the margin alike, the rule's own F1 for the rule.
+    assert f1_at(kept, 1.0, oracle=True) == {
+        "ppl": 0.85,
+        "srdetection_gray@n=10": 0.6,
+        "srdetection_gray_margin@n=10": 0.82,
+    }
