@@ -24,6 +24,11 @@ Choices fixed here (the paper is silent on them):
     suffix is compared on its first `max_new_tokens` tokens) and scores NGO over the model's token ids.
     Its margin is NGO(x_0) - max_i NGO(x_i), > 0 iff leak.
 
+After training on half of a benchmark the raw rules flag the other half too (the model learns the
+benchmark's style, so its originals beat their variants whether seen or not); `srdetection_clean_null`
+measures the null instead: leak iff the raw margin exceeds the (1 - alpha) quantile of the margins of
+samples known to be clean under the same model (`null_threshold`, `cross_fitted_thresholds`).
+
 The decision rules at the top are pure functions of score arrays. `score_srdetection` gets the scores:
 PPL from the same signal engine and cache as the gray-box baselines (originals and all variants in one
 call, so the originals that `ppl` already scored cost nothing), NGO from greedy generations
@@ -504,7 +509,7 @@ class SrDetectionCleanNull:
     margins of samples known to be clean under the same model (`null_threshold`): the null is measured,
     not assumed. In a run the clean samples are the non-members, cross-fitted (`cross_fitted_thresholds`:
     a non-member is never decided by a threshold its own margin entered); in an audit, the `clean=` set
-    (`leaklab.audit.clean_null_against_set`). Without known-clean samples nothing is decided."""
+    (`clean_null_against_set`, called by `leaklab.audit`). Without known-clean samples nothing is decided."""
 
     name: ClassVar[str] = "srdetection_clean_null"
     mode: ClassVar[str] = "clean_null"
