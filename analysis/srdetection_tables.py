@@ -1,11 +1,13 @@
 """SrDetection Tables 3 and 11 from run directories: macro-F1 (%) per number of variants n (rows) and
 epoch (columns), gray box (Table 3) and black box (Table 11).
 
-    python analysis/srdetection_tables.py RUN_DIR [RUN_DIR ...] [--names NAME ...] [--metric f1]
+    python analysis/srdetection_tables.py RUN_DIR [RUN_DIR ...] [--names NAME ...] [--metric f1] [--margin]
 
 Every n comes from one computation of the variants (the evaluator writes a column per n of the spec,
 "srdetection_gray@n=1" ... "@n=10"). Each run is a block of rows (its directory name, or --names);
---metric shows another metric of the rule (accuracy, precision, recall, auroc of the margin, ...).
+--metric shows another metric of the rule (accuracy, precision, recall, auroc of the margin,
+flag_rate_members = TPR, flag_rate_non_members = FPR, ...). --margin shows the same tables for the rule's
+margin used as a score ("srdetection_gray_margin@n=10": F1 at a cross-validated threshold, as ppl's).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from leaklab.results import Table, load_detection
+from leaklab.results import MARGIN, Table, load_detection
 
 TABLES = {"srdetection_gray": "Table 3 (gray box)", "srdetection_black": "Table 11 (black box)"}
 
@@ -55,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dirs", nargs="+", help="leaklab run directories")
     parser.add_argument("--names", nargs="+", help="one name per run (default: directory names)")
     parser.add_argument("--metric", default="f1", help="metric of the rule to show (default: f1, macro)")
+    parser.add_argument(
+        "--margin", action="store_true", help="the rule's margin as a score (cross-validated threshold)"
+    )
     args = parser.parse_args(argv)
+    tables = {f"{d}{MARGIN}": f"{t}, margin as a score" for d, t in TABLES.items()} if args.margin else TABLES
     names = args.names or [Path(d).resolve().name for d in args.run_dirs]
     if len(names) != len(args.run_dirs):
         parser.error("give one --names entry per run directory")
@@ -69,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             m
             for table in runs.values()
             for (_, column), metrics in table.items()
-            if column.partition("@n=")[0] in TABLES
+            if column.partition("@n=")[0] in tables
             for m in metrics
         }
     )
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
               f"known: {', '.join(known)}", file=sys.stderr)  # fmt: skip
         return 2
     printed = False
-    for detector, title in TABLES.items():
+    for detector, title in tables.items():
         table = render(runs, detector, args.metric)
         if table is not None:
             print(f"{title}: SrDetection {args.metric} (%) by number of variants and epoch\n")

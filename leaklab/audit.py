@@ -69,6 +69,11 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         specs = [s for s in specs if REFERENCE not in needs_of([s])]
         skipped = ", ".join(repr(s) for s in cfg.detectors if s not in specs)
         log(f"[leaklab] skipping {skipped}: needs evaluate.reference_model (a hub name or local directory)")
+    if not clean and any(s.startswith("srdetection_clean_null") for s in specs):
+        # Its null is measured on a clean set under the same model: without one it decides nothing.
+        log(f"[leaklab] skipping {', '.join(repr(s) for s in specs if s.startswith('srdetection_clean_null'))}: "
+            "needs clean= (a set known not to be in the model's training)")  # fmt: skip
+        specs = [s for s in specs if not s.startswith("srdetection_clean_null")]
     raw_rules = [s for s in specs if s.startswith(("srdetection_gray", "srdetection_black"))]
     if raw_rules and cfg.reference_model and not any(s.startswith("srdetection_calibrated") for s in specs):
         # A raw rule's rate has no measured null; with a reference model the calibrated rule gives one.
@@ -100,7 +105,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         log(store.describe(store.write_run_variants(out.root, sets, tasks, cfg.srdetection.min_variants)))
         rule_inputs = inputs_from_tasks(tasks, sets, fmt)
 
-    def score(specs_, tasks_, rule_inputs_=None):
+    def score(specs_, tasks_, rule_inputs_=None, known_clean=None):
         """The detectors' scores of `tasks_` (the benchmark or the clean set), one shared generation cache."""
         return score_detectors(
             specs_,
@@ -112,9 +117,23 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
             settings=cfg,
             reference=reference,
             generation_cache=GenerationCache(out.generation_cache),
+            known_clean=known_clean,
         )
 
     scores = score(specs, tasks, rule_inputs)
+    clean_scores = None
+    if clean_tasks is not None:
+        clean_rule_inputs = None
+        if rule_inputs is not None:
+            # The rules run on the clean set too: its measured flag rate is their null (`vs_clean_pvalue`),
+            # where 1/(n+1) holds only if variants are as likely as originals to a model that never saw them.
+            clean_sets = store.variant_sets_for(clean_tasks, cfg.srdetection, log=log)
+            clean_rule_inputs = inputs_from_tasks(clean_tasks, clean_sets, fmt)
+        # Every clean sample is known clean: srdetection_clean_null decides them cross-fitted (their flag
+        # rate its measured false-positive rate) and the benchmark against all of them.
+        known = np.ones(len(clean_tasks), dtype=bool)
+        clean_scores = score(specs, clean_tasks, clean_rule_inputs, known_clean=known)
+        clean_null_against_clean_set(scores, clean_scores)
     write_atomic(out.recipe, to_yaml(recipe))
     write_json(out.root / "environment.json", environment_info())
 
@@ -134,14 +153,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
             rates = rule_rates(decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
     clean_rows = []
-    if clean_tasks is not None:
-        clean_rule_inputs = None
-        if rule_inputs is not None:
-            # The rules run on the clean set too: its measured flag rate is their null (`vs_clean_pvalue`),
-            # where 1/(n+1) holds only if variants are as likely as originals to a model that never saw them.
-            clean_sets = store.variant_sets_for(clean_tasks, cfg.srdetection, log=log)
-            clean_rule_inputs = inputs_from_tasks(clean_tasks, clean_sets, fmt)
-        clean_scores = score(specs, clean_tasks, clean_rule_inputs)
+    if clean_scores is not None:
         clean_records = [{"task_id": t.task_id, **clean_scores.cells(i)} for i, t in enumerate(clean_tasks)]
         write_atomic(out.scores(0, "audit_clean"), "".join(json.dumps(r) + "\n" for r in clean_records))
         heads = [row for row in leak_rows if row["metric"] == "n_decided"]  # one per rule column
@@ -325,6 +337,19 @@ def rule_rates(decisions, *, n_bootstrap: int, seed: int) -> dict[str, float]:
     return out
 
 
+def clean_null_against_clean_set(scores, clean_scores) -> None:
+    """srdetection_clean_null's benchmark decisions, in place: each raw margin against the (1 - alpha)
+    quantile of the clean set's margins under the same model (`srdetection.clean_null_against_set`)."""
+    from leaklab.detectors.srdetection import clean_null_against_set
+
+    for column, decisions in list(scores.decisions.items()):
+        detector, params = scores.params[column]
+        if detector == "srdetection_clean_null" and column in clean_scores.columns:
+            scores.decisions[column] = clean_null_against_set(
+                decisions, clean_scores.columns[column], params["alpha"]
+            )
+
+
 def rule_vs_clean(decisions, clean_decisions, head: dict[str, Any]) -> list[dict[str, Any]]:
     """A rule's flag rate on the clean set beside the benchmark's, and the exact one-sided test that the
     benchmark's is higher (`two_rate_pvalue`): the comparison a raw rule's rate needs, since its nominal
@@ -368,12 +393,17 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             f"{_p(value.get((column, 'vs_clean_pvalue')))} |"
         )
     columns = {r["column"] for r in rows}
-    if any(not c.startswith("srdetection_calibrated") for c in columns):
+    if any(c.startswith(("srdetection_gray", "srdetection_black")) for c in columns):
         lines.append(
             "srdetection_gray / _black: the null rate holds only if variants are as likely as originals to a "
             "model that never saw them (measured by analysis/srdetection_null.py); a rate near it is no "
             "evidence of leakage. With clean=, the clean set's rate under the same model is the null instead "
             "(one-sided Fisher exact test)."
+        )
+    if any(c.startswith("srdetection_clean_null") for c in columns):
+        lines.append(
+            "srdetection_clean_null: leak iff the raw margin exceeds the (1 - alpha) quantile of the clean set's "
+            "margins under the same model (null rate: alpha); the clean set's own rate is cross-fitted."
         )
     if any(c.startswith("srdetection_calibrated") for c in columns):
         lines.append(

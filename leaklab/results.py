@@ -33,9 +33,13 @@ def families() -> dict[str, Family]:
 
     def add(records) -> None:
         for record in records:
-            out[record.name] = Family(record.title, record.group, record.kind == "rule")
-            for column, display in record.columns:
-                out[column] = Family(display, record.group, record.kind == "rule")
+            rule = record.kind == "rule"
+            for column, display in ((record.name, record.title), *record.columns):
+                out[column] = Family(display, record.group, rule)
+                if (
+                    rule
+                ):  # a rule's margin used as a score, with a cross-validated threshold (`margin_column`)
+                    out[column + MARGIN] = Family(f"{display}: margin as a score", record.group, False)
 
     add(r for r in DETECTORS.values() if r.kind != "model")
     # Columns that no registered detector writes: the single SrDetection column of runs older than its
@@ -44,6 +48,24 @@ def families() -> dict[str, Family]:
     out["blind"] = Family("Blind baseline (text only)", "blind baseline", False)
     add(r for r in DETECTORS.values() if r.kind == "model")
     return out
+
+
+MARGIN = (
+    "_margin"  # a rule family's margin-as-a-score family: "srdetection_gray" -> "srdetection_gray_margin"
+)
+
+
+def margin_column(column: str) -> str:
+    """The score column under which a rule column's margin is reported as a score (the metrics of a score
+    detector, threshold by cross-validation): "srdetection_gray@n=10" -> "srdetection_gray_margin@n=10"."""
+    family, at, tail = column.partition("@")
+    return f"{family}{MARGIN}{at}{tail}"
+
+
+def is_margin(column: str) -> bool:
+    """A rule's margin reported as a score (`margin_column`)."""
+    family = column.partition("@")[0]
+    return family.endswith(MARGIN) and family in families()
 
 
 def family_of(column: str) -> Family:
@@ -108,17 +130,24 @@ def load_detection(run_dir: str | Path) -> Table:
     return table
 
 
+def _by_n(column: str) -> bool:
+    """A column of a rule, or of its margin as a score, at one number of variants ("...@n=10")."""
+    family, _, n = column.partition("@n=")
+    return n.isdigit() and (is_rule(column) or is_margin(column))
+
+
 def largest_n_only(table: Table) -> Table:
-    """The table without the rule columns of smaller n (per epoch and detector family)."""
+    """The table without the rule columns (and their margin-as-a-score columns) of smaller n (per epoch
+    and detector family)."""
     largest: dict[tuple[float, str], int] = {}
     for epoch, column in table:
         family, _, n = column.partition("@n=")
-        if is_rule(column) and n.isdigit():
+        if _by_n(column):
             largest[epoch, family] = max(largest.get((epoch, family), 0), int(n))
     keep = {}
     for (epoch, column), metrics in table.items():
         family, _, n = column.partition("@n=")
-        if is_rule(column) and n.isdigit() and int(n) != largest[epoch, family]:
+        if _by_n(column) and int(n) != largest[epoch, family]:
             continue
         keep[epoch, column] = metrics
     return keep

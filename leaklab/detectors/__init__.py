@@ -42,7 +42,7 @@ from leaklab.detectors.likelihood import (
     TARGET,
     Signals,
 )
-from leaklab.detectors.srdetection import GENERATIONS, VARIANTS
+from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
 from leaklab.plugins import ChecksSettings, Record
 
 _LIKELIHOOD = "likelihood baselines"
@@ -115,6 +115,17 @@ DETECTORS: dict[str, Record] = {
             section="srdetection",
             cost="moderate",
         ),
+        Record(
+            "srdetection_clean_null",
+            "leaklab.detectors.srdetection:SrDetectionCleanNull",
+            "rule",
+            "SrDetection clean null (gray box)",
+            _SR,
+            config=_SR_CONFIG,
+            section="srdetection",
+            columns=(("srdetection_clean_null_black", "SrDetection clean null (black box)"),),
+            cost="moderate",
+        ),
         Record("cdd", "leaklab.detectors.cdd:Cdd", "model", "", _OTHER, cost="costly"),
         Record(
             "neighbourhood",
@@ -140,6 +151,7 @@ NEEDS_TEXT = {
     FREQUENCIES: "token frequencies of a corpus (evaluate.dcpdd_corpus)",
     VARIANTS: "verified variants of each task (built once per benchmark in the sandbox, cached)",
     GENERATIONS: "generations from the model",
+    CLEAN: "samples known not to be in training (a run's non-members, cross-fitted; clean= in an audit)",
 }
 
 
@@ -445,12 +457,15 @@ def score_detectors(
     accelerator=None,
     cache=None,
     generation_cache=None,
+    known_clean=None,
     info: dict[str, Any] | None = None,
 ) -> DetectorScores:
     """Every spec, score and rule detectors alike, on one model (see `run_detectors` for the arguments).
 
     rule_inputs: the originals with their verified variants (`srdetection.SrInputs`), for rule
         detectors that need variants. generation_cache: shared greedy continuations (black box).
+    known_clean: bool per sample, True where the sample is known not to be in training (a run's
+        non-members): the null of `srdetection_clean_null` (see `ModelInputs.known_clean`).
     Each kind goes its own way: "score" detectors share one pass of the signal engine, "model" ones
     get `run(inputs)` and rule detectors `decide(inputs)`, both on one shared `ModelInputs`.
     Under several processes call it on every rank; every rank gets the full result.
@@ -488,6 +503,7 @@ def score_detectors(
         cache=cache,
         generation_cache=generation_cache,
         reference=reference,
+        known_clean=known_clean,
     )
     rule_info: dict[str, Any] = {}
     for detector in rules:

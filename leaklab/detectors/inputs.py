@@ -25,6 +25,9 @@ class ModelInputs:
     cache / generation_cache: the shared signal and generation caches (None: the process-wide ones).
     generator: a `signals.generation.Generator` (None: an HFGenerator on `model`).
     reference: (model, tokenizer) of the reference model, or None.
+    known_clean: bool per sample, True for samples known not to be in the model's training (a run's
+        non-members), whose margins measure a rule's null (`srdetection_clean_null`, which never decides
+        a sample by a threshold its own margin entered); None: no sample is known clean.
     info: per-detector counts (samples without a score and why), filled by the detectors.
     """
 
@@ -39,6 +42,7 @@ class ModelInputs:
     generation_cache: Any = None
     generator: Any = None
     reference: Any = None
+    known_clean: Any = None
     info: dict[str, Any] = field(default_factory=dict)
 
     def contexts(self) -> list[str]:

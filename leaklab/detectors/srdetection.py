@@ -24,6 +24,11 @@ Choices fixed here (the paper is silent on them):
     suffix is compared on its first `max_new_tokens` tokens) and scores NGO over the model's token ids.
     Its margin is NGO(x_0) - max_i NGO(x_i), > 0 iff leak.
 
+After training on half of a benchmark the raw rules flag the other half too (the model learns the
+benchmark's style, so its originals beat their variants whether seen or not); `srdetection_clean_null`
+measures the null instead: leak iff the raw margin exceeds the (1 - alpha) quantile of the margins of
+samples known to be clean under the same model (`null_threshold`, `cross_fitted_thresholds`).
+
 The decision rules at the top are pure functions of score arrays. `score_srdetection` gets the scores:
 PPL from the same signal engine and cache as the gray-box baselines (originals and all variants in one
 call, so the originals that `ppl` already scored cost nothing), NGO from greedy generations
@@ -34,6 +39,8 @@ call, so the originals that `ppl` already scored cost nothing), NGO from greedy 
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -59,11 +66,18 @@ class Decisions:
     margin: np.ndarray  # float [samples]: how far the original beats its best variant; NaN if undecided
     # The calibrated rule only: its exact p-value per sample (NaN if undecided).
     pvalue: np.ndarray | None = None
+    # The clean-null rule only: the threshold each sample's margin was compared with (NaN if none), and
+    # the rule's level alpha, its flag rate on clean samples (the null) in place of 1/(m+1).
+    threshold: np.ndarray | None = None
+    level: float | None = None
 
     @property
     def null_rate(self) -> np.ndarray:
-        """Per sample, the chance the rule fires on a model that never saw it when the original and its
-        variants are exchangeable: 1/(m+1) with m the variants compared (NaN if undecided)."""
+        """Per sample, the chance the rule fires on a model that never saw it: 1/(m+1) with m the variants
+        compared when the original and its variants are exchangeable; alpha for the clean-null rule (NaN
+        if undecided)."""
+        if self.level is not None:
+            return np.where(self.decided, self.level, np.nan)
         return np.where(self.decided, 1.0 / (self.variants_used + 1.0), np.nan)
 
     @property
@@ -227,6 +241,82 @@ def calibrated_decisions(
     return Decisions(n=n, leak=leak, decided=decided, variants_used=used, margin=margin, pvalue=pvalue)
 
 
+def null_threshold(null_margins: np.ndarray | Sequence[float], alpha: float) -> float:
+    """The (1 - alpha) quantile of margins measured on clean samples, in its finite-sample form: the
+    ceil((1 - alpha)(m + 1))-th smallest of the m finite margins. A new clean sample exchangeable with
+    them exceeds it with probability at most alpha (its rank among the m + 1 is uniform), so "leak iff
+    margin > threshold" flags at most alpha of clean samples. NaN when m is too small for that
+    (ceil((1 - alpha)(m + 1)) > m): no threshold at level alpha exists, the samples stay undecided."""
+    values = np.sort(np.asarray(null_margins, dtype=float))
+    values = values[np.isfinite(values)]
+    rank = math.ceil((1.0 - alpha) * (len(values) + 1) - 1e-9)
+    return float(values[rank - 1]) if 1 <= rank <= len(values) else math.nan
+
+
+def cross_fitted_thresholds(
+    margin: np.ndarray | Sequence[float],
+    known_clean: np.ndarray | Sequence[bool],
+    alpha: float,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+) -> np.ndarray:
+    """Per sample, the threshold its margin is compared with when some samples are known to be clean
+    (a run's non-members): the clean samples with a margin are split into `folds` folds (seeded,
+    balanced; fewer folds when there are fewer such samples); a clean sample in fold k gets the
+    `null_threshold` of the clean margins of the other folds, so its own margin (and its fold's) never
+    enters its threshold, and the clean samples' flag rate is an honest estimate of the rule's
+    false-positive rate; every other sample (a member) gets the threshold of all clean margins, none of
+    which is being decided then. Clean samples without a margin take no part (they are undecided)."""
+    m = np.asarray(margin, dtype=float)
+    clean = np.asarray(known_clean).astype(bool)
+    if clean.shape != m.shape:
+        raise ValueError(f"{len(clean)} known-clean flags for {len(m)} margins")
+    pool = np.flatnonzero(clean & np.isfinite(m))
+    thresholds = np.full(len(m), null_threshold(m[pool], alpha))
+    k = min(folds, len(pool))
+    if k < 2:  # one clean margin cannot be compared with the others
+        thresholds[pool] = math.nan
+        return thresholds
+    fold_of = np.random.default_rng(seed).permutation(len(pool)) % k
+    for fold in range(k):
+        thresholds[pool[fold_of == fold]] = null_threshold(m[pool[fold_of != fold]], alpha)
+    return thresholds
+
+
+def clean_null_decisions(
+    base: Decisions, thresholds: np.ndarray | Sequence[float], alpha: float
+) -> Decisions:
+    """The clean-null rule on a raw rule's decisions: leak iff the raw margin exceeds the sample's
+    threshold (strict, as the raw rules; the margin stays the raw one, so its AUROC is the raw rule's).
+    Samples the raw rule left undecided, or without a threshold, are undecided (a sample without a
+    threshold keeps its raw margin: the audit thresholds it against its clean set)."""
+    t = np.asarray(thresholds, dtype=float)
+    decided = base.decided & np.isfinite(t)
+    with np.errstate(invalid="ignore"):
+        leak = decided & (base.margin > t)
+    return Decisions(
+        n=base.n,
+        leak=leak,
+        decided=decided,
+        variants_used=base.variants_used,
+        margin=base.margin,  # the raw margin, even without a threshold: an audit thresholds it later
+        threshold=t,
+        level=alpha,
+    )
+
+
+def clean_null_against_set(
+    decisions: Decisions, clean_margins: np.ndarray | Sequence[float], alpha: float
+) -> Decisions:
+    """The clean-null rule on an audited benchmark: every sample's raw margin (`decisions.margin`, as the
+    rule's `decide` left it without known-clean samples) against one threshold, the `null_threshold` of
+    the clean set's margins under the same model; none of those is being decided."""
+    raw = dataclasses.replace(decisions, decided=np.isfinite(decisions.margin))
+    threshold = np.full(len(raw.leak), null_threshold(clean_margins, alpha))
+    return clean_null_decisions(raw, threshold, alpha)
+
+
 def score_matrix(
     original_ids: Sequence[str],
     variant_ids: Sequence[Sequence[str]],
@@ -309,6 +399,7 @@ class SrDetectionConfig:
 
 VARIANTS = "variants"  # needs: the sample's verified variants
 GENERATIONS = "generations"  # needs: greedy continuations of prefixes (black box)
+CLEAN = "clean"  # needs: samples known not to be in training (a run's non-members; clean= in an audit)
 
 
 def column_name(detector: str, n: int) -> str:
@@ -407,6 +498,64 @@ class SrDetectionBlack:
 
     def decide(self, inputs) -> RuleScores:
         return _decide_with(self, inputs)
+
+    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+
+
+@dataclass
+class SrDetectionCleanNull:
+    """Leak iff the raw rule's margin (gray or black box, `base`) exceeds the (1 - alpha) quantile of the
+    margins of samples known to be clean under the same model (`null_threshold`): the null is measured,
+    not assumed. In a run the clean samples are the non-members, cross-fitted (`cross_fitted_thresholds`:
+    a non-member is never decided by a threshold its own margin entered); in an audit, the `clean=` set
+    (`clean_null_against_set`, called by `leaklab.audit`). Without known-clean samples nothing is decided."""
+
+    name: ClassVar[str] = "srdetection_clean_null"
+    mode: ClassVar[str] = "clean_null"
+    needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, CLEAN})
+    n: tuple[int, ...] = PAPER_NS
+    base: str = "gray"  # the raw rule whose margin is thresholded: gray (PPL) or black (NGO)
+    alpha: float = 0.05  # the flag rate allowed on clean samples
+
+    def __post_init__(self) -> None:
+        _check_ns(self.name, self.n)
+        if self.base not in ("gray", "black"):
+            raise ValueError(f"{self.name}: base must be 'gray' or 'black', got {self.base!r}")
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"{self.name}: alpha must be in (0, 1), got {self.alpha}")
+
+    @property
+    def family(self) -> str:
+        """The column family: one per base, so a gray and a black clean-null rule never share columns."""
+        return self.name if self.base == "gray" else f"{self.name}_black"
+
+    def columns(self) -> dict[str, dict]:
+        return {column_name(self.family, n): {"n": n, "base": self.base, "alpha": self.alpha} for n in self.n}
+
+    def check(self, settings) -> list[str]:
+        return _check_against_settings(self, settings)
+
+    def raw_rule(self):
+        return SrDetectionGray(n=self.n) if self.base == "gray" else SrDetectionBlack(n=self.n)
+
+    def decide(self, inputs) -> RuleScores:
+        raw = self.raw_rule()
+        scored = _decide_with(raw, inputs)
+        known = getattr(inputs, "known_clean", None)
+        folds = getattr(inputs.settings, "cv_folds", 5)
+        seed = getattr(inputs.settings, "seed", 0)
+        columns, decisions = {}, {}
+        for n in self.n:
+            base = scored.decisions[column_name(raw.name, n)]
+            if known is None:
+                thresholds = np.full(len(base.leak), np.nan)
+            else:
+                thresholds = cross_fitted_thresholds(base.margin, known, self.alpha, folds=folds, seed=seed)
+            name = column_name(self.family, n)
+            decisions[name] = clean_null_decisions(base, thresholds, self.alpha)
+            columns[name] = decisions[name].margin
+        return RuleScores(columns, decisions, scored.info)
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)

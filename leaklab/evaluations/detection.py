@@ -5,7 +5,12 @@ binary metrics at a cross-validated threshold and at the oracle threshold (`metr
 Rule detectors (SrDetection) decide themselves; their rows are what the detector's own `metrics` gives
 (SrDetection: the binary metrics of the decisions and AUROC of the margin, `metrics.rule_metrics`), and
 for every rule both of its error rates, `flag_rate_members` and `flag_rate_non_members`
-(`metrics.flag_rates`, added here when a rule's own `metrics` lacks them). Every row carries 95% bootstrap
+(`metrics.flag_rates`, added here when a rule's own `metrics` lacks them): its TPR and its FPR. Each rule
+column's margin is also scored as a score detector's column is (`metrics.detection_metrics`: AUROC, F1 at
+a cross-validated threshold, oracle F1, ...) under the column `results.margin_column(column)`
+("srdetection_gray_margin@n=10"), so its F1 stands like-for-like beside ppl's: after training on half a
+benchmark a raw rule flags most non-members too (its fixed threshold 0 is far from the best one), while
+its margin still ranks members above non-members. Every row carries 95% bootstrap
 intervals when `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
 
 Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
@@ -36,7 +41,7 @@ from leaklab.detectors.srdetection import inputs_from_tasks
 from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
 from leaklab.metrics import detection_metrics, flag_rates
 from leaklab.perturb import store
-from leaklab.results import is_rule
+from leaklab.results import MARGIN, is_rule, margin_column
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
@@ -69,6 +74,17 @@ def rule_detector_metrics(detector, decisions, labels, n_bootstrap: int, seed: i
     if "flag_rate_members" not in metrics:
         metrics.update(flag_rates(decisions.leak, labels, n_bootstrap=n_bootstrap, seed=seed))
     return metrics
+
+
+def margin_score_rows(column: str, detector: str, params, margin, labels, cfg) -> list[dict[str, Any]]:
+    """A rule column's margin scored as a score detector's column is (`detection_metrics`, the same
+    cross-validation folds and bootstrap as ppl's), under `margin_column(column)`; an undecided sample
+    (NaN margin) ranks lowest, as a NaN score does."""
+    metrics = detection_metrics(
+        margin, labels, cv_folds=cfg.cv_folds, seed=cfg.seed, n_bootstrap=cfg.n_bootstrap
+    )
+    head = {"detector": margin_column(detector), "params": params, "column": margin_column(column)}
+    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
 
 
 class Detection:
@@ -128,6 +144,8 @@ class Detection:
             accelerator=ctx.accelerator,
             cache=ctx.signal_cache,
             generation_cache=ctx.generation_cache,
+            # The non-members are the clean samples whose margins measure srdetection_clean_null's null.
+            known_clean=~np.asarray(eval_set.labels).astype(bool),
         )
         if not ctx.is_main_process:
             return EvalOutput()
@@ -146,6 +164,8 @@ class Detection:
                 )
             head = {"detector": detector, "params": params, "column": column}
             rows.extend({**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items())
+            if column in scores.decisions:
+                rows += margin_score_rows(column, detector, params, values, labels, cfg)
 
         blind = self._blind(ctx)
         rows += self._blind_rows(ctx, blind)
@@ -194,12 +214,13 @@ class Detection:
         for r in rows:
             if r.get("value") is None or r.get("column") is None:
                 continue
-            if r["metric"] == "auroc" and not is_rule(r["detector"]):
+            margin = r["detector"].endswith(MARGIN)  # the rule's margin: its AUROC is the rule's
+            if r["metric"] == "auroc" and not is_rule(r["detector"]) and not margin:
                 parts.append(f"{r['column']} AUROC {r['value']:.3f}")
-            if r["metric"] == "f1" and is_rule(r["detector"]):
-                n = r.get("params", {}).get("n", 0)
-                if n >= rule_f1.get(r["detector"], (-1, ""))[0]:
-                    rule_f1[r["detector"]] = (n, f"{r['column']} F1 {r['value']:.3f}")
+            if r["metric"] == "f1" and is_rule(r["column"]):
+                n, family = r.get("params", {}).get("n", 0), r["column"].partition("@")[0]
+                if n >= rule_f1.get(family, (-1, ""))[0]:
+                    rule_f1[family] = (n, f"{r['column']} F1 {r['value']:.3f}")
             if r["metric"] == "p_value" and r["detector"] == DATASET_INFERENCE:
                 parts.append(f"dataset inference p {r['value']:.2g}")
         return ", ".join(parts + [text for _, text in rule_f1.values()])

@@ -26,12 +26,15 @@ from leaklab.results import (
     column_of,
     detection_delays,
     display_name,
+    is_margin,
     is_rule,
+    margin_column,
     ordered,
     undecided_note,
 )
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
+THRESHOLD_FREE = ("auroc", "tpr@1%fpr", "tpr@5%fpr")
 HIST_BINS = 20
 
 
@@ -315,6 +318,51 @@ def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     )
 
 
+def _rule_rates_per_checkpoint(rows: list[dict[str, Any]], run: RunData) -> Table | None:
+    """Per checkpoint, every rule family at its largest n: its TPR / FPR (the share of members /
+    non-members it flags) and its F1 beside the F1 of its margin used as a score with a cross-validated
+    threshold. After training on half a benchmark the raw rules flag most non-members too (the model
+    learns the benchmark's style), so a rule's F1 can fall below ppl's while its margin still separates."""
+    value = {(int(r.get("step", 0)), column_of(r), r.get("metric")): r.get("value") for r in rows}
+    largest: dict[str, tuple[int, str]] = {}
+    for _, column, metric in value:
+        if column and metric == "flag_rate_members" and is_rule(column):
+            family, _, n = column.partition("@n=")
+            n_value = int(n) if n.isdigit() else 0
+            if n_value >= largest.get(family, (-1, ""))[0]:
+                largest[family] = (n_value, column)
+    columns = ordered(column for _, column in largest.values())
+    if not columns:
+        return None
+
+    def pct(v: Any) -> str:
+        return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+    body = []
+    for step in run.steps():
+        cells = [f"{step} (epoch {run.epoch_of(step):g})"]
+        for c in columns:
+            tpr, fpr = (
+                value.get((step, c, "flag_rate_members")),
+                value.get((step, c, "flag_rate_non_members")),
+            )
+            f1, f1_margin = value.get((step, c, "f1")), value.get((step, margin_column(c), "f1"))
+            cells += [f"{pct(tpr)} / {pct(fpr)}", f"{_fmt(f1)} / {_fmt(f1_margin)}"]
+        body.append(cells)
+    header = ["step"]
+    for c in columns:
+        header += [f"{display_name(c)}: TPR / FPR", f"{display_name(c)}: F1 rule / margin as a score"]
+    return Table(
+        "Rule detectors per checkpoint: members flagged (TPR) / non-members flagged (FPR), and F1 of the rule "
+        "beside F1 of its margin as a score",
+        header,
+        body,
+        "TPR / FPR: share of members / non-members the rule flags (undecided: not flagged). F1 rule: the "
+        "rule's own decisions; F1 margin: the same margin with a threshold chosen by cross-validation, as "
+        "for ppl. A rule with FPR near its TPR flags by the benchmark's style, not by membership.",
+    )
+
+
 def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | None:
     rows = [r for r in rows if column_of(r) is not None]
     if not rows:
@@ -337,7 +385,10 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
             f"{len(legacy)} rows from an older leaklab (no `column` field): their detector name is used"
         )
     for metric in HEADLINE:
-        spec = charts.metric_panel_spec(rows, metric)
+        shown = rows
+        if metric in THRESHOLD_FREE:  # a rule's margin as a score: the rule's own line already shows it
+            shown = [r for r in rows if not is_margin(column_of(r))]
+        spec = charts.metric_panel_spec(shown, metric)
         if spec is None:
             section.notes.append(f"no {charts.METRIC_TITLES.get(metric, metric)} rows")
             continue
@@ -412,7 +463,11 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                     f"{HIST_BINS} bins per detector, the same at every checkpoint",
                 )
             )
-    for table in (_interval_table(rows, run), _flag_rate_table(rows, run)):
+    for table in (
+        _interval_table(rows, run),
+        _flag_rate_table(rows, run),
+        _rule_rates_per_checkpoint(rows, run),
+    ):
         if table is not None:
             section.items.append(table)
     header, body = dataset_inference_cells(rows)

@@ -300,8 +300,12 @@ def test_detection_evaluation_writes_scores_and_typed_rows_and_reuses_signals(tm
         ("ppl", "{}"),
         ("srdetection_gray", '{"n": 1}'),
         ("srdetection_gray", '{"n": 2}'),
+        # Each rule column's margin scored as ppl is (cross-validated threshold), under its own column.
+        ("srdetection_gray_margin", '{"n": 1}'),
+        ("srdetection_gray_margin", '{"n": 2}'),
         ("blind", "{}"),
     }
+    assert value[("srdetection_gray_margin@n=2", "auroc")] == value[("srdetection_gray@n=2", "auroc")]
     assert ("ppl", "auroc_ci_low") in value and ("srdetection_gray@n=2", "f1_ci_high") in value
     cells = [json.loads(line) for line in RunDir(tmp_path).scores(3, "detection").read_text().splitlines()]
     assert cells[0]["srdetection_gray@n=2"] == pytest.approx(0.5 * LN2, abs=1e-6)

@@ -303,6 +303,65 @@ def test_rule_flag_rates_are_plotted_and_tabled(tmp_path):
     assert "## flag_rate_members" in markdown and "## flag_rate_non_members" in markdown
 
 
+def test_rule_tpr_fpr_and_margin_f1_per_checkpoint_table(tmp_path):
+    """Every checkpoint, each rule family at its largest n: TPR / FPR, and the rule's F1 beside its
+    margin's F1 as a score (`srdetection_gray_margin@n=10`, a score column like ppl's)."""
+    run = add_flag_rates(make_run(tmp_path / "run"))
+    rows = []
+    for i, step in enumerate((0, 8, 16)):
+        head = {"step": step, "epoch": float(i), "evaluation": "detection", "params": {"n": 10}}
+        rows += [
+            {**head, "detector": "srdetection_gray", "column": "srdetection_gray@n=10", "metric": "f1",
+             "value": 0.5 + 0.05 * i},
+            {**head, "detector": "srdetection_gray_margin", "column": "srdetection_gray_margin@n=10",
+             "metric": "f1", "value": 0.6 + 0.1 * i},
+            {**head, "detector": "srdetection_gray_margin", "column": "srdetection_gray_margin@n=10",
+             "metric": "auroc", "value": 0.7},
+        ]  # fmt: skip
+    with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    detection = next(s for s in build_sections(load_run(run)) if s.key == "detection")
+    table = next(i for i in detection.items if isinstance(i, Table) and "per checkpoint" in i.title)
+    assert table.header == [
+        "step",
+        "SrDetection gray box (n=10): TPR / FPR",
+        "SrDetection gray box (n=10): F1 rule / margin as a score",
+    ]
+    # add_flag_rates: members 0.3 + 0.2 i, non-members 0.2 + 0.1 i at n = 10 (n = 1 is not shown).
+    assert table.rows == [
+        ["0 (epoch 0)", "30.0% / 20.0%", "0.500 / 0.600"],
+        ["8 (epoch 1)", "50.0% / 30.0%", "0.550 / 0.700"],
+        ["16 (epoch 2)", "70.0% / 40.0%", "0.600 / 0.800"],
+    ]
+
+    # The margin's F1 is drawn beside the others'; its AUROC is the rule's own line, not drawn twice.
+    def series(title: str) -> set[str]:
+        panel = next(i for i in detection.items if isinstance(i, Panel) and i.title.startswith(title))
+        return {v.get("column") for v in _values(panel.spec)}
+
+    assert "srdetection_gray_margin@n=10" in series("macro-F1")
+    assert "srdetection_gray_margin@n=10" not in series("AUROC")
+    from leaklab.results import display_name, is_rule
+
+    assert not is_rule("srdetection_gray_margin@n=10")  # compared like ppl: CV / oracle threshold
+    assert display_name("srdetection_gray_margin@n=10") == "SrDetection gray box: margin as a score (n=10)"
+
+
+def _values(node) -> list[dict]:
+    """Every inline data value of a Vega-Lite spec."""
+    out, stack = [], [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            data = node.get("data")
+            if isinstance(data, dict) and isinstance(data.get("values"), list):
+                out += [v for v in data["values"] if isinstance(v, dict)]
+            stack.extend(v for k, v in node.items() if k != "data")
+        elif isinstance(node, list):
+            stack.extend(node)
+    return out
+
+
 def test_sixteen_series_keep_distinct_styles():
     columns = [
         "ppl", "zlib", "lowercase", "mink@0.1", "mink@0.2", "minkpp@0.2", "dcpdd", "ref", "ref_diff",
