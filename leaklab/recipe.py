@@ -133,10 +133,11 @@ class InjectConfig:
     # exposures ([0, 0.25] early, [0.75, 1] late). None: the whole stream. Either key set keeps the
     # planned order in training (no shuffle).
     window: list[float] | None = None
-    # Canaries: this many synthetic secrets (seeded by data.seed), each planted as one line in one
+    # This many canaries: synthetic secrets (seeded by data.seed), each planted as one line in one
     # member's document, dealt over the dose groups (leaklab/data/canaries.py); the manifest records
     # them. 0: none. Setting it plans the order as `doses` does (every member once without doses).
     canaries: int = 0
+    # The formats the canaries take in turn: api_key | email | password (leaklab/data/canaries.py).
     canary_formats: list[str] = field(default_factory=lambda: ["api_key", "email", "password"])
     # Exposure (Carlini et al. 2019): the rank of each canary's secret among this many random secrets
     # of its format under the model (the `canaries` evaluation).

@@ -181,3 +181,28 @@ def test_bad_canary_settings_exit_2_naming_the_key(overrides, says, capsys):
         load_recipe("tiny_cpt", overrides)
     assert cli_main(["train", "recipe=tiny_cpt", *overrides]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_sft_answers_hold_each_canary_as_often_as_its_dose(tmp_path):
+    import string
+
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    from leaklab.data.synthetic import build_synthetic
+    from leaklab.rundir import RunDir
+    from leaklab.training import sft
+
+    chars = ["<unk>", "<eos>", *dict.fromkeys(string.printable)]  # one token per character
+    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(chars)}, merges=[], unk_token="<unk>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", eos_token="<eos>")
+    overrides = ["train.sft.mix_with=null", "train.sft.max_length=4096"]
+    recipe = load_recipe("tiny_sft", [*overrides, "inject.doses=[1,2]", "inject.canaries=3"])
+    tasks = build_synthetic(size=8)
+    split = Split(member_ids=[t.task_id for t in tasks[:4]], non_member_ids=[t.task_id for t in tasks[4:]])
+    manifest = make_manifest(recipe, tasks, split)
+    data = sft.build_dataset(recipe, tokenizer, tasks, manifest, RunDir(tmp_path), log=lambda *a: None)
+    assert data.info["canary_exposures"] == {c["id"]: c["dose"] for c in manifest["canaries"]}
+    rows = ["".join(tokenizer.convert_ids_to_tokens(ids)) for ids in data.dataset.train["input_ids"]]
+    for c in manifest["canaries"]:
+        assert sum(row.count(c["line"]) for row in rows) == c["dose"]
