@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 # Fixed word lists for e-mail secrets: <word>.<word><2 digits>@<domain>.
@@ -45,7 +45,7 @@ def _password(rng: random.Random) -> str:
 @dataclass(frozen=True)
 class Format:
     prefix: str  # the line up to the secret: the context the secret is scored after
-    draw: object  # random.Random -> a secret of this format
+    draw: Callable[[random.Random], str]  # a secret of this format
     pattern: str  # a regular expression every secret of this format matches (for tests and readers)
 
 
