@@ -133,11 +133,20 @@ class InjectConfig:
     # exposures ([0, 0.25] early, [0.75, 1] late). None: the whole stream. Either key set keeps the
     # planned order in training (no shuffle).
     window: list[float] | None = None
+    # This many canaries: synthetic secrets (seeded by data.seed), each planted as one line in one
+    # member's document, dealt over the dose groups (leaklab/data/canaries.py); the manifest records
+    # them. 0: none. Setting it plans the order as `doses` does (every member once without doses).
+    canaries: int = 0
+    # The formats the canaries take in turn: api_key | email | password (leaklab/data/canaries.py).
+    canary_formats: list[str] = field(default_factory=lambda: ["api_key", "email", "password"])
+    # Exposure (Carlini et al. 2019): the rank of each canary's secret among this many random secrets
+    # of its format under the model (the `canaries` evaluation).
+    canary_candidates: int = 1000
 
     @property
     def active(self) -> bool:
         """Set at all: doses and a planned, sequential training order instead of today's shuffle."""
-        return self.doses is not None or self.window is not None
+        return self.doses is not None or self.window is not None or self.canaries > 0
 
 
 @dataclass
@@ -573,6 +582,16 @@ def _validate(recipe: Recipe) -> list[str]:
             f"letters, digits, '.', '+', '-' or '_'"
         )
     problems.extend(_check_inject(recipe.inject))
+    if "canaries" in recipe.evaluate.evaluations and recipe.inject.canaries == 0:
+        problems.append(
+            "evaluate.evaluations: 'canaries' measures the canaries inject.canaries plants; set "
+            "inject.canaries, e.g. 12, or remove it"
+        )
+    if recipe.inject.canaries > 0 and recipe.train.stage == "rl":
+        problems.append(
+            "inject.canaries: train.stage rl trains on prompts only, which hold no canary; use 0, or "
+            "train.stage cpt or sft"
+        )
     if not 0 < recipe.data.member_fraction < 1:
         problems.append(f"data.member_fraction: must be in (0, 1), got {recipe.data.member_fraction}")
     save = recipe.train.save_every
@@ -625,7 +644,32 @@ def _check_inject(inject: InjectConfig) -> list[str]:
             start, end = window
             closest = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
             problems.append(f"inject.window: {window} is empty (start must be below end); e.g. {closest}")
+    if inject.canaries < 0:
+        problems.append(f"inject.canaries: {inject.canaries} is negative; 0 plants none")
+    if inject.canaries > 0:
+        from leaklab.data.canaries import FORMATS
+
+        if not inject.canary_formats:
+            problems.append(f"inject.canary_formats: an empty list; known formats: {', '.join(FORMATS)}")
+        for fmt in inject.canary_formats:
+            if fmt not in FORMATS:
+                problems.append(
+                    f"inject.canary_formats: unknown format {fmt!r}{_closest(str(fmt), FORMATS)} "
+                    f"(known: {', '.join(FORMATS)})"
+                )
+        if inject.canary_candidates < 1:
+            problems.append(f"inject.canary_candidates: must be at least 1, got {inject.canary_candidates}")
     return problems
+
+
+def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
+    """The `inject` part of a hash: gone when unset, and without the canary keys when there are no
+    canaries, so recipes from before either existed keep their hashes (and run directories)."""
+    if not inject.active:
+        data.pop("inject")
+    elif inject.canaries == 0:
+        for key in ("canaries", "canary_formats", "canary_candidates"):
+            data["inject"].pop(key)
 
 
 def parse_ratio(ratio: str) -> tuple[float, float]:
@@ -661,8 +705,7 @@ def config_hash(recipe: Recipe) -> str:
     """A short hash of everything that changes what is computed, evaluation settings included (an
     audit's folder, which trains nothing, is named by it); a run's directory is named by `run_hash`."""
     data = {k: v for k, v in to_dict(recipe).items() if k not in SHOWN_ONLY}
-    if not recipe.inject.active:
-        data.pop("inject")  # recipes without it keep the hashes they had before the section existed
+    _inject_section(data, recipe.inject)
     # When checkpoints are evaluated changes nothing computed (and leaving it out keeps older hashes).
     data["evaluate"].pop("during_training", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:8]
@@ -672,8 +715,9 @@ def run_identity(recipe: Recipe) -> dict[str, Any]:
     """The settings that change the trained weights (see NOT_IDENTITY): model, data, mix, train,
     execution and the top-level seed."""
     data = {k: v for k, v in to_dict(recipe).items() if k not in NOT_IDENTITY}
-    if not recipe.inject.active:
-        data.pop("inject")  # recipes without it keep the hashes (and run directories) they had
+    _inject_section(data, recipe.inject)
+    if "inject" in data:
+        data["inject"].pop("canary_candidates", None)  # how exposure is measured, not what is trained
     if recipe.data.prefilter:
         evaluate = to_dict(recipe)["evaluate"]
         data["prefilter"] = {f"evaluate.{k}": evaluate[k] for k in PREFILTER_KEYS}

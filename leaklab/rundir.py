@@ -328,6 +328,12 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
             "window": recipe.inject.window or [0.0, 1.0],
         }
         manifest["doses"] = member_dose_groups(split.member_ids, recipe.inject.doses or [1], recipe.data.seed)
+    if recipe.inject.canaries > 0:  # the canaries' ground truth (leaklab/data/canaries.py)
+        from leaklab.data.canaries import plan_canaries
+
+        manifest["canaries"] = plan_canaries(
+            recipe.inject.canaries, recipe.inject.canary_formats, manifest["doses"], recipe.data.seed
+        )
     return manifest
 
 

@@ -7,6 +7,7 @@
   extraction  sample the model (4 strategies x top-k), Type-1 clones against the training corpus, corpus-free
               rankings with precision@100, secrets (masked), taxonomy, members vs non-members extracted
   mri         Memorization Risk Index: original / rewritten / mutated tasks, Sim, RAD, MRI, iMRI per side
+  canaries    exposure of each planted canary (inject.canaries) against random same-format secrets, by dose
 
 A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
 here with a class that satisfies `plugins.Evaluation` (as `detection.Detection`), one record in
@@ -54,5 +55,6 @@ EVALUATIONS: dict[str, Record] = {
             config="leaklab.evaluations.extraction:ExtractionConfig",
             section="extraction",
         ),
+        Record("canaries", "leaklab.evaluations.canaries:Canaries", "evaluation", "Canaries"),
     ]
 }

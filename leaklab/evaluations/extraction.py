@@ -23,6 +23,8 @@ top-k values (when it has several), `all` pooled, and `members` / `non_members`)
   `all` also: taxonomy.<tag> (unique snippets per tag), secrets.<kind> (distinct values found in outputs
   that also occur in the corpus), secrets_not_in_corpus;
   members / non_members: n_tasks, n_extracted, extracted_fraction; non_members also n_unexplained.
+  dose=<d>, in a run with inject.canaries: canary_extracted_rate, the share of that dose group's canaries
+  whose secret an output holds verbatim (leaklab/evaluations/canaries.py).
 Records (scores/step-N/extraction.jsonl), with every secret-like value masked: one per output
 (`record: output`), per unique snippet (`record: snippet`) and per extracted task (`record: task`).
 """
@@ -45,6 +47,7 @@ from leaklab.evaluations.base import (
     EvalOutput,
     float_or_none,
 )
+from leaklab.evaluations.canaries import extraction_rows as canary_extraction_rows
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
     RANKINGS,
@@ -255,7 +258,9 @@ class Extraction:
             return EvalOutput()
         clones = find_clones(self.index, texts)
         task_clones = find_clones(self.tasks, texts) if self.tasks is not None else None
-        return self._output(ctx.recipe, samples, clones, scores, task_clones)
+        output = self._output(ctx.recipe, samples, clones, scores, task_clones)
+        output.rows += canary_extraction_rows(ctx, texts)  # per dose, when the run planted canaries
+        return output
 
     # ------------------------------------------------------------------ rows and records
 

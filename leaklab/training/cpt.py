@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from leaklab.data.canaries import canary_exposures, canary_lines, plant
 from leaklab.data.corpora import corpus_texts
 from leaklab.data.mixing import build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
@@ -65,8 +66,9 @@ def build_dataset(
 
 def _dosed_dataset(recipe: Recipe, tokenizer, by_id: dict, manifest: dict, code, web, log) -> StageData:
     """`inject` set: each member as many times as its dose, at the planned blocks, in training order."""
+    lines = canary_lines(manifest)  # planted before packing, so the counts below include them
     blocks, info = build_dosed_mixture(
-        {i: by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]},
+        {i: plant(by_id[i].text(recipe.data.text_format), lines.get(i, [])) for i in manifest["member_ids"]},
         manifest["doses"],
         corpus_texts(
             recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
@@ -79,6 +81,8 @@ def _dosed_dataset(recipe: Recipe, tokenizer, by_id: dict, manifest: dict, code,
         seed=recipe.mix.seed,
     )
     info["inject"] = manifest["inject"]
+    if lines:
+        info["canary_exposures"] = canary_exposures(manifest, info["exposures"])
     log(
         f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} members "
         f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}), "

@@ -15,12 +15,14 @@ evaluation are `train.py`'s, as for every stage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leaklab.data.canaries import canary_exposures, canary_lines, plant
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
 from leaklab.errors import InputError
@@ -155,7 +157,10 @@ def build_dataset(
     fmt = resolve_format(tokenizer, cfg.format, key="train.sft.format")
     by_id = {t.task_id: t for t in tasks}
     max_length = max_length_of(recipe, tokenizer)
-    members = [training_pair(by_id[i], tokenizer, fmt) for i in manifest["member_ids"]]
+    lines = canary_lines(manifest)  # planted in the answers, before the rows are built and counted
+    members = [
+        training_pair(planted(by_id[i], lines.get(i, [])), tokenizer, fmt) for i in manifest["member_ids"]
+    ]
     others = other_pairs(recipe, tokenizer, fmt, len(members), log)
     exposures: dict[str, Any] = {}
     if recipe.inject.active:
@@ -166,6 +171,8 @@ def build_dataset(
             "inject": manifest["inject"],
             **count_member_rows(train, pair_of, tokenizer, fmt, max_length),
         }
+        if lines:
+            exposures["canary_exposures"] = canary_exposures(manifest, exposures["exposures"])
     else:
         train, cut = _dataset(members + others, tokenizer, fmt, max_length)
     held_out = manifest["non_member_ids"][: cfg.validation_max_tasks] if cfg.validation else []
@@ -194,6 +201,11 @@ def build_dataset(
         + (f"; {cut + eval_cut} examples cut at {max_length} tokens" if cut + eval_cut else "")
     )
     return StageData(SftData(train, evaluation), info)
+
+
+def planted(task: Task, lines: list[str]) -> Task:
+    """The task with the canary lines at the top of its solution (the answer the loss is taken on)."""
+    return dataclasses.replace(task, solution=plant(task.solution, lines)) if lines else task
 
 
 def dosed_pairs(

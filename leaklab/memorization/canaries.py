@@ -1,0 +1,117 @@
+"""How far a model has memorised the run's canaries (leaklab/data/canaries.py): exposure and extraction.
+
+Exposure follows Carlini et al., "The Secret Sharer" (USENIX Security 2019, §4): with the randomness
+space R of a canary's format, exposure = log2 |R| - log2 rank, where rank is the place of the true secret
+among all of R ordered by the model's likelihood. leaklab estimates it from a seeded sample of M random
+secrets of the same format (the paper's §4.3 also estimates rather than enumerates):
+
+    exposure = log2(M + 1) - log2(r),   r = 1 + #{candidates more likely than the true secret}
+
+so the true secret is ranked among the M + 1 secrets {true, candidates}; r = 1 gives log2(M + 1), the
+most this M can show, and a secret less likely than every candidate gives 0. Ties count in the secret's
+favour. The likelihood of a secret is the sum of its tokens' log-probabilities (the closing quote
+included, the same for every candidate) after the canary's prefix, computed by leaklab's scoring engine
+(`compute_token_stats` with the prefix as the prompt, so the secret is tokenised apart from it and every
+candidate is tokenised the same way).
+
+Extraction: a canary is extracted when its secret appears verbatim in a sampled output.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from leaklab.data.canaries import Canary, draw_secret
+
+
+@dataclass(frozen=True)
+class Exposure:
+    canary_id: str
+    logprob: float  # log p(secret + closing quote | prefix) under the model, natural log
+    rank: int  # 1 = more likely than every candidate
+    n_candidates: int  # M
+    exposure: float  # log2(M + 1) - log2(rank)
+
+
+def candidates_for(canary: Canary, m: int, seed: int) -> list[str]:
+    """M random secrets of the canary's format, none equal to its secret, seeded per canary so that
+    every checkpoint ranks the secret against the same candidates."""
+    rng = random.Random(f"canary.candidates:{seed}:{canary.id}")
+    out = []
+    while len(out) < m:
+        secret = draw_secret(canary.format, rng)
+        if secret != canary.secret:
+            out.append(secret)
+    return out
+
+
+def secret_logprobs(
+    model, tokenizer, prefix: str, secrets: Sequence[str], *, settings=None, accelerator=None, cache=None
+) -> np.ndarray:
+    """log p(secret + '"' | prefix) for each secret: the summed log-probabilities of its tokens."""
+    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
+
+    settings = replace(ScoringSettings.from_config(settings), scoring_span="solution")
+    texts = [f'{prefix}{s}"' for s in secrets]
+    stats = compute_token_stats(
+        model, tokenizer, texts, prompts=[prefix] * len(texts), settings=settings,
+        distribution=False, accelerator=accelerator, cache=cache,
+    )  # fmt: skip
+    return np.asarray([float(s.logprob.astype(np.float64).sum()) for s in stats])
+
+
+def exposure_from_logprobs(
+    canary_id: str, true_logprob: float, candidate_logprobs: Sequence[float]
+) -> Exposure:
+    """Rank and exposure of the true secret against its candidates (see the module for the formula)."""
+    m = len(candidate_logprobs)
+    rank = 1 + int(np.sum(np.asarray(candidate_logprobs, dtype=np.float64) > true_logprob))
+    return Exposure(canary_id, float(true_logprob), rank, m, math.log2(m + 1) - math.log2(rank))
+
+
+def canary_exposure(
+    model,
+    tokenizer,
+    canary: Canary,
+    candidates: Sequence[str],
+    *,
+    settings=None,
+    accelerator=None,
+    cache=None,
+) -> Exposure:
+    """Exposure of one canary under the model, ranked against `candidates` (secrets of its format)."""
+    scores = secret_logprobs(
+        model, tokenizer, canary.prefix, [canary.secret, *candidates],
+        settings=settings, accelerator=accelerator, cache=cache,
+    )  # fmt: skip
+    return exposure_from_logprobs(canary.id, scores[0], scores[1:])
+
+
+def canaries_in_outputs(outputs: Sequence[str], canaries: Sequence[Canary]) -> dict[str, bool]:
+    """canary id -> whether its secret appears verbatim in any of the outputs."""
+    return {c.id: any(c.secret in text for text in outputs) for c in canaries}
+
+
+def by_dose(canaries: Sequence[Canary], values: dict[str, float]) -> dict[int, np.ndarray]:
+    """dose -> the values of that dose group's canaries (in canary order), doses ascending."""
+    groups: dict[int, list[float]] = {}
+    for c in sorted(canaries, key=lambda c: c.dose or 0):
+        groups.setdefault(int(c.dose or 0), []).append(float(values[c.id]))
+    return {dose: np.asarray(v, dtype=np.float64) for dose, v in groups.items()}
+
+
+def mean_with_interval(values: np.ndarray, n_bootstrap: int, seed: int) -> dict[str, float]:
+    """mean, and its bootstrap 95% interval over the values (NaN without resamples or values)."""
+    from leaklab.metrics import percentile_intervals, resample_weights
+
+    out = {"mean": float(values.mean()) if len(values) else math.nan, "ci_low": math.nan, "ci_high": math.nan}
+    if len(values) and n_bootstrap > 0:
+        weights = resample_weights([np.arange(len(values))], len(values), n=n_bootstrap, seed=seed)
+        ci = percentile_intervals({"x": weights @ values / len(values)})
+        out["ci_low"], out["ci_high"] = ci["x_ci_low"], ci["x_ci_high"]
+    return out
