@@ -365,7 +365,8 @@ class Counterfactual:
                     "reference_function": rf["body"],
                     "reference_failure": rf["failure"],
                     "reference_raw": rf["raw"][:RAW_CHARS],
-                    "prompt_boundary": tf.get("prompt_boundary"),  # cut | heal | none (the same for both models)
+                    # cut | heal | none: how the prompt ended (the same for both models)
+                    "prompt_boundary": tf.get("prompt_boundary"),
                     "target": {m: float_or_none(ts[m]) for m in METRICS},
                     "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "missing_target": ts["missing"],
