@@ -563,7 +563,9 @@ def generation(ctx: Context, size: str) -> dict:
         return int((out[:, enc["input_ids"].shape[1] :] != tok.pad_token_id).sum())
 
     def engine() -> int:
-        done = HFGenerator(model, tok, batch_size=len(prompts)).generate(prompts, max_new_tokens=new)
+        done = HFGenerator(model, tok, batch_size=len(prompts), prompt_boundary="none").generate(
+            prompts, max_new_tokens=new
+        )
         return sum(len(c[0].token_ids) for c in done)
 
     out: dict[str, Any] = {"prompts": len(prompts), "max_new_tokens": new}

@@ -177,6 +177,7 @@ ROW_SETTINGS = (
     "long_texts",
     "reference_model",
     "dcpdd_corpus",
+    "prompt_boundary",  # what every generation's prompt ends on (accuracy, mri, counterfactual, ...)
 )
 
 

@@ -236,6 +236,11 @@ class EvaluateConfigBase:
     # Bootstrap resamples for the 95% intervals of every metric (AUROC, TPR@FPR, F1, leak rate; 0: none).
     n_bootstrap: int = 1000
     seed: int = 0  # seeds CV folds, bootstrap intervals, the blind baseline and dataset inference
+    # Where a prompt ends for the model in every generation (accuracy, mri, counterfactual, extraction,
+    # cdd, ngram_acc, srdetection_black). heal: at a token boundary of the text it comes from where that
+    # is known, else by token healing (a prompt ending in "\n" would otherwise stop inside the merged
+    # newline-plus-indentation token the model was trained on); none: tokenized as it is.
+    prompt_boundary: str = "heal"
 
 
 EvaluateConfig = _with_sections(EvaluateConfigBase, [*DETECTORS.values(), *EVALUATIONS.values()])
@@ -291,6 +296,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
+    "evaluate.prompt_boundary": ("heal", "none"),
     "tracking.wandb.mode": ("offline", "online", "disabled"),
     **{
         f"{parent}.{section}.{key}": allowed

@@ -234,3 +234,18 @@ def test_the_paper_recipes_rewrite_with_the_llm_and_its_judge_as_filter(name):
 
 def test_bigcodebench_ppo_generates_the_papers_512_response_tokens():
     assert load_recipe("bigcodebench_ppo").train.rl.max_completion_length == 512  # 004, App. J.1.2
+
+
+def test_prompt_boundary_is_an_evaluation_setting_with_two_values():
+    """evaluate.prompt_boundary (issue 27): heal by default, none on request, anything else refused with
+    the valid values; the rows of every evaluation record it (a changed value is a row-setting conflict)."""
+    from leaklab.evaluate import row_settings
+
+    assert load_recipe("tiny_cpt").evaluate.prompt_boundary == "heal"
+    assert load_recipe("tiny_cpt", ["evaluate.prompt_boundary=none"]).evaluate.prompt_boundary == "none"
+    with pytest.raises(RecipeError) as err:
+        load_recipe("tiny_cpt", ["evaluate.prompt_boundary=cut"])
+    assert "evaluate.prompt_boundary" in err.value.problems[0] and "heal" in err.value.problems[0]
+    recipe = load_recipe("tiny_cpt")
+    for evaluation in ("detection", "accuracy", "counterfactual", "extraction", "mri"):
+        assert row_settings(recipe, evaluation)["evaluate.prompt_boundary"] == "heal"

@@ -110,6 +110,7 @@ class Cdd:
         prompts = cdd_prompts(inputs.tokenizer, inputs.texts, inputs.contexts())
         usable = [i for i, p in enumerate(prompts) if p is not None]
         chosen = [prompts[i] for i in usable]
+        sources = [inputs.texts[i] for i in usable]  # each prompt is a prefix of its text
         greedy = greedy_continuations(
             inputs.model,
             inputs.tokenizer,
@@ -119,6 +120,8 @@ class Cdd:
             generator=inputs.generator,
             cache=inputs.generation_cache,
             accelerator=inputs.accelerator,
+            prompt_boundary=inputs.prompt_boundary(),
+            sources=sources,
         )
         sampled = sampled_continuations(
             inputs.model,
@@ -132,6 +135,8 @@ class Cdd:
             generator=inputs.generator,
             cache=inputs.generation_cache,
             accelerator=inputs.accelerator,
+            prompt_boundary=inputs.prompt_boundary(),
+            sources=sources,
         )
         inputs.info[self.name] = {"no_prompt": len(prompts) - len(usable)}
         out = {}

@@ -53,6 +53,10 @@ class ModelInputs:
             raise ValueError(f"got {len(self.prompts)} prompts for {len(self.texts)} texts")
         return [p if t.startswith(p) else "" for t, p in zip(self.texts, self.prompts)]
 
+    def prompt_boundary(self) -> str:
+        """Where a prompt ends for the model in this run's generations (`evaluate.prompt_boundary`)."""
+        return getattr(self.settings, "prompt_boundary", "heal")
+
     def scoring(self):
         from leaklab.signals.logprobs import ScoringSettings
 

@@ -112,6 +112,9 @@ class NgramAccuracy:
             generator=inputs.generator,
             cache=inputs.generation_cache,
             accelerator=inputs.accelerator,
+            # Each prefix ends on a token boundary of its text: cut there, the ids stay aligned with truth.
+            prompt_boundary=inputs.prompt_boundary(),
+            sources=[inputs.texts[p.sample] for p in found],
         )
         scores = {f"ngram_acc@n={n}": accuracy(found, predicted, n, len(inputs.texts)) for n in self.n}
         probed = {p.sample for p in found}

@@ -703,8 +703,11 @@ def black_scores(
     cache=None,
     accelerator=None,
     info: dict[str, Any] | None = None,
+    prompt_boundary: str = "heal",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """NGO of every original and variant (NaN where the text cannot be cut). `sr`: a SrDetectionConfig."""
+    """NGO of every original and variant (NaN where the text cannot be cut). `sr`: a SrDetectionConfig.
+    Each prefix ends on a token boundary of its text and is cut there (`prompt_boundary`), so the
+    generated ids line up with the text's own."""
     from leaklab.signals.continuations import greedy_continuations
 
     sr = _sr_settings(sr)
@@ -724,6 +727,8 @@ def black_scores(
         cache=cache,
         accelerator=accelerator,
         info=info,
+        prompt_boundary=prompt_boundary,
+        sources=[texts[i] for i in usable],
     )
     ngo = np.full(len(texts), np.nan)
     for i, ids in zip(usable, generated):
@@ -837,6 +842,7 @@ def score_srdetection(
                 cache=generation_cache,
                 accelerator=accelerator,
                 info=info,
+                prompt_boundary=getattr(settings, "prompt_boundary", "heal"),
             )
         result.raw[mode], result.info[mode] = raw, info
         for detector in mine:

@@ -142,6 +142,7 @@ class Accuracy:
 
         cfg = ctx.recipe.evaluate.accuracy
         settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
+        settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
         payload = json.dumps([weights_digest(model), tokenizer_fingerprint(tokenizer), fmt, settings])
         return (
             ctx.run.execution_cache
@@ -162,7 +163,13 @@ class Accuracy:
             model = acc.unwrap_model(model)
         rank, world = _world(acc)
         mine = list(range(len(prompts)))[rank::world]
-        generator = HFGenerator(model, tokenizer, batch_size=cfg.batch_size, top_p=cfg.top_p)
+        generator = HFGenerator(
+            model,
+            tokenizer,
+            batch_size=cfg.batch_size,
+            top_p=cfg.top_p,
+            prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
+        )
         stop = COMPLETION_STOP if fmt == "completion" else ()
         greedy = greedy_replies(
             model, tokenizer, prompts, cfg.max_new_tokens, stop, model_fp=weights_digest(model),
@@ -252,7 +259,13 @@ class Accuracy:
             write_atomic(cache, lines)
         if not ctx.is_main_process:
             return EvalOutput()
-        return EvalOutput(rows=accuracy_rows(judged, labels, cfg), records=_records(tasks, labels, judged))
+        from leaklab.signals.generation import prompt_boundaries
+
+        prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
+        applied = prompt_boundaries(tokenizer, prompts, ctx.recipe.evaluate.prompt_boundary)
+        return EvalOutput(
+            rows=accuracy_rows(judged, labels, cfg), records=_records(tasks, labels, judged, applied)
+        )
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
         got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
@@ -306,9 +319,9 @@ def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConf
     return rows
 
 
-def _records(tasks, labels: list[int], judged: list[list[dict]]) -> list[dict[str, Any]]:
+def _records(tasks, labels: list[int], judged: list[list[dict]], applied: list[str]) -> list[dict[str, Any]]:
     out = []
-    for task, label, replies in zip(tasks, labels, judged):
+    for task, label, replies, boundary in zip(tasks, labels, judged, applied):
         greedy, samples = replies[0], replies[1:]
         out.append(
             {
@@ -320,6 +333,7 @@ def _records(tasks, labels: list[int], judged: list[list[dict]]) -> list[dict[st
                 "reason": greedy.get("reason", ""),
                 "n": len(samples),
                 "c": sum(s["verdict"] == "passed" for s in samples),
+                "prompt_boundary": boundary,  # how the prompt ended for the model (cut | heal | none)
             }
         )
     return out

@@ -216,8 +216,11 @@ class Counterfactual:
     # ------------------------------------------------------------------ generation and extraction
 
     def _functions(self, ctx: EvalContext, model, tokenizer) -> list[dict]:
-        """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation}."""
-        from leaklab.signals.continuations import greedy_continuations
+        """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation,
+        "prompt_boundary": how the prompt ended for the model}. Each prompt is a prefix of its context,
+        signature and true body: it is cut at a token boundary of that text (`prompt_boundary`)."""
+        from leaklab.signals.continuations import greedy_replies
+        from leaklab.signals.generation import prompt_boundaries
 
         cfg = ctx.recipe.evaluate.counterfactual
 
@@ -225,20 +228,26 @@ class Counterfactual:
             return tokenizer(text, add_special_tokens=False)["input_ids"]
 
         prompts = [build_prompt(s, cfg.context_tokens, count) for s in self._samples]
-        ids = greedy_continuations(
+        sources = [p + s.ground_truth for p, s in zip(prompts, self._samples)]
+        boundary = ctx.recipe.evaluate.prompt_boundary
+        raws = greedy_replies(
             model,
             tokenizer,
             prompts,
-            [cfg.max_new_tokens] * len(prompts),
+            cfg.max_new_tokens,
             batch_size=cfg.batch_size,
             cache=ctx.generation_cache,
             accelerator=ctx.accelerator,
+            prompt_boundary=boundary,
+            sources=sources,
         )
+        applied = prompt_boundaries(tokenizer, prompts, boundary, sources)
         out = []
-        for sample, row in zip(self._samples, ids):
-            raw = tokenizer.decode(list(row), skip_special_tokens=True)
+        for sample, raw, how in zip(self._samples, raws, applied):
             extracted = extract_function(sample.signature, raw)
-            out.append({"body": extracted.body, "failure": extracted.failure, "raw": raw})
+            out.append(
+                {"body": extracted.body, "failure": extracted.failure, "raw": raw, "prompt_boundary": how}
+            )
         return out
 
     def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
@@ -379,6 +388,8 @@ class Counterfactual:
                     "reference_function": rf["body"],
                     "reference_failure": rf["failure"],
                     "reference_raw": rf["raw"][:RAW_CHARS],
+                    # cut | heal | none: how the prompt ended (the same for both models)
+                    "prompt_boundary": tf.get("prompt_boundary"),
                     "target": {m: float_or_none(ts[m]) for m in METRICS},
                     "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "missing_target": ts["missing"],

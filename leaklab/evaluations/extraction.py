@@ -204,12 +204,13 @@ class Extraction:
 
     def _generate(self, ctx: EvalContext, model, tokenizer) -> list:
         cfg = ctx.recipe.evaluate.extraction
+        boundary = ctx.recipe.evaluate.prompt_boundary
         samples = []
         for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
             for k in cfg.top_k:
                 samples += sample(model, tokenizer, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
                                   prompts=self.prompts, batch_size=cfg.batch_size,
-                                  seed=cfg.seed + 1000 * si + k)  # fmt: skip
+                                  seed=cfg.seed + 1000 * si + k, prompt_boundary=boundary)  # fmt: skip
         if "two_step" in cfg.strategies:
             first = [s for s in samples if s.strategy == "non_prompt"]
             snippets = unique_snippets(self.index, find_clones(self.index, [s.text for s in first]))
@@ -222,7 +223,7 @@ class Extraction:
                 for k in cfg.top_k:
                     samples += sample(model, tokenizer, "two_step", k, cfg.n_outputs, cfg.max_new_tokens,
                                       prompts=[prompt], batch_size=cfg.batch_size,
-                                      seed=cfg.seed + 7000 + k)  # fmt: skip
+                                      seed=cfg.seed + 7000 + k, prompt_boundary=boundary)  # fmt: skip
             else:
                 ctx.log("[leaklab] extraction: two_step skipped (non_prompt found no memorised snippet)")
         return samples
@@ -308,6 +309,7 @@ class Extraction:
                 "memorised": bool(clones[i]), "clone_lines": sum(c.n_lines for c in clones[i]),
                 "scores": {m: float_or_none(scores[m][i]) for m in RANKING_NAMES},
                 "prompt": mask_text(s.prompt)[:TEXT_CHARS], "text": mask_text(s.text)[:TEXT_CHARS],
+                "prompt_boundary": s.prompt_boundary,
             })  # fmt: skip
         for sn in snippets:
             records.append({

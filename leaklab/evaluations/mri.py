@@ -251,6 +251,7 @@ class Mri:
 
         cfg = ctx.recipe.evaluate.mri
         settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
+        settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
         content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
         payload = json.dumps(
             [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
@@ -272,6 +273,7 @@ class Mri:
         texts = greedy_replies(
             model, tokenizer, prompts, cfg.max_new_tokens, stop, model_fp=weights_digest(model),
             batch_size=cfg.batch_size, cache=ctx.generation_cache, accelerator=acc, info=info,
+            prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
         )  # fmt: skip
         ctx.log(f"[leaklab] mri: {info['cached']} of {info['prompts']} replies from the generation cache")
         return texts
@@ -327,6 +329,11 @@ class Mri:
             if not ctx.is_main_process:
                 return EvalOutput()
             judged = self._judge(cfg, items, replies, fmt)
+            from leaklab.signals.generation import prompt_boundaries
+
+            applied = prompt_boundaries(tokenizer, prompts, ctx.recipe.evaluate.prompt_boundary)
+            for entry, boundary in zip(judged, applied):
+                entry["prompt_boundary"] = boundary
             write_atomic(cache, "".join(json.dumps(j) + "\n" for j in judged))
         if not ctx.is_main_process:
             return EvalOutput()
@@ -367,6 +374,7 @@ def per_task_outcomes(tasks, labels: list[int], sets: dict, judged: list[dict]) 
             record[f"passed_{kind}"] = None if j is None else j["verdict"] == "passed"
             record[f"extraction_{kind}"] = None if j is None else j.get("extraction", "")
             record[f"reason_{kind}"] = None if j is None else j.get("reason", "")
+            record[f"prompt_boundary_{kind}"] = None if j is None else j.get("prompt_boundary")
         rew = by_key.get(f"rew:{task.task_id}")
         sim = None if rew is None else rew.get("sim")
         drop = None if rew is None else float(rew["verdict"] != "passed")

@@ -204,6 +204,7 @@ class Sample:
     top_k: int
     prompt: str
     text: str  # the generated continuation (the prompt not included)
+    prompt_boundary: str = "none"  # how the prompt ended for the model: cut | heal | none
 
 
 def sample(
@@ -217,6 +218,7 @@ def sample(
     prompts: Sequence[str] = (),
     batch_size: int = 32,
     seed: int = 0,
+    prompt_boundary: str = "heal",
 ) -> list[Sample]:
     """`n` sampled continuations for one strategy and top-k, batched through the generation engine.
     non_prompt / temperature_decay ignore `prompts`; prompt_conditioned cycles through them; two_step
@@ -226,7 +228,14 @@ def sample(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown sampling strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     processor = TemperatureDecay() if strategy == "temperature_decay" else None
-    generator = HFGenerator(model, tokenizer, batch_size=batch_size, top_k=top_k, logits_processor=processor)
+    generator = HFGenerator(
+        model,
+        tokenizer,
+        batch_size=batch_size,
+        top_k=top_k,
+        logits_processor=processor,
+        prompt_boundary=prompt_boundary,
+    )
     if strategy in ("non_prompt", "temperature_decay"):
         chosen, per_prompt = [start_prompt(tokenizer)], n
     elif strategy == "two_step":
@@ -238,7 +247,9 @@ def sample(
         return []
     results = generator.generate(chosen, max_new_tokens, temperature=1.0, n=per_prompt, seed=seed)
     return [
-        Sample(strategy, top_k, p, c.text) for p, completions in zip(chosen, results) for c in completions
+        Sample(strategy, top_k, p, c.text, c.prompt_boundary)
+        for p, completions in zip(chosen, results)
+        for c in completions
     ]
 
 

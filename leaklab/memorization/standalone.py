@@ -68,7 +68,8 @@ def corpus_sources(path: str | Path) -> list[tuple[str, str]]:
 def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
     from leaklab.memorization.counterfactual import build_prompt, extract_function
     from leaklab.models.load import load_model, load_tokenizer
-    from leaklab.signals.continuations import GenerationCache, greedy_continuations
+    from leaklab.signals.continuations import GenerationCache, greedy_replies
+    from leaklab.signals.generation import prompt_boundaries
 
     model = load_model(name, args.dtype, False, key=name)
     model.eval()
@@ -77,19 +78,22 @@ def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
         build_prompt(s, args.context_tokens, lambda t: tokenizer(t, add_special_tokens=False)["input_ids"])
         for s in samples
     ]
-    ids = greedy_continuations(
+    # Each prompt is a prefix of its context, signature and true body: cut at that text's token boundary.
+    sources = [p + s.ground_truth for p, s in zip(prompts, samples)]
+    raws = greedy_replies(
         model,
         tokenizer,
         prompts,
-        [args.max_new_tokens] * len(prompts),
+        args.max_new_tokens,
         batch_size=args.batch_size,
         cache=GenerationCache(cache_dir),
+        sources=sources,
     )
+    applied = prompt_boundaries(tokenizer, prompts, "heal", sources)
     out = []
-    for sample, row in zip(samples, ids):
-        raw = tokenizer.decode(list(row), skip_special_tokens=True)
+    for sample, raw, how in zip(samples, raws, applied):
         extracted = extract_function(sample.signature, raw)
-        out.append({"body": extracted.body, "failure": extracted.failure, "raw": raw})
+        out.append({"body": extracted.body, "failure": extracted.failure, "raw": raw, "prompt_boundary": how})
     return out
 
 
@@ -147,6 +151,7 @@ def main(argv: list[str]) -> int:
                     "target_failure": tf["failure"],
                     "reference_function": rf["body"],
                     "reference_failure": rf["failure"],
+                    "prompt_boundary": tf["prompt_boundary"],  # cut | heal | none: how the prompt ended
                     "target": {m: _number(ts[m]) for m in METRICS},
                     "reference": {m: _number(rs[m]) for m in METRICS},
                     "memorized_by": flags,

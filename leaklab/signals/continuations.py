@@ -3,12 +3,18 @@
 SrDetection's black box asks for them now; MRI, counterfactual similarity and extraction will too.
 `greedy_continuations` decodes only the prompts the cache does not hold, sorted by length and batched
 through the generation engine (`leaklab.signals.generation`), split over ranks under several processes.
+
+Every function takes `prompt_boundary` ("heal" | "none", see `generation.prepare_prompt`) and, where the
+caller knows them, `sources` (sources[i]: the text prompts[i] is a prefix of). A generator passed in
+decides by its own `prompt_boundary`. Under "heal" the cache keys name it (and the source), so
+generations made either way never mix; `info["prompt_boundary"]` counts what each prompt got.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -68,6 +74,40 @@ class GenerationCache:
 _GENERATIONS = GenerationCache()
 
 
+def _boundary_setting(generator, prompt_boundary: str) -> str:
+    """What the prompts get: the generator's own setting when one is given (vLLM and OpenAI: "none")."""
+    return prompt_boundary if generator is None else getattr(generator, "prompt_boundary", "none")
+
+
+def _sources(prompts: Sequence[str], sources: Sequence[str | None] | None) -> list[str | None]:
+    if sources is None:
+        return [None] * len(prompts)
+    if len(sources) != len(prompts):
+        raise ValueError(f"got {len(sources)} sources for {len(prompts)} prompts")
+    return list(sources)
+
+
+def _generate(generator, boundary: str, prompts: list[str], sources: list[str | None], *args, **kwargs):
+    """`generator.generate`, given the sources only where it prepares prompts (a generator without a
+    `prompt_boundary`, such as one written before it existed, is called as before)."""
+    if boundary == "none":
+        return generator.generate(prompts, *args, **kwargs)
+    return generator.generate(prompts, *args, sources=sources, **kwargs)
+
+
+def _prompt_key(prompt: str, boundary: str, source: str | None) -> str:
+    """The prompt part of a cache key: the prompt alone under "none" (the keys written before healing
+    existed), else the setting and the source too."""
+    return prompt if boundary == "none" else json.dumps(["prompt_boundary", boundary, prompt, source])
+
+
+def _count_boundaries(tokenizer, prompts, boundary: str, sources, info: dict[str, Any] | None) -> None:
+    if info is not None:
+        from leaklab.signals.generation import prompt_boundaries
+
+        info["prompt_boundary"] = dict(Counter(prompt_boundaries(tokenizer, prompts, boundary, sources)))
+
+
 def _world(accelerator) -> tuple[int, int]:
     if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
         return 0, 1
@@ -85,8 +125,14 @@ def greedy_continuations(
     cache: GenerationCache | None = None,
     accelerator=None,
     info: dict[str, Any] | None = None,
+    prompt_boundary: str = "heal",
+    sources: Sequence[str | None] | None = None,
 ) -> list[tuple[int, ...]]:
     """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached.
+
+    Where the prompt was healed or cut inside a token, the first id also covers the prompt's last
+    characters (`Completion.healed`); callers that compare ids with a text's own tokens pass the text
+    as the source and cut their prompts at its token boundaries, where nothing is left out.
 
     Missing rows are sorted by length and decoded in groups of `batch_size` (a group decodes as many
     steps as its longest row needs, so similar lengths waste little). Under several processes the
@@ -98,7 +144,12 @@ def greedy_continuations(
         model = accelerator.unwrap_model(model)
     cache = _GENERATIONS if cache is None else cache
     model_fp, tok_fp = model_fingerprint(model), tokenizer_fingerprint(tokenizer)
-    keys = [GenerationCache.key(tok_fp, p, n) for p, n in zip(prompts, lengths)]
+    boundary = _boundary_setting(generator, prompt_boundary)
+    sources = _sources(prompts, sources)
+    keys = [
+        GenerationCache.key(tok_fp, _prompt_key(p, boundary, s), n)
+        for p, s, n in zip(prompts, sources, lengths)
+    ]
     out: list[tuple[int, ...] | None] = [cache.get(model_fp, k) for k in keys]
     missing = sorted((i for i, r in enumerate(out) if r is None), key=lambda i: (lengths[i], i))
     groups = [missing[s : s + batch_size] for s in range(0, len(missing), batch_size)]
@@ -108,10 +159,15 @@ def greedy_continuations(
         if generator is None:
             from leaklab.signals.generation import HFGenerator
 
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size)
+            generator = HFGenerator(model, tokenizer, batch_size=batch_size, prompt_boundary=boundary)
         for group in groups[rank::world]:
-            completions = generator.generate(
-                [prompts[i] for i in group], max_new_tokens=max(lengths[i] for i in group), temperature=0.0
+            completions = _generate(
+                generator,
+                boundary,
+                [prompts[i] for i in group],
+                [sources[i] for i in group],
+                max_new_tokens=max(lengths[i] for i in group),
+                temperature=0.0,
             )
             for i, (completion, *_) in zip(group, completions):
                 ids = completion.token_ids
@@ -125,6 +181,7 @@ def greedy_continuations(
             out[i] = ids
     if info is not None:
         info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
+    _count_boundaries(tokenizer, prompts, boundary, sources, info)
     return [tuple(r) for r in out]
 
 
@@ -149,17 +206,19 @@ def greedy_replies(
     cache: GenerationCache | None = None,
     accelerator=None,
     info: dict[str, Any] | None = None,
+    prompt_boundary: str = "heal",
+    sources: Sequence[str | None] | None = None,
 ) -> list[str]:
     """The greedy reply (text, cut at the first `stop`) to every prompt, cached: the accuracy and MRI
     evaluations ask a checkpoint the same original tasks and share one decoding of them.
 
     The cache holds the reply's token ids (up to the stop, as the generator returns them) under the
     prompt and the stop sequences; a cached reply is read back exactly as the generator wrote it
-    (decode without special tokens, then cut at the stop). `model_fp`: what identifies the weights
+    (decode without special tokens, drop the healed characters, then cut at the stop). `model_fp`: what identifies the weights
     (the caller's; default `model_fingerprint`). A back-end without token ids is not cached. Under
     several processes the missing prompts are spread over the ranks and gathered; call it on every rank.
     """
-    from leaklab.signals.generation import cut_at_stop
+    from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt
     from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
     if accelerator is not None:
@@ -167,14 +226,23 @@ def greedy_replies(
     cache = _GENERATIONS if cache is None else cache
     model_fp = model_fp or model_fingerprint(model)
     tok_fp = tokenizer_fingerprint(tokenizer)
+    boundary = _boundary_setting(generator, prompt_boundary)
+    sources = _sources(prompts, sources)
     keys = [
-        GenerationCache.key(tok_fp, json.dumps(["reply", list(stop), p]), max_new_tokens) for p in prompts
+        GenerationCache.key(
+            tok_fp, json.dumps(["reply", list(stop), _prompt_key(p, boundary, s)]), max_new_tokens
+        )
+        for p, s in zip(prompts, sources)
     ]
     out: list[str | None] = []
-    for key in keys:
+    for key, prompt, source in zip(keys, prompts, sources):
         ids = cache.get(model_fp, key)
+        if ids is None:
+            out.append(None)
+            continue
+        healed = prepare_prompt(tokenizer, prompt, boundary, source).healed
         out.append(
-            None if ids is None else cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stop)[0]
+            cut_at_stop(after_healed(tokenizer.decode(ids, skip_special_tokens=True), healed), stop)[0]
         )
     missing = [i for i, text in enumerate(out) if text is None]
     rank, world = _world(accelerator)
@@ -184,8 +252,16 @@ def greedy_replies(
         if generator is None:
             from leaklab.signals.generation import HFGenerator
 
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size)
-        completions = generator.generate([prompts[i] for i in mine], max_new_tokens, stop, 0.0)
+            generator = HFGenerator(model, tokenizer, batch_size=batch_size, prompt_boundary=boundary)
+        completions = _generate(
+            generator,
+            boundary,
+            [prompts[i] for i in mine],
+            [sources[i] for i in mine],
+            max_new_tokens,
+            stop,
+            0.0,
+        )
         for i, (completion, *_) in zip(mine, completions):
             ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
             fresh[i] = (completion.text, ids)
@@ -197,6 +273,7 @@ def greedy_replies(
         out[i] = text
     if info is not None:
         info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
+    _count_boundaries(tokenizer, prompts, boundary, sources, info)
     return [str(text) for text in out]
 
 
@@ -214,6 +291,8 @@ def sampled_continuations(
     cache: GenerationCache | None = None,
     accelerator=None,
     info: dict[str, Any] | None = None,
+    prompt_boundary: str = "heal",
+    sources: Sequence[str | None] | None = None,
 ) -> list[list[tuple[int, ...]]]:
     """`n` sampled continuations (token ids, at most `max_new_tokens`) of every prompt, cached.
 
@@ -231,13 +310,19 @@ def sampled_continuations(
         model = accelerator.unwrap_model(model)
     cache = _GENERATIONS if cache is None else cache
     model_fp, tok_fp = model_fingerprint(model), tokenizer_fingerprint(tokenizer)
+    boundary = _boundary_setting(generator, prompt_boundary)
+    sources = _sources(prompts, sources)
     # The sample index and the sampling settings are part of the key: greedy entries never collide.
     keys = [
         [
-            GenerationCache.key(tok_fp, json.dumps(["sample", temperature, seed, j, p]), max_new_tokens)
+            GenerationCache.key(
+                tok_fp,
+                json.dumps(["sample", temperature, seed, j, _prompt_key(p, boundary, s)]),
+                max_new_tokens,
+            )
             for j in range(n)
         ]
-        for p in prompts
+        for p, s in zip(prompts, sources)
     ]
     out = [[cache.get(model_fp, k) for k in row] for row in keys]
     missing = [i for i, row in enumerate(out) if any(ids is None for ids in row)]
@@ -248,9 +333,16 @@ def sampled_continuations(
         if generator is None:
             from leaklab.signals.generation import HFGenerator
 
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size)
-        results = generator.generate(
-            [prompts[i] for i in mine], max_new_tokens=max_new_tokens, temperature=temperature, n=n, seed=seed
+            generator = HFGenerator(model, tokenizer, batch_size=batch_size, prompt_boundary=boundary)
+        results = _generate(
+            generator,
+            boundary,
+            [prompts[i] for i in mine],
+            [sources[i] for i in mine],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            n=n,
+            seed=seed,
         )
         for i, completions in zip(mine, results):
             rows = []
@@ -268,4 +360,5 @@ def sampled_continuations(
         out[i] = rows
     if info is not None:
         info.update(prompts=len(prompts), cached=len(prompts) - len(missing), sampled=len(missing) * n)
+    _count_boundaries(tokenizer, prompts, boundary, sources, info)
     return [[tuple(ids) for ids in row] for row in out]

@@ -11,6 +11,20 @@ One list per prompt, `n` completions each (greedy decoding, temperature 0, is de
   VLLMGenerator    vLLM, when the `vllm` extra is installed (imported lazily; not tested here).
   OpenAIGenerator  any server with an OpenAI-compatible `/v1/completions` endpoint.
 
+Where a prompt ends (`prompt_boundary`, one place: `prepare_prompt`). A byte-level BPE tokenizer merges a
+newline with the next line's indentation into one token, so a model trained on packed text has never
+seen a prompt that ends in a bare "\n" (HumanEval's prompts do) and continues it badly. With "heal"
+(the default) the prompt is made to end where a token of its own text ends:
+  - cut: where the caller knows the text the prompt comes from (`sources`, e.g. a member's prompt and
+    solution), at the last token boundary of that text's tokenization at or before the prompt's end;
+  - heal: otherwise, by backing off the prompt's last token (token healing);
+and the first generated token is then restricted to tokens whose text begins with the characters left
+out. A completion's text always starts right after the original prompt (those characters are dropped
+from it); its token ids are the generated ones, so where characters were left out the first id also
+covers them (`Completion.healed` says which). "none" tokenizes the prompt as it is. Only HFGenerator
+can do this; the vLLM and OpenAI back-ends send the prompt text to an engine that tokenizes it and
+offers no constraint on the first token's text here, and record "none".
+
 Stop sequences: the text is cut before the first occurrence of any of them (as the OpenAI API
 does); token ids, where a back-end returns them, run up to and including the token that completed
 the stop sequence (ids cannot be cut inside a token). An EOS token ends a completion and is not part
@@ -28,10 +42,12 @@ How HFGenerator is fast on a CPU (each lever measured in `bench/bench_generation
 
 from __future__ import annotations
 
+import bisect
 import json
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -44,9 +60,12 @@ from leaklab.progress import Progress
 
 @dataclass(frozen=True)
 class Completion:
-    text: str
+    text: str  # the text after the prompt
     token_ids: tuple[int, ...] | None  # None where the back-end does not return ids
     finish_reason: str  # "stop" or "length"
+    # The prompt's last characters that the first token id re-generated ("" : none; see prepare_prompt).
+    healed: str = ""
+    prompt_boundary: str = "none"  # what prepared the prompt: "cut" | "heal" | "none"
 
 
 class Generator(Protocol):
@@ -58,6 +77,7 @@ class Generator(Protocol):
         temperature: float = 0.0,
         n: int = 1,
         seed: int = 0,
+        sources: Sequence[str | None] | None = None,
     ) -> list[list[Completion]]: ...
 
 
@@ -69,6 +89,127 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     """`text` up to the earliest stop sequence, and whether one was found."""
     cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
     return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+# --------------------------------------------------------------------------- where a prompt ends
+
+PROMPT_BOUNDARIES = ("heal", "none")
+
+
+@dataclass(frozen=True)
+class PreparedPrompt:
+    """A prompt as the model reads it.
+
+    ids       the token ids the model is given;
+    healed    the prompt's last characters that `ids` leave out ("" : none): the first generated token
+              must begin with them, and the completion's text starts after them;
+    boundary  what was done: "cut" (at a token boundary of the text the prompt comes from), "heal"
+              (the prompt's own last token backed off) or "none" (tokenized as it is).
+    """
+
+    ids: tuple[int, ...]
+    healed: str = ""
+    boundary: str = "none"
+
+
+class TokenTexts:
+    """Every ordinary token's text, sorted, so the tokens whose text begins with a string are found by
+    bisection. Built once per tokenizer (`token_texts`). Special tokens and tokens that are a part of a
+    UTF-8 character (they decode to U+FFFD alone) are left out: no healing produces them."""
+
+    def __init__(self, tokenizer: Any):
+        special = set(tokenizer.all_special_ids)
+        decoded = tokenizer.batch_decode(
+            [[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False
+        )
+        self.text_of = {i: t for i, t in enumerate(decoded) if i not in special and t and "\ufffd" not in t}
+        pairs = sorted((t, i) for i, t in self.text_of.items())
+        self.texts = [t for t, _ in pairs]
+        self.ids = [i for _, i in pairs]
+
+    def extending(self, prefix: str) -> list[int]:
+        """Ids of the tokens whose text begins with `prefix` (the sorted texts that do are adjacent)."""
+        lo = bisect.bisect_left(self.texts, prefix)
+        hi = lo
+        while hi < len(self.texts) and self.texts[hi].startswith(prefix):
+            hi += 1
+        return self.ids[lo:hi]
+
+
+_TOKEN_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def token_texts(tokenizer: Any) -> TokenTexts:
+    """The tokenizer's `TokenTexts`, built on first use and kept while the tokenizer lives."""
+    try:
+        table = _TOKEN_TEXTS.get(tokenizer)
+        if table is None:
+            table = _TOKEN_TEXTS[tokenizer] = TokenTexts(tokenizer)
+        return table
+    except TypeError:  # a tokenizer that cannot be weakly referenced: built each time
+        return TokenTexts(tokenizer)
+
+
+def prepare_prompt(
+    tokenizer: Any, prompt: str, boundary: str = "heal", source: str | None = None
+) -> PreparedPrompt:
+    """The one place that decides where a prompt ends for the model (see the module docstring).
+
+    boundary "none": `tokenizer(prompt)` as it is. "heal": cut at the last token boundary of `source`
+    (the text the prompt is a prefix of) at or before the prompt's end where a source is given, else back
+    off the prompt's last token; either way `healed` holds the characters left out. A prompt that cannot
+    be prepared so (one token long, ending in a special token or inside a UTF-8 character) is
+    tokenized as it is, and says "none".
+    """
+    if boundary not in PROMPT_BOUNDARIES:
+        raise ValueError(
+            f"unknown prompt_boundary {boundary!r}; choose one of {', '.join(PROMPT_BOUNDARIES)}"
+        )
+    if boundary == "heal":
+        table = token_texts(tokenizer)
+        if source is not None and len(source) > len(prompt) and source.startswith(prompt):
+            cut = _cut_at_source(tokenizer, table, prompt, source)
+            if cut is not None:
+                return cut
+        ids = tokenizer(prompt)["input_ids"]
+        last = table.text_of.get(ids[-1]) if len(ids) > 1 else None
+        if last and prompt.endswith(last):
+            return PreparedPrompt(tuple(ids[:-1]), last, "heal")
+        return PreparedPrompt(tuple(ids))
+    return PreparedPrompt(tuple(tokenizer(prompt)["input_ids"]))
+
+
+def _cut_at_source(tokenizer: Any, table: TokenTexts, prompt: str, source: str) -> PreparedPrompt | None:
+    """The source's own tokens that end within the prompt, and the prompt characters after them (None
+    when none end there or no token begins with what is left, e.g. without character offsets)."""
+    try:
+        encoded = tokenizer(source, return_offsets_mapping=True)
+    except (NotImplementedError, ValueError):  # a slow tokenizer has no offsets
+        return None
+    kept, end = 0, 0
+    for k, (_, stop) in enumerate(encoded["offset_mapping"]):
+        if stop > len(prompt):
+            break
+        kept, end = k + 1, max(end, stop)
+    left_out = prompt[end:]
+    if kept == 0 or (left_out and not table.extending(left_out)):
+        return None
+    return PreparedPrompt(tuple(encoded["input_ids"][:kept]), left_out, "cut")
+
+
+def prompt_boundaries(
+    tokenizer: Any, prompts: Sequence[str], boundary: str, sources: Sequence[str | None] | None = None
+) -> list[str]:
+    """What `prepare_prompt` does to each prompt ("cut" | "heal" | "none"): for the records."""
+    sources = [None] * len(prompts) if sources is None else sources
+    if boundary == "none":
+        return ["none"] * len(prompts)
+    return [prepare_prompt(tokenizer, p, boundary, s).boundary for p, s in zip(prompts, sources)]
+
+
+def after_healed(text: str, healed: str) -> str:
+    """A generated text less the healed characters it begins with: the text after the original prompt."""
+    return text[len(healed) :] if healed and text.startswith(healed) else text
 
 
 # --------------------------------------------------------------------------- HF, in process
@@ -155,6 +296,8 @@ class HFGenerator:
     top_k           sample among the k most likely tokens only (0: all; extraction audits use 5-40);
     logits_processor  `f(step, logits) -> logits` applied before each sampling step (step 0 = the first
                     new token), e.g. a temperature that decays over the first tokens.
+    prompt_boundary "heal" | "none": where a prompt ends for the model (`prepare_prompt`); with "heal",
+                    step 0 samples only among the tokens that begin with the prompt's left-out characters.
     """
 
     def __init__(
@@ -169,7 +312,13 @@ class HFGenerator:
         sort_by_length: bool = True,
         top_k: int = 0,
         logits_processor: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
+        prompt_boundary: str = "heal",
     ):
+        if prompt_boundary not in PROMPT_BOUNDARIES:
+            raise ValueError(
+                f"unknown prompt_boundary {prompt_boundary!r}; choose one of {', '.join(PROMPT_BOUNDARIES)}"
+            )
+        self.prompt_boundary = prompt_boundary
         self.model = model.eval()
         self.top_k = top_k
         self.logits_processor = logits_processor
@@ -187,13 +336,14 @@ class HFGenerator:
         )
         self.max_length = getattr(model.config, "max_position_embeddings", None)
 
-    def encode(self, prompt: str, max_new_tokens: int) -> list[int]:
-        """Token ids of a prompt, as `tokenizer(prompt)` gives them (special tokens included); prompts
-        too long for the model's context keep their last tokens."""
-        ids = self.tokenizer(prompt)["input_ids"]
+    def prepare(self, prompt: str, max_new_tokens: int, source: str | None = None) -> PreparedPrompt:
+        """The prompt as the model reads it (`prepare_prompt`, special tokens included); prompts too long
+        for the model's context keep their last tokens."""
+        prepared = prepare_prompt(self.tokenizer, prompt, self.prompt_boundary, source)
+        ids = prepared.ids
         if self.max_length and len(ids) + max_new_tokens > self.max_length:
             ids = ids[-max(1, self.max_length - max_new_tokens) :]
-        return ids
+        return PreparedPrompt(tuple(ids), prepared.healed, prepared.boundary)
 
     @torch.inference_mode()
     def generate(
@@ -204,13 +354,16 @@ class HFGenerator:
         temperature: float = 0.0,
         n: int = 1,
         seed: int = 0,
+        sources: Sequence[str | None] | None = None,
     ) -> list[list[Completion]]:
+        """`sources[i]`: the text prompts[i] is a prefix of, where the caller knows it (None: unknown)."""
         samples = 1 if temperature == 0 else n
-        encoded = [self.encode(p, max_new_tokens) for p in prompts]
+        sources = [None] * len(prompts) if sources is None else list(sources)
+        encoded = [self.prepare(p, max_new_tokens, s) for p, s in zip(prompts, sources, strict=True)]
         rows = [(i, j) for i in range(len(prompts)) for j in range(samples)]
         order = list(range(len(rows)))
         if self.sort_by_length:
-            order.sort(key=lambda r: len(encoded[rows[r][0]]))
+            order.sort(key=lambda r: len(encoded[rows[r][0]].ids))
         generator = torch.Generator(device=self.device).manual_seed(seed)
         done: dict[int, Completion] = {}
         with Progress(len(order), "generation", unit="row", leave=False) as progress:
@@ -285,17 +438,33 @@ class HFGenerator:
             probs = torch.zeros_like(probs).scatter_(-1, sorted_idx, sorted_probs)
         return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
+    def _heal_first_step(self, logits: torch.Tensor, prepared: list[PreparedPrompt]) -> torch.Tensor:
+        """Step 0: each healed row may only pick a token whose text begins with its left-out characters."""
+        if not any(p.healed for p in prepared):
+            return logits
+        table = token_texts(self.tokenizer)
+        logits = logits.clone()
+        for row, p in enumerate(prepared):
+            if p.healed:
+                ids = [i for i in table.extending(p.healed) if i < logits.shape[-1]]
+                allowed = torch.tensor(ids, dtype=torch.long, device=logits.device)
+                kept = logits[row, allowed]
+                logits[row] = float("-inf")
+                logits[row, allowed] = kept
+        return logits
+
     def _decode_group(
         self,
-        prompts: list[list[int]],
+        prepared: list[PreparedPrompt],
         max_new_tokens: int,
         stop: Sequence[str],
         temperature: float,
         generator: torch.Generator,
     ) -> list[Completion]:
+        prompts = [list(p.ids) for p in prepared]
         batch = len(prompts)
         if max_new_tokens <= 0:
-            return [Completion("", (), "length") for _ in prompts]
+            return [Completion("", (), "length", "", p.boundary) for p in prepared]
         width = max(len(p) for p in prompts)
         cache, mask, logits = self._prefill(prompts, capacity=width + max_new_tokens)
         positions = torch.tensor([len(p) for p in prompts], device=self.device)
@@ -307,6 +476,8 @@ class HFGenerator:
         for step in range(max_new_tokens):
             if self.logits_processor is not None:
                 logits = self.logits_processor(step, logits)
+            if step == 0:
+                logits = self._heal_first_step(logits, prepared)
             next_tokens = self._next_tokens(logits, temperature, generator)
             for k, row in enumerate(active):
                 if finished[row] is not None:
@@ -317,7 +488,7 @@ class HFGenerator:
                     continue
                 generated[row].append(token)
                 if stop:
-                    texts_so_far[row] = self.tokenizer.decode(generated[row], skip_special_tokens=True)
+                    texts_so_far[row] = self._text(generated[row], prepared[row].healed)
                     if cut_at_stop(texts_so_far[row], stop)[1]:
                         finished[row] = "stop"
             live = [k for k, row in enumerate(active) if finished[row] is None]
@@ -340,13 +511,16 @@ class HFGenerator:
             logits = out.logits[:, -1, :].float()
 
         completions = []
-        for row in range(batch):
-            text = (
-                texts_so_far[row] if stop else self.tokenizer.decode(generated[row], skip_special_tokens=True)
-            )
+        for row, p in enumerate(prepared):
+            text = texts_so_far[row] if stop else self._text(generated[row], p.healed)
             text, _ = cut_at_stop(text, stop)
-            completions.append(Completion(text, tuple(generated[row]), finished[row] or "length"))
+            completions.append(
+                Completion(text, tuple(generated[row]), finished[row] or "length", p.healed, p.boundary)
+            )
         return completions
+
+    def _text(self, ids: list[int], healed: str) -> str:
+        return after_healed(self.tokenizer.decode(ids, skip_special_tokens=True), healed)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -364,7 +538,12 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
 
 
 class VLLMGenerator:
-    """vLLM back-end. Needs `pip install leaklab[vllm]` and a GPU; not exercised by leaklab's CPU tests."""
+    """vLLM back-end. Needs `pip install leaklab[vllm]` and a GPU; not exercised by leaklab's CPU tests.
+
+    Prompts go to vLLM as text, tokenized as they are: no token healing here (`prompt_boundary` "none").
+    """
+
+    prompt_boundary = "none"
 
     def __init__(self, model: str, **llm_kwargs: Any):
         try:
@@ -381,6 +560,7 @@ class VLLMGenerator:
         temperature: float = 0.0,
         n: int = 1,
         seed: int = 0,
+        sources: Sequence[str | None] | None = None,  # not used: prompts are sent as they are
     ) -> list[list[Completion]]:
         from vllm import SamplingParams
 
@@ -403,7 +583,11 @@ class VLLMGenerator:
 class OpenAIGenerator:
     """Completions from a server speaking the OpenAI `/v1/completions` API (vLLM serve, TGI, llama.cpp,
     OpenAI). Prompts are sent `batch_size` at a time; transient failures (HTTP 429 / 5xx, refused
-    connections) are retried with back-off. Token ids are not returned (None)."""
+    connections) are retried with back-off. Token ids are not returned (None). The server tokenizes the
+    prompt text and the API has no constraint on the first token's text: no token healing here
+    (`prompt_boundary` "none")."""
+
+    prompt_boundary = "none"
 
     def __init__(
         self,
@@ -431,6 +615,7 @@ class OpenAIGenerator:
         temperature: float = 0.0,
         n: int = 1,
         seed: int = 0,
+        sources: Sequence[str | None] | None = None,  # not used: prompts are sent as they are
     ) -> list[list[Completion]]:
         results: list[list[Completion]] = []
         for start in range(0, len(prompts), self.batch_size):

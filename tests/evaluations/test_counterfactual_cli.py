@@ -62,5 +62,7 @@ def test_counterfactual_command_with_one_model_on_both_sides_flags_nothing(tmp_p
     assert tables["table2"]["unique_over_metrics"] == 0
     pairs = [json.loads(line) for line in (out / "pairs.jsonl").read_text().splitlines()]
     assert len(pairs) == 3 and all(p["target"] == p["reference"] for p in pairs)
+    # Each prompt (signature, ending in "\n") was cut at a token boundary of signature + true body.
+    assert [p["prompt_boundary"] for p in pairs] == ["cut"] * 3
     assert "counterfactually memorized" in capsys.readouterr().out
     assert main([*args[:-6], "--min-body-lines", "40"]) == 2  # nothing passes the filter: one-line error

@@ -156,10 +156,15 @@ def test_top_k_samples_only_among_the_k_most_likely_tokens(small_lm):
 
     model, tokenizer = small_lm
     prompts = ["def f(x):", "import os"]
-    greedy = HFGenerator(model, tokenizer).generate(prompts, max_new_tokens=10)
-    top1 = HFGenerator(model, tokenizer, top_k=1).generate(prompts, max_new_tokens=10, temperature=1.0, n=2)
+    # The prompts as they are (no token healing), so that the ids below continue tokenizer(prompt).
+    greedy = HFGenerator(model, tokenizer, prompt_boundary="none").generate(prompts, max_new_tokens=10)
+    top1 = HFGenerator(model, tokenizer, top_k=1, prompt_boundary="none").generate(
+        prompts, max_new_tokens=10, temperature=1.0, n=2
+    )
     assert [[c.token_ids for c in g] * 2 for g in greedy] == [[c.token_ids for c in t] for t in top1]
-    sampled = HFGenerator(model, tokenizer, top_k=3).generate(prompts, 12, temperature=1.0, n=4, seed=1)
+    sampled = HFGenerator(model, tokenizer, top_k=3, prompt_boundary="none").generate(
+        prompts, 12, temperature=1.0, n=4, seed=1
+    )
     for prompt, completions in zip(prompts, sampled):
         start = tokenizer(prompt)["input_ids"]
         for c in completions:
@@ -468,6 +473,10 @@ def test_evaluation_runs_on_a_model_with_every_strategy(tmp_path, small_lm):
     # A random model memorises nothing, so two_step has no snippet to prompt with and is left out.
     assert ("two_step/k=5", "n_outputs") not in got and got[("all", "n_outputs")] == 18
     assert len([r for r in out.records if r["record"] == "output"]) == 18
+    # Every output record says how its prompt ended: the bare start token cannot be backed off; the
+    # held-out definition, ending in "\n", is healed.
+    how = {(r["strategy"], r["prompt_boundary"]) for r in out.records if r["record"] == "output"}
+    assert how == {("non_prompt", "none"), ("temperature_decay", "none"), ("prompt_conditioned", "heal")}
 
 
 def test_bad_corpus_settings_are_one_clear_error(tmp_path):

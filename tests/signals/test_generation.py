@@ -98,7 +98,10 @@ def reference(model, tokenizer, prompts, max_new_tokens, eos_token_id=None):
 def test_greedy_equals_per_sample_generate(tiny, settings):
     model, tokenizer = tiny
     expected = reference(model, tokenizer, PROMPTS, 12)
-    results = HFGenerator(model, tokenizer, **settings).generate(PROMPTS, max_new_tokens=12)
+    # The prompts as they are: model.generate has no token healing.
+    results = HFGenerator(model, tokenizer, prompt_boundary="none", **settings).generate(
+        PROMPTS, max_new_tokens=12
+    )
     assert [list(r[0].token_ids) for r in results] == expected
     assert [r[0].text for r in results] == [tokenizer.decode(ids) for ids in expected]
     assert all(r[0].finish_reason == "length" for r in results if len(r[0].token_ids) == 12)
@@ -110,7 +113,7 @@ def test_eos_ends_a_row_and_the_others_are_unchanged(tiny):
     eos = plain[0][3]  # make the 4th token of the first prompt's greedy output the end of text
     expected = reference(model, tokenizer, PROMPTS, 10, eos_token_id=eos)
     assert len(expected[0]) == 3 and any(len(ids) == 10 for ids in expected)  # rows end at different steps
-    generator = HFGenerator(model, tokenizer, batch_size=8)
+    generator = HFGenerator(model, tokenizer, batch_size=8, prompt_boundary="none")
     generator.eos_ids = [eos]
     results = generator.generate(PROMPTS, max_new_tokens=10)
     assert [list(r[0].token_ids) for r in results] == expected
@@ -154,7 +157,7 @@ def test_greedy_n_copies_and_zero_tokens(tiny):
     results = HFGenerator(model, tokenizer).generate(PROMPTS[:2], max_new_tokens=5, n=2)
     assert [len(r) for r in results] == [2, 2] and results[0][0] == results[0][1]
     assert texts(results)[1] == [results[1][0].text] * 2
-    empty = HFGenerator(model, tokenizer).generate(PROMPTS[:2], max_new_tokens=0)
+    empty = HFGenerator(model, tokenizer, prompt_boundary="none").generate(PROMPTS[:2], max_new_tokens=0)
     assert empty == [[Completion("", (), "length")], [Completion("", (), "length")]]
 
 
