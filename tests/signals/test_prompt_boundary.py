@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from leaklab.signals.generation import HFGenerator, prepare_prompt, prompt_boundaries, token_texts
-from leaklab.similarity.text import edit_similarity
+from leaklab.similarity.text import edit_similarity_truth_len as edit_similarity
 
 DOCS = [
     'def add(a, b):\n    """Return the sum of a and b."""\n    total = a + b\n    return total\n',
