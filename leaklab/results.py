@@ -89,8 +89,20 @@ def undecided_note(metrics: dict[str, Any]) -> str:
     return " (all undecided)" if n and undecided is not None and undecided >= n else ""
 
 
+def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of all members: those of one exposure dose group (a `dose` field, issue 27) are left
+    out, so that tables keyed by (step, column, metric) never mix the two."""
+    return [r for r in rows if "dose" not in r]
+
+
+def dose_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of one exposure dose group each (members of dose d against all non-members)."""
+    return [r for r in rows if "dose" in r]
+
+
 def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    """The detection rows of all members (the per-dose rows: `dose_rows`)."""
+    return [r for r in without_dose(rows) if r.get("evaluation") == "detection" and column_of(r) is not None]
 
 
 def load_detection(run_dir: str | Path) -> Table:
