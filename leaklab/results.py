@@ -105,6 +105,40 @@ def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in without_dose(rows) if r.get("evaluation") == "detection" and column_of(r) is not None]
 
 
+DoseTable = dict[
+    int, dict[str, dict[int, dict[str, float | None]]]
+]  # step -> column -> dose -> metric -> value
+
+
+def dose_table(rows: list[dict[str, Any]], evaluation: str = "detection") -> DoseTable:
+    """The per-dose rows of `evaluation` (members of dose d against all non-members), keyed by step,
+    column and dose; a later row of the same key wins."""
+    table: DoseTable = {}
+    for r in dose_rows(rows):
+        if r.get("evaluation") != evaluation or column_of(r) is None:
+            continue
+        by_dose = table.setdefault(int(r["step"]), {}).setdefault(str(column_of(r)), {})
+        by_dose.setdefault(int(r["dose"]), {})[r["metric"]] = r.get("value")
+    return table
+
+
+def exposures_by_dose(doses: dict[str, int], exposures: dict[str, int]) -> dict[int, dict[str, float]]:
+    """Per dose group: its members and the exposures per epoch counted in the built training data
+    (mixture.json `exposures`): min, mean and max over the members the count lists."""
+    out: dict[int, dict[str, float]] = {}
+    for dose in sorted(set(doses.values())):
+        ids = [t for t, d in doses.items() if d == dose]
+        counts = [exposures[t] for t in ids if exposures.get(t) is not None]
+        out[dose] = {"members": float(len(ids)), "counted": float(len(counts))}
+        if counts:
+            out[dose] |= {
+                "min": float(min(counts)),
+                "mean": sum(counts) / len(counts),
+                "max": float(max(counts)),
+            }
+    return out
+
+
 def load_detection(run_dir: str | Path) -> Table:
     """Detection metric values of one run, keyed by (epoch, column). When a (step, column, metric) was
     written twice the later row wins; when two steps share an epoch the later step wins."""

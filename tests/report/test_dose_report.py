@@ -1,0 +1,63 @@
+"""Dose–response (issue 27) on synthetic run directories: analysis/dose_tables.py and the report."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from test_report import make_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
+import dose_tables  # noqa: E402
+
+DOSES = (1, 4, 16)
+
+
+def add_doses(root: Path) -> Path:
+    """make_run's run with members in three dose groups: the manifest's doses, mixture.json's counted
+    exposures (one member of dose 16 seen 15 times), and per-dose rows whose AUROC rises with the dose
+    (0.55 + 0.1 * log2(dose) / 2 at every step)."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    doses = {t: DOSES[i % 3] for i, t in enumerate(manifest["member_ids"])}
+    manifest |= {"doses": doses, "inject": {"doses": list(DOSES), "window": [0.0, 1.0]}}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    mixture = json.loads((root / "mixture.json").read_text())
+    mixture["exposures"] = dict(doses) | {manifest["member_ids"][2]: 15}
+    (root / "mixture.json").write_text(json.dumps(mixture))
+    rows = [json.loads(line) for line in (root / "results.jsonl").read_text().splitlines()]
+    extra = []
+    for r in rows:
+        if r.get("evaluation") == "detection" and r.get("column") and r["metric"].startswith("auroc"):
+            for dose in DOSES:
+                level = {1: 0.55, 4: 0.65, 16: 0.75}[dose]
+                shift = {"auroc": 0.0, "auroc_ci_low": -0.1, "auroc_ci_high": 0.1}[r["metric"]]
+                extra.append({**r, "value": level + shift, "dose": dose})
+    (root / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + extra))
+    return root
+
+
+def test_dose_tables_prints_auroc_per_dose_and_the_exposures(tmp_path, capsys):
+    run = add_doses(make_run(tmp_path / "run"))
+    assert dose_tables.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "auroc per dose at step 16" in out
+    assert "| dose 1 | dose 4 | dose 16 | all members |" in out
+    # ppl at step 16: doses from the dose rows, all members from the all-members row (0.9 [0.75, 1.0]).
+    assert "| PPL | 0.550 [0.450, 0.650] | 0.650 [0.550, 0.750] | 0.750 [0.650, 0.850] | 0.900" in out
+    # SrDetection at its largest n only.
+    assert "n=10" in out and "(n=1)" not in out
+    # Dose 16: members 3 (T/2, T/5, T/8), exposures 15, 16, 16.
+    assert "| 16 | 3 | 3 | 15 | 15.6667 | 16 |" in out
+    assert dose_tables.main([str(run), "--step", "8"]) == 0
+    assert "at step 8" in capsys.readouterr().out
+
+
+def test_dose_tables_refuses_a_run_without_doses_and_an_unknown_step(tmp_path, capsys):
+    plain = make_run(tmp_path / "plain")
+    assert dose_tables.main([str(plain)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no exposure doses" in err and "inject.doses" in err and "\n" not in err
+    dosed = add_doses(make_run(tmp_path / "dosed"))
+    assert dose_tables.main([str(dosed), "--step", "9"]) == 2
+    assert "closest evaluated step: 8" in capsys.readouterr().err
