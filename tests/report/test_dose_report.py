@@ -6,10 +6,15 @@ import json
 import sys
 from pathlib import Path
 
-from test_report import make_run
+import pytest
+from test_report import _page_specs, make_run
+
+from leaklab.report import build_report
+from leaklab.report.rundata import load_run
+from leaklab.report.sections import build_sections
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "analysis"))
-import dose_tables  # noqa: E402
+import dose_tables  # noqa: E402, I001
 
 DOSES = (1, 4, 16)
 
@@ -61,3 +66,34 @@ def test_dose_tables_refuses_a_run_without_doses_and_an_unknown_step(tmp_path, c
     dosed = add_doses(make_run(tmp_path / "dosed"))
     assert dose_tables.main([str(dosed), "--step", "9"]) == 2
     assert "closest evaluated step: 8" in capsys.readouterr().err
+
+
+def test_report_has_a_dose_response_section_only_for_a_run_with_doses(tmp_path):
+    plain = make_run(tmp_path / "plain")
+    assert "dose-response" not in [s.key for s in build_sections(load_run(plain))]
+    run = add_doses(make_run(tmp_path / "run"))
+    data = load_run(run)
+    # The detection section reads the all-members rows only: its AUROC at step 16 is 0.9, not a dose's.
+    assert all("dose" not in r for r in data.rows) and data.dose_rows
+    keys = [s.key for s in build_sections(data)]
+    assert keys.index("dose-response") == keys.index("detection") + 1
+    section = next(s for s in build_sections(data) if s.key == "dose-response")
+    first = section.items[0]
+    assert "last checkpoint (step 16" in first.title
+    layers = first.spec["layer"]
+    line = next(layer for layer in layers if layer["mark"]["type"] == "line")
+    assert line["encoding"]["x"]["scale"] == {"type": "log"}
+    points = {(p["series"], p["x"]): (p["value"], p["low"], p["high"]) for p in line["data"]["values"]}
+    assert points["PPL", 16] == pytest.approx((0.75, 0.65, 0.85)) and points["PPL", 1][0] == pytest.approx(
+        0.55
+    )
+    assert {x for _, x in points} == {1, 4, 16}  # the last checkpoint only: one point per dose
+    assert [i.title for i in section.items[1:4]] == [
+        f"AUROC per checkpoint, members of dose {d}" for d in DOSES
+    ]
+    exposures = section.items[-1]
+    assert exposures.rows[-1] == ["16", "3", "3", "15.00", "15.67", "16.00"]
+    index = build_report(run)
+    assert "Dose–response" in index.read_text() and len(_page_specs(index)) > len(
+        _page_specs(build_report(plain))
+    )
