@@ -97,3 +97,15 @@ def test_report_has_a_dose_response_section_only_for_a_run_with_doses(tmp_path):
     assert "Dose–response" in index.read_text() and len(_page_specs(index)) > len(
         _page_specs(build_report(plain))
     )
+
+
+def test_wandb_names_dose_rows_apart_and_its_summary_reads_the_all_members_rows(monkeypatch):
+    from leaklab import tracking
+
+    head = {"step": 4, "evaluation": "detection", "column": "ppl"}
+    rows = [{**head, "metric": "auroc", "value": 0.6}, {**head, "metric": "auroc", "value": 0.95, "dose": 16}]
+    assert tracking.detection_summary(rows)["detection/best_auroc"] == 0.6
+    logged = {}
+    monkeypatch.setattr(tracking, "log_metrics", lambda metrics, step: logged.update(metrics))
+    tracking.log_rows(rows)
+    assert logged == {"detection/ppl/auroc": 0.6, "detection/dose=16/ppl/auroc": 0.95}
