@@ -61,6 +61,38 @@ def metric_table(run_dir: Path, step: int, metric: str, rows: list[dict]) -> str
     return "\n".join(lines)
 
 
+def count(value) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else "–"
+
+
+def extraction_lines(rows: list[dict], step: int) -> str:
+    """The extraction audit at `step`, when the run has it: members extracted verbatim per dose and the
+    Spearman correlation between a member's exposures and the outputs reproducing it."""
+    at_step = [r for r in rows if r.get("evaluation") == "extraction" and r.get("step") == step]
+    by_dose = {r["dose"]: {} for r in at_step if "dose" in r}
+    for r in at_step:
+        if "dose" in r:
+            by_dose[r["dose"]][r["metric"]] = r.get("value")
+    if not by_dose:
+        return ""
+    lines = [f"Members extracted verbatim per dose at step {step}\n", "| Dose | Extracted | Share [95% CI] |",
+             "|---|---|---|"]  # fmt: skip
+    for dose, m in sorted(by_dose.items()):
+        lines.append(
+            f"| {dose} | {count(m.get('n_extracted'))}/{count(m.get('n_tasks'))} | {cell(m, 'extracted_fraction')} |"
+        )
+    stats = {
+        r["metric"]: r.get("value")
+        for r in at_step
+        if "dose" not in r and r["metric"].startswith("exposure_")
+    }
+    if stats:
+        lines.append(
+            f"\nSpearman (exposures vs outputs reproducing each member): {cell(stats, 'exposure_spearman')}"
+        )
+    return "\n".join(lines)
+
+
 def exposure_table(doses: dict[str, int], exposures: dict[str, int]) -> str:
     lines = ["| Dose | Members | Counted | Exposures min | mean | max |", "|---|---|---|---|---|---|"]
     for dose, stats in exposures_by_dose(doses, exposures).items():
@@ -107,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{args.metric} per dose at step {step}: members of each dose vs all non-members [95% bootstrap]\n")
     print(metric_table(Path(args.run_dir), step, args.metric, rows) + "\n")
+    extraction = extraction_lines(rows, step)
+    if extraction:
+        print(extraction + "\n")
     mixture = read_json(run.mixture) if run.mixture.exists() else {}
     exposures = mixture.get("exposures") or {}
     print("Exposures per epoch counted in the training data (mixture.json), by the manifest's dose\n")

@@ -456,10 +456,11 @@ def dose_response_section(run: RunData) -> Section | None:
     against all non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for
     each dose, and the exposures counted in the training data. None for a run without doses."""
     rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
-    if not rows:
+    extraction = [r for r in run.dose_rows if r.get("evaluation") == "extraction"]
+    if not rows and not extraction:
         return None
     steps = sorted({int(r["step"]) for r in rows})
-    last = steps[-1]
+    last = steps[-1] if steps else None
     doses = sorted({int(r["dose"]) for r in rows})
     at_last = [r for r in rows if int(r["step"]) == last]
     n_members = {int(r["dose"]): r.get("value") for r in at_last if r["metric"] == "n_members"}
@@ -489,6 +490,7 @@ def dose_response_section(run: RunData) -> Section | None:
             section.items.append(
                 Panel(f"AUROC per checkpoint, members of dose {dose}", spec, f"{counts}; dashed grey: chance")
             )
+    section.items += _extraction_by_dose(extraction, run)
     exposures = run.mixture.get("exposures") or {}
     manifest_doses = run.manifest.get("doses") or {}
     if manifest_doses:
@@ -509,6 +511,52 @@ def dose_response_section(run: RunData) -> Section | None:
         if not exposures:
             section.notes.append("mixture.json has no exposure counts")
     return section
+
+
+def _extraction_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel | Table]:
+    """The extraction audit per dose: the share of each dose's members reproduced verbatim at the last
+    checkpoint against the dose, and per checkpoint the correlation between a member's exposures and
+    the outputs that reproduce it."""
+    if not rows:
+        return []
+    last = max(int(r["step"]) for r in rows)
+    items: list[Panel | Table] = []
+    spec = charts.metric_panel_spec(
+        [r for r in rows if int(r["step"]) == last], "extracted_fraction", x="dose", bounded=True
+    )
+    if spec is not None:
+        items.append(
+            Panel(
+                f"Members extracted verbatim against dose (step {last}, epoch {run.epoch_of(last):g})",
+                spec,
+                "share of the members of each dose with >= evaluate.extraction.min_lines lines reproduced "
+                "in some output; band: bootstrap 95% interval over members",
+            )
+        )
+    got: dict[int, dict[str, Any]] = {}
+    for r in run.rows_of("extraction"):
+        if str(r.get("metric", "")).startswith("exposure_"):
+            got.setdefault(int(r["step"]), {})[r["metric"]] = r.get("value")
+    if got:
+        items.append(
+            Table(
+                "Exposures vs outputs reproducing each member (Spearman)",
+                ["step", "Spearman ρ [95% CI]", "members"],
+                [
+                    [
+                        str(step),
+                        f"{_fmt(v.get('exposure_spearman'))} "
+                        f"[{_fmt(v.get('exposure_spearman_ci_low'), 2)}, {_fmt(v.get('exposure_spearman_ci_high'), 2)}]",
+                        _fmt(v.get("exposure_n_members"), 0),
+                    ]
+                    for step, v in sorted(got.items())
+                ],
+                "rank correlation over all members (never extracted: 0 outputs) between the exposures "
+                "counted in the training data and the outputs that reproduce the member; interval: "
+                "members resampled (Unveiling §4.3 correlates contents found in the outputs instead)",
+            )
+        )
+    return items
 
 
 # --------------------------------------------------------------------------- training
@@ -593,10 +641,15 @@ def build_sections(run: RunData) -> list[Section]:
         if not rows:
             continue
         fn = SECTIONS.get(name) or _plugin_section(name) or functools.partial(generic_section, name)
-        drawn = [_drawn(name, fn, rows, run)]
-        if name == "detection":  # a run with inject.doses: its per-dose rows, right after detection
-            drawn.append(_drawn("dose-response", dose_response_section, run))
-        sections += [_drop_empty_panels(section) for section in drawn if section is not None]
+        section = _drawn(name, fn, rows, run)
+        if section is not None:
+            sections.append(_drop_empty_panels(section))
+    # A run with inject.doses: its per-dose rows, right after detection (or last without detection).
+    dose_section = _drawn("dose-response", dose_response_section, run)
+    if dose_section is not None:
+        keys = [s.key for s in sections]
+        at = keys.index("detection") + 1 if "detection" in keys else len(sections)
+        sections.insert(at, _drop_empty_panels(dose_section))
     return sections
 
 

@@ -109,3 +109,30 @@ def test_wandb_names_dose_rows_apart_and_its_summary_reads_the_all_members_rows(
     monkeypatch.setattr(tracking, "log_metrics", lambda metrics, step: logged.update(metrics))
     tracking.log_rows(rows)
     assert logged == {"detection/ppl/auroc": 0.6, "detection/dose=16/ppl/auroc": 0.95}
+
+
+def test_report_draws_extraction_against_dose_and_the_exposure_correlation(tmp_path, capsys):
+    run = make_run(tmp_path / "run")
+    head = {"step": 16, "epoch": 2.0, "evaluation": "extraction", "detector": None, "column": "members"}
+    rows = [{**head, "metric": "extracted_fraction", "value": v, "dose": d} for d, v in ((1, 0.0), (4, 0.5))]
+    rows += [
+        {**head, "metric": "exposure_spearman", "value": 0.62},
+        {**head, "metric": "exposure_spearman_ci_low", "value": 0.3},
+        {**head, "metric": "exposure_spearman_ci_high", "value": 0.8},
+        {**head, "metric": "exposure_n_members", "value": 10},
+    ]
+    with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    section = next(s for s in build_sections(load_run(run)) if s.key == "dose-response")
+    panel = next(i for i in section.items if i.title.startswith("Members extracted verbatim"))
+    line = next(layer for layer in panel.spec["layer"] if layer["mark"]["type"] == "line")
+    assert {(p["x"], p["value"]) for p in line["data"]["values"]} == {(1, 0.0), (4, 0.5)}
+    table = next(i for i in section.items if i.title.startswith("Exposures vs outputs"))
+    assert table.rows == [["16", "0.620 [0.30, 0.80]", "10"]]
+    add_doses(run)
+    assert dose_tables.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "| 4 | –/– | 0.500 |" in out
+        and "Spearman (exposures vs outputs reproducing each member): 0.620 [0.300, 0.800]" in out
+    )
