@@ -457,7 +457,10 @@ def dose_response_section(run: RunData) -> Section | None:
     each dose, and the exposures counted in the training data. None for a run without doses."""
     rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
     extraction = [r for r in run.dose_rows if r.get("evaluation") == "extraction"]
-    if not rows and not extraction:
+    accuracy = [
+        r for r in run.dose_rows if r.get("evaluation") == "accuracy" and r.get("column") == "members"
+    ]
+    if not rows and not extraction and not accuracy:
         return None
     steps = sorted({int(r["step"]) for r in rows})
     last = steps[-1] if steps else None
@@ -491,6 +494,21 @@ def dose_response_section(run: RunData) -> Section | None:
                 Panel(f"AUROC per checkpoint, members of dose {dose}", spec, f"{counts}; dashed grey: chance")
             )
     section.items += _extraction_by_dose(extraction, run)
+    if accuracy:
+        last_accuracy = max(int(r["step"]) for r in accuracy)
+        spec = charts.metric_panel_spec(
+            [r for r in accuracy if int(r["step"]) == last_accuracy], "pass@1", x="dose", bounded=True
+        )
+        if spec is not None:
+            section.items.append(
+                Panel(
+                    f"Members' pass@1 (greedy) against dose (step {last_accuracy}, "
+                    f"epoch {run.epoch_of(last_accuracy):g})",
+                    spec,
+                    "share of the members of each dose whose greedy solution passes the tests; the "
+                    "non-members' pass@1 is in the accuracy section",
+                )
+            )
     exposures = run.mixture.get("exposures") or {}
     manifest_doses = run.manifest.get("doses") or {}
     if manifest_doses:

@@ -136,3 +136,16 @@ def test_report_draws_extraction_against_dose_and_the_exposure_correlation(tmp_p
         "| 4 | –/– | 0.500 |" in out
         and "Spearman (exposures vs outputs reproducing each member): 0.620 [0.300, 0.800]" in out
     )
+
+
+def test_report_draws_members_pass_at_1_against_dose(tmp_path):
+    run = make_run(tmp_path / "run")
+    head = {"step": 16, "epoch": 2.0, "evaluation": "accuracy", "detector": None, "metric": "pass@1"}
+    rows = [{**head, "column": "members", "value": v, "dose": d} for d, v in ((1, 0.2), (8, 0.6))]
+    rows += [{**head, "column": "gap", "value": 0.4, "dose": 8}, {**head, "column": "members", "value": 0.4}]
+    with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    section = next(s for s in build_sections(load_run(run)) if s.key == "dose-response")
+    panel = next(i for i in section.items if i.title.startswith("Members' pass@1"))
+    line = next(layer for layer in panel.spec["layer"] if layer["mark"]["type"] == "line")
+    assert {(p["x"], p["value"]) for p in line["data"]["values"]} == {(1, 0.2), (8, 0.6)}
