@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from leaklab.memorization.counterfactual import plots  # the figures W&B gets too
+from leaklab.results import without_dose
 from leaklab.rundir import RunDir
 
 SIDES = ("members", "non_members")
@@ -34,7 +35,9 @@ DIAGNOSTIC = "hyclone_executed_only"
 def load(
     run_dir: str | Path, step: int | None
 ) -> tuple[int, dict[tuple[str, str], float | None], str | None]:
-    rows = [r for r in RunDir(run_dir).results_rows() if r.get("evaluation") == "counterfactual"]
+    rows = [
+        r for r in without_dose(RunDir(run_dir).results_rows()) if r.get("evaluation") == "counterfactual"
+    ]
     if not rows:
         raise SystemExit(
             f"{run_dir}: no counterfactual rows in results.jsonl (is it in evaluate.evaluations?)"

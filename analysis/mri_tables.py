@@ -16,6 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from leaklab.results import without_dose
 from leaklab.rundir import RunDir
 from leaklab.selection import checkpoint_points, run_stage, select
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         if not run.results.exists():
             print(f"{run_dir}: no results.jsonl (not a leaklab run directory?)", file=sys.stderr)
             return 2
-        runs[name] = run.results_rows()
+        runs[name] = without_dose(run.results_rows())
         training[name] = run_stage(run.training_root)
     print("Table 1: accuracy, similarity, RAD and MRI per run\n")
     print(table1(runs, args.step))

@@ -111,8 +111,54 @@ def undecided_note(metrics: dict[str, Any]) -> str:
     return " (all undecided)" if n and undecided is not None and undecided >= n else ""
 
 
+def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of all members: those of one exposure dose group (a `dose` field, issue 27) are left
+    out, so that tables keyed by (step, column, metric) never mix the two."""
+    return [r for r in rows if "dose" not in r]
+
+
+def dose_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of one exposure dose group each (members of dose d against all non-members)."""
+    return [r for r in rows if "dose" in r]
+
+
 def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    """The detection rows of all members (the per-dose rows: `dose_rows`)."""
+    return [r for r in without_dose(rows) if r.get("evaluation") == "detection" and column_of(r) is not None]
+
+
+DoseTable = dict[
+    int, dict[str, dict[int, dict[str, float | None]]]
+]  # step -> column -> dose -> metric -> value
+
+
+def dose_table(rows: list[dict[str, Any]], evaluation: str = "detection") -> DoseTable:
+    """The per-dose rows of `evaluation` (members of dose d against all non-members), keyed by step,
+    column and dose; a later row of the same key wins."""
+    table: DoseTable = {}
+    for r in dose_rows(rows):
+        if r.get("evaluation") != evaluation or column_of(r) is None:
+            continue
+        by_dose = table.setdefault(int(r["step"]), {}).setdefault(str(column_of(r)), {})
+        by_dose.setdefault(int(r["dose"]), {})[r["metric"]] = r.get("value")
+    return table
+
+
+def exposures_by_dose(doses: dict[str, int], exposures: dict[str, int]) -> dict[int, dict[str, float]]:
+    """Per dose group: its members and the exposures per epoch counted in the built training data
+    (mixture.json `exposures`): min, mean and max over the members the count lists."""
+    out: dict[int, dict[str, float]] = {}
+    for dose in sorted(set(doses.values())):
+        ids = [t for t, d in doses.items() if d == dose]
+        counts = [exposures[t] for t in ids if exposures.get(t) is not None]
+        out[dose] = {"members": float(len(ids)), "counted": float(len(counts))}
+        if counts:
+            out[dose] |= {
+                "min": float(min(counts)),
+                "mean": sum(counts) / len(counts),
+                "max": float(max(counts)),
+            }
+    return out
 
 
 def load_detection(run_dir: str | Path) -> Table:

@@ -110,7 +110,10 @@ def row_key(row: dict[str, Any]) -> tuple:
     key = tuple(row.get(k) if k != "column" else row.get("column", row.get("detector")) for k in ROW_KEY)
     # A step's "done" markers are told apart by the specs they close: detectors added to an evaluated step
     # write a second marker (leaklab.evaluate.done_specs reads their union).
-    return (*key, tuple(sorted(row["specs"]))) if "specs" in row else key
+    if "specs" in row:
+        return (*key, tuple(sorted(row["specs"])))
+    # A row of one exposure dose group (issue 27) stands beside the all-members row of its metric.
+    return (*key, ("dose", row["dose"])) if "dose" in row else key
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from typing import Any
 
 from leaklab.errors import InputError
 from leaklab.recipe import SPREAD_SEEDS, RecipeError, get_key, load_recipe
+from leaklab.results import detection_rows
 from leaklab.rundir import locked, read_json, read_rows, write_atomic, write_json
 
 SEED_KEYS = ("seed", "train.seed", "mix.seed")
@@ -325,7 +326,7 @@ def is_sweep(path: str | Path) -> bool:
 
 def last_detection(run_dir: str | Path) -> dict[str, dict[str, float]]:
     """column -> metric -> value at the run's last evaluated checkpoint (detection rows)."""
-    rows = [r for r in read_rows(Path(run_dir) / "results.jsonl") if r.get("evaluation") == "detection"]
+    rows = detection_rows(read_rows(Path(run_dir) / "results.jsonl"))
     scored = [r for r in rows if r.get("column") and isinstance(r.get("value"), (int, float))]
     if not scored:
         return {}

@@ -110,6 +110,8 @@ def log_rows(rows: list[dict[str, Any]]) -> None:
         if row.get("value") is None or row.get("metric") == "done":
             continue
         name = f"{column}/{row['metric']}" if column is not None else row["metric"]
+        if "dose" in row:  # one exposure dose group's row (issue 27), beside the all-members curve
+            name = f"dose={row['dose']}/{name}"
         key = f"{row['evaluation']}/{name}"
         by_step.setdefault(row["step"], {})[key] = row["value"]
     for step, metrics in sorted(by_step.items()):
@@ -203,9 +205,9 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The W&B summary of a run's detection: the detector with the highest AUROC at the last checkpoint
     (with its interval) and each detector's detection delay (`results.detection_delays`: first step whose
     AUROC interval lies above 0.5 and above 0.8, threshold-free evidence only; -1: never)."""
-    from leaklab.results import DELAY_LEVELS, column_of, detection_delays
+    from leaklab.results import DELAY_LEVELS, column_of, detection_delays, detection_rows
 
-    det = [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    det = detection_rows(rows)
     steps = sorted({r["step"] for r in det})
     if not steps:
         return {}
@@ -243,12 +245,12 @@ def _publish(run_dir: Path) -> Path:
     import wandb
 
     from leaklab.report import build_report
-    from leaklab.results import column_of
+    from leaklab.results import column_of, detection_rows
     from leaklab.rundir import read_rows
 
     rows = read_rows(Path(run_dir) / "results.jsonl")
     _run.summary.update(detection_summary(rows))
-    det = [r for r in rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    det = detection_rows(rows)
     charts = {}
     for metric in HEADLINE:
         series: dict[str, dict[str, dict[int, float]]] = {}

@@ -12,6 +12,8 @@ Rows (`column` = members | non_members | all | gap):
   pass@K                  for K in `evaluate.accuracy.ks` (K <= n_samples), the unbiased estimator
                           1 - C(n-c, K) / C(n, K) over `n_samples` sampled completions per task
   n_tasks, n_passed, n_failed, n_timeout, n_error, n_extraction_failed, n_syntax_error   greedy counts
+A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, the `members` and `gap` rows
+computed on the members of dose d (against all the non-members), each with `"dose": d`.
 Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was extracted, its verdict and
 reason, and the sampled n / c.
 
@@ -33,6 +35,7 @@ from typing import Any, ClassVar
 from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
 from leaklab.execution.correctness import check_many, pass_at_k
+from leaklab.results import without_dose
 from leaklab.rundir import read_rows, write_atomic
 
 SIDES = ("members", "non_members", "all")
@@ -263,12 +266,16 @@ class Accuracy:
 
         prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
         applied = prompt_boundaries(tokenizer, prompts, ctx.recipe.evaluate.prompt_boundary)
-        return EvalOutput(
-            rows=accuracy_rows(judged, labels, cfg), records=_records(tasks, labels, judged, applied)
-        )
+        rows = accuracy_rows(judged, labels, cfg)
+        if ctx.eval_set.doses is not None:
+            dose_of = dict(zip(ctx.eval_set.task_ids, (int(d) for d in ctx.eval_set.doses)))
+            rows += dose_accuracy_rows(judged, labels, [dose_of[t.task_id] for t in tasks], cfg)
+        return EvalOutput(rows=rows, records=_records(tasks, labels, judged, applied))
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
-        got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
+        got = {
+            (r["column"], r["metric"]): r["value"] for r in without_dose(rows) if r.get("value") is not None
+        }
         if ("members", "pass@1") not in got:
             return ""
         text = f"pass@1 members {got[('members', 'pass@1')]:.3f}"
@@ -316,6 +323,19 @@ def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConf
     for metric in sorted({m for _, m in means}):
         a, b = means.get(("members", metric)), means.get(("non_members", metric))
         add("gap", metric, None if a is None or b is None else a - b)
+    return rows
+
+
+def dose_accuracy_rows(
+    judged: list[list[dict]], labels: list[int], doses: list[int], cfg: AccuracyConfig
+) -> list[dict[str, Any]]:
+    """A run with inject.doses: per dose d, the `members` and `gap` rows of `accuracy_rows` computed on
+    the members of dose d with all the non-members, each with `"dose": d`."""
+    rows = []
+    for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
+        index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
+        subset = accuracy_rows([judged[i] for i in index], [labels[i] for i in index], cfg)
+        rows += [{**r, "dose": dose} for r in subset if r["column"] in ("members", "gap")]
     return rows
 
 

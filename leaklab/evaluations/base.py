@@ -39,6 +39,8 @@ class EvalSet:
     texts: list[str]
     prompts: list[str]  # the part of each text before its solution
     tasks: list[Task] = field(default_factory=list)
+    # Each sample's exposure dose (0 for non-members) when the run set `inject.doses`; None otherwise.
+    doses: np.ndarray | None = None
 
 
 def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str) -> EvalSet:
@@ -58,6 +60,7 @@ def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str
         # The part before the solution: what `scoring_span=solution` conditions on.
         prompts=[context_of(t.text(text_format), t.solution) for t in tasks_in_order],
         tasks=tasks_in_order,
+        doses=np.array([manifest["doses"].get(i, 0) for i in ids]) if manifest.get("doses") else None,
     )
 
 

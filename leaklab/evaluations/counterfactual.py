@@ -73,6 +73,7 @@ from leaklab.memorization.counterfactual import (
 )
 from leaklab.metrics import auroc
 from leaklab.perturb.rewriting import NotRewritable, call_inputs
+from leaklab.results import without_dose
 from leaklab.similarity.judges import judge_pairs, make_backend
 
 SIDES = ("members", "non_members", "all")
@@ -161,6 +162,7 @@ class Counterfactual:
     def __init__(self) -> None:
         self._samples: list = []
         self._labels: list[int] = []
+        self._doses: list[int] = []  # per sample, its exposure dose (0: non-member) in a run with doses
         self._reference: list[dict] | None = None  # the reference's extracted functions, made once
         self._reference_judged: dict[str, list[float]] | None = None  # the judges on them, asked once
         self._judge = None  # (generator, render), loaded on first use
@@ -193,6 +195,8 @@ class Counterfactual:
             )
         skipped: Counter = Counter()
         per_side: Counter = Counter()
+        doses = getattr(ctx.eval_set, "doses", None)
+        dose_of = {} if doses is None else dict(zip(ctx.eval_set.task_ids, (int(d) for d in doses)))
         for task, label in zip(ctx.eval_set.tasks, ctx.eval_set.labels):
             if cfg.max_tasks is not None and per_side[int(label)] >= cfg.max_tasks:
                 continue
@@ -207,6 +211,8 @@ class Counterfactual:
             self._samples.append(found[-1])  # the entry point is defined last when helpers precede it
             self._inputs.append(_test_inputs(task) if cfg.execution else [])
             self._labels.append(int(label))
+            if dose_of:
+                self._doses.append(dose_of[task.task_id])
             per_side[int(label)] += 1
         ctx.log(
             f"[leaklab] counterfactual: {per_side[1]} member and {per_side[0]} non-member functions"
@@ -305,6 +311,10 @@ class Counterfactual:
                 for row, result in zip(scored, results):
                     row.update(hyclone_scores(result, screens_pairs(cfg)))
         rows = counterfactual_rows(t_scores, r_scores, target, reference, self._labels, cfg)
+        if self._doses:
+            rows += dose_counterfactual_rows(
+                t_scores, r_scores, target, reference, self._labels, self._doses, cfg
+            )
         if executed is not None:
             rows += execution_rows(executed, self._labels, self._reference_executed)
         records = self._records(t_scores, r_scores, target, reference, cfg)
@@ -399,6 +409,7 @@ class Counterfactual:
         return out
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
+        rows = without_dose(rows)
         got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
         if ("members", "memorized_any") not in got:
             return ""
@@ -577,6 +588,26 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
         )
         rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
     rows += membership_rows(t_scores, r_scores, labels, METRICS)
+    return rows
+
+
+def dose_counterfactual_rows(
+    t_scores, r_scores, target, reference, labels, doses, cfg
+) -> list[dict[str, Any]]:
+    """A run with inject.doses: per dose d, the `members` rows (Table 1 and the criterion's flags) and
+    the `membership` AUROCs of `counterfactual_rows` on the members of dose d with all the non-members,
+    each with `"dose": d`."""
+    rows = []
+    for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
+        index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
+
+        def pick(values, index=index):
+            return [values[i] for i in index]
+
+        subset = counterfactual_rows(
+            pick(t_scores), pick(r_scores), pick(target), pick(reference), pick(labels), cfg
+        )
+        rows += [{**r, "dose": dose} for r in subset if r["column"] in ("members", "membership")]
     return rows
 
 

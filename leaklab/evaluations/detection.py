@@ -13,6 +13,11 @@ benchmark a raw rule flags most non-members too (its fixed threshold 0 is far fr
 its margin still ranks members above non-members. Every row carries 95% bootstrap
 intervals when `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
 
+A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, the same rows of every
+detector column computed on the members of dose d against all the non-members, each with `"dose": d`
+(`dose_rows`). The all-members rows carry no `dose` field, so a run without doses writes exactly the
+rows it wrote before; readers keep the two apart with `leaklab.results.without_dose` / `dose_rows`.
+
 Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
   - `blind`: the blind baseline (`detectors/blind.py`), a text-only classifier scored out-of-fold with
     the CV thresholds' folds; its AUROC should be about 0.5 on a random split. Above 0.6 the split is
@@ -41,7 +46,7 @@ from leaklab.detectors.srdetection import inputs_from_tasks
 from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
 from leaklab.metrics import detection_metrics, flag_rates
 from leaklab.perturb import store
-from leaklab.results import MARGIN, is_rule, margin_column
+from leaklab.results import MARGIN, is_rule, margin_column, without_dose
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
@@ -85,6 +90,65 @@ def margin_score_rows(column: str, detector: str, params, margin, labels, cfg) -
     )
     head = {"detector": margin_column(detector), "params": params, "column": margin_column(column)}
     return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+
+
+def column_rows(scores, labels, cfg, index=None) -> list[dict[str, Any]]:
+    """The metric rows of every detector column on the samples `index` (all when None): score columns
+    by `metrics.detection_metrics`, rule columns by the rule's own `metrics` (with both flag rates)."""
+    rows = []
+    for column, values in scores.columns.items():
+        detector, params = scores.params[column]
+        if column in scores.decisions:
+            decisions = scores.decisions[column]
+            if index is not None:
+                decisions = subset_decisions(decisions, index, len(labels))
+                if decisions is None:  # a plug-in's decisions this cannot take apart: no rows
+                    continue
+            metrics = rule_detector_metrics(
+                scores.rules[column], decisions, pick(labels, index), cfg.n_bootstrap, cfg.seed
+            )
+        else:
+            metrics = detection_metrics(
+                pick(values, index),
+                pick(labels, index),
+                cv_folds=cfg.cv_folds,
+                seed=cfg.seed,
+                n_bootstrap=cfg.n_bootstrap,
+            )
+        head = {"detector": detector, "params": params, "column": column}
+        rows.extend({**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items())
+        if column in scores.decisions:
+            rows += margin_score_rows(column, detector, params, pick(values, index), pick(labels, index), cfg)
+    return rows
+
+
+def pick(values, index):
+    return values if index is None else np.asarray(values)[index]
+
+
+def subset_decisions(decisions, index, n_samples: int):
+    """A rule's per-sample decisions (a dataclass of per-sample arrays, e.g. SrDetection's `Decisions`)
+    on the samples `index`; None when they are not such a dataclass."""
+    if not dataclasses.is_dataclass(decisions):
+        return None
+    changes = {}
+    for f in dataclasses.fields(decisions):
+        value = getattr(decisions, f.name)
+        if isinstance(value, np.ndarray) and value.shape[:1] == (n_samples,):
+            changes[f.name] = value[index]
+    return dataclasses.replace(decisions, **changes)
+
+
+def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
+    """Per exposure dose d: every column's metric rows on the members of dose d against all the
+    non-members, each row with `"dose": d` (issue 27: how detection grows with exposure)."""
+    doses = np.asarray(doses)
+    members = np.asarray(labels).astype(bool)
+    rows = []
+    for dose in sorted({int(d) for d in doses[members]}):
+        index = np.flatnonzero(~members | (doses == dose))
+        rows += [{**row, "dose": dose} for row in column_rows(scores, labels, cfg, index)]
+    return rows
 
 
 class Detection:
@@ -151,21 +215,9 @@ class Detection:
             return EvalOutput()
 
         labels = eval_set.labels
-        rows = []
-        for column, values in scores.columns.items():
-            detector, params = scores.params[column]
-            if column in scores.decisions:
-                metrics = rule_detector_metrics(
-                    scores.rules[column], scores.decisions[column], labels, cfg.n_bootstrap, cfg.seed
-                )
-            else:
-                metrics = detection_metrics(
-                    values, labels, cv_folds=cfg.cv_folds, seed=cfg.seed, n_bootstrap=cfg.n_bootstrap
-                )
-            head = {"detector": detector, "params": params, "column": column}
-            rows.extend({**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items())
-            if column in scores.decisions:
-                rows += margin_score_rows(column, detector, params, values, labels, cfg)
+        rows = column_rows(scores, labels, cfg)
+        if eval_set.doses is not None:
+            rows += dose_rows(scores, labels, eval_set.doses, cfg)
 
         blind = self._blind(ctx)
         rows += self._blind_rows(ctx, blind)
@@ -211,7 +263,7 @@ class Detection:
     def summary(self, rows: list[dict[str, Any]]) -> str:
         """AUROC per score column; for each rule detector macro-F1 at its largest n."""
         parts, rule_f1 = [], {}
-        for r in rows:
+        for r in without_dose(rows):
             if r.get("value") is None or r.get("column") is None:
                 continue
             margin = r["detector"].endswith(MARGIN)  # the rule's margin: its AUROC is the rule's

@@ -25,6 +25,10 @@ top-k values (when it has several), `all` pooled, and `members` / `non_members`)
   members / non_members: n_tasks, n_extracted, extracted_fraction; non_members also n_unexplained.
   dose=<d>, in a run with inject.canaries: canary_extracted_rate, the share of that dose group's canaries
   whose secret an output holds verbatim (leaklab/evaluations/canaries.py).
+A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, `members` rows with
+`"dose": d` (n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and `members` rows
+exposure_spearman (+ interval) and exposure_n_members: the Spearman correlation between each member's
+training exposures (mixture.json `exposures`) and the number of outputs that reproduce it.
 Records (scores/step-N/extraction.jsonl), with every secret-like value masked: one per output
 (`record: output`), per unique snippet (`record: snippet`) and per extracted task (`record: task`).
 """
@@ -53,6 +57,7 @@ from leaklab.memorization.extraction import (
     RANKINGS,
     STRATEGIES,
     corpus_secrets,
+    exposure_spearman,
     find_secrets,
     function_definitions,
     held_out_files,
@@ -66,6 +71,8 @@ from leaklab.memorization.extraction import (
 from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
 from leaklab.report.charts import metric_panel_spec
 from leaklab.report.section import Panel, Section, Table
+from leaklab.results import without_dose
+from leaklab.rundir import read_json
 
 # The sampling strategies and rankings are the memorization module's; named once there.
 STRATEGY_NAMES = STRATEGIES
@@ -149,6 +156,9 @@ class Extraction:
         self.tasks = None  # the benchmark tasks' own index (members and non-members)
         self.task_labels: list[int] = []
         self.task_ids: list[str] = []
+        # A run with inject.doses: task id -> dose (0: non-member), and each member's training exposures.
+        self.task_doses: dict[str, int] = {}
+        self.exposures: dict[str, int | None] = {}
         self.secrets: set = set()
         self.prompts: list[str] = []
         self._newlines = None
@@ -185,6 +195,9 @@ class Extraction:
             by_id = dict(zip(eval_set.task_ids, (int(y) for y in eval_set.labels)))
             self.task_ids = self.tasks.names
             self.task_labels = [by_id[i] for i in self.task_ids]
+            if eval_set.doses is not None:
+                self.task_doses = {i: int(d) for i, d in zip(eval_set.task_ids, eval_set.doses)}
+                self.exposures = training_exposures(ctx.run, self.task_doses)
         if "prompt_conditioned" in cfg.strategies:
             if cfg.held_out == "builtin":
                 rng = np.random.default_rng(cfg.seed)
@@ -319,6 +332,8 @@ class Extraction:
             })  # fmt: skip
         if task_clones is not None:
             task_rows, task_records = self._task_rows(task_clones)
+            if self.task_doses:
+                task_rows += self._dose_rows(task_clones, n_boot, seed)
             rows += task_rows
             records += task_records
         return EvalOutput(rows=rows, records=records)
@@ -350,8 +365,45 @@ class Extraction:
                 rows.append(_row(column, "n_unexplained", unexplained))
         return rows, records
 
+    def _dose_rows(self, task_clones, n_boot: int, seed: int) -> list[dict[str, Any]]:
+        """A run with inject.doses: per dose d, the members of dose d extracted verbatim (`"dose": d`
+        rows of `members`: n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and
+        over all members the Spearman correlation between their training exposures and the number of
+        outputs that reproduce them (`memorization.extraction.exposure_spearman`)."""
+        outputs: dict[int, set[int]] = {}
+        for per_output in task_clones:
+            for c in per_output:
+                outputs.setdefault(c.doc, set()).add(c.output)
+        members = [d for d, y in enumerate(self.task_labels) if y == 1]
+        dose_of = {d: self.task_doses[self.task_ids[d]] for d in members}
+        rows = []
+        for dose in sorted(set(dose_of.values())):
+            extracted = np.array([d in outputs for d in members if dose_of[d] == dose])
+            rate = leak_rate(extracted, n_bootstrap=n_boot, seed=seed)
+            rows += [
+                _row("members", "n_tasks", len(extracted)),
+                _row("members", "n_extracted", int(extracted.sum())),
+                _row("members", "extracted_fraction", rate["leak_rate"]),
+                _row("members", "extracted_fraction_ci_low", rate["leak_rate_ci_low"]),
+                _row("members", "extracted_fraction_ci_high", rate["leak_rate_ci_high"]),
+            ]
+            for row in rows[-5:]:
+                row["dose"] = dose
+        # Members a stage listed with no count (rl: past train.rl.max_prompts) are left out.
+        counted = [d for d in members if self.exposures.get(self.task_ids[d]) is not None]
+        stats = exposure_spearman(
+            [self.exposures[self.task_ids[d]] for d in counted],
+            [len(outputs.get(d, ())) for d in counted],
+            n_bootstrap=n_boot,
+            seed=seed,
+        )
+        rows += [
+            _row("members", k if k != "n_members" else "exposure_n_members", v) for k, v in stats.items()
+        ]
+        return rows
+
     def summary(self, rows: list[dict[str, Any]]) -> str:
-        got = {(r["column"], r["metric"]): r["value"] for r in rows}
+        got = {(r["column"], r["metric"]): r["value"] for r in without_dose(rows)}
         frac, n = got.get(("all", "memorised_fraction")), got.get(("all", "n_outputs"))
         if frac is None:
             return ""
@@ -363,6 +415,18 @@ class Extraction:
 
     def report_section(self, rows: list[dict[str, Any]], run) -> Any:
         return extraction_section(rows, run)
+
+
+def training_exposures(run, task_doses: dict[str, int]) -> dict[str, int | None]:
+    """Each member's exposures per epoch as counted in the data the stage built (mixture.json
+    `exposures`); the dose the manifest assigned where the run has no such count (no run directory, or
+    a mixture.json from before the count)."""
+    mixture = read_json(run.mixture) if run is not None and run.mixture.exists() else {}
+    counted = mixture.get("exposures") or {}
+    members = [i for i, dose in task_doses.items() if dose > 0]
+    if counted:
+        return {i: counted.get(i) for i in members}
+    return {i: task_doses[i] for i in members}
 
 
 def _snippets(index, clones):

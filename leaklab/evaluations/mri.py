@@ -68,6 +68,7 @@ from leaklab.metrics import (
 from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
+from leaklab.results import without_dose
 from leaklab.rundir import read_rows, write_atomic
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
@@ -338,14 +339,18 @@ class Mri:
         if not ctx.is_main_process:
             return EvalOutput()
         outcomes = per_task_outcomes(tasks, labels, self._sets, judged)
-        return EvalOutput(rows=mri_rows(outcomes, cfg), records=outcomes)
+        rows = mri_rows(outcomes, cfg)
+        if ctx.eval_set.doses is not None:
+            dose_of = dict(zip(ctx.eval_set.task_ids, (int(d) for d in ctx.eval_set.doses)))
+            rows += dose_mri_rows(outcomes, dose_of, cfg)
+        return EvalOutput(rows=rows, records=outcomes)
 
     def report_section(self, rows: list[dict[str, Any]], run) -> Any:
         """Accuracy vs MRI with the front and the stages, per side, and the table per checkpoint."""
         return _mri_report_section(rows, run)
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
-        got = {(r["column"], r["metric"]): r["value"] for r in rows}
+        got = {(r["column"], r["metric"]): r["value"] for r in without_dose(rows)}
         parts = []
         for side in ("members", "non_members"):
             mri = got.get((side, "mri"))
@@ -473,6 +478,24 @@ def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, A
     labels = [o["label"] for o in scored]
     value = auroc([o["score"] for o in scored], labels) if 0 < sum(labels) < len(labels) else None
     add("all", "score_auroc", value, score="sim x drop", n=len(scored))
+    return rows
+
+
+def dose_mri_rows(
+    outcomes: list[dict[str, Any]], dose_of: dict[str, int], cfg: MriConfig
+) -> list[dict[str, Any]]:
+    """A run with inject.doses: per dose d, the `members` rows of `mri_rows` on the members of dose d,
+    and the instance score's AUROC (`score_auroc`) of those members against all the non-members, each
+    with `"dose": d`."""
+    rows = []
+    member_doses = {dose_of[o["task_id"]] for o in outcomes if o["label"] == 1}
+    for dose in sorted(member_doses):
+        subset = [o for o in outcomes if o["label"] == 0 or dose_of[o["task_id"]] == dose]
+        rows += [
+            {**r, "dose": dose}
+            for r in mri_rows(subset, cfg)
+            if r["column"] == "members" or r["metric"] == "score_auroc"
+        ]
     return rows
 
 

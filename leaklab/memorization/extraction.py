@@ -379,3 +379,28 @@ def taxonomy(snippet: str) -> list[str]:
     if sum(bool(_ASSIGNMENT.match(x)) for x in lines) * 2 >= len(lines):
         tags.append("configuration")
     return tags or ["other"]
+
+
+# --------------------------------------------------------------------------- exposure and extraction
+
+
+def exposure_spearman(exposures, occurrences, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+    """Unveiling's frequency finding (§4.3: the more often a content occurs in training, the more often
+    it is generated) with the exposure controlled: the Spearman correlation between each member's
+    training exposures and the number of outputs that reproduce it, over every member (those never
+    extracted count 0 outputs; the paper correlates only contents found in the outputs), with a 95%
+    percentile interval from resampling the members (`n_bootstrap` > 0).
+    Keys: exposure_spearman, n_members, and exposure_spearman_ci_low / _ci_high."""
+    from leaklab.metrics import percentile_intervals, spearman
+
+    x = np.asarray(exposures, dtype=np.float64)
+    y = np.asarray(occurrences, dtype=np.float64)
+    out = {"exposure_spearman": spearman(x, y), "n_members": float(len(x))}
+    if n_bootstrap > 0 and len(x) >= 2:
+        rng = np.random.default_rng(seed)
+        draws = []
+        for _ in range(n_bootstrap):
+            pick = rng.integers(0, len(x), len(x))
+            draws.append(spearman(x[pick], y[pick]))  # NaN when a resample is constant: ignored
+        out.update(percentile_intervals({"exposure_spearman": np.array(draws, dtype=np.float64)}))
+    return out

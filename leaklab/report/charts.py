@@ -126,16 +126,25 @@ def _scale(styles: dict[str, Style], series: list[str]) -> dict[str, dict[str, A
 
 def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> list[dict[str, Any]]:
     """One value per (step, series) of `metric`, with its interval when the rows carry one. A row with
-    no column (an evaluation that reports one number per checkpoint) is the series "value"."""
+    no column (an evaluation that reports one number per checkpoint) is the series "value". Rows of
+    exposure dose groups (a `dose` field) are one value per (step, series, dose); x="dose" draws them
+    against the dose."""
     found: dict[tuple[int, str], dict[str, Any]] = {}
     for r in rows:
         name = r.get("metric")
         if name not in (metric, f"{metric}_ci_low", f"{metric}_ci_high"):
             continue
         column = column_of(r) or "value"
-        key = (int(r.get("step", 0)), column)
+        key = (int(r.get("step", 0)), column, r.get("dose"))
         point = found.setdefault(
-            key, {"column": column, "step": key[0], "epoch": float(r.get("epoch") or 0.0), "x": None}
+            key,
+            {
+                "column": column,
+                "step": key[0],
+                "epoch": float(r.get("epoch") or 0.0),
+                "dose": key[2],
+                "x": None,
+            },
         )
         field = {metric: "value", f"{metric}_ci_low": "low", f"{metric}_ci_high": "high"}[name]
         point[field] = r.get("value") if _finite(r.get("value")) else None
@@ -146,11 +155,20 @@ def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> 
         point["x"] = point[x]
         point["series"] = display_name(point["column"])
         out.append(point)
-    return sorted(out, key=lambda p: (p["step"], p["column"]))
+    return sorted(out, key=lambda p: (p["step"], p["column"], p["dose"] or 0))
 
 
 def _x_encoding(values: list[dict[str, Any]], x: str) -> dict[str, Any]:
-    """The checkpoint axis of a per-checkpoint panel: a tick at every checkpoint drawn."""
+    """The checkpoint axis of a per-checkpoint panel: a tick at every checkpoint drawn. x="dose": the
+    exposure dose on a log axis, a tick at every dose."""
+    if x == "dose":
+        return {
+            "field": "x",
+            "type": "quantitative",
+            "title": "exposure dose (copies per epoch, log scale)",
+            "scale": {"type": "log"},
+            "axis": {"values": sorted({p["x"] for p in values}), "format": "~g"},
+        }
     return {
         "field": "x",
         "type": "quantitative",
@@ -181,6 +199,7 @@ def metric_panel_spec(
         {"field": "series", "title": "detector"},
         {"field": "step"},
         {"field": "epoch", "format": ".2f"},
+        *([{"field": "dose"}] if x == "dose" else []),
         {"field": "value", "format": ".3f", "title": y_title},
         {"field": "low", "format": ".3f", "title": "95% CI low"},
         {"field": "high", "format": ".3f", "title": "95% CI high"},

@@ -12,14 +12,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leaklab.results import column_of
+from leaklab.results import column_of, dose_rows, without_dose
 from leaklab.rundir import RunDir, read_rows
 
 
 @dataclass
 class RunData:
     run: RunDir
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)  # all members' rows (no `dose` field)
+    # Rows of one exposure dose group each (`"dose": d`, issue 27), kept apart so that no table keyed by
+    # (step, column, metric) mixes them with the all-members rows.
+    dose_rows: list[dict[str, Any]] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
     mixture: dict[str, Any] = field(default_factory=dict)
@@ -81,7 +84,8 @@ def load_run(run_dir: str | Path) -> RunData:
     problems: list[str] = []
     if not run.results.exists():
         problems.append("no results.jsonl yet: nothing has been evaluated")
-    rows = [r for r in run.results_rows() if isinstance(r, dict) and "step" in r and "metric" in r]
+    every = [r for r in run.results_rows() if isinstance(r, dict) and "step" in r and "metric" in r]
+    rows, per_dose = without_dose(every), dose_rows(every)
     recipe: dict[str, Any] = {}
     if run.recipe.exists():
         try:
@@ -101,6 +105,7 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(
         run=run,
         rows=rows,
+        dose_rows=per_dose,
         recipe=recipe,
         manifest=manifest,
         mixture=_read_json(run.mixture, problems, "training mixture") if trained else {},

@@ -8,6 +8,7 @@ metric per checkpoint) when it has none. An evaluation without rows gets no sect
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +27,7 @@ from leaklab.results import (
     column_of,
     detection_delays,
     display_name,
+    exposures_by_dose,
     is_margin,
     is_rule,
     margin_column,
@@ -514,6 +516,135 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
     return section
 
 
+# --------------------------------------------------------------------------- dose–response
+
+
+def dose_response_section(run: RunData) -> Section | None:
+    """Detection against exposure dose (issue 27), from the per-dose detection rows (members of dose d
+    against all non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for
+    each dose, and the exposures counted in the training data. None for a run without doses."""
+    rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
+    extraction = [r for r in run.dose_rows if r.get("evaluation") == "extraction"]
+    accuracy = [
+        r for r in run.dose_rows if r.get("evaluation") == "accuracy" and r.get("column") == "members"
+    ]
+    if not rows and not extraction and not accuracy:
+        return None
+    steps = sorted({int(r["step"]) for r in rows})
+    last = steps[-1] if steps else None
+    doses = sorted({int(r["dose"]) for r in rows})
+    at_last = [r for r in rows if int(r["step"]) == last]
+    n_members = {int(r["dose"]): r.get("value") for r in at_last if r["metric"] == "n_members"}
+    sizes = ", ".join(f"dose {d}: {_fmt(n_members.get(d), 0)}" for d in doses)
+    counts = f"members per dose ({sizes}) against all {run.sample_counts()[1]} non-members"
+    section = Section(
+        "dose-response",
+        "Dose–response: detection against exposure dose",
+        intro=(
+            "Members were trained on at different doses (inject.doses: copies per epoch). Each detector is "
+            "scored on the members of one dose against all the non-members; a detector that reads "
+            "memorization should separate the higher doses better."
+        ),
+    )
+    spec = charts.metric_panel_spec(at_last, "auroc", x="dose")
+    if spec is not None:
+        section.items.append(
+            Panel(
+                f"AUROC against dose at the last checkpoint (step {last}, epoch {run.epoch_of(last):g})",
+                spec,
+                f"{counts}; {_bootstrap_caption(run, at_last, 'auroc')}; dashed grey: chance",
+            )
+        )
+    for dose in doses:
+        spec = charts.metric_panel_spec([r for r in rows if r["dose"] == dose], "auroc")
+        if spec is not None and len(steps) > 1:
+            section.items.append(
+                Panel(f"AUROC per checkpoint, members of dose {dose}", spec, f"{counts}; dashed grey: chance")
+            )
+    section.items += _extraction_by_dose(extraction, run)
+    if accuracy:
+        last_accuracy = max(int(r["step"]) for r in accuracy)
+        spec = charts.metric_panel_spec(
+            [r for r in accuracy if int(r["step"]) == last_accuracy], "pass@1", x="dose", bounded=True
+        )
+        if spec is not None:
+            section.items.append(
+                Panel(
+                    f"Members' pass@1 (greedy) against dose (step {last_accuracy}, "
+                    f"epoch {run.epoch_of(last_accuracy):g})",
+                    spec,
+                    "share of the members of each dose whose greedy solution passes the tests; the "
+                    "non-members' pass@1 is in the accuracy section",
+                )
+            )
+    exposures = run.mixture.get("exposures") or {}
+    manifest_doses = run.manifest.get("doses") or {}
+    if manifest_doses:
+        by_dose = exposures_by_dose({t: int(d) for t, d in manifest_doses.items()}, exposures)
+        section.items.append(
+            Table(
+                "Exposures per dose counted in the training data",
+                ["dose", "members", "counted", "min", "mean", "max"],
+                [
+                    [str(d), _fmt(s["members"], 0), _fmt(s["counted"], 0)]
+                    + [_fmt(s.get(k), 2) if k in s else "–" for k in ("min", "mean", "max")]
+                    for d, s in by_dose.items()
+                ],
+                "exposures per epoch of each member, counted in the data the stage built (mixture.json), "
+                "against the dose the manifest assigned; members past a stage's cap count none",
+            )
+        )
+        if not exposures:
+            section.notes.append("mixture.json has no exposure counts")
+    return section
+
+
+def _extraction_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel | Table]:
+    """The extraction audit per dose: the share of each dose's members reproduced verbatim at the last
+    checkpoint against the dose, and per checkpoint the correlation between a member's exposures and
+    the outputs that reproduce it."""
+    if not rows:
+        return []
+    last = max(int(r["step"]) for r in rows)
+    items: list[Panel | Table] = []
+    spec = charts.metric_panel_spec(
+        [r for r in rows if int(r["step"]) == last], "extracted_fraction", x="dose", bounded=True
+    )
+    if spec is not None:
+        items.append(
+            Panel(
+                f"Members extracted verbatim against dose (step {last}, epoch {run.epoch_of(last):g})",
+                spec,
+                "share of the members of each dose with >= evaluate.extraction.min_lines lines reproduced "
+                "in some output; band: bootstrap 95% interval over members",
+            )
+        )
+    got: dict[int, dict[str, Any]] = {}
+    for r in run.rows_of("extraction"):
+        if str(r.get("metric", "")).startswith("exposure_"):
+            got.setdefault(int(r["step"]), {})[r["metric"]] = r.get("value")
+    if got:
+        items.append(
+            Table(
+                "Exposures vs outputs reproducing each member (Spearman)",
+                ["step", "Spearman ρ [95% CI]", "members"],
+                [
+                    [
+                        str(step),
+                        f"{_fmt(v.get('exposure_spearman'))} "
+                        f"[{_fmt(v.get('exposure_spearman_ci_low'), 2)}, {_fmt(v.get('exposure_spearman_ci_high'), 2)}]",
+                        _fmt(v.get("exposure_n_members"), 0),
+                    ]
+                    for step, v in sorted(got.items())
+                ],
+                "rank correlation over all members (never extracted: 0 outputs) between the exposures "
+                "counted in the training data and the outputs that reproduce the member; interval: "
+                "members resampled (Unveiling §4.3 correlates contents found in the outputs instead)",
+            )
+        )
+    return items
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -595,21 +726,34 @@ def build_sections(run: RunData) -> list[Section]:
         rows = run.rows_of(name)
         if not rows:
             continue
-        fn = SECTIONS.get(name) or _plugin_section(name)
-        try:
-            section = fn(rows, run) if fn else generic_section(name, rows, run)
-        except Exception as err:  # a plug-in's bug is reported in the page, never a lost report
-            section = Section(
-                name, name, notes=[f"the {name} section could not be drawn: {type(err).__name__}: {err}"]
-            )
-        if section is None:
-            continue
-        kept = []
-        for item in section.items:
-            if isinstance(item, Panel) and panel_values(item) == 0:
-                section.notes.append(f"panel {item.title!r} has no data and is left out")
-            else:
-                kept.append(item)
-        section.items = kept
-        sections.append(section)
+        fn = SECTIONS.get(name) or _plugin_section(name) or functools.partial(generic_section, name)
+        section = _drawn(name, fn, rows, run)
+        if section is not None:
+            sections.append(_drop_empty_panels(section))
+    # A run with inject.doses: its per-dose rows, right after detection (or last without detection).
+    dose_section = _drawn("dose-response", dose_response_section, run)
+    if dose_section is not None:
+        keys = [s.key for s in sections]
+        at = keys.index("detection") + 1 if "detection" in keys else len(sections)
+        sections.insert(at, _drop_empty_panels(dose_section))
     return sections
+
+
+def _drawn(name: str, draw: Callable[..., Section | None], *args) -> Section | None:
+    try:
+        return draw(*args)
+    except Exception as err:  # a plug-in's bug is reported in the page, never a lost report
+        return Section(
+            name, name, notes=[f"the {name} section could not be drawn: {type(err).__name__}: {err}"]
+        )
+
+
+def _drop_empty_panels(section: Section) -> Section:
+    kept = []
+    for item in section.items:
+        if isinstance(item, Panel) and panel_values(item) == 0:
+            section.notes.append(f"panel {item.title!r} has no data and is left out")
+        else:
+            kept.append(item)
+    section.items = kept
+    return section

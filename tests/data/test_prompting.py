@@ -140,3 +140,20 @@ def test_accuracy_rows_by_hand():
     assert ("members", "pass@8") not in got  # k above n_samples has no estimate
     assert got[("non_members", "n_extraction_failed")] == 1 and got[("all", "n_extraction_failed")] == 1
     assert got[("members", "n_passed")] == 1 and got[("all", "n_tasks")] == 4
+
+
+def test_accuracy_rows_per_dose_by_hand():
+    from leaklab.evaluations.accuracy import Accuracy, dose_accuracy_rows
+
+    # Members of dose 1 (greedy fails), dose 8 (greedy passes twice); two non-members, one passing.
+    verdicts = ["failed", "passed", "passed", "passed", "failed"]
+    judged = [_judged([v]) for v in verdicts]
+    labels, doses = [1, 1, 1, 0, 0], [1, 8, 8, 0, 0]
+    rows = dose_accuracy_rows(judged, labels, doses, AccuracyConfig(ks=[1], n_samples=0))
+    got = {(r["dose"], r["column"], r["metric"]): r["value"] for r in rows}
+    assert got[1, "members", "pass@1"] == 0.0 and got[8, "members", "pass@1"] == 1.0
+    assert got[1, "gap", "pass@1"] == -0.5 and got[8, "gap", "pass@1"] == 0.5
+    assert got[8, "members", "n_tasks"] == 2 and {c for _, c, _ in got} == {"members", "gap"}
+    # The summary line reads the all-members rows only.
+    every = accuracy_rows(judged, labels, AccuracyConfig(ks=[1], n_samples=0)) + rows
+    assert Accuracy().summary(every).startswith("pass@1 members 0.667, non-members 0.500")

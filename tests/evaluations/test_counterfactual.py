@@ -431,3 +431,33 @@ def test_evaluation_with_execution_adds_hyclone(monkeypatch):
     assert made["value"] >= 1 and set(made["params"]["by_source"]) == {"mutated"}
     assert 2 < out.records[0]["hyclone_target"]["n_inputs"] <= 2 + made["value"]
     assert out.records[0]["target"]["hyclone"] == 1.0
+
+
+def test_evaluation_flags_per_dose(monkeypatch):
+    """Members of dose 1 (wrote nothing) and dose 8 (reproduced the body renamed), one non-member."""
+    tasks = [
+        SimpleNamespace(task_id=f"t{i}", prompt=f"def f{i}(items, offset):\n", solution=BODY, prompt_is_code=True,
+                        entry_point=f"f{i}")
+        for i in range(3)
+    ]  # fmt: skip
+    ctx = _context(tasks, [1, 1, 0], min_chars=0)
+    ctx.eval_set.task_ids, ctx.eval_set.doses = ["t0", "t1", "t2"], np.array([1, 8, 0])
+    evaluation = Counterfactual()
+    evaluation.prepare(ctx)
+    renamed = BODY.replace("value_", "v")
+    empty = {"body": None, "failure": "empty generation", "raw": ""}
+    generations = {
+        "target": [empty, {"body": renamed, "failure": "", "raw": renamed}, empty],
+        "reference": [{"body": "    return 0\n", "failure": "", "raw": ""}] * 3,
+    }
+    monkeypatch.setattr(evaluation, "_functions", lambda ctx, model, tok: generations[model])
+    ctx.reference = lambda: ("reference", None)
+    out = evaluation.evaluate(ctx, "target", None, step=3)
+    flags = {(r["dose"], r["column"], r["metric"]): r["value"] for r in out.rows if "dose" in r}
+    assert flags[1, "members", "memorized_any"] == 0.0 and flags[8, "members", "memorized_any"] == 1.0
+    assert flags[8, "members", "n_samples"] == 1.0 and flags[8, "membership", "tsed.auroc_target"] == 1.0
+    assert {c for _, c, _ in flags} == {"members", "membership"}
+    # The all-members rows and the summary line are those of the two members together.
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows if "dose" not in r}
+    assert got[("members", "memorized_any")] == 1.0 and got[("members", "n_samples")] == 2.0
+    assert "members 1, non-members 0" in evaluation.summary(out.rows)

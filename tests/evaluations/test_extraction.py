@@ -530,3 +530,56 @@ def test_tiny_extraction_run_writes_rows_per_checkpoint_and_a_report(leaklab_cac
     assert report.returncode == 0, report.stderr[-2000:]
     html = next(root.rglob("*.html")).read_text()
     assert "Extraction audit" in html
+
+
+def test_extraction_per_dose_and_the_exposure_correlation_by_hand(tmp_path):
+    from leaklab.evaluations.base import EvalSet
+    from leaklab.evaluations.extraction import Extraction
+    from leaklab.memorization.clones import find_clones
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path)
+    doc_c, doc_d = DOC_A.replace("'a'", "'c'"), DOC_A.replace("'a'", "'d'")
+    # Members "m1" (dose 1), "m4" and "m4b" (dose 4); "n" a non-member. No run directory: the
+    # exposures are the manifest's doses.
+    ctx.eval_set = EvalSet(
+        ["m1", "m4", "m4b", "n"], np.array([1, 1, 1, 0]), [DOC_A, doc_c, doc_d, DOC_B], [""] * 4,
+        doses=np.array([1, 4, 4, 0]),
+    )  # fmt: skip
+    ext = Extraction()
+    ext.prepare(ctx)
+    texts = [doc_c, doc_c, doc_d, "x = 1"]  # m4 in two outputs, m4b in one, m1 in none
+    samples = [Sample("non_prompt", 5, "", t) for t in texts]
+    scores = {m: np.arange(4.0) for m in ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")}
+    out = ext._output(
+        ctx.recipe, samples, find_clones(ext.index, texts), scores, find_clones(ext.tasks, texts)
+    )
+    per_dose = {(r["dose"], r["metric"]): r["value"] for r in out.rows if "dose" in r}
+    assert per_dose[1, "n_tasks"] == 1 and per_dose[1, "extracted_fraction"] == 0.0
+    assert per_dose[4, "n_extracted"] == 2 and per_dose[4, "extracted_fraction"] == 1.0
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows if "dose" not in r}
+    # Exposures 1, 4, 4 vs outputs 0, 2, 1: ranks (1, 2.5, 2.5) and (1, 3, 2), r = 1.5 / sqrt(1.5 * 2).
+    assert got["members", "exposure_spearman"] == pytest.approx(1.5 / np.sqrt(3.0))
+    assert got["members", "exposure_n_members"] == 3
+    low, high = got["members", "exposure_spearman_ci_low"], got["members", "exposure_spearman_ci_high"]
+    assert -1.0 <= low <= high <= 1.0
+    # The all-members rows are what a run without doses writes.
+    assert got["members", "n_extracted"] == 2 and got["members", "n_tasks"] == 3
+    assert "members extracted 2/3" in Extraction().summary(out.rows)
+    ctx.eval_set.doses = None
+    plain = Extraction()
+    plain.prepare(ctx)
+    again = plain._output(
+        ctx.recipe, samples, find_clones(plain.index, texts), scores, find_clones(plain.tasks, texts)
+    )
+    assert again.rows == [r for r in out.rows if "dose" not in r and not r["metric"].startswith("exposure_")]
+
+
+def test_training_exposures_are_the_counted_ones_where_mixture_json_has_them(tmp_path):
+    from leaklab.evaluations.extraction import training_exposures
+    from leaklab.rundir import RunDir
+
+    doses = {"a": 1, "b": 4, "n": 0}
+    assert training_exposures(None, doses) == {"a": 1, "b": 4}
+    (tmp_path / "mixture.json").write_text(json.dumps({"exposures": {"a": 1, "b": 3}}))
+    assert training_exposures(RunDir(tmp_path), doses) == {"a": 1, "b": 3}

@@ -210,3 +210,25 @@ def test_rad_par_with_paraphrases_and_llm_settings_validated():
         "evaluate.mri.llm_base_url: the openai backend needs the server's URL"
     ]
     assert validate_config(MriConfig(llm_rewrite=True))
+
+
+def test_mri_rows_per_dose_by_hand():
+    from leaklab.evaluations.mri import Mri, dose_mri_rows
+
+    outcomes = [
+        # dose 1: solved, rewrite also solved (generalises); dose 8: solved, rewrite fails (memorised).
+        _outcome("m1", 1, True, True, 0.5),
+        _outcome("m8", 1, True, False, 0.9),
+        _outcome("m8b", 1, True, False, 0.7),
+        _outcome("n1", 0, True, True, 0.2),
+        _outcome("n2", 0, False, False, 0.4),
+    ]
+    dose_of = {"m1": 1, "m8": 8, "m8b": 8, "n1": 0, "n2": 0}
+    rows = dose_mri_rows(outcomes, dose_of, MriConfig(min_solved=1, min_type_count=1))
+    v = {(r["dose"], r["column"], r["metric"]): r["value"] for r in rows}
+    assert v[1, "members", "rad_rew"] == 0.0 and v[8, "members", "rad_rew"] == 1.0
+    # Dose 8: Sim (0.9 + 0.7) / 2 = 0.8, RAD 1 -> MRI 0.8. Scores m8 0.9, m8b 0.7 vs n1 0, n2 0.4: AUROC 1.
+    assert v[8, "members", "mri"] == pytest.approx(0.8) and v[8, "all", "score_auroc"] == 1.0
+    assert {c for _, c, _ in v} == {"members", "all"} and v[8, "members", "n_tasks"] == 2
+    every = mri_rows(outcomes, MriConfig(min_solved=1)) + rows
+    assert Mri().summary(every) == Mri().summary(mri_rows(outcomes, MriConfig(min_solved=1)))
