@@ -9,6 +9,7 @@ import pytest
 
 from leaklab.evaluations.accuracy import AccuracyConfig, accuracy_rows
 from leaklab.metrics import group_mean_intervals
+from leaklab.report import build_report
 from leaklab.report.rundata import load_run
 from leaklab.report.sections import build_sections
 
@@ -72,7 +73,8 @@ def _accuracy_run(root, n_bootstrap: int):
 
 
 def test_accuracy_has_its_own_report_section_with_intervals(tmp_path):
-    sections = {s.key: s for s in build_sections(_accuracy_run(tmp_path / "run", 200))}
+    run = _accuracy_run(tmp_path / "run", 200)
+    sections = {s.key: s for s in build_sections(run)}
     section = sections["accuracy"]
     assert section.title == "Accuracy: members vs non-members" and not section.notes
     panels = [item for item in section.items if hasattr(item, "spec")]
@@ -86,6 +88,8 @@ def test_accuracy_has_its_own_report_section_with_intervals(tmp_path):
     assert last[2].startswith("0.750 [") and last[3].startswith("0.250 [") and last[4].startswith("+0.500 [")
     # step 0: nothing solved anywhere, so every interval is a point
     assert table.rows[0][2:5] == ["0.000 [0.00, 0.00]", "0.000 [0.00, 0.00]", "+0.000 [+0.00, +0.00]"]
+    page = build_report(run.run.root).read_text()
+    assert "Accuracy: members vs non-members" in page and "generic view" not in page
 
 
 def test_accuracy_section_says_when_rows_have_no_intervals(tmp_path):
