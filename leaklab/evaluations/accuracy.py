@@ -272,9 +272,15 @@ class Accuracy:
         got = {(r["column"], r["metric"]): r["value"] for r in rows if r.get("value") is not None}
         if ("members", "pass@1") not in got:
             return ""
-        text = f"pass@1 members {got[('members', 'pass@1')]:.3f}"
+
+        def shown(side: str) -> str:
+            low, high = got.get((side, "pass@1_ci_low")), got.get((side, "pass@1_ci_high"))
+            interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+            return f"{got[(side, 'pass@1')]:.3f}{interval}"
+
+        text = f"pass@1 members {shown('members')}"
         if ("non_members", "pass@1") in got:
-            text += f", non-members {got[('non_members', 'pass@1')]:.3f}"
+            text += f", non-members {shown('non_members')}, gap {shown('gap')}"
         failed = got.get(("all", "n_extraction_failed"))
         return text + (f" ({failed:.0f} replies without code)" if failed else "")
 
