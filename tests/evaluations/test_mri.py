@@ -129,6 +129,28 @@ def test_rows_carry_bootstrap_intervals_where_the_value_is_reported():
     assert not any(r["metric"].endswith("_ci_low") for r in mri_rows(members, MriConfig()))
 
 
+def test_mri_table_states_the_intervals():
+    from leaklab.evaluations.mri import Mri
+
+    members = [_outcome(f"m{i}", 1, i < 55, not (i < 30), 1.0) for i in range(60)]
+    non_members = [_outcome(f"n{i}", 0, i < 5, i < 5, 0.5) for i in range(10)]
+    rows = [
+        {"step": 100, "epoch": 1.0, "evaluation": "mri", **r}
+        for r in mri_rows([*members, *non_members], MriConfig(), n_bootstrap=200, seed=0)
+    ]
+    got = {(r["column"], r["metric"]): r["value"] for r in rows}
+
+    class Run:
+        def rows_of(self, evaluation):
+            return []
+
+    (table,) = [i for i in Mri().report_section(rows, Run()).items if hasattr(i, "header")]
+    cells = {row[1]: row[8] for row in table.rows}
+    low, high = got[("members", "mri_ci_low")], got[("members", "mri_ci_high")]
+    assert cells["members"] == f"{25 / 55:.4f} [{low:.3f}, {high:.3f}]"
+    assert cells["non_members"] == "N/A (0.0000 [0.000, 0.000])"  # below the rule: the unchecked value
+
+
 def test_tiny_sft_asks_enough_tasks_for_the_competence_rule():
     # With 50 tasks per side the rule (>= 50 originals solved) could only pass at 100% accuracy. The
     # lowest late accuracy measured on tiny_sft is the non-members' 0.33 at step 750 (README): the recipe
