@@ -153,12 +153,12 @@ def test_mri_table_states_the_intervals():
 
 def test_tiny_sft_asks_enough_tasks_for_the_competence_rule():
     # With 50 tasks per side the rule (>= 50 originals solved) could only pass at 100% accuracy. The
-    # lowest late accuracy measured on tiny_sft is the non-members' 0.33 at step 750 (README): the recipe
-    # must ask enough tasks that 0.33 of them reach the rule, which stays the paper's.
+    # lowest late accuracy measured on tiny_sft with 200 tasks per side is the non-members' 0.305 at step
+    # 750 (README): the recipe must ask enough tasks that 0.305 of them reach the rule, the paper's.
     recipe = load_recipe("tiny_sft", [])
     mri = recipe.evaluate.mri
     assert (mri.min_solved, mri.min_accuracy) == (50, 0.10)
-    assert mri.max_tasks * 0.33 >= mri.min_solved
+    assert mri.max_tasks * 0.305 >= mri.min_solved
     # accuracy asks the same tasks, so mri finds its answers to the originals in the generation cache
     assert recipe.evaluate.accuracy.max_tasks == mri.max_tasks
     assert recipe.data.max_samples * (1 - recipe.data.member_fraction) >= mri.max_tasks  # enough non-members
