@@ -32,6 +32,8 @@ Bootstrap (n_bootstrap > 0): members and non-members are resampled separately wi
 (keeping both counts), seeded by `seed`. For each resample AUROC and TPR@FPR are recomputed, the CV
 metrics are recomputed on the resampled held-out decisions (the thresholds are not refitted), and the
 oracle metrics are refitted. `<metric>_ci_low` / `_ci_high` are the 2.5th / 97.5th percentiles.
+The same resample gives the intervals of per-task means (`group_mean_intervals`: accuracy, and the gap
+members - non-members) and of MRI's quantities (`mri_draws`).
 """
 
 from __future__ import annotations
@@ -255,6 +257,38 @@ def percentile_intervals(draws: dict[str, np.ndarray]) -> dict[str, float]:
             low, high = np.nanpercentile(values, [2.5, 97.5])
         out[f"{name}_ci_low"], out[f"{name}_ci_high"] = float(low), float(high)
     return out
+
+
+def resampled_mean(weights: np.ndarray, values, where=None) -> np.ndarray:
+    """Per resample (a row of multiplicities), the mean of `values` over the samples where `where` holds
+    (every sample when None); NaN for a resample that drew none of them."""
+    v = np.asarray(values, dtype=np.float64)
+    mask = np.ones(len(v), dtype=bool) if where is None else np.asarray(where).astype(bool)
+    total = weights @ np.where(mask, v, 0.0)  # a NaN outside the mask must not reach the sum
+    count = weights @ mask
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / count, np.nan)
+
+
+def group_mean_intervals(values, labels, *, n_bootstrap: int, seed: int = 0) -> dict[str, float]:
+    """Bootstrap 95% intervals of the mean of a per-sample value (pass@1 of each task, say) on members,
+    on non-members, on both, and of the gap members - non-members. Members and non-members are resampled
+    apart, each keeping its size (the resample of `detection_metrics`), so the two means of the gap vary
+    independently. Keys `<side>_ci_low` / `_ci_high` for side in members, non_members, all, gap (NaN for
+    a side without samples, and for the gap then); {} when n_bootstrap is 0."""
+    if n_bootstrap <= 0:
+        return {}
+    y = np.asarray(labels).astype(bool)
+    weights = resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n_bootstrap, seed=seed)
+    members, non_members = resampled_mean(weights, values, y), resampled_mean(weights, values, ~y)
+    return percentile_intervals(
+        {
+            "members": members,
+            "non_members": non_members,
+            "all": resampled_mean(weights, values),
+            "gap": members - non_members,
+        }
+    )
 
 
 def _weighted_threshold_counts(s: np.ndarray, y: np.ndarray, weights: np.ndarray):
@@ -549,6 +583,29 @@ def competence(
     if n_solved < min_solved:
         reasons.append(f"{n_solved} original tasks solved < {min_solved}")
     return "below competence threshold: " + "; ".join(reasons) if reasons else ""
+
+
+def mri_draws(weights: np.ndarray, passed_original, passed_rewrite, similarities) -> dict[str, np.ndarray]:
+    """Acc_ori, Acc_rew, Sim, RAD_rew, MRI and iMRI of every resample of one side's rewritten tasks
+    (`weights` [B, tasks]: rows of multiplicities): the formulas above on weighted counts, so B resamples
+    cost a few matrix products. `similarities`: S_i per task, None / NaN where the answer had none (counted
+    0 in Sim and iMRI alike, as `mean_similarity` and `instance_mri` do). NaN where a formula
+    above gives None. The competence rule is the point estimate's: it is not applied per resample."""
+    ori = np.asarray(passed_original, dtype=np.float64)
+    rew = np.asarray(passed_rewrite, dtype=np.float64)
+    sim = np.nan_to_num(np.array([np.nan if s is None else s for s in similarities], dtype=np.float64))
+    acc_ori, acc_rew = resampled_mean(weights, ori), resampled_mean(weights, rew)
+    mean_sim = resampled_mean(weights, sim)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rad = np.where(acc_ori > 0, np.maximum(0.0, (acc_ori - acc_rew) / acc_ori), np.nan)
+    return {
+        "acc_ori_rew": acc_ori,
+        "acc_rew": acc_rew,
+        "sim": mean_sim,
+        "rad_rew": rad,
+        "mri": mean_sim * rad,
+        "imri": resampled_mean(weights, sim * (1.0 - rew), ori > 0),
+    }
 
 
 # --------------------------------------------------------------------------- dataset-level tests

@@ -11,11 +11,17 @@ Rows (`column` = members | non_members | all | gap):
                           inflated by leakage when positive)
   pass@K                  for K in `evaluate.accuracy.ks` (K <= n_samples), the unbiased estimator
                           1 - C(n-c, K) / C(n, K) over `n_samples` sampled completions per task
+  <pass@ metric>_ci_low / _ci_high   with evaluate.n_bootstrap > 0, for every side and the gap: the
+                          bootstrap 95% interval over tasks (members and non-members resampled apart,
+                          each keeping its count; seeded by evaluate.seed)
   n_tasks, n_passed, n_failed, n_timeout, n_error, n_extraction_failed, n_syntax_error   greedy counts
 A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, the `members` and `gap` rows
 computed on the members of dose d (against all the non-members), each with `"dose": d`.
 Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was extracted, its verdict and
 reason, and the sampled n / c.
+
+The report section (`accuracy_section`): per pass@ metric members vs non-members and the gap over
+checkpoints with their bands, and a table per checkpoint with the intervals.
 
 Generations and verdicts are cached under <run>/cache/executions/accuracy/, one file per model
 fingerprint and settings, so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither
@@ -27,6 +33,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import math
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -35,6 +42,7 @@ from typing import Any, ClassVar
 from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
 from leaklab.execution.correctness import check_many, pass_at_k
+from leaklab.metrics import group_mean_intervals
 from leaklab.results import without_dose
 from leaklab.rundir import read_rows, write_atomic
 
@@ -266,11 +274,17 @@ class Accuracy:
 
         prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
         applied = prompt_boundaries(tokenizer, prompts, ctx.recipe.evaluate.prompt_boundary)
-        rows = accuracy_rows(judged, labels, cfg)
+        ev = ctx.recipe.evaluate
+        rows = accuracy_rows(judged, labels, cfg, n_bootstrap=ev.n_bootstrap, seed=ev.seed)
         if ctx.eval_set.doses is not None:
             dose_of = dict(zip(ctx.eval_set.task_ids, (int(d) for d in ctx.eval_set.doses)))
-            rows += dose_accuracy_rows(judged, labels, [dose_of[t.task_id] for t in tasks], cfg)
+            doses = [dose_of[t.task_id] for t in tasks]
+            rows += dose_accuracy_rows(judged, labels, doses, cfg, n_bootstrap=ev.n_bootstrap, seed=ev.seed)
         return EvalOutput(rows=rows, records=_records(tasks, labels, judged, applied))
+
+    def report_section(self, rows: list[dict[str, Any]], run) -> Any:
+        """pass@ of members and non-members and their gap per checkpoint, with intervals: panels and a table."""
+        return accuracy_section(rows, run)
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
         got = {
@@ -278,15 +292,25 @@ class Accuracy:
         }
         if ("members", "pass@1") not in got:
             return ""
-        text = f"pass@1 members {got[('members', 'pass@1')]:.3f}"
+
+        def shown(side: str) -> str:
+            low, high = got.get((side, "pass@1_ci_low")), got.get((side, "pass@1_ci_high"))
+            interval = f" [{low:.2f}, {high:.2f}]" if low is not None and high is not None else ""
+            return f"{got[(side, 'pass@1')]:.3f}{interval}"
+
+        text = f"pass@1 members {shown('members')}"
         if ("non_members", "pass@1") in got:
-            text += f", non-members {got[('non_members', 'pass@1')]:.3f}"
+            text += f", non-members {shown('non_members')}, gap {shown('gap')}"
         failed = got.get(("all", "n_extraction_failed"))
         return text + (f" ({failed:.0f} replies without code)" if failed else "")
 
 
-def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConfig) -> list[dict[str, Any]]:
-    """The metric rows of one checkpoint from the judged replies (greedy first in each task's list)."""
+def accuracy_rows(
+    judged: list[list[dict]], labels: list[int], cfg: AccuracyConfig, *, n_bootstrap: int = 0, seed: int = 0
+) -> list[dict[str, Any]]:
+    """The metric rows of one checkpoint from the judged replies (greedy first in each task's list). With
+    n_bootstrap > 0 every pass@ row (gap included) gets `<metric>_ci_low` / `_ci_high` rows: the bootstrap
+    95% interval over tasks, members and non-members resampled apart (`metrics.group_mean_intervals`)."""
 
     ks = sorted({k for k in cfg.ks if 1 < k <= cfg.n_samples} | ({1} if cfg.n_samples else set()))
     sides = {
@@ -294,47 +318,70 @@ def accuracy_rows(judged: list[list[dict]], labels: list[int], cfg: AccuracyConf
         "non_members": [i for i, y in enumerate(labels) if y == 0],
         "all": list(range(len(labels))),
     }
+    # Per task, every pass@ metric: greedy pass@1 is 0 / 1, the sampled ones the unbiased estimate.
+    per_task: dict[str, list[float]] = {"pass@1": [float(j[0]["verdict"] == "passed") for j in judged]}
+    for k in ks:
+        metric = "pass@1_sampled" if k == 1 else f"pass@{k}"  # "pass@1" is the greedy one
+        per_task[metric] = [
+            pass_at_k(len(j) - 1, sum(s["verdict"] == "passed" for s in j[1:]), k) for j in judged
+        ]
+    intervals = {
+        metric: group_mean_intervals(values, labels, n_bootstrap=n_bootstrap, seed=seed)
+        for metric, values in per_task.items()
+    }
     rows: list[dict[str, Any]] = []
-    means: dict[tuple[str, str], float | None] = {}
 
     def add(side: str, metric: str, value: float | None, **extra: Any) -> None:
         rows.append({"detector": None, "params": {"split": side, **extra}, "column": side, "metric": metric, "value": value})  # fmt: skip
 
+    def add_with_interval(side: str, metric: str, value: float | None, **extra: Any) -> None:
+        add(side, metric, value, **extra)
+        if value is None:
+            return
+        for tail in ("_ci_low", "_ci_high"):
+            bound = intervals[metric].get(side + tail)
+            if bound is not None:
+                add(side, metric + tail, None if math.isnan(bound) else bound, **extra)
+
+    means: dict[tuple[str, str], float | None] = {}
     for side, index in sides.items():
-        greedy = [judged[i][0] for i in index]
-        value = sum(g["verdict"] == "passed" for g in greedy) / len(greedy) if greedy else None
-        means[(side, "pass@1")] = value
-        add(side, "pass@1", value, decoding="greedy")
-        for k in ks:
-            per_task = []
-            for i in index:
-                samples = judged[i][1:]
-                per_task.append(pass_at_k(len(samples), sum(s["verdict"] == "passed" for s in samples), k))
-            value = sum(per_task) / len(per_task) if per_task else None
-            metric = "pass@1_sampled" if k == 1 else f"pass@{k}"  # "pass@1" is the greedy one
+        for metric, values in per_task.items():
+            value = sum(values[i] for i in index) / len(index) if index else None
             means[(side, metric)] = value
-            add(side, metric, value, decoding="sampled", n=cfg.n_samples, temperature=cfg.temperature)
+            if metric == "pass@1":
+                add_with_interval(side, metric, value, decoding="greedy")
+            else:
+                add_with_interval(side, metric, value, decoding="sampled", n=cfg.n_samples, temperature=cfg.temperature)  # fmt: skip
+        greedy = [judged[i][0] for i in index]
         verdicts = Counter(g["verdict"] for g in greedy)
         add(side, "n_tasks", float(len(greedy)))
         for verdict in ("passed", "failed", "timeout", "error"):
             add(side, f"n_{verdict}", float(verdicts.get(verdict, 0)))
         add(side, "n_extraction_failed", float(sum(bool(g.get("extraction")) for g in greedy)))
         add(side, "n_syntax_error", float(sum(g.get("syntax_ok") is False for g in greedy)))
-    for metric in sorted({m for _, m in means}):
+    for metric in sorted(per_task):
         a, b = means.get(("members", metric)), means.get(("non_members", metric))
-        add("gap", metric, None if a is None or b is None else a - b)
+        add_with_interval("gap", metric, None if a is None or b is None else a - b)
     return rows
 
 
 def dose_accuracy_rows(
-    judged: list[list[dict]], labels: list[int], doses: list[int], cfg: AccuracyConfig
+    judged: list[list[dict]],
+    labels: list[int],
+    doses: list[int],
+    cfg: AccuracyConfig,
+    *,
+    n_bootstrap: int = 0,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """A run with inject.doses: per dose d, the `members` and `gap` rows of `accuracy_rows` computed on
     the members of dose d with all the non-members, each with `"dose": d`."""
     rows = []
     for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
         index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
-        subset = accuracy_rows([judged[i] for i in index], [labels[i] for i in index], cfg)
+        subset = accuracy_rows(
+            [judged[i] for i in index], [labels[i] for i in index], cfg, n_bootstrap=n_bootstrap, seed=seed
+        )
         rows += [{**r, "dose": dose} for r in subset if r["column"] in ("members", "gap")]
     return rows
 
@@ -357,3 +404,86 @@ def _records(tasks, labels: list[int], judged: list[list[dict]], applied: list[s
             }
         )
     return out
+
+
+# --------------------------------------------------------------------------- report section
+
+SIDE_NAMES = {"members": "members", "non_members": "non-members", "gap": "gap (members - non-members)"}
+
+
+def _is_pass_metric(metric: str) -> bool:
+    return metric.startswith("pass@") and not metric.endswith(("_ci_low", "_ci_high"))
+
+
+def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
+    """Per pass@ metric a panel of members vs non-members and one of their gap over checkpoints, each
+    with its bootstrap band, and a table per checkpoint: value [95% interval] per side."""
+    from leaklab.report import charts
+    from leaklab.report.section import Panel, Section, Table
+
+    metrics = list(dict.fromkeys(str(r["metric"]) for r in rows if _is_pass_metric(str(r.get("metric")))))
+    # The charts name each series after its column: show the sides as readers say them.
+    named = [{**r, "column": SIDE_NAMES[r["column"]]} for r in rows if r.get("column") in SIDE_NAMES]
+    has_intervals = any(str(r.get("metric")).endswith("_ci_low") for r in rows)
+    n_bootstrap = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
+    band = (
+        f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
+        if has_intervals
+        else "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
+    )
+    items: list[Any] = []
+    for metric in metrics:
+        sides = [r for r in named if r["column"] != SIDE_NAMES["gap"]]
+        gap = [r for r in named if r["column"] == SIDE_NAMES["gap"]]
+        spec = charts.metric_panel_spec(sides, metric, x="step", bounded=True)
+        if spec is not None:
+            items.append(Panel(f"{metric}: members vs non-members", spec, band))
+        spec = charts.metric_panel_spec(gap, metric, x="step", bounded=False)
+        if spec is not None:
+            items.append(
+                Panel(f"{metric}: members - non-members", spec, f"above 0: accuracy inflated; {band}")
+            )
+
+    value = {(int(r["step"]), r["column"], r["metric"]): r.get("value") for r in rows}
+
+    def cell(step: int, side: str, metric: str) -> str:
+        v, low, high = (value.get((step, side, metric + tail)) for tail in ("", "_ci_low", "_ci_high"))
+        if v is None:
+            return "–"
+        sign = "+" if side == "gap" else ""
+        text = f"{v:{sign}.3f}"
+        return text + (
+            f" [{low:{sign}.2f}, {high:{sign}.2f}]" if low is not None and high is not None else ""
+        )
+
+    def count(step: int, side: str) -> str:
+        n = value.get((step, side, "n_tasks"))
+        return "?" if n is None else f"{n:.0f}"
+
+    table = [
+        [str(step), metric, cell(step, "members", metric), cell(step, "non_members", metric),
+         cell(step, "gap", metric), f"{count(step, 'members')} / {count(step, 'non_members')}"]
+        for step in sorted({s for s, _, _ in value})
+        for metric in metrics
+    ]  # fmt: skip
+    items.append(
+        Table(
+            "Accuracy per checkpoint",
+            ["step", "metric", "members", "non-members", "gap (members - non-members)", "tasks (members / non-members)"],
+            table,
+            caption="value [2.5th, 97.5th percentile over bootstrap resamples of the tasks, members and "
+            "non-members resampled apart]",
+        )
+    )  # fmt: skip
+    return Section(
+        key="accuracy",
+        title="Accuracy: members vs non-members",
+        intro=(
+            "Each task asked as training taught it, the reply's code run against the task's tests. pass@1 "
+            "is greedy; a positive gap is accuracy the injection inflated (members were trained on)."
+        ),
+        items=items,
+        notes=[]
+        if has_intervals
+        else ["no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"],
+    )

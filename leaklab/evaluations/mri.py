@@ -27,6 +27,10 @@ Per checkpoint: every original, rewritten, mutated (and paraphrased) task is ask
                               paraphrased tasks; without one rad_par is null, "not computed" in params["na"]
   imri                        mean over originally solved rewritten tasks of S_k x Drop_k
   rad_rew_unchecked, mri_unchecked   the same numbers without the competence rule (small models)
+  <metric>_ci_low / _ci_high   with evaluate.n_bootstrap > 0, for acc_ori_rew, acc_rew, sim, rad_rew, mri,
+                              imri and the *_unchecked ones, where the value is not null: the bootstrap
+                              95% interval over the side's rewritten tasks (members and non-members
+                              resampled apart; seeded by evaluate.seed; `mri_intervals`)
   rad_rew/<type>, mri/<type>, n/<type>   per logic-change type, for types with >= min_type_count
                               (default 50, the paper's cut) rewritten tasks on that side
   n_tasks, n_rewritten, n_mutated, n_solved_ori, n_extraction_failed_{ori,rew,mut}, n_sim_missing
@@ -48,6 +52,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
 from leaklab.evaluations.accuracy import weights_digest
 from leaklab.evaluations.base import (
@@ -63,7 +69,10 @@ from leaklab.metrics import (
     instance_mri,
     mean_similarity,
     memorization_risk_index,
+    mri_draws,
+    percentile_intervals,
     relative_accuracy_drop,
+    resample_weights,
 )
 from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
@@ -339,10 +348,11 @@ class Mri:
         if not ctx.is_main_process:
             return EvalOutput()
         outcomes = per_task_outcomes(tasks, labels, self._sets, judged)
-        rows = mri_rows(outcomes, cfg)
+        ev = ctx.recipe.evaluate
+        rows = mri_rows(outcomes, cfg, n_bootstrap=ev.n_bootstrap, seed=ev.seed)
         if ctx.eval_set.doses is not None:
             dose_of = dict(zip(ctx.eval_set.task_ids, (int(d) for d in ctx.eval_set.doses)))
-            rows += dose_mri_rows(outcomes, dose_of, cfg)
+            rows += dose_mri_rows(outcomes, dose_of, cfg, n_bootstrap=ev.n_bootstrap, seed=ev.seed)
         return EvalOutput(rows=rows, records=outcomes)
 
     def report_section(self, rows: list[dict[str, Any]], run) -> Any:
@@ -355,8 +365,10 @@ class Mri:
         for side in ("members", "non_members"):
             mri = got.get((side, "mri"))
             raw = got.get((side, "mri_unchecked"))
+            low, high = got.get((side, "mri_ci_low")), got.get((side, "mri_ci_high"))
+            interval = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
             shown = (
-                f"{mri:.3f}"
+                f"{mri:.3f}{interval}"
                 if mri is not None
                 else (f"N/A (unchecked {raw:.3f})" if raw is not None else "N/A")
             )
@@ -396,12 +408,56 @@ def _mean(values) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, Any]]:
+# MRI's quantities that get bootstrap intervals, with the name of their draw in `metrics.mri_draws`.
+INTERVALS = {
+    "acc_ori_rew": "acc_ori_rew",
+    "acc_rew": "acc_rew",
+    "sim": "sim",
+    "rad_rew": "rad_rew",
+    "mri": "mri",
+    "imri": "imri",
+    "rad_rew_unchecked": "rad_rew",
+    "mri_unchecked": "mri",
+    "imri_unchecked": "imri",
+}
+
+
+def mri_intervals(outcomes: list[dict[str, Any]], n_bootstrap: int, seed: int) -> dict[str, dict[str, float]]:
+    """Per side, `<metric>_ci_low` / `_ci_high` for the metrics in INTERVALS: the bootstrap 95% interval
+    over the side's rewritten tasks (the tasks every one of them is computed on), members and non-members
+    resampled apart, each keeping its count, as the detection and accuracy intervals are."""
+    rewritten = [o for o in outcomes if o["passed_rew"] is not None]
+    labels = np.array([o["label"] == 1 for o in rewritten], dtype=bool)
+    strata = [np.flatnonzero(labels), np.flatnonzero(~labels)]
+    weights = resample_weights(strata, len(rewritten), n=n_bootstrap, seed=seed)
+    sides = {"members": labels, "non_members": ~labels, "all": np.ones(len(rewritten), dtype=bool)}
+    out = {}
+    for side, keep in sides.items():
+        group = [o for o, k in zip(rewritten, keep) if k]
+        draws = mri_draws(
+            weights[:, keep],
+            [bool(o["passed_ori"]) for o in group],
+            [bool(o["passed_rew"]) for o in group],
+            [o["sim"] for o in group],
+        )
+        out[side] = percentile_intervals({metric: draws[name] for metric, name in INTERVALS.items()})
+    return out
+
+
+def mri_rows(
+    outcomes: list[dict[str, Any]], cfg: MriConfig, *, n_bootstrap: int = 0, seed: int = 0
+) -> list[dict[str, Any]]:
+    """The rows of one checkpoint (see the module doc); with n_bootstrap > 0 the metrics in INTERVALS get
+    `<metric>_ci_low` / `_ci_high` rows where they have a value (`mri_intervals`)."""
     rows: list[dict[str, Any]] = []
+    intervals = mri_intervals(outcomes, n_bootstrap, seed) if n_bootstrap > 0 else {}
 
     def add(side: str, metric: str, value, **params: Any) -> None:
         value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
         rows.append({"detector": None, "params": {"split": side, **params}, "column": side, "metric": metric, "value": value})  # fmt: skip
+        if value is not None and metric in INTERVALS and side in intervals:
+            for tail in ("_ci_low", "_ci_high"):
+                add(side, metric + tail, intervals[side][metric + tail], **params)
 
     sides = {
         "members": [o for o in outcomes if o["label"] == 1],
@@ -482,7 +538,12 @@ def mri_rows(outcomes: list[dict[str, Any]], cfg: MriConfig) -> list[dict[str, A
 
 
 def dose_mri_rows(
-    outcomes: list[dict[str, Any]], dose_of: dict[str, int], cfg: MriConfig
+    outcomes: list[dict[str, Any]],
+    dose_of: dict[str, int],
+    cfg: MriConfig,
+    *,
+    n_bootstrap: int = 0,
+    seed: int = 0,
 ) -> list[dict[str, Any]]:
     """A run with inject.doses: per dose d, the `members` rows of `mri_rows` on the members of dose d,
     and the instance score's AUROC (`score_auroc`) of those members against all the non-members, each
@@ -493,7 +554,7 @@ def dose_mri_rows(
         subset = [o for o in outcomes if o["label"] == 0 or dose_of[o["task_id"]] == dose]
         rows += [
             {**r, "dose": dose}
-            for r in mri_rows(subset, cfg)
+            for r in mri_rows(subset, cfg, n_bootstrap=n_bootstrap, seed=seed)
             if r["column"] == "members" or r["metric"] == "score_auroc"
         ]
     return rows
@@ -587,20 +648,33 @@ def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
     def fmt(v: Any, digits: int = 3) -> str:
         return "–" if v is None else f"{v:.{digits}f}"
 
+    def with_interval(v: dict[str, Any], metric: str, digits: int = 4) -> str:
+        low, high = v.get(f"{metric}_ci_low"), v.get(f"{metric}_ci_high")
+        interval = (
+            f" [{low:.{digits - 1}f}, {high:.{digits - 1}f}]" if low is not None and high is not None else ""
+        )
+        return fmt(v.get(metric), digits) + interval
+
     header = ["step", "side", "Acc_ori", "Acc_rew", "Acc_mut", "Sim", "RAD_rew", "RAD_mut", "MRI", "iMRI"]
     table = []
     for (step, side), v in sorted(got.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         if side not in ("members", "non_members"):
             continue
         na = v.get("competent") == 0.0
-        mri = fmt(v.get("mri"), 4) if not na else f"N/A ({fmt(v.get('mri_unchecked'), 4)})"
+        mri = with_interval(v, "mri") if not na else f"N/A ({with_interval(v, 'mri_unchecked')})"
         table.append(
             [str(step), side, fmt(v.get("acc_ori")), fmt(v.get("acc_rew")), fmt(v.get("acc_mut")),
              fmt(v.get("sim")), fmt(v.get("rad_rew")) if not na else "N/A", fmt(v.get("rad_mut")) if not na else "N/A",
              mri, fmt(v.get("imri"), 4) if not na else "N/A"]
         )  # fmt: skip
     items.append(
-        Table("MRI per checkpoint", header, table, caption="N/A: below the competence rule (value unchecked)")
+        Table(
+            "MRI per checkpoint",
+            header,
+            table,
+            caption="N/A: below the competence rule (value unchecked); MRI [2.5th, 97.5th percentile over "
+            "bootstrap resamples of the rewritten tasks, members and non-members resampled apart]",
+        )
     )
     return Section(
         key="mri",

@@ -9,10 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import SMALL_TINY
 from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity, validate_config
+from leaklab.metrics import mri_draws, resample_weights
+from leaklab.recipe import load_recipe
 from leaklab.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,6 +142,73 @@ def test_competence_rule_marks_na_with_the_reason():
     assert got[("members", "competent")]["value"] == 0.0
     # the unchecked value is still there: Sim 0.6 x RAD 1 = 0.6
     assert got[("members", "mri_unchecked")]["value"] == pytest.approx(0.6)
+
+
+def test_rows_carry_bootstrap_intervals_where_the_value_is_reported():
+    # 60 rewritten members, 55 solved originally; rewrites 0-29 fail with the original copied (S = 1),
+    # 30-59 pass: MRI = 1 x (55/60 - 30/60) / (55/60) = 25/55 = 0.4545; the rule (>= 50 solved) passes.
+    members = [_outcome(f"m{i}", 1, i < 55, not (i < 30), 1.0) for i in range(60)]
+    # 10 non-members, 5 solved: below the rule; the unchecked value keeps its interval
+    non_members = [_outcome(f"n{i}", 0, i < 5, i < 5, 0.5) for i in range(10)]
+    rows = mri_rows([*members, *non_members], MriConfig(), n_bootstrap=300, seed=2)
+    got = {(r["column"], r["metric"]): r["value"] for r in rows}
+    assert got[("members", "mri")] == pytest.approx(25 / 55)
+    low, high = got[("members", "mri_ci_low")], got[("members", "mri_ci_high")]
+    assert 0.25 < low < 25 / 55 < high < 0.7
+    # the same resample as metrics.mri_draws on the members' rewritten tasks (golden-tested there)
+    weights = resample_weights([np.arange(60), np.arange(60, 70)], 70, n=300, seed=2)[:, :60]
+    draws = mri_draws(
+        weights, [o["passed_ori"] for o in members], [o["passed_rew"] for o in members], [1.0] * 60
+    )
+    assert (low, high) == tuple(np.percentile(draws["mri"], [2.5, 97.5]))
+    for metric in ("acc_ori_rew", "acc_rew", "sim", "rad_rew", "imri", "mri_unchecked"):
+        assert (
+            got[("members", metric + "_ci_low")]
+            <= got[("members", metric)]
+            <= got[("members", metric + "_ci_high")]
+        )
+    assert got[("members", "sim_ci_low")] == got[("members", "sim_ci_high")] == 1.0  # every S_i is 1
+    # non-members: MRI is N/A, so it has no interval; the unchecked one (0: nothing dropped) has [0, 0]
+    assert got[("non_members", "mri")] is None and ("non_members", "mri_ci_low") not in got
+    assert (
+        got[("non_members", "mri_unchecked_ci_low")] == got[("non_members", "mri_unchecked_ci_high")] == 0.0
+    )
+    assert not any(r["metric"].endswith("_ci_low") for r in mri_rows(members, MriConfig()))
+
+
+def test_mri_table_states_the_intervals():
+    from leaklab.evaluations.mri import Mri
+
+    members = [_outcome(f"m{i}", 1, i < 55, not (i < 30), 1.0) for i in range(60)]
+    non_members = [_outcome(f"n{i}", 0, i < 5, i < 5, 0.5) for i in range(10)]
+    rows = [
+        {"step": 100, "epoch": 1.0, "evaluation": "mri", **r}
+        for r in mri_rows([*members, *non_members], MriConfig(), n_bootstrap=200, seed=0)
+    ]
+    got = {(r["column"], r["metric"]): r["value"] for r in rows}
+
+    class Run:
+        def rows_of(self, evaluation):
+            return []
+
+    (table,) = [i for i in Mri().report_section(rows, Run()).items if hasattr(i, "header")]
+    cells = {row[1]: row[8] for row in table.rows}
+    low, high = got[("members", "mri_ci_low")], got[("members", "mri_ci_high")]
+    assert cells["members"] == f"{25 / 55:.4f} [{low:.3f}, {high:.3f}]"
+    assert cells["non_members"] == "N/A (0.0000 [0.000, 0.000])"  # below the rule: the unchecked value
+
+
+def test_tiny_sft_asks_enough_tasks_for_the_competence_rule():
+    # With 50 tasks per side the rule (>= 50 originals solved) could only pass at 100% accuracy. The
+    # lowest late accuracy measured on tiny_sft with 200 tasks per side is the non-members' 0.305 at step
+    # 750 (README): the recipe must ask enough tasks that 0.305 of them reach the rule, the paper's.
+    recipe = load_recipe("tiny_sft", [])
+    mri = recipe.evaluate.mri
+    assert (mri.min_solved, mri.min_accuracy) == (50, 0.10)
+    assert mri.max_tasks * 0.305 >= mri.min_solved
+    # accuracy asks the same tasks, so mri finds its answers to the originals in the generation cache
+    assert recipe.evaluate.accuracy.max_tasks == mri.max_tasks
+    assert recipe.data.max_samples * (1 - recipe.data.member_fraction) >= mri.max_tasks  # enough non-members
 
 
 @pytest.mark.slow
