@@ -92,29 +92,11 @@ def main() -> None:
     model.eval()
     cache = SignalCache()
     common = (model, tokenizer, settings, cache, args.bootstrap, 0)
-    sets = []  # (benchmark label, rows)
-    if not args.skip_humaneval:
-        rows = [measure("all (as evaluated)", tasks, cfg, *common)]
-        if args.ablate:
-            unverified = dataclasses.replace(cfg, verify="none")
-            rows.append(
-                measure(
-                    "renaming only", tasks, dataclasses.replace(unverified, replace_examples=False), *common
-                )
-            )
-            rows.append(measure("examples only", tasks, unverified, *common, rename=False))
-        sets.append((f"humaneval ({len(tasks)} tasks)", rows))
-    heldout_cfg = dataclasses.replace(cfg, verify="alpha", replace_examples=False)
-    for file in args.heldout:
-        label = "heldout-" + Path(file).stem
-        held = load_benchmark("humaneval", label=label, path=file)
-        sets.append((f"{label} ({len(held)} functions)", [measure("renaming", held, heldout_cfg, *common)]))
-
     print(f"gray-box rule on {path} (never trained on these sets; seed {args.seed})")
     print(
         "| set | variants | n | decided | flagged % | 95% CI | 1/(n+1) % | band [0.5, 1.5]/(n+1) % | mean Δ log PPL |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
     result = {
         "bench": "srdetection_null",
         "model": str(path),
@@ -122,29 +104,45 @@ def main() -> None:
         "seed": args.seed,
         "rows": [],
     }
-    for set_label, rows in sets:
-        for label, rates, shift, n_variants in rows:
-            for n, r in rates.items():
-                rate = r["leak_rate"]
-                ok = 0.5 / (n + 1) <= rate <= 1.5 / (n + 1)
-                print(
-                    f"| {set_label} | {label} | {n} | {r['n_decided']:.0f} | {100 * rate:.1f}{'' if ok else ' ✗'} | "
-                    f"[{100 * r['leak_rate_ci_low']:.1f}, {100 * r['leak_rate_ci_high']:.1f}] | "
-                    f"{100 / (n + 1):.1f} | {50 / (n + 1):.1f}-{150 / (n + 1):.1f} | {shift:+.4f} |"
-                )
-                result["rows"].append(
-                    {
-                        "set": set_label,
-                        "variants": label,
-                        "n": n,
-                        "flagged": round(rate, 4),
-                        "ci": [round(r["leak_rate_ci_low"], 4), round(r["leak_rate_ci_high"], 4)],
-                        "null": round(1 / (n + 1), 4),
-                        "meets_target": ok,
-                        "variants_scored": n_variants,
-                        "mean_shift": round(shift, 5),
-                    }
-                )
+
+    def report(set_label, row):  # printed as soon as a set is scored: a long run shows what it has
+        label, rates, shift, n_variants = row
+        for n, r in rates.items():
+            rate = r["leak_rate"]
+            ok = 0.5 / (n + 1) <= rate <= 1.5 / (n + 1)
+            print(
+                f"| {set_label} | {label} | {n} | {r['n_decided']:.0f} | {100 * rate:.1f}{'' if ok else ' ✗'} | "
+                f"[{100 * r['leak_rate_ci_low']:.1f}, {100 * r['leak_rate_ci_high']:.1f}] | "
+                f"{100 / (n + 1):.1f} | {50 / (n + 1):.1f}-{150 / (n + 1):.1f} | {shift:+.4f} |",
+                flush=True,
+            )
+            result["rows"].append(
+                {
+                    "set": set_label,
+                    "variants": label,
+                    "n": n,
+                    "flagged": round(rate, 4),
+                    "ci": [round(r["leak_rate_ci_low"], 4), round(r["leak_rate_ci_high"], 4)],
+                    "null": round(1 / (n + 1), 4),
+                    "in_band": ok,
+                    "variants_scored": n_variants,
+                    "mean_shift": round(shift, 5),
+                }
+            )
+
+    if not args.skip_humaneval:
+        he = f"humaneval ({len(tasks)} tasks)"
+        report(he, measure("all (as evaluated)", tasks, cfg, *common))
+        if args.ablate:
+            unverified = dataclasses.replace(cfg, verify="none")
+            only_renaming = dataclasses.replace(unverified, replace_examples=False)
+            report(he, measure("renaming only", tasks, only_renaming, *common))
+            report(he, measure("examples only", tasks, unverified, *common, rename=False))
+    heldout_cfg = dataclasses.replace(cfg, verify="alpha", replace_examples=False)
+    for file in args.heldout:
+        label = "heldout-" + Path(file).stem
+        held = load_benchmark("humaneval", label=label, path=file)
+        report(f"{label} ({len(held)} functions)", measure("renaming", held, heldout_cfg, *common))
     print("(mean Δ log PPL: variant minus original, > 0 means variants are less likely than originals)")
     print(json.dumps(result))
 
