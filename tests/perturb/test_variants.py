@@ -849,3 +849,30 @@ def test_a_variant_leans_to_prefixed_names_or_to_synonyms():
     for i in range(20):
         assert candidates("nums", False, random.Random(i), prefer="prefix")[0] in prefixed
         assert candidates("nums", False, random.Random(i), prefer="synonym")[0] not in prefixed
+
+
+def test_names_without_vocabulary_words_get_matched_words_not_prefixes():
+    """Issue 25: `nbrs_soln` has no vocabulary word, so a prefix (`cur_nbrs_soln`) used to be its only
+    change, and prefixes made variants of library code likelier than their originals. Now one of its
+    words becomes a reference word of the same case and length: no word is added, in either lean."""
+    from leaklab.perturb.vocabulary import (
+        FUNCTION_PREFIXES,
+        VARIABLE_PREFIXES,
+        candidates,
+        code_counts,
+        matched_word,
+    )
+
+    prefixes = tuple(f"{p}_" for p in VARIABLE_PREFIXES + FUNCTION_PREFIXES)
+    for i in range(20):
+        for prefer in ("prefix", "synonym"):
+            for new in candidates("nbrs_soln", False, random.Random(i), prefer=prefer):
+                assert len(new) == len("nbrs_soln") and new.count("_") == 1, new
+                assert not new.startswith(prefixes), new
+                assert new.startswith("nbrs_") or new.endswith("_soln"), new  # one word swapped
+    # The replacement keeps the case and length, and a word the reference never saw gets a rare one.
+    for i in range(20):
+        title = matched_word("Nbrs", random.Random(i))
+        assert len(title) == 4 and title[0].isupper() and title[1:].islower()
+        assert code_counts()[matched_word("soln", random.Random(i))] <= 50
+    assert matched_word("42", random.Random(0)) == "42"  # no letters: nothing to match
