@@ -475,12 +475,13 @@ def candidates(
                 new_words[i] = rng.choice(SYNONYMS[words[i].lower()])
             swapped.append(_join_words(name, words, new_words))
         tiers.append(swapped)
-    swaps = [] if tiers else matched_swaps(name, rng)
+    swaps = [] if tiers or prefer == "prefix" else matched_swaps(name, rng)
     if swaps:
-        # No vocabulary word in the name (`nbrs`, `soln`, `xp`: most of a library's own names). A prefix
-        # would be its only change, and prefixes add easy tokens, so on code outside HumanEval every
-        # variant was more likely than its original (issue 25: the rule flagged 1.7% at n = 10, not 9.1%).
-        # Instead one of its words becomes a reference word of the same case, length and frequency.
+        # No vocabulary word in the name (`nbrs`, `soln`, `xp`: most of a library's own names), so no
+        # synonym: prefixes were its only change, in both leans, and prefixes add easy tokens, so on code
+        # outside HumanEval the variants were likelier than their originals (issue 25). A variant leaning
+        # away from prefixes now swaps one of its words for a reference word of the same case, length and
+        # frequency; swaps alone overshot the other way on sympy, so the prefix lean keeps prefixes.
         return frequency_order(name, swaps, rng, context=context)
     prefixes = FUNCTION_PREFIXES if is_function else VARIABLE_PREFIXES
     core = name[len(lead) :]

@@ -853,8 +853,9 @@ def test_a_variant_leans_to_prefixed_names_or_to_synonyms():
 
 def test_names_without_vocabulary_words_get_matched_words_not_prefixes():
     """Issue 25: `nbrs_soln` has no vocabulary word, so a prefix (`cur_nbrs_soln`) used to be its only
-    change, and prefixes made variants of library code likelier than their originals. Now one of its
-    words becomes a reference word of the same case and length: no word is added, in either lean."""
+    change in both leans, and prefixes made variants of library code likelier than their originals. A
+    variant leaning away from prefixes now swaps one of its words for a reference word of the same case
+    and length (no word added); one leaning to prefixes keeps them."""
     from leaklab.perturb.vocabulary import (
         FUNCTION_PREFIXES,
         VARIABLE_PREFIXES,
@@ -865,11 +866,11 @@ def test_names_without_vocabulary_words_get_matched_words_not_prefixes():
 
     prefixes = tuple(f"{p}_" for p in VARIABLE_PREFIXES + FUNCTION_PREFIXES)
     for i in range(20):
-        for prefer in ("prefix", "synonym"):
-            for new in candidates("nbrs_soln", False, random.Random(i), prefer=prefer):
-                assert len(new) == len("nbrs_soln") and new.count("_") == 1, new
-                assert not new.startswith(prefixes), new
-                assert new.startswith("nbrs_") or new.endswith("_soln"), new  # one word swapped
+        for new in candidates("nbrs_soln", False, random.Random(i), prefer="synonym"):
+            assert len(new) == len("nbrs_soln") and new.count("_") == 1, new
+            assert not new.startswith(prefixes), new
+            assert new.startswith("nbrs_") or new.endswith("_soln"), new  # one word swapped
+        assert candidates("nbrs_soln", False, random.Random(i), prefer="prefix")[0].startswith(prefixes)
     # The replacement keeps the case and length, and a word the reference never saw gets a rare one.
     for i in range(20):
         title = matched_word("Nbrs", random.Random(i))
