@@ -5,9 +5,15 @@ variants were as likely as the original under a model that never saw the task (e
 original would be the lowest of its n + 1 texts for about 1/(n + 1) of the tasks. This script measures
 the fraction actually flagged on the builtin tiny model (never trained on HumanEval: step 0 of
 tiny_cpt) for n = 1, 3, 5, 10 with a bootstrap 95% interval, next to 1/(n + 1) and the target
-1.5/(n + 1) (issue 13).
+1.5/(n + 1) (issue 13), and the band [0.5, 1.5]/(n + 1) the rate must lie in (issue 25).
 
     python analysis/srdetection_null.py [--tasks 164] [--no-verify] [--ablate] [--model builtin:tiny] [--seed 0]
+        [--heldout FILE.jsonl ...] [--skip-humaneval]
+
+--heldout adds sets the model never saw either (issue 25: code outside HumanEval, e.g. a library's
+documented functions written by `analysis/heldout_functions.py`), read in HumanEval's schema. They have
+no tests, so their variants are renamings checked with `verify=alpha`, without example replacement (the
+functions cannot run outside their package).
 
 --ablate adds rows for variants made by one transformation alone (renaming only; example replacement
 only), built without verification (the rule's bias does not depend on it; building is faster).
@@ -21,6 +27,7 @@ import argparse
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -62,12 +69,14 @@ def main() -> None:
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0, help="seeds the variants' names and example inputs")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--heldout", nargs="*", default=[], help="held-out JSONL files (HumanEval schema)")
+    parser.add_argument("--skip-humaneval", action="store_true", help="only the --heldout sets")
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
-    from leaklab.data.benchmarks import load_humaneval
+    from leaklab.data.benchmarks import load_benchmark, load_humaneval
     from leaklab.models.load import load_model_and_tokenizer
     from leaklab.recipe import EvaluateConfig, ModelConfig
     from leaklab.signals.logprobs import SignalCache
@@ -83,17 +92,11 @@ def main() -> None:
     model.eval()
     cache = SignalCache()
     common = (model, tokenizer, settings, cache, args.bootstrap, 0)
-    rows = [measure("all (as evaluated)", tasks, cfg, *common)]
-    if args.ablate:
-        unverified = dataclasses.replace(cfg, verify="none")
-        rows.append(
-            measure("renaming only", tasks, dataclasses.replace(unverified, replace_examples=False), *common)
-        )
-        rows.append(measure("examples only", tasks, unverified, *common, rename=False))
-
-    print(f"gray-box rule on {path} ({len(tasks)} HumanEval tasks, never trained on them; seed {args.seed})")
-    print("| variants | n | decided | flagged % | 95% CI | 1/(n+1) % | target 1.5/(n+1) % | mean Δ log PPL |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"gray-box rule on {path} (never trained on these sets; seed {args.seed})")
+    print(
+        "| set | variants | n | decided | flagged % | 95% CI | 1/(n+1) % | band [0.5, 1.5]/(n+1) % | mean Δ log PPL |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
     result = {
         "bench": "srdetection_null",
         "model": str(path),
@@ -101,26 +104,45 @@ def main() -> None:
         "seed": args.seed,
         "rows": [],
     }
-    for label, rates, shift, n_variants in rows:
+
+    def report(set_label, row):  # printed as soon as a set is scored: a long run shows what it has
+        label, rates, shift, n_variants = row
         for n, r in rates.items():
-            ok = r["leak_rate"] <= 1.5 / (n + 1)
+            rate = r["leak_rate"]
+            ok = 0.5 / (n + 1) <= rate <= 1.5 / (n + 1)
             print(
-                f"| {label} | {n} | {r['n_decided']:.0f} | {100 * r['leak_rate']:.1f}{'' if ok else ' ✗'} | "
+                f"| {set_label} | {label} | {n} | {r['n_decided']:.0f} | {100 * rate:.1f}{'' if ok else ' ✗'} | "
                 f"[{100 * r['leak_rate_ci_low']:.1f}, {100 * r['leak_rate_ci_high']:.1f}] | "
-                f"{100 / (n + 1):.1f} | {150 / (n + 1):.1f} | {shift:+.4f} |"
+                f"{100 / (n + 1):.1f} | {50 / (n + 1):.1f}-{150 / (n + 1):.1f} | {shift:+.4f} |",
+                flush=True,
             )
             result["rows"].append(
                 {
+                    "set": set_label,
                     "variants": label,
                     "n": n,
-                    "flagged": round(r["leak_rate"], 4),
+                    "flagged": round(rate, 4),
                     "ci": [round(r["leak_rate_ci_low"], 4), round(r["leak_rate_ci_high"], 4)],
                     "null": round(1 / (n + 1), 4),
-                    "meets_target": ok,
+                    "in_band": ok,
                     "variants_scored": n_variants,
                     "mean_shift": round(shift, 5),
                 }
             )
+
+    if not args.skip_humaneval:
+        he = f"humaneval ({len(tasks)} tasks)"
+        report(he, measure("all (as evaluated)", tasks, cfg, *common))
+        if args.ablate:
+            unverified = dataclasses.replace(cfg, verify="none")
+            only_renaming = dataclasses.replace(unverified, replace_examples=False)
+            report(he, measure("renaming only", tasks, only_renaming, *common))
+            report(he, measure("examples only", tasks, unverified, *common, rename=False))
+    heldout_cfg = dataclasses.replace(cfg, verify="alpha", replace_examples=False)
+    for file in args.heldout:
+        label = "heldout-" + Path(file).stem
+        held = load_benchmark("humaneval", label=label, path=file)
+        report(f"{label} ({len(held)} functions)", measure("renaming", held, heldout_cfg, *common))
     print("(mean Δ log PPL: variant minus original, > 0 means variants are less likely than originals)")
     print(json.dumps(result))
 

@@ -12,6 +12,7 @@ names and number literals in Python's standard library), with a random jitter so
 
 from __future__ import annotations
 
+import bisect
 import functools
 import io
 import json
@@ -474,6 +475,14 @@ def candidates(
                 new_words[i] = rng.choice(SYNONYMS[words[i].lower()])
             swapped.append(_join_words(name, words, new_words))
         tiers.append(swapped)
+    swaps = [] if tiers or prefer == "prefix" else matched_swaps(name, rng)
+    if swaps:
+        # No vocabulary word in the name (`nbrs`, `soln`, `xp`: most of a library's own names), so no
+        # synonym: prefixes were its only change, in both leans, and prefixes add easy tokens, so on code
+        # outside HumanEval the variants were likelier than their originals (issue 25). A variant leaning
+        # away from prefixes now swaps one of its words for a reference word of the same case, length and
+        # frequency; swaps alone overshot the other way on sympy, so the prefix lean keeps prefixes.
+        return frequency_order(name, swaps, rng, context=context)
     prefixes = FUNCTION_PREFIXES if is_function else VARIABLE_PREFIXES
     core = name[len(lead) :]
     camel = "_" not in core and any(c.isupper() for c in core[1:])
@@ -487,6 +496,67 @@ def candidates(
     if prefer and len(pooled) > len(prefixed):
         bias = {c: STYLE_WEIGHT for c in pooled if (c in prefixed) != (prefer == "prefix")}
     return frequency_order(name, pooled, rng, context=context, bias=bias)
+
+
+def _case(word: str) -> str | None:
+    """ "lower", "upper" or "title" for a word of letters; None for anything else (digits)."""
+    if not word.isalpha() or not word.isascii():
+        return None
+    if word.islower():
+        return "lower"
+    if word.isupper():
+        return "upper" if len(word) > 1 else "title"
+    return "title" if word[0].isupper() and word[1:].islower() else None
+
+
+@functools.cache
+def matched_words() -> dict[tuple[str, int], tuple[list[float], list[str]]]:
+    """The reference table's one-word identifiers (`path`, `Error`, `MAX`) grouped by (case, length),
+    each group sorted by log count: (log counts, words)."""
+    groups: dict[tuple[str, int], list[tuple[float, str]]] = {}
+    for word in code_counts():
+        case = _case(word)
+        if case is not None and "_" not in word:
+            groups.setdefault((case, len(word)), []).append((log_count(word), word))
+    return {key: ([c for c, _ in sorted(ws)], [w for _, w in sorted(ws)]) for key, ws in groups.items()}
+
+
+# How many reference words of the nearest frequencies a word's replacement is drawn from (jittered).
+MATCH_WINDOW = 24
+
+
+def matched_word(word: str, rng: random.Random) -> str:
+    """A reference word of the same case and length as `word` and about its frequency; `word` itself
+    when there is none (digits, a length the table lacks)."""
+    case = _case(word)
+    counts, words = matched_words().get((case, len(word)), ([], [])) if case else ([], [])
+    if not words:
+        return word
+    target = log_count(word)
+    at = bisect.bisect_left(counts, target)
+    lo, hi = max(0, at - MATCH_WINDOW), min(len(words), at + MATCH_WINDOW)
+    keyed = sorted(
+        (abs(counts[i] - target) + FREQUENCY_JITTER * rng.random(), words[i])
+        for i in range(lo, hi)
+        if words[i].lower() != word.lower()
+    )
+    return keyed[0][1] if keyed else word
+
+
+def matched_swaps(name: str, rng: random.Random, count: int = 12) -> list[str]:
+    """`count` new names, each `name` with one of its words replaced by a `matched_word`: same style,
+    underscores, digits and length, no added words (unlike a prefix, which makes a variant likelier)."""
+    lead, words, _ = _split_words(name)
+    letters = [i for i, w in enumerate(words) if _case(w)]
+    if not letters:
+        return []
+    out = []
+    for _ in range(count):
+        i = rng.choice(letters)
+        new_words = list(words)
+        new_words[i] = matched_word(words[i], rng)
+        out.append(_join_words(name, words, new_words))
+    return [c for c in dict.fromkeys(out) if c != name]
 
 
 def main() -> None:

@@ -849,3 +849,31 @@ def test_a_variant_leans_to_prefixed_names_or_to_synonyms():
     for i in range(20):
         assert candidates("nums", False, random.Random(i), prefer="prefix")[0] in prefixed
         assert candidates("nums", False, random.Random(i), prefer="synonym")[0] not in prefixed
+
+
+def test_names_without_vocabulary_words_get_matched_words_not_prefixes():
+    """Issue 25: `nbrs_soln` has no vocabulary word, so a prefix (`cur_nbrs_soln`) used to be its only
+    change in both leans, and prefixes made variants of library code likelier than their originals. A
+    variant leaning away from prefixes now swaps one of its words for a reference word of the same case
+    and length (no word added); one leaning to prefixes keeps them."""
+    from leaklab.perturb.vocabulary import (
+        FUNCTION_PREFIXES,
+        VARIABLE_PREFIXES,
+        candidates,
+        code_counts,
+        matched_word,
+    )
+
+    prefixes = tuple(f"{p}_" for p in VARIABLE_PREFIXES + FUNCTION_PREFIXES)
+    for i in range(20):
+        for new in candidates("nbrs_soln", False, random.Random(i), prefer="synonym"):
+            assert len(new) == len("nbrs_soln") and new.count("_") == 1, new
+            assert not new.startswith(prefixes), new
+            assert new.startswith("nbrs_") or new.endswith("_soln"), new  # one word swapped
+        assert candidates("nbrs_soln", False, random.Random(i), prefer="prefix")[0].startswith(prefixes)
+    # The replacement keeps the case and length, and a word the reference never saw gets a rare one.
+    for i in range(20):
+        title = matched_word("Nbrs", random.Random(i))
+        assert len(title) == 4 and title[0].isupper() and title[1:].islower()
+        assert code_counts()[matched_word("soln", random.Random(i))] <= 50
+    assert matched_word("42", random.Random(0)) == "42"  # no letters: nothing to match
