@@ -95,8 +95,8 @@ class ExtractionConfig:
     # auto: the run's training corpus (mix.corpus + member tasks); builtin; or a file / directory.
     corpus: str = "auto"
     # Sampling strategies: non_prompt, temperature_decay, prompt_conditioned, two_step (needs non_prompt),
-    # and discoverable (targeted: each benchmark task prompted with its first prefix_lines lines; not a
-    # default, it is not the paper's untargeted audit).
+    # and discoverable (targeted: each benchmark task prompted with its first prefix_lines lines, greedy,
+    # whatever top_k; not a default, it is not the paper's untargeted audit).
     strategies: list[str] = field(default_factory=lambda: [s for s in STRATEGY_NAMES if s != "discoverable"])
     top_k: list[int] = field(default_factory=lambda: [5, 10, 20, 40])  # one cell per strategy and k
     n_outputs: int = 100  # samples per strategy and top-k
@@ -231,7 +231,8 @@ class Extraction:
         boundary = ctx.recipe.evaluate.prompt_boundary
         samples = []
         for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
-            for k in cfg.top_k:
+            # Discoverable extraction is greedy (top-1), as Carlini et al. define it: once, not per k.
+            for k in [1] if strategy == "discoverable" else cfg.top_k:
                 samples += sample(model, tokenizer, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
                                   prompts=self.prefixes if strategy == "discoverable" else self.prompts,
                                   batch_size=cfg.batch_size,

@@ -633,3 +633,27 @@ def test_discoverable_outputs_are_counted_apart_and_a_non_member_match_is_a_fals
     assert per_dose["members/discoverable", 1, "n_extracted"] == 0
     rows = [{**r, "step": 1} for r in out.rows]
     assert extraction_section(rows, None).notes == []
+
+
+def test_discoverable_is_greedy_once_from_each_tasks_first_lines(tmp_path, monkeypatch):
+    """Discoverable extraction (Carlini et al.): the greedy continuation of each task's own first lines,
+    one sample per task, not one cell per top_k like the untargeted strategies."""
+    from leaklab.evaluations import extraction as ev
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path, "evaluate.extraction.strategies=[non_prompt,discoverable]")
+    ext = ev.Extraction()
+    ext.prepare(ctx)
+    calls = []
+
+    def fake_sample(model, tokenizer, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
+        calls.append((strategy, k, list(prompts)))
+        return [Sample(strategy, k, p, "") for p in prompts] if strategy == "discoverable" else []
+
+    monkeypatch.setattr(ev, "sample", fake_sample)
+    ext._generate(ctx, None, None)
+    first_four = "\n".join(DOC_A.splitlines()[:4]) + "\n"
+    assert [c for c in calls if c[0] == "discoverable"] == [
+        ("discoverable", 1, [first_four, first_four.replace("value", "other").replace("'a'", "'b'")])
+    ]
+    assert [c[1] for c in calls if c[0] == "non_prompt"] == [5, 40]
