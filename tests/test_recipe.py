@@ -260,8 +260,8 @@ def test_tiny_dose_is_tiny_cpt_with_doses_canaries_and_every_evaluation_that_app
     assert dosed.inject.doses == [1, 4, 16, 64] and dosed.inject.canaries == 8
     assert dosed.evaluate.evaluations == ["detection", "extraction", "canaries"]
     assert {"ppl", "zlib", "mink", "ngram_acc", "srdetection_black"} <= set(dosed.evaluate.detectors)
-    # Every exposure is in one epoch: the last checkpoint has seen each member exactly its dose.
-    assert dosed.train.epochs == 1
+    # One checkpoint, the last: two epochs of 214 steps, each member seen twice its dose.
+    assert (dosed.train.epochs, dosed.train.save_every) == (2, "428")
     # Validation says why a recipe cannot run (RecipeError); planting canaries without measuring them
     # is allowed, measuring them without planting is not.
     with pytest.raises(RecipeError, match="inject.canaries"):
