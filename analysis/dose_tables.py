@@ -65,30 +65,67 @@ def count(value) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else "–"
 
 
-def extraction_lines(rows: list[dict], step: int) -> str:
+def extraction_lines(rows: list[dict], step: int, column: str = "members") -> str:
     """The extraction audit at `step`, when the run has it: members extracted verbatim per dose and the
-    Spearman correlation between a member's exposures and the outputs reproducing it."""
+    Spearman correlation between a member's exposures and the outputs reproducing it. `column`:
+    members (the untargeted strategies) or members/discoverable (each task prompted with its first lines;
+    then the non-members it reproduced, the false discoveries, too)."""
     at_step = [r for r in rows if r.get("evaluation") == "extraction" and r.get("step") == step]
-    by_dose = {r["dose"]: {} for r in at_step if "dose" in r}
-    for r in at_step:
+    mine = [r for r in at_step if r.get("column") == column]
+    by_dose = {r["dose"]: {} for r in mine if "dose" in r}
+    for r in mine:
         if "dose" in r:
             by_dose[r["dose"]][r["metric"]] = r.get("value")
     if not by_dose:
         return ""
-    lines = [f"Members extracted verbatim per dose at step {step}\n", "| Dose | Extracted | Share [95% CI] |",
+    title = (
+        "discoverable extraction (greedy from each task's first lines)"
+        if "/" in column
+        else "untargeted strategies"
+    )
+    lines = [f"Members extracted verbatim per dose at step {step}, {title}\n", "| Dose | Extracted | Share [95% CI] |",
              "|---|---|---|"]  # fmt: skip
     for dose, m in sorted(by_dose.items()):
         lines.append(
             f"| {dose} | {count(m.get('n_extracted'))}/{count(m.get('n_tasks'))} | {cell(m, 'extracted_fraction')} |"
         )
-    stats = {
-        r["metric"]: r.get("value")
-        for r in at_step
-        if "dose" not in r and r["metric"].startswith("exposure_")
-    }
-    if stats:
+    stats = {r["metric"]: r.get("value") for r in mine if "dose" not in r}
+    if "exposure_spearman" in stats:
         lines.append(
             f"\nSpearman (exposures vs outputs reproducing each member): {cell(stats, 'exposure_spearman')}"
+        )
+    others = {
+        r["metric"]: r.get("value") for r in at_step if r.get("column") == "non_" + column and "dose" not in r
+    }
+    if "n_extracted" in others:
+        lines.append(
+            f"Non-members matched by >= 6 lines (false discoveries): {count(others['n_extracted'])}/"
+            f"{count(others.get('n_tasks'))}"
+        )
+    canaries = {r["dose"]: r.get("value") for r in at_step if r["metric"] == "canary_extracted_rate"}
+    if canaries and column == "members":
+        lines.append(
+            "Canaries extracted (all strategies): "
+            + ", ".join(f"dose {d}: {v:.0%}" for d, v in sorted(canaries.items()) if v is not None)
+        )
+    return "\n".join(lines)
+
+
+def canary_table(rows: list[dict], step: int) -> str:
+    """Canary exposure per dose at `step` (the `canaries` evaluation), when the run has it."""
+    at_step = [r for r in rows if r.get("evaluation") == "canaries" and r.get("step") == step and "dose" in r]
+    by_dose: dict[int, dict] = {}
+    for r in at_step:
+        by_dose.setdefault(r["dose"], {})[r["metric"]] = r.get("value")
+    if not by_dose:
+        return ""
+    lines = [f"Canary exposure per dose at step {step} (ceiling log2(M + 1))\n",
+             "| Dose | Canaries | Exposure mean [95% CI] | Ranked first | Ceiling |", "|---|---|---|---|---|"]  # fmt: skip
+    for dose, m in sorted(by_dose.items()):
+        first, ceiling = m.get("canary_rank1_fraction"), m.get("canary_exposure_max")
+        lines.append(
+            f"| {dose} | {count(m.get('n_canaries'))} | {cell(m, 'canary_exposure_mean')} | "
+            f"{'–' if first is None else f'{first:.0%}'} | {'–' if ceiling is None else f'{ceiling:.2f}'} |"
         )
     return "\n".join(lines)
 
@@ -139,9 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{args.metric} per dose at step {step}: members of each dose vs all non-members [95% bootstrap]\n")
     print(metric_table(Path(args.run_dir), step, args.metric, rows) + "\n")
-    extraction = extraction_lines(rows, step)
-    if extraction:
-        print(extraction + "\n")
+    for column in ("members", "members/discoverable"):
+        extraction = extraction_lines(rows, step, column)
+        if extraction:
+            print(extraction + "\n")
+    canaries = canary_table(rows, step)
+    if canaries:
+        print(canaries + "\n")
     mixture = read_json(run.mixture) if run.mixture.exists() else {}
     exposures = mixture.get("exposures") or {}
     print("Exposures per epoch counted in the training data (mixture.json), by the manifest's dose\n")

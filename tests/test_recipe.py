@@ -249,3 +249,20 @@ def test_prompt_boundary_is_an_evaluation_setting_with_two_values():
     recipe = load_recipe("tiny_cpt")
     for evaluation in ("detection", "accuracy", "counterfactual", "extraction", "mri"):
         assert row_settings(recipe, evaluation)["evaluate.prompt_boundary"] == "heal"
+
+
+def test_tiny_dose_is_tiny_cpt_with_doses_canaries_and_every_evaluation_that_applies():
+    """Issue 27's dose testbed: the same cached tiny model and split as tiny_cpt (a different
+    model.tiny would rebuild it for half an hour), four dose groups, canaries, and the detection,
+    extraction and canary evaluations with both generation-based black-box detectors."""
+    tiny, dosed = load_recipe("tiny_cpt"), load_recipe("tiny_dose")
+    assert dosed.model == tiny.model and dosed.data == tiny.data
+    assert dosed.inject.doses == [1, 4, 16, 64] and dosed.inject.canaries == 8
+    assert dosed.evaluate.evaluations == ["detection", "extraction", "canaries"]
+    assert {"ppl", "zlib", "mink", "ngram_acc", "srdetection_black"} <= set(dosed.evaluate.detectors)
+    # One checkpoint, the last: two epochs of 214 steps, each member seen twice its dose.
+    assert (dosed.train.epochs, dosed.train.save_every) == (2, "428")
+    # Validation says why a recipe cannot run (RecipeError); planting canaries without measuring them
+    # is allowed, measuring them without planting is not.
+    with pytest.raises(RecipeError, match="inject.canaries"):
+        load_recipe("tiny_dose", ["inject.canaries=0"])

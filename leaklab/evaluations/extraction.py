@@ -29,6 +29,10 @@ A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, `mem
 `"dose": d` (n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and `members` rows
 exposure_spearman (+ interval) and exposure_n_members: the Spearman correlation between each member's
 training exposures (mixture.json `exposures`) and the number of outputs that reproduce it.
+With the targeted `discoverable` strategy (each task prompted with its first `prefix_lines` lines), the
+members / non_members rows count the untargeted strategies only, and the same rows (per dose too) under
+members/discoverable and non_members/discoverable count its outputs: there a non-member match is a false
+discovery (code predictable from its first lines), reported in n_extracted and n_unexplained, not a bug.
 Records (scores/step-N/extraction.jsonl), with every secret-like value masked: one per output
 (`record: output`), per unique snippet (`record: snippet`) and per extracted task (`record: task`).
 """
@@ -59,6 +63,7 @@ from leaklab.memorization.extraction import (
     corpus_secrets,
     exposure_spearman,
     find_secrets,
+    first_lines,
     function_definitions,
     held_out_files,
     load_corpus,
@@ -89,8 +94,10 @@ class ExtractionConfig:
 
     # auto: the run's training corpus (mix.corpus + member tasks); builtin; or a file / directory.
     corpus: str = "auto"
-    # Sampling strategies: non_prompt, temperature_decay, prompt_conditioned, two_step (needs non_prompt).
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGY_NAMES))
+    # Sampling strategies: non_prompt, temperature_decay, prompt_conditioned, two_step (needs non_prompt),
+    # and discoverable (targeted: each benchmark task prompted with its first prefix_lines lines, greedy,
+    # whatever top_k; not a default, it is not the paper's untargeted audit).
+    strategies: list[str] = field(default_factory=lambda: [s for s in STRATEGY_NAMES if s != "discoverable"])
     top_k: list[int] = field(default_factory=lambda: [5, 10, 20, 40])  # one cell per strategy and k
     n_outputs: int = 100  # samples per strategy and top-k
     max_new_tokens: int = 256  # new tokens per sample (the paper: 256-1024)
@@ -101,6 +108,7 @@ class ExtractionConfig:
     held_out: str = "builtin"
     n_prompts: int = 200  # distinct function definitions drawn (cycled through for n_outputs)
     precision_k: int = 100  # precision of each ranking's top k
+    prefix_lines: int = 4  # discoverable: the non-blank lines of each task given as its prompt
     seed: int = 0  # seeds the sampling and the drawing of the prompts
 
     def check(self, parent=None) -> list[str]:
@@ -120,7 +128,7 @@ def validate_config(cfg: ExtractionConfig) -> list[str]:
         )
     if not cfg.top_k or any(k < 1 for k in cfg.top_k):
         problems.append(f"evaluate.extraction.top_k: a non-empty list of k >= 1, got {cfg.top_k}")
-    for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k"):
+    for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k", "prefix_lines"):
         if getattr(cfg, key) < 1:
             problems.append(f"evaluate.extraction.{key}: must be at least 1, got {getattr(cfg, key)}")
     if cfg.min_lines < 2:
@@ -161,6 +169,7 @@ class Extraction:
         self.exposures: dict[str, int | None] = {}
         self.secrets: set = set()
         self.prompts: list[str] = []
+        self.prefixes: list[str] = []  # discoverable: each task's first lines, in eval-set order
         self._newlines = None
 
     def specs(self, recipe) -> list[str]:
@@ -198,6 +207,8 @@ class Extraction:
             if eval_set.doses is not None:
                 self.task_doses = {i: int(d) for i, d in zip(eval_set.task_ids, eval_set.doses)}
                 self.exposures = training_exposures(ctx.run, self.task_doses)
+        if "discoverable" in cfg.strategies and eval_set is not None:
+            self.prefixes = [first_lines(t, cfg.prefix_lines) for t in eval_set.texts]
         if "prompt_conditioned" in cfg.strategies:
             if cfg.held_out == "builtin":
                 rng = np.random.default_rng(cfg.seed)
@@ -220,9 +231,11 @@ class Extraction:
         boundary = ctx.recipe.evaluate.prompt_boundary
         samples = []
         for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
-            for k in cfg.top_k:
+            # Discoverable extraction is greedy (top-1), as Carlini et al. define it: once, not per k.
+            for k in [1] if strategy == "discoverable" else cfg.top_k:
                 samples += sample(model, tokenizer, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
-                                  prompts=self.prompts, batch_size=cfg.batch_size,
+                                  prompts=self.prefixes if strategy == "discoverable" else self.prompts,
+                                  batch_size=cfg.batch_size,
                                   seed=cfg.seed + 1000 * si + k, prompt_boundary=boundary)  # fmt: skip
         if "two_step" in cfg.strategies:
             first = [s for s in samples if s.strategy == "non_prompt"]
@@ -331,22 +344,35 @@ class Extraction:
                 "example_doc": sn.example_doc,
             })  # fmt: skip
         if task_clones is not None:
-            task_rows, task_records = self._task_rows(task_clones)
+            # members / non_members: the untargeted strategies (the paper's audit, where a non-member
+            # match outside the corpus is a bug). Discoverable outputs, prompted with a task's own first
+            # lines, are apart in members/discoverable and non_members/discoverable: there a non-member
+            # match is a false discovery (code predictable from its start), counted, not a bug.
+            targeted = [s.strategy == "discoverable" for s in samples]
+            untargeted = [[] if t else c for c, t in zip(task_clones, targeted, strict=True)]
+            task_rows, task_records = self._task_rows(untargeted)
             if self.task_doses:
-                task_rows += self._dose_rows(task_clones, n_boot, seed)
+                task_rows += self._dose_rows(untargeted, n_boot, seed)
+            if any(targeted):
+                discoverable = [c if t else [] for c, t in zip(task_clones, targeted, strict=True)]
+                found, _ = self._task_rows(discoverable, "/discoverable")
+                task_rows += found
+                if self.task_doses:
+                    task_rows += self._dose_rows(discoverable, n_boot, seed, "/discoverable")
             rows += task_rows
             records += task_records
         return EvalOutput(rows=rows, records=records)
 
-    def _task_rows(self, task_clones) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Members vs non-members extracted verbatim; every non-member match checked against the corpus."""
+    def _task_rows(self, task_clones, suffix: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Members vs non-members extracted verbatim; every non-member match checked against the corpus.
+        `suffix` is appended to the column names (members<suffix>, non_members<suffix>)."""
 
         hits: dict[int, list] = {}
         for per_output in task_clones:
             for c in per_output:
                 hits.setdefault(c.doc, []).append(c)
         rows, records = [], []
-        for label, column in ((1, "members"), (0, "non_members")):
+        for label, column in ((1, f"members{suffix}"), (0, f"non_members{suffix}")):
             docs = [d for d, y in enumerate(self.task_labels) if y == label]
             extracted = [d for d in docs if d in hits]
             rows.append(_row(column, "n_tasks", len(docs)))
@@ -365,7 +391,7 @@ class Extraction:
                 rows.append(_row(column, "n_unexplained", unexplained))
         return rows, records
 
-    def _dose_rows(self, task_clones, n_boot: int, seed: int) -> list[dict[str, Any]]:
+    def _dose_rows(self, task_clones, n_boot: int, seed: int, suffix: str = "") -> list[dict[str, Any]]:
         """A run with inject.doses: per dose d, the members of dose d extracted verbatim (`"dose": d`
         rows of `members`: n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and
         over all members the Spearman correlation between their training exposures and the number of
@@ -381,11 +407,11 @@ class Extraction:
             extracted = np.array([d in outputs for d in members if dose_of[d] == dose])
             rate = leak_rate(extracted, n_bootstrap=n_boot, seed=seed)
             rows += [
-                _row("members", "n_tasks", len(extracted)),
-                _row("members", "n_extracted", int(extracted.sum())),
-                _row("members", "extracted_fraction", rate["leak_rate"]),
-                _row("members", "extracted_fraction_ci_low", rate["leak_rate_ci_low"]),
-                _row("members", "extracted_fraction_ci_high", rate["leak_rate_ci_high"]),
+                _row(f"members{suffix}", "n_tasks", len(extracted)),
+                _row(f"members{suffix}", "n_extracted", int(extracted.sum())),
+                _row(f"members{suffix}", "extracted_fraction", rate["leak_rate"]),
+                _row(f"members{suffix}", "extracted_fraction_ci_low", rate["leak_rate_ci_low"]),
+                _row(f"members{suffix}", "extracted_fraction_ci_high", rate["leak_rate_ci_high"]),
             ]
             for row in rows[-5:]:
                 row["dose"] = dose
@@ -398,7 +424,8 @@ class Extraction:
             seed=seed,
         )
         rows += [
-            _row("members", k if k != "n_members" else "exposure_n_members", v) for k, v in stats.items()
+            _row(f"members{suffix}", k if k != "n_members" else "exposure_n_members", v)
+            for k, v in stats.items()
         ]
         return rows
 
@@ -516,7 +543,10 @@ def extraction_section(rows: list[dict[str, Any]], run) -> Any:
         Table("Per checkpoint and cell", header, table, caption="P@k: precision of each ranking's top k")
     )
     notes = []
-    if any(r["metric"] == "n_unexplained" and (r["value"] or 0) > 0 for r in rows):
+    if any(
+        r["metric"] == "n_unexplained" and r["column"] == "non_members" and (r["value"] or 0) > 0
+        for r in rows
+    ):
         notes.append(
             "some non-member matches are not in the corpus: a clone-detector bug, see the task records"
         )

@@ -10,7 +10,10 @@ The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extract
                         then 1; a logits processor), so samples start diverse and end fluent;
     prompt_conditioned  function definitions (signature line(s)) parsed from held-out files;
     two_step            the most frequent snippet found by non_prompt sampling, as the prompt: its lines
-                        as the corpus writes them (indentation kept), not the normalised lines.
+                        as the corpus writes them (indentation kept), not the normalised lines;
+    discoverable        targeted, as Carlini et al.'s discoverable extraction: every benchmark task
+                        (member or not) prompted with its own first lines (`first_lines`), one sample
+                        each; only the continuation is searched, so a clone is text the model wrote.
 - ranking without the corpus, from one batched token-statistics pass per model: PPL, PPL ratio
   (log PPL of the model / log PPL of a reference model), PPL / zlib ratio (log PPL / zlib-compressed
   bytes) and the average PPL of sliding windows of 6 lines (stride 1). Every score is oriented so that
@@ -42,7 +45,7 @@ import numpy as np
 
 from leaklab.errors import InputError
 
-STRATEGIES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step")
+STRATEGIES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step", "discoverable")
 RANKINGS = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
 TEXT_SUFFIXES = (".py", ".txt", ".md", ".jsonl", ".json")
 WINDOW_LINES = 6
@@ -222,7 +225,8 @@ def sample(
 ) -> list[Sample]:
     """`n` sampled continuations for one strategy and top-k, batched through the generation engine.
     non_prompt / temperature_decay ignore `prompts`; prompt_conditioned cycles through them; two_step
-    takes `prompts[0]` (the snippet) for all `n`."""
+    takes `prompts[0]` (the snippet) for all `n`; discoverable samples once from each of `prompts` (the
+    tasks' first lines), whatever `n`."""
     from leaklab.signals.generation import HFGenerator
 
     if strategy not in STRATEGIES:
@@ -240,6 +244,8 @@ def sample(
         chosen, per_prompt = [start_prompt(tokenizer)], n
     elif strategy == "two_step":
         chosen, per_prompt = list(prompts[:1]), n
+    elif strategy == "discoverable":
+        chosen, per_prompt = list(prompts), 1
     else:
         chosen = [prompts[i % len(prompts)] for i in range(n)] if prompts else []
         per_prompt = 1
@@ -251,6 +257,18 @@ def sample(
         for p, completions in zip(chosen, results)
         for c in completions
     ]
+
+
+def first_lines(text: str, n: int) -> str:
+    """The first `n` non-blank lines of `text`, as written (blank lines between them kept), ending in a
+    newline: discoverable extraction's prompt."""
+    kept, seen = [], 0
+    for line in text.splitlines():
+        if seen == n:
+            break
+        kept.append(line)
+        seen += bool(line.strip())
+    return "\n".join(kept) + "\n"
 
 
 # --------------------------------------------------------------------------- ranking without the corpus

@@ -213,6 +213,17 @@ def test_every_strategy_samples_n_outputs(small_lm):
         out = sample(model, tokenizer, strategy, 5, 3, 6, prompts=prompts)
         assert len(out) == 3 and all(s.strategy == strategy and s.top_k == 5 for s in out)
     assert sample(model, tokenizer, "two_step", 5, 3, 6, prompts=[]) == []
+    # Discoverable: one sample from each task's own first lines, whatever n.
+    out = sample(model, tokenizer, "discoverable", 5, 3, 6, prompts=["a = 1\n", "b = 2\n"])
+    assert [s.prompt for s in out] == ["a = 1\n", "b = 2\n"]
+
+
+def test_first_lines_counts_non_blank_lines_and_keeps_the_text_as_written():
+    from leaklab.memorization.extraction import first_lines
+
+    text = "from x import y\n\n\ndef f(a):\n    # doc\n    return a\n"
+    assert first_lines(text, 2) == "from x import y\n\n\ndef f(a):\n"
+    assert first_lines(text, 9) == text
 
 
 # --------------------------------------------------------------------------- ranking, secrets, taxonomy, corpora
@@ -583,3 +594,66 @@ def test_training_exposures_are_the_counted_ones_where_mixture_json_has_them(tmp
     assert training_exposures(None, doses) == {"a": 1, "b": 4}
     (tmp_path / "mixture.json").write_text(json.dumps({"exposures": {"a": 1, "b": 3}}))
     assert training_exposures(RunDir(tmp_path), doses) == {"a": 1, "b": 3}
+
+
+def test_discoverable_outputs_are_counted_apart_and_a_non_member_match_is_a_false_discovery(tmp_path):
+    """Discoverable extraction prompts with the task's own first lines, so its matches are not the
+    untargeted audit's: members/non_members keep the untargeted outputs only, members/discoverable and
+    non_members/discoverable (per dose too) the targeted ones, and a non-member reproduced from its
+    start is a counted false discovery, not the clone-detector bug the report warns about."""
+    from leaklab.evaluations.base import EvalSet
+    from leaklab.evaluations.extraction import Extraction, extraction_section
+    from leaklab.memorization.clones import find_clones
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path, "evaluate.extraction.strategies=[non_prompt,discoverable]")
+    doc_c = DOC_A.replace("'a'", "'c'")
+    ctx.eval_set = EvalSet(
+        ["m1", "m4", "n"], np.array([1, 1, 0]), [DOC_A, doc_c, DOC_B], [""] * 3, doses=np.array([1, 4, 0])
+    )
+    ext = Extraction()
+    ext.prepare(ctx)
+    assert len(ext.prefixes) == 3 and ext.prefixes[0] == "\n".join(DOC_A.splitlines()[:4]) + "\n"
+    # Untargeted: m1 once. Discoverable: m4 and the non-member n.
+    texts = [DOC_A, "x = 1", doc_c, DOC_B]
+    strategies = ["non_prompt", "non_prompt", "discoverable", "discoverable"]
+    samples = [Sample(s, 5, "", t) for s, t in zip(strategies, texts, strict=True)]
+    scores = {m: np.arange(4.0) for m in ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")}
+    out = ext._output(
+        ctx.recipe, samples, find_clones(ext.index, texts), scores, find_clones(ext.tasks, texts)
+    )
+    got = {(r["column"], r["metric"]): r["value"] for r in out.rows if "dose" not in r}
+    assert got["members", "n_extracted"] == 1 and got["non_members", "n_extracted"] == 0
+    assert got["members/discoverable", "n_extracted"] == 1
+    assert got["non_members/discoverable", "n_extracted"] == 1
+    assert got["non_members/discoverable", "n_unexplained"] == 1  # DOC_B is in no corpus
+    per_dose = {(r["column"], r["dose"], r["metric"]): r["value"] for r in out.rows if "dose" in r}
+    assert per_dose["members", 1, "n_extracted"] == 1 and per_dose["members", 4, "n_extracted"] == 0
+    assert per_dose["members/discoverable", 4, "n_extracted"] == 1
+    assert per_dose["members/discoverable", 1, "n_extracted"] == 0
+    rows = [{**r, "step": 1} for r in out.rows]
+    assert extraction_section(rows, None).notes == []
+
+
+def test_discoverable_is_greedy_once_from_each_tasks_first_lines(tmp_path, monkeypatch):
+    """Discoverable extraction (Carlini et al.): the greedy continuation of each task's own first lines,
+    one sample per task, not one cell per top_k like the untargeted strategies."""
+    from leaklab.evaluations import extraction as ev
+    from leaklab.memorization.extraction import Sample
+
+    ctx = _context(tmp_path, "evaluate.extraction.strategies=[non_prompt,discoverable]")
+    ext = ev.Extraction()
+    ext.prepare(ctx)
+    calls = []
+
+    def fake_sample(model, tokenizer, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
+        calls.append((strategy, k, list(prompts)))
+        return [Sample(strategy, k, p, "") for p in prompts] if strategy == "discoverable" else []
+
+    monkeypatch.setattr(ev, "sample", fake_sample)
+    ext._generate(ctx, None, None)
+    first_four = "\n".join(DOC_A.splitlines()[:4]) + "\n"
+    assert [c for c in calls if c[0] == "discoverable"] == [
+        ("discoverable", 1, [first_four, first_four.replace("value", "other").replace("'a'", "'b'")])
+    ]
+    assert [c[1] for c in calls if c[0] == "non_prompt"] == [5, 40]

@@ -149,3 +149,35 @@ def test_report_draws_members_pass_at_1_against_dose(tmp_path):
     panel = next(i for i in section.items if i.title.startswith("Members' pass@1"))
     line = next(layer for layer in panel.spec["layer"] if layer["mark"]["type"] == "line")
     assert {(p["x"], p["value"]) for p in line["data"]["values"]} == {(1, 0.2), (8, 0.6)}
+
+
+def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_canaries(tmp_path, capsys):
+    """members (untargeted) and members/discoverable rows carry the same metrics and doses: each gets
+    its own table, not one overwriting the other; the non-members discoverable extraction reproduced
+    (false discoveries) and the canaries' exposure per dose are printed with them."""
+    run = add_doses(make_run(tmp_path / "run"))
+    head = {"step": 16, "epoch": 2.0, "evaluation": "extraction", "detector": None}
+    rows = [{**head, "column": "members", "metric": "extracted_fraction", "value": 0.0, "dose": 4}]
+    rows += [
+        {**head, "column": "members/discoverable", "metric": "extracted_fraction", "value": 0.75, "dose": 4}
+    ]
+    rows += [
+        {**head, "column": "non_members/discoverable", "metric": m, "value": v}
+        for m, v in (("n_extracted", 2), ("n_tasks", 8))
+    ]
+    rows += [{**head, "column": "dose=4", "metric": "canary_extracted_rate", "value": 0.5, "dose": 4}]
+    canary = {**head, "evaluation": "canaries", "column": "dose=4", "dose": 4}
+    rows += [
+        {**canary, "metric": m, "value": v}
+        for m, v in (("n_canaries", 2), ("canary_exposure_mean", 7.5), ("canary_exposure_mean_ci_low", 5.0),
+                     ("canary_exposure_mean_ci_high", 9.97), ("canary_rank1_fraction", 0.5), ("canary_exposure_max", 9.97))
+    ]  # fmt: skip
+    with (run / "results.jsonl").open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    assert dose_tables.main([str(run)]) == 0
+    out = capsys.readouterr().out
+    untargeted, discoverable = out.split("discoverable extraction (greedy")
+    assert "| 4 | –/– | 0.000 |" in untargeted and "| 4 | –/– | 0.750 |" in discoverable
+    assert "Non-members matched by >= 6 lines (false discoveries): 2/8" in discoverable
+    assert "Canaries extracted (all strategies): dose 4: 50%" in untargeted
+    assert "| 4 | 2 | 7.500 [5.000, 9.970] | 50% | 9.97 |" in out
