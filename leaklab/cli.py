@@ -404,7 +404,9 @@ def dispatch(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The boundary: every error leaklab raises is printed here, once (`leaklab.errors.guarded`)."""
     from leaklab.errors import debug_requested, guarded, strip_debug
+    from leaklab.progress import quiet_library_bars
 
+    quiet_library_bars()
     argv = sys.argv[1:] if argv is None else argv
     return guarded(lambda: dispatch(strip_debug(argv)), debug=debug_requested(argv))
 

@@ -8,12 +8,13 @@ whichever comes first, plus a closing line. A phase shorter than `every_s` print
 `say_once` keeps a warning that a phase would repeat (the same "N of M texts were longer than the
 context" for every detector of every checkpoint) to one line per distinct message and counts the rest.
 
-A leaf module: it imports nothing from leaklab, so every layer may use it.
+A leaf module: it imports nothing from leaklab, so every layer may use it (transformers only lazily).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections import Counter
@@ -23,6 +24,20 @@ EVERY_S = 30.0
 
 def interactive() -> bool:
     return sys.stderr.isatty()
+
+
+def quiet_library_bars() -> None:
+    """Off a terminal, the hub's and transformers' own tqdm bars ("Loading weights", "Writing model
+    shards") would land in the log as carriage-return lines; leaklab's own progress lines say enough.
+    The hub reads HF_HUB_DISABLE_PROGRESS_BARS when it is imported; a transformers already imported is
+    told directly. A user's own setting of the variable wins."""
+    if interactive():
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1" and "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 class Progress:

@@ -50,6 +50,9 @@ examples:
 
 def main(argv: list[str] | None = None) -> int:
     """`leaklab train ...` and `accelerate launch leaklab/train.py ...`: errors become one line + exit code."""
+    from leaklab.progress import quiet_library_bars
+
+    quiet_library_bars()
     argv = sys.argv[1:] if argv is None else argv
     return guarded(lambda: command(strip_debug(argv)), debug=debug_requested(argv))
 

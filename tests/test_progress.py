@@ -93,3 +93,25 @@ def test_training_off_a_terminal_prints_progress_and_short_loss_lines(tmp_path, 
     plain_progress(trainer)
     kinds = {type(c) for c in trainer.callback_handler.callbacks}
     assert TrainingProgress in kinds and ProgressCallback not in kinds and PrinterCallback not in kinds
+
+
+def test_library_bars_are_quiet_off_a_terminal(monkeypatch):
+    import os
+    import sys
+
+    import transformers.utils.logging as hf_logging
+
+    from leaklab import progress
+
+    before = os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    hf_logging.enable_progress_bar()
+    try:
+        progress.quiet_library_bars()
+        assert not hf_logging.is_progress_bar_enabled()
+        assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    finally:  # leave the process as it was for the tests after this one
+        hf_logging.enable_progress_bar()
+        os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        if before is not None:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = before
