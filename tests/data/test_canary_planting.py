@@ -149,9 +149,11 @@ def test_without_canaries_dosed_runs_keep_their_manifest_mixture_and_hashes():
     manifest = make_manifest(dosed, _tasks(8), split)
     assert "canaries" not in manifest
     assert hashlib.sha256(json.dumps(manifest).encode()).hexdigest()[:16] == "9d867e5273ba192e"
-    # run_hash pinned before canaries existed; config_hash moved once since, when evaluate.prompt_boundary
-    # (an evaluation key, not a training one) was added.
-    assert (run_hash(dosed), config_hash(dosed)) == ("e213223e", "686b60b6")
+    # run_hash pinned before canaries existed. config_hash covers every evaluation key, so it moves whenever
+    # one is added; what must hold is that without canaries their keys are not part of it.
+    assert run_hash(dosed) == "e213223e"
+    untouched = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canary_candidates=50"])
+    assert config_hash(untouched) == config_hash(dosed)
     # Canaries change what is trained; the number of candidates only how exposure is measured.
     canaried = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canaries=3"])
     more = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canaries=3", "inject.canary_candidates=50"])
