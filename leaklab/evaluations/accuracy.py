@@ -102,24 +102,6 @@ def _syntax_ok(program: str) -> bool:
     return True
 
 
-def weights_digest(model, sample: int = 4096) -> str:
-    """A digest of the weights alone (names, shapes, evenly spaced values), not of the config: the model in
-    training and the same checkpoint loaded from disk differ in config fields (pad token, cache use) that
-    change no generation, and must share their cached replies."""
-    if hasattr(model, "module"):  # a DDP / DeepSpeed wrapper
-        model = model.module
-    h = hashlib.sha256()
-    for name, p in model.named_parameters():
-        if p.numel() == 0:  # not materialised here (ZeRO-3 shard): never reuse
-            import uuid
-
-            return "unmaterialised-" + uuid.uuid4().hex
-        flat = p.detach().reshape(-1)
-        h.update(f"{name}{tuple(p.shape)}{p.dtype}".encode())
-        h.update(flat[:: max(1, flat.numel() // sample)].float().cpu().numpy().tobytes())
-    return h.hexdigest()
-
-
 class Accuracy:
     name: ClassVar[str] = "accuracy"
 
@@ -149,12 +131,12 @@ class Accuracy:
         return first_per_side(ctx.eval_set, ctx.recipe.evaluate.accuracy.max_tasks)
 
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
-        from leaklab.signals.logprobs import tokenizer_fingerprint
+        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
         cfg = ctx.recipe.evaluate.accuracy
         settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
         settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
-        payload = json.dumps([weights_digest(model), tokenizer_fingerprint(tokenizer), fmt, settings])
+        payload = json.dumps([model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings])
         return (
             ctx.run.execution_cache
             / "accuracy"
@@ -183,7 +165,7 @@ class Accuracy:
         )
         stop = COMPLETION_STOP if fmt == "completion" else ()
         greedy = greedy_replies(
-            model, tokenizer, prompts, cfg.max_new_tokens, stop, model_fp=weights_digest(model),
+            model, tokenizer, prompts, cfg.max_new_tokens, stop,
             generator=generator, cache=ctx.generation_cache, accelerator=acc,
         )  # fmt: skip
         texts: dict[int, list[str]] = {i: [greedy[i]] for i in mine}

@@ -55,7 +55,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
-from leaklab.evaluations.accuracy import weights_digest
 from leaklab.evaluations.base import (
     EvalContext,
     EvalOutput,
@@ -281,7 +280,7 @@ class Mri:
         stop = COMPLETION_STOP if fmt == "completion" else ()
         info: dict[str, Any] = {}
         texts = greedy_replies(
-            model, tokenizer, prompts, cfg.max_new_tokens, stop, model_fp=weights_digest(model),
+            model, tokenizer, prompts, cfg.max_new_tokens, stop,
             batch_size=cfg.batch_size, cache=ctx.generation_cache, accelerator=acc, info=info,
             prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
         )  # fmt: skip

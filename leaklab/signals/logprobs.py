@@ -56,6 +56,7 @@ import io
 import json
 import logging
 import math
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -153,28 +154,59 @@ def _freeze(stats: TokenStats) -> TokenStats:
 # --------------------------------------------------------------------------- fingerprints + cache
 
 
-def model_fingerprint(model: torch.nn.Module, sample: int = 4096) -> str:
-    """A content fingerprint of a model's weights and adapter state (not a cryptographic hash).
+# Config fields that change no output of the forward pass: bookkeeping, where the weights came from, and
+# switches the trainer flips (the KV cache, the padding id: padding is never attended under leaklab's
+# right padding with causal attention). The model in training and its checkpoint reloaded from disk differ
+# in these, and must share their cached statistics and replies.
+OUTPUT_NEUTRAL_CONFIG = frozenset(
+    {
+        "_name_or_path",
+        "_commit_hash",
+        "transformers_version",
+        "architectures",
+        "torch_dtype",  # the parameters' own dtypes are hashed
+        "dtype",
+        "use_cache",
+        "pad_token_id",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "gradient_checkpointing",
+        "_attn_implementation_autoset",
+    }
+)
 
-    Hashes the config, every parameter's name, shape and dtype, `sample` evenly spaced values of each
-    parameter, and for LoRA layers whether adapters are active. Sampling keeps it cheap for large models
-    (a full reduction over 60M weights takes about a second on CPU); an optimizer step moves (nearly) every
-    weight of a tensor it trains, so a sample tells checkpoints apart. Pass `fingerprint=` to
-    `compute_token_stats` when weights may change in only a few places. Parameters that are not
-    materialised here (DeepSpeed ZeRO-3 shards) make the fingerprint a fresh random value: no reuse.
+
+def model_fingerprint(model: torch.nn.Module, sample: int = 4096) -> str:
+    """A content fingerprint of a model (not a cryptographic hash): the one key under which the signal
+    cache, the generation cache and the accuracy / MRI verdict caches store what a model produced.
+
+    It hashes the architecture (the class name), the config fields that can change an output (every
+    field except `OUTPUT_NEUTRAL_CONFIG`: rope settings, norm epsilon, activation, ... stay in, so two
+    models with equal weights but a different rope base never share a cache entry), every parameter's
+    name, shape and dtype, `sample` evenly spaced values of each parameter, and for LoRA layers whether
+    adapters are active (toggling an adapter changes outputs, not parameters). It leaves out the config
+    fields that change no output (where the weights came from, `use_cache`, the pad id), so the model in
+    training and the same checkpoint reloaded from disk get the same fingerprint and share cached
+    replies. A DDP / DeepSpeed wrapper is looked through.
+
+    Sampling keeps it cheap for large models (a full reduction over 60M weights takes about a second on
+    CPU); an optimizer step moves (nearly) every weight of a tensor it trains, so a sample tells
+    checkpoints apart. Pass `fingerprint=` to `compute_token_stats` when weights may change in only a few
+    places. Parameters that are not materialised here (DeepSpeed ZeRO-3 shards) make the fingerprint a
+    fresh random value: no reuse.
     """
+    if hasattr(model, "module"):  # a DDP / DeepSpeed wrapper
+        model = model.module
     h = hashlib.sha256(type(model).__name__.encode())
     config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "to_json_string"):
-        h.update(config.to_json_string(use_diff=False).encode())
+    if config is not None and hasattr(config, "to_dict"):
+        fields = {k: v for k, v in config.to_dict().items() if k not in OUTPUT_NEUTRAL_CONFIG}
+        h.update(json.dumps(fields, sort_keys=True, default=str).encode())
     samples = []
     for name, p in model.named_parameters():
         if p.numel() == 0:
-            import uuid
-
-            log.warning(
-                "parameter %s is not materialised (sharded?): signal cache disabled for this model", name
-            )
+            log.warning("parameter %s is not materialised (sharded?): no cache reuse for this model", name)
             return "unmaterialised-" + uuid.uuid4().hex
         h.update(f"{name}{tuple(p.shape)}{p.dtype}".encode())
         flat = p.detach().reshape(-1)
