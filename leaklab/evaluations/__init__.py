@@ -9,7 +9,8 @@
   mri         Memorization Risk Index: original / rewritten / mutated tasks, Sim, RAD, MRI, iMRI per side
   canaries    exposure of each planted canary (inject.canaries) against random same-format secrets, by dose
 
-A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
+Shared by accuracy and mri (not an evaluation): `replies.py`, the cache -> generate -> extract -> judge
+pipeline. A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
 here with a class that satisfies `plugins.Evaluation` (as `detection.Detection`), one record in
 EVALUATIONS (with `config` when it has an `evaluate.<name>` section), and a test. Records name their
 class by path, so reading this table imports no evaluation; the recipe imports only their settings.

@@ -25,26 +25,24 @@ checkpoints with their bands, and a table per checkpoint with the intervals.
 
 Generations and verdicts are cached under <run>/cache/executions/accuracy/, one file per model
 fingerprint and settings, so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither
-generates nor executes anything.
+generates nor executes anything. The cache, the extraction and the sandbox run are the pipeline MRI
+shares (`leaklab/evaluations/replies.py`).
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
-import json
 import math
-import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
+from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
-from leaklab.execution.correctness import check_many, pass_at_k
+from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
+from leaklab.execution.correctness import pass_at_k
 from leaklab.metrics import group_mean_intervals
 from leaklab.results import without_dose
-from leaklab.rundir import read_rows, write_atomic
 
 SIDES = ("members", "non_members", "all")
 
@@ -136,11 +134,8 @@ class Accuracy:
         cfg = ctx.recipe.evaluate.accuracy
         settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
         settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
-        payload = json.dumps([model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings])
-        return (
-            ctx.run.execution_cache
-            / "accuracy"
-            / f"{hashlib.sha256(payload.encode()).hexdigest()[:24]}.jsonl"
+        return verdict_cache(
+            ctx, "accuracy", [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings]
         )
 
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[list[str]]:
@@ -184,42 +179,26 @@ class Accuracy:
 
     def _judge(self, cfg: AccuracyConfig, tasks, replies: list[list[str]], fmt: str) -> list[list[dict]]:
         """Extraction and sandbox verdict of every reply."""
-
-        judged: list[list[dict]] = []
-        todo: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
-        for i, (task, texts) in enumerate(zip(tasks, replies)):
-            row = []
-            for j, text in enumerate(texts):
-                ext = extract_code(task, text, fmt)
-                entry = {"reply": text, "code": ext.code, "full_program": ext.full_program}
-                if ext.failure == "syntax_error":  # code was there but does not parse: a syntax error
-                    entry |= {
-                        "verdict": "failed",
-                        "reason": "syntax_error",
-                        "extraction": "",
-                        "syntax_ok": False,
-                    }
-                elif ext.failure:
-                    entry |= {
-                        "verdict": "failed",
-                        "reason": f"extraction: {ext.failure}",
-                        "extraction": ext.failure,
-                    }
-                else:
-                    program = ext.code if ext.full_program else task.program(ext.code)
-                    entry |= {"extraction": "", "syntax_ok": _syntax_ok(program)}
-                    todo[ext.full_program].append((i, j))
-                row.append(entry)
-            judged.append(row)
-        for full, where in todo.items():
-            if not where:
-                continue
-            sandbox = self.sandbox(cfg)  # started on the first reply that has code to run
-            items = [(tasks[i], judged[i][j]["code"]) for i, j in where]
-            for (i, j), result in zip(
-                where, check_many(items, sandbox, full_program=full, timeout_s=cfg.timeout_s)
-            ):
-                judged[i][j] |= {"verdict": result.verdict, "reason": result.reason}
+        where = [(i, j) for i, texts in enumerate(replies) for j in range(len(texts))]
+        asked = [tasks[i] for i, _ in where]
+        readings = read_replies(asked, [replies[i][j] for i, j in where], fmt)
+        # The sandbox starts on the first reply that has code to run.
+        results = run_readings(asked, readings, lambda: self.sandbox(cfg), cfg.timeout_s)
+        judged: list[list[dict]] = [[] for _ in tasks]
+        for (i, _), reading, result in zip(where, readings, results):
+            entry = {"reply": reading.reply, "code": reading.code, "full_program": reading.full_program}
+            if reading.failure == "syntax_error":  # code was there but does not parse: a syntax error
+                entry |= {"verdict": "failed", "reason": "syntax_error", "extraction": "", "syntax_ok": False}
+            elif reading.failure:
+                entry |= {
+                    "verdict": "failed",
+                    "reason": f"extraction: {reading.failure}",
+                    "extraction": reading.failure,
+                }
+            else:
+                entry |= {"extraction": "", "syntax_ok": _syntax_ok(reading.program)}
+                entry |= {"verdict": result.verdict, "reason": result.reason}
+            judged[i].append(entry)
         return judged
 
     # ------------------------------------------------------------------ the evaluation
@@ -228,33 +207,20 @@ class Accuracy:
         cfg = ctx.recipe.evaluate.accuracy
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
         tasks, labels = self._tasks(ctx)
-        cache = self._cache_file(ctx, model, tokenizer, fmt)
-        stored = {row["task_id"]: row["judged"] for row in read_rows(cache)} if cache.exists() else {}
-        judged: list[list[dict]]
-        if all(t.task_id in stored for t in tasks):
-            judged = [stored[t.task_id] for t in tasks]
-            ctx.log(f"[leaklab] accuracy: generations and verdicts of {len(tasks)} tasks from {cache}")
-        else:
-            started = time.perf_counter()
-            prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
-            replies = self._generate(ctx, model, tokenizer, prompts, fmt)
-            if not ctx.is_main_process:
-                return EvalOutput()
-            generated = time.perf_counter()
-            judged = self._judge(cfg, tasks, replies, fmt)
-            ctx.log(
-                f"[leaklab] accuracy: {sum(map(len, replies))} replies to {len(tasks)} tasks generated in "
-                f"{generated - started:.1f}s, judged in {time.perf_counter() - generated:.1f}s"
-            )
-            lines = "".join(
-                json.dumps({"task_id": t.task_id, "judged": j}) + "\n" for t, j in zip(tasks, judged)
-            )
-            write_atomic(cache, lines)
-        if not ctx.is_main_process:
+        prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
+        judged = cached_judgements(
+            ctx,
+            "accuracy",
+            self._cache_file(ctx, model, tokenizer, fmt),
+            [t.task_id for t in tasks],
+            "tasks",
+            generate=lambda: self._generate(ctx, model, tokenizer, prompts, fmt),
+            judge=lambda replies: self._judge(cfg, tasks, replies, fmt),
+        )
+        if judged is None:  # not the main process
             return EvalOutput()
         from leaklab.signals.generation import prompt_boundaries
 
-        prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
         applied = prompt_boundaries(tokenizer, prompts, ctx.recipe.evaluate.prompt_boundary)
         ev = ctx.recipe.evaluate
         rows = accuracy_rows(judged, labels, cfg, n_bootstrap=ev.n_bootstrap, seed=ev.seed)

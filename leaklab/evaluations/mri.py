@@ -39,28 +39,29 @@ Records (scores/step-N/mri.jsonl): per task its verdicts on the three sets, S_k,
 (S_k x Drop_k; null without a rewrite), so MRI is one more membership signal.
 
 Generations and verdicts are cached under <run>/cache/executions/mri/ per model fingerprint, settings
-and perturbed sets, so a resumed run neither generates nor executes again.
+and perturbed sets, so a resumed run neither generates nor executes again (the pipeline accuracy shares:
+`leaklab/evaluations/replies.py`).
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
-import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from leaklab.data.prompting import COMPLETION_STOP, extract_code, model_prompt, resolve_format
+from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
 from leaklab.evaluations.base import (
     EvalContext,
     EvalOutput,
     first_per_side,
 )
-from leaklab.execution.correctness import check_many
+from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.sandbox import Sandbox
 from leaklab.metrics import (
     auroc,
@@ -77,7 +78,6 @@ from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, w
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import without_dose
-from leaklab.rundir import read_rows, write_atomic
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
@@ -262,10 +262,8 @@ class Mri:
         settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
         settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
         content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
-        payload = json.dumps(
-            [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
-        )
-        return ctx.run.execution_cache / "mri" / f"{hashlib.sha256(payload.encode()).hexdigest()[:24]}.jsonl"
+        identity = [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
+        return verdict_cache(ctx, "mri", identity)
 
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[str]:
         """Greedy replies through the run's generation cache: the answers to the original tasks that the
@@ -288,63 +286,58 @@ class Mri:
         return texts
 
     def _judge(self, cfg: MriConfig, items, replies: list[str], fmt: str) -> list[dict]:
+        asked = [task for _, task, _ in items]
+        readings = read_replies(asked, replies, fmt)
+        with contextlib.ExitStack() as stack:
+
+            @functools.cache  # one sandbox, started on the first reply that has code to run
+            def sandbox() -> Sandbox:
+                return stack.enter_context(Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s))
+
+            results = run_readings(asked, readings, sandbox, cfg.timeout_s)
         judged: list[dict] = []
-        todo: dict[bool, list[int]] = {True: [], False: []}
-        for n, ((key, task, original), reply) in enumerate(zip(items, replies)):
-            ext = extract_code(task, reply, fmt)
-            entry: dict[str, Any] = {"key": key, "reply": reply, "extraction": ext.failure}
-            if ext.failure:
-                entry |= {"verdict": "failed", "reason": f"extraction: {ext.failure}", "sim": None}
+        for (key, _, original), reading, result in zip(items, readings, results):
+            entry: dict[str, Any] = {"key": key, "reply": reading.reply, "extraction": reading.failure}
+            if reading.failure:
+                entry |= {"verdict": "failed", "reason": f"extraction: {reading.failure}", "sim": None}
             else:
-                program = ext.code if ext.full_program else task.program(ext.code)
-                entry["program"] = program
-                entry["full_program"] = ext.full_program
-                entry["code"] = ext.code
+                entry["full_program"] = reading.full_program
                 if key.startswith("rew:"):
-                    entry["sim"] = similarity(program, original.program())
-                todo[ext.full_program].append(n)
+                    entry["sim"] = similarity(reading.program, original.program())
+                entry |= {"verdict": result.verdict, "reason": result.reason}
             judged.append(entry)
-        with Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s) as sandbox:
-            for full, where in todo.items():
-                if not where:
-                    continue
-                batch = [(items[n][1], judged[n]["code"]) for n in where]
-                for n, result in zip(
-                    where, check_many(batch, sandbox, full_program=full, timeout_s=cfg.timeout_s)
-                ):
-                    judged[n] |= {"verdict": result.verdict, "reason": result.reason}
-        for entry in judged:
-            entry.pop("code", None)
-            entry.pop("program", None)
         return judged
 
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
+        from leaklab.signals.generation import prompt_boundaries
+
         cfg = ctx.recipe.evaluate.mri
         if self._sets is None:
             self.prepare(ctx)
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.mri.format")
         tasks, labels = self.tasks(ctx)
         items = self.items(tasks, cfg)
-        cache = self._cache_file(ctx, model, tokenizer, fmt, items)
-        stored = {row["key"]: row for row in read_rows(cache)} if cache.exists() else {}
-        if all(key in stored for key, _, _ in items):
-            judged = [stored[key] for key, _, _ in items]
-            ctx.log(f"[leaklab] mri: generations and verdicts of {len(items)} prompts from {cache}")
-        else:
-            prompts = [model_prompt(t, tokenizer, fmt) for _, t, _ in items]
-            replies = self._generate(ctx, model, tokenizer, prompts, fmt)
-            if not ctx.is_main_process:
-                return EvalOutput()
-            judged = self._judge(cfg, items, replies, fmt)
-            from leaklab.signals.generation import prompt_boundaries
+        prompts = [model_prompt(t, tokenizer, fmt) for _, t, _ in items]
 
+        def judge(replies: list[str]) -> list[dict]:
+            judged = self._judge(cfg, items, replies, fmt)
             applied = prompt_boundaries(tokenizer, prompts, ctx.recipe.evaluate.prompt_boundary)
             for entry, boundary in zip(judged, applied):
                 entry["prompt_boundary"] = boundary
-            write_atomic(cache, "".join(json.dumps(j) + "\n" for j in judged))
-        if not ctx.is_main_process:
+            return judged
+
+        judged = cached_judgements(
+            ctx,
+            "mri",
+            self._cache_file(ctx, model, tokenizer, fmt, items),
+            [key for key, _, _ in items],
+            "prompts",
+            generate=lambda: self._generate(ctx, model, tokenizer, prompts, fmt),
+            judge=judge,
+        )
+        if judged is None:  # not the main process
             return EvalOutput()
         outcomes = per_task_outcomes(tasks, labels, self._sets, judged)
         ev = ctx.recipe.evaluate

@@ -1,0 +1,109 @@
+"""Ask a checkpoint tasks, read the code back from its replies, run that code against the tests: the
+cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluations share.
+
+    cache = verdict_cache(ctx, "accuracy", [model_fp, tokenizer_fp, fmt, settings])
+    judged = cached_judgements(ctx, "accuracy", cache, keys, "tasks", generate, judge)
+
+    readings = read_replies(asked, replies, fmt)                  # the code of each reply, or why none
+    results = run_readings(asked, readings, open_sandbox, timeout_s)   # sandbox verdicts (None: no code)
+
+Each evaluation keeps what is its own: how it decodes (accuracy also samples, MRI asks the perturbed
+sets) and what it records per reply. The verdicts are cached under <run>/cache/executions/<name>/, one
+JSONL file per model fingerprint, tokenizer and settings with one `{"key", "judged"}` row per prompt,
+so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither generates nor executes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leaklab.data.prompting import extract_code
+from leaklab.data.tasks import Task
+from leaklab.evaluations.base import EvalContext
+from leaklab.execution.correctness import SampleResult, check_many
+from leaklab.rundir import read_rows, write_atomic
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What was read from one reply: its code and the program the sandbox runs, or why there is none."""
+
+    reply: str
+    code: str
+    full_program: bool
+    failure: str  # "" when code was read, else no_code | syntax_error | too_long
+    program: str | None  # the runnable program (the task's prompt continued by the code); None on failure
+
+
+def read_replies(asked: Sequence[Task], replies: Sequence[str], fmt: str) -> list[Reading]:
+    """The code of each reply to the task asked (`extract_code`); a reply without code is a failure."""
+    readings = []
+    for task, reply in zip(asked, replies):
+        ext = extract_code(task, reply, fmt)
+        program = None if ext.failure else (ext.code if ext.full_program else task.program(ext.code))
+        readings.append(Reading(reply, ext.code, ext.full_program, ext.failure, program))
+    return readings
+
+
+def run_readings(
+    asked: Sequence[Task], readings: Sequence[Reading], open_sandbox: Callable[[], Any], timeout_s: float
+) -> list[SampleResult | None]:
+    """The sandbox verdict of every reading with code (None for the others), in order. `open_sandbox` is
+    called only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
+    results: list[SampleResult | None] = [None] * len(readings)
+    todo: dict[bool, list[int]] = {True: [], False: []}
+    for n, reading in enumerate(readings):
+        if not reading.failure:
+            todo[reading.full_program].append(n)
+    for full, where in todo.items():
+        if not where:
+            continue
+        batch = [(asked[n], readings[n].code) for n in where]
+        for n, result in zip(
+            where, check_many(batch, open_sandbox(), full_program=full, timeout_s=timeout_s)
+        ):
+            results[n] = result
+    return results
+
+
+def verdict_cache(ctx: EvalContext, name: str, identity: list[Any]) -> Path:
+    """<run>/cache/executions/<name>/<hash of identity>.jsonl: identity names the model, tokenizer,
+    format and every setting that changes a reply or its verdict."""
+    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
+    return ctx.run.execution_cache / name / f"{digest}.jsonl"
+
+
+def cached_judgements(
+    ctx: EvalContext,
+    name: str,
+    cache: Path,
+    keys: Sequence[str],
+    unit: str,
+    generate: Callable[[], Any],
+    judge: Callable[[Any], list],
+) -> list | None:
+    """What `judge` made of the replies, one entry per key: from `cache` when it holds every key, else
+    `generate()` (on every process: under several, each decodes its share) and `judge(replies)` on the
+    main process, written to the cache. None on the other processes."""
+    stored = {row["key"]: row["judged"] for row in read_rows(cache)} if cache.exists() else {}
+    if all(key in stored for key in keys):
+        ctx.log(f"[leaklab] {name}: generations and verdicts of {len(keys)} {unit} from {cache}")
+        return [stored[key] for key in keys] if ctx.is_main_process else None
+    started = time.perf_counter()
+    replies = generate()
+    if not ctx.is_main_process:
+        return None
+    generated = time.perf_counter()
+    judged = judge(replies)
+    ctx.log(
+        f"[leaklab] {name}: replies to {len(keys)} {unit} generated in {generated - started:.1f}s, "
+        f"judged in {time.perf_counter() - generated:.1f}s"
+    )
+    write_atomic(cache, "".join(json.dumps({"key": k, "judged": j}) + "\n" for k, j in zip(keys, judged)))
+    return judged
