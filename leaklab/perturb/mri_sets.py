@@ -6,7 +6,7 @@ cached as JSON lines, reused by every checkpoint and run.
     write_run_sets(run.root, sets, info); read_run_sets(run.root)
 
 The cache (`<LEAKLAB_CACHE>/perturbed/<benchmark>-<settings>.jsonl`) holds one line per task keyed by a
-hash of the task's content (`store.task_key`), so any split or checkpoint of any run on the benchmark
+hash of the task's content (`set_store`, as SrDetection's variants), so any split or checkpoint of any run on the benchmark
 reuses it. The file name hashes STORE_VERSION, the settings (the LLM backend's identity included) and
 the source of the modules that make the sets, so changed code never serves stale rewrites. Paraphrase
 needs an LLM backend (`LlmBackend`, `mri_llm.py`); without one the sets carry no paraphrase and the MRI
@@ -21,8 +21,6 @@ reply), with the reason among the rejections.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import random
 import time
 from collections import Counter
@@ -32,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.tasks import Task, task_from_dict, task_to_dict
+from leaklab.perturb import set_store
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
-from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
 
 STORE_VERSION = 1
 SET_CODE = tuple(
@@ -219,20 +217,14 @@ def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmB
 
 
 def settings_key(seed: int, per_type: int, llm: str = "") -> str:
-    code = hashlib.sha256(b"".join(p.read_bytes() for p in SET_CODE)).hexdigest()
-    payload = json.dumps([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+    code = set_store.code_digest(SET_CODE)
+    return set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
 
 
 def cache_file(
     tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None, llm: str = ""
 ) -> Path:
-    benchmark = tasks[0].benchmark if tasks else "none"
-    return (
-        Path(cache_dir or cache_root())
-        / "perturbed"
-        / f"{benchmark}-{settings_key(seed, per_type, llm)}.jsonl"
-    )
+    return set_store.cache_file("perturbed", tasks, settings_key(seed, per_type, llm), cache_dir)
 
 
 def perturbed_sets_for(
@@ -248,27 +240,25 @@ def perturbed_sets_for(
     log=print,
 ) -> list[PerturbedSet]:
     """The sets of `tasks` (same order): from the cache, building and adding what is missing."""
-    from leaklab.perturb.store import task_key
-
     identity = "" if llm is None else f"{llm.identity}|rewrite={llm.rewrite}"
     if llm is not None and llm.judge != "off":
         identity += f"|judge={llm.judge}"
-    path = cache_file(tasks, seed, per_type, cache_dir, identity)
-    stored = {row["key"]: row["set"] for row in read_rows(path)}
-    keys = [task_key(t) for t in tasks]
-    todo = [t for t, k in zip(tasks, keys) if k not in stored]
-    if todo:
-        log(f"[leaklab] building MRI perturbed sets for {len(todo)} of {len(tasks)} tasks")
-        built = build_perturbed_sets(
+
+    def build(todo: list[Task]) -> list[PerturbedSet]:
+        return build_perturbed_sets(
             todo, seed=seed, per_type=per_type, sandbox=sandbox, workers=workers, timeout_s=timeout_s, llm=llm,
             log=log,
         )  # fmt: skip
-        rows = [{"key": task_key(t), "set": set_to_json(s)} for t, s in zip(todo, built)]
-        append_rows(path, rows, key=lambda r: r["key"])
-        stored.update((r["key"], r["set"]) for r in rows)
-    else:
-        log(f"[leaklab] MRI perturbed sets of {len(tasks)} tasks from {path}")
-    return [set_from_json(stored[k]) for k in keys]
+
+    return set_store.cached_sets(
+        cache_file(tasks, seed, per_type, cache_dir, identity),
+        tasks,
+        build,
+        lambda ps, task: set_to_json(ps),
+        lambda data, task: set_from_json(data),
+        "MRI perturbed sets",
+        log,
+    )
 
 
 def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
@@ -331,15 +321,16 @@ def judge_summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
 
 def write_run_sets(run_root: str | Path, sets: Sequence[PerturbedSet]) -> dict[str, Any]:
     root = Path(run_root)
-    write_atomic(root / RUN_FILE, "".join(json.dumps(set_to_json(s)) + "\n" for s in sets))
     info = summary(sets)
-    write_json(root / RUN_SUMMARY, info)
+    set_store.write_run_copy(root / RUN_FILE, [set_to_json(s) for s in sets], root / RUN_SUMMARY, info)
     return info
 
 
 def read_run_sets(run_root: str | Path) -> dict[str, PerturbedSet]:
-    path = RunDir(run_root).root / RUN_FILE
-    return {row["task_id"]: set_from_json(row) for row in read_rows(path)} if path.exists() else {}
+    return {
+        task_id: set_from_json(row)
+        for task_id, row in set_store.read_run_copy(Path(run_root) / RUN_FILE).items()
+    }
 
 
 def describe(info: dict[str, Any]) -> str:

@@ -14,8 +14,9 @@ executors, stored as JSON lines (per-benchmark cache and the run's own copy), re
                  values are the ORIGINAL solution's outputs, not the variant's own, or verification would
                  compare the variant with itself.
 
-The cache (`<LEAKLAB_CACHE>/variants/<benchmark>-<settings>.jsonl`) holds one line per task, keyed by a
-hash of the task's content, so any run, split or checkpoint on the same benchmark reuses it. Its file
+The cache (`<LEAKLAB_CACHE>/variants/<benchmark>-<settings>.jsonl`, kept by `set_store` as MRI's sets
+are) holds one line per task, keyed by a hash of the task's content, so any run, split or checkpoint on
+the same benchmark reuses it. Its file
 name hashes the settings that change variants (n, seed, verify, example replacement) and the source of
 the modules that make variants (`VARIANT_CODE`), so a change to that code never serves stale variants.
 A variant is stored as the Task fields that differ from its original (prompt, solution, tests, entry
@@ -25,8 +26,6 @@ point) plus its metadata.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -36,10 +35,11 @@ from typing import Any
 
 from leaklab.data.tasks import Task
 from leaklab.errors import UnavailableError
+from leaklab.perturb import set_store
 from leaklab.perturb.examples import RunError
 from leaklab.perturb.variants import Variant, VariantSet, alpha_equivalent, make_variants
 from leaklab.progress import Progress
-from leaklab.rundir import RunDir, append_rows, cache_root, read_rows, write_atomic, write_json
+from leaklab.rundir import RunDir
 
 # Task fields a variant may change (rename_task, replace_examples); the rest are the original's.
 CHANGED_FIELDS = ("prompt", "solution", "tests", "entry_point")
@@ -221,46 +221,31 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
     )
 
 
-def task_key(task: Task) -> str:
-    """A hash of everything about a task that its variants depend on."""
-    payload = json.dumps(
-        [task.task_id, task.benchmark, task.prompt, task.solution, task.entry_point, task.tests]
-        + [task.test_type, task.prompt_is_code, repr(task.test_cases)],
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
 def settings_key(cfg) -> str:
     """What changes the variants: the settings and the variant code itself."""
-    code = hashlib.sha256(b"".join(path.read_bytes() for path in VARIANT_CODE)).hexdigest()
-    payload = json.dumps(
+    code = set_store.code_digest(VARIANT_CODE)
+    return set_store.settings_key(
         [STORE_VERSION, cfg.n_variants, cfg.seed, verify_mode(cfg), cfg.replace_examples, code]
     )
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def cache_file(tasks: Sequence[Task], cfg, cache_dir: str | Path | None = None) -> Path:
-    benchmark = tasks[0].benchmark if tasks else "none"
-    return Path(cache_dir or cache_root()) / "variants" / f"{benchmark}-{settings_key(cfg)}.jsonl"
+    return set_store.cache_file("variants", tasks, settings_key(cfg), cache_dir)
 
 
 def variant_sets_for(
     tasks: Sequence[Task], cfg, *, cache_dir: str | Path | None = None, log=print
 ) -> list[VariantSet]:
     """The variant sets of `tasks` (same order): from the cache, building and adding what is missing."""
-    path = cache_file(tasks, cfg, cache_dir)
-    stored = {row["key"]: row["set"] for row in read_rows(path)}
-    keys = [task_key(t) for t in tasks]
-    todo = [t for t, k in zip(tasks, keys) if k not in stored]
-    if todo:
-        log(f"[leaklab] building SrDetection variants for {len(todo)} of {len(tasks)} tasks")
-        built = build_variant_sets(todo, cfg, log=log)
-        rows = [{"key": task_key(t), "set": set_to_json(vs, t)} for t, vs in zip(todo, built)]
-        append_rows(path, rows, key=lambda r: r["key"])
-        stored.update((r["key"], r["set"]) for r in rows)
-    else:
-        log(f"[leaklab] SrDetection variants of {len(tasks)} tasks from {path}")
-    return [set_from_json(stored[k], t) for t, k in zip(tasks, keys)]
+    return set_store.cached_sets(
+        cache_file(tasks, cfg, cache_dir),
+        tasks,
+        lambda todo: build_variant_sets(todo, cfg, log=log),
+        set_to_json,
+        set_from_json,
+        "SrDetection variants",
+        log,
+    )
 
 
 # --------------------------------------------------------------------------- the run's copy
@@ -298,21 +283,18 @@ def write_run_variants(
     run_root: str | Path, sets: Sequence[VariantSet], tasks: Sequence[Task], min_variants: int
 ) -> dict:
     """<run>/variants.jsonl (one set a line) and <run>/variants_summary.json; returns the summary."""
-    lines = [json.dumps(set_to_json(vs, t)) + "\n" for vs, t in zip(sets, tasks)]
     run = RunDir(run_root)
-    write_atomic(run.variants, "".join(lines))
     info = summary(sets, min_variants)
-    write_json(run.variants_summary, info)
+    set_store.write_run_copy(
+        run.variants, [set_to_json(vs, t) for vs, t in zip(sets, tasks)], run.variants_summary, info
+    )
     return info
 
 
 def read_run_variants(run_root: str | Path, tasks: Sequence[Task]) -> list[VariantSet] | None:
     """The run's variant sets in the order of `tasks`; None when the run has none for all of them."""
-    path = RunDir(run_root).variants
-    if not path.exists():
-        return None
-    by_id = {row["task_id"]: row for row in read_rows(path)}
-    if any(t.task_id not in by_id for t in tasks):
+    by_id = set_store.read_run_copy(RunDir(run_root).variants)
+    if not by_id or any(t.task_id not in by_id for t in tasks):
         return None
     return [set_from_json(by_id[t.task_id], t) for t in tasks]
 
