@@ -23,6 +23,8 @@ import numpy as np
 
 from leaklab.evaluate import load_reference, load_tasks
 from leaklab.evaluations.base import float_or_none
+from leaklab.metrics import leak_rate, two_rate_pvalue
+from leaklab.plugins import AuditRates
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir, write_atomic
 
@@ -150,7 +152,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
             summary = distribution(values)
             rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in summary.items()]
         else:
-            rates = rule_rates(decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
+            rates = rule_rates(scores.rules[column], decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
     clean_rows = []
     if clean_scores is not None:
@@ -319,21 +321,13 @@ def distribution(values) -> dict[str, float]:
     }
 
 
-def rule_rates(decisions, *, n_bootstrap: int, seed: int) -> dict[str, float]:
-    """A rule's leakage rate (leaks among decided samples, bootstrap interval) beside its null rate: the
-    mean over decided samples of 1/(m+1), what the rule flags on data no model saw when each original is
-    exchangeable with its m variants; `excess_pvalue`: the chance of at least this many leaks under that
-    null. The calibrated rule adds its per-sample p-values' median and how many are <= 0.05."""
-    from leaklab.metrics import excess_rate_pvalue, leak_rate
-
+def rule_rates(detector, decisions, *, n_bootstrap: int, seed: int) -> dict[str, float]:
+    """A rule's leakage rate on an unlabelled benchmark (leaks among decided samples, bootstrap interval),
+    plus whatever the rule itself reports there (`plugins.AuditRates`: SrDetection's null rate beside it).
+    Reads only the decisions' `leak` and `decided`, so any rule detector is audited."""
     out = leak_rate(decisions.leak, decisions.decided, n_bootstrap=n_bootstrap, seed=seed)
-    null = decisions.null_rate[decisions.decided]
-    out["null_rate"] = float(null.mean()) if len(null) else float("nan")
-    out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
-    if decisions.pvalue is not None:
-        p = decisions.pvalue[decisions.decided]
-        out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
-        out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
+    if isinstance(detector, AuditRates):
+        out.update(detector.audit_rates(decisions, n_bootstrap=n_bootstrap, seed=seed))
     return out
 
 
@@ -354,10 +348,9 @@ def rule_vs_clean(decisions, clean_decisions, head: dict[str, Any]) -> list[dict
     """A rule's flag rate on the clean set beside the benchmark's, and the exact one-sided test that the
     benchmark's is higher (`two_rate_pvalue`): the comparison a raw rule's rate needs, since its nominal
     null 1/(n+1) fails on code whose variants the model finds likelier than the originals."""
-    from leaklab.metrics import two_rate_pvalue
-
-    n, n_clean = int(decisions.decided.sum()), int(clean_decisions.decided.sum())
-    flagged, flagged_clean = decisions.n_leaks, clean_decisions.n_leaks
+    n, n_clean = int(np.sum(decisions.decided)), int(np.sum(clean_decisions.decided))
+    # `leak` is False where undecided: its sum counts the decided samples flagged.
+    flagged, flagged_clean = int(np.sum(decisions.leak)), int(np.sum(clean_decisions.leak))
     values = {
         "clean_n_decided": float(n_clean),
         "clean_n_leaks": float(flagged_clean),
@@ -372,7 +365,7 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
     """The leakage rate per rule column, in %, with its bootstrap 95% interval, beside the null rate."""
     value = {(r["column"], r["metric"]): r["value"] for r in rows}
     lines = [
-        f"SrDetection leakage rate on {benchmark} (leaks among decided samples; bootstrap 95% interval), "
+        f"Leakage rate of the rule detectors on {benchmark} (leaks among decided samples; bootstrap 95% interval), "
         "beside the rate on data no model saw (null) and the chance of this many leaks under that null:",
         "| detector | decided | undecided | leaks | leak rate % | 95% CI | null rate % | P(>= leaks | null) |"
         " clean rate % | P(rate > clean) |",

@@ -145,6 +145,14 @@ class RuleDetector(Protocol):
 
 
 @runtime_checkable
+class AuditRates(Protocol):
+    """Optional for a rule detector: what an audit (`leaklab audit`, no labels) reports of its decisions
+    beside the leak rate every rule gets (`audit.rule_rates`), e.g. SrDetection's rate under the null."""
+
+    def audit_rates(self, decisions: Any, *, n_bootstrap: int, seed: int) -> dict[str, float]: ...
+
+
+@runtime_checkable
 class ChecksSettings(Protocol):
     """Optional for a detector: problems of its spec under the recipe's `evaluate` settings."""
 

@@ -180,3 +180,22 @@ def test_every_rule_detector_gets_both_flag_rates_even_from_its_own_metrics():
     assert m["f1"] == 0.5
     assert m["flag_rate_members"] == 0.5 and m["flag_rate_non_members"] == 0.75
     assert m["flag_rate_non_members_ci_low"] <= 0.75 <= m["flag_rate_non_members_ci_high"]
+
+
+def test_an_audit_rates_any_rule_detector_from_its_own_decisions():
+    from leaklab.audit import rule_rates, rule_vs_clean
+
+    # Sample 0 and 2 flagged, 1 not, 3 undecided: no SrDetection fields (null rate, p-values, n_leaks).
+    decisions = ToyDecisions(
+        leak=np.array([True, False, True, False]),
+        decided=np.array([True, True, True, False]),
+        margin=np.array([1.0, -1.0, 2.0, np.nan]),
+    )
+    rates = rule_rates(ToyRule(), decisions, n_bootstrap=0, seed=0)
+    assert (rates["n_decided"], rates["n_undecided"], rates["n_leaks"]) == (3, 1, 2)
+    assert rates["leak_rate"] == pytest.approx(2 / 3) and "null_rate" not in rates
+    clean = ToyDecisions(
+        leak=np.array([False, True]), decided=np.array([True, True]), margin=np.array([-1.0, 1.0])
+    )
+    versus = {r["metric"]: r["value"] for r in rule_vs_clean(decisions, clean, {"column": "toy_rule"})}
+    assert versus["clean_n_leaks"] == 1 and versus["clean_leak_rate"] == 0.5

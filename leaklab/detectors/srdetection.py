@@ -47,8 +47,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from leaklab.metrics import excess_rate_pvalue, rule_metrics
 from leaklab.metrics import leak_rate as _leak_rate
-from leaklab.metrics import rule_metrics
 from leaklab.plugins import RuleScores
 from leaklab.similarity.text import ngram_overlap
 
@@ -423,6 +423,23 @@ def _check_against_settings(detector, settings) -> list[str]:
     return []
 
 
+def null_rates(decisions: Decisions) -> dict[str, float]:
+    """What an audit (no labels) reports of SrDetection's decisions beside the leak rate: the null rate,
+    the mean over decided samples of 1/(m+1) (alpha for the clean-null rule), what the rule flags on data
+    no model saw when each original is exchangeable with its m variants; `excess_pvalue`: the chance of at
+    least this many leaks under that null. The calibrated rule adds its per-sample p-values' median and how
+    many are <= 0.05."""
+    out: dict[str, float] = {}
+    null = decisions.null_rate[decisions.decided]
+    out["null_rate"] = float(null.mean()) if len(null) else float("nan")
+    out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
+    if decisions.pvalue is not None:
+        p = decisions.pvalue[decisions.decided]
+        out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
+        out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
+    return out
+
+
 @dataclass
 class SrDetectionGray:
     """Leak iff the original has a lower perplexity than each of its first n variants."""
@@ -446,6 +463,9 @@ class SrDetectionGray:
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+
+    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return null_rates(decisions)
 
 
 @dataclass
@@ -477,6 +497,9 @@ class SrDetectionCalibrated:
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
 
+    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return null_rates(decisions)
+
 
 @dataclass
 class SrDetectionBlack:
@@ -501,6 +524,9 @@ class SrDetectionBlack:
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+
+    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return null_rates(decisions)
 
 
 @dataclass
@@ -559,6 +585,9 @@ class SrDetectionCleanNull:
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+
+    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
+        return null_rates(decisions)
 
 
 # --------------------------------------------------------------------------- inputs

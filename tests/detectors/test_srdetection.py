@@ -192,16 +192,16 @@ def test_excess_rate_pvalue_hand_computed():
 
 def test_audit_rule_rates_report_the_null_beside_the_rate():
     from leaklab.audit import rule_rates
-    from leaklab.detectors.srdetection import calibrated_decisions
+    from leaklab.detectors.srdetection import SrDetectionCalibrated, SrDetectionGray, calibrated_decisions
 
     # Sample 0 flagged, 1 not, 2 undecided; two variants each: null rate 1/3 per decided sample.
     d = gray_box_decisions([1.0, 5.0, 1.0], [[2.0, 3.0], [4.0, 6.0], [nan, nan]], n=2)
-    rates = rule_rates(d, n_bootstrap=0, seed=0)
+    rates = rule_rates(SrDetectionGray(), d, n_bootstrap=0, seed=0)
     assert rates["leak_rate"] == 0.5 and rates["null_rate"] == pytest.approx(1 / 3)
     assert rates["excess_pvalue"] == pytest.approx(1 - (2 / 3) ** 2)
     assert "pvalue_median" not in rates
     c = calibrated_decisions([1.0, 1.0], [[2.0, 3.0], [2.0, 3.0]], [3.0, 1.0], [[1.0, 2.0], [2.0, 3.0]])
-    rates = rule_rates(c, n_bootstrap=0, seed=0)
+    rates = rule_rates(SrDetectionCalibrated(), c, n_bootstrap=0, seed=0)
     assert rates["pvalue_median"] == pytest.approx((1 / 3 + 1) / 2) and rates["n_pvalue_le_0.05"] == 0
 
 
