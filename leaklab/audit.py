@@ -21,12 +21,19 @@ from typing import Any
 
 import numpy as np
 
+from leaklab.data.benchmarks import load_benchmark
+from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
+from leaklab.detectors import needs_of, needs_variants, score_detectors
+from leaklab.detectors.likelihood import REFERENCE
+from leaklab.detectors.srdetection import clean_null_against_set, inputs_from_tasks
+from leaklab.errors import InputError
 from leaklab.evaluate import load_reference, load_tasks
 from leaklab.evaluations.base import float_or_none
-from leaklab.metrics import leak_rate, two_rate_pvalue
+from leaklab.metrics import detection_metrics, leak_rate, two_rate_pvalue
 from leaklab.plugins import AuditRates
-from leaklab.recipe import Recipe
-from leaklab.rundir import RunDir, write_atomic
+from leaklab.recipe import Recipe, config_hash, to_yaml
+from leaklab.report import plot_histograms
+from leaklab.rundir import RunDir, environment_info, text_sha256, write_atomic, write_json
 
 AUDIT_ALIASES = {
     "model": "model.name_or_path",
@@ -55,13 +62,7 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     """Score every task of the recipe's benchmark with its model; write <output_dir>/audit-.../.
     With `clean` (a file or directory in data.benchmark's format, or a benchmark name) the benchmark is
     also tested against that known-clean set (`against_clean`)."""
-    from leaklab.detectors import needs_of, needs_variants, score_detectors
-    from leaklab.detectors.likelihood import REFERENCE
-    from leaklab.detectors.srdetection import inputs_from_tasks
     from leaklab.models.load import load_model_and_tokenizer
-    from leaklab.recipe import config_hash, to_yaml
-    from leaklab.report import plot_histograms
-    from leaklab.rundir import environment_info, write_json
     from leaklab.signals.continuations import GenerationCache
 
     cfg = recipe.evaluate
@@ -196,8 +197,6 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
 def clean_slug(clean: str) -> str:
     """The clean set in the audit folder's name: its file or benchmark name and a short hash of where it
     is, so two clean sets never share a folder."""
-    from leaklab.rundir import text_sha256
-
     where = str(Path(clean).resolve()) if Path(clean).exists() else clean
     name = Path(clean).stem if Path(clean).exists() else clean
     return f"{name.replace('/', '--')}-{text_sha256(where)[:8]}"
@@ -334,8 +333,6 @@ def rule_rates(detector, decisions, *, n_bootstrap: int, seed: int) -> dict[str,
 def clean_null_against_clean_set(scores, clean_scores) -> None:
     """srdetection_clean_null's benchmark decisions, in place: each raw margin against the (1 - alpha)
     quantile of the clean set's margins under the same model (`srdetection.clean_null_against_set`)."""
-    from leaklab.detectors.srdetection import clean_null_against_set
-
     for column, decisions in list(scores.decisions.items()):
         detector, params = scores.params[column]
         if detector == "srdetection_clean_null" and column in clean_scores.columns:
@@ -424,8 +421,6 @@ def _audit_table(rows: list[dict[str, Any]]) -> str:
 def load_clean_set(recipe: Recipe, clean: str):
     """The known-clean tasks: a local file / directory read in data.benchmark's format, else a benchmark
     name (its own format)."""
-    from leaklab.data.benchmarks import load_benchmark
-
     if Path(clean).exists():
         tasks = load_benchmark(recipe.data.benchmark, label="clean", path=clean)
     else:
@@ -437,8 +432,6 @@ def load_clean_set(recipe: Recipe, clean: str):
 
 def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
     """A sample on both sides would make the sets look alike: a clear error, not a weak test."""
-    from leaklab.errors import InputError
-
     shared = {t.text(fmt) for t in tasks} & {t.text(fmt) for t in clean_tasks}
     if shared:
         raise InputError(
@@ -453,9 +446,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
     a one-sided test says it separates the sets, they differ in their text and the warning says so), and
     dataset inference (is the suspect set, as a whole, in training? a p-value, with its false-positive
     rate over random halvings of the clean set). Logs the table; returns the rows."""
-    from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
     from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
-    from leaklab.metrics import detection_metrics
 
     n_s, n_c = len(texts[0]), len(texts[1])
     labels = np.r_[np.ones(n_s, int), np.zeros(n_c, int)]

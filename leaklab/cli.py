@@ -8,7 +8,10 @@ stderr (`leaklab.errors`), with the traceback only under --debug or LEAKLAB_DEBU
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import sys
+from pathlib import Path
 
 USAGE = """usage: leaklab COMMAND [ARGS]
 
@@ -166,8 +169,6 @@ def _detectors() -> int:
 
 
 def _keys(args: list[str]) -> int:
-    import difflib
-
     from leaklab.errors import InputError
     from leaklab.keys import describe_keys, filter_keys, format_keys
     from leaklab.recipe import Recipe, load_recipe
@@ -240,9 +241,6 @@ def _mia(args: list[str]) -> int:
 
 
 def _select(args: list[str]) -> int:
-    import argparse
-    from pathlib import Path
-
     from leaklab.errors import InputError
     from leaklab.selection import SIDES, describe, select_run
 
@@ -267,8 +265,6 @@ def _select(args: list[str]) -> int:
 
 
 def _run_dir(command: str, args: list[str]) -> int:
-    from pathlib import Path
-
     from leaklab.errors import InputError
 
     out_dir = None
@@ -292,8 +288,6 @@ def _run_dir(command: str, args: list[str]) -> int:
 
 def _evaluate(args: list[str]) -> int:
     """`leaklab evaluate RUN_DIR [--into NAME] [evaluate.key=value ...]`, then the report."""
-    from pathlib import Path
-
     from leaklab.errors import InputError
     from leaklab.evaluate import evaluate_run
     from leaklab.rundir import RunDir
@@ -393,7 +387,6 @@ def dispatch(argv: list[str]) -> int:
         from leaklab.memorization.standalone import main as counterfactual_main
 
         return counterfactual_main(args)
-    import difflib
 
     match = difflib.get_close_matches(command, COMMANDS, n=1)
     hint = f"; did you mean {match[0]!r}?" if match else ""

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from leaklab.metrics import welch_t_test
+
 MIN_PER_SET = 4  # two per half: the t-test needs two values on each side
 
 
@@ -86,8 +88,6 @@ def dataset_inference(suspect, clean, *, features: list[str] | None = None, seed
     feature). Raises ValueError when a set has fewer than MIN_PER_SET samples or the columns differ.
     A p-value is NaN when no feature varies on the fit halves (nothing to learn from).
     """
-    from leaklab.metrics import welch_t_test
-
     s = np.asarray(suspect, dtype=np.float64)
     c = np.asarray(clean, dtype=np.float64)
     s, c = (m.reshape(-1, 1) if m.ndim == 1 else m for m in (s, c))

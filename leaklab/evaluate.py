@@ -36,15 +36,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from leaklab import claims
+from leaklab import claims, tracking
 from leaklab.data.benchmarks import load_benchmark
 from leaklab.data.tasks import Task
+from leaklab.detectors import DETECTORS
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
+from leaklab.execution.correctness import canonical_failures
 from leaklab.plugins import Narrows, RunsTests, Summarises
-from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict
+from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict, to_yaml
 from leaklab.rundir import RunDir, locked, read_json, read_rows, write_atomic, write_json
+from leaklab.training.stages import get_stage
 
 DONE_METRIC = "done"
 
@@ -94,8 +97,6 @@ def load_tasks(
 
 def _drop_failing_solutions(tasks: list[Task], source: str, log, left_out) -> list[Task]:
     """`tasks` without those whose canonical solution fails its own tests (see `load_tasks`)."""
-    from leaklab.execution.correctness import canonical_failures
-
     failing = canonical_failures(tasks)
     if not failing:
         return tasks
@@ -183,8 +184,6 @@ ROW_SETTINGS = (
 
 def row_settings(recipe: Recipe, evaluation: str) -> dict[str, Any]:
     """The settings `evaluation`'s rows depend on, as {"evaluate.key": value}."""
-    from leaklab.detectors import DETECTORS
-
     evaluate = to_dict(recipe)["evaluate"]
     records = [EVALUATIONS[evaluation], *(DETECTORS.values() if evaluation == "detection" else ())]
     keys = [*ROW_SETTINGS, *(r.section for r in records if r.config)]
@@ -378,8 +377,6 @@ class Evaluator:
     def _write(
         self, evaluation, output, step: int, epoch: float, seconds: float, recipe: Recipe
     ) -> list[dict[str, Any]]:
-        from leaklab import tracking
-
         if output.records:
             path = self.run.scores(step, evaluation.name)
             records = merge_records(read_rows(path), output.records)
@@ -423,8 +420,6 @@ def evaluation_folder(run: RunDir, name: str, recipe: Recipe) -> RunDir:
     """<run>/evaluations/<name>/ (`--into NAME`): created with the run's manifest and mixture and
     `recipe` (the run's, with this call's evaluate.* keys); its results, scores, caches and report are its
     own, its checkpoints the run's."""
-    from leaklab.recipe import to_yaml
-
     if not re.fullmatch(r"[\w.+-]+", name):
         raise InputError(f"evaluate: --into {name!r}: use letters, digits, '.', '+', '-' or '_'")
     folder = RunDir(run.evaluation_folder(name))
@@ -459,9 +454,7 @@ def evaluate_run(
     `overrides`: evaluate.* keys over the run's recipe (others are refused: they change the weights);
     settings that would change the meaning of rows already written are refused (`check_settings`).
     `into`: write to the evaluation folder <run>/evaluations/<into>/ instead of the run's own files."""
-    from leaklab import tracking
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
-    from leaklab.training.stages import get_stage
 
     run = RunDir(run_dir)
     if not run.recipe.exists():

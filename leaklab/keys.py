@@ -9,6 +9,7 @@ section), so the list cannot drift from the schema: a key added without a commen
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import inspect
 import re
 import typing
@@ -115,7 +116,6 @@ def filter_keys(
     rows: list[tuple[str, str, str, str]], patterns: list[str]
 ) -> list[tuple[str, str, str, str]]:
     """The rows whose key contains any of the patterns (shell wildcards allowed: `evaluate.*seed`)."""
-    import fnmatch
 
     def matches(key: str, pattern: str) -> bool:
         return fnmatch.fnmatchcase(key, pattern) if any(c in pattern for c in "*?[") else pattern in key

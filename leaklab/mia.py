@@ -26,11 +26,17 @@ import dataclasses
 import json
 from pathlib import Path
 
+from leaklab import tracking
 from leaklab.data.labelled import DataSpec, LabelledSet, load_labelled, write_labelled
 from leaklab.data.tasks import Task
+from leaklab.detectors import needs_of
+from leaklab.detectors.likelihood import REFERENCE
+from leaklab.detectors.srdetection import VARIANTS
 from leaklab.errors import InputError
+from leaklab.evaluate import Evaluator, row_settings
 from leaklab.evaluations.base import EvalSet
-from leaklab.recipe import Recipe
+from leaklab.recipe import Recipe, to_dict, to_yaml
+from leaklab.rundir import RunDir, environment_info, text_sha256, write_atomic, write_json
 
 MIA_ALIASES = {"model": "model.name_or_path", "detectors": "evaluate.detectors"}
 DATA_KEYS = {f.name for f in dataclasses.fields(DataSpec)}
@@ -66,10 +72,6 @@ def applicable_detectors(recipe: Recipe, named: bool, log=print) -> list[str]:
     with a logged reason: those needing variants (verified by a benchmark's tests) and, without
     evaluate.reference_model, those reading a reference model. When the user named the detectors
     (`named`), either is refused with one line instead."""
-    from leaklab.detectors import needs_of
-    from leaklab.detectors.likelihood import REFERENCE
-    from leaklab.detectors.srdetection import VARIANTS
-
     reasons = {VARIANTS: "needs variants verified by a benchmark's tests, which plain text has none of"}
     if not recipe.evaluate.reference_model:
         reasons[REFERENCE] = (
@@ -125,10 +127,6 @@ def folder_hash(recipe: Recipe, data: LabelledSet) -> str:
     """What names an mia folder besides the model and data names: the model settings, the data's
     contents and the settings the rows depend on (`evaluate.row_settings`), not the detector list, so
     the same command with more detectors adds their columns to the same folder."""
-    from leaklab.evaluate import row_settings
-    from leaklab.recipe import to_dict
-    from leaklab.rundir import text_sha256
-
     identity = {"model": to_dict(recipe)["model"], "data": data.sha256(), **row_settings(recipe, "detection")}
     return text_sha256(json.dumps(identity, sort_keys=True, default=str))[:8]
 
@@ -138,11 +136,7 @@ def run_mia(
 ) -> Path:
     """Score the labelled set `spec` names with the recipe's model; returns the output folder
     (<output_dir>/mia-<model>-<data>-<hash>/, a one-step run)."""
-    from leaklab import tracking
-    from leaklab.evaluate import Evaluator
     from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
-    from leaklab.recipe import to_yaml
-    from leaklab.rundir import RunDir, environment_info, write_atomic, write_json
 
     data = load_labelled(spec, limit)  # bad input fails before the model loads
     specs = applicable_detectors(recipe, named, log)

@@ -28,10 +28,13 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -365,10 +368,6 @@ def member_doses(run_dir: str | Path) -> dict[str, int]:
 
 
 def environment_info() -> dict[str, Any]:
-    import platform
-    import subprocess
-    from importlib import metadata
-
     versions = {}
     for package in ("leaklab", "torch", "transformers", "peft", "trl", "accelerate", "datasets"):
         try:

@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from leaklab.rundir import RunDir, write_json
+
 SIDES = ("non_members", "members", "all")
 SELECTION_FILE = "selection.json"
 
@@ -191,8 +193,6 @@ def run_stage(run_dir: str | Path) -> str:
 
 
 def write_selection(run_dir: str | Path, sel: Selection) -> Path:
-    from leaklab.rundir import write_json
-
     path = Path(run_dir) / SELECTION_FILE
     write_json(path, asdict(sel))
     return path
@@ -223,8 +223,6 @@ def describe(sel: Selection) -> str:
 
 def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float = 0.05) -> Selection:
     """Read a run's results, select, write <run>/selection.json."""
-    from leaklab.rundir import RunDir
-
     run = RunDir(run_dir)
     if not run.results.exists():
         raise FileNotFoundError(f"{run.results} does not exist: is {run_dir} a leaklab run directory?")

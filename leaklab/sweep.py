@@ -34,6 +34,7 @@ from typing import Any
 
 from leaklab.errors import InputError
 from leaklab.recipe import SPREAD_SEEDS, RecipeError, get_key, load_recipe
+from leaklab.report.compare import main as compare_main
 from leaklab.results import detection_rows
 from leaklab.rundir import locked, read_json, read_rows, write_atomic, write_json
 
@@ -429,7 +430,6 @@ def compare_sweep(sweep_dir: str | Path, out: str | None = None) -> int:
         for path in plot_ratio(points, ratios, Path(sweep_dir) / "ratio_figure.png", title):
             print(f"figure: {path}")
     done = [r["run_dir"] for r in plan["runs"] if (Path(r["run_dir"]) / "results.jsonl").exists()]
-    from leaklab.report.compare import main as compare_main
 
     return compare_main([*done, "--out", out or str(Path(sweep_dir) / "compare")])
 
@@ -440,6 +440,5 @@ def compare_command(argv: list[str]) -> int:
     if len(dirs) == 1 and is_sweep(dirs[0]):
         out = argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None
         return compare_sweep(dirs[0], out)
-    from leaklab.report.compare import main as compare_main
 
     return compare_main(argv)

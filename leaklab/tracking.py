@@ -14,11 +14,19 @@ holds the whole history.
 
 from __future__ import annotations
 
+import math
 import os
+import secrets
+import string
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from leaklab.metrics import roc_curve
 from leaklab.recipe import Recipe, to_dict
+from leaklab.report import build_report
+from leaklab.results import DELAY_LEVELS, column_of, detection_delays, detection_rows
+from leaklab.rundir import read_rows
 
 _run = None
 
@@ -72,8 +80,6 @@ def _supersede_offline_runs(run_dir: Path, run_id: str) -> list[Path]:
 
 def _replay(results: Path) -> None:
     """Every row already in results.jsonl, logged again as the live run logged it."""
-    from leaklab.rundir import read_rows
-
     rows = read_rows(results)
     training: dict[int, dict[str, Any]] = {}
     for row in rows:
@@ -87,9 +93,6 @@ def _replay(results: Path) -> None:
 
 def _new_run_id() -> str:
     """W&B run ids are short lowercase alphanumerics; make one here rather than rely on wandb internals."""
-    import secrets
-    import string
-
     return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
@@ -149,12 +152,9 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
     every score column and its member / non-member score histograms."""
     if _run is None or not records:
         return
-    import math
 
     import numpy as np
     import wandb
-
-    from leaklab.metrics import roc_curve
 
     fields = list(dict.fromkeys(k for r in records for k in r))
     flat = [_flat(r) for r in records]
@@ -188,7 +188,6 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
         payload["detection/roc"] = wandb.plot.line(
             roc, "fpr", "tpr", stroke="detector", title=f"ROC at step {step}"
         )
-    import tempfile
 
     # The counterfactual figures (target vs reference scatter, delta vs target BLEU, the metric
     # correlation heatmap) as images; W&B copies them when they are logged, so a temporary folder does.
@@ -205,8 +204,6 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The W&B summary of a run's detection: the detector with the highest AUROC at the last checkpoint
     (with its interval) and each detector's detection delay (`results.detection_delays`: first step whose
     AUROC interval lies above 0.5 and above 0.8, threshold-free evidence only; -1: never)."""
-    from leaklab.results import DELAY_LEVELS, column_of, detection_delays, detection_rows
-
     det = detection_rows(rows)
     steps = sorted({r["step"] for r in det})
     if not steps:
@@ -243,10 +240,6 @@ def publish_report(run_dir: Path) -> Path | None:
 
 def _publish(run_dir: Path) -> Path:
     import wandb
-
-    from leaklab.report import build_report
-    from leaklab.results import column_of, detection_rows
-    from leaklab.rundir import read_rows
 
     rows = read_rows(Path(run_dir) / "results.jsonl")
     _run.summary.update(detection_summary(rows))

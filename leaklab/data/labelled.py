@@ -28,6 +28,7 @@ import numpy as np
 
 from leaklab.data.benchmarks import _located_rows
 from leaklab.errors import InputError, UnavailableError
+from leaklab.rundir import write_atomic
 
 HUB_PREFIX = "hub:"
 SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".csv", ".parquet")
@@ -240,8 +241,6 @@ def _check_disjoint(out: LabelledSet, where: str) -> None:
 
 def write_labelled(out: LabelledSet, path: Path) -> None:
     """The set as scored, one {"task_id", "label", "text"} a line: the run folder holds its own data."""
-    from leaklab.rundir import write_atomic
-
     lines = (
         json.dumps({"task_id": i, "label": int(label), "text": text})
         for i, text, label in zip(out.ids, out.texts, out.labels)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from leaklab.data.splits import split_members
 from leaklab.data.tasks import Task
+from leaklab.detectors.srdetection import gray_box_decisions, gray_scores, inputs_from_tasks
+from leaklab.perturb import store as variant_store
 from leaklab.recipe import Recipe
 
 
@@ -28,9 +30,6 @@ def prefilter_tasks(model, tokenizer, tasks: list[Task], recipe: Recipe, log=pri
     """Drop the tasks whose original already has a lower perplexity than every one of its variants under
     the base model. Tasks the rule cannot decide (too few verified variants) are kept. Returns the
     counts, the dropped ids and the kept ids."""
-    from leaklab.detectors.srdetection import gray_box_decisions, gray_scores, inputs_from_tasks
-    from leaklab.perturb import store as variant_store
-
     cfg = recipe.evaluate.srdetection
     sets = variant_store.variant_sets_for(tasks, cfg, log=log)
     original, variants = gray_scores(

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.tasks import Task
+from leaklab.rundir import cache_root, read_rows, write_atomic
 
 BENCHMARK = "synthetic"
 DEFAULT_SIZE = 2000  # tasks built when `data.max_samples` does not say
@@ -924,8 +925,6 @@ def code_version() -> str:
 
 
 def cache_file(seed: int, size: int, cache_dir: str | Path | None = None) -> Path:
-    from leaklab.rundir import cache_root
-
     root = Path(cache_dir) if cache_dir else cache_root()
     return root / "synthetic" / f"seed{seed}-n{size}-{code_version()}.jsonl"
 
@@ -961,8 +960,6 @@ def load_synthetic(
 ) -> list[Task]:
     """The synthetic benchmark: `max_samples` tasks (DEFAULT_SIZE when None) drawn with `seed`, from the
     cache, or built (in the sandbox) and cached."""
-    from leaklab.rundir import read_rows, write_atomic
-
     if path:
         raise ValueError(
             f"the synthetic benchmark is built, not read: unset data.path ({path}); data.seed and "

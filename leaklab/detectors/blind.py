@@ -34,6 +34,8 @@ import zlib
 
 import numpy as np
 
+from leaklab.metrics import auroc
+
 NAME = "blind"
 SHIFT_ALPHA = 0.05  # level of the shift test: its false-alarm rate on a split with no shift
 # The permutation test's budget: 49 refits give p down to 0.02; stopping at the 3rd permuted AUROC at or
@@ -157,8 +159,6 @@ def shift_pvalue(
     p = (1 + exceedances) / (1 + max_permutations). A split with no shift costs a handful of refits, a
     shifted one `max_permutations`. `scores`: the observed out-of-fold scores when already computed.
     NaN when a class has fewer than 2 samples."""
-    from leaklab.metrics import auroc
-
     y = _labels(texts, labels)
     features = blind_features(texts)
     observed = _out_of_fold(features, y, folds, seed) if scores is None else np.asarray(scores, float)

@@ -42,6 +42,8 @@ from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.correctness import pass_at_k
 from leaklab.metrics import group_mean_intervals
+from leaklab.report import charts
+from leaklab.report.section import Panel, Section, Table
 from leaklab.results import without_dose
 
 SIDES = ("members", "non_members", "all")
@@ -366,9 +368,6 @@ def _is_pass_metric(metric: str) -> bool:
 def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
     """Per pass@ metric a panel of members vs non-members and one of their gap over checkpoints, each
     with its bootstrap band, and a table per checkpoint: value [95% interval] per side."""
-    from leaklab.report import charts
-    from leaklab.report.section import Panel, Section, Table
-
     metrics = list(dict.fromkeys(str(r["metric"]) for r in rows if _is_pass_metric(str(r.get("metric")))))
     # The charts name each series after its column: show the sides as readers say them.
     named = [{**r, "column": SIDE_NAMES[r["column"]]} for r in rows if r.get("column") in SIDE_NAMES]

@@ -38,7 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from leaklab.execution.correctness import outputs_match
 from leaklab.execution.input_gen import find_function, generate_inputs, input_key
+from leaklab.execution.sandbox import FunctionCalls
+from leaklab.similarity.judges import judge_pairs
 
 THRESHOLD = 0.8  # HyClone's clone threshold on S_a and S_b
 MAX_INPUTS = 50  # inputs run per pair and side (the first ones)
@@ -99,8 +102,6 @@ def cross_execute(
 ) -> list[CrossResult]:
     """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order.
     `generated`: at most this many inputs per pair generated from the ground truth's signature (0: none)."""
-    from leaklab.execution.sandbox import FunctionCalls
-
     out: dict[int, CrossResult] = {}
     pending = []
     made: dict[int, Any] = {}
@@ -177,8 +178,6 @@ def _counts(sources: dict[str, int]) -> str:
 
 def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[float | None, int]:
     """(share of the inputs the ground truth runs on where the generation returns the same, that count)."""
-    from leaklab.execution.correctness import outputs_match
-
     valid = [k for k in indexes if k < len(reference) and reference[k].ok]
     agree = sum(
         1
@@ -190,8 +189,6 @@ def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[fl
 
 def _screen(llm: LLMStages, pairs, pending) -> dict[int, str]:
     """Stage 1 for the pending pairs: index -> "clone" | "not a clone" | "unreadable: <why>"."""
-    from leaklab.similarity.judges import judge_pairs
-
     asked = [(pairs[i].reference, pairs[i].candidate) for i in pending]
     if not asked:
         return {}

@@ -45,6 +45,7 @@ import io
 import itertools
 import json
 import os
+import random
 import socket
 import sys
 import tempfile
@@ -468,8 +469,6 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
 
 def _rng_state() -> dict[str, Any]:
     """The global random streams tests seed (random, numpy.random), to carry across a call."""
-    import random
-
     state: dict[str, Any] = {"random": random.getstate()}
     if "numpy" in sys.modules:
         state["numpy"] = sys.modules["numpy"].random.get_state()
@@ -477,8 +476,6 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _fresh_rng_state() -> dict[str, Any]:
-    import random
-
     state: dict[str, Any] = {"random": random.Random().getstate()}
     if "numpy" in sys.modules:
         state["numpy"] = sys.modules["numpy"].random.RandomState().get_state()
@@ -486,8 +483,6 @@ def _fresh_rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: Any) -> None:
-    import random
-
     if type(state) is not dict:
         return
     if "random" in state:

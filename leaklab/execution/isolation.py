@@ -53,13 +53,23 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import gc
+import glob
 import os
 import resource
+import shutil
 import signal
+import site
+import socket
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from leaklab.rundir import cache_root
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -268,9 +278,6 @@ def interpreter_paths(with_package: bool = True) -> list[str]:
     the executable's directory), its site-packages and other sys.path entries, and the leaklab
     package. Entries of sys.path that merely hold leaklab (a checkout's root, or "/", the worker's
     working directory for `python -m`) are left out: only the package itself is needed from them."""
-    import site
-    import sysconfig
-
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     paths = {
         sys.prefix,
@@ -394,10 +401,6 @@ def site_dirs(paths: list[str]) -> list[str]:
     interpreter's own, as site, sysconfig and sys.path name them wherever the installation lives, and
     those of the usual layouts (`SITE_LAYOUTS`) below each path, where another Python of the system
     installs."""
-    import glob
-    import site
-    import sysconfig
-
     found = {
         *site.getsitepackages(),
         site.getusersitepackages(),
@@ -415,9 +418,9 @@ def answer_keys(paths: list[str]) -> list[str]:
     """Data files of the benchmark packages (`BENCHMARK_PACKAGES`) installed in the site directories
     inside `paths`."""
     found: set[str] = set()
-    for site in site_dirs(paths):
+    for site_dir in site_dirs(paths):
         for package in BENCHMARK_PACKAGES:
-            for root, _, files in os.walk(os.path.join(site, package)):
+            for root, _, files in os.walk(os.path.join(site_dir, package)):
                 data = (f for f in files if f.lower().endswith(DATA_SUFFIXES))
                 found.update(os.path.realpath(os.path.join(root, f)) for f in data)
     return sorted(found)
@@ -440,8 +443,6 @@ def data_caches() -> list[str]:
     `DATA_VARIABLES`. Read in the process that starts the sandbox: a worker's environment is clean.
     Usually none of them is visible to a run; the minimal root covers those that are (a cache inside a
     virtualenv, a Python installed in a home directory)."""
-    from leaklab.rundir import cache_root
-
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     named = ("evalplus", "bigcodebench", "huggingface")
     paths = [str(cache_root()), *(os.path.join(cache, d) for d in named)]
@@ -602,8 +603,6 @@ def start_pid_namespace() -> int:
 
 
 def _reap_forever() -> None:
-    import gc
-
     gc.freeze()  # touch none of the worker's pages
     set_process_name(INIT_NAME)
     os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
@@ -909,7 +908,6 @@ def enter_child(
         load_seccomp(seccomp)
     # The worker's environment is already clean (see sandbox._worker_env); only these are per run.
     os.environ.update({"HOME": workdir, "TMPDIR": workdir, "MPLCONFIGDIR": workdir, "USER": "sandbox"})
-    import tempfile
 
     tempfile.tempdir = workdir
 
@@ -959,9 +957,6 @@ def _inside_workdir(name: str, func: Any, n_paths: int = 1):
 def build_guards() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, replacement) for the process-spawning, signalling and destructive calls of
     os, shutil and subprocess. Built once in the worker; `apply_guards` installs them in each child."""
-    import shutil
-    import subprocess
-
     guards: list[tuple[Any, str, Any]] = []
     for name in (
         "system", "popen", "kill", "killpg", "fork", "forkpty", "setuid", "setgid", "seteuid",
@@ -994,8 +989,6 @@ def build_socket_guards() -> list[tuple[Any, str, Any]]:
     """The network guard where no network namespace could be made: sockets cannot connect, bind,
     listen or send to an address, and names do not resolve. `_socket` used directly or ctypes still
     reach the network; only the namespace stops those."""
-    import socket
-
     guards: list[tuple[Any, str, Any]] = []
     for name in ("connect", "connect_ex", "bind", "sendto", "sendmsg", "listen"):
         guards.append((socket.socket, name, _denied(f"socket.{name}")))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from leaklab.data.canaries import Canary, draw_secret
+from leaklab.metrics import percentile_intervals, resample_weights
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,6 @@ def by_dose(canaries: Sequence[Canary], values: dict[str, float]) -> dict[int, n
 
 def mean_with_interval(values: np.ndarray, n_bootstrap: int, seed: int) -> dict[str, float]:
     """mean, and its bootstrap 95% interval over the values (NaN without resamples or values)."""
-    from leaklab.metrics import percentile_intervals, resample_weights
-
     out = {"mean": float(values.mean()) if len(values) else math.nan, "ci_low": math.nan, "ci_high": math.nan}
     if len(values) and n_bootstrap > 0:
         weights = resample_weights([np.arange(len(values))], len(values), n=n_bootstrap, seed=seed)

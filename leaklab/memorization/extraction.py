@@ -43,7 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
+from leaklab.data.corpora import stdlib_source_files
 from leaklab.errors import InputError
+from leaklab.metrics import percentile_intervals, spearman
 
 STRATEGIES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step", "discoverable")
 RANKINGS = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
@@ -58,8 +60,6 @@ def builtin_documents() -> list[tuple[str, str]]:
     """The builtin corpus (what the tiny model pretrains on) as (name, text): the same texts, in the same
     order, as `leaklab.data.corpora.builtin_corpus_texts`, named by file or pydoc topic."""
     from pydoc_data.topics import topics
-
-    from leaklab.data.corpora import stdlib_source_files
 
     root = Path(sysconfig.get_paths()["stdlib"])
     docs = []
@@ -409,8 +409,6 @@ def exposure_spearman(exposures, occurrences, *, n_bootstrap: int = 0, seed: int
     extracted count 0 outputs; the paper correlates only contents found in the outputs), with a 95%
     percentile interval from resampling the members (`n_bootstrap` > 0).
     Keys: exposure_spearman, n_members, and exposure_spearman_ci_low / _ci_high."""
-    from leaklab.metrics import percentile_intervals, spearman
-
     x = np.asarray(exposures, dtype=np.float64)
     y = np.asarray(occurrences, dtype=np.float64)
     out = {"exposure_spearman": spearman(x, y), "n_members": float(len(x))}

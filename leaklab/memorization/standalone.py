@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 from leaklab.errors import InputError
+from leaklab.memorization.counterfactual import build_prompt, extract_function
+from leaklab.rundir import write_atomic
 
 
 def parser() -> argparse.ArgumentParser:
@@ -66,7 +69,6 @@ def corpus_sources(path: str | Path) -> list[tuple[str, str]]:
 
 
 def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
-    from leaklab.memorization.counterfactual import build_prompt, extract_function
     from leaklab.models.load import load_model, load_tokenizer
     from leaklab.signals.continuations import GenerationCache, greedy_replies
     from leaklab.signals.generation import prompt_boundaries
@@ -98,8 +100,6 @@ def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    from collections import Counter
-
     from leaklab.memorization.counterfactual import (
         FunctionFilter,
         counterfactually_memorized,
@@ -107,7 +107,6 @@ def main(argv: list[str]) -> int:
         table1,
         table2,
     )
-    from leaklab.rundir import write_atomic
     from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, Pair, provenance, score_pairs
 
     args = parser().parse_args(argv)

@@ -5,7 +5,10 @@ A checkpoint saved with LoRA holds only the adapter; `load_checkpoint` puts it b
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
@@ -42,10 +45,6 @@ def _unavailable(path: str, what: str, err: Exception, key: str) -> ModelUnavail
 
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
     """Can a connection to the hub's host be opened? (behind a proxy: assume so, the proxy decides)."""
-    import os
-    import socket
-    from urllib.parse import urlparse
-
     if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
         return True
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
@@ -61,8 +60,6 @@ def _hub_reachable(timeout_s: float = 3.0) -> bool:
 def check_hub_model(name: str, key: str = "model.name_or_path") -> None:
     """Fail in seconds, not after a minute of retries, for a hub model that is not in the local cache
     when the hub cannot be reached; anything else is left to the load itself."""
-    import os
-
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         return  # offline mode: transformers fails at once on what is not cached
     try:

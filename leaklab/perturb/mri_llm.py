@@ -23,7 +23,20 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from leaklab.data.tasks import Task
-from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, quoted_code
+from leaklab.execution.sandbox import FunctionCalls
+from leaklab.perturb.examples import find_examples, replace_examples
+from leaklab.perturb.rewriting import (
+    LOGIC_TYPES,
+    NotRewritable,
+    Rewrite,
+    _outcome,
+    _params,
+    call_inputs,
+    check_candidate,
+    quoted_code,
+)
+from leaklab.perturb.unittest_rewrite import Candidate, regenerable_sites, validate_candidates
+from leaklab.similarity.judges import reply_fields, yes_no
 
 PARAPHRASE_PROMPT = """\
 Here is the statement of a Python programming task, between <task> and </task>.
@@ -207,10 +220,6 @@ def llm_rewrites(
     timeout_s: float = 5.0,
 ) -> list[Rewrite]:
     """One LLM rewrite per task, checked in the sandbox exactly as the rule-based ones are."""
-    from leaklab.execution.sandbox import FunctionCalls
-    from leaklab.perturb.examples import find_examples, replace_examples
-    from leaklab.perturb.rewriting import NotRewritable, _outcome, _params, call_inputs, check_candidate
-
     results = [Rewrite(t.task_id) for t in tasks]
     replies = generator.generate([render(rewrite_prompt(t)) for t in tasks], max_new_tokens, (), 0.0)
     plans, jobs, units = [], [], {}
@@ -278,8 +287,6 @@ def llm_rewrites(
 def _unittest_rewrites(tasks, proposals: dict[int, Proposal], sandbox, results, timeout_s: float) -> None:
     """LLM rewrites of unittest tasks through `unittest_rewrite`'s checks (regenerated asserted literals,
     the rewrite passes them and the original fails them under the real judge)."""
-    from leaklab.perturb.unittest_rewrite import Candidate, regenerable_sites, validate_candidates
-
     order = sorted(proposals)
     subset = [tasks[i] for i in order]
     mine = [results[i] for i in order]
@@ -373,8 +380,6 @@ _DIFFICULTY_WORDS = {
 def read_judgement(reply: str) -> Judgement:
     """Read one judge reply: JSON (fenced or bare, the last object wins), or failing that the fields
     `aligned: ...` and `difficulty: ...` written loosely. Anything else is a Judgement with `failure`."""
-    from leaklab.similarity.judges import reply_fields, yes_no
-
     if not reply or not reply.strip():
         return Judgement(None, failure="empty reply")
     obj = reply_fields(reply, ("aligned", "difficulty", "reason"))

@@ -42,7 +42,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from leaklab.data.synthetic import BENCHMARK as SYNTHETIC
+from leaklab.data.synthetic import rewrite as synthetic_rewrite
 from leaklab.data.tasks import Task
+from leaklab.execution.correctness import outputs_match
+from leaklab.execution.sandbox import FunctionCalls
 
 LOGIC_TYPES = (
     "component_swap",
@@ -836,8 +840,6 @@ def _outcome(result, n: int) -> tuple[list | None, str]:
 def check_candidate(task: Task, inputs: list[list], original: list, result, n_probe: int):
     """(values, None) for a candidate that ran cleanly on all `n_probe` inputs and differs from the
     original on at least one test input (the first len(inputs)); else (None, {"reason", "detail"})."""
-    from leaklab.execution.correctness import outputs_match
-
     values, why = _outcome(result, n_probe)
     if values is None:
         reason = "timeout" if "time" in why.lower() else "crashes"
@@ -863,8 +865,6 @@ def rewrite_tasks(
     Each task gets up to `per_type` candidates of every type, all run in the sandbox in one batch;
     the accepted rewrite is the first candidate that passes, visiting the types in an order drawn per
     task (so every type gets its share) and each type's sites in their shuffled order."""
-    from leaklab.data.synthetic import BENCHMARK as SYNTHETIC
-    from leaklab.execution.sandbox import FunctionCalls
     from leaklab.perturb.examples import find_examples
 
     results = [Rewrite(t.task_id) for t in tasks]
@@ -955,8 +955,6 @@ def rewrite_tasks(
 
 
 def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:
-    from leaklab.data.synthetic import rewrite as synthetic_rewrite
-
     try:
         new = synthetic_rewrite(task, rng, sandbox)
     except (ValueError, RuntimeError) as err:

@@ -35,6 +35,7 @@ from typing import Any
 
 from leaklab.data.tasks import Task
 from leaklab.errors import UnavailableError
+from leaklab.execution.correctness import check_solution, reference_outputs
 from leaklab.perturb import set_store
 from leaklab.perturb.examples import RunError
 from leaklab.perturb.variants import Variant, VariantSet, alpha_equivalent, make_variants
@@ -56,7 +57,6 @@ VARIANT_CODE = tuple(
 
 def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Callable]:
     """(run_solution, verify) for `make_variants`, running everything in `sandbox`."""
-    from leaklab.execution.correctness import check_solution, reference_outputs
 
     def run_solution(task: Task, inputs: list) -> list:
         program = task.program()

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from leaklab.data.tasks import Task
+from leaklab.execution.sandbox import FunctionCalls
 from leaklab.perturb.rewriting import (
     LOGIC_TYPES,
     NotRewritable,
@@ -179,8 +180,6 @@ def regenerable_sites(
 ) -> list[dict | None]:
     """Per task, {site index: the original's value} of the asserted literals that can be regenerated
     (None, with the rejection recorded, where there are none or the original fails its tests)."""
-    from leaklab.execution.sandbox import FunctionCalls
-
     found: list[dict | None] = [None] * len(tasks)
     at, jobs = {}, []
     for i, task in enumerate(tasks):
@@ -230,7 +229,6 @@ def validate_candidates(
     per task the first candidate (in the given order) that the real judge then confirms: it passes the
     regenerated suite and the original solution fails it. Outcomes and rejections go into `results`."""
     from leaklab.execution.correctness import check_many
-    from leaklab.execution.sandbox import FunctionCalls
 
     jobs, where = [], []
     for i, (task, keep) in enumerate(zip(tasks, sites)):

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.rundir import append_rows, read_rows
+from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt
+from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
 
 class GenerationCache:
@@ -138,8 +140,6 @@ def greedy_continuations(
     steps as its longest row needs, so similar lengths waste little). Under several processes the
     groups are spread over the ranks and gathered; call it on every rank.
     """
-    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
     if accelerator is not None:
         model = accelerator.unwrap_model(model)
     cache = _GENERATIONS if cache is None else cache
@@ -218,9 +218,6 @@ def greedy_replies(
     (the caller's; default `model_fingerprint`). A back-end without token ids is not cached. Under
     several processes the missing prompts are spread over the ranks and gathered; call it on every rank.
     """
-    from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt
-    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
     if accelerator is not None:
         model = accelerator.unwrap_model(model)
     cache = _GENERATIONS if cache is None else cache
@@ -302,8 +299,6 @@ def sampled_continuations(
     generator in one call (its batching decodes n x prompts rows `batch_size` at a time); under several
     processes the prompts are spread over the ranks and gathered.
     """
-    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
     if n < 1 or temperature <= 0:
         raise ValueError(f"sampling needs n >= 1 and temperature > 0, got n={n}, temperature={temperature}")
     if accelerator is not None:

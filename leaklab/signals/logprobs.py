@@ -68,6 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from leaklab.progress import Progress, say_once
+from leaklab.rundir import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -273,8 +274,6 @@ class SignalCache:
         return self.directory / key[:2] / f"{key}.npz"
 
     def _write(self, key: str, stats: TokenStats) -> None:
-        from leaklab.rundir import write_atomic
-
         arrays = {"token_ids": stats.token_ids, "logprob": stats.logprob}
         if stats.has_distribution:
             arrays.update(mean=stats.mean, var=stats.var)
@@ -885,8 +884,6 @@ def token_frequencies(
             counts += np.bincount(ids, minlength=len(counts))[: len(counts)]
         table = TokenFrequencies(counts)
         if path is not None:
-            from leaklab.rundir import write_atomic
-
             buf = io.BytesIO()
             np.save(buf, counts)
             path.parent.mkdir(parents=True, exist_ok=True)

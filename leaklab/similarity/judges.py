@@ -19,6 +19,7 @@ The counterfactual evaluation asks them as optional functional metrics (`evaluat
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -78,8 +79,6 @@ def make_backend(backend: str, model: str, base_url: str | None = None):
     """(generator, render) for an LLM that leaklab asks its own prompts: "openai" (a server at
     `base_url`, key from $OPENAI_API_KEY) or "hf" (a local directory or hub name, loaded here; a chat
     model's prompts are wrapped in its chat template)."""
-    import os
-
     from leaklab.signals.generation import make_generator
 
     if backend == "openai":

@@ -62,7 +62,12 @@ import numpy as np
 
 from leaklab.similarity.dataflow import data_flow, field_names
 from leaklab.similarity.jit import COMPILED, jit
-from leaklab.similarity.text import bleu_from_counts, clipped_matches, word_ngram_counts
+from leaklab.similarity.text import (
+    bleu_from_counts,
+    clipped_matches,
+    edit_similarity_max_len,
+    word_ngram_counts,
+)
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
 MRI_COSTS = (1.0, 1.0, 1.0)
@@ -720,8 +725,6 @@ def ast_similarity(reference: Structure, candidate: Structure) -> float:
 
 def mri_similarity(reference: Structure, candidate: Structure) -> float:
     """MRI's S = (AST similarity + edit similarity of the `ast.unparse`-normalised code) / 2."""
-    from leaklab.similarity.text import edit_similarity_max_len
-
     return (
         ast_similarity(reference, candidate) + edit_similarity_max_len(candidate.unparsed, reference.unparsed)
     ) / 2

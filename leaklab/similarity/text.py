@@ -17,6 +17,7 @@ Choices the paper leaves open, fixed here:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
@@ -264,8 +265,6 @@ def minhash_signature(tokens: Sequence[str], permutations: int = MINHASH_PERMUTA
     different workers compare. Returns a uint64 array; an empty set gives a row of the modulus (an
     "infinite" minimum), so two empty sets agree.
     """
-    import hashlib
-
     import numpy as np
 
     rng = np.random.default_rng(seed)

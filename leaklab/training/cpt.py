@@ -8,6 +8,7 @@ off the Trainer as a callback (`training/callbacks.py`).
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from leaklab.data.mixing import build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
+from leaklab.training.callbacks import world_size
 from leaklab.training.stages import StageData
 
 
@@ -156,8 +158,6 @@ def _checkpointing_argument(enabled: bool) -> dict:
 
     Always passed, False included: TRL's configs (SFTConfig, GRPOConfig) default it to True, which
     recomputed every activation unasked (+27% CPU per tiny-model SFT step, measured)."""
-    import inspect
-
     from transformers import TrainingArguments
 
     params = inspect.signature(TrainingArguments.__init__).parameters
@@ -169,8 +169,6 @@ def build_trainer(
     model, tokenizer, dataset: PackedBlocks, recipe: Recipe, output_dir: Path, callbacks, report_to
 ):
     from transformers import Trainer, default_data_collator
-
-    from leaklab.training.callbacks import world_size
 
     args = training_arguments(recipe, output_dir, world_size(), report_to)
     return Trainer(

@@ -19,8 +19,10 @@ import importlib.util
 import json
 from pathlib import Path
 
+from leaklab.data.doses import LayoutError, plan_positions
 from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
 from leaklab.data.tasks import Task
+from leaklab.execution.config import WeakerSandboxError
 from leaklab.execution.rewards import CodeReward, task_to_json
 from leaklab.recipe import Recipe, RecipeError
 from leaklab.rundir import RunDir
@@ -158,8 +160,6 @@ def build_dataset(
 def prompt_schedule(recipe: Recipe, members: list[Task], doses: dict[str, int]) -> list[Task]:
     """`inject` set: the member prompts in training order, each as many times as its dose, spread as
     leaklab.data.doses plans them. There are no other prompts, so the window must be the whole stream."""
-    from leaklab.data.doses import LayoutError, plan_positions
-
     by_id = {t.task_id: t for t in members}
     chosen = {t.task_id: doses[t.task_id] for t in members}
     n_rows = sum(chosen.values())
@@ -180,8 +180,6 @@ def prompt_schedule(recipe: Recipe, members: list[Task], doses: dict[str, int]) 
 def make_reward(recipe: Recipe) -> CodeReward:
     """The reward with its pool started and its isolation checked: a weaker sandbox fails here, before
     any training (exit 2 at the command line), unless execution.allow_weaker_sandbox says otherwise."""
-    from leaklab.execution.config import WeakerSandboxError
-
     rl = recipe.train.rl
     reward = CodeReward(
         mode=rl.reward,

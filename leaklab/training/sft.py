@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
+from leaklab.data.doses import LayoutError, plan_positions
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
 from leaklab.errors import InputError
@@ -214,8 +215,6 @@ def dosed_pairs(
     """`inject` set: (the member examples, every example in training order). Each member appears as
     many times as its dose at the planned rows (leaklab.data.doses); the other instruction data fills
     the rest, in the order it was drawn."""
-    from leaklab.data.doses import LayoutError, plan_positions
-
     n_rows = sum(doses.values()) + len(others)
     try:
         plan = plan_positions(doses, n_rows, recipe.inject.window, seed=recipe.mix.seed)

@@ -30,7 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from leaklab.execution.rewards import task_to_json
+from leaklab.data.prompting import CHAT_INSTRUCTION
+from leaklab.execution.rewards import task_from_json, task_to_json
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir, write_atomic
 
@@ -46,8 +47,6 @@ def verl_available() -> bool:
 def verl_rows(tasks, recipe: Recipe) -> list[dict[str, Any]]:
     """veRL's dataset rows for `tasks` (see the module docstring). The user turn is the one the sft stage
     and the accuracy evaluation use (data/prompting.py); veRL applies the model's chat template."""
-    from leaklab.data.prompting import CHAT_INSTRUCTION
-
     rl = recipe.train.rl
     rows = []
     for i, task in enumerate(tasks):
@@ -194,8 +193,6 @@ class VerlRun:
         self.log = log
 
     def write_files(self) -> list[str]:
-        from leaklab.execution.rewards import task_from_json
-
         tasks = [task_from_json(t) for t in self.dataset["task"]]
         rows = verl_rows(tasks, self.recipe)
         files = {
