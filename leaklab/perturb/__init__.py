@@ -12,5 +12,6 @@ unittest_rewrite  the same for tasks whose tests are a unittest class (BigCodeBe
 mutation      MRI's mutation: seeded word scrambling, capitalisation and character noise on the prose
 mri_llm       MRI's optional LLM backend: paraphrases and rewrites by a model, checked as the rules' are
 mri_sets      MRI's perturbed sets: built once per benchmark, cached, the run's copy and its summary
-store         sandboxed executors, building, JSON form, the per-benchmark cache and the run's copy
+store         SrDetection's variant sets: sandboxed executors, building, JSON form, cache and run's copy
+set_store     the per-benchmark cache of sets built per task (variants, MRI sets) and the run's copy
 """
