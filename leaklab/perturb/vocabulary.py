@@ -25,8 +25,6 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from leaklab.data.corpora import pydoc_topics, stdlib_source_files
-
 # Groups of interchangeable identifier words. A name is split into words (snake_case or camelCase) and
 # each word may be swapped for another member of a group it belongs to, so `has_close_elements` can
 # become `contains_near_items` and `nums` can become `values`: variants read like code a person wrote.
@@ -563,6 +561,8 @@ def matched_swaps(name: str, rng: random.Random, count: int = 12) -> list[str]:
 
 def main() -> None:
     """Rebuild CODE_COUNTS_FILE and PROSE_COUNTS_FILE from this interpreter's standard library."""
+    from leaklab.data.corpora import pydoc_topics, stdlib_source_files
+
     sources = []
     for path in stdlib_source_files():
         try:
