@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_report import _page_specs, make_run
@@ -246,3 +247,42 @@ def test_report_draws_the_counterfactual_flag_rate_against_dose_beside_the_non_m
     assert rates == pytest.approx(
         {("members", 1): 0.0, ("members", 8): 0.75, ("non_members", 1): 0.1, ("non_members", 8): 0.1}
     )
+
+
+def test_wandb_draws_auroc_against_dose_at_every_evaluated_step(monkeypatch):
+    """One chart per step with per-dose detection rows: (detector, dose, log2 dose, AUROC, interval),
+    detectors in registry order, a missing interval as NaN; all-members rows and other evaluations'
+    per-dose rows stay out of it."""
+    import math
+
+    from leaklab import tracking
+
+    logged = []
+    monkeypatch.setattr(tracking, "_run", SimpleNamespace(log=logged.append))
+    monkeypatch.setattr(tracking, "log_metrics", lambda metrics, step: None)
+    rows = []
+    for step, shift in ((8, 0.0), (16, 0.1)):
+        head = {"step": step, "evaluation": "detection"}
+        for dose, value in ((1, 0.5), (4, 0.7)):
+            rows += [{**head, "column": "ppl", "metric": m, "value": value + shift + d, "dose": dose}
+                     for m, d in (("auroc", 0.0), ("auroc_ci_low", -0.1), ("auroc_ci_high", 0.1))]  # fmt: skip
+        rows.append({**head, "column": "zlib", "metric": "auroc", "value": 0.6, "dose": 4})
+        rows.append({**head, "column": "ppl", "metric": "auroc", "value": 0.9})  # all members
+    rows.append(
+        {"step": 16, "evaluation": "mri", "column": "all", "metric": "score_auroc", "value": 0.8, "dose": 4}
+    )
+    tracking.log_rows(rows)
+    assert [entry["train/global_step"] for entry in logged] == [8, 16]
+    chart = logged[1]["detection/dose_response"]
+    assert chart.table.columns == ["detector", "dose", "log2_dose", "auroc", "auroc_ci_low", "auroc_ci_high"]
+    data = [
+        [x if not (isinstance(x, float) and math.isnan(x)) else "nan" for x in row]
+        for row in chart.table.data
+    ]
+    assert data == [
+        ["ppl", 1, 0.0, pytest.approx(0.6), pytest.approx(0.5), pytest.approx(0.7)],
+        ["ppl", 4, 2.0, pytest.approx(0.8), pytest.approx(0.7), pytest.approx(0.9)],
+        ["zlib", 4, 2.0, 0.6, "nan", "nan"],
+    ]
+    tracking.log_rows([r for r in rows if "dose" not in r])  # a run without doses: no chart
+    assert len(logged) == 2
