@@ -9,6 +9,7 @@ column is its `column` field (older runs: its `detector` field).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -120,6 +121,24 @@ def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def dose_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of one exposure dose group each (members of dose d against all non-members)."""
     return [r for r in rows if "dose" in r]
+
+
+def rows_per_dose(
+    labels: Sequence,
+    doses: Sequence,
+    rows_of: Callable[[list[int]], list[dict[str, Any]]],
+    keep: Callable[[dict[str, Any]], bool] | None = None,
+) -> list[dict[str, Any]]:
+    """The per-dose rows every evaluation writes in a run with inject.doses (issue 27): for each dose d
+    of the members, the rows `rows_of(index)` computes on the samples `index` (the members of dose d
+    and all the non-members, in their order), those `keep` accepts, each with `"dose": d`."""
+    labels = [int(y) for y in labels]
+    doses = [int(d) for d in doses]
+    rows = []
+    for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
+        index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
+        rows += [{**r, "dose": dose} for r in rows_of(index) if keep is None or keep(r)]
+    return rows
 
 
 def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -106,7 +106,8 @@ def log_metrics(metrics: dict[str, Any], step: int) -> None:
 def log_rows(rows: list[dict[str, Any]]) -> None:
     """Result rows as W&B metrics named <evaluation>/<column>/<metric> (column: e.g. "mink@0.2"), or
     <evaluation>/<metric> for rows of no column (an evaluation's per-checkpoint curves, e.g. accuracy
-    or MRI of members and non-members); done markers are bookkeeping, not curves."""
+    or MRI of members and non-members); done markers are bookkeeping, not curves. Per-dose detection
+    rows also make the dose–response chart (`log_dose_response`)."""
     by_step: dict[int, dict[str, Any]] = {}
     for row in rows:
         column = row.get("column") or row.get("detector")
@@ -119,6 +120,49 @@ def log_rows(rows: list[dict[str, Any]]) -> None:
         by_step.setdefault(row["step"], {})[key] = row["value"]
     for step, metrics in sorted(by_step.items()):
         log_metrics(metrics, step)
+    log_dose_response(rows)
+
+
+def log_dose_response(rows: list[dict[str, Any]]) -> None:
+    """The report's dose–response panel at every step with per-dose detection rows (inject.doses): a
+    W&B table (detector, dose, log2 dose, AUROC and its interval) drawn as AUROC against log2(dose),
+    one line per detector. The x axis is log2(dose) because W&B's line preset has no log scale, and
+    doses such as 1, 4, 16, 64 are meant to sit evenly apart."""
+    if _run is None:
+        return
+    import math
+
+    import wandb
+
+    from leaklab.results import dose_table, ordered
+
+    def number(value) -> float:
+        # NaN, not None, for a missing value: W&B fixes a column's type from its first row.
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+    for step, by_column in sorted(dose_table(rows).items()):
+        table = wandb.Table(
+            columns=["detector", "dose", "log2_dose", "auroc", "auroc_ci_low", "auroc_ci_high"]
+        )
+        for column in ordered(by_column):
+            for dose, metrics in sorted(by_column[column].items()):
+                if math.isnan(number(metrics.get("auroc"))):
+                    continue
+                table.add_data(
+                    column,
+                    dose,
+                    math.log2(dose),
+                    *(number(metrics.get(k)) for k in ("auroc", "auroc_ci_low", "auroc_ci_high")),
+                )
+        if table.data:
+            chart = wandb.plot.line(
+                table,
+                "log2_dose",
+                "auroc",
+                stroke="detector",
+                title=f"AUROC against log2(dose) at step {step}",
+            )
+            _run.log({"detection/dose_response": chart, "train/global_step": step})
 
 
 def finish() -> None:

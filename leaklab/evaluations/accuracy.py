@@ -44,7 +44,7 @@ from leaklab.execution.correctness import pass_at_k
 from leaklab.metrics import group_mean_intervals
 from leaklab.report import charts
 from leaklab.report.section import Panel, Section, Table
-from leaklab.results import without_dose
+from leaklab.results import rows_per_dose, without_dose
 
 SIDES = ("members", "non_members", "all")
 
@@ -326,14 +326,12 @@ def dose_accuracy_rows(
 ) -> list[dict[str, Any]]:
     """A run with inject.doses: per dose d, the `members` and `gap` rows of `accuracy_rows` computed on
     the members of dose d with all the non-members, each with `"dose": d`."""
-    rows = []
-    for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
-        index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
-        subset = accuracy_rows(
-            [judged[i] for i in index], [labels[i] for i in index], cfg, n_bootstrap=n_bootstrap, seed=seed
-        )
-        rows += [{**r, "dose": dose} for r in subset if r["column"] in ("members", "gap")]
-    return rows
+
+    def rows_of(index: list[int]) -> list[dict[str, Any]]:
+        subset = [judged[i] for i in index], [labels[i] for i in index]
+        return accuracy_rows(*subset, cfg, n_bootstrap=n_bootstrap, seed=seed)
+
+    return rows_per_dose(labels, doses, rows_of, keep=lambda r: r["column"] in ("members", "gap"))
 
 
 def _records(tasks, labels: list[int], judged: list[list[dict]], applied: list[str]) -> list[dict[str, Any]]:

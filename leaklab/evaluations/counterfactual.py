@@ -73,7 +73,7 @@ from leaklab.memorization.counterfactual import (
 )
 from leaklab.metrics import auroc
 from leaklab.perturb.rewriting import NotRewritable, call_inputs
-from leaklab.results import without_dose
+from leaklab.results import rows_per_dose, without_dose
 from leaklab.similarity.judges import judge_pairs, make_backend
 
 SIDES = ("members", "non_members", "all")
@@ -597,18 +597,12 @@ def dose_counterfactual_rows(
     """A run with inject.doses: per dose d, the `members` rows (Table 1 and the criterion's flags) and
     the `membership` AUROCs of `counterfactual_rows` on the members of dose d with all the non-members,
     each with `"dose": d`."""
-    rows = []
-    for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
-        index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
 
-        def pick(values, index=index):
-            return [values[i] for i in index]
+    def rows_of(index: list[int]) -> list[dict[str, Any]]:
+        subset = ([values[i] for i in index] for values in (t_scores, r_scores, target, reference, labels))
+        return counterfactual_rows(*subset, cfg)
 
-        subset = counterfactual_rows(
-            pick(t_scores), pick(r_scores), pick(target), pick(reference), pick(labels), cfg
-        )
-        rows += [{**r, "dose": dose} for r in subset if r["column"] in ("members", "membership")]
-    return rows
+    return rows_per_dose(labels, doses, rows_of, keep=lambda r: r["column"] in ("members", "membership"))
 
 
 def _metric_params(metric: str, grammar: str, cfg) -> dict[str, Any]:

@@ -46,7 +46,7 @@ from leaklab.detectors.srdetection import inputs_from_tasks
 from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
 from leaklab.metrics import detection_metrics, flag_rates
 from leaklab.perturb import store
-from leaklab.results import MARGIN, is_rule, margin_column, without_dose
+from leaklab.results import MARGIN, is_rule, margin_column, rows_per_dose, without_dose
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
@@ -142,13 +142,7 @@ def subset_decisions(decisions, index, n_samples: int):
 def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
     """Per exposure dose d: every column's metric rows on the members of dose d against all the
     non-members, each row with `"dose": d` (issue 27: how detection grows with exposure)."""
-    doses = np.asarray(doses)
-    members = np.asarray(labels).astype(bool)
-    rows = []
-    for dose in sorted({int(d) for d in doses[members]}):
-        index = np.flatnonzero(~members | (doses == dose))
-        rows += [{**row, "dose": dose} for row in column_rows(scores, labels, cfg, index)]
-    return rows
+    return rows_per_dose(labels, doses, lambda index: column_rows(scores, labels, cfg, np.asarray(index)))
 
 
 class Detection:

@@ -77,7 +77,7 @@ from leaklab.metrics import (
 from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
-from leaklab.results import without_dose
+from leaklab.results import rows_per_dose, without_dose
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
@@ -540,16 +540,12 @@ def dose_mri_rows(
     """A run with inject.doses: per dose d, the `members` rows of `mri_rows` on the members of dose d,
     and the instance score's AUROC (`score_auroc`) of those members against all the non-members, each
     with `"dose": d`."""
-    rows = []
-    member_doses = {dose_of[o["task_id"]] for o in outcomes if o["label"] == 1}
-    for dose in sorted(member_doses):
-        subset = [o for o in outcomes if o["label"] == 0 or dose_of[o["task_id"]] == dose]
-        rows += [
-            {**r, "dose": dose}
-            for r in mri_rows(subset, cfg, n_bootstrap=n_bootstrap, seed=seed)
-            if r["column"] == "members" or r["metric"] == "score_auroc"
-        ]
-    return rows
+    return rows_per_dose(
+        [o["label"] for o in outcomes],
+        [dose_of[o["task_id"]] for o in outcomes],
+        lambda index: mri_rows([outcomes[i] for i in index], cfg, n_bootstrap=n_bootstrap, seed=seed),
+        keep=lambda r: r["column"] == "members" or r["metric"] == "score_auroc",
+    )
 
 
 # --------------------------------------------------------------------------- report section

@@ -522,13 +522,17 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
 def dose_response_section(run: RunData) -> Section | None:
     """Detection against exposure dose (issue 27), from the per-dose detection rows (members of dose d
     against all non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for
-    each dose, and the exposures counted in the training data. None for a run without doses."""
+    each dose; extraction, members' pass@1, MRI and the counterfactual criterion's flag rate against the
+    dose where those evaluations ran; the exposures counted in the training data. None for a run without
+    doses."""
     rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
     extraction = [r for r in run.dose_rows if r.get("evaluation") == "extraction"]
     accuracy = [
         r for r in run.dose_rows if r.get("evaluation") == "accuracy" and r.get("column") == "members"
     ]
-    if not rows and not extraction and not accuracy:
+    mri = [r for r in run.dose_rows if r.get("evaluation") == "mri"]
+    counterfactual = [r for r in run.dose_rows if r.get("evaluation") == "counterfactual"]
+    if not rows and not extraction and not accuracy and not mri and not counterfactual:
         return None
     steps = sorted({int(r["step"]) for r in rows})
     last = steps[-1] if steps else None
@@ -577,6 +581,8 @@ def dose_response_section(run: RunData) -> Section | None:
                     "non-members' pass@1 is in the accuracy section",
                 )
             )
+    section.items += _mri_by_dose(mri, run)
+    section.items += _counterfactual_by_dose(counterfactual, run)
     exposures = run.mixture.get("exposures") or {}
     manifest_doses = run.manifest.get("doses") or {}
     if manifest_doses:
@@ -643,6 +649,81 @@ def _extraction_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel 
             )
         )
     return items
+
+
+def _mri_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel]:
+    """MRI per dose at the last checkpoint MRI evaluated: the members' MRI (its unchecked value when the
+    competence check left it undefined at every dose) and the instance score's AUROC, against the dose."""
+    if not rows:
+        return []
+    last = max(int(r["step"]) for r in rows)
+    at_last = [r for r in rows if int(r["step"]) == last]
+    members = [r for r in at_last if r.get("column") == "members"]
+    when = f"step {last}, epoch {run.epoch_of(last):g}"
+    items = []
+    metric, note = "mri", "MRI of the members of each dose (with all non-members)"
+    if charts.metric_values(members, metric, "dose") == []:
+        metric, note = (
+            "mri_unchecked",
+            "MRI without the competence check (it left MRI undefined at every dose)",
+        )
+    spec = charts.metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
+    if spec is not None:
+        items.append(
+            Panel(f"MRI of the members against dose ({when})", spec, f"{note}; band: bootstrap 95% interval")
+        )
+    spec = charts.metric_panel_spec(at_last, "score_auroc", x="dose")
+    if spec is not None:
+        items.append(
+            Panel(
+                f"MRI instance score AUROC against dose ({when})",
+                spec,
+                "AUROC of the per-task score (similarity x accuracy drop) on the members of each dose "
+                "against all non-members; dashed grey: chance",
+            )
+        )
+    return items
+
+
+def _counterfactual_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel]:
+    """The counterfactual criterion's flag rate per dose at the last checkpoint it evaluated: the share
+    of each dose's members that some functional metric calls memorized (`memorized_any` over
+    `n_samples`), beside the non-members' share from the all-members rows of the same checkpoint."""
+    if not rows:
+        return []
+    last = max(int(r["step"]) for r in rows)
+    value = {
+        (int(r["dose"]), r["metric"]): r.get("value")
+        for r in rows
+        if int(r["step"]) == last and r.get("column") == "members"
+    }
+    non_members = {
+        r["metric"]: r.get("value")
+        for r in run.rows_of("counterfactual")
+        if int(r["step"]) == last and r.get("column") == "non_members"
+    }
+
+    def rate(flagged, n):
+        return flagged / n if isinstance(flagged, (int, float)) and n else None
+
+    base = {"evaluation": "counterfactual", "step": last, "epoch": run.epoch_of(last), "metric": "flag_rate"}
+    points = []
+    for dose in sorted({d for d, _ in value}):
+        points.append({**base, "column": "members", "dose": dose,
+                       "value": rate(value.get((dose, "memorized_any")), value.get((dose, "n_samples")))})  # fmt: skip
+        reference = rate(non_members.get("memorized_any"), non_members.get("n_samples"))
+        points.append({**base, "column": "non_members", "dose": dose, "value": reference})
+    spec = charts.metric_panel_spec(points, "flag_rate", x="dose", bounded=True)
+    if spec is None:
+        return []
+    return [
+        Panel(
+            f"Counterfactual criterion: members flagged against dose (step {last}, epoch {run.epoch_of(last):g})",
+            spec,
+            "share of the members of each dose that some functional metric calls memorized (Table 2's "
+            "union, memorized_any); non_members: the share of all non-members, the same at every dose",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- training

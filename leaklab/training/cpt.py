@@ -44,20 +44,14 @@ def build_dataset(
     """The members' texts mixed with corpus text at code:web by tokens, packed into blocks."""
     by_id = {t.task_id: t for t in tasks}
     code, web = parse_ratio(recipe.mix.ratio)
-    if recipe.inject.active:
-        return _dosed_dataset(recipe, tokenizer, by_id, manifest, code, web, log)
-    member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
-    blocks, stats = build_mixture(
-        member_texts,
-        corpus_texts(
-            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
-        ),
-        tokenizer,
-        code=code,
-        web=web,
-        block_len=recipe.mix.max_seq_len,
-        seed=recipe.mix.seed,
+    corpus = corpus_texts(
+        recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
     )
+    packing = {"code": code, "web": web, "block_len": recipe.mix.max_seq_len, "seed": recipe.mix.seed}
+    if recipe.inject.active:
+        return _dosed_dataset(recipe, tokenizer, by_id, manifest, corpus, packing, log)
+    member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
+    blocks, stats = build_mixture(member_texts, corpus, tokenizer, **packing)
     log(
         f"[leaklab] mixture: {stats.member_tokens:,} member + {stats.web_tokens:,} corpus tokens "
         f"in {stats.blocks} blocks of {stats.block_len}; code:web requested {stats.requested_ratio}, "
@@ -66,21 +60,19 @@ def build_dataset(
     return StageData(PackedBlocks(blocks), stats.as_dict())
 
 
-def _dosed_dataset(recipe: Recipe, tokenizer, by_id: dict, manifest: dict, code, web, log) -> StageData:
-    """`inject` set: each member as many times as its dose, at the planned blocks, in training order."""
+def _dosed_dataset(
+    recipe: Recipe, tokenizer, by_id: dict, manifest: dict, corpus, packing: dict, log
+) -> StageData:
+    """`inject` set: each member as many times as its dose, at the planned blocks, in training order.
+    `corpus` and `packing` (code, web, block_len, seed) are the plain mixture's (`build_dataset`)."""
     lines = canary_lines(manifest)  # planted before packing, so the counts below include them
     blocks, info = build_dosed_mixture(
         {i: plant(by_id[i].text(recipe.data.text_format), lines.get(i, [])) for i in manifest["member_ids"]},
         manifest["doses"],
-        corpus_texts(
-            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
-        ),
+        corpus,
         tokenizer,
-        code=code,
-        web=web,
-        block_len=recipe.mix.max_seq_len,
         window=recipe.inject.window,
-        seed=recipe.mix.seed,
+        **packing,
     )
     info["inject"] = manifest["inject"]
     if lines:

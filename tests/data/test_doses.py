@@ -270,6 +270,45 @@ def test_the_trainer_feeds_the_blocks_in_the_planned_order(tmp_path):
     assert _trainer_order(load_recipe("tiny_cpt", overrides), dataset, tmp_path) != planned
 
 
+@pytest.mark.slow  # trains a 1-layer model 10 steps (~20 s, mostly the Trainer's start-up)
+def test_a_window_is_a_share_of_each_epoch_and_every_epoch_replays_the_same_positions(tmp_path):
+    """`inject.window` holds per epoch (the doses are per epoch): over a 2-epoch run with window
+    [0, 0.25] of 20 blocks, the Trainer itself feeds the members at the same planned blocks in both
+    epochs, blocks 0, 2, 4 and 20, 22, 24 of the whole run's 40 (window slots 0..4, copies at
+    (2i + 1) * 5 // 6 for i = 0, 1, 2), not all in the run's first quarter."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, default_data_collator
+
+    from leaklab.training.cpt import PackedBlocks, training_arguments
+
+    plan = plan_positions({"a": 1, "b": 2}, 20, [0.0, 0.25], seed=0)
+    assert sorted(s for slots in plan.values() for s in slots) == [0, 2, 4]
+    member_at = {slot: task_id for task_id, slots in plan.items() for slot in slots}
+    marker = {"a": 250, "b": 251}  # first token of a member's block; a corpus block starts with its index
+    blocks = np.array([[marker.get(member_at.get(r), r), 1, 2, 3] for r in range(20)])
+    fed: list[int] = []
+
+    def recording_collator(features):
+        fed.extend(int(f["input_ids"][0]) for f in features)
+        return default_data_collator(features)
+
+    recipe = load_recipe(
+        "tiny_cpt",
+        ["train.epochs=2", "train.batch_size=4", "train.micro_batch_size=4", "train.save_every=100"]
+        + ["inject.doses=[1,2]", "inject.window=[0,0.25]", "train.warmup_steps=0"],
+    )
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
+    args = training_arguments(recipe, tmp_path, 1, "none")
+    Trainer(
+        model=model, args=args, train_dataset=PackedBlocks(blocks), data_collator=recording_collator
+    ).train()
+    assert len(fed) == 40
+    seen = {task_id: [i for i, x in enumerate(fed) if x == marker[task_id]] for task_id in marker}
+    assert seen == {task_id: slots + [20 + s for s in slots] for task_id, slots in plan.items()}
+    assert sorted(seen["a"] + seen["b"]) == [0, 2, 4, 20, 22, 24]
+
+
 # --------------------------------------------------------------------------- bad input: exit 2 naming the key
 
 

@@ -16,7 +16,7 @@ from leaklab.detectors import DetectorScores
 from leaklab.detectors.srdetection import Decisions
 from leaklab.evaluations.detection import column_rows, dose_rows
 from leaklab.metrics import detection_metrics, rule_metrics
-from leaklab.results import detection_rows, without_dose
+from leaklab.results import detection_rows, rows_per_dose, without_dose
 from leaklab.rundir import append_rows, read_rows
 
 CFG = SimpleNamespace(cv_folds=2, seed=0, n_bootstrap=50)
@@ -24,6 +24,24 @@ CFG = SimpleNamespace(cv_folds=2, seed=0, n_bootstrap=50)
 
 def scored(values: np.ndarray) -> DetectorScores:
     return DetectorScores(columns={"ppl": values}, params={"ppl": ("ppl", {})})
+
+
+def test_rows_per_dose_hands_each_group_its_members_and_every_non_member_and_tags_the_rows():
+    """The one loop all four evaluations' per-dose rows go through: dose groups ascending, each row
+    function called on the members of that dose plus all non-members in sample order, rows filtered
+    by `keep` and tagged with the dose."""
+    labels = [1, 0, 1, 1, 0]
+    doses = [4, 0, 1, 4, 0]
+    calls = []
+
+    def rows_of(index):
+        calls.append(index)
+        return [{"column": "members", "n": len(index)}, {"column": "non_members", "n": len(index)}]
+
+    rows = rows_per_dose(labels, doses, rows_of, keep=lambda r: r["column"] == "members")
+    assert calls == [[1, 2, 4], [0, 1, 3, 4]]
+    assert rows == [{"column": "members", "n": 3, "dose": 1}, {"column": "members", "n": 4, "dose": 4}]
+    assert rows_per_dose([0, 0], [0, 0], rows_of) == []  # no members, no dose groups
 
 
 def test_high_dose_members_are_easier_to_tell_apart_and_auroc_is_sklearns_on_the_subset():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from test_report import _page_specs, make_run
@@ -42,8 +43,32 @@ def add_doses(root: Path) -> Path:
     return root
 
 
-def test_dose_tables_prints_auroc_per_dose_and_the_exposures(tmp_path, capsys):
-    run = add_doses(make_run(tmp_path / "run"))
+@pytest.fixture
+def run_dir(tmp_path):
+    """The run directories of these tests, built one way: make_run's run in tmp_path/<name>, `rows`
+    appended to its results.jsonl, then (doses=True) its members in three dose groups (`add_doses`)."""
+
+    def build(name: str = "run", *, doses: bool = True, rows: list[dict] = ()) -> Path:
+        root = make_run(tmp_path / name)
+        with (root / "results.jsonl").open("a") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        return add_doses(root) if doses else root
+
+    return build
+
+
+def dose_response(run: Path):
+    return next(s for s in build_sections(load_run(run)) if s.key == "dose-response")
+
+
+def line_points(panel) -> dict:
+    """(series, dose) -> (value, low, high) of a panel's line layer."""
+    line = next(layer for layer in panel.spec["layer"] if layer["mark"]["type"] == "line")
+    return {(p["series"], p["x"]): (p["value"], p.get("low"), p.get("high")) for p in line["data"]["values"]}
+
+
+def test_dose_tables_prints_auroc_per_dose_and_the_exposures(run_dir, capsys):
+    run = run_dir()
     assert dose_tables.main([str(run)]) == 0
     out = capsys.readouterr().out
     assert "auroc per dose at step 16" in out
@@ -58,20 +83,20 @@ def test_dose_tables_prints_auroc_per_dose_and_the_exposures(tmp_path, capsys):
     assert "at step 8" in capsys.readouterr().out
 
 
-def test_dose_tables_refuses_a_run_without_doses_and_an_unknown_step(tmp_path, capsys):
-    plain = make_run(tmp_path / "plain")
+def test_dose_tables_refuses_a_run_without_doses_and_an_unknown_step(run_dir, capsys):
+    plain = run_dir("plain", doses=False)
     assert dose_tables.main([str(plain)]) == 2
     err = capsys.readouterr().err.strip()
     assert "no exposure doses" in err and "inject.doses" in err and "\n" not in err
-    dosed = add_doses(make_run(tmp_path / "dosed"))
+    dosed = run_dir("dosed")
     assert dose_tables.main([str(dosed), "--step", "9"]) == 2
     assert "closest evaluated step: 8" in capsys.readouterr().err
 
 
-def test_report_has_a_dose_response_section_only_for_a_run_with_doses(tmp_path):
-    plain = make_run(tmp_path / "plain")
+def test_report_has_a_dose_response_section_only_for_a_run_with_doses(run_dir):
+    plain = run_dir("plain", doses=False)
     assert "dose-response" not in [s.key for s in build_sections(load_run(plain))]
-    run = add_doses(make_run(tmp_path / "run"))
+    run = run_dir()
     data = load_run(run)
     # The detection section reads the all-members rows only: its AUROC at step 16 is 0.9, not a dose's.
     assert all("dose" not in r for r in data.rows) and data.dose_rows
@@ -111,8 +136,7 @@ def test_wandb_names_dose_rows_apart_and_its_summary_reads_the_all_members_rows(
     assert logged == {"detection/ppl/auroc": 0.6, "detection/dose=16/ppl/auroc": 0.95}
 
 
-def test_report_draws_extraction_against_dose_and_the_exposure_correlation(tmp_path, capsys):
-    run = make_run(tmp_path / "run")
+def test_report_draws_extraction_against_dose_and_the_exposure_correlation(run_dir, capsys):
     head = {"step": 16, "epoch": 2.0, "evaluation": "extraction", "detector": None, "column": "members"}
     rows = [{**head, "metric": "extracted_fraction", "value": v, "dose": d} for d, v in ((1, 0.0), (4, 0.5))]
     rows += [
@@ -121,15 +145,12 @@ def test_report_draws_extraction_against_dose_and_the_exposure_correlation(tmp_p
         {**head, "metric": "exposure_spearman_ci_high", "value": 0.8},
         {**head, "metric": "exposure_n_members", "value": 10},
     ]
-    with (run / "results.jsonl").open("a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
-    section = next(s for s in build_sections(load_run(run)) if s.key == "dose-response")
+    run = run_dir(rows=rows)
+    section = dose_response(run)
     panel = next(i for i in section.items if i.title.startswith("Members extracted verbatim"))
-    line = next(layer for layer in panel.spec["layer"] if layer["mark"]["type"] == "line")
-    assert {(p["x"], p["value"]) for p in line["data"]["values"]} == {(1, 0.0), (4, 0.5)}
+    assert {(x, v[0]) for (_, x), v in line_points(panel).items()} == {(1, 0.0), (4, 0.5)}
     table = next(i for i in section.items if i.title.startswith("Exposures vs outputs"))
     assert table.rows == [["16", "0.620 [0.30, 0.80]", "10"]]
-    add_doses(run)
     assert dose_tables.main([str(run)]) == 0
     out = capsys.readouterr().out
     assert (
@@ -138,24 +159,18 @@ def test_report_draws_extraction_against_dose_and_the_exposure_correlation(tmp_p
     )
 
 
-def test_report_draws_members_pass_at_1_against_dose(tmp_path):
-    run = make_run(tmp_path / "run")
+def test_report_draws_members_pass_at_1_against_dose(run_dir):
     head = {"step": 16, "epoch": 2.0, "evaluation": "accuracy", "detector": None, "metric": "pass@1"}
     rows = [{**head, "column": "members", "value": v, "dose": d} for d, v in ((1, 0.2), (8, 0.6))]
     rows += [{**head, "column": "gap", "value": 0.4, "dose": 8}, {**head, "column": "members", "value": 0.4}]
-    with (run / "results.jsonl").open("a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
-    section = next(s for s in build_sections(load_run(run)) if s.key == "dose-response")
-    panel = next(i for i in section.items if i.title.startswith("Members' pass@1"))
-    line = next(layer for layer in panel.spec["layer"] if layer["mark"]["type"] == "line")
-    assert {(p["x"], p["value"]) for p in line["data"]["values"]} == {(1, 0.2), (8, 0.6)}
+    panel = next(i for i in dose_response(run_dir(rows=rows)).items if i.title.startswith("Members' pass@1"))
+    assert {(x, v[0]) for (_, x), v in line_points(panel).items()} == {(1, 0.2), (8, 0.6)}
 
 
-def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_canaries(tmp_path, capsys):
+def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_canaries(run_dir, capsys):
     """members (untargeted) and members/discoverable rows carry the same metrics and doses: each gets
     its own table, not one overwriting the other; the non-members discoverable extraction reproduced
     (false discoveries) and the canaries' exposure per dose are printed with them."""
-    run = add_doses(make_run(tmp_path / "run"))
     head = {"step": 16, "epoch": 2.0, "evaluation": "extraction", "detector": None}
     rows = [{**head, "column": "members", "metric": "extracted_fraction", "value": 0.0, "dose": 4}]
     rows += [
@@ -172,8 +187,7 @@ def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_can
         for m, v in (("n_canaries", 2), ("canary_exposure_mean", 7.5), ("canary_exposure_mean_ci_low", 5.0),
                      ("canary_exposure_mean_ci_high", 9.97), ("canary_rank1_fraction", 0.5), ("canary_exposure_max", 9.97))
     ]  # fmt: skip
-    with (run / "results.jsonl").open("a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    run = run_dir(rows=rows)
     assert dose_tables.main([str(run)]) == 0
     out = capsys.readouterr().out
     untargeted, discoverable = out.split("discoverable extraction (greedy")
@@ -181,3 +195,94 @@ def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_can
     assert "Non-members matched by >= 6 lines (false discoveries): 2/8" in discoverable
     assert "Canaries extracted (all strategies): dose 4: 50%" in untargeted
     assert "| 4 | 2 | 7.500 [5.000, 9.970] | 50% | 9.97 |" in out
+
+
+def test_report_draws_mri_and_its_instance_auroc_against_dose(run_dir):
+    head = {"step": 16, "epoch": 2.0, "evaluation": "mri", "detector": None}
+    rows = [
+        {**head, "column": "members", "metric": m, "value": v, "dose": d}
+        for d, values in ((1, (0.05, 0.0, 0.1)), (4, (0.3, 0.2, 0.4)))
+        for m, v in zip(("mri", "mri_ci_low", "mri_ci_high"), values)
+    ]
+    rows += [
+        {**head, "column": "all", "metric": "score_auroc", "value": v, "dose": d}
+        for d, v in ((1, 0.5), (4, 0.8))
+    ]
+    rows += [{**head, "step": 8, "epoch": 1.0, "column": "members", "metric": "mri", "value": 0.9, "dose": 4}]
+    section = dose_response(run_dir(rows=rows))
+    mri = next(i for i in section.items if i.title.startswith("MRI of the members"))
+    assert "step 16" in mri.title and "competence" not in mri.caption
+    assert {x: v for (_, x), v in line_points(mri).items()} == {1: (0.05, 0.0, 0.1), 4: (0.3, 0.2, 0.4)}
+    score = next(i for i in section.items if i.title.startswith("MRI instance score AUROC"))
+    assert {x: v[0] for (_, x), v in line_points(score).items()} == {1: 0.5, 4: 0.8}
+
+
+def test_report_draws_mri_unchecked_when_the_competence_check_left_mri_undefined(run_dir):
+    head = {"step": 16, "epoch": 2.0, "evaluation": "mri", "detector": None, "column": "members"}
+    rows = [{**head, "metric": "mri", "value": None, "dose": d} for d in (1, 4)]
+    rows += [{**head, "metric": "mri_unchecked", "value": v, "dose": d} for d, v in ((1, 0.1), (4, 0.2))]
+    mri = next(i for i in dose_response(run_dir(rows=rows)).items if i.title.startswith("MRI of the members"))
+    assert "without the competence check" in mri.caption
+    assert {x: v[0] for (_, x), v in line_points(mri).items()} == {1: 0.1, 4: 0.2}
+
+
+def test_report_draws_the_counterfactual_flag_rate_against_dose_beside_the_non_members(run_dir):
+    """Flag rate = memorized_any / n_samples: dose 1 flags 0 of 4 members, dose 8 flags 3 of 4; the
+    non-members' rate (1 of 10) from the all-members rows is drawn at every dose."""
+    head = {"step": 16, "epoch": 2.0, "evaluation": "counterfactual", "detector": None}
+    rows = [
+        {**head, "column": "members", "metric": m, "value": v, "dose": d}
+        for d, flagged in ((1, 0.0), (8, 3.0))
+        for m, v in (("memorized_any", flagged), ("n_samples", 4.0))
+    ]
+    rows += [
+        {**head, "column": "non_members", "metric": m, "value": v}
+        for m, v in (("memorized_any", 1.0), ("n_samples", 10.0))
+    ]
+    rows += [
+        {**head, "column": "members", "metric": "memorized_any", "value": 5.0}
+    ]  # all members: not a dose
+    panel = next(i for i in dose_response(run_dir(rows=rows)).items if i.title.startswith("Counterfactual"))
+    rates = {(series, x): v[0] for (series, x), v in line_points(panel).items()}
+    assert rates == pytest.approx(
+        {("members", 1): 0.0, ("members", 8): 0.75, ("non_members", 1): 0.1, ("non_members", 8): 0.1}
+    )
+
+
+def test_wandb_draws_auroc_against_dose_at_every_evaluated_step(monkeypatch):
+    """One chart per step with per-dose detection rows: (detector, dose, log2 dose, AUROC, interval),
+    detectors in registry order, a missing interval as NaN; all-members rows and other evaluations'
+    per-dose rows stay out of it."""
+    import math
+
+    from leaklab import tracking
+
+    logged = []
+    monkeypatch.setattr(tracking, "_run", SimpleNamespace(log=logged.append))
+    monkeypatch.setattr(tracking, "log_metrics", lambda metrics, step: None)
+    rows = []
+    for step, shift in ((8, 0.0), (16, 0.1)):
+        head = {"step": step, "evaluation": "detection"}
+        for dose, value in ((1, 0.5), (4, 0.7)):
+            rows += [{**head, "column": "ppl", "metric": m, "value": value + shift + d, "dose": dose}
+                     for m, d in (("auroc", 0.0), ("auroc_ci_low", -0.1), ("auroc_ci_high", 0.1))]  # fmt: skip
+        rows.append({**head, "column": "zlib", "metric": "auroc", "value": 0.6, "dose": 4})
+        rows.append({**head, "column": "ppl", "metric": "auroc", "value": 0.9})  # all members
+    rows.append(
+        {"step": 16, "evaluation": "mri", "column": "all", "metric": "score_auroc", "value": 0.8, "dose": 4}
+    )
+    tracking.log_rows(rows)
+    assert [entry["train/global_step"] for entry in logged] == [8, 16]
+    chart = logged[1]["detection/dose_response"]
+    assert chart.table.columns == ["detector", "dose", "log2_dose", "auroc", "auroc_ci_low", "auroc_ci_high"]
+    data = [
+        [x if not (isinstance(x, float) and math.isnan(x)) else "nan" for x in row]
+        for row in chart.table.data
+    ]
+    assert data == [
+        ["ppl", 1, 0.0, pytest.approx(0.6), pytest.approx(0.5), pytest.approx(0.7)],
+        ["ppl", 4, 2.0, pytest.approx(0.8), pytest.approx(0.7), pytest.approx(0.9)],
+        ["zlib", 4, 2.0, 0.6, "nan", "nan"],
+    ]
+    tracking.log_rows([r for r in rows if "dose" not in r])  # a run without doses: no chart
+    assert len(logged) == 2

@@ -50,3 +50,34 @@ def test_cpt_builds_its_packed_mixture_from_the_manifest_members(tmp_path):
     assert data.info["member_tokens"] >= member_tokens
     assert len(data.dataset) == data.info["blocks"] and data.dataset[0]["input_ids"].shape == (64,)
     assert lines and lines[0].startswith("[leaklab] mixture:")
+
+
+def test_cpt_with_doses_packs_the_same_corpus_and_settings_as_the_dosed_mixture_itself():
+    """The dosed path reads the corpus and the packing settings (code:web, block length, seed) the plain
+    path reads: its blocks are build_dosed_mixture's on the recipe's corpus, and each member is counted
+    as many times as its dose."""
+    from leaklab.data.corpora import corpus_texts
+    from leaklab.data.mixing import build_dosed_mixture
+
+    recipe = load_recipe("tiny_cpt", ["mix.ratio=1:2", "mix.max_seq_len=64", "inject.doses=[1,3]"])
+    tasks = [
+        Task(task_id=f"t/{i}", benchmark="toy", prompt=f"def f{i}():\n", solution=f"    return {i}\n")
+        for i in range(4)
+    ]
+    doses = {"t/1": 1, "t/3": 3}
+    manifest = {"member_ids": list(doses), "doses": doses, "inject": {"doses": [1, 3], "window": None}}
+    data = get_stage("cpt").build_dataset(recipe, _CharTokenizer(), tasks, manifest, None, lambda *a: None)
+    expected, info = build_dosed_mixture(
+        {t: tasks[int(t[-1])].text(recipe.data.text_format) for t in doses},
+        doses,
+        corpus_texts(
+            recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
+        ),
+        _CharTokenizer(),
+        code=1,
+        web=2,
+        block_len=64,
+        seed=recipe.mix.seed,
+    )
+    assert (data.dataset.blocks.numpy() == expected).all()
+    assert data.info["exposures"] == info["exposures"] == doses
