@@ -102,10 +102,17 @@ def extraction_lines(rows: list[dict], step: int, column: str = "members") -> st
             f"Non-members matched by >= 6 lines (false discoveries): {count(others['n_extracted'])}/"
             f"{count(others.get('n_tasks'))}"
         )
-    canaries = {r["dose"]: r.get("value") for r in at_step if r["metric"] == "canary_extracted_rate"}
+    # The extraction evaluation's untargeted share (named canary_extracted_rate before targeted
+    # extraction joined the canaries evaluation).
+    canaries = {
+        r["dose"]: r.get("value")
+        for r in at_step
+        if r["metric"] == "canary_extracted_untargeted_rate"
+        or (r["metric"] == "canary_extracted_rate" and r.get("evaluation") == "extraction")
+    }
     if canaries and column == "members":
         lines.append(
-            "Canaries extracted (all strategies): "
+            "Canaries extracted by the untargeted outputs: "
             + ", ".join(f"dose {d}: {v:.0%}" for d, v in sorted(canaries.items()) if v is not None)
         )
     return "\n".join(lines)
@@ -119,13 +126,20 @@ def canary_table(rows: list[dict], step: int) -> str:
         by_dose.setdefault(r["dose"], {})[r["metric"]] = r.get("value")
     if not by_dose:
         return ""
-    lines = [f"Canary exposure per dose at step {step} (ceiling log2(M + 1))\n",
-             "| Dose | Canaries | Exposure mean [95% CI] | Ranked first | Ceiling |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [f"Canary exposure and targeted extraction per dose at step {step} (ceiling log2(M + 1); "
+             "extracted: prompted with the text before the secret, greedy then sampled)\n",
+             "| Dose | Canaries | Exposure mean [95% CI] | Ranked first | Ceiling | Extracted | by greedy |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+
+    def share(value) -> str:
+        return "–" if value is None else f"{value:.0%}"
+
     for dose, m in sorted(by_dose.items()):
-        first, ceiling = m.get("canary_rank1_fraction"), m.get("canary_exposure_max")
+        ceiling = m.get("canary_exposure_max")
         lines.append(
             f"| {dose} | {count(m.get('n_canaries'))} | {cell(m, 'canary_exposure_mean')} | "
-            f"{'–' if first is None else f'{first:.0%}'} | {'–' if ceiling is None else f'{ceiling:.2f}'} |"
+            f"{share(m.get('canary_rank1_fraction'))} | {'–' if ceiling is None else f'{ceiling:.2f}'} | "
+            f"{share(m.get('canary_extracted_rate'))} | {share(m.get('canary_extracted_greedy_rate'))} |"
         )
     return "\n".join(lines)
 

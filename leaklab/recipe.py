@@ -142,6 +142,9 @@ class InjectConfig:
     # Exposure (Carlini et al. 2019): the rank of each canary's secret among this many random secrets
     # of its format under the model (the `canaries` evaluation).
     canary_candidates: int = 1000
+    # Targeted extraction (the `canaries` evaluation): each canary's own context (the text before its
+    # secret) decoded greedily, then sampled this many times (temperature 1, top-k 40). 0: greedy only.
+    canary_samples: int = 16
 
     @property
     def active(self) -> bool:
@@ -665,6 +668,10 @@ def _check_inject(inject: InjectConfig) -> list[str]:
                 )
         if inject.canary_candidates < 1:
             problems.append(f"inject.canary_candidates: must be at least 1, got {inject.canary_candidates}")
+        if inject.canary_samples < 0:
+            problems.append(
+                f"inject.canary_samples: {inject.canary_samples} is negative; 0 decodes greedily only"
+            )
     return problems
 
 
@@ -674,7 +681,7 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
     if not inject.active:
         data.pop("inject")
     elif inject.canaries == 0:
-        for key in ("canaries", "canary_formats", "canary_candidates"):
+        for key in ("canaries", "canary_formats", "canary_candidates", "canary_samples"):
             data["inject"].pop(key)
 
 
@@ -723,7 +730,9 @@ def run_identity(recipe: Recipe) -> dict[str, Any]:
     data = {k: v for k, v in to_dict(recipe).items() if k not in NOT_IDENTITY}
     _inject_section(data, recipe.inject)
     if "inject" in data:
-        data["inject"].pop("canary_candidates", None)  # how exposure is measured, not what is trained
+        # How exposure and extraction are measured, not what is trained.
+        data["inject"].pop("canary_candidates", None)
+        data["inject"].pop("canary_samples", None)
     if recipe.data.prefilter:
         evaluate = to_dict(recipe)["evaluate"]
         data["prefilter"] = {f"evaluate.{k}": evaluate[k] for k in PREFILTER_KEYS}

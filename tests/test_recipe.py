@@ -260,6 +260,10 @@ def test_tiny_dose_is_tiny_cpt_with_doses_canaries_and_every_evaluation_that_app
     assert dosed.inject.doses == [1, 4, 16, 64] and dosed.inject.canaries == 8
     assert dosed.evaluate.evaluations == ["detection", "extraction", "canaries"]
     assert {"ppl", "zlib", "mink", "ngram_acc", "srdetection_black"} <= set(dosed.evaluate.detectors)
+    # Discoverable extraction from each task's first 8 lines: with 4 it reached 2 of 20 top-dose members
+    # (issue 27's target is 25%), with 8 6 of 20 on the same checkpoint.
+    assert "discoverable" in dosed.evaluate.extraction.strategies
+    assert dosed.evaluate.extraction.prefix_lines == 8
     # One checkpoint, the last: two epochs of 214 steps, each member seen twice its dose.
     assert (dosed.train.epochs, dosed.train.save_every) == (2, "428")
     # Validation says why a recipe cannot run (RecipeError); planting canaries without measuring them

@@ -9,14 +9,20 @@ Rows, one set per dose group (`column` "dose=<d>", `dose` in the row and its par
   n_canaries, canary_exposure_mean (+ bootstrap 95% interval over the group's canaries),
   canary_rank1_fraction (share ranked above all M candidates), and the ceiling log2(M + 1) as
   canary_exposure_max.
-The extraction evaluation adds `canary_extracted_rate` per dose (`extraction_rows`): the share of the
-group's canaries whose secret appears verbatim in that checkpoint's sampled outputs.
+  canary_extracted_rate: the share of the group's canaries extracted by targeted extraction (The Secret
+  Sharer's: the model prompted with the text before the secret in the member's document, as trained,
+  decoded greedily and then sampled `inject.canary_samples` times; leaklab/memorization/canaries.py),
+  and canary_extracted_greedy_rate, the share its greedy output alone holds.
+The extraction evaluation adds `canary_extracted_untargeted_rate` per dose (`extraction_rows`): the
+share of the group's canaries whose secret appears verbatim in its untargeted outputs.
 Records (scores/step-N/canaries.jsonl): one per canary with its member, dose, format, log-probability,
-rank and exposure (the secrets are synthetic, so they are written as they are).
+rank and exposure, its prompt, greedy output and `extracted_by` (greedy | sampled | null) (the secrets
+are synthetic, so they are written as they are).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar
 
@@ -26,10 +32,14 @@ from leaklab.data.canaries import Canary
 from leaklab.errors import InputError
 from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
 from leaklab.memorization.canaries import (
+    MAX_NEW_TOKENS,
+    TOP_K,
     by_dose,
     canaries_in_outputs,
+    canary_prompt,
     candidates_for,
     exposure_from_logprobs,
+    extract_canaries,
     mean_with_interval,
     secret_logprobs,
 )
@@ -51,14 +61,60 @@ def dose_row(dose: int, metric: str, value) -> dict[str, Any]:
 
 
 def extraction_rows(ctx: EvalContext, outputs: list[str]) -> list[dict[str, Any]]:
-    """`canary_extracted_rate` per dose for the extraction evaluation's sampled outputs; [] without
-    canaries."""
+    """`canary_extracted_untargeted_rate` per dose for the extraction evaluation's sampled outputs; []
+    without canaries."""
     canaries = run_canaries(ctx)
     if not canaries:
         return []
     found = canaries_in_outputs(outputs, canaries)
     groups = by_dose(canaries, {c.id: float(found[c.id]) for c in canaries})
-    return [dose_row(dose, "canary_extracted_rate", values.mean()) for dose, values in groups.items()]
+    return [
+        dose_row(dose, "canary_extracted_untargeted_rate", values.mean()) for dose, values in groups.items()
+    ]
+
+
+def training_documents(ctx: EvalContext, canaries: list[Canary], tokenizer) -> dict[str, str]:
+    """member task id -> its document as trained, canary lines planted (leaklab/training/cpt.py and
+    sft.py plant them the same way): `data.text_format` in continued pretraining, the SFT prompt and
+    answer in SFT. A member the evaluation set lacks gets its canary lines alone."""
+    from leaklab.data.canaries import plant
+
+    recipe = ctx.recipe
+    lines: dict[str, list[str]] = {}
+    for c in canaries:
+        lines.setdefault(c.member, []).append(c.line)
+    tasks = {t.task_id: t for t in (ctx.eval_set.tasks if ctx.eval_set is not None else [])}
+    documents = {}
+    for member, planted in lines.items():
+        task = tasks.get(member)
+        if task is None:
+            documents[member] = "\n".join(planted)
+        elif recipe.train.stage == "sft":
+            from leaklab.data.prompting import resolve_format, training_pair
+
+            fmt = resolve_format(tokenizer, recipe.train.sft.format, key="train.sft.format")
+            answer = dataclasses.replace(task, solution=plant(task.solution, planted))
+            documents[member] = "".join(training_pair(answer, tokenizer, fmt))
+        else:
+            documents[member] = plant(task.text(recipe.data.text_format), planted)
+    return documents
+
+
+def hf_generate(ctx: EvalContext, model, tokenizer):
+    """`generate` for extract_canaries: the generation engine, prompts prepared as the recipe says."""
+    from leaklab.signals.generation import HFGenerator
+
+    engine = HFGenerator(
+        model, tokenizer, batch_size=32, top_k=TOP_K, prompt_boundary=ctx.recipe.evaluate.prompt_boundary
+    )
+
+    def generate(prompts, *, temperature: float, n: int, seed: int) -> list[list[str]]:
+        results = engine.generate(
+            prompts, MAX_NEW_TOKENS, stop=["\n"], temperature=temperature, n=n, seed=seed
+        )
+        return [[c.text for c in completions] for completions in results]
+
+    return generate
 
 
 class Canaries:
@@ -68,8 +124,15 @@ class Canaries:
         self.canaries: list[Canary] = []
         self.candidates: dict[str, list[str]] = {}
 
+    # generator(ctx, model, tokenizer) -> generate(prompts, temperature=, n=, seed=): the outputs of
+    # each prompt (tests put a fake one here).
+    generator = staticmethod(hf_generate)
+
     def specs(self, recipe) -> list[str]:
-        return [f"candidates={recipe.inject.canary_candidates}"]
+        return [
+            f"candidates={recipe.inject.canary_candidates}",
+            f"targeted=greedy+{recipe.inject.canary_samples}",
+        ]
 
     def prepare(self, ctx: EvalContext) -> None:
         self.canaries = run_canaries(ctx)
@@ -90,11 +153,32 @@ class Canaries:
                 settings=ctx.recipe.evaluate, accelerator=ctx.accelerator, cache=ctx.signal_cache,
             )  # fmt: skip
             exposures.append(exposure_from_logprobs(canary.id, scores[0], scores[1:]))
+        documents = training_documents(ctx, self.canaries, tokenizer)
+        prompts = {c.id: canary_prompt(c, documents[c.member]) for c in self.canaries}
+        generate = self.generator(ctx, model, tokenizer)
+        greedy: dict[str, list[str]] = {}
+
+        def recording(texts, *, temperature, n, seed):  # keeps the greedy outputs for the records
+            outputs = generate(texts, temperature=temperature, n=n, seed=seed)
+            if temperature == 0:
+                greedy.update(zip(texts, outputs, strict=True))
+            return outputs
+
+        found = extract_canaries(
+            self.canaries, prompts, recording, ctx.recipe.inject.canary_samples, ctx.recipe.evaluate.seed
+        )
         if not ctx.is_main_process:
             return EvalOutput()
-        return self.output(exposures, ctx.recipe.evaluate.n_bootstrap, ctx.recipe.evaluate.seed)
+        extraction = {
+            c.id: {"prompt": prompts[c.id], "greedy_output": (greedy.get(prompts[c.id]) or [""])[0],
+                   "extracted_by": found[c.id]}
+            for c in self.canaries
+        }  # fmt: skip
+        return self.output(exposures, ctx.recipe.evaluate.n_bootstrap, ctx.recipe.evaluate.seed, extraction)
 
-    def output(self, exposures, n_bootstrap: int, seed: int) -> EvalOutput:
+    def output(self, exposures, n_bootstrap: int, seed: int, extraction: dict | None = None) -> EvalOutput:
+        """Rows and records; `extraction`: canary id -> its prompt, greedy output and extracted_by (None:
+        no targeted extraction, no extraction rows)."""
         of = {e.canary_id: e for e in exposures}
         rows = []
         exposure = by_dose(self.canaries, {i: e.exposure for i, e in of.items()})
@@ -110,10 +194,20 @@ class Canaries:
                 dose_row(dose, "canary_rank1_fraction", float(np.mean(rank1[dose]))),
                 dose_row(dose, "canary_exposure_max", ceiling),
             ]
+        if extraction is not None:
+            by = {i: e["extracted_by"] for i, e in extraction.items()}
+            extracted = by_dose(self.canaries, {i: float(s is not None) for i, s in by.items()})
+            greedy = by_dose(self.canaries, {i: float(s == "greedy") for i, s in by.items()})
+            for dose, values in extracted.items():
+                rows += [
+                    dose_row(dose, "canary_extracted_rate", float(values.mean())),
+                    dose_row(dose, "canary_extracted_greedy_rate", float(greedy[dose].mean())),
+                ]
         records = [
             {"record": "canary", "canary": c.id, "format": c.format, "member": c.member, "dose": c.dose,
              "secret": c.secret, "logprob": of[c.id].logprob, "rank": of[c.id].rank,
-             "n_candidates": of[c.id].n_candidates, "exposure": of[c.id].exposure}
+             "n_candidates": of[c.id].n_candidates, "exposure": of[c.id].exposure,
+             **(extraction or {}).get(c.id, {})}
             for c in self.canaries
         ]  # fmt: skip
         return EvalOutput(rows=rows, records=records)
@@ -121,4 +215,7 @@ class Canaries:
     def summary(self, rows: list[dict[str, Any]]) -> str:
         means = [f"{r['column']} {r['value']:.2f}" for r in rows if r["metric"] == "canary_exposure_mean"
                  and r["value"] is not None]  # fmt: skip
-        return "canary exposure " + ", ".join(means) if means else "canaries: no exposure"
+        extracted = [f"{r['column']} {r['value']:.0%}" for r in rows if r["metric"] == "canary_extracted_rate"
+                     and r["value"] is not None]  # fmt: skip
+        text = "canary exposure " + ", ".join(means) if means else "canaries: no exposure"
+        return text + ("; extracted " + ", ".join(extracted) if extracted else "")

@@ -23,8 +23,9 @@ top-k values (when it has several), `all` pooled, and `members` / `non_members`)
   `all` also: taxonomy.<tag> (unique snippets per tag), secrets.<kind> (distinct values found in outputs
   that also occur in the corpus), secrets_not_in_corpus;
   members / non_members: n_tasks, n_extracted, extracted_fraction; non_members also n_unexplained.
-  dose=<d>, in a run with inject.canaries: canary_extracted_rate, the share of that dose group's canaries
-  whose secret an output holds verbatim (leaklab/evaluations/canaries.py).
+  dose=<d>, in a run with inject.canaries: canary_extracted_untargeted_rate, the share of that dose
+  group's canaries whose secret an output holds verbatim (the `canaries` evaluation reports targeted
+  extraction, prompted with each canary's own context: leaklab/evaluations/canaries.py).
 A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, `members` rows with
 `"dose": d` (n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and `members` rows
 exposure_spearman (+ interval) and exposure_n_members: the Spearman correlation between each member's

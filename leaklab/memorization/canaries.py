@@ -14,7 +14,12 @@ included, the same for every candidate) after the canary's prefix, computed by l
 (`compute_token_stats` with the prefix as the prompt, so the secret is tokenised apart from it and every
 candidate is tokenised the same way).
 
-Extraction: a canary is extracted when its secret appears verbatim in a sampled output.
+Extraction, targeted (`extract_canaries`): as in The Secret Sharer, the model is prompted with the
+text that precedes the secret in its document (the lines before the canary and the format's prefix,
+e.g. `API_KEY = "sk-`), decoded greedily and then sampled; a canary is extracted when its secret
+appears verbatim in an output of its own prompt, and the first strategy that found it is recorded.
+Untargeted (`canaries_in_outputs`): its secret appears verbatim in any of the extraction audit's
+outputs, which are not prompted with the canary's context.
 """
 
 from __future__ import annotations
@@ -114,3 +119,53 @@ def mean_with_interval(values: np.ndarray, n_bootstrap: int, seed: int) -> dict[
         ci = percentile_intervals({"x": weights @ values / len(values)})
         out["ci_low"], out["ci_high"] = ci["x_ci_low"], ci["x_ci_high"]
     return out
+
+
+# --------------------------------------------------------------------------- targeted extraction
+
+# The decodings of a canary's own prompt, in the order they are tried: greedy (the most likely
+# continuation), then `inject.canary_samples` samples at temperature 1 with top-k TOP_K.
+STRATEGIES = ("greedy", "sampled")
+TOP_K = 40  # top-k of the samples: the untargeted extraction's default (Unveiling memorization, §3)
+MAX_NEW_TOKENS = 48  # room for the longest secret (an e-mail address, ~35 characters) and its quote
+
+
+def canary_prompt(canary: Canary, document: str) -> str:
+    """What an attacker who knows the secret's context prompts with (The Secret Sharer, §4: the
+    canary's prefix): `document`, the member's text as it was trained, up to the secret, i.e. the text
+    before the canary's line and its format prefix (`API_KEY = "sk-`). No character of the secret."""
+    at = document.find(canary.line)
+    if at < 0:
+        raise ValueError(f"{canary.id}: its line {canary.line!r} is not in the member's document")
+    return document[: at + len(canary.prefix)]
+
+
+def extract_canaries(
+    canaries: Sequence[Canary], prompts: dict[str, str], generate, n_samples: int, seed: int
+) -> dict[str, str | None]:
+    """canary id -> the first strategy (STRATEGIES) whose output of the canary's own prompt holds its
+    secret verbatim, None when none does.
+
+    `prompts`: canary id -> its prompt (`canary_prompt`). `generate(prompts, temperature=, n=, seed=)`
+    returns, per prompt, its n output texts (temperature 0: greedy, one output). Canaries whose prompts
+    are the same text (same format, same text before it) share that prompt's outputs."""
+    distinct = sorted(set(prompts[c.id] for c in canaries))
+    greedy = generate(distinct, temperature=0.0, n=1, seed=seed)
+    sampled = (
+        generate(distinct, temperature=1.0, n=n_samples, seed=seed) if n_samples > 0 else [[]] * len(distinct)
+    )
+    outputs = {
+        "greedy": dict(zip(distinct, greedy, strict=True)),
+        "sampled": dict(zip(distinct, sampled, strict=True)),
+    }
+    found: dict[str, str | None] = {}
+    for canary in canaries:
+        found[canary.id] = next(
+            (
+                strategy
+                for strategy in STRATEGIES
+                if any(canary.secret in text for text in outputs[strategy].get(prompts[canary.id], []))
+            ),
+            None,
+        )
+    return found

@@ -152,13 +152,17 @@ def test_without_canaries_dosed_runs_keep_their_manifest_mixture_and_hashes():
     # run_hash pinned before canaries existed. config_hash covers every evaluation key, so it moves whenever
     # one is added; what must hold is that without canaries their keys are not part of it.
     assert run_hash(dosed) == "e213223e"
-    untouched = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canary_candidates=50"])
+    untouched = load_recipe(
+        "tiny_cpt", ["inject.doses=[1,4]", "inject.canary_candidates=50", "inject.canary_samples=2"]
+    )
     assert config_hash(untouched) == config_hash(dosed)
     # Canaries change what is trained; the number of candidates only how exposure is measured.
     canaried = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canaries=3"])
     more = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canaries=3", "inject.canary_candidates=50"])
     assert run_hash(canaried) != run_hash(dosed) and run_hash(more) == run_hash(canaried)
     assert config_hash(more) != config_hash(canaried)
+    sampled = load_recipe("tiny_cpt", ["inject.doses=[1,4]", "inject.canaries=3", "inject.canary_samples=2"])
+    assert run_hash(sampled) == run_hash(canaried) and config_hash(sampled) != config_hash(canaried)
 
 
 @pytest.mark.parametrize(
@@ -176,6 +180,7 @@ def test_without_canaries_dosed_runs_keep_their_manifest_mixture_and_hashes():
         (["inject.canaries=4", "inject.canary_formats=[]"], "inject.canary_formats: an empty list"),
         (["inject.canaries=-1"], "inject.canaries: -1 is negative"),
         (["inject.canaries=4", "inject.canary_candidates=0"], "inject.canary_candidates: must be at least 1"),
+        (["inject.canaries=4", "inject.canary_samples=-1"], "inject.canary_samples: -1 is negative"),
         (["evaluate.evaluations=[canaries]"], "evaluate.evaluations: 'canaries' measures the canaries"),
         (["inject.canaries=4", "train.stage=rl"], "inject.canaries: train.stage rl trains on prompts only"),
     ],

@@ -11,14 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from leaklab.data.canaries import FORMATS, Canary, generate_canaries
+from leaklab.data.canaries import FORMATS, Canary, generate_canaries, plant
+from leaklab.data.tasks import Task
 from leaklab.evaluations.base import EvalContext
-from leaklab.evaluations.canaries import Canaries, extraction_rows
+from leaklab.evaluations.canaries import Canaries, extraction_rows, training_documents
 from leaklab.memorization.canaries import (
     Exposure,
     canaries_in_outputs,
     canary_exposure,
+    canary_prompt,
     candidates_for,
+    extract_canaries,
     secret_logprobs,
 )
 from leaklab.recipe import load_recipe
@@ -155,8 +158,8 @@ def _context(tmp_path, recipe, canaries):
 def test_extraction_rows_share_of_each_doses_canaries_found(tmp_path):
     ctx = _context(tmp_path, load_recipe("tiny_cpt"), _canaries())
     rows = extraction_rows(ctx, ["nothing", 'API_KEY = "sk-S0"', "S1 and again S1"])
-    assert _value(rows, 1, "canary_extracted_rate") == 0.5  # S0 of S0, S2
-    assert _value(rows, 4, "canary_extracted_rate") == 1.0
+    assert _value(rows, 1, "canary_extracted_untargeted_rate") == 0.5  # S0 of S0, S2
+    assert _value(rows, 4, "canary_extracted_untargeted_rate") == 1.0
     assert extraction_rows(_context(tmp_path, load_recipe("tiny_cpt"), []), ["S0"]) == []
 
 
@@ -170,6 +173,7 @@ def test_the_evaluation_ranks_every_canary_of_the_manifest(tmp_path, stub):
         Canary("canary-001", "password", 'P = "', "zzzzzzzzzzzz", "t/1", 2),
     ]
     evaluation = Canaries()
+    evaluation.generator = lambda ctx, model, tokenizer: FakeGenerator({})
     evaluation.prepare(_context(tmp_path, recipe, canaries))
     out = evaluation.evaluate(_context(tmp_path, recipe, canaries), model, tokenizer, step=0)
     assert _value(out.rows, 1, "canary_exposure_mean") == pytest.approx(math.log2(10))
@@ -178,3 +182,97 @@ def test_the_evaluation_ranks_every_canary_of_the_manifest(tmp_path, stub):
     assert np.isfinite([r["logprob"] for r in out.records]).all()
     with pytest.raises(Exception, match="needs a run trained with inject.canaries"):
         Canaries().prepare(_context(tmp_path, recipe, []))
+
+
+# --------------------------------------------------------------------------- targeted extraction
+
+
+class FakeGenerator:
+    """generate(prompts, temperature=, n=, seed=) from a table: prompt -> (greedy output, samples);
+    records every call."""
+
+    def __init__(self, table: dict[str, tuple[str, list[str]]]):
+        self.table = table
+        self.calls: list[tuple[list[str], float, int]] = []
+
+    def __call__(self, prompts, *, temperature, n, seed):
+        self.calls.append((list(prompts), temperature, n))
+        greedy_or_samples = [self.table.get(p, ("", [""] * n)) for p in prompts]
+        if temperature == 0:
+            return [[greedy] for greedy, _ in greedy_or_samples]
+        return [samples[:n] for _, samples in greedy_or_samples]
+
+
+def test_the_canary_prompt_is_its_document_up_to_the_secret_and_holds_none_of_it():
+    first = Canary("canary-000", "api_key", FORMATS["api_key"].prefix, "AbCdEf123456GhIjKl789012", "t/0", 4)
+    second = Canary("canary-001", "email", FORMATS["email"].prefix, "amber.pine07@mail.test", "t/0", 4)
+    document = plant("\ndef f(x):\n    return x\n", [first.line, second.line])
+    assert canary_prompt(first, document) == '\nAPI_KEY = "sk-'
+    # The second canary's context is the line before it (the first canary) and its own prefix.
+    assert canary_prompt(second, document) == '\nAPI_KEY = "sk-AbCdEf123456GhIjKl789012"\nCONTACT_EMAIL = "'
+    for canary in (first, second):
+        prompt = canary_prompt(canary, document)
+        assert document.startswith(prompt) and document[len(prompt) :].startswith(canary.secret + '"')
+        # No character of the secret: the prompt ends right before its first one.
+        assert canary.secret not in prompt and canary.secret[:1] != prompt[-1:]
+    with pytest.raises(ValueError, match="not in the member's document"):
+        canary_prompt(first, "def f(x):\n    return x\n")
+
+
+def test_extract_canaries_records_the_first_strategy_whose_output_holds_the_secret():
+    a = Canary("a", "api_key", 'API_KEY = "sk-', "AAAA", "t/0", 4)
+    b = Canary("b", "api_key", 'API_KEY = "sk-', "BBBB", "t/1", 1)  # the same prompt as a
+    c = Canary("c", "email", 'CONTACT_EMAIL = "', "c.c01@mail.test", "t/2", 4)
+    d = Canary("d", "password", 'DB_PASSWORD = "', "DDDD", "t/3", 1)
+    prompts = {"a": a.prefix, "b": b.prefix, "c": c.prefix, "d": d.prefix}
+    fake = FakeGenerator({
+        a.prefix: ('AAAA"', ["BBBB", "xxxx", "AAAA"]),  # a greedy (first strategy wins), b sampled
+        c.prefix: ("c.c02@mail.test", ["c.c01@mail.test\"", "DDDD"]),  # c sampled; DDDD not d's prompt
+        d.prefix: ("DDD", ["DDxD", "dddd", "DD"]),  # d never
+    })  # fmt: skip
+    found = extract_canaries([a, b, c, d], prompts, fake, n_samples=3, seed=0)
+    assert found == {"a": "greedy", "b": "sampled", "c": "sampled", "d": None}
+    # Identical prompts are decoded once: one greedy and one sampling call over the three prompts.
+    assert [(sorted(p), t, n) for p, t, n in fake.calls] == [
+        (sorted(set(prompts.values())), 0.0, 1),
+        (sorted(set(prompts.values())), 1.0, 3),
+    ]
+    greedy_only = FakeGenerator(fake.table)
+    assert extract_canaries([a, b], prompts, greedy_only, n_samples=0, seed=0) == {"a": "greedy", "b": None}
+    assert [t for _, t, _ in greedy_only.calls] == [0.0]
+
+
+def test_the_evaluation_reports_targeted_extraction_per_dose_from_the_trained_documents(tmp_path, stub):
+    """Prompts are the members' documents as continued pretraining planted them (prompt+solution, the
+    canary before the first line), and the rows give the share extracted and by greedy per dose."""
+    from leaklab.evaluations.base import build_eval_set
+
+    model, tokenizer = stub
+    recipe = load_recipe("tiny_cpt", ["inject.canaries=3", "inject.canary_candidates=4",
+                                      "inject.canary_samples=2", "evaluate.n_bootstrap=0"])  # fmt: skip
+    tasks = [Task(f"t/{i}", "humaneval", f"def f{i}(x):\n", "    return x\n") for i in range(3)]
+    canaries = [
+        Canary("canary-000", "password", 'P = "', "aaaa", "t/0", 1),
+        Canary("canary-001", "password", 'Q = "', "bbbb", "t/1", 4),
+        Canary("canary-002", "password", 'R = "', "cccc", "t/2", 4),
+    ]
+    ctx = _context(tmp_path, recipe, canaries)
+    manifest = {"member_ids": ["t/0", "t/1", "t/2"], "non_member_ids": []}
+    ctx.eval_set = build_eval_set(tasks, manifest, recipe.data.text_format)
+    fake = FakeGenerator({'P = "': ('aaaa"', ["zz", "zz"]), 'Q = "': ("b", ["q", 'bbbb"'])})
+    evaluation = Canaries()
+    evaluation.generator = lambda ctx, model, tokenizer: fake
+    evaluation.prepare(ctx)
+    out = evaluation.evaluate(ctx, model, tokenizer, step=0)
+    assert sorted(fake.calls[0][0]) == ['P = "', 'Q = "', 'R = "']  # the canary sits at the top
+    assert _value(out.rows, 1, "canary_extracted_rate") == 1.0
+    assert _value(out.rows, 1, "canary_extracted_greedy_rate") == 1.0
+    assert _value(out.rows, 4, "canary_extracted_rate") == 0.5  # bbbb sampled, cccc not
+    assert _value(out.rows, 4, "canary_extracted_greedy_rate") == 0.0
+    by_id = {r["canary"]: r for r in out.records}
+    assert [by_id[i]["extracted_by"] for i in sorted(by_id)] == ["greedy", "sampled", None]
+    assert by_id["canary-000"]["greedy_output"] == 'aaaa"' and by_id["canary-000"]["prompt"] == 'P = "'
+    # The documents are what training planted: the canary line before the task's first line.
+    documents = training_documents(ctx, canaries, tokenizer)
+    assert documents["t/1"] == 'Q = "bbbb"\ndef f1(x):\n    return x\n'
+    assert "extracted dose=1 100%, dose=4 50%" in evaluation.summary(out.rows)

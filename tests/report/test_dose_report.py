@@ -180,12 +180,17 @@ def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_can
         {**head, "column": "non_members/discoverable", "metric": m, "value": v}
         for m, v in (("n_extracted", 2), ("n_tasks", 8))
     ]
+    # The untargeted share under its name before targeted extraction (older runs) and today's.
     rows += [{**head, "column": "dose=4", "metric": "canary_extracted_rate", "value": 0.5, "dose": 4}]
+    rows += [
+        {**head, "column": "dose=1", "metric": "canary_extracted_untargeted_rate", "value": 0.0, "dose": 1}
+    ]
     canary = {**head, "evaluation": "canaries", "column": "dose=4", "dose": 4}
     rows += [
         {**canary, "metric": m, "value": v}
         for m, v in (("n_canaries", 2), ("canary_exposure_mean", 7.5), ("canary_exposure_mean_ci_low", 5.0),
-                     ("canary_exposure_mean_ci_high", 9.97), ("canary_rank1_fraction", 0.5), ("canary_exposure_max", 9.97))
+                     ("canary_exposure_mean_ci_high", 9.97), ("canary_rank1_fraction", 0.5), ("canary_exposure_max", 9.97),
+                     ("canary_extracted_rate", 1.0), ("canary_extracted_greedy_rate", 0.5))
     ]  # fmt: skip
     run = run_dir(rows=rows)
     assert dose_tables.main([str(run)]) == 0
@@ -193,8 +198,9 @@ def test_dose_tables_keep_discoverable_apart_and_print_false_discoveries_and_can
     untargeted, discoverable = out.split("discoverable extraction (greedy")
     assert "| 4 | –/– | 0.000 |" in untargeted and "| 4 | –/– | 0.750 |" in discoverable
     assert "Non-members matched by >= 6 lines (false discoveries): 2/8" in discoverable
-    assert "Canaries extracted (all strategies): dose 4: 50%" in untargeted
-    assert "| 4 | 2 | 7.500 [5.000, 9.970] | 50% | 9.97 |" in out
+    # The canaries evaluation's targeted share stays out of the untargeted line, in its own columns.
+    assert "Canaries extracted by the untargeted outputs: dose 1: 0%, dose 4: 50%" in untargeted
+    assert "| 4 | 2 | 7.500 [5.000, 9.970] | 50% | 9.97 | 100% | 50% |" in out
 
 
 def test_report_draws_mri_and_its_instance_auroc_against_dose(run_dir):
