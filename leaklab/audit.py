@@ -362,7 +362,7 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
     """The leakage rate per rule column, in %, with its bootstrap 95% interval, beside the null rate."""
     value = {(r["column"], r["metric"]): r["value"] for r in rows}
     lines = [
-        f"Leakage rate of the rule detectors on {benchmark} (leaks among decided samples; bootstrap 95% interval), "
+        f"Rule detectors' leakage rate on {benchmark} (leaks among decided samples; bootstrap 95% interval), "
         "beside the rate on data no model saw (null) and the chance of this many leaks under that null:",
         "| detector | decided | undecided | leaks | leak rate % | 95% CI | null rate % | P(>= leaks | null) |"
         " clean rate % | P(rate > clean) |",
