@@ -9,6 +9,10 @@ TORCH_CPU ?= torch==2.13.0
 STAMP  := $(VENV)/.leaklab-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 QUIET  := 2>&1 | grep -v "WARNING: Location" || true
+# Two pytest workers (pytest-xdist), a whole test file each at a time, longest files first (tests/conftest.py):
+# what CI's two cores can run side by side. TEST_PARALLEL= runs the suite in one process.
+TEST_WORKERS  ?= 2
+TEST_PARALLEL ?= -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: demo test test-fast lint format bench clean browser gpu-check
 
@@ -27,7 +31,7 @@ demo: $(STAMP)
 	$(BIN)/accelerate launch --config_file launch/single.yaml leaklab/train.py recipe=tiny_cpt
 
 test: $(STAMP) browser lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(TEST_PARALLEL)
 
 # The report's browser test (tests/report/test_report_browser.py) drives a headless Chromium: Debian's package,
 # installed here when missing and run as root (as CI is); otherwise that test is skipped and says why.
@@ -40,7 +44,7 @@ browser:
 	else echo "no chromium (and not root with apt-get): the browser test will be skipped"; fi
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" $(TEST_PARALLEL)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

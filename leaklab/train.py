@@ -133,10 +133,16 @@ def run_training(recipe) -> int:
     several_cpu_processes = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
     state = PartialState(**({"cpu": True, "backend": "gloo"} if several_cpu_processes else {}))
     log = print if state.is_main_process else (lambda *a, **k: None)
-    # Share the cores between the processes of this machine instead of oversubscribing them.
+    # Share the cores between the processes of this machine instead of oversubscribing them;
+    # LEAKLAB_CPU_THREADS sets the count where other work shares the machine (the test suite's workers).
     local_procs = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if not torch.cuda.is_available():
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_procs))
+        threads = os.environ.get("LEAKLAB_CPU_THREADS", "")
+        torch.set_num_threads(
+            int(threads)
+            if threads.isdigit() and int(threads) > 0
+            else max(1, (os.cpu_count() or 1) // local_procs)
+        )
     run = RunDir(run_dir_of(recipe))
 
     # 1. Tasks (first: a missing dataset is the cheapest error), then the model: the main process builds

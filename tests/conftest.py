@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 from leaklab.recipe import SMOKE_TINY
+
+# Under `make test` two pytest workers share the machine (pytest-xdist): one CPU thread each, in this process
+# (set before torch is imported) and in the training runs the tests start (leaklab/train.py reads it), so
+# the two do not oversubscribe the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("LEAKLAB_CPU_THREADS", os.environ["OMP_NUM_THREADS"])
 
 # A small, fast variant of the builtin tiny model for end-to-end tests (the demo uses the real one).
 SMALL_TINY = SMOKE_TINY
@@ -40,6 +48,15 @@ def _offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("WANDB_MODE", "disabled")
+    # The hub libraries read those variables once, at import: a library imported by an earlier test (or by
+    # this process's collection) would still try the network in-process, and a hub name that is not cached
+    # would then take ~40 s of connection retries to fail instead of failing at once.
+    for module, name in (
+        ("huggingface_hub.constants", "HF_HUB_OFFLINE"),
+        ("datasets.config", "HF_HUB_OFFLINE"),
+    ):
+        if module in sys.modules:
+            monkeypatch.setattr(sys.modules[module], name, True)
 
 
 @pytest.fixture(autouse=True)
@@ -50,3 +67,27 @@ def _no_shared_wandb_service():
     must start its own service, as a user's `leaklab train` does."""
     yield
     os.environ.pop("WANDB_SERVICE", None)
+
+
+def _file_weight(items) -> int:
+    """How long a test file is expected to take, coarsely: its largest `timeout` mark, else 600 s for a file
+    holding `slow` tests, else 0."""
+    weight = 0
+    for item in items:
+        mark = item.get_closest_marker("timeout")
+        if mark and mark.args:
+            weight = max(weight, int(mark.args[0]))
+        elif item.get_closest_marker("slow"):
+            weight = max(weight, 600)
+    return weight
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest files first. `make test` runs the files on two workers (pytest-xdist, `--dist loadfile`), which
+    take files in this order: the demo-sized testbed started last would run alone at the end for minutes.
+    Tests keep their order within a file; the suite does not depend on the order of files."""
+    by_file: dict[str, list] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::")[0], []).append(item)
+    files = sorted(by_file.values(), key=_file_weight, reverse=True)  # stable: ties keep collection order
+    items[:] = [item for group in files for item in group]

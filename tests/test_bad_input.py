@@ -146,6 +146,8 @@ def _checkpoint_deleted(tmp, run, mp):
 def _hub_unreachable(tmp, run, mp):
     """Not offline mode, but no route to the hub: fails in seconds, before a minute of retries."""
     mp.delenv("HF_HUB_OFFLINE", raising=False)
+    if "huggingface_hub.constants" in sys.modules:  # read at import; conftest set it offline
+        mp.setattr(sys.modules["huggingface_hub.constants"], "HF_HUB_OFFLINE", False)
     mp.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # the discard port: nothing listens, refused at once
     for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         mp.delenv(proxy, raising=False)

@@ -7,6 +7,7 @@ import collections
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -25,6 +26,12 @@ def _env(cache: str) -> dict[str, str]:
     env = {**os.environ, "LEAKLAB_CACHE": cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     env.pop("WORLD_SIZE", None)
     return env
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def _only_run_dir(root: Path) -> RunDir:
@@ -201,6 +208,8 @@ def test_two_cpu_processes_under_accelerate_write_results_once(leaklab_cache, tm
             "accelerate.commands.launch",
             "--config_file",
             "launch/cpu_ddp.yaml",
+            "--main_process_port",
+            str(_free_port()),  # not the default 29500: another test's processes may hold it
             "leaklab/train.py",
             "recipe=tiny_cpt",
             *SMALL_RUN,
