@@ -9,10 +9,11 @@ TORCH_CPU ?= torch==2.13.0
 STAMP  := $(VENV)/.leaklab-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 QUIET  := 2>&1 | grep -v "WARNING: Location" || true
-# Two pytest workers (pytest-xdist), a whole test file each at a time, longest files first (tests/conftest.py):
-# what CI's two cores can run side by side. TEST_PARALLEL= runs the suite in one process.
+# Two pytest workers (pytest-xdist), a whole test file each at a time, longest files first (tests/conftest.py;
+# --no-loadscope-reorder keeps that order, where xdist would put files with the most tests first and the
+# one-test, six-minute testbed last): what CI's two cores can run side by side. TEST_PARALLEL= runs the suite in one process.
 TEST_WORKERS  ?= 2
-TEST_PARALLEL ?= -n $(TEST_WORKERS) --dist loadfile
+TEST_PARALLEL ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: demo test test-fast lint format bench clean browser gpu-check
 

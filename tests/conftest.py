@@ -84,7 +84,8 @@ def _file_weight(items) -> int:
 
 def pytest_collection_modifyitems(config, items):
     """Longest files first. `make test` runs the files on two workers (pytest-xdist, `--dist loadfile`), which
-    take files in this order: the demo-sized testbed started last would run alone at the end for minutes.
+    take files in this order (`--no-loadscope-reorder`; by default xdist puts the files with the most tests first):
+    the demo-sized testbed, one test, started last would run alone at the end for minutes.
     Tests keep their order within a file; the suite does not depend on the order of files."""
     by_file: dict[str, list] = {}
     for item in items:
