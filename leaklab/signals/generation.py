@@ -43,6 +43,7 @@ How HFGenerator is fast on a CPU (each lever measured in `bench/bench_generation
 from __future__ import annotations
 
 import bisect
+import inspect
 import json
 import time
 import urllib.error
@@ -56,6 +57,17 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from leaklab.progress import Progress
+
+
+def _cache_kwarg(model: Any) -> str:
+    """The name the model's forward takes its KV cache by: `cache` in recent transformers (5.24 here, which
+    warns that `past_key_values` is removed in 5.40), `past_key_values` in earlier 5.x releases. Read
+    from the model under any PEFT wrapper, whose own forward passes keyword arguments through."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    try:
+        return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    except (TypeError, ValueError):
+        return "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -320,6 +332,7 @@ class HFGenerator:
             )
         self.prompt_boundary = prompt_boundary
         self.model = model.eval()
+        self._cache_kwarg = _cache_kwarg(model)
         self.top_k = top_k
         self.logits_processor = logits_processor
         self.tokenizer = tokenizer
@@ -504,7 +517,7 @@ class HFGenerator:
                 input_ids=next_tokens[:, None],
                 attention_mask=mask,
                 position_ids=positions[:, None],
-                past_key_values=cache,
+                **{self._cache_kwarg: cache},
                 use_cache=True,
             )
             positions = positions + 1

@@ -107,6 +107,22 @@ def test_greedy_equals_per_sample_generate(tiny, settings):
     assert all(r[0].finish_reason == "length" for r in results if len(r[0].token_ids) == 12)
 
 
+def test_the_kv_cache_goes_by_the_name_this_transformers_takes(tiny):
+    """Recent transformers (5.24 here) take forward's KV cache as `cache` and warn that `past_key_values`
+    goes in 5.40: decoding passes the cache by the name the installed version takes, and warns nothing."""
+    import inspect
+    import warnings
+
+    model, tokenizer = tiny
+    takes_cache = "cache" in inspect.signature(model.forward).parameters
+    generator = HFGenerator(model, tokenizer, prompt_boundary="none")
+    assert generator._cache_kwarg == ("cache" if takes_cache else "past_key_values")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        generator.generate(PROMPTS[:2], max_new_tokens=4)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
+
+
 def test_eos_ends_a_row_and_the_others_are_unchanged(tiny):
     model, tokenizer = tiny
     plain = reference(model, tokenizer, PROMPTS, 10)
