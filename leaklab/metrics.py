@@ -38,6 +38,7 @@ members - non-members) and of MRI's quantities (`mri_draws`).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -236,13 +237,23 @@ def detection_metrics(
 def resample_weights(strata: list[np.ndarray], size: int, *, n: int, seed: int = 0) -> np.ndarray:
     """[n, size] multiplicities of `n` resamples. Each stratum (an index array) is resampled with
     replacement keeping its size; resample b draws rng.choice(stratum, len(stratum)) for each stratum in
-    order, so the draws are those of a plain loop over resamples."""
+    order, so the draws are those of a plain loop over resamples. Read-only: one evaluation asks for the
+    same resamples once per score column, so they are drawn once and shared."""
+    key = (tuple(np.asarray(s, dtype=np.int64).tobytes() for s in strata), size, n, seed)
+    return _resample_weights(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _resample_weights(key) -> np.ndarray:
+    strata_bytes, size, n, seed = key
+    strata = [np.frombuffer(b, dtype=np.int64) for b in strata_bytes]
     rng = np.random.default_rng(seed)
     weights = np.zeros((n, size))
     for b in range(n):
         for stratum in strata:
             if len(stratum):
                 weights[b] += np.bincount(rng.choice(stratum, len(stratum)), minlength=size)
+    weights.flags.writeable = False
     return weights
 
 

@@ -8,7 +8,9 @@ web text when mixing on a machine without network.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,14 +23,19 @@ _LOCAL_SUFFIXES = (".txt", ".md", ".py", ".jsonl", ".json")
 
 
 def stdlib_source_files() -> list[Path]:
+    return list(_stdlib_source_files())
+
+
+@functools.cache
+def _stdlib_source_files() -> tuple[Path, ...]:
+    # os.walk, pruned: rglob would also list the interpreter's own site-packages (thousands of files) only
+    # to drop them, and every run and detector pass reads this list.
     root = Path(sysconfig.get_paths()["stdlib"])
     files = []
-    for path in root.rglob("*.py"):
-        parts = set(path.relative_to(root).parts[:-1])
-        if parts & _SKIP_DIRS or path.name.startswith("test_"):
-            continue
-        files.append(path)
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS]
+        files.extend(Path(folder, n) for n in names if n.endswith(".py") and not n.startswith("test_"))
+    return tuple(sorted(files, key=lambda p: p.relative_to(root).as_posix()))
 
 
 def pydoc_topics() -> list[str]:
@@ -39,6 +46,11 @@ def pydoc_topics() -> list[str]:
 
 def builtin_corpus_texts() -> list[str]:
     """Stdlib source (one text per file) then pydoc topics; the same list on every run of one Python."""
+    return list(_builtin_corpus_texts())
+
+
+@functools.cache  # read once per process: the tokenizer, the mixer and DC-PDD's frequency table all use it
+def _builtin_corpus_texts() -> tuple[str, ...]:
     texts = []
     for path in stdlib_source_files():
         try:
@@ -46,7 +58,7 @@ def builtin_corpus_texts() -> list[str]:
         except (UnicodeDecodeError, OSError):
             continue  # a handful of files are deliberately not UTF-8
     texts.extend(pydoc_topics())
-    return [t for t in texts if t.strip()]
+    return tuple(t for t in texts if t.strip())
 
 
 def _local_texts(path: Path, text_field: str) -> Iterator[str]:

@@ -352,6 +352,21 @@ def test_token_frequencies_count_corpus_tokens(tmp_path):
     assert list(tmp_path.glob("freq-*.npy"))
 
 
+def test_token_frequencies_are_kept_in_the_leaklab_cache_for_later_runs(tmp_path, monkeypatch):
+    """The table depends on the tokenizer and the corpus only: without a cache_dir it goes to the leaklab
+    cache, and a later process (here: the in-memory table dropped) reads it instead of tokenizing again."""
+    import leaklab.signals.logprobs as logprobs
+
+    monkeypatch.setenv("LEAKLAB_CACHE", str(tmp_path))
+    tok = tiny_tokenizer()
+    corpus = ["def add", "print"]
+    first = token_frequencies(tok, corpus)
+    (saved,) = (tmp_path / "frequencies").glob("freq-*.npy")
+    monkeypatch.setattr(logprobs, "_FREQUENCY_CACHE", {})
+    np.save(saved, first.counts * 7)  # what is on disk is what a later process uses
+    np.testing.assert_array_equal(token_frequencies(tok, corpus).counts, first.counts * 7)
+
+
 def test_token_stats_nll():
     s = TokenStats(token_ids=np.array([1, 2]), logprob=np.array([-1.0, -3.0], dtype=np.float32))
     assert s.nll() == pytest.approx(2.0)
