@@ -10,12 +10,12 @@ STAMP  := $(VENV)/.leaklab-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 QUIET  := 2>&1 | grep -v "WARNING: Location" || true
 # Two pytest workers (pytest-xdist), a whole test file each at a time, longest files first (tests/conftest.py;
-# --no-loadscope-reorder keeps that order, where xdist would put files with the most tests first and the
-# one-test, six-minute testbed last): what CI's two cores can run side by side. TEST_PARALLEL= runs the suite in one process.
+# --no-loadscope-reorder keeps that order, where xdist would put the files with the most tests first and the
+# longest one-test files last): what CI's two cores can run side by side. TEST_PARALLEL= runs the suite in one process.
 TEST_WORKERS  ?= 2
 TEST_PARALLEL ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test test-fast lint format bench clean browser gpu-check
+.PHONY: demo test test-full test-fast lint format bench clean browser gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: $(STAMP)
 
 test: $(STAMP) browser lint
 	$(BIN)/python -m pytest -q $(TEST_PARALLEL)
+
+# The whole suite plus the tests marked `full`: the demo-sized testbed (the real tiny model built in a fresh
+# cache, then tiny_cpt's 8 epochs: about 11 more minutes on one thread).
+test-full: $(STAMP) browser lint
+	$(BIN)/python -m pytest -q --full $(TEST_PARALLEL)
 
 # The report's browser test (tests/report/test_report_browser.py) drives a headless Chromium: Debian's package,
 # installed here when missing and run as root (as CI is); otherwise that test is skipped and says why.

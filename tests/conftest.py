@@ -31,8 +31,15 @@ SMALL_RUN = [
 
 @pytest.fixture(scope="session")
 def leaklab_cache(tmp_path_factory):
-    """One model cache for the whole session, so the small tiny model is built once."""
-    path = os.environ.get("LEAKLAB_TEST_CACHE") or str(tmp_path_factory.mktemp("leaklab-cache"))
+    """One model cache for the whole session, so the small tiny model is built once. Under pytest-xdist the
+    workers share it (next to their own temporary folders): the first to need a model builds it, the others
+    wait for that build (leaklab.models.tiny locks it) instead of repeating it."""
+    path = os.environ.get("LEAKLAB_TEST_CACHE")
+    if not path:
+        base = tmp_path_factory.getbasetemp()
+        shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+        path = str(shared / "leaklab-cache")
+        os.makedirs(path, exist_ok=True)
     old = os.environ.get("LEAKLAB_CACHE")
     os.environ["LEAKLAB_CACHE"] = path
     yield path
@@ -82,11 +89,22 @@ def _file_weight(items) -> int:
     return weight
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full", action="store_true", help="also run the tests marked `full` (the demo-sized testbed)"
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     """Longest files first. `make test` runs the files on two workers (pytest-xdist, `--dist loadfile`), which
     take files in this order (`--no-loadscope-reorder`; by default xdist puts the files with the most tests first):
     the demo-sized testbed, one test, started last would run alone at the end for minutes.
     Tests keep their order within a file; the suite does not depend on the order of files."""
+    if not config.getoption("--full"):
+        skip = pytest.mark.skip(reason="the demo-sized testbed runs under `make test-full` (pytest --full)")
+        for item in items:
+            if item.get_closest_marker("full"):
+                item.add_marker(skip)
     by_file: dict[str, list] = {}
     for item in items:
         by_file.setdefault(item.nodeid.split("::")[0], []).append(item)

@@ -1,6 +1,10 @@
 """The embedded testbed does what the README promises: the full `tiny_cpt` recipe, as `make demo` runs it,
 leaves the injected half of HumanEval measurably easier for the model than the held-out half.
-Slow (a few minutes on 2 cores: it builds the real tiny model when it is not cached)."""
+
+That check costs about 11 minutes on one CPU thread (6 of them to build the real tiny model in the test
+session's fresh cache), so it is marked `full`: `make test-full` runs it, `make test` does not. `make test`
+runs the same recipe on the small tiny model the other end-to-end tests build (half a minute): weaker
+numbers, the same claim, that training on the members is what separates them."""
 
 from __future__ import annotations
 
@@ -11,12 +15,55 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SMALL_TINY
 from leaklab.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _ppl(rows: list[dict], metric: str) -> dict[int, float]:
+    return {r["step"]: r["value"] for r in rows if r.get("column") == "ppl" and r.get("metric") == metric}
+
+
 @pytest.mark.slow
+def test_a_small_tiny_cpt_run_already_separates_the_members(leaklab_cache, tmp_path):
+    env = {**os.environ, "LEAKLAB_CACHE": leaklab_cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "leaklab/train.py",
+            "recipe=tiny_cpt",
+            *SMALL_TINY,
+            # All of HumanEval (82 members, 82 non-members), as the demo; shorter windows and more of the
+            # members per block than the demo, so the small model learns them in 4 epochs.
+            "train.epochs=4",
+            "mix.ratio=1:1",
+            "mix.max_seq_len=256",
+            f"output_dir={tmp_path}",
+            "tracking.wandb.enabled=false",
+            "evaluate.detectors=[ppl]",
+            "evaluate.n_bootstrap=200",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    rows = RunDir(run_dir).results_rows()
+    auroc, low = _ppl(rows, "auroc"), _ppl(rows, "auroc_ci_low")
+    steps = sorted(auroc)
+    assert len(steps) == 5, "the base model and one checkpoint per epoch"
+    first, last = auroc[steps[0]], auroc[steps[-1]]
+    # Measured at 1cf3bae+ on one thread: 0.560 at step 0, 0.707 [0.63, 0.78] at epoch 4.
+    assert abs(first - 0.5) < 0.1, f"the untrained model cannot tell members apart: {first:.3f}"
+    assert last >= 0.65 and low[steps[-1]] > 0.5, f"PPL AUROC at the last epoch: {last:.3f}"
+    assert last - first >= 0.1, f"training on the members moved PPL AUROC only {first:.3f} -> {last:.3f}"
+
+
+@pytest.mark.full
 @pytest.mark.timeout(1500)  # the run itself is given 1200 s; a busy machine may need it
 def test_tiny_cpt_shows_memorization(leaklab_cache, tmp_path):
     env = {**os.environ, "LEAKLAB_CACHE": leaklab_cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}

@@ -24,7 +24,7 @@ import torch
 from leaklab.data.corpora import builtin_corpus_texts
 from leaklab.progress import Progress
 from leaklab.recipe import TinyModelConfig
-from leaklab.rundir import cache_root
+from leaklab.rundir import cache_root, locked
 
 BOS, EOS, PAD = "<|bos|>", "<|endoftext|>", "<|pad|>"
 # Bump when the build procedure changes, so stale caches are not reused.
@@ -120,6 +120,15 @@ def build_tiny_model(
     out = tiny_model_dir(cfg, cache_dir)
     if (out / "leaklab_tiny.json").exists():
         return out
+    # One build at a time per model: a second process (a sweep's other run, a parallel test worker) waits
+    # for the first and then finds the model, instead of spending the same minutes building it again.
+    with locked(out.parent / f"{out.name}.lock"):
+        if (out / "leaklab_tiny.json").exists():
+            return out
+        return _build(cfg, out, cache_dir, log)
+
+
+def _build(cfg: TinyModelConfig, out: Path, cache_dir, log) -> Path:
     started = time.time()
     log(f"building the builtin tiny model into {out} (one-off; cached afterwards)")
     tokenizer = build_tokenizer(cfg.vocab_size, cfg.seed, cache_dir)
