@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 
 import pytest
@@ -27,6 +28,14 @@ SMALL_RUN = [
     "mix.max_seq_len=256",
     "tracking.wandb.enabled=false",
 ]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, for a launcher's rendezvous: tests run side by side (two xdist
+    workers), so a fixed port such as 29500 may already be held by another test's processes."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SMALL_RUN
+from conftest import SMALL_RUN, free_port
 from leaklab.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,12 +25,6 @@ def _env(cache: str) -> dict[str, str]:
     env = {**os.environ, "LEAKLAB_CACHE": cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     env.pop("WORLD_SIZE", None)
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _only_run_dir(root: Path) -> RunDir:
@@ -209,7 +202,7 @@ def test_two_cpu_processes_under_accelerate_write_results_once(leaklab_cache, tm
             "--config_file",
             "launch/cpu_ddp.yaml",
             "--main_process_port",
-            str(_free_port()),  # not the default 29500: another test's processes may hold it
+            str(free_port()),  # not the default 29500: another test's processes may hold it
             "leaklab/train.py",
             "recipe=tiny_cpt",
             *SMALL_RUN,

@@ -411,18 +411,18 @@ accelerator.end_training()  # destroy_process_group(): joins those threads while
 def test_two_processes_split_and_gather(tmp_path):
     """Under torchrun with 2 CPU processes every rank returns the single-process results."""
     import os
-    import socket
     import subprocess
     import sys
     from pathlib import Path
+
+    # Imported here, not at the top: the launched ranks import this module without tests/ on their path.
+    from conftest import free_port
 
     script = tmp_path / "score.py"
     script.write_text(DISTRIBUTED_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with socket.socket() as sock:  # a free port, so parallel runs do not collide
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     proc = subprocess.run(
         [
             str(torchrun),
