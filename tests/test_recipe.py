@@ -154,7 +154,7 @@ def test_a_run_written_before_verify_took_a_string_still_loads(tmp_path):
 
 
 def test_detector_specs_keep_their_comma_separated_values():
-    """The README's `detectors=[ppl,srdetection_gray:n=1,3,5,10]` (YAML splits it into ppl,
+    """The command line's `detectors=[ppl,srdetection_gray:n=1,3,5,10]` (YAML splits it into ppl,
     srdetection_gray:n=1, 3, 5, 10) is two specs, as is the quoted form; in a recipe file too."""
     unquoted = load_recipe("tiny_cpt", ["evaluate.detectors=[ppl,srdetection_gray:n=1,3,5,10]"])
     quoted = load_recipe("tiny_cpt", ["evaluate.detectors=[ppl, 'srdetection_gray:n=1,3,5,10']"])

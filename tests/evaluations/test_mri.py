@@ -201,7 +201,7 @@ def test_mri_table_states_the_intervals():
 def test_tiny_sft_asks_enough_tasks_for_the_competence_rule():
     # With 50 tasks per side the rule (>= 50 originals solved) could only pass at 100% accuracy. The
     # lowest late accuracy measured on tiny_sft with 200 tasks per side is the non-members' 0.305 at step
-    # 750 (README): the recipe must ask enough tasks that 0.305 of them reach the rule, the paper's.
+    # 750 (docs/results.md): the recipe must ask enough tasks that 0.305 of them reach the rule, the paper's.
     recipe = load_recipe("tiny_sft", [])
     mri = recipe.evaluate.mri
     assert (mri.min_solved, mri.min_accuracy) == (50, 0.10)
