@@ -1,4 +1,4 @@
-"""Dose–response tables of one run with exposure doses (`inject.doses`, issue 27).
+"""Dose–response tables of one run with exposure doses (`inject.doses`).
 
     python analysis/dose_tables.py RUN_DIR [--step N] [--metric auroc]
 

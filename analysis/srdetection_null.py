@@ -5,12 +5,12 @@ variants were as likely as the original under a model that never saw the task (e
 original would be the lowest of its n + 1 texts for about 1/(n + 1) of the tasks. This script measures
 the fraction actually flagged on the builtin tiny model (never trained on HumanEval: step 0 of
 tiny_cpt) for n = 1, 3, 5, 10 with a bootstrap 95% interval, next to 1/(n + 1) and the target
-1.5/(n + 1) (issue 13), and the band [0.5, 1.5]/(n + 1) the rate must lie in (issue 25).
+1.5/(n + 1), and the band [0.5, 1.5]/(n + 1) the rate must lie in (a rate below it is as wrong as one above).
 
     python analysis/srdetection_null.py [--tasks 164] [--no-verify] [--ablate] [--model builtin:tiny] [--seed 0]
         [--heldout FILE.jsonl ...] [--skip-humaneval]
 
---heldout adds sets the model never saw either (issue 25: code outside HumanEval, e.g. a library's
+--heldout adds sets the model never saw either (code outside HumanEval, e.g. a library's
 documented functions written by `analysis/heldout_functions.py`), read in HumanEval's schema. They have
 no tests, so their variants are renamings checked with `verify=alpha`, without example replacement (the
 functions cannot run outside their package).

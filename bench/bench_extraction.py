@@ -9,7 +9,7 @@ corpus leaves out (almost none), a third each. They stand in for model samples: 
 matching, which does not care who wrote the text. The naive scan (every output line against every corpus
 line, then extension) is run on `--naive-sample` outputs and projected linearly to all of them (it
 is linear in the number of outputs); both methods must find the same runs on that sample.
-Targets (issue 15): index built in <= 30 s, 1,000 outputs of 256 tokens matched in <= 10 s.
+Targets: index built in <= 30 s, 1,000 outputs of 256 tokens matched in <= 10 s.
 """
 
 from __future__ import annotations

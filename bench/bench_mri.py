@@ -9,7 +9,7 @@ the same prompts one at a time.
 
 The model is a checkpoint of a tiny_sft run (--run RUN_DIR [--step N], default its last) or, without
 --run, the recipe's base model (the same shapes and lengths; a trained model only stops earlier). The
-target of issue 12: one checkpoint in <= 3 minutes on 2 cores.
+target: one checkpoint in <= 3 minutes on 2 cores, so MRI can run at every checkpoint of a run.
 
     python bench/bench_mri.py [--run RUN_DIR] [--step N] [--naive 32] [--smoke]
 

@@ -6,7 +6,7 @@
               the same size (a validation loop written without batching), on the first --naive tasks;
               compared per candidate
 
-Pool start-up is timed apart. The target of issue 12: all 164 tasks in <= 2 minutes on 2 cores, and at
+Pool start-up is timed apart. The target: all 164 tasks in <= 2 minutes on 2 cores, and at
 least 5 of the 8 logic-change types with accepted rewrites.
 
     python bench/bench_rewriting.py [--workers 2] [--naive 40] [--smoke]

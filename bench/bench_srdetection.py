@@ -1,6 +1,6 @@
 """SrDetection's cost: the gray box with n = 10 variants against 11 separate PPL passes.
 
-The target (issue 5): scoring every original and its 10 variants costs at most 1.2x the signal cost of
+The target: scoring every original and its 10 variants costs at most 1.2x the signal cost of
 11 PPL passes over the benchmark. Both sides start from strings, on the same model and texts:
 
   eleven_passes   the naive way: `compute_token_stats` (log-probs only) once on the originals and once

@@ -113,7 +113,7 @@ def undecided_note(metrics: dict[str, Any]) -> str:
 
 
 def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of all members: those of one exposure dose group (a `dose` field, issue 27) are left
+    """The rows of all members: those of one exposure dose group (a `dose` field) are left
     out, so that tables keyed by (step, column, metric) never mix the two."""
     return [r for r in rows if "dose" not in r]
 
@@ -129,7 +129,7 @@ def rows_per_dose(
     rows_of: Callable[[list[int]], list[dict[str, Any]]],
     keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """The per-dose rows every evaluation writes in a run with inject.doses (issue 27): for each dose d
+    """The per-dose rows every evaluation writes in a run with inject.doses: for each dose d
     of the members, the rows `rows_of(index)` computes on the samples `index` (the members of dose d
     and all the non-members, in their order), those `keep` accepts, each with `"dose": d`."""
     labels = [int(y) for y in labels]

@@ -115,7 +115,7 @@ def row_key(row: dict[str, Any]) -> tuple:
     # write a second marker (leaklab.evaluate.done_specs reads their union).
     if "specs" in row:
         return (*key, tuple(sorted(row["specs"])))
-    # A row of one exposure dose group (issue 27) stands beside the all-members row of its metric.
+    # A row of one exposure dose group stands beside the all-members row of its metric.
     return (*key, ("dose", row["dose"])) if "dose" in row else key
 
 

@@ -114,7 +114,7 @@ def log_rows(rows: list[dict[str, Any]]) -> None:
         if row.get("value") is None or row.get("metric") == "done":
             continue
         name = f"{column}/{row['metric']}" if column is not None else row["metric"]
-        if "dose" in row:  # one exposure dose group's row (issue 27), beside the all-members curve
+        if "dose" in row:  # one exposure dose group's row, beside the all-members curve
             name = f"dose={row['dose']}/{name}"
         key = f"{row['evaluation']}/{name}"
         by_step.setdefault(row["step"], {})[key] = row["value"]

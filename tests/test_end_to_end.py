@@ -64,7 +64,7 @@ def test_tiny_run_trains_evaluates_and_reports(leaklab_cache, tmp_path):
     assert len(steps) == 2, "one checkpoint per epoch"
     det = _check_results(run, [0, *steps])
     assert {r["metric"] for r in det} >= {"auroc", "f1", "accuracy", "precision", "recall"}
-    # Beside the detectors at every checkpoint: the blind baseline and dataset inference (issue 13).
+    # Beside the detectors at every checkpoint: the blind baseline and dataset inference.
     for step in [0, *steps]:
         got = {(r["column"], r["metric"]) for r in det if r["step"] == step}
         assert {("blind", "auroc"), ("blind", "distribution_shift"), ("dataset_inference", "p_value")} <= got

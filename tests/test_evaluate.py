@@ -1,4 +1,4 @@
-"""Re-evaluating a trained run without retraining (issue 24, item 1): `leaklab evaluate RUN_DIR` with
+"""Re-evaluating a trained run without retraining: `leaklab evaluate RUN_DIR` with
 evaluate.* keys adds what the checkpoints lack and rewrites nothing; settings that would change rows
 already written are refused, with `--into NAME` as the way to a fresh evaluation folder; `leaklab
 train` with other evaluate.* keys on a trained run trains nothing."""

@@ -98,7 +98,7 @@ def test_run_dir_is_stable_and_ignores_tracking():
 
 
 def test_a_runs_identity_is_its_training_not_its_evaluation():
-    """Issue 24: adding a detector or changing any evaluate.* key finds the same run (no retraining);
+    """Adding a detector or changing any evaluate.* key finds the same run (no retraining);
     what changes the weights makes a new one."""
     a = load_recipe("tiny_cpt")
     same = [
@@ -237,7 +237,7 @@ def test_bigcodebench_ppo_generates_the_papers_512_response_tokens():
 
 
 def test_prompt_boundary_is_an_evaluation_setting_with_two_values():
-    """evaluate.prompt_boundary (issue 27): heal by default, none on request, anything else refused with
+    """evaluate.prompt_boundary: heal by default, none on request, anything else refused with
     the valid values; the rows of every evaluation record it (a changed value is a row-setting conflict)."""
     from leaklab.evaluate import row_settings
 
@@ -252,7 +252,7 @@ def test_prompt_boundary_is_an_evaluation_setting_with_two_values():
 
 
 def test_tiny_dose_is_tiny_cpt_with_doses_canaries_and_every_evaluation_that_applies():
-    """Issue 27's dose testbed: the same cached tiny model and split as tiny_cpt (a different
+    """The dose testbed: the same cached tiny model and split as tiny_cpt (a different
     model.tiny would rebuild it for half an hour), four dose groups, canaries, and the detection,
     extraction and canary evaluations with both generation-based black-box detectors."""
     tiny, dosed = load_recipe("tiny_cpt"), load_recipe("tiny_dose")
@@ -261,7 +261,7 @@ def test_tiny_dose_is_tiny_cpt_with_doses_canaries_and_every_evaluation_that_app
     assert dosed.evaluate.evaluations == ["detection", "extraction", "canaries"]
     assert {"ppl", "zlib", "mink", "ngram_acc", "srdetection_black"} <= set(dosed.evaluate.detectors)
     # Discoverable extraction from each task's first 8 lines: with 4 it reached 2 of 20 top-dose members
-    # (issue 27's target is 25%), with 8 6 of 20 on the same checkpoint.
+    # (the testbed's target is 25%), with 8 6 of 20 on the same checkpoint.
     assert "discoverable" in dosed.evaluate.extraction.strategies
     assert dosed.evaluate.extraction.prefix_lines == 8
     # One checkpoint, the last: two epochs of 214 steps, each member seen twice its dose.

@@ -32,7 +32,7 @@ def test_write_atomic_leaves_no_temporary_files(tmp_path):
 
 
 def test_an_existing_run_with_other_training_is_refused_in_one_line_and_other_evaluation_is_not(tmp_path):
-    """Issue 24: the run directory check compares the training (not evaluate.*), and a mismatch is bad
+    """The run directory check compares the training (not evaluate.*), and a mismatch is bad
     input (exit 2, one line naming what differs), not a traceback."""
     from leaklab.errors import InputError
     from leaklab.recipe import identity_changes, load_recipe, run_hash, to_yaml

@@ -20,7 +20,7 @@ are never written by hand: the canonical solution runs on the inputs in the sand
 `<LEAKLAB_CACHE>/synthetic/`, keyed by seed, size and a hash of this file, so a change to a family
 never serves stale tasks.
 
-`rewrite(task, rng)` is the exact rewriting of MRI (METHODS.md §4): the same family, the same surface
+`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): same family, surface
 (names, wording template, test inputs), one logic choice changed (a constant swap or an operator change),
 docstring and tests rebuilt from the new solution in the sandbox. Its metadata names what changed.
 """

@@ -1,4 +1,4 @@
-"""Gray-box membership detectors (METHODS.md §2): shared token statistics in, one score per text out.
+"""Gray-box membership detectors (docs/detectors.md#gray-box-detectors): token statistics in, one score out.
 
 Every score is oriented so that HIGHER MEANS MORE LIKELY A MEMBER; the golden tests pin each sign.
 With l_t = log p(x_t | x_<t) over the scored tokens of a text and NLL = -mean_t l_t:
@@ -199,7 +199,7 @@ class MinKPlusPlus:
 class DcPdd:
     name: ClassVar[str] = "dcpdd"
     needs: ClassVar[frozenset[str]] = frozenset({TARGET, FREQUENCIES})
-    a: float = 0.01  # upper clip of each token's alpha (METHODS.md §2)
+    a: float = 0.01  # upper clip of each token's alpha (docs/detectors.md)
 
     def __post_init__(self) -> None:
         if not self.a > 0:

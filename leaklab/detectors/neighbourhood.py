@@ -14,7 +14,7 @@ variant or no scored token. The losses come from `srdetection.gray_scores`: one 
 originals and variants with the same cache, so next to `srdetection_gray` it costs nothing.
 
 Unlike SrDetection's rule this is a score, thresholded by cross-validation: variants that are less
-likely than their originals by the same amount for every task (issue 13's step-0 bias) shift all
+likely than their originals by the same amount for every task (the bias the untrained model shows) shift all
 scores alike and are not read as leaks; a bias that differs from task to task is noise in the score.
 """
 

@@ -15,7 +15,7 @@ Rows (`column` = members | non_members | all | gap):
                           bootstrap 95% interval over tasks (members and non-members resampled apart,
                           each keeping its count; seeded by evaluate.seed)
   n_tasks, n_passed, n_failed, n_timeout, n_error, n_extraction_failed, n_syntax_error   greedy counts
-A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, the `members` and `gap` rows
+A run with exposure doses (`inject.doses`) also gets, per dose d, the `members` and `gap` rows
 computed on the members of dose d (against all the non-members), each with `"dose": d`.
 Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was extracted, its verdict and
 reason, and the sampled n / c.

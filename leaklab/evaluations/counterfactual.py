@@ -1,4 +1,4 @@
-"""Counterfactual functional memorization of every checkpoint (METHODS.md §5), members and non-members apart.
+"""Counterfactual functional memorization per checkpoint (docs/evaluations.md), members and non-members apart.
 
 Each task's function (its entry point; `leaklab/memorization/counterfactual.py` splits it) is prompted as
 up to `context_tokens` tokens of what precedes it + its signature without docstring, greedily continued

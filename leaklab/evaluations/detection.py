@@ -13,7 +13,7 @@ benchmark a raw rule flags most non-members too (its fixed threshold 0 is far fr
 its margin still ranks members above non-members. Every row carries 95% bootstrap
 intervals when `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
 
-A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, the same rows of every
+A run with exposure doses (`inject.doses`) also gets, per dose d, the same rows of every
 detector column computed on the members of dose d against all the non-members, each with `"dose": d`
 (`dose_rows`). The all-members rows carry no `dose` field, so a run without doses writes exactly the
 rows it wrote before; readers keep the two apart with `leaklab.results.without_dose` / `dose_rows`.
@@ -141,7 +141,7 @@ def subset_decisions(decisions, index, n_samples: int):
 
 def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
     """Per exposure dose d: every column's metric rows on the members of dose d against all the
-    non-members, each row with `"dose": d` (issue 27: how detection grows with exposure)."""
+    non-members, each row with `"dose": d` (how detection grows with exposure)."""
     return rows_per_dose(labels, doses, lambda index: column_rows(scores, labels, cfg, np.asarray(index)))
 
 

@@ -1,4 +1,4 @@
-"""Extraction audit of every checkpoint (METHODS.md §6): what the model reproduces from its training corpus.
+"""Extraction audit of every checkpoint (docs/evaluations.md): what the model reproduces of its training data.
 
 Per checkpoint: sample `n_outputs` continuations for each sampling strategy x top-k
 (`leaklab/memorization/extraction.py`), find their Type-1 clones (>= `min_lines` whitespace-normalised
@@ -26,7 +26,7 @@ top-k values (when it has several), `all` pooled, and `members` / `non_members`)
   dose=<d>, in a run with inject.canaries: canary_extracted_untargeted_rate, the share of that dose
   group's canaries whose secret an output holds verbatim (the `canaries` evaluation reports targeted
   extraction, prompted with each canary's own context: leaklab/evaluations/canaries.py).
-A run with exposure doses (`inject.doses`, issue 27) also gets, per dose d, `members` rows with
+A run with exposure doses (`inject.doses`) also gets, per dose d, `members` rows with
 `"dose": d` (n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and `members` rows
 exposure_spearman (+ interval) and exposure_n_members: the Spearman correlation between each member's
 training exposures (mixture.json `exposures`) and the number of outputs that reproduce it.

@@ -1,4 +1,4 @@
-"""Memorization Risk Index of every checkpoint (Memorize or generalize?, METHODS.md §4), members and
+"""Memorization Risk Index of every checkpoint (Memorize or generalize?, docs/evaluations.md), members and
 non-members apart: does MRI rise on what was injected and stay flat on what was not?
 
 Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`: a

@@ -1,8 +1,8 @@
 """Type-1 clone detection: which runs of lines an output shares verbatim with a corpus.
 
 A snippet is memorised when at least `min_lines` consecutive lines of an output occur, in the same
-order and consecutively, in one corpus document (METHODS.md §6, after "Unveiling memorization in code
-models"). What counts as a line:
+order and consecutively, in one corpus document (docs/evaluations.md#extraction-003-3-5, after
+"Unveiling memorization in code models"). What counts as a line:
 
 - Lines are whitespace-normalised: leading/trailing whitespace removed, inner runs of whitespace
   collapsed to one space (Type-1 clones differ only in layout).

@@ -1,4 +1,4 @@
-"""Counterfactual functional memorization (METHODS.md §5): functions, prompts, extraction, the criterion.
+"""Counterfactual functional memorization (docs/evaluations.md): functions, prompts, extraction, criterion.
 
 A *sample* is one Python function from a corpus, split into
   - context: the source before the function (the prompt keeps at most P tokens of it),

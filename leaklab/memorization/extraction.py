@@ -1,4 +1,4 @@
-"""Extraction audit (METHODS.md §6): sample a model, find what it reproduces from its corpus, rank, classify.
+"""Extraction audit (docs/evaluations.md): sample a model, find what it copies of its corpus, rank, classify.
 
 The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extraction.py`) strings together:
 

@@ -22,7 +22,7 @@ from leaklab.perturb.identifiers import Offsets
 from leaklab.perturb.renaming import apply_edits
 from leaklab.perturb.vocabulary import frequency_order, log_count, prose_counts
 
-# New example values are drawn like the originals (issue 13): a few candidates of the same type and
+# New example values are drawn like the originals: a few candidates of the same type and
 # magnitude, and among them the one whose reference frequency (`vocabulary.code_counts`) is closest to
 # the original's. Uniform draws made shown numbers less round than a person's (10 -> 17) and words into
 # letter soup, so variants were less likely than originals under a model that never saw the task.
@@ -429,7 +429,7 @@ def candidate_sets(
 # --------------------------------------------------------------------------- choosing among candidates
 
 # The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs and the set whose shown text
-# (inputs and outputs) is closest in shape to the original examples is kept (issue 13). A single draw
+# (inputs and outputs) is closest in shape to the original examples is kept. A single draw
 # often showed longer or stranger text than the original: floats with ten digits (0.25 -> 0.3333333333),
 # grown lists, outputs that flipped from True to False (a random input rarely satisfies a predicate the
 # author chose to show), numbers that grew; each such variant was less likely than its original under a

@@ -2,7 +2,7 @@
 original's style (snake_case, camelCase, UPPER), ordered so that a variant is about as likely as its
 original under a model that never saw the task.
 
-Why the order matters (issue 13): SrDetection flags a task when the original is more likely than every
+Why the order matters: SrDetection flags a task when the original is more likely than every
 variant. Taking the most "natural" synonym first made variants systematically less likely than the
 originals on a model that never saw HumanEval (the rule flagged 37% of tasks at n = 10, not 1/11),
 while prefixed names (`cur_numbers`) made them more likely (more, easier tokens). Candidates are now
@@ -418,7 +418,7 @@ def frequency_order(
 
 # Log-count units that a full mismatch in `echo` costs: more than the jitter, so a candidate that echoes
 # the docstring as much as the original does wins over one that does not whenever their frequencies are
-# alike. Why (issue 13): `sum_to_n` -> `total_to_n` no longer repeats the docstring's "sum", and a model
+# alike. Why: `sum_to_n` -> `total_to_n` no longer repeats the docstring's "sum", and a model
 # that never saw the task found such variants less likely than the original 64% of the time.
 ECHO_WEIGHT = 3.0
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -479,7 +479,7 @@ def candidates(
     if swaps:
         # No vocabulary word in the name (`nbrs`, `soln`, `xp`: most of a library's own names), so no
         # synonym: prefixes were its only change, in both leans, and prefixes add easy tokens, so on code
-        # outside HumanEval the variants were likelier than their originals (issue 25). A variant leaning
+        # outside HumanEval the variants were likelier than their originals. A variant leaning
         # away from prefixes now swaps one of its words for a reference word of the same case, length and
         # frequency; swaps alone overshot the other way on sympy, so the prefix lean keeps prefixes.
         return frequency_order(name, swaps, rng, context=context)
@@ -490,7 +490,7 @@ def candidates(
     tiers.append(prefixed)
     pooled = [c for c in dict.fromkeys(c for tier in tiers for c in tier) if c != name]
     # prefer="prefix" / "synonym": a variant leans one way for all its names. Prefixed names make a
-    # variant more likely than its original and synonyms less likely (issue 13); leaning per variant
+    # variant more likely than its original and synonyms less likely; leaning per variant
     # spreads a task's variants on both sides of the original instead of shifting them all one way.
     bias = None
     if prefer and len(pooled) > len(prefixed):

@@ -20,7 +20,7 @@ from leaklab.rundir import RunDir, read_rows
 class RunData:
     run: RunDir
     rows: list[dict[str, Any]] = field(default_factory=list)  # all members' rows (no `dose` field)
-    # Rows of one exposure dose group each (`"dose": d`, issue 27), kept apart so that no table keyed by
+    # Rows of one exposure dose group each (`"dose": d`), kept apart so that no table keyed by
     # (step, column, metric) mixes them with the all-members rows.
     dose_rows: list[dict[str, Any]] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)

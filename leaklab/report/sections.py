@@ -520,7 +520,7 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
 
 
 def dose_response_section(run: RunData) -> Section | None:
-    """Detection against exposure dose (issue 27), from the per-dose detection rows (members of dose d
+    """Detection against exposure dose, from the per-dose detection rows (members of dose d
     against all non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for
     each dose; extraction, members' pass@1, MRI and the counterfactual criterion's flag rate against the
     dose where those evaluations ran; the exposures counted in the training data. None for a run without

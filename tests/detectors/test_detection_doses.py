@@ -1,4 +1,4 @@
-"""Detection per exposure dose (issue 27): rows of the members of dose d against all the non-members,
+"""Detection per exposure dose: rows of the members of dose d against all the non-members,
 with `"dose": d`, beside the all-members rows, which stay as a run without doses writes them."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden tests of the detectors beyond the seeds (issue 13, part 2): ReCaLL, CDD, n-gram accuracy and
+"""Golden tests of the detectors beyond the seeds: ReCaLL, CDD, n-gram accuracy and
 the neighbourhood attack. Values are computed by hand on the bigram model of test_detectors.py, or by
 a plain per-sample implementation written here, independent of the batched engines."""
 

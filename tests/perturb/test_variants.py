@@ -582,7 +582,7 @@ def test_apps_fixture_tasks_rename_cleanly():
                 assert f"def {variant.task.entry_point}(" in variant.task.prompt
 
 
-# --------------------------------------------------------------------------- issue 13: unbiased variants
+# --------------------------------------------------------------------------- unbiased variants
 
 
 def _log_count_shift(tasks, propose) -> float:
@@ -671,7 +671,7 @@ def test_no_tests_is_said_and_alpha_verifies_without_them(humaneval):
 
 def test_new_example_numbers_are_as_often_smaller_as_larger():
     """Uniform draws on [n/2, 2n] were larger than the original two times in three (larger inputs,
-    longer outputs: variants less likely than originals, issue 13); log-uniform draws are symmetric."""
+    longer outputs: variants less likely than originals); log-uniform draws are symmetric."""
     from leaklab.perturb.examples import _draw_int
 
     rng = random.Random(0)
@@ -852,7 +852,7 @@ def test_a_variant_leans_to_prefixed_names_or_to_synonyms():
 
 
 def test_names_without_vocabulary_words_get_matched_words_not_prefixes():
-    """Issue 25: `nbrs_soln` has no vocabulary word, so a prefix (`cur_nbrs_soln`) used to be its only
+    """`nbrs_soln` has no vocabulary word, so a prefix (`cur_nbrs_soln`) used to be its only
     change in both leans, and prefixes made variants of library code likelier than their originals. A
     variant leaning away from prefixes now swaps one of its words for a reference word of the same case
     and length (no word added); one leaning to prefixes keeps them."""

@@ -1,4 +1,4 @@
-"""Dose–response (issue 27) on synthetic run directories: analysis/dose_tables.py and the report."""
+"""Dose–response on synthetic run directories: analysis/dose_tables.py and the report."""
 
 from __future__ import annotations
 
