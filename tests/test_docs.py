@@ -161,9 +161,10 @@ def check_command(argv: list[str]) -> None:
 
         overrides, _, _ = parse_mia_args(args)
         load_recipe("tiny_cpt", ["name=mia", *overrides])
-    else:
+    elif command in cli.HELP or command == "compare":
         # evaluate, report, select, compare, ...: their arguments are a run directory (a placeholder
-        # here) and, for evaluate, evaluate.* keys, which must be keys the recipe accepts.
+        # here) and, for evaluate, evaluate.* keys, which must be keys the recipe accepts. Only commands
+        # known to stop at --help get it: another might start its work.
         try:
             code = cli.main([command, "--help"])
         except SystemExit as stop:  # an argparse-based command (compare) exits after its help
