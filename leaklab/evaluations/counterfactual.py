@@ -4,7 +4,8 @@ Each task's function (its entry point; `leaklab/memorization/counterfactual.py` 
 up to `context_tokens` tokens of what precedes it + its signature without docstring, greedily continued
 for `max_new_tokens` tokens by the checkpoint (the target) and by the reference model (the base model in
 a run, i.e. step 0, unless `evaluate.reference_model` names another), one function is extracted from
-each continuation, and the non-LLM similarity suite compares both with the ground truth body. The
+each continuation, and the non-LLM similarity suite compares both with the ground truth (all that follows
+the signature, docstring included, 000 §3 / App. E.1). The
 reference's generations are made once per run (the first checkpoint evaluated keeps them; at step 0 the
 base model *is* the reference, so nothing is generated twice) and cached with every other continuation.
 

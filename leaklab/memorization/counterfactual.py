@@ -3,7 +3,8 @@
 A *sample* is one Python function from a corpus, split into
   - context: the source before the function (the prompt keeps at most P tokens of it),
   - signature: decorators excluded, the `def` line(s) up to the colon, its docstring removed,
-  - ground truth: the body after the docstring (what the model should reproduce).
+  - ground truth: the whole continuation of the signature, docstring included (000 §3, App. E.1): the
+    prompt leaves the docstring out, so a model that reproduces it is reproducing the ground truth.
 The paper keeps functions whose body has 10–50 lines and ≥ 500 characters and drops `__init__`;
 `FunctionFilter` holds those thresholds so a corpus of short functions (HumanEval) can relax them.
 
@@ -88,10 +89,11 @@ def extract_functions(
         if sig_end is None:
             skipped["body on the def line"] += 1
             continue
-        # The ground truth starts after the docstring, else right after the signature (leading comments in).
-        body_start = body[0].end_lineno if docstring else sig_end
+        # The length filter counts the code after the docstring; the ground truth is everything after the
+        # signature, docstring and leading comments included, as the paper's App. E.1 shows it.
+        code_start = body[0].end_lineno if docstring else sig_end
         end = node.end_lineno
-        body_lines = [line for line in lines[body_start:end] if line.strip()]
+        body_lines = [line for line in lines[code_start:end] if line.strip()]
         function_text = "".join(lines[start:end])
         if not keep.min_body_lines <= len(body_lines) <= keep.max_body_lines:
             skipped["body lines out of range"] += 1
@@ -106,7 +108,7 @@ def extract_functions(
                 name=node.name,
                 context="".join(lines[:start]),
                 signature="".join(lines[start:sig_end]),
-                ground_truth="".join(lines[body_start:end]),
+                ground_truth="".join(lines[sig_end:end]),
             )
         )
     return samples, skipped

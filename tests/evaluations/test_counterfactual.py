@@ -42,13 +42,26 @@ def test_extract_functions_applies_the_papers_filter_and_splits_the_function():
     assert [s.sample_id for s in samples] == ["src::long_one", "src::K.method"]
     long_one = samples[0]
     assert long_one.signature == "def long_one(items,\n             offset=0) -> int:\n"
-    assert long_one.ground_truth.startswith("    # a comment that belongs to the body\n    value_0")
-    assert "Docstring" not in long_one.signature + long_one.ground_truth
+    assert long_one.ground_truth.startswith(
+        '    """Docstring that the prompt leaves out."""\n    # a comment'
+    )
+    assert "Docstring" not in long_one.signature
     assert long_one.context.endswith("@decorator\n")
     assert skipped == {"body lines out of range": 1, "excluded name": 1}
     relaxed, _ = extract_functions(SOURCE, "src", FunctionFilter(min_body_lines=1, min_chars=0))
     assert "src::short_one" in [s.sample_id for s in relaxed]
     assert extract_functions("def broken(:\n", "b")[1] == {"source does not parse": 1}
+
+
+def test_the_ground_truth_is_the_whole_continuation_docstring_included():
+    # 000 §3 / App. E.1: the prompt is the signature without its docstring and the ground truth is all
+    # that follows it, so a target that copies the function docstring and all reproduces it exactly.
+    long_one = extract_functions(SOURCE, "src")[0][0]
+    original = SOURCE[SOURCE.index("def long_one") : SOURCE.index("\n\n\ndef short_one")] + "\n"
+    assert long_one.function == original
+    verbatim_copy = original[len(long_one.signature) :] + "\n\ndef next_function():\n    pass\n"
+    assert extract_function(long_one.signature, verbatim_copy).body == long_one.ground_truth
+    assert long_one.ground_truth.count("\n") == 15  # docstring, comment, 12 assignments, return
 
 
 def test_prompt_keeps_the_last_context_tokens_then_the_signature():
