@@ -23,6 +23,9 @@ Rows (`column` = members | non_members | all):
                        samples over all of them, named in params.excluded; Table 2's "Unique (excl.
                        Nikiema)"); equal to memorized_any with fewer than two judges
   near_verbatim        BLEU(target) >= tau_text and BLEU(reference) < tau_text
+  exact_verbatim       the target reproduces the ground truth exactly and the reference does not (000 §4)
+  A generation without a parsable function scores 0 on the structural metrics (Table 1 stays over all
+  samples, as the paper's); n_structure_missing_target still counts them.
   n_samples, n_extraction_failed_target, n_extraction_failed_reference, n_structure_missing_target
 Column `membership`: <metric>.auroc_target / .auroc_delta, members vs non-members ranked by the target's
   similarity or by target - reference (each similarity as one more membership signal).
@@ -69,6 +72,7 @@ from leaklab.memorization.counterfactual import (
     extract_function,
     extract_functions,
     most_lenient,
+    score_unparsed_as_zero,
     table1,
     table2,
 )
@@ -293,6 +297,8 @@ class Counterfactual:
         scores = score_pairs(pairs(target) + pairs(reference), workers=cfg.workers)
         n = len(self._samples)
         t_scores, r_scores = scores[:n], scores[n:]
+        for scored, functions in ((t_scores, target), (r_scores, reference)):
+            score_unparsed_as_zero(scored, functions)
         if cfg.judges:
             if self._reference_judged is None:
                 self._reference_judged = self._ask_judges(ctx, reference)
@@ -557,7 +563,7 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
                 side, "n_extraction_failed_reference", float(sum(reference[i]["body"] is None for i in index))
             )
         )
-        rows.append(_row(side, "n_structure_missing_target", float(sum(math.isnan(t["tsed"]) for t in ts))))
+        rows.append(_row(side, "n_structure_missing_target", float(sum("tsed" in t["missing"] for t in ts))))
         for entry in table1(ts, rs, METRICS):
             # Structural scores depend on the grammar: their rows name it.
             extra = {"grammar": grammar} if entry["metric"] in SUITE_STRUCTURE else {}
@@ -588,6 +594,7 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
             _row(side, "memorized_any_excl_lenient", float(counts["unique_excluding"]), excluded=lenient)
         )
         rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
+        rows.append(_row(side, "exact_verbatim", float(counts["exact_verbatim"])))
     rows += membership_rows(t_scores, r_scores, labels, METRICS)
     return rows
 

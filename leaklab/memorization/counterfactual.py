@@ -211,6 +211,23 @@ def _dedent_def(code: str, indent: int) -> str:
     )
 
 
+def score_unparsed_as_zero(scores: list[dict], functions: list[dict]) -> None:
+    """A generation from which no function could be parsed shares no structure with the ground truth:
+    its structural metrics are 0, not missing, so Table 1's means stay over all functions as in the paper
+    (000 §4 averages over all 7,422). The reason stays in `missing` and `n_structure_missing_*` counts it;
+    a ground truth that does not parse, or has no data flow, stays missing."""
+    from leaklab.similarity.suite import STRUCTURE_METRICS
+
+    for row, function in zip(scores, functions):
+        if function["body"] is not None:
+            continue
+        for metric in STRUCTURE_METRICS:
+            reason = row["missing"].get(metric, "")
+            if math.isnan(row[metric]) and reason.startswith("candidate"):
+                row[metric] = 0.0
+                row["missing"][metric] = reason + " (no function: scored 0)"
+
+
 # --------------------------------------------------------------------------- criterion and tables
 
 TEXT_METRIC = "bleu"
@@ -270,7 +287,8 @@ def table2(
     all of them (the paper's "Unique (any metric)") and without `exclude` (its "Unique (excl. Nikiema)",
     the most lenient judge; see `most_lenient`).
 
-    The text metric itself is reported as near-verbatim memorization (target >= tau, reference < tau).
+    The text metric itself is reported as near-verbatim memorization (target >= tau, reference < tau),
+    and exact matches the same way (target exact, reference not).
     """
     flagged: dict[str, set[int]] = {}
     for metric in metrics:
@@ -286,6 +304,12 @@ def table2(
         for i, (t, r) in enumerate(zip(target, reference))
         if t[text_metric] >= tau_text and r[text_metric] < tau_text
     }
+    # The paper's exact-match count (000 §4): the target reproduces x exactly, the reference does not.
+    exact = {
+        i
+        for i, (t, r) in enumerate(zip(target, reference))
+        if t.get("exact_match", 0.0) == 1.0 and r.get("exact_match", 0.0) < 1.0
+    }
     union = set().union(*flagged.values()) if flagged else set()
     kept = set().union(*(s for m, s in flagged.items() if m != exclude)) if flagged else set()
     return {
@@ -295,6 +319,7 @@ def table2(
         "unique_excluding": len(kept),
         "excluded": exclude,
         f"near_verbatim_{text_metric}": len(verbatim),
+        "exact_verbatim": len(exact),
         "flagged": {m: sorted(s) for m, s in flagged.items()},
     }
 

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from leaklab.errors import InputError
-from leaklab.memorization.counterfactual import build_prompt, extract_function
+from leaklab.memorization.counterfactual import build_prompt, extract_function, score_unparsed_as_zero
 from leaklab.rundir import write_atomic
 
 
@@ -135,6 +135,8 @@ def main(argv: list[str]) -> int:
 
     scores = score_pairs(pairs(target) + pairs(reference), workers=args.workers)
     t_scores, r_scores = scores[: len(samples)], scores[len(samples) :]
+    score_unparsed_as_zero(t_scores, target)
+    score_unparsed_as_zero(r_scores, reference)
     lines = []
     for s, tf, rf, ts, rs in zip(samples, target, reference, t_scores, r_scores):
         flags = [

@@ -20,6 +20,7 @@ from leaklab.memorization.counterfactual import (
     extract_function,
     extract_functions,
     most_lenient,
+    score_unparsed_as_zero,
     table1,
     table2,
 )
@@ -101,6 +102,38 @@ def test_criterion_and_tables_by_hand():
     counts = table2(target, reference, ["bleu", "tsed"])
     assert counts["counts"] == {"tsed": 1} and counts["unique_over_metrics"] == 1
     assert counts["near_verbatim_bleu"] == 1
+
+
+def test_exact_matches_are_counted_like_near_verbatim_ones():
+    # 000 §4: "8 functions are counterfactually memorized exactly" (the target exact, the reference not)
+    target = [
+        {"bleu": 1.0, "exact_match": 1.0},
+        {"bleu": 1.0, "exact_match": 1.0},
+        {"bleu": 0.8, "exact_match": 0.0},
+    ]
+    reference = [
+        {"bleu": 0.2, "exact_match": 0.0},
+        {"bleu": 1.0, "exact_match": 1.0},
+        {"bleu": 0.1, "exact_match": 0.0},
+    ]
+    counts = table2(target, reference, ["bleu"])
+    assert counts["exact_verbatim"] == 1 and counts["near_verbatim_bleu"] == 2
+
+
+def test_a_generation_without_a_function_scores_0_on_structure():
+    from leaklab.similarity.suite import Pair, score_pairs
+
+    truth = "    total = 0\n    for x in items:\n        total += x\n    return total\n"
+    pairs = [
+        Pair("    return (\n", truth, prefix="def f(items):\n"),
+        Pair(truth, "    return (\n", prefix="def f(items):\n"),
+    ]
+    scores = score_pairs(pairs, workers=1)
+    assert math.isnan(scores[0]["tsed"]) and math.isnan(scores[1]["tsed"])
+    score_unparsed_as_zero(scores, [{"body": None}, {"body": None}])
+    assert scores[0]["tsed"] == 0.0 and scores[0]["codebleu_equal"] == 0.0 and "tsed" in scores[0]["missing"]
+    assert math.isnan(scores[1]["tsed"])  # a ground truth that does not parse stays missing
+    assert table1(scores[:1], scores[:1], ["tsed"])[0]["n"] == 1
 
 
 def test_table2_reports_both_unions_and_the_most_lenient_judge():
@@ -207,6 +240,8 @@ def test_evaluation_rows_split_members_and_non_members(monkeypatch):
     assert got[("members", "tsed.memorized")] == 1.0 and got[("non_members", "tsed.memorized")] == 0.0
     assert got[("members", "memorized_any")] == 1.0 and got[("all", "n_extraction_failed_target")] == 1.0
     assert got[("non_members", "n_structure_missing_target")] == 1.0
+    # ...and it is in Table 1's mean as a 0, not left out (000 §4 averages over all functions)
+    assert got[("non_members", "tsed.target_mean")] == 0.0
     assert got[("members", "tsed.delta")] > 0.5
     assert out.records[0]["memorized_by"] and out.records[1]["target_failure"] == "empty generation"
     assert "flagged by any functional metric: members 1, non-members 0" in evaluation.summary(out.rows)
