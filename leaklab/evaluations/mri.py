@@ -11,10 +11,11 @@ Per checkpoint: every original, rewritten, mutated (and paraphrased) task is ask
 (`leaklab/data/prompting.py`), greedily, through the batched generation engine; the code is read back
 (`extract_code`; a reply without code is counted and fails) and judged in the sandbox. Then, per side
 (`column` = members | non_members | all):
-  acc_ori, acc_rew, acc_mut   pass@1 on the originals / rewrites / mutations
-  acc_ori_rew, acc_ori_mut    pass@1 on the originals of the tasks that have a rewrite / mutation: each
-                              RAD compares a set with its own originals (a task the rewriter could not
-                              change drops out of both sides)
+  acc_ori, acc_rew, acc_mut   pass@1 on all the side's originals / its rewrites / its mutations; every
+                              RAD and the competence rule use acc_ori, Acc(T_ori) over the whole
+                              benchmark side (004 §3.1.2, §4.1), also where the rewriter left tasks out
+  acc_ori_rew, acc_ori_mut    pass@1 on the originals of the tasks that have a rewrite / mutation (shown
+                              beside acc_ori: how much the rewritten subset differs from the whole)
   sim                         Sim = mean S_i over rewritten tasks; S_i = (AST sim + edit sim) / 2 of the
                               answer to the rewrite vs the ORIGINAL canonical program, both with
                               docstrings dropped and `ast.unparse`-normalised (the similarity suite's
@@ -22,17 +23,18 @@ Per checkpoint: every original, rewritten, mutated (and paraphrased) task is ask
                               has S_i = 0 here, in iMRI and in the per-task score (one rule; counted
                               in n_sim_missing)
   rad_rew, rad_mut, mri       None with the reason in params["na"] below the competence rule
-                              (Acc_ori_rew >= min_accuracy and >= min_solved originals solved)
+                              (Acc_ori >= min_accuracy and >= min_solved originals solved)
   acc_par, rad_par            with an LLM backend (`llm_backend` hf | openai: `perturb/mri_llm.py`) the
                               paraphrased tasks; without one rad_par is null, "not computed" in params["na"]
   imri                        mean over originally solved rewritten tasks of S_k x Drop_k
   rad_rew_unchecked, mri_unchecked   the same numbers without the competence rule (small models)
   <metric>_ci_low / _ci_high   with evaluate.n_bootstrap > 0, for acc_ori_rew, acc_rew, sim, rad_rew, mri,
                               imri and the *_unchecked ones, where the value is not null: the bootstrap
-                              95% interval over the side's rewritten tasks (members and non-members
-                              resampled apart; seeded by evaluate.seed; `mri_intervals`)
+                              95% interval over the side's tasks (members and non-members resampled
+                              apart; seeded by evaluate.seed; `mri_intervals`)
   rad_rew/<type>, mri/<type>, n/<type>   per logic-change type, for types with >= min_type_count
-                              (default 50, the paper's cut) rewritten tasks on that side
+                              (default 50, the paper's cut) rewritten tasks on that side (RAD against
+                              the originals of that type's tasks)
   n_tasks, n_rewritten, n_mutated, n_solved_ori, n_extraction_failed_{ori,rew,mut}, n_sim_missing
 and (column `all`) `score_auroc`: AUROC of the per-task score S_k x Drop_k, members vs non-members.
 Records (scores/step-N/mri.jsonl): per task its verdicts on the three sets, S_k, Drop_k and `score`
@@ -73,6 +75,7 @@ from leaklab.metrics import (
     percentile_intervals,
     relative_accuracy_drop,
     resample_weights,
+    resampled_mean,
 )
 from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
@@ -416,22 +419,30 @@ INTERVALS = {
 
 def mri_intervals(outcomes: list[dict[str, Any]], n_bootstrap: int, seed: int) -> dict[str, dict[str, float]]:
     """Per side, `<metric>_ci_low` / `_ci_high` for the metrics in INTERVALS: the bootstrap 95% interval
-    over the side's rewritten tasks (the tasks every one of them is computed on), members and non-members
-    resampled apart, each keeping its count, as the detection and accuracy intervals are."""
-    rewritten = [o for o in outcomes if o["passed_rew"] is not None]
-    labels = np.array([o["label"] == 1 for o in rewritten], dtype=bool)
+    over the side's tasks, members and non-members resampled apart, each keeping its count, as the
+    detection and accuracy intervals are. Acc_rew, Sim and iMRI are read on each resample's rewritten
+    tasks; RAD_rew (and so MRI) divides by Acc_ori over all of the resample's originals, as the point
+    value does."""
+    labels = np.array([o["label"] == 1 for o in outcomes], dtype=bool)
+    rewritten = np.array([o["passed_rew"] is not None for o in outcomes], dtype=bool)
     strata = [np.flatnonzero(labels), np.flatnonzero(~labels)]
-    weights = resample_weights(strata, len(rewritten), n=n_bootstrap, seed=seed)
-    sides = {"members": labels, "non_members": ~labels, "all": np.ones(len(rewritten), dtype=bool)}
+    weights = resample_weights(strata, len(outcomes), n=n_bootstrap, seed=seed)
+    solved = [bool(o["passed_ori"]) for o in outcomes]
+    sides = {"members": labels, "non_members": ~labels, "all": np.ones(len(outcomes), dtype=bool)}
     out = {}
     for side, keep in sides.items():
-        group = [o for o, k in zip(rewritten, keep) if k]
+        chosen = keep & rewritten
+        group = [o for o, k in zip(outcomes, chosen) if k]
         draws = mri_draws(
-            weights[:, keep],
+            weights[:, chosen],
             [bool(o["passed_ori"]) for o in group],
             [bool(o["passed_rew"]) for o in group],
             [o["sim"] for o in group],
         )
+        acc_ori = resampled_mean(weights, solved, keep)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rad = np.where(acc_ori > 0, np.maximum(0.0, (acc_ori - draws["acc_rew"]) / acc_ori), np.nan)
+        draws["rad_rew"], draws["mri"] = rad, draws["sim"] * rad
         out[side] = percentile_intervals({metric: draws[name] for metric, name in INTERVALS.items()})
     return out
 
@@ -465,10 +476,12 @@ def mri_rows(
         acc_ori_mut = _mean(o["passed_ori"] for o in mutated)
         acc_mut = _mean(o["passed_mut"] for o in mutated)
         sim = mean_similarity(o["sim"] for o in rewritten)
-        n_solved = sum(bool(o["passed_ori"]) for o in rewritten)
-        na = competence(acc_ori_rew, n_solved, cfg.min_accuracy, cfg.min_solved)
-        rad_rew = relative_accuracy_drop(acc_ori_rew, acc_rew)
-        rad_mut = relative_accuracy_drop(acc_ori_mut, acc_mut)
+        # Acc(T_ori) is over the whole side (004 §3.1.2, §4.1): the RADs and the competence rule use it,
+        # not the originals of the tasks that happen to have a rewrite.
+        n_solved = sum(bool(o["passed_ori"]) for o in group)
+        na = competence(acc_ori, n_solved, cfg.min_accuracy, cfg.min_solved)
+        rad_rew = relative_accuracy_drop(acc_ori, acc_rew)
+        rad_mut = relative_accuracy_drop(acc_ori, acc_mut)
         mri = memorization_risk_index(sim, rad_rew)
         imri = instance_mri(
             [bool(o["passed_ori"]) for o in rewritten],
@@ -495,7 +508,7 @@ def mri_rows(
         if paraphrased:
             acc_ori_par = _mean(o["passed_ori"] for o in paraphrased)
             acc_par = _mean(o["passed_par"] for o in paraphrased)
-            rad_par = relative_accuracy_drop(acc_ori_par, acc_par)
+            rad_par = relative_accuracy_drop(acc_ori, acc_par)
             add(side, "acc_ori_par", acc_ori_par)
             add(side, "acc_par", acc_par)
             add(side, "rad_par", None if na else rad_par, **note)

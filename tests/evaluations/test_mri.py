@@ -85,14 +85,15 @@ def test_rows_worked_by_hand():
     cfg = MriConfig(min_accuracy=0.1, min_solved=1, min_type_count=1)
     got = {(r["column"], r["metric"]): r for r in mri_rows(outcomes, cfg)}
     v = {k: r["value"] for k, r in got.items()}
-    # members: acc_ori over 4 = 3/4; over the rewritten 3 = 1; acc_rew = 1/3; RAD = (1 - 1/3)/1 = 2/3
+    # members: acc_ori over all 4 = 3/4 (over the rewritten 3 it would be 1); acc_rew = 1/3;
+    # RAD = (3/4 - 1/3) / (3/4) = 5/9 (Acc(T_ori) is the whole side's, 004 §3.1.2)
     assert v[("members", "acc_ori")] == pytest.approx(0.75)
     assert v[("members", "acc_ori_rew")] == pytest.approx(1.0)
     assert v[("members", "acc_rew")] == pytest.approx(1 / 3)
-    assert v[("members", "rad_rew")] == pytest.approx(2 / 3)
-    # Sim = (0.9 + 0.7 + 0.5)/3 = 0.7; MRI = 0.7 * 2/3 = 0.4667
+    assert v[("members", "rad_rew")] == pytest.approx(5 / 9)
+    # Sim = (0.9 + 0.7 + 0.5)/3 = 0.7; MRI = 0.7 * 5/9 = 0.3889
     assert v[("members", "sim")] == pytest.approx(0.7)
-    assert v[("members", "mri")] == pytest.approx(0.7 * 2 / 3)
+    assert v[("members", "mri")] == pytest.approx(0.7 * 5 / 9)
     # iMRI over the 3 solved: (0.9*1 + 0.7*1 + 0.5*0)/3 = 0.5333
     assert v[("members", "imri")] == pytest.approx(1.6 / 3)
     # mutation: 4 mutated, originals 3/4, mutated 3/4 -> RAD_mut 0
@@ -108,6 +109,27 @@ def test_rows_worked_by_hand():
     # score = sim x drop: members m1 0.9, m2 0.7, m3 0; non-members n1 0, n2 0.4.
     # AUROC: pairs (m, n) where m > n: 0.9>0,0.9>0.4,0.7>0,0.7>0.4, 0=0 (half), 0<0.4 -> (4 + 0.5)/6 = 0.75
     assert v[("all", "score_auroc")] == pytest.approx(0.75)
+
+
+def test_rad_and_the_competence_rule_use_acc_ori_over_the_whole_side():
+    # 100 members, 50 solved; the rewriter changed only 40 of them, all solved originals whose rewrites
+    # fail. Over the whole side Acc_ori = 0.5 with 50 solved: competent, RAD = (0.5 - 0) / 0.5 = 1.
+    # Over the rewritten subset alone it would be Acc_ori 1.0 with 40 solved: below the rule (N/A).
+    outcomes = [_outcome(f"m{i}", 1, True, False, 0.5) for i in range(40)]
+    outcomes += [_outcome(f"s{i}", 1, True, None, None) for i in range(10)]
+    outcomes += [_outcome(f"u{i}", 1, False, None, None) for i in range(50)]
+    rows = mri_rows(outcomes, MriConfig(), n_bootstrap=200, seed=1)
+    v = {(r["column"], r["metric"]): r["value"] for r in rows}
+    assert v[("members", "acc_ori")] == 0.5 and v[("members", "acc_ori_rew")] == 1.0
+    assert v[("members", "competent")] == 1.0 and v[("members", "n_solved_ori")] == 50.0
+    assert v[("members", "rad_rew")] == 1.0 and v[("members", "mri")] == pytest.approx(0.5)
+    # 10 solved originals that were not rewritten, 40 that were: RAD = (p - 0) / p = 1 on every resample
+    assert v[("members", "rad_rew_ci_low")] == v[("members", "rad_rew_ci_high")] == 1.0
+    # with Acc_rew > 0 the interval holds the point: 20 of the 40 rewrites pass -> RAD = (0.5 - 0.5) / 0.5
+    half = [_outcome(f"m{i}", 1, True, i % 2 == 0, 0.5) for i in range(40)] + outcomes[40:]
+    v = {(r["column"], r["metric"]): r["value"] for r in mri_rows(half, MriConfig(), n_bootstrap=300, seed=1)}
+    assert v[("members", "rad_rew")] == 0.0
+    assert v[("members", "rad_rew_ci_low")] == 0.0 <= v[("members", "rad_rew_ci_high")]
 
 
 def test_an_answer_that_does_not_parse_counts_zero_in_sim_and_imri_alike():
