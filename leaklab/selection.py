@@ -10,16 +10,19 @@ Per trained checkpoint (step > 0; the base model is shown, never recommended):
   val_loss    the training rows' eval_loss at that step (the sft stage's loss on non-members)
   val_reward  the binary all-tests-pass reward averaged over the held-out split: the non-members'
               pass@1 (the accuracy evaluation's, else the mri evaluation's acc_ori), whatever `side`
-The paper chooses by the training stage (§3.3):
-  sft, cpt  among checkpoints "comparable" to the best one (validation loss within `tolerance`
-            (relative) of the lowest, or accuracy within `tolerance` (absolute) of the highest when no
-            loss was logged), prefer the lower MRI (then the higher accuracy, then the earlier step);
-  rl        the checkpoint with the highest validation reward (the earlier one on a tie), MRI aside:
-            "we evaluate using the checkpoint that achieves the highest validation reward" (PPO).
+Two rules, named apart:
+  paper (`paper_checkpoint`, the checkpoint the paper evaluates, §3.3): sft / cpt: Best-Val, the
+            checkpoint immediately before the validation loss first rises ("the epoch immediately prior
+            to observed overfitting", App. J.1.1, Table 22; the last one if it never rises; without a
+            logged loss, the highest accuracy); rl: the highest validation reward (the earlier on a tie).
+            This is what reproduces the paper's numbers.
+  practitioner (`recommended`, §5.2's advice, not the paper's own selection): sft / cpt: among
+            checkpoints "comparable" to the best one (validation loss within `tolerance` (relative) of
+            the lowest, or accuracy within `tolerance` (absolute) of the highest when no loss was logged),
+            prefer the lower MRI (then the higher accuracy, then the earlier step); rl: the paper's.
 The accuracy–MRI Pareto front (no other checkpoint with accuracy >= and MRI <=, one of them strictly)
-is reported beside it. Stages as in Table 2: Early = the first trained checkpoint, Best-Val = the lowest
-validation loss (rl: the highest validation reward; the highest accuracy without either), Late = the
-last checkpoint.
+is reported beside it. Stages as in Table 2: Early = the first trained checkpoint, Best-Val = the
+paper's checkpoint above, Late = the last checkpoint.
 
 The default side is non_members: the paper evaluates on the held-out test split; members (what was
 trained on) are the leak leaklab can see, selectable with `side`.
@@ -57,8 +60,9 @@ class Selection:
     front: list[int] = field(default_factory=list)
     stages: dict[str, int] = field(default_factory=dict)  # Early / Best-Val / Late -> step
     comparable: list[int] = field(default_factory=list)
-    recommended: int | None = None
+    recommended: int | None = None  # the practitioner rule's choice (§5.2)
     why: str = ""
+    paper_checkpoint: int | None = None  # what the paper evaluates: Best-Val (sft) / best reward (rl)
 
 
 def _by_step(rows, evaluation: str, metric: str, side: str | None) -> dict[int, dict[str, Any]]:
@@ -108,11 +112,21 @@ def pareto_front(points: list[Point]) -> list[int]:
     return sorted(front)
 
 
+def best_val(losses: list[Point]) -> Point:
+    """The checkpoint immediately before the validation loss first rises (004 §3.3.1, App. J.1.1): the
+    first one whose successor has a higher loss, else the last (the loss never rose)."""
+    for here, after in zip(losses, losses[1:]):
+        if after.val_loss > here.val_loss:
+            return here
+    return losses[-1]
+
+
 def select(
     points: list[Point], tolerance: float = 0.05, side: str = "non_members", stage: str = "sft"
 ) -> Selection:
-    """The paper's choice for a run trained by `stage` (rl: highest validation reward; else the lowest
-    MRI among checkpoints comparable in validation loss or accuracy)."""
+    """Both rules for a run trained by `stage` (module doc): `paper_checkpoint` (Best-Val; rl: the
+    highest validation reward) and `recommended` (rl: the same; else §5.2's lowest MRI among
+    checkpoints comparable in validation loss or accuracy)."""
     if stage == "rl":
         return _select_by_reward(points, tolerance, side)
     # Stages come from every trained checkpoint; the recommendation only from those with an MRI
@@ -135,7 +149,8 @@ def select(
         best = max(with_acc, key=lambda p: (p.accuracy, -p.step))
         comparable = [p for p in with_acc if p.accuracy >= best.accuracy - tolerance]
         basis = f"accuracy within {tolerance:g} of the highest ({best.accuracy:.3f} at step {best.step})"
-    sel.stages = {"Early": trained[0].step, "Best-Val": best.step, "Late": trained[-1].step}
+    sel.paper_checkpoint = best_val(losses).step if losses else best.step
+    sel.stages = {"Early": trained[0].step, "Best-Val": sel.paper_checkpoint, "Late": trained[-1].step}
     sel.comparable = [p.step for p in comparable]
     scored = [p for p in comparable if p.mri is not None and p.accuracy is not None]
     if not scored:
@@ -165,7 +180,7 @@ def _select_by_reward(points: list[Point], tolerance: float, side: str) -> Selec
     best = max(rewarded, key=lambda p: (p.val_reward, -p.step))
     sel.stages = {"Early": trained[0].step, "Best-Val": best.step, "Late": trained[-1].step}
     sel.comparable = [best.step]
-    sel.recommended = best.step
+    sel.recommended = sel.paper_checkpoint = best.step
     mri = (
         "no MRI" if best.mri is None else f"MRI {best.mri:.4f}" + (" unchecked" if best.mri_unchecked else "")
     )
@@ -215,8 +230,13 @@ def describe(sel: Selection) -> str:
         lines.append(f" {star}{p.step:>7} {acc:>9} {mri:>9} {loss:>9}  {stage}")
     if any(p.mri_unchecked for p in sel.points):
         lines.append("  † below the competence rule: MRI shown without it")
+    if sel.paper_checkpoint is not None:
+        rule = "highest validation reward" if by_reward else "Best-Val, the last before the loss rises"
+        lines.append(f"paper's checkpoint (§3.3, {rule}): step {sel.paper_checkpoint}")
     lines.append(
-        f"recommended: step {sel.recommended} — {sel.why}" if sel.recommended is not None else sel.why
+        f"recommended: step {sel.recommended} (§5.2 practitioner rule) — {sel.why}"
+        if sel.recommended is not None
+        else sel.why
     )
     return "\n".join(lines)
 

@@ -58,6 +58,21 @@ def test_rule_prefers_lower_mri_among_comparable_losses():
     assert select(checkpoint_points(_rows()), tolerance=0.3).recommended == 10
 
 
+def test_the_papers_checkpoint_is_the_last_before_the_validation_loss_rises():
+    # 004 §3.3.1 / App. J.1.1: "the epoch immediately prior to observed overfitting". The loss falls to
+    # 0.40 at step 20, rises at 30, then falls lower at 40: the paper's checkpoint is 20, not the lowest
+    # loss (40); §5.2's practitioner rule picks among losses within 5% of 0.38 (<= 0.399): only 40.
+    points = [Point(10, 0.30, 0.10, 0.50), Point(20, 0.36, 0.15, 0.40), Point(30, 0.38, 0.12, 0.42),
+              Point(40, 0.40, 0.30, 0.38)]  # fmt: skip
+    sel = select(points, tolerance=0.05)
+    assert sel.paper_checkpoint == 20 and sel.stages["Best-Val"] == 20
+    assert sel.comparable == [40] and sel.recommended == 40
+    monotone = [Point(10, 0.3, 0.1, 0.5), Point(20, 0.3, 0.1, 0.45), Point(30, 0.3, 0.2, 0.44)]
+    assert select(monotone).paper_checkpoint == 30  # the loss never rose: the last checkpoint
+    rows = [r for r in _rows() if r["evaluation"] != "training"]
+    assert select(checkpoint_points(rows)).paper_checkpoint == 40  # no loss: the highest accuracy
+
+
 def test_rule_without_losses_uses_accuracy():
     rows = [r for r in _rows() if r["evaluation"] != "training"]
     sel = select(checkpoint_points(rows), tolerance=0.03)
@@ -71,6 +86,7 @@ def test_select_command_writes_selection(tmp_path, capsys):
     assert main(["select", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "recommended: step 30" in out and "Best-Val" in out
+    assert "paper's checkpoint (§3.3, Best-Val, the last before the loss rises): step 20" in out
     saved = json.loads((tmp_path / "selection.json").read_text())
     assert saved["recommended"] == 30 and saved["front"] == [0, 10, 30, 40]
     assert main(["select", str(tmp_path), "--side", "nope"]) == 2
