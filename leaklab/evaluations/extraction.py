@@ -3,8 +3,9 @@
 Per checkpoint: sample `n_outputs` continuations for each sampling strategy x top-k
 (`leaklab/memorization/extraction.py`), find their Type-1 clones (>= `min_lines` whitespace-normalised
 lines shared verbatim) in the corpus with the line-hash index (`leaklab/memorization/clones.py`, built
-once per run), rank the outputs without the corpus (PPL, PPL ratio to the reference model, PPL/zlib,
-6-line sliding-window PPL; one batched token-statistics pass) and measure how many of each ranking's top
+once per run), rank the outputs without the corpus (PPL; the paper's PPL-PPL ratio to a smaller model trained on the
+same data, `small_model`; the PPL ratio to the reference model, a membership test; PPL/zlib; 6-line
+sliding-window PPL; one batched token-statistics pass) and measure how many of each ranking's top
 `precision_k` are real clones.
 
 The corpus (`evaluate.extraction.corpus`): `auto` is what the run trained on, the mixed corpus
@@ -111,6 +112,10 @@ class ExtractionConfig:
     precision_k: int = 100  # precision of each ranking's top k
     prefix_lines: int = 4  # discoverable: the non-blank lines of each task given as its prompt
     seed: int = 0  # seeds the sampling and the drawing of the prompts
+    # The paper's PPL-PPL ratio divides by a smaller model trained on the same data (Unveiling §3.3,
+    # CodeParrot-small): a directory or hub name, e.g. the last checkpoint of this recipe run again with
+    # a smaller model. Without it `ppl_ratio` is empty; `ppl_reference_ratio` divides by the reference.
+    small_model: str | None = None
 
     def check(self, parent=None) -> list[str]:
         return validate_config(self)
@@ -172,11 +177,13 @@ class Extraction:
         self.prompts: list[str] = []
         self.prefixes: list[str] = []  # discoverable: each task's first lines, in eval-set order
         self._newlines = None
+        self._small = None  # (model, tokenizer) of evaluate.extraction.small_model, loaded once
 
     def specs(self, recipe) -> list[str]:
         cfg = recipe.evaluate.extraction
         cells = [cell(s, k) for s in cfg.strategies for k in cfg.top_k]
-        return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKING_NAMES]
+        return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKING_NAMES,
+                f"small_model={cfg.small_model}"]  # fmt: skip
 
     # ------------------------------------------------------------------ once per run
 
@@ -270,13 +277,18 @@ class Extraction:
         if self._newlines is None:
             self._newlines = newline_counts(tokenizer)
         target = stats_of(model, tokenizer)
+        small = None
+        if ctx.recipe.evaluate.extraction.small_model:
+            if self._small is None:
+                self._small = _load_small(ctx.recipe)
+            small = stats_of(*self._small)
         reference = None
         # At step 0 the base model is the reference itself: the ratio would be 1 for every output.
         if not (step == 0 and not ctx.recipe.evaluate.reference_model):
             loaded = ctx.reference()
             if loaded is not None:
                 reference = stats_of(*loaded)
-        return ranking_scores(target, texts, self._newlines, reference)
+        return ranking_scores(target, texts, self._newlines, reference, small)
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
         samples = self._generate(ctx, model, tokenizer)
@@ -491,7 +503,7 @@ def cell_rows(
             scores[metric][rows_of_cell], memorised, precision_k, n_bootstrap=n_boot, seed=seed
         )
         if not ranked or np.isnan(scores[metric][rows_of_cell]).all():
-            # Too few outputs to rank, or no score at all (ppl_ratio without a reference): no ranking.
+            # Too few outputs to rank, or no score at all (a ratio without its second model): no ranking.
             p = {key: math.nan for key in p}
         name = f"precision_at_{precision_k}.{metric}"
         out += [
@@ -500,6 +512,16 @@ def cell_rows(
             _row(column, f"{name}_ci_high", p["precision_at_k_ci_high"], **params),
         ]
     return out
+
+
+def _load_small(recipe):
+    """(model, tokenizer) of `evaluate.extraction.small_model`."""
+    from leaklab.models.load import load_model, load_tokenizer
+
+    path, key = recipe.evaluate.extraction.small_model, "evaluate.extraction.small_model"
+    model = load_model(path, recipe.evaluate.dtype, recipe.model.trust_remote_code, key=key)
+    model.eval()
+    return model, load_tokenizer(path, recipe.model.trust_remote_code, key=key)
 
 
 def extraction_section(rows: list[dict[str, Any]], run) -> Any:

@@ -14,9 +14,12 @@ The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extract
     discoverable        targeted, as Carlini et al.'s discoverable extraction: every benchmark task
                         (member or not) prompted with its own first lines (`first_lines`), one sample
                         each; only the continuation is searched, so a clone is text the model wrote.
-- ranking without the corpus, from one batched token-statistics pass per model: PPL, PPL ratio
-  (log PPL of the model / log PPL of a reference model), PPL / zlib ratio (log PPL / zlib-compressed
-  bytes) and the average PPL of sliding windows of 6 lines (stride 1). Every score is oriented so that
+- ranking without the corpus, from one batched token-statistics pass per model: PPL, the paper's
+  PPL-PPL ratio `ppl_ratio` (log PPL of the model / log PPL of a smaller model trained on the same data,
+  Unveiling §3.3; NaN without one), `ppl_reference_ratio` (log PPL of the model / log PPL of the run's
+  reference model, which never saw the data: a reference-model membership test, not the paper's
+  ratio), PPL / zlib ratio (log PPL / zlib-compressed bytes) and the average PPL of sliding windows of
+  6 lines (stride 1). Every score is oriented so that
   higher means "more likely memorised" (the negated quantity: memorised text has low perplexity).
 - sensitive content: e-mail addresses, IPv4 addresses and key-like strings found by patterns (the
   `detect-secrets` library is not used: patterns keep the dependency list short and the matches
@@ -48,7 +51,7 @@ from leaklab.errors import InputError
 from leaklab.metrics import percentile_intervals, spearman
 
 STRATEGIES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step", "discoverable")
-RANKINGS = ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")
+RANKINGS = ("ppl", "ppl_ratio", "ppl_reference_ratio", "ppl_zlib", "window_ppl")
 TEXT_SUFFIXES = (".py", ".txt", ".md", ".jsonl", ".json")
 WINDOW_LINES = 6
 
@@ -306,21 +309,23 @@ def zlib_bytes(text: str) -> int:
 
 
 def ranking_scores(
-    stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None
+    stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None, small_stats=None
 ) -> dict[str, np.ndarray]:
     """Per text, each ranking metric oriented higher = more likely memorised (NaN where undefined: an
-    empty text, or no reference model for ppl_ratio)."""
+    empty text; ppl_ratio without `small_stats`, a smaller model trained on the same data; and
+    ppl_reference_ratio without `reference_stats`, a model that never saw it)."""
     nll = np.array([s.nll() for s in stats])
     out = {
         "ppl": -np.exp(nll),
         "ppl_zlib": -nll / np.array([max(1, zlib_bytes(t)) for t in texts]),
         "window_ppl": -np.array([window_ppl(s.logprob, s.token_ids, newlines) for s in stats]),
-        "ppl_ratio": np.full(len(stats), math.nan),
     }
-    if reference_stats is not None:
-        ref = np.array([s.nll() for s in reference_stats])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out["ppl_ratio"] = -(nll / ref)
+    for name, other in (("ppl_ratio", small_stats), ("ppl_reference_ratio", reference_stats)):
+        out[name] = np.full(len(stats), math.nan)
+        if other is not None:
+            # log PPL is the mean NLL: a small ratio (large negated) = more likely memorised
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[name] = -(nll / np.array([s.nll() for s in other]))
     return out
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from leaklab.memorization.clones import build_index, code_lines, find_clones, naive_clones, unique_snippets
+from leaklab.memorization.extraction import RANKINGS
 from leaklab.metrics import pearson, precision_at_k, resample_weights, spearman
 
 REPO = Path(__file__).resolve().parents[2]
@@ -253,9 +254,31 @@ def test_ranking_scores_orientation():
     target, ref = [stats([-0.1, -0.1]), stats([-3.0]), stats([])], [stats([-1.0]), stats([-3.0]), stats([])]
     s = ranking_scores(target, texts, np.zeros(1, dtype=np.int64), ref)
     assert s["ppl"][0] > s["ppl"][1] and s["ppl_zlib"][0] > s["ppl_zlib"][1]
-    assert s["ppl_ratio"][0] == pytest.approx(-0.1) and s["ppl_ratio"][1] == pytest.approx(-1.0)
+    # the reference model (never trained on the data) divides ppl_reference_ratio, not the paper's ratio
+    assert s["ppl_reference_ratio"][0] == pytest.approx(-0.1) and s["ppl_reference_ratio"][
+        1
+    ] == pytest.approx(-1.0)
+    assert np.isnan(s["ppl_ratio"]).all()
     assert all(np.isnan(s[m][2]) for m in s)  # an empty output is NaN, ranked last
-    assert np.isnan(ranking_scores(target, texts, np.zeros(1, dtype=np.int64))["ppl_ratio"]).all()
+    assert np.isnan(ranking_scores(target, texts, np.zeros(1, dtype=np.int64))["ppl_reference_ratio"]).all()
+
+
+def test_the_papers_ppl_ratio_divides_by_a_smaller_model_trained_on_the_same_data():
+    from leaklab.memorization.extraction import ranking_scores
+    from leaklab.signals.logprobs import TokenStats
+
+    def stats(lp):
+        return TokenStats(
+            token_ids=np.zeros(len(lp), dtype=np.int64), logprob=np.asarray(lp, dtype=np.float32)
+        )
+
+    # Unveiling §3.3: log PPL(large) / log PPL(small). A licence both models know (0.2 / 0.25 = 0.8) vs
+    # code logic only the larger one learnt (0.2 / 2.0 = 0.1): the smaller ratio ranks higher.
+    texts = ["# licence\n", "def f(x):\n    return x * 7\n"]
+    large, small = [stats([-0.2, -0.2]), stats([-0.2])], [stats([-0.25]), stats([-2.0, -2.0])]
+    s = ranking_scores(large, texts, np.zeros(1, dtype=np.int64), small_stats=small)
+    assert s["ppl_ratio"] == pytest.approx([-0.8, -0.1]) and s["ppl_ratio"][1] > s["ppl_ratio"][0]
+    assert np.isnan(s["ppl_reference_ratio"]).all()  # no reference model given
 
 
 def test_secrets_are_found_and_masked():
@@ -357,7 +380,7 @@ def test_evaluation_rows_for_crafted_outputs(tmp_path):
         "\xff\xfe not code ((",
     ]
     samples = [Sample("non_prompt", 5, "", t) for t in texts]
-    scores = {m: np.array([3.0, 2.0, 1.0, 0.0]) for m in ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")}
+    scores = {m: np.array([3.0, 2.0, 1.0, 0.0]) for m in RANKINGS}
     scores["ppl_ratio"][:] = np.nan
     out = ext._output(
         ctx.recipe, samples, find_clones(ext.index, texts), scores, find_clones(ext.tasks, texts)
@@ -395,7 +418,8 @@ def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
     samples = [Sample(strategy, k, "", t) for strategy, k, texts in cells for t in texts]
     texts = [s.text for s in samples]
     ppl = np.array([8.0, 1.0, 2.0, 3.0, 7.0, 6.0, 4.0, 0.0, 9.0])
-    scores = {"ppl": ppl, "ppl_zlib": ppl, "window_ppl": -ppl, "ppl_ratio": np.full(9, np.nan)}
+    scores = {"ppl": ppl, "ppl_zlib": ppl, "window_ppl": -ppl, "ppl_ratio": np.full(9, np.nan),
+              "ppl_reference_ratio": np.full(9, np.nan)}  # fmt: skip
     out = ext._output(ctx.recipe, samples, find_clones(ext.index, texts), scores, None)
     got = {(r["column"], r["metric"]): r["value"] for r in out.rows}
 
@@ -405,7 +429,8 @@ def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
         assert got[(column, "n_outputs")] == n and got[(column, "memorised_fraction")] == fraction
         assert got[(column, "precision_at_4.ppl")] == by_ppl == got[(column, "precision_at_4.ppl_zlib")]
         assert got[(column, "precision_at_4.window_ppl")] == 0.0
-        assert got[(column, "precision_at_4.ppl_ratio")] is None  # no reference model: no scores
+        assert got[(column, "precision_at_4.ppl_ratio")] is None  # no smaller model: no scores
+        assert got[(column, "precision_at_4.ppl_reference_ratio")] is None  # nor a reference
     assert ("temperature_decay/all", "n_outputs") not in got  # one top-k: the same as its cell
     for column, n, fraction in (
         ("non_prompt/k=5", 4, 0.25),
@@ -413,7 +438,7 @@ def test_precision_at_k_only_where_there_are_more_than_k_outputs(tmp_path):
         ("temperature_decay/k=5", 1, 1.0),
     ):
         assert got[(column, "n_outputs")] == n and got[(column, "memorised_fraction")] == fraction
-        for metric in ("ppl", "ppl_zlib", "window_ppl", "ppl_ratio"):
+        for metric in RANKINGS:
             for suffix in ("", "_ci_low", "_ci_high"):
                 assert got[(column, f"precision_at_4.{metric}{suffix}")] is None, (column, metric)
     values = [r for r in out.rows if r["metric"].startswith("precision_at_4.") and "_ci_" not in r["metric"]]
@@ -561,7 +586,7 @@ def test_extraction_per_dose_and_the_exposure_correlation_by_hand(tmp_path):
     ext.prepare(ctx)
     texts = [doc_c, doc_c, doc_d, "x = 1"]  # m4 in two outputs, m4b in one, m1 in none
     samples = [Sample("non_prompt", 5, "", t) for t in texts]
-    scores = {m: np.arange(4.0) for m in ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")}
+    scores = {m: np.arange(4.0) for m in RANKINGS}
     out = ext._output(
         ctx.recipe, samples, find_clones(ext.index, texts), scores, find_clones(ext.tasks, texts)
     )
@@ -618,7 +643,7 @@ def test_discoverable_outputs_are_counted_apart_and_a_non_member_match_is_a_fals
     texts = [DOC_A, "x = 1", doc_c, DOC_B]
     strategies = ["non_prompt", "non_prompt", "discoverable", "discoverable"]
     samples = [Sample(s, 5, "", t) for s, t in zip(strategies, texts, strict=True)]
-    scores = {m: np.arange(4.0) for m in ("ppl", "ppl_ratio", "ppl_zlib", "window_ppl")}
+    scores = {m: np.arange(4.0) for m in RANKINGS}
     out = ext._output(
         ctx.recipe, samples, find_clones(ext.index, texts), scores, find_clones(ext.tasks, texts)
     )
