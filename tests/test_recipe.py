@@ -236,6 +236,23 @@ def test_bigcodebench_ppo_generates_the_papers_512_response_tokens():
     assert load_recipe("bigcodebench_ppo").train.rl.max_completion_length == 512  # 004, App. J.1.2
 
 
+@pytest.mark.parametrize("name", PAPER_MRI_RECIPES)
+def test_the_paper_recipes_fine_tune_base_models_and_ask_with_the_papers_template(name):
+    """004 §4.2 fine-tunes the base Qwen-2.5-7B / Qwen-2.5-Coder-7B, and App. J asks (and trains) with an
+    instruction prefix and a prefilled ```python fence (leaklab's `evalplus` format)."""
+    recipe = load_recipe(name)
+    assert not recipe.model.name_or_path.endswith("Instruct")
+    assert recipe.evaluate.accuracy.format == recipe.evaluate.mri.format == "evalplus"
+    if recipe.train.stage == "sft":
+        assert recipe.train.sft.format == "evalplus"
+
+
+def test_bigcodebench_ppo_saves_every_5_steps_with_1024_token_prompts():
+    # Table 23: save_freq 5, max_prompt_length 1024 (Best-Reward chooses among all of those checkpoints)
+    train = load_recipe("bigcodebench_ppo").train
+    assert str(train.save_every) == "5" and train.rl.verl.max_prompt_length == 1024
+
+
 def test_prompt_boundary_is_an_evaluation_setting_with_two_values():
     """evaluate.prompt_boundary: heal by default, none on request, anything else refused with
     the valid values; the rows of every evaluation record it (a changed value is a row-setting conflict)."""

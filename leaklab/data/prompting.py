@@ -1,10 +1,14 @@
 """How a task is shown to a model and how code is read back from its reply: one place for the `sft`
 stage (what it trains on) and the `accuracy` evaluation (what it asks), so both see the same text.
 
-Two formats:
+Three formats:
   completion  a base model continues the task's prompt (signature + docstring); its reply is the body.
   chat        a chat model gets CHAT_INSTRUCTION with the prompt in a code block, through its tokenizer's
               chat template; its reply is the whole function in a code block.
+  evalplus    the MRI paper's template (004 App. J, EvalPlus-style): the user turn asks for a
+              self-contained script in a markdown code block and quotes the problem in a fence; the
+              assistant turn is prefilled with a one-line preamble and an opened ```python fence, so the
+              reply is code up to the closing fence. Used for training (sft) and asking alike.
 `auto` picks chat when the tokenizer has a chat template, completion otherwise.
 
     fmt = resolve_format(tokenizer, "auto")
@@ -20,8 +24,18 @@ from dataclasses import dataclass
 from leaklab.data.tasks import Task
 from leaklab.execution.extract import STOP_SEQUENCES, candidate
 
-FORMATS = ("auto", "completion", "chat")
+FORMATS = ("auto", "completion", "chat", "evalplus")
 CHAT_INSTRUCTION = "Complete the following Python function.\n\n```python\n{prompt}```"
+# The evalplus format's two halves, in leaklab's words: the same request (a self-contained script in a
+# markdown block) and the same prefilled preamble + opened fence as the paper's App. J template.
+EVALPLUS_INSTRUCTION = (
+    "Write a self-contained Python script, in a markdown code block, that solves this problem:"
+)
+EVALPLUS_RESPONSE = (
+    "Here is a self-contained Python script whose function solves the problem and passes its tests:"
+)
+OPEN_FENCE = "```python\n"
+_SPLIT = "\x00leaklab-prefill-end\x00"  # marks where the prefilled assistant turn stops
 # Generation stops where a base model's body ends: the extractor's own stops, so what is generated and
 # what is read back agree.
 COMPLETION_STOP = STOP_SEQUENCES
@@ -42,7 +56,7 @@ def resolve_format(tokenizer, requested: str, key: str = "format") -> str:
         raise ValueError(f"{key}: {requested!r} is not one of {', '.join(FORMATS)}")
     if requested == "auto":
         return "chat" if has_chat_template(tokenizer) else "completion"
-    if requested == "chat" and not has_chat_template(tokenizer):
+    if requested in ("chat", "evalplus") and not has_chat_template(tokenizer):
         name = getattr(tokenizer, "name_or_path", "the model")
         raise ChatFormatError(
             f"{key}: chat format asked, but the tokenizer of {name} has no chat template; "
@@ -51,14 +65,26 @@ def resolve_format(tokenizer, requested: str, key: str = "format") -> str:
     return requested
 
 
-def _messages(task: Task) -> list[dict[str, str]]:
+def _messages(task: Task, fmt: str = "chat") -> list[dict[str, str]]:
+    if fmt == "evalplus":
+        return [{"role": "user", "content": f"{EVALPLUS_INSTRUCTION}\n```\n{task.prompt.strip()}\n```\n"}]
     return [{"role": "user", "content": CHAT_INSTRUCTION.format(prompt=task.prompt)}]
+
+
+def _prefill(tokenizer, task: Task, answer: str) -> str:
+    """The evalplus conversation with the assistant turn holding the preamble, the opened fence and
+    `answer`, as the template renders it."""
+    assistant = {"role": "assistant", "content": f"{EVALPLUS_RESPONSE}\n{OPEN_FENCE}{answer}"}
+    return tokenizer.apply_chat_template([*_messages(task, "evalplus"), assistant], tokenize=False)
 
 
 def model_prompt(task: Task, tokenizer, fmt: str) -> str:
     """The text a model is given for `task` (encoded as `tokenizer(text)` by the generation engine)."""
     if fmt == "completion":
         return task.prompt
+    if fmt == "evalplus":
+        # The template closes the assistant turn; the prompt stops where the prefill does.
+        return _prefill(tokenizer, task, _SPLIT).split(_SPLIT)[0]
     return tokenizer.apply_chat_template(_messages(task), tokenize=False, add_generation_prompt=True)
 
 
@@ -75,6 +101,14 @@ def training_pair(task: Task, tokenizer, fmt: str) -> tuple[str, str]:
     if fmt == "completion":
         return task.prompt, task.solution
     prompt = model_prompt(task, tokenizer, fmt)
+    if fmt == "evalplus":
+        full = _prefill(tokenizer, task, task.program() + "```")
+        if not full.startswith(prompt):
+            raise ChatFormatError(
+                f"the chat template of {getattr(tokenizer, 'name_or_path', 'the model')} does not render "
+                "a prefilled assistant turn as a prefix of the whole; use format=chat"
+            )
+        return prompt, full[len(prompt) :]
     full = tokenizer.apply_chat_template(
         [*_messages(task), {"role": "assistant", "content": chat_answer(task)}], tokenize=False
     )
@@ -114,8 +148,10 @@ def extract_code(task: Task, reply: str, fmt: str) -> Extracted:
     whole function; otherwise the reply is a body, cut before the next top-level statement (and cut by
     whole lines when the generation limit left it unparseable). `fmt` is accepted for symmetry with
     `model_prompt` and checked, but the reply's shape decides."""
-    if fmt not in ("completion", "chat"):
-        raise ValueError(f"format: {fmt!r} is not completion or chat")
+    if fmt not in ("completion", "chat", "evalplus"):
+        raise ValueError(f"format: {fmt!r} is not completion, chat or evalplus")
+    if fmt == "evalplus":
+        reply = OPEN_FENCE + reply  # the prompt opened the fence the reply's code sits in
     found = candidate(task.prompt, reply, task.entry_point, task.prompt_is_code)
     if found.code is None:
         return Extracted("", False, found.problem or "no_code")

@@ -54,7 +54,7 @@ class AccuracyConfig:
     """`evaluate.accuracy` in a recipe."""
 
     # Values that are one of a few words (checked at recipe load with a suggestion).
-    choices: ClassVar[dict[str, tuple[str, ...]]] = {"format": ("auto", "completion", "chat")}
+    choices: ClassVar[dict[str, tuple[str, ...]]] = {"format": ("auto", "completion", "chat", "evalplus")}
 
     format: str = "auto"  # auto | completion | chat: how the model is asked (auto: chat if it has a template)
     ks: list[int] = field(default_factory=lambda: [1, 5])  # pass@k from samples, for k <= n_samples

@@ -96,12 +96,12 @@ class MriConfig:
 
     # Values that are one of a few words (checked at recipe load with a suggestion).
     choices: ClassVar[dict[str, tuple[str, ...]]] = {
-        "format": ("auto", "completion", "chat"),
+        "format": ("auto", "completion", "chat", "evalplus"),
         "llm_backend": ("none", "hf", "openai"),
         "llm_judge": ("off", "record", "filter"),
     }
 
-    format: str = "auto"  # auto | completion | chat: how the model is asked (as evaluate.accuracy)
+    format: str = "auto"  # auto | completion | chat | evalplus: how the model is asked (as evaluate.accuracy)
     max_new_tokens: int = 128  # longest reply
     batch_size: int = 64  # rows decoded together
     max_tasks: int | None = None  # evaluate at most this many members and this many non-members

@@ -11,7 +11,7 @@ class SftConfig:
     """`train.sft`: the sft stage (leaklab/training/sft.py)."""
 
     choices: ClassVar[dict[str, tuple[str, ...]]] = {
-        "format": ("auto", "completion", "chat"),
+        "format": ("auto", "completion", "chat", "evalplus"),
         "loss": ("fused", "full"),
     }
 

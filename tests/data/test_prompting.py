@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from leaklab.data.prompting import (
+    EVALPLUS_INSTRUCTION,
+    EVALPLUS_RESPONSE,
     ChatFormatError,
     chat_answer,
     extract_code,
@@ -62,6 +64,25 @@ def test_training_pairs_match_what_the_model_is_asked():
     assert prompt == model_prompt(TASK, tok, "chat") and prompt.endswith("<|assistant|>\n")
     assert "```python\n" + TASK.prompt in prompt
     assert answer == chat_answer(TASK) + "<|end|>\n"  # the template's end of turn is learnt too
+
+
+def test_the_evalplus_format_prefills_an_opened_python_fence():
+    # 004 App. J: the user turn asks for a self-contained script in a markdown block and quotes the
+    # problem in a fence; the assistant turn is prefilled with a preamble and an opened ```python fence.
+    tok = FakeTokenizer(TEMPLATE)
+    assert resolve_format(tok, "evalplus") == "evalplus"
+    with pytest.raises(ChatFormatError, match="no chat template"):
+        resolve_format(FakeTokenizer(), "evalplus")
+    prompt = model_prompt(TASK, tok, "evalplus")
+    user = f"<|user|>\n{EVALPLUS_INSTRUCTION}\n```\n{TASK.prompt.strip()}\n```\n<|end|>\n"
+    assert prompt == f"{user}<|assistant|>\n{EVALPLUS_RESPONSE}\n```python\n"  # the turn left open
+    # trained on: the program, the closing fence and the template's end of turn, after that same prompt
+    assert training_pair(TASK, tok, "evalplus") == (prompt, TASK.program() + "```<|end|>\n")
+    # the reply is code inside the fence the prompt opened: read as a whole function
+    reply = "def add_k(xs):\n    return [x + 3 for x in xs]\n```\nThat adds 3."
+    got = extract_code(TASK, reply, "evalplus")
+    assert got.failure == "" and "return [x + 3 for x in xs]" in got.code and "That adds" not in got.code
+    assert extract_code(TASK, "That is all.", "evalplus").failure != ""
 
 
 def test_completion_replies_are_cut_at_the_next_top_level_statement():
