@@ -6,16 +6,18 @@ task's description, seeded, rule-based.
 Three kinds of operation, one change each:
   scramble    shuffle the inner letters of one word (first and last letters stay)
   capitalise  flip the case of one letter
-  noise       insert, delete or substitute one letter
+  noise       insert, delete or substitute one character: a letter, digit or punctuation mark (App.
+              B.3), never a quote or backslash, which could end or escape a docstring
 About RATE (4 per 5) operations per word of the description, at least one of each kind, the rest drawn
 at random among the three; each operation lands on a different word while there are words left.
 
 Only prose changes: for a code prompt (HumanEval-style) the words inside the entry point's docstring,
 minus the example lines (`>>> call` and the output line after it, `f(x) => y` lines) and minus every
 identifier of the program (function, parameter and variable names stay as they are). A prose prompt
-(APPS) keeps its example blocks (Input/Output samples) too. Only letters are inserted or substituted,
-so a docstring never gains a quote or backslash; a mutated code prompt that no longer parses is
-re-drawn (counted).
+(APPS) keeps its example blocks (Input/Output samples) too. The paper's LLM mutates the whole
+description, told to keep its meaning; a rule cannot tell which code tokens are safe to touch, so the
+signature, identifiers and examples stay (the README's deviations table). A mutated code prompt that
+no longer parses is re-drawn (counted).
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from leaklab.data.tasks import Task
 RATE = 4 / 5  # operations per word of the description
 KINDS = ("scramble", "capitalise", "noise")
 _WORD = re.compile(r"[A-Za-z]+")
+# What character noise inserts or substitutes: letters, digits and punctuation (004 App. B.3) but no
+# quote or backslash, so a mutated docstring still closes where it did.
+NOISE_CHARACTERS = (
+    string.ascii_lowercase + string.digits + "".join(c for c in string.punctuation if c not in "'\"\\`")
+)
 _EXAMPLE_LINE = re.compile(r"^[ \t]*(>>>|assert\s|\w+\(.*\)\s*(==>|=>|➞|->)|Input|Output|Example)", re.I)
 
 
@@ -124,15 +131,15 @@ def _capitalise(word: str, rng: random.Random) -> str:
 
 def _noise(word: str, rng: random.Random) -> str:
     i = rng.randrange(len(word))
-    letter = rng.choice(string.ascii_lowercase)
+    char = rng.choice(NOISE_CHARACTERS)
     action = rng.choice(("insert", "delete", "substitute") if len(word) > 1 else ("insert", "substitute"))
     if action == "insert":
-        return word[:i] + letter + word[i:]
+        return word[:i] + char + word[i:]
     if action == "delete":
         return word[:i] + word[i + 1 :]
-    while letter == word[i].lower():
-        letter = rng.choice(string.ascii_lowercase)
-    return word[:i] + letter + word[i + 1 :]
+    while char == word[i].lower():
+        char = rng.choice(NOISE_CHARACTERS)
+    return word[:i] + char + word[i + 1 :]
 
 
 def plan(n_words: int, rng: random.Random) -> list[str]:

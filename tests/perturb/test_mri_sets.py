@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import random
+import string
 
 import pytest
 
@@ -219,6 +220,23 @@ def test_mbpp_plus_prompts_are_mutated_in_their_prose_and_keep_their_assert():
             ln for ln in old_lines if ln.startswith("assert ")
         ]
         assert new_lines[1] != old_lines[1]  # the sentence
+
+
+def test_character_noise_uses_letters_digits_and_punctuation(humaneval):
+    # 004 App. B.3: noising inserts, deletes or substitutes "one character (letter, digit, or
+    # punctuation)"; quotes and backslashes are left out so the docstring still closes.
+    from leaklab.perturb.mutation import NOISE_CHARACTERS, _noise
+
+    rng = random.Random(0)
+    made = {ch for _ in range(2000) for ch in _noise("word", rng)} - set("word")
+    assert made & set(string.digits) and made & set("!#$%&()*+,-./:;<=>?@[]^_{|}~")
+    assert not made & set("'\"\\`") and set(NOISE_CHARACTERS) >= made
+    added = set()
+    for task in humaneval[:40]:
+        mutated, _ = mutate_task(task, random.Random(3))
+        ast.parse(mutated.prompt)
+        added |= set(mutated.prompt) - set(task.prompt)
+    assert added & set(string.digits + string.punctuation)
 
 
 def test_plan_is_about_four_operations_per_five_words():
