@@ -105,7 +105,8 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         from leaklab.perturb import store
 
         sets = store.variant_sets_for(tasks, cfg.srdetection, log=log)
-        log(store.describe(store.write_run_variants(out.root, sets, tasks, cfg.srdetection.min_variants)))
+        sr_required = cfg.srdetection.min_variants or cfg.srdetection.n_variants  # undecided below it
+        log(store.describe(store.write_run_variants(out.root, sets, tasks, sr_required)))
         rule_inputs = inputs_from_tasks(tasks, sets, fmt)
 
     def score(specs_, tasks_, rule_inputs_=None, known_clean=None):

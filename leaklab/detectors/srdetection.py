@@ -13,10 +13,11 @@ Choices fixed here (the paper is silent on them):
   - Missing scores are NaN. Variants that failed verification are dropped upstream; a row of variant
     scores is padded with NaN to a common width. "The first n variants" of a sample are its first n
     finite scores, so decisions for n in {1, 3, 5, 10} come from one computation of 10 variants.
-  - A decision needs at least min(n, min_variants) variants (default min_variants = 2): with a single
-    variant the rule is a coin flip between two texts (the paper's n = 1 row shows it), so samples
-    left with fewer verified variants than that are *undecided*, reported as not-a-leak, and counted.
-    At n = 1 one variant is all the rule asks for. An original whose own score is NaN is undecided.
+  - A decision at n needs n verified variants, as the paper always compares n: a sample left with fewer
+    is *undecided*, reported as not-a-leak and counted per n (`n_undecided`), so each n column's null is
+    1/(n+1) for every sample it decides. `min_variants` (0, the default: all n) relaxes this to
+    min(n, min_variants), which mixes comparisons with fewer variants into a column (its null then lies
+    between 1/(n+1) and 1/(min_variants+1)). An original whose own score is NaN is undecided.
   - The gray box compares log perplexities (mean NLL): exp is strictly increasing, so the decisions are
     the paper's, and the margin min_i log PPL(x_i) - log PPL(x_0) is a log-ratio, > 0 iff leak.
   - The black box cuts each text at `prefix_fraction` of the tokens of its solution (or of the whole
@@ -103,6 +104,11 @@ def first_n_scores(variant_scores: np.ndarray | Sequence[Sequence[float]], n: in
     return out
 
 
+def required_variants(n: int, min_variants: int | None) -> int:
+    """Verified variants a decision at n needs: n (min_variants 0 or None, the paper), else min(n, it)."""
+    return min(n, min_variants) if min_variants else n
+
+
 def _decide(
     original: np.ndarray | Sequence[float],
     variant_scores: np.ndarray | Sequence[Sequence[float]],
@@ -110,6 +116,7 @@ def _decide(
     min_variants: int,
     lower_is_leak: bool,
 ) -> Decisions:
+    """The rule's decisions; a sample needs `required_variants(n, min_variants)` finite variant scores."""
     original = np.asarray(original, dtype=float)
     scores = np.asarray(variant_scores, dtype=float)
     if scores.ndim != 2 or scores.shape[0] != original.shape[0]:
@@ -119,7 +126,7 @@ def _decide(
     n = scores.shape[1] if n is None else n
     chosen = first_n_scores(scores, n)
     used = np.isfinite(chosen).sum(axis=1)
-    decided = (used >= min(n, min_variants)) & np.isfinite(original)
+    decided = (used >= required_variants(n, min_variants)) & np.isfinite(original)
 
     # All-NaN rows are undecided anyway; fill them so nanmin/nanmax do not warn.
     filled = np.where(decided[:, None], chosen, 0.0)
@@ -140,7 +147,7 @@ def gray_box_decisions(
     original_ppl: np.ndarray | Sequence[float],
     variant_ppl: np.ndarray | Sequence[Sequence[float]],
     n: int | None = None,
-    min_variants: int = 2,
+    min_variants: int = 0,
 ) -> Decisions:
     """Leak iff PPL(original) < min over the first n variants' PPL (strict: ties are not leaks)."""
     return _decide(original_ppl, variant_ppl, n, min_variants, lower_is_leak=True)
@@ -150,7 +157,7 @@ def black_box_decisions(
     original_ngo: np.ndarray | Sequence[float],
     variant_ngo: np.ndarray | Sequence[Sequence[float]],
     n: int | None = None,
-    min_variants: int = 2,
+    min_variants: int = 0,
 ) -> Decisions:
     """Leak iff NGO(original) > max over the first n variants' NGO (strict: ties are not leaks)."""
     return _decide(original_ngo, variant_ngo, n, min_variants, lower_is_leak=False)
@@ -161,7 +168,7 @@ def decisions_by_n(
     variant_scores: np.ndarray | Sequence[Sequence[float]],
     mode: str,
     ns: Iterable[int] = PAPER_NS,
-    min_variants: int = 2,
+    min_variants: int = 0,
 ) -> dict[int, Decisions]:
     """Decisions for several n from one array of scores (mode "gray": PPL, "black": NGO)."""
     rules = {"gray": gray_box_decisions, "black": black_box_decisions}
@@ -187,7 +194,7 @@ def calibrated_decisions(
     reference_original: np.ndarray | Sequence[float],
     reference_variants: np.ndarray | Sequence[Sequence[float]],
     n: int | None = None,
-    min_variants: int = 2,
+    min_variants: int = 0,
     alpha: float = 0.0,
 ) -> Decisions:
     """The calibrated gray box: does the target rank the original higher among its texts than a
@@ -231,7 +238,7 @@ def calibrated_decisions(
         t = np.concatenate([[t0[s]], tv[s][both][:n]])
         r = np.concatenate([[r0[s]], rv[s][both][:n]])
         used[s] = len(t) - 1
-        if used[s] < min(n, min_variants) or not (np.isfinite(t0[s]) and np.isfinite(r0[s])):
+        if used[s] < required_variants(n, min_variants) or not (np.isfinite(t0[s]) and np.isfinite(r0[s])):
             continue
         d = _midranks(r) - _midranks(t)
         decided[s] = True
@@ -364,8 +371,9 @@ class SrDetectionConfig:
 
     n_variants: int = 10  # variants built per task; the detector spec's n values must not exceed it
     seed: int = 0  # seeds the names and example inputs of the variants
-    # A decision needs at least min(n, min_variants) verified variants; fewer: undecided (not a leak).
-    min_variants: int = 2
+    # A decision at n needs n verified variants (0: the paper's rule); k > 0 accepts min(n, k), which mixes
+    # comparisons with fewer variants (and a higher null) into a column. Fewer: undecided (not a leak).
+    min_variants: int = 0
     # How each variant is checked before it is kept: "tests" runs the benchmark's own tests on it (in the
     # sandbox); "alpha" checks, without running anything, that its program is the original's under the
     # renaming (for benchmarks without tests); "none" only parses it. Failures are dropped.
@@ -385,9 +393,13 @@ class SrDetectionConfig:
     def check(self, parent=None) -> list[str]:
         """`evaluate.srdetection`'s own problems; a spec's n against n_variants is the detector's check."""
         problems = []
-        for key in ("n_variants", "min_variants", "ngram", "max_new_tokens", "generation_batch_size"):
+        for key in ("n_variants", "ngram", "max_new_tokens", "generation_batch_size"):
             if getattr(self, key) < 1:
                 problems.append(f"evaluate.srdetection.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.min_variants < 0:
+            problems.append(
+                f"evaluate.srdetection.min_variants: must be 0 (all n) or more, got {self.min_variants}"
+            )
         if self.sandbox_workers < 1 or self.sandbox_timeout_s <= 0:
             problems.append("evaluate.srdetection: sandbox_workers and sandbox_timeout_s must be positive")
         if not 0 < self.prefix_fraction < 1:

@@ -181,7 +181,13 @@ class Detection:
             cfg = ctx.recipe.evaluate.srdetection
             sets = store.variant_sets_for(tasks, cfg, log=ctx.log)
             if ctx.is_main_process:
-                ctx.log(store.describe(store.write_run_variants(ctx.run.root, sets, tasks, cfg.min_variants)))
+                ctx.log(
+                    store.describe(
+                        store.write_run_variants(
+                            ctx.run.root, sets, tasks, cfg.min_variants or cfg.n_variants
+                        )
+                    )
+                )
         self.variant_sets = sets
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:

@@ -3,6 +3,7 @@ import pytest
 
 from leaklab.detectors.srdetection import (
     PAPER_NS,
+    SrDetectionConfig,
     black_box_decisions,
     decisions_by_n,
     first_n_scores,
@@ -68,6 +69,21 @@ def test_undecided_threshold_follows_n():
     assert not by_n[3].decided[0] and not by_n[3].leak[0]
 
 
+def test_a_column_decides_only_samples_with_n_verified_variants():
+    # The paper always compares n variants. Sample 0 has 10 verified variants, sample 1 only 4: at
+    # n = 10 sample 1 is left out (undecided, counted) rather than compared with 4, so every decided
+    # sample of the column has the null 1/11; at n = 3 both are decided.
+    variants = [[5.0] * 10, [5.0] * 4 + [nan] * 6]
+    by_n = decisions_by_n([1.0, 1.0], variants, mode="gray", ns=(3, 10))
+    assert by_n[10].decided.tolist() == [True, False] and by_n[10].n_undecided == 1
+    assert by_n[3].decided.tolist() == [True, True]
+    assert np.nanmax(by_n[10].null_rate) == pytest.approx(1 / 11)
+    # min_variants = 2 (the old default) decides sample 1 at n = 10 on 4 variants: its null is 1/5
+    relaxed = decisions_by_n([1.0, 1.0], variants, mode="gray", ns=(10,), min_variants=2)[10]
+    assert relaxed.decided.tolist() == [True, True] and relaxed.null_rate[1] == pytest.approx(1 / 5)
+    assert SrDetectionConfig().min_variants == 0 and SrDetectionConfig(min_variants=-1).check()
+
+
 def test_bad_shapes_and_modes():
     with pytest.raises(ValueError):
         gray_box_decisions([1.0, 2.0], [[1.0]])
@@ -93,8 +109,9 @@ def test_score_matrix_pads_missing_variants_with_nan():
     assert variants[0, :2].tolist() == [2.0, 3.0] and np.isnan(variants[0, 2])
     assert variants[1, 0] == 5.0 and np.isnan(variants[1, 1:]).all()
     assert np.isnan(variants[2]).all()
-    d = gray_box_decisions(original, variants)
+    d = gray_box_decisions(original, variants, n=2)
     assert d.decided.tolist() == [True, False, False]
+    assert not gray_box_decisions(original, variants).decided.any()  # n = the width, 3: none has 3
 
 
 # --------------------------------------------------------------------------- the calibrated rule

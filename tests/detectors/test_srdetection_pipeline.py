@@ -74,7 +74,7 @@ def test_gray_box_margins_and_decisions_by_hand():
     assert np.isnan(one.margin[3]) and np.isnan(two.margin[2:]).all()
     assert one.leak.tolist() == [True, False, False, False]  # the tie (sample 2) is not a leak
     assert one.decided.tolist() == [True, True, True, False]  # no variants: undecided
-    assert two.decided.tolist() == [True, True, False, False]  # one variant < min_variants = 2
+    assert two.decided.tolist() == [True, True, False, False]  # one variant < n = 2
     assert list(sr.columns) == ["srdetection_gray@n=1", "srdetection_gray@n=2"]
     np.testing.assert_array_equal(sr.columns["srdetection_gray@n=1"], one.margin)
     raw_original, raw_variants = sr.raw["gray"]
