@@ -1,14 +1,18 @@
-"""LLM judges of code similarity: leaklab's own prompts, tolerant parsing, counted failures.
+"""LLM judges of code similarity: the counterfactual paper's questions (000 App. C.1) in leaklab's words,
+tolerant parsing, counted failures.
 
-Four questions about a pair (reference function = the ground truth, candidate = a generation):
-  structural    how similar the two are in structure, a 0-1 score written as [[x.xxx]]
-  rating        a 0-1 similarity rating, one category (equivalent / similar / opposed / unrelated) and a
-                one-sentence reason, as JSON
-  equivalence   a 0-1 score for "the two compute the same function", as JSON
+Four questions about a pair (reference function = the ground truth, candidate = a generation), each with
+a system role (`SYSTEMS`) and a user prompt (`PROMPTS`):
+  structural    how similar the two are by grammar-parsing structure, a 0-1 score written as [[x.xxx]]
+  rating        semantic similarity: similarity_rating (0-1), category (equivalent / similar / opposed /
+                unrelated) and reasoning, as JSON
+  equivalence   same logic (same outputs, same algorithm or approach, same edge cases):
+                equivalence_score (0-1) and reasoning, as JSON
   clone_screen  HyClone's stage 1: a yes/no "are these likely functional clones", as JSON
 Any back-end of `leaklab.signals.generation` answers them (HFGenerator on a local model, OpenAIGenerator
 on an OpenAI-compatible server, VLLMGenerator); `render` wraps a prompt for a chat model (e.g. the
-tokenizer's chat template). Greedy decoding. A reply that cannot be read becomes a `Verdict` with
+tokenizer's chat template, the system role as a system turn; a plain-completion back-end gets it as the
+prompt's first paragraph). Greedy decoding. A reply that cannot be read becomes a `Verdict` with
 `failure` set and no score, and `judge_pairs` counts them, never raises.
 
 The counterfactual evaluation asks them as optional functional metrics (`evaluate.counterfactual.judges`,
@@ -27,42 +31,54 @@ from dataclasses import dataclass
 
 CATEGORIES = ("equivalent", "similar", "opposed", "unrelated")
 
-_PAIR = """Function A (the reference):
-```python
-{reference}
-```
-
-Function B (the candidate):
-```python
-{candidate}
-```
-"""
+# The three similarity judges ask the questions of the counterfactual paper's App. C.1 (000), in
+# leaklab's words, with the same system role, criteria, delimiters and output fields: structural (after
+# Song et al.: a 0-1 score by grammar-parsing structure, [[0.777]]), rating (after Nikiema et al.:
+# similarity_rating, category, reasoning as JSON) and equivalence (the paper's own: same outputs, same
+# algorithm or approach, same edge cases; equivalence_score and reasoning as JSON). The clone screen is
+# HyClone's stage 1 (App. C.2 gives no prompt).
+SYSTEMS = {
+    "structural": "You are a system that rates how similar pieces of code are.",
+    "rating": (
+        "You are a system that rates how similar pieces of code are, judging how code fragments relate "
+        "in meaning."
+    ),
+    "equivalence": (
+        "You are an expert in code analysis who judges whether two Python functions are functionally "
+        "equivalent."
+    ),
+    "clone_screen": "You are an expert in code analysis who screens pairs of functions for clones.",
+}
 
 PROMPTS = {
     "structural": (
-        "You compare two Python functions by their structure: the control flow, the order of the "
-        "operations, how data moves between variables and calls. Names, comments and formatting do not "
-        "matter.\n\n" + _PAIR + "\nHow structurally similar are A and B, from 0 (nothing in common) to 1 "
-        "(the same structure)? Think briefly, then end your answer with the score in double brackets "
-        "with three decimals, for example [[0.350]]."
+        "Here are two Python code passages. Rate how similar they are by the structure a grammar parser "
+        "finds in them, with a score from 0 to 1 written to three decimal places in the form [[0.777]].\n"
+        "=====Code 1=====\n{reference}\n=====Code 2=====\n{candidate}\n=====End====="
     ),
     "rating": (
-        "You judge how close a candidate Python function is to a reference function.\n\n" + _PAIR + "\n"
-        "Give a similarity rating from 0 to 1, pick the one category that fits best - equivalent (same "
-        "behaviour), similar (mostly the same behaviour), opposed (related but does something "
-        "contrary), unrelated (different purpose) - and give one sentence of reason. Answer with JSON "
-        'only: {{"score": <number>, "category": "<category>", "reason": "<sentence>"}}'
+        "Rate how semantically similar the two Python code fragments below are.\n\n"
+        "Code Fragment 1:\n{reference}\n\nCode Fragment 2:\n{candidate}\n\n"
+        "Give your rating as one JSON object with exactly these three fields:\n"
+        '1. "similarity_rating": how semantically similar they are, from 0.0 to 1.0\n'
+        '2. "category": exactly one of "equivalent", "similar", "opposed" or "unrelated"\n'
+        '3. "reasoning": a short justification of the rating\n\n'
+        "Reply with the JSON object and nothing else."
     ),
     "equivalence": (
-        "Decide whether two Python functions compute the same thing: for every input they accept, do "
-        "they return the same value and cause the same effects? Different code that behaves the same "
-        "counts as equivalent.\n\n" + _PAIR + "\nGive a score from 0 (clearly different behaviour) to "
-        '1 (certainly equivalent). Answer with JSON only: {{"score": <number>}}'
+        "Judge whether the two Python functions below encode the same logic. Take into account whether "
+        "they give the same outputs for the same inputs, whether they follow the same algorithm or "
+        "approach, and whether they treat edge cases in the same way.\n\n"
+        "Function A (Reference):\n{reference}\n\nFunction B (Generated):\n{candidate}\n\n"
+        "Give one equivalence score from 0.0 to 1.0: 0.0 for entirely different logic, 1.0 for the same "
+        "logic. Reply with a JSON object and nothing else:\n"
+        '{{"equivalence_score": <0.0 to 1.0>, "reasoning": "<short explanation>"}}'
     ),
     "clone_screen": (
-        "Screen two Python functions for functional cloning: would they likely produce the same outputs "
-        "for the same inputs?\n\n" + _PAIR + '\nAnswer with JSON only: {{"clone": true}} or '
-        '{{"clone": false}}'
+        "Screen these two Python functions for functional cloning: would they likely produce the same "
+        "outputs for the same inputs?\n\nFunction A (Reference):\n{reference}\n\n"
+        "Function B (Generated):\n{candidate}\n\nReply with a JSON object and nothing else: "
+        '{{"clone": true}} or {{"clone": false}}'
     ),
 }
 
@@ -91,16 +107,31 @@ def make_backend(backend: str, model: str, base_url: str | None = None):
         return generator, None
 
     def render(text: str) -> str:
-        messages = [{"role": "user", "content": text}]
+        messages = chat_messages(text)
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     return generator, render
 
 
 def prompt(kind: str, reference: str, candidate: str) -> str:
+    """The judge's system role, a blank line, then its question about the pair (`chat_messages` splits
+    them again for a chat template)."""
     if kind not in PROMPTS:
         raise ValueError(f"unknown judge {kind!r}; choose one of {', '.join(PROMPTS)}")
-    return PROMPTS[kind].format(reference=reference.rstrip("\n"), candidate=candidate.rstrip("\n"))
+    user = PROMPTS[kind].format(reference=reference.rstrip("\n"), candidate=candidate.rstrip("\n"))
+    return f"{SYSTEMS[kind]}\n\n{user}"
+
+
+def chat_messages(text: str) -> list[dict[str, str]]:
+    """A judge prompt as chat turns: its system role as a system turn, the rest as the user's; any other
+    text as one user turn."""
+    for system in SYSTEMS.values():
+        if text.startswith(system + "\n\n"):
+            return [
+                {"role": "system", "content": system},
+                {"role": "user", "content": text[len(system) + 2 :]},
+            ]
+    return [{"role": "user", "content": text}]
 
 
 _NUMBER = r"([01](?:\.\d+)?|\.\d+)"
@@ -161,7 +192,8 @@ def parse(kind: str, reply: str) -> Verdict:
             return Verdict(None, failure="no [[score]] in the reply")
         score = _unit(matches[-1])  # the final answer comes last
         return Verdict(score) if score is not None else Verdict(None, failure="score outside [0, 1]")
-    obj = reply_fields(reply, ("score", "category", "reason", "clone"))
+    keys = ("similarity_rating", "equivalence_score", "score", "category", "reasoning", "reason", "clone")
+    obj = reply_fields(reply, keys)
     if obj is None:
         return Verdict(None, failure="no JSON object in the reply")
     if kind == "clone_screen":
@@ -169,15 +201,18 @@ def parse(kind: str, reply: str) -> Verdict:
         if value is None:
             return Verdict(None, failure="no true/false 'clone' field")
         return Verdict(1.0 if value else 0.0)
-    score = _unit(obj.get("score"))
+    # The field the prompt asks for; a plain "score" is read too (models rename fields).
+    field = {"rating": "similarity_rating", "equivalence": "equivalence_score"}[kind]
+    score = _unit(obj.get(field, obj.get("score")))
     if score is None:
-        return Verdict(None, failure="no 'score' in [0, 1]")
+        return Verdict(None, failure=f"no '{field}' in [0, 1]")
+    reason = obj.get("reasoning", obj.get("reason"))
     if kind == "equivalence":
         return Verdict(score)
     category = str(obj.get("category", "")).strip().lower()
     if category not in CATEGORIES:
-        return Verdict(score, None, obj.get("reason"), failure=f"unknown category {category!r}")
-    return Verdict(score, category, str(obj.get("reason", "")) or None)
+        return Verdict(score, None, reason, failure=f"unknown category {category!r}")
+    return Verdict(score, category, str(reason or "") or None)
 
 
 def judge_pairs(
