@@ -326,8 +326,10 @@ def _judge_answer(prompt: str) -> str:
     """A fake judge: the renamed copy is structurally close, the reference's `return 0` is not; the
     equivalence judge is lenient (0.8 for anything but the reference); the empty generation gets an
     unreadable structural reply."""
-    candidate = prompt.split("Function B (the candidate):")[1]
-    if "How structurally similar" in prompt:
+    candidate = prompt.split(
+        "=====Code 2=====" if "=====Code 2=====" in prompt else "Function B (Generated):"
+    )[1]
+    if "grammar parser" in prompt:
         if "v0 =" in candidate:
             return "Same flow.\n[[0.900]]"
         return "[[0.050]]" if "return 0" in candidate else "I cannot say."
