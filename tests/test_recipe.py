@@ -34,6 +34,7 @@ def test_apps_cpt_is_the_srdetection_testbed():
         32,
     )
     assert r.train.lora.enabled and "Qwen2.5-7B" in r.model.name_or_path
+    assert r.mix.corpus == "HuggingFaceFW/fineweb-edu"  # stands in for the paper's RefinedWeb (README)
 
 
 @pytest.mark.parametrize("name", ["apps_cpt", "humaneval_cpt"])

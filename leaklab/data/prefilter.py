@@ -35,7 +35,10 @@ def prefilter_tasks(model, tokenizer, tasks: list[Task], recipe: Recipe, log=pri
     original, variants = gray_scores(
         model, tokenizer, inputs_from_tasks(tasks, sets, recipe.data.text_format), recipe.evaluate
     )
-    decisions = gray_box_decisions(original, variants, n=cfg.n_variants, min_variants=cfg.min_variants)
+    # Against all of a task's verified variants, at least two (one is a coin flip); not a per-n column,
+    # so the detectors' "n verified variants" rule (min_variants 0) does not apply here.
+    at_least = cfg.min_variants or 2
+    decisions = gray_box_decisions(original, variants, n=cfg.n_variants, min_variants=at_least)
     dropped = [t.task_id for t, leak in zip(tasks, decisions.leak) if leak]
     log(
         f"[leaklab] pre-filter: dropped {len(dropped)} of {len(tasks)} tasks whose original is the easiest "
