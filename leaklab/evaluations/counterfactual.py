@@ -87,6 +87,8 @@ RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why ext
 HYCLONE_EXECUTED_ONLY = "hyclone_executed_only"  # HyClone over executed pairs only: a diagnostic
 # What Table 2 counts (in the done specs: a step counted another way is evaluated again)
 TABLE2_SPEC = "table2: the paper's functional metrics, both unions; HyClone not executed = 0"
+# What the ground truth is and how a generation without a function scores (a change re-evaluates a step)
+GROUND_TRUTH_SPEC = "ground truth: all after the signature, docstring included; no function: structure 0"
 
 
 @dataclass
@@ -185,6 +187,7 @@ class Counterfactual:
             *METRICS,
             f"edit_similarity: {EDIT_SIMILARITY}",
             TABLE2_SPEC,
+            GROUND_TRUTH_SPEC,
             f"tree-sitter-python=={grammar_versions()['tree-sitter-python']}",
         ]
 
