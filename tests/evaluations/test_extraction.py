@@ -281,6 +281,37 @@ def test_the_papers_ppl_ratio_divides_by_a_smaller_model_trained_on_the_same_dat
     assert np.isnan(s["ppl_reference_ratio"]).all()  # no reference model given
 
 
+def test_small_model_is_loaded_once_and_divides_ppl_ratio(tmp_path, monkeypatch):
+    """evaluate.extraction.small_model names the paper's second model (trained on the same data): it is
+    loaded once, scores the same outputs, and only ppl_ratio divides by it."""
+    import leaklab.evaluations.extraction as extraction_module
+    import leaklab.signals.logprobs as logprobs
+    from leaklab.evaluations.extraction import Extraction
+    from leaklab.signals.logprobs import TokenStats
+
+    nll = {"target": 0.2, "small": 0.5, "reference": 2.0}
+
+    def fake_stats(model, tok, texts, **kwargs):
+        return [
+            TokenStats(token_ids=np.zeros(2, dtype=np.int64), logprob=np.full(2, -nll[model], np.float32))
+            for _ in texts
+        ]
+
+    loads = []
+    monkeypatch.setattr(logprobs, "compute_token_stats", fake_stats)
+    monkeypatch.setattr(extraction_module, "_load_small", lambda recipe: loads.append(1) or ("small", None))
+    monkeypatch.setattr(extraction_module, "newline_counts", lambda tok: np.zeros(1, dtype=np.int64))
+    ctx = _context(tmp_path, "evaluate.extraction.small_model=/models/small")
+    ctx.reference = lambda: ("reference", None)
+    ext = Extraction()
+    for step in (1, 2):
+        s = ext._scores(ctx, "target", None, ["a = 1\n"], step)
+        assert s["ppl_ratio"][0] == pytest.approx(-0.2 / 0.5)
+        assert s["ppl_reference_ratio"][0] == pytest.approx(-0.2 / 2.0)
+    assert loads == [1]
+    assert "small_model=/models/small" in ext.specs(ctx.recipe)
+
+
 def test_secrets_are_found_and_masked():
     from leaklab.memorization.extraction import find_secrets, mask, mask_text
 
