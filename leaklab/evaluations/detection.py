@@ -180,14 +180,9 @@ class Detection:
         if sets is None:
             cfg = ctx.recipe.evaluate.srdetection
             sets = store.variant_sets_for(tasks, cfg, log=ctx.log)
+            required = cfg.min_variants or cfg.n_variants  # a task with fewer is undecided at the top n
             if ctx.is_main_process:
-                ctx.log(
-                    store.describe(
-                        store.write_run_variants(
-                            ctx.run.root, sets, tasks, cfg.min_variants or cfg.n_variants
-                        )
-                    )
-                )
+                ctx.log(store.describe(store.write_run_variants(ctx.run.root, sets, tasks, required)))
         self.variant_sets = sets
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
