@@ -4,8 +4,6 @@ and the smoke study end to end."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from leaklab.data.doses import assign_doses
