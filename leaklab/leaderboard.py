@@ -239,9 +239,22 @@ def paired_weights(a: dict[str, Any], b: dict[str, Any]) -> tuple[np.ndarray, np
     return wa, (wa if same else weights_for(b, seed=SEED + 1)), same
 
 
+def resolve_cell(label: str, cells: dict[str, Any]) -> str:
+    """`dose@max` / `dose@min`: the run's largest / smallest dose cell, so that a finding holds for the
+    smoke study's doses too; any other label as it is."""
+    run, _, which = label.rpartition("@")
+    if which not in ("max", "min"):
+        return label
+    doses = [c["dose"] for c in cells.values() if c.get("run") == run and "dose" in c]
+    if not doses:
+        raise KeyError(f"{run} has no dose groups")
+    return f"{run}@{max(doses) if which == 'max' else min(doses)}"
+
+
 def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[str, Any]):
     """(point, draws or None, note) of a finding's statistic; raises KeyError naming what is missing."""
     kind, cells, table = finding["kind"], measured["cells"], measured["table"]
+    finding = {**finding, **{k: resolve_cell(finding[k], cells) for k in ("a", "b", "cell") if k in finding}}
     if kind == "difference":
         a, b, column = cells[finding["a"]], cells[finding["b"]], finding["detector"]
         if column not in a["columns"] or column not in b["columns"]:
@@ -249,7 +262,8 @@ def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[s
         wa, wb, paired = paired_weights(a, b)
         point = table[finding["a"]][column]["auroc"] - table[finding["b"]][column]["auroc"]
         draws = auroc_draws(a, column, wa) - auroc_draws(b, column, wb)
-        return point, draws, "paired" if paired else "independent resamples"
+        pairing = "paired" if paired else "independent resamples"
+        return point, draws, f"{finding['a']} - {finding['b']}, {pairing}"
     if kind == "versus_best":
         cell, column = cells[finding["cell"]], finding["detector"]
         if column not in cell["columns"]:

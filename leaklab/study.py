@@ -38,7 +38,7 @@ from leaklab.recipe import RecipeError, load_recipe, run_dir_of, yaml_load
 from leaklab.rundir import read_json, write_json
 
 STUDY_DIRS = ("recipes/studies",)
-SECTIONS = ("description", "evaluate", "conditions", "smoke", "findings", "nominal_levels")
+SECTIONS = ("description", "evaluate", "control", "nominal_levels", "conditions", "smoke", "findings")
 CONDITION_KEYS = ("recipe", "overrides", "runs", "after", "evaluate")
 
 HELP = """usage: leaklab study NAME [--local | --slurm] [--smoke] [--jobs N] [--out DIR] [key=value ...]
@@ -100,9 +100,36 @@ def load_study(path: Path) -> dict[str, Any]:
             raise InputError(f"study {path}: condition {name} names no recipe")
         if cond.get("after") and cond["after"] not in study["conditions"]:
             raise InputError(f"study {path}: condition {name}: after {cond['after']!r} is no condition")
+    check_findings(study, path)
     study["name"] = path.stem
     study["path"] = str(path)
     return study
+
+
+FINDING_KINDS = {"difference": ("a", "b", "detector"), "versus_best": ("cell", "detector"), "chance": ()}
+FINDING_KEYS = ("id", "claim", "source", "kind", "expect", "than", "a", "b", "cell", "detector", "exclude")
+
+
+def check_findings(study: dict[str, Any], path: Path) -> None:
+    """Each finding states its claim, source, kind and criterion, and names cells of conditions that
+    exist (`timing/late`, `dose@max`): a typo exits 2 before anything runs."""
+    for i, finding in enumerate(study.get("findings") or []):
+        where = f"study {path}: finding {finding.get('id', i + 1)}"
+        unknown = [k for k in finding if k not in FINDING_KEYS]
+        if unknown:
+            raise InputError(f"{where}: unknown key {unknown[0]!r}; known: {', '.join(FINDING_KEYS)}")
+        kind = finding.get("kind")
+        if kind not in FINDING_KINDS:
+            raise InputError(f"{where}: kind {kind!r} is not one of {', '.join(FINDING_KINDS)}")
+        for key in ("id", "claim", "source", *FINDING_KINDS[kind]):
+            if not finding.get(key):
+                raise InputError(f"{where}: {key} is missing")
+        if finding.get("expect", "greater") not in ("greater", "less", "equal"):
+            raise InputError(f"{where}: expect {finding['expect']!r} is not one of greater, less, equal")
+        for key in ("a", "b", "cell"):
+            condition = str(finding.get(key, "")).partition("@")[0].partition("/")[0]
+            if key in finding and condition not in study["conditions"]:
+                raise InputError(f"{where}: {key}: {finding[key]!r} names no condition of the study")
 
 
 def condition_runs(cond: dict[str, Any]) -> dict[str, list[str]]:
@@ -137,10 +164,10 @@ def plan_study(study: dict[str, Any], fixed: list[str], smoke: bool, out: str | 
     """study.json's content: per condition its sweep plan (runs with overrides and directories). Every
     run is loaded through the recipe loader first: a bad value exits 2 naming the condition, the run,
     the key and the value, before anything is written."""
-    first = next(iter(study["conditions"].values()))
+    first_name, first = next(iter(study["conditions"].items()))
     suffix = "-smoke" if smoke else ""
     name = f"{study['name']}{suffix}-{study_id(study, fixed, smoke)}"
-    default_root = Path(_load(first["recipe"], fixed, "").output_dir) / "studies" / name
+    default_root = Path(_load(first["recipe"], fixed, first_name).output_dir) / "studies" / name
     root = Path(out or default_root).expanduser().absolute()
     conditions: dict[str, Any] = {}
     run_dirs: dict[str, str] = {}
