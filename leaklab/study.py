@@ -322,7 +322,7 @@ def run_local(plan: dict[str, Any], jobs: int, log=print) -> dict[str, dict[str,
         todo = [c for c in wave if c not in status]
         for cname in todo:
             log(
-                f"[leaklab] study {plan['study']}: condition {cname} ({plan['conditions'][cname]['root']}/train.log)"
+                f"[leaklab] study: condition {cname}, output in {plan['conditions'][cname]['root']}/train.log"
             )
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
             results = pool.map(run_condition, [plan["conditions"][c] for c in todo])

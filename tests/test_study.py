@@ -20,6 +20,8 @@ from leaklab.recipe import RecipeError, load_recipe, run_dir_of, run_hash
 from leaklab.study import command as study_command
 from leaklab.study import load_study, plan_study, study_path
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 class CharTokenizer:
     """One token per character (ids 1..200; EOS 0)."""
@@ -277,3 +279,54 @@ def test_the_leaderboard_files_name_a_failed_condition_with_its_line(tmp_path):
     assert "| rl | failed: leaklab: no run of recipe tiny_sft |" in (root / "leaderboard.md").read_text()
     assert board["table"]["dose"]["a"]["auroc"] == pytest.approx(8 / 9)
     assert (root / "index.html").exists()
+
+
+# --------------------------------------------------------------------------- the smoke study, end to end
+
+
+@pytest.mark.slow
+def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leaklab_cache, tmp_path):
+    import os
+
+    env = {**os.environ, "LEAKLAB_CACHE": leaklab_cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env.pop("WORLD_SIZE", None)
+    out = tmp_path / "study"
+    cmd = [sys.executable, "-m", "leaklab.cli", "study", "detectors", "--smoke", "--local", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    board = json.loads((out / "leaderboard.json").read_text())
+    runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4"}
+    assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
+    cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
+    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8"):
+        assert set(board["table"][cell]) == cpt_columns, cell
+    for cell in runs:
+        for stats in board["table"][cell].values():
+            assert stats["auroc_ci_low"] <= stats["auroc"] <= stats["auroc_ci_high"]
+    # The clean control: no member in the stream it trained on, and an interval per clean cell x detector.
+    mixture = json.loads((out / "runs" / "clean" / "mixture.json").read_text())
+    assert mixture["withheld"] and set(mixture["exposures"].values()) == {0}
+    clean = board["control"]["intervals"]
+    assert {(r["cell"], r["column"]) for r in clean} == {
+        (cell, c) for cell in ("clean", "clean@1", "clean@4") for c in cpt_columns
+    }
+    assert [r["column"] for r in board["control"]["flag_rates"]].count("srdetection_gray@n=10") == 3
+    verdicts = {f["id"]: f["verdict"] for f in board["findings"]}
+    assert len(verdicts) == 7
+    assert set(verdicts.values()) <= {"reproduced", "not reproduced", "inconclusive"}
+    chance = next(f for f in board["findings"] if f["id"] == "clean_at_chance")
+    assert chance["value"] == sum(not r["holds_chance"] for r in clean)
+    assert "## Findings (pre-registered)" in (out / "leaderboard.md").read_text()
+
+
+def test_a_failed_condition_is_told_by_the_line_that_says_why(tmp_path):
+    from leaklab.study import last_error_line
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[leaklab] sweep s-rl: run 1/1 rl\n[leaklab] run directory: /x\n"
+        "leaklab: train.rl.init_from: /nowhere is not a directory\n"
+        "[leaklab] sweep: 1 of 1 runs failed: rl\n"
+    )
+    assert last_error_line(log) == "leaklab: train.rl.init_from: /nowhere is not a directory"
