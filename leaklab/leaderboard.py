@@ -37,6 +37,7 @@ from leaklab.metrics import (
     flag_rates,
     percentile_intervals,
     resample_weights,
+    resampled_mean,
     tpr_at_fpr,
 )
 from leaklab.report.section import Panel, Section, Table
@@ -212,17 +213,17 @@ def control_report(
             )
         cell = measured["cells"][label]
         for column, flags in cell["flags"].items():
-            every = np.zeros(len(flags), dtype=int)  # one group: every sample is unseen here
-            rate = flag_rates(flags, 1 - every, n_bootstrap=N_BOOTSTRAP, seed=SEED)
-            level = nominal.get(column.partition("@")[0])
+            # One group: no sample was trained on here, so every flag is a false positive.
+            weights = resample_weights([np.arange(len(flags))], len(flags), n=N_BOOTSTRAP, seed=SEED)
+            interval = percentile_intervals({"rate": resampled_mean(weights, flags.astype(float))})
             out["flag_rates"].append(
                 {
                     "cell": label,
                     "column": column,
-                    "flag_rate": rate["flag_rate_non_members"],
-                    "ci_low": rate.get("flag_rate_non_members_ci_low", math.nan),
-                    "ci_high": rate.get("flag_rate_non_members_ci_high", math.nan),
-                    "nominal": level,
+                    "flag_rate": float(flags.mean()),
+                    "ci_low": interval["rate_ci_low"],
+                    "ci_high": interval["rate_ci_high"],
+                    "nominal": nominal.get(column.partition("@")[0]),
                 }
             )
     return out

@@ -224,7 +224,8 @@ def test_cells_auroc_tpr_dose_and_best_by_hand(tmp_path):
 
 
 def test_findings_are_paired_on_the_same_texts_and_judged_by_their_criterion(tmp_path):
-    same = {"late": _fake_run(tmp_path, "late"), "early": _fake_run(tmp_path, "early")}
+    flags = {"m0": 0, "m1": 1, "m2": 1, "n0": 0, "n1": 0, "n2": 0}
+    same = {"late": _fake_run(tmp_path, "late"), "early": _fake_run(tmp_path, "early", flags=flags)}
     flipped = {t: (y, -s) for t, (y, s) in SCORES.items()}
     runs = {**same, "other": _fake_run(tmp_path, "other", scores=flipped)}
     measured = leaderboard.measure(_board_plan(tmp_path, runs), {})
@@ -242,6 +243,10 @@ def test_findings_are_paired_on_the_same_texts_and_judged_by_their_criterion(tmp
     assert out[1]["value"] == pytest.approx(7 / 9) and out[1]["verdict"] in ("reproduced", "inconclusive")
     assert "independent" not in out[1]["note"]  # the same texts and labels: paired
     assert out[2]["verdict"] == "not measured"
+    # the rule r flags n0..n2 never, m1 and m2 always (flags of _fake_run): 2 of 6 on the control
+    (rate,) = control["flag_rates"]
+    assert (rate["column"], rate["flag_rate"], rate["nominal"]) == ("r@10", 2 / 6, 0.1)
+    assert rate["ci_low"] < 2 / 6 < rate["ci_high"]
     # control `early`: column a's interval holds 0.5? (its AUROC is 8/9 on 6 samples)
     a_row = next(r for r in control["intervals"] if r["column"] == "a")
     assert out[3]["verdict"] == (
