@@ -376,7 +376,9 @@ def board_tables(board: dict[str, Any]) -> list[Table]:
         best_rows,
     )
     dose_rows = [
-        [run, c, fmt(float(d))] for run, cols in board["detection_dose"].items() for c, d in cols.items()
+        [run, c, "∞" if d == math.inf else str(d)]
+        for run, cols in board["detection_dose"].items()
+        for c, d in cols.items()
     ]
     dose = Table(
         "Detection dose (smallest dose whose interval lies above chance)",
