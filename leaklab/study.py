@@ -148,8 +148,10 @@ def smoke_overrides(study: dict[str, Any], condition: str) -> list[str]:
 
 
 def study_id(study: dict[str, Any], fixed: list[str], smoke: bool) -> str:
-    text = Path(study["path"]).read_text()
-    return hashlib.sha256(json.dumps([text, fixed, smoke]).encode()).hexdigest()[:8]
+    """A hash of what is trained and scored (not of the findings or the text around them): editing a
+    finding keeps the folder and its runs."""
+    trained = {k: study.get(k) for k in ("conditions", "evaluate", "smoke")}
+    return hashlib.sha256(json.dumps([trained, fixed, smoke], sort_keys=True).encode()).hexdigest()[:8]
 
 
 def run_overrides(study, condition: str, own: list[str], fixed: list[str], smoke: bool) -> list[str]:

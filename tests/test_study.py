@@ -335,3 +335,13 @@ def test_a_failed_condition_is_told_by_the_line_that_says_why(tmp_path):
         "[leaklab] sweep: 1 of 1 runs failed: rl\n"
     )
     assert last_error_line(log) == "leaklab: train.rl.init_from: /nowhere is not a directory"
+
+
+def test_editing_a_finding_keeps_the_study_folder_but_a_condition_change_does_not(tmp_path):
+    text = study_path("detectors").read_text()
+    edited = tmp_path / "detectors.yaml"
+    edited.write_text(text.replace("claim: exposures late in training", "claim: late exposures"))
+    names = {plan_study(load_study(p), [], False, None)["study"] for p in (study_path("detectors"), edited)}
+    assert len(names) == 1
+    edited.write_text(text.replace("mix.ratio=1:8]", "mix.ratio=1:9]"))
+    assert plan_study(load_study(edited), [], False, None)["study"] not in names
