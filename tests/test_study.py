@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -346,3 +347,30 @@ def test_editing_a_finding_keeps_the_study_folder_but_a_condition_change_does_no
     assert len(names) == 1
     edited.write_text(text.replace("mix.ratio=1:8]", "mix.ratio=1:9]"))
     assert plan_study(load_study(edited), [], False, None)["study"] not in names
+
+
+def _fake_condition(cond):
+    """In place of study.run_condition, in the pool's forked process: what it was given, no training."""
+    threads = os.environ.get("LEAKLAB_CPU_THREADS")
+    if cond["sweep"] == "sft":
+        return {"state": "failed", "line": "leaklab: out of memory", "threads": threads}
+    return {"state": "done", "threads": threads}
+
+
+def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tmp_path, monkeypatch):
+    from leaklab import study
+
+    monkeypatch.setattr(study, "run_condition", _fake_condition)
+    monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
+    monkeypatch.setenv("LEAKLAB_CPU_THREADS", "4")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    conditions = {
+        c: {"sweep": c, "root": str(tmp_path / c), "after": "sft" if c == "rl" else None}
+        for c in ("dose", "sft", "rl")
+    }
+    plan = {"study": "s", "root": str(tmp_path), "conditions": conditions}
+    status = study.run_local(plan, jobs=2, log=lambda *_: None)
+    assert status["dose"] == {"state": "done", "threads": "2"}  # 4 cores over 2 jobs
+    assert status["sft"]["line"] == "leaklab: out of memory"
+    assert status["rl"] == {"state": "failed", "line": "needs condition sft, which failed"}
+    assert json.loads((tmp_path / "status.json").read_text()) == status
