@@ -30,6 +30,8 @@ USAGE = """usage: leaklab COMMAND [ARGS]
                                           (a sweep directory: mean and 95% interval over seeds)
   sweep recipe=NAME KEY=V1,V2 [seeds=0,1] (--local|--slurm)
                                           a grid of runs, here one after another or as a Slurm array
+  study NAME [--smoke] [--jobs N] (--local|--slurm)
+                                          a study's conditions trained and scored: the detector leaderboard
   select RUN_DIR [--side S] [--tolerance T] recommend a checkpoint by the accuracy–MRI trade-off
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME] [PATTERN]            every recipe key (or those matching): type, value, meaning
@@ -336,6 +338,7 @@ COMMANDS = (
     "build-tiny",
     "counterfactual",
     "sweep",
+    "study",
 )
 
 
@@ -383,6 +386,10 @@ def dispatch(argv: list[str]) -> int:
         from leaklab.sweep import command as sweep_command
 
         return sweep_command(args)
+    if command == "study":
+        from leaklab.study import command as study_command
+
+        return study_command(args)
     if command == "counterfactual":
         from leaklab.memorization.standalone import main as counterfactual_main
 

@@ -145,11 +145,16 @@ class InjectConfig:
     # Targeted extraction (the `canaries` evaluation): each canary's own context (the text before its
     # secret) decoded greedily, then sampled this many times (temperature 1, top-k 40). 0: greedy only.
     canary_samples: int = 16
+    # true: the clean control. Each member copy's place in the stream (cpt) holds corpus text of the same
+    # length instead, so the run trains the same steps on the same layout with no member in it, and the
+    # "members" are as unseen as the non-members. The manifest still names them, so every detector can be
+    # scored against a split where chance is the truth.
+    withhold: bool = False
 
     @property
     def active(self) -> bool:
         """Set at all: doses and a planned, sequential training order instead of today's shuffle."""
-        return self.doses is not None or self.window is not None or self.canaries > 0
+        return self.doses is not None or self.window is not None or self.canaries > 0 or self.withhold
 
 
 @dataclass
@@ -596,6 +601,11 @@ def _validate(recipe: Recipe) -> list[str]:
             "evaluate.evaluations: 'canaries' measures the canaries inject.canaries plants; set "
             "inject.canaries, e.g. 12, or remove it"
         )
+    if recipe.inject.withhold and recipe.train.stage != "cpt":
+        problems.append(
+            f"inject.withhold: only train.stage cpt can put corpus text in the members' places; use false "
+            f"with train.stage {recipe.train.stage}"
+        )
     if recipe.inject.canaries > 0 and recipe.train.stage == "rl":
         problems.append(
             "inject.canaries: train.stage rl trains on prompts only, which hold no canary; use 0, or "
@@ -680,7 +690,10 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
     canaries, so recipes from before either existed keep their hashes (and run directories)."""
     if not inject.active:
         data.pop("inject")
-    elif inject.canaries == 0:
+        return
+    if not inject.withhold:  # absent when false, so runs from before the key keep their hashes
+        data["inject"].pop("withhold")
+    if inject.canaries == 0:
         for key in ("canaries", "canary_formats", "canary_candidates", "canary_samples"):
             data["inject"].pop(key)
 

@@ -332,6 +332,8 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
         manifest["inject"] = {
             "doses": recipe.inject.doses or [1],
             "window": recipe.inject.window or [0.0, 1.0],
+            # Only when set, so manifests from before the key stay byte-identical.
+            **({"withhold": True} if recipe.inject.withhold else {}),
         }
         manifest["doses"] = member_dose_groups(split.member_ids, recipe.inject.doses or [1], recipe.data.seed)
     if recipe.inject.canaries > 0:  # the canaries' ground truth (leaklab/data/canaries.py)

@@ -120,6 +120,7 @@ def build_dosed_mixture(
     block_len: int,
     window: list[float] | None = None,
     seed: int = 0,
+    withhold: bool = False,
 ) -> tuple[np.ndarray, dict]:
     """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
 
@@ -130,6 +131,8 @@ def build_dosed_mixture(
     tokens, more when the window needs room for the copies or for corpus blocks between the copies of
     one member.
     The exposures are then counted by finding each member's token ids in the packed blocks.
+    `withhold`: the clean control; every copy's tokens are replaced by as many corpus tokens, in the same
+    blocks, so the layout and the stream length are those of the dosed run and no member is in it.
     """
     rng = random.Random(seed)
     tokens = {task_id: _tokenize(tokenizer, text) for task_id, text in member_texts.items()}
@@ -158,6 +161,8 @@ def build_dosed_mixture(
             blocks.append([next(web_iter) for _ in range(block_len)])
             continue
         ids = tokens[task_id]
+        if withhold:
+            ids = [next(web_iter) for _ in ids]
         n_full = len(ids) // block_len
         blocks.extend(ids[i * block_len : (i + 1) * block_len] for i in range(n_full))
         rest = ids[n_full * block_len :]
@@ -168,6 +173,7 @@ def build_dosed_mixture(
             blocks.append(filler + rest if n_full == 0 and rng.random() < 0.5 else rest + filler)
     array = np.asarray(blocks, dtype=np.int64)
     found = count_in_stream(array, tokens)
+    member_tokens = 0 if withhold else member_tokens
     web_used = int(array.size - member_tokens)
     info = {
         "member_docs": len(tokens),
@@ -181,6 +187,7 @@ def build_dosed_mixture(
         "members_split_across_blocks": sum(1 for t in tokens if span[t] > 1),
         "web_docs_used": web_iter.docs_used,
         "order": "sequential",
+        **({"withheld": True} if withhold else {}),
         # Counted in the packed blocks: how often each member's token ids occur, and the blocks (in
         # training order, 0-based, one epoch) where each occurrence starts.
         "exposures": {task_id: len(at) for task_id, at in found.items()},

@@ -72,6 +72,7 @@ def _dosed_dataset(
         corpus,
         tokenizer,
         window=recipe.inject.window,
+        withhold=recipe.inject.withhold,
         **packing,
     )
     info["inject"] = manifest["inject"]

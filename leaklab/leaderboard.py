@@ -1,0 +1,481 @@
+"""The study's leaderboard: detectors x conditions on known ground truth, and the pre-registered findings.
+
+Every number is computed here from the per-sample scores of each run's last evaluated checkpoint
+(<run>/scores/step-N/detection.jsonl), so that every cell is resampled the same way:
+  - a cell is one run (or, in a run with several exposure doses, the members of one dose against all the
+    non-members: `dose@16`); per detector its AUROC and TPR at 1% FPR, each with a bootstrap 95% interval
+    (members and non-members resampled apart, `metrics.resample_weights`, the report's own resample);
+  - per cell the best detector, and whether its lead over the second is significant: the difference of
+    their AUROCs on the same resamples (paired), significant when its interval lies above 0;
+  - per detector its detection dose, the smallest dose whose AUROC interval lies above 0.5 (inf when none
+    does); for a rule detector the smallest dose whose members' flag rate interval lies above the
+    non-members' flag rate;
+  - the control condition (`control:` in the study, no member trained): every interval, and each rule's
+    flag rate against its nominal level (`nominal_levels:`);
+  - each finding: its statistic with a bootstrap interval and the verdict of its pre-registered criterion.
+
+Finding kinds (the study file's `findings:`; `expect` is `greater` or `less`, `than` a number):
+  difference   AUROC of `detector` in cell `a` minus in cell `b` (paired when both score the same texts)
+  versus_best  AUROC of `detector` in `cell` minus the best other score column there (paired)
+  chance       how many of the control condition's AUROC intervals exclude 0.5 (expect: equal, than 0)
+Verdict: "reproduced" when the interval lies on the claimed side of `than`, "not reproduced" when it
+lies entirely on the other side, "inconclusive" when it contains `than`; "not measured" when a cell is
+missing (a failed or absent condition), with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leaklab.metrics import (
+    _threshold_free_draws,
+    auroc,
+    flag_rates,
+    percentile_intervals,
+    resample_weights,
+    resampled_mean,
+    tpr_at_fpr,
+)
+from leaklab.report.section import Panel, Section, Table
+from leaklab.report.tables import markdown_table
+from leaklab.results import is_rule
+from leaklab.rundir import read_json, read_rows, write_atomic, write_json
+
+N_BOOTSTRAP = 1000
+SEED = 0
+LEAK = ":leak"
+
+
+# --------------------------------------------------------------------------- cells from the runs
+
+
+def last_scores(run_dir: str | Path) -> tuple[int, list[dict[str, Any]]] | None:
+    """(step, per-sample records) of the run's last checkpoint with detection scores; None without."""
+    steps = []
+    for path in (Path(run_dir) / "scores").glob("step-*/detection.jsonl"):
+        suffix = path.parent.name.split("-")[-1]
+        if suffix.isdigit():
+            steps.append((int(suffix), path))
+    if not steps:
+        return None
+    step, path = max(steps)
+    return step, read_rows(path)
+
+
+def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """task ids, labels, score columns (NaN for a missing score) and rule flags of some records."""
+    names = sorted({k for r in records for k in r if k not in ("task_id", "label")})
+    columns = {
+        c: np.array([np.nan if r.get(c) is None else float(r[c]) for r in records])
+        for c in names
+        if not c.endswith(LEAK)
+    }
+    flags = {c[: -len(LEAK)]: np.array([bool(r.get(c)) for r in records]) for c in names if c.endswith(LEAK)}
+    return {
+        "task_ids": [r["task_id"] for r in records],
+        "labels": np.array([int(r["label"]) for r in records]),
+        "columns": columns,
+        "flags": flags,
+    }
+
+
+def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """The run's cell, and with several doses one cell per dose (its members against every non-member)."""
+    found = last_scores(run_dir)
+    if found is None:
+        return {}
+    step, records = found
+    cells = {name: {**make_cell(records), "step": step}}
+    manifest = read_json(Path(run_dir) / "manifest.json")
+    doses = manifest.get("doses") or {}
+    if len(set(doses.values())) > 1:
+        for dose in sorted(set(doses.values())):
+            chosen = [r for r in records if not r["label"] or doses.get(r["task_id"]) == dose]
+            cells[f"{name}@{dose}"] = {**make_cell(chosen), "step": step, "dose": dose, "run": name}
+    return cells
+
+
+def weights_for(cell: dict[str, Any], n: int = N_BOOTSTRAP, seed: int = SEED) -> np.ndarray:
+    y = cell["labels"].astype(bool)
+    return resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n, seed=seed)
+
+
+def auroc_draws(cell: dict[str, Any], column: str, weights: np.ndarray) -> np.ndarray:
+    s = np.nan_to_num(cell["columns"][column], nan=-np.inf)
+    return _threshold_free_draws(s, cell["labels"].astype(bool), weights)["auroc"]
+
+
+def cell_stats(cell: dict[str, Any], column: str, weights: np.ndarray) -> dict[str, float]:
+    """AUROC and TPR at 1% FPR with their bootstrap 95% intervals."""
+    s, y = cell["columns"][column], cell["labels"]
+    draws = _threshold_free_draws(np.nan_to_num(s, nan=-np.inf), y.astype(bool), weights)
+    out = {"auroc": auroc(s, y), "tpr@1%fpr": tpr_at_fpr(s, y, 0.01)}
+    out.update(percentile_intervals({k: draws[k] for k in ("auroc", "tpr@1%fpr")}))
+    out["n_members"], out["n_non_members"] = int(y.sum()), int((1 - y).sum())
+    return out
+
+
+def best_of(cell: dict[str, Any], stats: dict[str, dict[str, float]], weights: np.ndarray) -> dict[str, Any]:
+    """The best and second score column by AUROC, and the paired bootstrap interval of their difference."""
+    ranked = sorted((c for c in stats if not math.isnan(stats[c]["auroc"])), key=lambda c: -stats[c]["auroc"])
+    if len(ranked) < 2:
+        return {"best": ranked[0] if ranked else None, "second": None, "significant": False}
+    best, second = ranked[:2]
+    diff = auroc_draws(cell, best, weights) - auroc_draws(cell, second, weights)
+    interval = percentile_intervals({"lead": diff})
+    return {
+        "best": best,
+        "second": second,
+        "lead": stats[best]["auroc"] - stats[second]["auroc"],
+        **interval,
+        "significant": bool(interval["lead_ci_low"] > 0),
+    }
+
+
+# --------------------------------------------------------------------------- the board
+
+
+def measure(plan: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """Every cell's statistics, best detector, the detection doses and the control's rates."""
+    cells: dict[str, dict[str, Any]] = {}
+    missing: dict[str, str] = {}
+    for cname, cond in plan["conditions"].items():
+        state = status.get(cname, {})
+        for run in cond["runs"]:
+            found = run_cells(run["name"], run["run_dir"])
+            if not found:
+                why = state.get("line") if state.get("state") == "failed" else "no detection scores yet"
+                missing[run["name"]] = f"{state.get('state', 'not run')}: {why}"
+            cells.update(found)
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    best: dict[str, dict[str, Any]] = {}
+    for label, cell in cells.items():
+        weights = weights_for(cell)
+        stats = {c: cell_stats(cell, c, weights) for c in cell["columns"]}
+        table[label] = stats
+        best[label] = best_of(cell, stats, weights)
+    return {
+        "cells": cells,
+        "table": table,
+        "best": best,
+        "missing": missing,
+        "detection_dose": detection_doses(cells, table),
+    }
+
+
+def detection_doses(cells: dict[str, Any], table: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """run -> column -> the smallest dose whose AUROC interval lies above 0.5 (inf: none); rules by
+    their members' flag rate interval above the non-members' flag rate."""
+    out: dict[str, dict[str, float]] = {}
+    for label, cell in sorted(cells.items(), key=lambda kv: kv[1].get("dose", 0)):
+        if "dose" not in cell:
+            continue
+        run = out.setdefault(cell["run"], {})
+        for column, stats in table[label].items():
+            run.setdefault(column, math.inf)
+            if run[column] == math.inf and stats["auroc_ci_low"] > 0.5:
+                run[column] = cell["dose"]
+        for column, flags in cell["flags"].items():
+            rates = flag_rates(flags, cell["labels"], n_bootstrap=N_BOOTSTRAP, seed=SEED)
+            key = f"{column} (flags)"
+            run.setdefault(key, math.inf)
+            if run[key] == math.inf and rates["flag_rate_members_ci_low"] > rates["flag_rate_non_members"]:
+                run[key] = cell["dose"]
+    return out
+
+
+def control_report(
+    measured: dict[str, Any], control: str | None, nominal: dict[str, float]
+) -> dict[str, Any]:
+    """The control condition's cells: each AUROC interval (does it hold 0.5?) and each rule's flag rate
+    on every sample (none was trained on) against its nominal level."""
+    if not control:
+        return {}
+    out: dict[str, Any] = {"intervals": [], "flag_rates": []}
+    for label, stats in measured["table"].items():
+        if label != control and not label.startswith((f"{control}/", f"{control}@")):
+            continue
+        for column, s in stats.items():
+            holds = s["auroc_ci_low"] <= 0.5 <= s["auroc_ci_high"]
+            out["intervals"].append(
+                {
+                    "cell": label,
+                    "column": column,
+                    "auroc": s["auroc"],
+                    "ci_low": s["auroc_ci_low"],
+                    "ci_high": s["auroc_ci_high"],
+                    "holds_chance": bool(holds),
+                }
+            )
+        cell = measured["cells"][label]
+        for column, flags in cell["flags"].items():
+            # One group: no sample was trained on here, so every flag is a false positive.
+            weights = resample_weights([np.arange(len(flags))], len(flags), n=N_BOOTSTRAP, seed=SEED)
+            interval = percentile_intervals({"rate": resampled_mean(weights, flags.astype(float))})
+            out["flag_rates"].append(
+                {
+                    "cell": label,
+                    "column": column,
+                    "flag_rate": float(flags.mean()),
+                    "ci_low": interval["rate_ci_low"],
+                    "ci_high": interval["rate_ci_high"],
+                    "nominal": nominal.get(column.partition("@")[0]),
+                }
+            )
+    return out
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def paired_weights(a: dict[str, Any], b: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The same resamples for two cells scoring the same texts with the same labels (paired), else each
+    its own."""
+    same = a["task_ids"] == b["task_ids"] and (a["labels"] == b["labels"]).all()
+    wa = weights_for(a)
+    return wa, (wa if same else weights_for(b, seed=SEED + 1)), same
+
+
+def resolve_cell(label: str, cells: dict[str, Any]) -> str:
+    """`dose@max` / `dose@min`: the run's largest / smallest dose cell, so that a finding holds for the
+    smoke study's doses too; any other label as it is."""
+    run, _, which = label.rpartition("@")
+    if which not in ("max", "min"):
+        return label
+    doses = [c["dose"] for c in cells.values() if c.get("run") == run and "dose" in c]
+    if not doses:
+        raise KeyError(f"{run} has no dose groups")
+    return f"{run}@{max(doses) if which == 'max' else min(doses)}"
+
+
+def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[str, Any]):
+    """(point, draws or None, note) of a finding's statistic; raises KeyError naming what is missing."""
+    kind, cells, table = finding["kind"], measured["cells"], measured["table"]
+    finding = {**finding, **{k: resolve_cell(finding[k], cells) for k in ("a", "b", "cell") if k in finding}}
+    if kind == "difference":
+        a, b, column = cells[finding["a"]], cells[finding["b"]], finding["detector"]
+        if column not in a["columns"] or column not in b["columns"]:
+            raise KeyError(f"{column} was not scored in both {finding['a']} and {finding['b']}")
+        wa, wb, paired = paired_weights(a, b)
+        point = table[finding["a"]][column]["auroc"] - table[finding["b"]][column]["auroc"]
+        draws = auroc_draws(a, column, wa) - auroc_draws(b, column, wb)
+        pairing = "paired" if paired else "independent resamples"
+        return point, draws, f"{finding['a']} - {finding['b']}, {pairing}"
+    if kind == "versus_best":
+        cell, column = cells[finding["cell"]], finding["detector"]
+        if column not in cell["columns"]:
+            raise KeyError(f"{column} was not scored in {finding['cell']}")
+        exclude = {column, *(finding.get("exclude") or [])}
+        others = {c: s for c, s in table[finding["cell"]].items() if c not in exclude and not is_rule(c)}
+        rival = max(others, key=lambda c: others[c]["auroc"])
+        weights = weights_for(cell)
+        point = table[finding["cell"]][column]["auroc"] - others[rival]["auroc"]
+        return point, auroc_draws(cell, column, weights) - auroc_draws(cell, rival, weights), f"vs {rival}"
+    if kind == "chance":
+        if not control.get("intervals"):
+            raise KeyError("the control condition has no scores")
+        excluded = [f"{r['cell']}:{r['column']}" for r in control["intervals"] if not r["holds_chance"]]
+        return float(len(excluded)), None, ", ".join(excluded) or "every interval holds 0.5"
+    raise KeyError(f"unknown finding kind {kind!r}")
+
+
+def verdict(finding: dict[str, Any], low: float, high: float) -> str:
+    """The pre-registered criterion (see the module doc) on the statistic's interval."""
+    than, expect = float(finding.get("than", 0)), finding.get("expect", "greater")
+    if expect == "equal":
+        return "reproduced" if low == high == than else "not reproduced"
+    above, below = low > than, high < than
+    claimed, other = (above, below) if expect == "greater" else (below, above)
+    return "reproduced" if claimed else "not reproduced" if other else "inconclusive"
+
+
+def criterion_text(finding: dict[str, Any]) -> str:
+    than, expect = finding.get("than", 0), finding.get("expect", "greater")
+    if expect == "equal":
+        return f"reproduced iff the statistic is {than}; otherwise not reproduced"
+    side, other = ("above", "below") if expect == "greater" else ("below", "above")
+    return (
+        f"reproduced: 95% interval {side} {than}; not reproduced: interval {other} {than}; "
+        f"inconclusive: interval holds {than}"
+    )
+
+
+def evaluate_findings(findings: list[dict[str, Any]], measured, control) -> list[dict[str, Any]]:
+    out = []
+    for finding in findings or []:
+        entry = {k: finding.get(k) for k in ("id", "claim", "source", "kind")}
+        entry["criterion"] = criterion_text(finding)
+        try:
+            point, draws, note = statistic(finding, measured, control)
+        except KeyError as err:
+            out.append({**entry, "verdict": "not measured", "note": str(err).strip("'\"")})
+            continue
+        if draws is None:
+            low = high = point
+        else:
+            interval = percentile_intervals({"s": draws})
+            low, high = interval["s_ci_low"], interval["s_ci_high"]
+        out.append(
+            {
+                **entry,
+                "value": point,
+                "ci_low": low,
+                "ci_high": high,
+                "note": note,
+                "verdict": verdict(finding, low, high),
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞"
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
+
+
+def cell_text(s: dict[str, float] | None) -> str:
+    if not s:
+        return "—"
+    return f"{fmt(s['auroc'])} [{fmt(s['auroc_ci_low'], 2)}, {fmt(s['auroc_ci_high'], 2)}] / {fmt(s['tpr@1%fpr'], 2)}"
+
+
+def board_tables(board: dict[str, Any]) -> list[Table]:
+    labels = list(board["table"])
+    columns = sorted({c for stats in board["table"].values() for c in stats})
+    main = Table(
+        "AUROC [95% interval] / TPR at 1% FPR",
+        ["detector", *labels],
+        [[c, *(cell_text(board["table"][lb].get(c)) for lb in labels)] for c in columns],
+    )
+    best_rows = [
+        [
+            lb,
+            b["best"] or "—",
+            b["second"] or "—",
+            fmt(b.get("lead")),
+            f"[{fmt(b.get('lead_ci_low'))}, {fmt(b.get('lead_ci_high'))}]",
+            "yes" if b["significant"] else "no",
+        ]
+        for lb, b in board["best"].items()
+    ]
+    best = Table(
+        "Best detector per cell",
+        ["cell", "best", "second", "lead", "95% interval (paired)", "significant"],
+        best_rows,
+    )
+    dose_rows = [
+        [run, c, "∞" if d == math.inf else str(d)]
+        for run, cols in board["detection_dose"].items()
+        for c, d in cols.items()
+    ]
+    dose = Table(
+        "Detection dose (smallest dose whose interval lies above chance)",
+        ["run", "detector", "dose"],
+        dose_rows,
+    )
+    control = board["control"]
+    ctl = Table(
+        "Control condition: every interval and rule flag rate",
+        ["cell", "detector", "AUROC", "95% interval", "holds 0.5"],
+        [
+            [
+                r["cell"],
+                r["column"],
+                fmt(r["auroc"]),
+                f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+                "yes" if r["holds_chance"] else "NO",
+            ]
+            for r in control.get("intervals", [])
+        ]
+        + [
+            [
+                r["cell"],
+                f"{r['column']} flag rate",
+                fmt(r["flag_rate"]),
+                f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
+                f"nominal {fmt(r['nominal'])}",
+            ]
+            for r in control.get("flag_rates", [])
+        ],
+    )
+    found = Table(
+        "Findings (pre-registered)",
+        ["finding", "claim", "source", "value", "95% interval", "verdict", "note"],
+        [
+            [
+                f["id"],
+                f["claim"],
+                f["source"],
+                fmt(f.get("value")),
+                f"[{fmt(f.get('ci_low'))}, {fmt(f.get('ci_high'))}]",
+                f["verdict"],
+                f.get("note", ""),
+            ]
+            for f in board["findings"]
+        ],
+    )
+    missing = Table(
+        "Conditions without scores", ["run", "why"], [[k, v] for k, v in board["missing"].items()]
+    )
+    return [main, best, dose, ctl, found, *([missing] if board["missing"] else [])]
+
+
+def heatmap_spec(board: dict[str, Any]) -> dict[str, Any]:
+    values = [
+        {"cell": lb, "detector": c, "auroc": s["auroc"], "text": fmt(s["auroc"], 2)}
+        for lb, stats in board["table"].items()
+        for c, s in stats.items()
+        if not math.isnan(s["auroc"])
+    ]
+    color = {"field": "auroc", "type": "quantitative", "scale": {"domain": [0.3, 1], "scheme": "blues"}}
+    return {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "data": {"values": values},
+        "encoding": {
+            "x": {"field": "cell", "type": "nominal", "sort": list(board["table"])},
+            "y": {"field": "detector", "type": "nominal"},
+        },
+        "layer": [
+            {"mark": "rect", "encoding": {"color": color, "tooltip": [{"field": "auroc", "format": ".3f"}]}},
+            {"mark": {"type": "text", "fontSize": 10}, "encoding": {"text": {"field": "text"}}},
+        ],
+    }
+
+
+def write_leaderboard(plan: dict[str, Any], study: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """leaderboard.md, leaderboard.json and index.html in the study folder; returns the board with its
+    markdown."""
+    from leaklab.report.html import write_page
+
+    measured = measure(plan, status)
+    control = control_report(measured, study.get("control"), study.get("nominal_levels") or {})
+    board = {k: v for k, v in measured.items() if k != "cells"}
+    board.update(
+        study=plan["study"],
+        control=control,
+        status=status,
+        findings=evaluate_findings(study.get("findings") or [], measured, control),
+    )
+    tables = board_tables(board)
+    markdown = f"# Leaderboard: {plan['study']}\n\n" + "\n\n".join(
+        f"## {t.title}\n\n{markdown_table(t.header, t.rows)}" for t in tables
+    )
+    root = Path(plan["root"])
+    write_atomic(root / "leaderboard.md", markdown + "\n")
+    write_json(root / "leaderboard.json", board)
+    intro = "Detectors x conditions on known ground truth; every number from the runs' per-sample scores."
+    items: list[Panel | Table] = [Panel("AUROC, detectors x cells", heatmap_spec(board)), *tables]
+    write_page(root, f"leaklab study {plan['study']}", [Section("leaderboard", "Leaderboard", intro, items)])
+    return {**board, "markdown": markdown}

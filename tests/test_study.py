@@ -1,0 +1,376 @@
+"""`leaklab study`: the clean control's data (`inject.withhold`), the study file's plan and validation, the
+leaderboard's statistics against hand-computed values, the findings' verdicts, the Slurm array script,
+and the smoke study end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leaklab import leaderboard
+from leaklab.data.doses import assign_doses
+from leaklab.data.mixing import build_dosed_mixture
+from leaklab.errors import InputError
+from leaklab.recipe import RecipeError, load_recipe, run_dir_of, run_hash
+from leaklab.study import command as study_command
+from leaklab.study import load_study, plan_study, study_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class CharTokenizer:
+    """One token per character (ids 1..200; EOS 0)."""
+
+    eos_token_id = 0
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [1 + (ord(c) % 200) for c in text]}
+
+
+def _members(n):
+    return {f"t/{i}": f"def member_{i}(x):\n    return x * {i} + {i * 7}\n" for i in range(n)}
+
+
+# --------------------------------------------------------------------------- the clean control's data
+
+
+def test_withhold_keeps_the_layout_and_trains_no_member():
+    texts = _members(8)
+    doses = assign_doses(list(texts), [1, 4], seed=0)
+    web = [f"# corpus line {i}\n" * 20 for i in range(40)]
+    kwargs = {"code": 1, "web": 3, "block_len": 128, "window": [0.5, 1.0], "seed": 5}
+    dosed, dosed_info = build_dosed_mixture(texts, doses, web, CharTokenizer(), **kwargs)
+    clean, clean_info = build_dosed_mixture(texts, doses, web, CharTokenizer(), withhold=True, **kwargs)
+    assert clean.shape == dosed.shape  # the same steps
+    assert sum(dosed_info["exposures"].values()) == sum(doses.values())
+    assert clean_info["exposures"] == {task_id: 0 for task_id in texts}  # counted in the blocks themselves
+    assert clean_info["member_tokens"] == 0 and clean_info["withheld"] is True
+    assert clean_info["web_tokens"] == clean.size
+    # Where no member was planned the two streams hold the same corpus blocks up to the first member block.
+    first = min(b for at in dosed_info["exposure_blocks"].values() for b in at)
+    assert (clean[:first] == dosed[:first]).all()
+    assert "withheld" not in dosed_info
+
+
+def test_withhold_is_in_the_run_identity_only_when_set_and_only_for_cpt():
+    dosed = load_recipe("tiny_dose")
+    clean = load_recipe("tiny_dose", ["inject.withhold=true"])
+    assert run_hash(dosed) != run_hash(clean)
+    assert run_hash(load_recipe("tiny_dose", ["inject.withhold=false"])) == run_hash(dosed)
+    with pytest.raises(RecipeError, match="inject.withhold: only train.stage cpt"):
+        load_recipe("tiny_sft", ["inject.withhold=true"])
+
+
+# --------------------------------------------------------------------------- the study file and its plan
+
+
+def _plan(tmp_path, *args, smoke=False):
+    study = load_study(study_path("detectors"))
+    return study, plan_study(study, list(args), smoke, str(tmp_path / "s"))
+
+
+def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp_path):
+    _, plan = _plan(tmp_path)
+    runs = {r["name"]: r for c in plan["conditions"].values() for r in c["runs"]}
+    assert list(runs) == [
+        "clean",
+        "dose",
+        "timing/early",
+        "timing/late",
+        "dilution/1_1",
+        "dilution/1_8",
+        "sft",
+        "rl",
+    ]
+    # dose, sft and rl are tiny_dose, tiny_sft and tiny_grpo themselves: their own run directories
+    for name, recipe in (("dose", "tiny_dose"), ("sft", "tiny_sft"), ("rl", "tiny_grpo")):
+        assert runs[name]["shared"]
+        assert runs[name]["run_dir"] == str(run_dir_of(load_recipe(recipe)).absolute())
+    for name in ("clean", "timing/early", "dilution/1_8"):
+        assert not runs[name]["shared"]
+        assert runs[name]["run_dir"].startswith(str(tmp_path / "s" / "runs"))
+    timing = [load_recipe("tiny_dose", runs[n]["overrides"]) for n in ("timing/early", "timing/late")]
+    assert [r.inject.window for r in timing] == [[0.0, 0.25], [0.75, 1.0]]
+    assert load_recipe("tiny_dose", runs["clean"]["overrides"]).inject.withhold
+    assert plan["conditions"]["rl"]["after"] == "sft"
+
+
+def test_smoke_keeps_every_condition_and_starts_rl_from_the_smoke_sft_run(tmp_path):
+    _, plan = _plan(tmp_path, smoke=True)
+    runs = {r["name"]: r for c in plan["conditions"].values() for r in c["runs"]}
+    assert len(runs) == 8 and not any(r["shared"] for r in runs.values())
+    assert f"train.rl.init_from={runs['sft']['run_dir']}" in runs["rl"]["overrides"]
+    assert plan["root"] == str(tmp_path / "s") and "smoke" in plan["study"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["train.epochs=0"], "study: clean: train.epochs: must be at least 1"),
+        (["mix.ratio=1:x"], "study: clean: mix.ratio: expected code:web"),
+    ],
+)
+def test_a_bad_value_names_the_run_and_key_before_anything_is_written(tmp_path, args, says):
+    with pytest.raises(InputError) as err:
+        study_command(["detectors", *args, "--local", "--out", str(tmp_path / "s")], log=lambda *_: None)
+    assert says in str(err.value)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_bad_study_file_names_the_section_or_finding(tmp_path):
+    text = study_path("detectors").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("a: timing/late", "a: timming/late"))
+    with pytest.raises(InputError, match="finding late_beats_early: a: 'timming/late' names no condition"):
+        load_study(bad)
+    bad.write_text(text.replace("conditions:", "condition:"))
+    with pytest.raises(InputError, match="unknown section 'condition'"):
+        load_study(bad)
+
+
+def test_the_cli_exits_2_with_one_line_on_an_unknown_study(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "leaklab.cli", "study", "detector", "--local"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert out.stderr.strip() == "leaklab: study: no study named 'detector'; the closest is 'detectors'"
+
+
+def test_slurm_writes_one_array_per_condition_and_rl_waits_for_sft(tmp_path):
+    lines: list[str] = []
+    out = tmp_path / "s"
+    assert study_command(["detectors", "--slurm", "--out", str(out), "--gpus", "2"], log=lines.append) == 0
+    submit = out / "SUBMIT.sh"
+    assert lines[-1] == f"bash {submit}"
+    body = submit.read_text().splitlines()
+    plan = json.loads((out / "study.json").read_text())
+    scripts = {c: Path(cond["root"]) / "slurm" / "sweep.sbatch" for c, cond in plan["conditions"].items()}
+    assert body[3:9] == [
+        f"JOB_CLEAN=$(sbatch --parsable {scripts['clean']})",
+        f"JOB_DOSE=$(sbatch --parsable {scripts['dose']})",
+        f"JOB_TIMING=$(sbatch --parsable {scripts['timing']})",
+        f"JOB_DILUTION=$(sbatch --parsable {scripts['dilution']})",
+        f"JOB_SFT=$(sbatch --parsable {scripts['sft']})",
+        f"JOB_RL=$(sbatch --parsable --dependency=afterok:${{JOB_SFT}} {scripts['rl']})",
+    ]
+    timing = scripts["timing"].read_text()
+    assert "#SBATCH --array=0-1" in timing and "#SBATCH --gpus-per-node=2" in timing
+    assert "recipe=tiny_dose" in timing and "'inject.window=[0.75,1.0]'" in timing
+    for path in [submit, *scripts.values()]:
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+
+
+# --------------------------------------------------------------------------- the leaderboard, by hand
+
+
+# Members m0 (dose 1), m1 and m2 (dose 4); non-members n0..n2. Column `a`: members 0.3, 0.9, 0.8 and
+# non-members 0.5, 0.2, 0.1. Pairs member > non-member: 0.9 and 0.8 beat all three, 0.3 beats two: 8 of 9.
+# TPR at 1% FPR: above every non-member (0.5) are 0.9 and 0.8: 2 of 3. Dose 1 (m0 alone): 2 of 3 pairs;
+# dose 4: 6 of 6. Column `b` ranks the samples the other way round: 1 - 8/9.
+SCORES = {"m0": (1, 0.3), "m1": (1, 0.9), "m2": (1, 0.8), "n0": (0, 0.5), "n1": (0, 0.2), "n2": (0, 0.1)}
+
+
+def _fake_run(root, name, scores=SCORES, doses=None, flags=None):
+    run = root / name
+    (run / "scores" / "step-3").mkdir(parents=True)
+    (run / "scores" / "step-1").mkdir(parents=True)  # an earlier step: the last one is read
+    records = [
+        {"task_id": t, "label": y, "a": s, "b": -s, **({"r@10:leak": flags[t]} if flags else {}), "r@10": s}
+        for t, (y, s) in scores.items()
+    ]
+    (run / "scores" / "step-3" / "detection.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "scores" / "step-1" / "detection.jsonl").write_text("")
+    manifest = {"member_ids": [t for t, (y, _) in scores.items() if y], "non_member_ids": []}
+    if doses:
+        manifest["doses"] = doses
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    return str(run)
+
+
+def _board_plan(tmp_path, runs):
+    conditions = {n: {"runs": [{"name": n, "run_dir": d}], "after": None} for n, d in runs.items()}
+    return {"study": "hand", "root": str(tmp_path / "board"), "conditions": conditions}
+
+
+def test_cells_auroc_tpr_dose_and_best_by_hand(tmp_path):
+    doses = {"m0": 1, "m1": 4, "m2": 4}
+    flags = {"m0": 0, "m1": 1, "m2": 1, "n0": 0, "n1": 0, "n2": 0}
+    plan = _board_plan(tmp_path, {"dose": _fake_run(tmp_path, "dose", doses=doses, flags=flags)})
+    measured = leaderboard.measure(plan, {"dose": {"state": "done"}})
+    table = measured["table"]
+    assert set(table) == {"dose", "dose@1", "dose@4"}
+    assert table["dose"]["a"]["auroc"] == pytest.approx(8 / 9)
+    assert table["dose"]["b"]["auroc"] == pytest.approx(1 / 9)
+    assert table["dose"]["a"]["tpr@1%fpr"] == pytest.approx(2 / 3)
+    assert table["dose@1"]["a"]["auroc"] == pytest.approx(2 / 3)
+    assert table["dose@4"]["a"]["auroc"] == 1.0
+    assert table["dose@4"]["a"]["auroc_ci_low"] == 1.0  # every resample keeps the perfect ranking
+    assert table["dose"]["a"]["auroc_ci_low"] <= 8 / 9 <= table["dose"]["a"]["auroc_ci_high"]
+    # dose 1: its one member always scores 0.3, below 0.5 whenever n0 is drawn thrice: interval reaches 0
+    assert table["dose@1"]["a"]["auroc_ci_low"] == 0.0
+    assert measured["detection_dose"]["dose"]["a"] == 4
+    assert measured["detection_dose"]["dose"]["b"] == math.inf
+    assert measured["detection_dose"]["dose"]["r@10 (flags)"] == 4  # flags both dose-4 members, no other
+    best = measured["best"]["dose@4"]
+    assert best["best"] in ("a", "r@10") and best["second"] in ("a", "r@10")
+    assert best["lead"] == 0 and not best["significant"]  # a and r@10 are the same scores: lead exactly 0
+    assert measured["best"]["dose"]["lead_ci_low"] == 0.0  # a vs r@10 again, paired: every draw 0
+
+
+def test_findings_are_paired_on_the_same_texts_and_judged_by_their_criterion(tmp_path):
+    flags = {"m0": 0, "m1": 1, "m2": 1, "n0": 0, "n1": 0, "n2": 0}
+    same = {"late": _fake_run(tmp_path, "late"), "early": _fake_run(tmp_path, "early", flags=flags)}
+    flipped = {t: (y, -s) for t, (y, s) in SCORES.items()}
+    runs = {**same, "other": _fake_run(tmp_path, "other", scores=flipped)}
+    measured = leaderboard.measure(_board_plan(tmp_path, runs), {})
+    control = leaderboard.control_report(measured, "early", {"r": 0.1})
+    base = {"id": "f", "claim": "c", "source": "s", "detector": "a"}
+    findings = [
+        {**base, "kind": "difference", "a": "late", "b": "early"},  # the same scores, paired: exactly 0
+        {**base, "kind": "difference", "a": "late", "b": "other"},  # 8/9 - 1/9
+        {**base, "kind": "difference", "a": "late", "b": "missing"},
+        {**base, "kind": "chance", "expect": "equal", "than": 0},
+    ]
+    out = leaderboard.evaluate_findings(findings, measured, control)
+    assert (out[0]["value"], out[0]["ci_low"], out[0]["ci_high"]) == (0.0, 0.0, 0.0)
+    assert out[0]["verdict"] == "inconclusive" and "paired" in out[0]["note"]
+    assert out[1]["value"] == pytest.approx(7 / 9) and out[1]["verdict"] in ("reproduced", "inconclusive")
+    assert "independent" not in out[1]["note"]  # the same texts and labels: paired
+    assert out[2]["verdict"] == "not measured"
+    # the rule r flags n0..n2 never, m1 and m2 always (flags of _fake_run): 2 of 6 on the control
+    (rate,) = control["flag_rates"]
+    assert (rate["column"], rate["flag_rate"], rate["nominal"]) == ("r@10", 2 / 6, 0.1)
+    assert rate["ci_low"] < 2 / 6 < rate["ci_high"]
+    # control `early`: column a's interval holds 0.5? (its AUROC is 8/9 on 6 samples)
+    a_row = next(r for r in control["intervals"] if r["column"] == "a")
+    assert out[3]["verdict"] == (
+        "reproduced" if all(r["holds_chance"] for r in control["intervals"]) else "not reproduced"
+    )
+    assert a_row["ci_high"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("expect", "low", "high", "verdict"),
+    [
+        ("greater", 0.01, 0.2, "reproduced"),
+        ("greater", -0.1, 0.2, "inconclusive"),
+        ("greater", -0.3, -0.01, "not reproduced"),
+        ("less", -0.3, -0.01, "reproduced"),
+        ("less", 0.01, 0.3, "not reproduced"),
+        ("equal", 0.0, 0.0, "reproduced"),
+        ("equal", 2.0, 2.0, "not reproduced"),
+    ],
+)
+def test_verdicts(expect, low, high, verdict):
+    assert leaderboard.verdict({"expect": expect, "than": 0}, low, high) == verdict
+
+
+def test_the_leaderboard_files_name_a_failed_condition_with_its_line(tmp_path):
+    plan = _board_plan(tmp_path, {"dose": _fake_run(tmp_path, "dose"), "rl": str(tmp_path / "never")})
+    status = {
+        "dose": {"state": "done"},
+        "rl": {"state": "failed", "line": "leaklab: no run of recipe tiny_sft"},
+    }
+    board = leaderboard.write_leaderboard(plan, {"findings": []}, status)
+    root = tmp_path / "board"
+    saved = json.loads((root / "leaderboard.json").read_text())
+    assert saved["missing"] == {"rl": "failed: leaklab: no run of recipe tiny_sft"}
+    assert "| rl | failed: leaklab: no run of recipe tiny_sft |" in (root / "leaderboard.md").read_text()
+    assert board["table"]["dose"]["a"]["auroc"] == pytest.approx(8 / 9)
+    assert (root / "index.html").exists()
+
+
+# --------------------------------------------------------------------------- the smoke study, end to end
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2100)  # about 3 CPU-minutes of work; a busy shared machine took 10 minutes wall
+def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leaklab_cache, tmp_path):
+    import os
+
+    env = {**os.environ, "LEAKLAB_CACHE": leaklab_cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env.pop("WORLD_SIZE", None)
+    out = tmp_path / "study"
+    cmd = [sys.executable, "-m", "leaklab.cli", "study", "detectors", "--smoke", "--local", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=2000)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    board = json.loads((out / "leaderboard.json").read_text())
+    runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4"}
+    assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
+    cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
+    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8"):
+        assert set(board["table"][cell]) == cpt_columns, cell
+    for cell in runs:
+        for stats in board["table"][cell].values():
+            assert stats["auroc_ci_low"] <= stats["auroc"] <= stats["auroc_ci_high"]
+    # The clean control: no member in the stream it trained on, and an interval per clean cell x detector.
+    mixture = json.loads((out / "runs" / "clean" / "mixture.json").read_text())
+    assert mixture["withheld"] and set(mixture["exposures"].values()) == {0}
+    clean = board["control"]["intervals"]
+    assert {(r["cell"], r["column"]) for r in clean} == {
+        (cell, c) for cell in ("clean", "clean@1", "clean@4") for c in cpt_columns
+    }
+    assert [r["column"] for r in board["control"]["flag_rates"]].count("srdetection_gray@n=10") == 3
+    verdicts = {f["id"]: f["verdict"] for f in board["findings"]}
+    assert len(verdicts) == 7
+    assert set(verdicts.values()) <= {"reproduced", "not reproduced", "inconclusive"}
+    chance = next(f for f in board["findings"] if f["id"] == "clean_at_chance")
+    assert chance["value"] == sum(not r["holds_chance"] for r in clean)
+    assert "## Findings (pre-registered)" in (out / "leaderboard.md").read_text()
+
+
+def test_a_failed_condition_is_told_by_the_line_that_says_why(tmp_path):
+    from leaklab.study import last_error_line
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "[leaklab] sweep s-rl: run 1/1 rl\n[leaklab] run directory: /x\n"
+        "leaklab: train.rl.init_from: /nowhere is not a directory\n"
+        "[leaklab] sweep: 1 of 1 runs failed: rl\n"
+    )
+    assert last_error_line(log) == "leaklab: train.rl.init_from: /nowhere is not a directory"
+
+
+def test_editing_a_finding_keeps_the_study_folder_but_a_condition_change_does_not(tmp_path):
+    text = study_path("detectors").read_text()
+    edited = tmp_path / "detectors.yaml"
+    edited.write_text(text.replace("claim: exposures late in training", "claim: late exposures"))
+    names = {plan_study(load_study(p), [], False, None)["study"] for p in (study_path("detectors"), edited)}
+    assert len(names) == 1
+    edited.write_text(text.replace("mix.ratio=1:8]", "mix.ratio=1:9]"))
+    assert plan_study(load_study(edited), [], False, None)["study"] not in names
+
+
+def _fake_condition(cond):
+    """In place of study.run_condition, in the pool's forked process: what it was given, no training."""
+    threads = os.environ.get("LEAKLAB_CPU_THREADS")
+    if cond["sweep"] == "sft":
+        return {"state": "failed", "line": "leaklab: out of memory", "threads": threads}
+    return {"state": "done", "threads": threads}
+
+
+def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tmp_path, monkeypatch):
+    from leaklab import study
+
+    monkeypatch.setattr(study, "run_condition", _fake_condition)
+    monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
+    monkeypatch.setenv("LEAKLAB_CPU_THREADS", "4")
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    conditions = {
+        c: {"sweep": c, "root": str(tmp_path / c), "after": "sft" if c == "rl" else None}
+        for c in ("dose", "sft", "rl")
+    }
+    plan = {"study": "s", "root": str(tmp_path), "conditions": conditions}
+    status = study.run_local(plan, jobs=2, log=lambda *_: None)
+    assert status["dose"] == {"state": "done", "threads": "2"}  # 4 cores over 2 jobs
+    assert status["sft"]["line"] == "leaklab: out of memory"
+    assert status["rl"] == {"state": "failed", "line": "needs condition sft, which failed"}
+    assert json.loads((tmp_path / "status.json").read_text()) == status
