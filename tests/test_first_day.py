@@ -232,6 +232,13 @@ def test_mia_keys_scores_by_the_users_ids_and_talks_of_one_scoring(leaklab_cache
     assert "scored once with the model as given" in report
     assert not list(run.report.glob("detection_*.png"))  # no per-epoch figure of one dot
 
+    import leaklab
+
+    results = leaklab.load_run(folder)
+    assert results.kind == "mia" and set(results.rows()["step"]) == {0}
+    check_schema(results.rows())
+    assert sorted(results.scores(0)["task_id"]) == sorted(r["id"] for r in rows)
+
 
 def test_mia_ids_must_be_unique(tmp_path):
     from leaklab.data.labelled import DataSpec, load_labelled
@@ -390,3 +397,77 @@ def test_the_plugins_key_imports_a_module_and_refuses_an_unknown_one(leaklab_cac
         "or put its folder on PYTHONPATH)"
     ]
     assert not (tmp_path / "runs").exists()
+
+
+# --------------------------------------------------------------------------- results in Python
+
+TYPE_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "int": lambda v: isinstance(v, (int,)) or getattr(v, "dtype", None) is not None and v.dtype.kind == "i",
+    "float": lambda v: isinstance(v, float),
+    "dict": lambda v: isinstance(v, dict),
+    "str or None": lambda v: v is None or isinstance(v, str),
+}
+
+
+def check_schema(rows) -> None:
+    """The frame's first columns are the documented fields, each value of its documented type."""
+    from leaklab.load import ROW_SCHEMA
+
+    doc = (REPO / "docs" / "results-in-python.md").read_text()
+    documented = {
+        line.split("|")[1].strip(" `"): line.split("|")[2].strip()
+        for line in doc.splitlines()
+        if line.startswith("| `")
+    }
+    assert documented == {k: t for k, (t, _) in ROW_SCHEMA.items()}
+    assert list(rows.columns[: len(ROW_SCHEMA)]) == list(ROW_SCHEMA) and len(rows)
+    assert (
+        rows["step"].dtype.kind == "i" and rows["value"].dtype.kind == "f" and rows["epoch"].dtype.kind == "f"
+    )
+    for field, (kind, _) in ROW_SCHEMA.items():
+        if field in ("step", "epoch", "value"):
+            continue
+        bad = [v for v in rows[field] if not TYPE_CHECKS[kind](v)]
+        assert not bad, (field, kind, bad[:3])
+
+
+@pytest.mark.slow
+def test_load_run_gives_the_documented_rows_scores_and_a_figure(small_run, tmp_path):
+    import leaklab
+
+    run = small_run[0]
+    results = leaklab.load_run(run)
+    rows = results.rows()
+    assert results.kind == "run"
+    check_schema(rows)
+    stored = RunDir(run).results_rows()
+    assert len(rows) == len([r for r in stored if r["evaluation"] == "detection" and r["metric"] != "done"])
+    assert not rows["evaluation"].isin(["timing", "training"]).any() and "done" not in set(rows["metric"])
+    kept = results.bookkeeping()
+    assert "training" in set(kept["evaluation"]) and "done" in set(kept["metric"])
+    last = max(r["step"] for r in stored if r.get("column") == "ppl")
+    (ppl,) = [
+        r["value"] for r in stored if (r["step"], r.get("column"), r["metric"]) == (last, "ppl", "auroc")
+    ]
+    picked = rows[(rows.step == last) & (rows.column == "ppl") & (rows.metric == "auroc")]
+    assert picked["value"].tolist() == [ppl]
+    scores = results.scores()
+    assert results.steps()[-1] == last and len(scores) == 24 and set(scores["label"]) == {0, 1}
+    assert {"task_id", "label", "ppl", "srdetection_gray@n=1:leak"} <= set(scores.columns)
+    with pytest.raises(Exception, match=r"no per-sample detection scores at step 999 \(steps: 0, "):
+        results.scores(999)
+
+    # A sweep: every run's rows, with the seed as a column.
+    sweep = leaklab.load_run(fake_sweep(run, tmp_path))
+    check_schema(sweep.rows())
+    assert sweep.kind == "sweep" and set(sweep.rows()["seed"]) == {"0", "1"}
+    assert len(sweep.rows()) == 2 * len(rows) and len(sweep.scores()) == 48
+
+    # The docs' three lines make the figure.
+    doc = (REPO / "docs" / "results-in-python.md").read_text()
+    three = doc.split("## Three lines to a figure")[1].split("```python\n")[1].split("```")[0]
+    assert len([line for line in three.splitlines() if line.strip()]) == 3
+    code = three.replace("runs/tiny_cpt-1a2b3c4d", str(run)).replace("auroc.png", str(tmp_path / "auroc.png"))
+    exec(compile(code, "docs/results-in-python.md", "exec"), {})
+    assert (tmp_path / "auroc.png").stat().st_size > 1000
