@@ -261,6 +261,7 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
             f"{value.get(('blind', 'auroc_vs_clean')) or float('nan'):.3f}): any difference above may be the "
             "texts' difference rather than training."
         )
+    uncalibrated: list[str] = []
     for c in columns:
         rate, decided = value.get((c, "leak_rate")), value.get((c, "n_decided"))
         if rate is None or not decided:
@@ -288,12 +289,16 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
                 f"(one-sided Fisher exact p = {p_clean:.3g}): {finding}."
             )
         else:
-            parts.append(
+            uncalibrated.append(
                 f"{c} flagged {100 * rate:.1f}% of {decided:.0f} decided tasks against a nominal null of "
-                f"{100 * (value.get((c, 'null_rate')) or float('nan')):.1f}%: uncalibrated, since that null "
-                "holds only if the variants are as likely as the originals to a model that never saw them, "
-                "which this audit did not measure; it is not evidence on its own."
+                f"{100 * (value.get((c, 'null_rate')) or float('nan')):.1f}%"
             )
+    if uncalibrated:  # one caveat for them all, not one per n
+        parts.append(
+            "; ".join(uncalibrated) + ". Uncalibrated: each null holds only if the variants are as likely as "
+            "the originals to a model that never saw them, which this audit did not measure; not evidence "
+            "on its own."
+        )
     if not tested["clean"] and not any(c.startswith("srdetection_calibrated") for c in columns):
         parts.append(
             "Without a clean set (clean=) or a calibrated rule (srdetection_calibrated with "

@@ -27,7 +27,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   report RUN_DIR [--out DIR]              write RUN_DIR/report/ or DIR (index.html, markdown, CSV, figures) and
                                           print the table
   compare RUN_DIR... [--step N] [--out D] several runs side by side: tables, overlaid curves, F1 vs ratio
-                                          (a sweep directory: mean and 95% interval over seeds)
+                                          (a sweep directory: mean and 95% t-interval over seeds)
   sweep recipe=NAME KEY=V1,V2 [seeds=0,1] (--local|--slurm)
                                           a grid of runs, here one after another or as a Slurm array
   study NAME [--smoke] [--jobs N] (--local|--slurm)
@@ -35,7 +35,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
   select RUN_DIR [--side S] [--tolerance T] recommend a checkpoint by the accuracy–MRI trade-off
   recipes                                 list the recipes with a one-line description
   keys [recipe=NAME] [PATTERN]            every recipe key (or those matching): type, value, meaning
-  detectors                               every detector: kind, parameters and defaults, what it needs,
+  detectors [NAME]                        every detector (or those named): kind, parameters, what it needs,
                                           cost class
   build-tiny [key=value ...]              build (or find) the builtin tiny model; keys as in model.tiny.*
   --version                               print leaklab's version
@@ -106,8 +106,9 @@ baseline and dataset inference; scores/step-0/detection.jsonl; report/; W&B), so
   members=FILE non_members=FILE
                      two files of texts (a text column each) instead of data=
   data=hub:NAME      a hub dataset, with split=S (default train); offline, save it and give data= a path
-  text_column=C label_column=L
-                     the columns' names (default text, label)
+  text_column=C label_column=L id_column=I
+                     the columns' names (default text, label, id); with an id column the per-sample
+                     scores are keyed by its values (two files: members/<id>, non_members/<id>)
   --limit N          the first N members and the first N non-members
   detectors=[..]     detector specs (evaluate.detectors); default: tiny_cpt's that apply to plain text.
                      Those needing variants (srdetection_*, neighbourhood) do not apply; ref needs
@@ -139,9 +140,9 @@ Build the builtin tiny model (a small Llama trained on Python's standard library
 cache (~/.cache/leaklab or $LEAKLAB_CACHE), and print its directory. Keys are those of model.tiny.*
 (`leaklab keys`), e.g. `leaklab build-tiny hidden_size=256 num_layers=4`.
 """,
-    "detectors": """usage: leaklab detectors
+    "detectors": """usage: leaklab detectors [NAME ...]
 
-List every registered detector: its kind (score, model, rule), display name and group, parameters with
+List every registered detector (or those whose name contains a NAME given): its kind (score, model, rule), display name and group, parameters with
 their defaults, what it needs from a run (a reference model, variants, generations...) and its cost class.
 """,
     "keys": """usage: leaklab keys [recipe=NAME] [key.sub=value ...] [PATTERN ...]
@@ -154,10 +155,22 @@ contain it (or match it, with * ? []): `leaklab keys recipe=apps_cpt srdetection
 }
 
 
-def _detectors() -> int:
+def _detectors(args: list[str]) -> int:
+    import leaklab.recipe  # noqa: F401  (its import joins installed plug-ins to the registries)
     from leaklab.detectors import describe_detectors
+    from leaklab.errors import InputError
 
-    for d in describe_detectors():
+    described = describe_detectors()
+    if args:
+        # `leaklab detectors mink` shows the detectors whose name contains a pattern given.
+        chosen = [d for d in described if any(p in d["name"] for p in args)]
+        if not chosen:
+            names = [d["name"] for d in described]
+            close = difflib.get_close_matches(args[0], names, n=1, cutoff=0.4)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(names)}"
+            raise InputError(f"detectors: no detector matches {' '.join(args)!r}{hint}")
+        described = chosen
+    for d in described:
         params = ", ".join(f"{k}={v}" for k, v in d["params"].items()) or "none"
         print(f"{d['name']}  ({d['kind']}, {d['cost']})  {d['display']} [{d['group']}]")
         print(f"    parameters: {params}" + (f"; settings: {d['section']}.*" if d["section"] else ""))
@@ -262,8 +275,10 @@ def _select(args: list[str]) -> int:
         raise InputError(f"{ns.run_dir} is not a leaklab run directory (no recipe.yaml)")
     sel = select_run(ns.run_dir, ns.side, ns.tolerance)
     print(describe(sel))
+    if sel.recommended is None:
+        return 1
     print(f"written: {Path(ns.run_dir) / 'selection.json'}")
-    return 0 if sel.recommended is not None else 1
+    return 0
 
 
 def _run_dir(command: str, args: list[str]) -> int:
@@ -369,7 +384,7 @@ def dispatch(argv: list[str]) -> int:
     if command == "keys":
         return _keys(args)
     if command == "detectors":
-        return _detectors()
+        return _detectors(args)
     if command == "build-tiny":
         return _build_tiny(args)
     if command == "evaluate":

@@ -46,7 +46,7 @@ from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
 from leaklab.execution.correctness import canonical_failures
 from leaklab.plugins import Narrows, RunsTests, Summarises
 from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict, to_yaml
-from leaklab.rundir import RunDir, locked, read_json, read_rows, write_atomic, write_json
+from leaklab.rundir import RunDir, locked, read_json, read_rows, row_key, write_atomic, write_json
 from leaklab.training.stages import get_stage
 
 DONE_METRIC = "done"
@@ -247,7 +247,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
             raise InputError(
                 f"evaluate: {key} changes the trained weights; train a new run (leaklab train ... {item})"
             )
-        if top in NOT_IDENTITY and top not in ("evaluate", "tracking"):
+        if top in NOT_IDENTITY and top not in ("evaluate", "tracking", "plugins"):
             raise InputError(f"evaluate: {key} is not an evaluation setting; evaluate takes evaluate.* keys")
 
 
@@ -399,6 +399,11 @@ class Evaluator:
             }
         )
         self.run.append_results(rows)
+        # A row whose key was already stored (a step evaluated again with more detectors recomputes the
+        # blind baseline and dataset inference) is not rewritten: what is logged and returned is the
+        # stored row, so the console and W&B show the number results.jsonl and the report keep.
+        stored = {row_key(r): r for r in self.run.results_rows()}
+        rows = [stored.get(row_key(r), r) for r in rows]
         tracking.log_rows(rows)
         tracking.log_checkpoint(evaluation.name, output.records, step)
         return rows
@@ -438,6 +443,7 @@ def evaluate_run(
     *,
     overrides: Sequence[str] = (),
     into: str | None = None,
+    say_when_done: bool = True,
     heartbeat_s: float = claims.HEARTBEAT_S,
     stale_s: float = claims.STALE_S,
     poll_s: float = 5.0,
@@ -453,7 +459,8 @@ def evaluate_run(
 
     `overrides`: evaluate.* keys over the run's recipe (others are refused: they change the weights);
     settings that would change the meaning of rows already written are refused (`check_settings`).
-    `into`: write to the evaluation folder <run>/evaluations/<into>/ instead of the run's own files."""
+    `into`: write to the evaluation folder <run>/evaluations/<into>/ instead of the run's own files.
+    `say_when_done`: log that nothing is pending (a user's `leaklab evaluate`; not after training)."""
     from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
 
     run = RunDir(run_dir)
@@ -484,7 +491,8 @@ def evaluate_run(
 
     initial = {(step, name) for step, _, _, name in pending()}
     if not initial:
-        log(f"{run.root}: every checkpoint is already evaluated")
+        if say_when_done:
+            log(f"{run.root}: every checkpoint is already evaluated")
         return 0
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
     # One worker prepares (builds SrDetection's variants, say) while the others wait, then read its copy.

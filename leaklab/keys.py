@@ -56,13 +56,13 @@ def _type_name(tp: Any) -> str:
 
 
 def _first_sentence(text: str) -> str:
-    """One line: up to the first sentence end, at most 100 characters."""
+    """One line: up to the first sentence end."""
     text = " ".join(text.split())
     # A sentence ends at ". " before a capital, not after an abbreviation such as "e.g." or "App.".
     cut = re.search(r"(?<=\w{4}\.)\s(?=[A-Z])", text)
     if cut:
         text = text[: cut.start()].rstrip(".")
-    return text if len(text) <= 100 else text[:97] + "..."
+    return text  # whole: a cut meaning (even piped, or for one key) hides what the key does
 
 
 def describe_keys(recipe: Any = None) -> list[tuple[str, str, str, str]]:

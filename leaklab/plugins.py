@@ -221,3 +221,71 @@ def closest(name: str, options: Sequence[str]) -> str:
     """'; did you mean "x"?' for the nearest option, or ""."""
     match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
     return f"; did you mean {match[0]!r}?" if match else ""
+
+
+# --------------------------------------------------------------------------- plug-ins from outside leaklab
+
+# Installed packages declare their plug-in modules under this entry-point group, e.g. in pyproject.toml:
+#   [project.entry-points."leaklab.plugins"]
+#   my_lab = "my_lab.detectors"
+# A recipe names modules to import with its `plugins` key: `plugins: [my_lab.detectors]`.
+ENTRY_POINT_GROUP = "leaklab.plugins"
+_imported: set[str] = set()  # modules already imported as plug-ins (each once per process)
+# The registries by the kinds of record they hold; each registry module adds itself here when imported
+# (detectors: "score", "model", "rule"; "evaluation"; "stage"), so `register` imports none of them.
+REGISTRIES: dict[str, dict[str, Record]] = {}
+
+
+def register(*records: Record) -> None:
+    """Add plug-ins from a module outside leaklab: each record goes to the registry of its kind
+    (detectors: DETECTORS, "evaluation": EVALUATIONS, "stage": STAGES), where recipes, the driver,
+    `leaklab detectors` and the report find it as they find a built-in. A module calls this when imported.
+    A name already registered for another object is refused: a plug-in never replaces a built-in."""
+    for record in records:
+        registry = REGISTRIES.get(record.kind)
+        if registry is None:
+            kinds = ", ".join(REGISTRIES) or "none loaded yet: import leaklab.recipe first"
+            raise ValueError(f"plug-in {record.name!r}: unknown kind {record.kind!r} (kinds: {kinds})")
+        known = registry.get(record.name)
+        if known is not None and known != record:
+            raise ValueError(f"plug-in {record.name!r} ({record.path}) clashes with {known.path}; rename it")
+        registry[record.name] = record
+
+
+def import_plugins(modules: Sequence[str], key: str = "plugins") -> None:
+    """Import the modules a recipe's `plugins` key names (each registers its records when imported). A
+    module that cannot be found is bad input: one line naming it (`leaklab.errors.InputError`)."""
+    from leaklab.errors import InputError
+
+    for name in modules:
+        if name in _imported:
+            continue
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{key}: expected module names, e.g. plugins=[my_lab.detectors], got {name!r}")
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name and name.startswith(err.name):  # the module named, not one it imports
+                raise InputError(
+                    f"{key}: no module named {name!r} (an importable module: install its package, or "
+                    f"put its folder on PYTHONPATH)"
+                ) from None
+            raise
+        _imported.add(name)
+
+
+def load_entry_points() -> list[str]:
+    """Import every module installed packages declare under ENTRY_POINT_GROUP; their names. Called by
+    the recipe module once the registries are imported and before it builds its sections from them."""
+    from importlib.metadata import entry_points
+
+    names = []
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        module = point.value.partition(":")[0]
+        if module not in _imported:
+            _imported.add(module)
+            loaded = point.load()
+            if callable(loaded):  # "module:function": a function that registers when called
+                loaded()
+        names.append(point.name)
+    return names

@@ -29,8 +29,12 @@ from leaklab.detectors import DETECTORS, regroup_specs, validate_specs
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.execution.config import ExecutionConfig
-from leaklab.plugins import Record
+from leaklab.plugins import Record, import_plugins, load_entry_points
 from leaklab.training.stages import STAGE_NAMES, STAGES
+
+# Plug-ins that installed packages declare (entry-point group "leaklab.plugins") join the registries now,
+# before the sections below are built from them.
+load_entry_points()
 
 PACKAGE_RECIPES = Path(__file__).parent / "recipes"
 
@@ -278,6 +282,9 @@ class Recipe:
     output_dir: str = "runs"
     run_name: str | None = None  # the run directory's name (None: recipe name + training hash)
     seed: int = 0  # default of every section seed not given (data, mix, train, evaluate and its sections)
+    # Modules to import before the rest is read, each registering its own detectors, evaluations or stages
+    # (`leaklab.plugins.register`), e.g. [my_lab.detectors]; installed packages can use entry points instead.
+    plugins: list[str] = field(default_factory=list)
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     mix: MixConfig = field(default_factory=MixConfig)
@@ -319,7 +326,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 # new detector or evaluation is added to a finished run's checkpoints (`leaklab evaluate RUN_DIR
 # evaluate.detectors=[...]`) instead of training again. `execution` stays in: the rl stage's reward runs
 # programs in the sandbox, so its limits change what is learned.
-SHOWN_ONLY = ("name", "description", "output_dir", "run_name", "tracking")
+SHOWN_ONLY = ("name", "description", "output_dir", "run_name", "tracking", "plugins")
 NOT_IDENTITY = (*SHOWN_ONLY, "evaluate")
 # ...except that SrDetection's pre-filter (data.prefilter) picks the tasks with the srdetection
 # variants and these scoring settings, so under it they decide the split, and are part of the identity.
@@ -492,6 +499,9 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe
     raw = _resolve_base(path)
     raw.setdefault("name", path.stem)
     raw = _spread_seed(_deep_merge(raw, parse_overrides(overrides or [])))
+    # First: the plug-ins' detectors and evaluations are names the rest of the recipe may use.
+    named = raw.get("plugins") or []
+    import_plugins([named] if isinstance(named, str) else named if isinstance(named, list) else [named])
     problems: list[str] = []
     recipe = _build(Recipe, raw, "", problems)
     if not problems:
@@ -569,7 +579,11 @@ def _convert(tp, value: Any, key: str, problems: list[str]):
         problems.append(f"{key}: expected a number, got {value!r}")
         return 0.0
     if tp is str:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, bool):
+            # YAML reads `true` as a boolean; a string key whose values include "true" / "false" (a switch
+            # such as train.rl.use_vllm: auto | true | false) means the word; the choices check the rest.
+            return str(value).lower()
+        if isinstance(value, (str, int, float)):
             return str(value)
         problems.append(f"{key}: expected a string, got {value!r}")
         return ""

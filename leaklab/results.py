@@ -100,9 +100,14 @@ def ordered(columns) -> list[str]:
 def display_name(column: str) -> str:
     tail = column.partition("@")[2]
     name = family_of(column).display
-    if tail.startswith("n="):  # SrDetection: the number of variants compared
-        return f"{name} ({tail})"
-    return f"{name} (k={tail})" if tail else name
+    if tail and "=" not in tail:  # a bare value is mink's or minkpp's k
+        tail = f"k={tail}"
+    if not tail:
+        return name
+    # The parameter goes right after the detector's own name, before any ": margin as a score": legends
+    # cut long labels at the end, and four cut labels of one rule would then read the same.
+    head, sep, rest = name.partition(": ")
+    return f"{head} ({tail}){sep}{rest}"
 
 
 def undecided_note(metrics: dict[str, Any]) -> str:

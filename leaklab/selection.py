@@ -242,13 +242,15 @@ def describe(sel: Selection) -> str:
 
 
 def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float = 0.05) -> Selection:
-    """Read a run's results, select, write <run>/selection.json."""
+    """Read a run's results, select, and write <run>/selection.json when a checkpoint is recommended
+    (a file saying "nothing to choose from" would read as a selection made)."""
     run = RunDir(run_dir)
     if not run.results.exists():
         raise FileNotFoundError(f"{run.results} does not exist: is {run_dir} a leaklab run directory?")
     stage = run_stage(run.training_root)
     sel = select(checkpoint_points(run.results_rows(), side), tolerance, side, stage)
-    write_selection(run.root, sel)
+    if sel.recommended is not None:
+        write_selection(run.root, sel)
     return sel
 
 

@@ -2,7 +2,7 @@
 
     leaklab sweep recipe=tiny_cpt mix.ratio=1:1,1:5,1:10 train.epochs=1,3,5 seeds=0,1,2 --local
     leaklab sweep recipe=apps_cpt mix.ratio=1:1,1:5,1:10 seeds=0,1,2 --slurm [--gpus 8] [--time 24:00:00]
-    leaklab compare SWEEP_DIR          # mean and 95% interval over seeds, per grid point and detector
+    leaklab compare SWEEP_DIR          # mean and 95% t-interval over seeds, per grid point and detector
 
 A `key=a,b,c` argument is an axis; `key=value` (or a YAML list, `evaluate.detectors=[ppl,zlib]`) applies to
 every run. `seeds=0,1,2` sets `seed`, `train.seed` and `mix.seed` together (the member split, data.seed,
@@ -52,7 +52,7 @@ under one sweep directory and one W&B group.
   --out DIR      the sweep directory (default <output_dir>/sweeps/<recipe>-<hash of the grid>)
   --gpus N       GPUs per array task (default 8); --time, --partition: passed to #SBATCH
 
-`leaklab compare SWEEP_DIR` then reads the whole sweep: mean and 95% interval over seeds.
+`leaklab compare SWEEP_DIR` then reads the whole sweep: mean and 95% t-interval over seeds (at least 3 seeds).
 """
 
 
@@ -349,15 +349,29 @@ def t_quantile(df: int) -> float:
         return 1.96
 
 
-def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and its 95% t-interval over seeds (the mean itself twice for one seed)."""
+# The sweep's interval: a Student-t interval of the mean over seeds, which assumes the seeds' values are
+# roughly normal; with few seeds its t quantile is large (12.7 for 2 seeds, 4.3 for 3), so it says little.
+INTERVAL = "95% Student-t interval of the mean over seeds"
+MIN_SEEDS = 3  # below this the interval is reported with a warning
+METRIC_RANGE = {"auroc": (0.0, 1.0), "f1": (0.0, 1.0)}  # metrics that cannot leave [0, 1]
+
+
+def mean_interval(
+    values: list[float], bounds: tuple[float, float] | None = None
+) -> tuple[float, float, float]:
+    """Mean and its 95% t-interval over seeds (the mean itself twice for one seed); with `bounds`, the
+    interval is cut to them: a metric such as AUROC cannot leave [0, 1], so the part of a symmetric t
+    interval beyond its range holds no possible value."""
     n = len(values)
     mean = sum(values) / n
     if n < 2:
         return mean, mean, mean
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
     half = t_quantile(n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    return mean, low, high
 
 
 def summarise(sweep_dir: str | Path, metrics=("auroc", "f1")) -> list[dict[str, Any]]:
@@ -376,7 +390,7 @@ def summarise(sweep_dir: str | Path, metrics=("auroc", "f1")) -> list[dict[str, 
                 values = [f[column][metric] for f in found if metric in f.get(column, {})]
                 if not values:
                     continue
-                mean, low, high = mean_interval(values)
+                mean, low, high = mean_interval(values, METRIC_RANGE.get(metric))
                 out.append(
                     {
                         **dict(point),
@@ -385,6 +399,7 @@ def summarise(sweep_dir: str | Path, metrics=("auroc", "f1")) -> list[dict[str, 
                         "mean": mean,
                         "ci_low": low,
                         "ci_high": high,
+                        "interval": INTERVAL,
                         "seeds": len(values),
                         "runs": len(runs),
                     }
@@ -392,8 +407,21 @@ def summarise(sweep_dir: str | Path, metrics=("auroc", "f1")) -> list[dict[str, 
     return out
 
 
+def interval_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """What the table's interval is, and a warning when some grid point has too few seeds for it."""
+    notes = [f"interval: {INTERVAL}, cut to [0, 1] for AUROC and F1 (values outside cannot occur)"]
+    fewest = min(r["seeds"] for r in rows)
+    if fewest < MIN_SEEDS:
+        width = "no interval at all" if fewest < 2 else f"a t quantile of {t_quantile(fewest - 1):.1f}"
+        notes.append(
+            f"warning: some grid points have {fewest} seed{'s' if fewest > 1 else ''} ({width}): the "
+            f"interval says little; run at least {MIN_SEEDS} seeds (seeds=0,1,2)"
+        )
+    return notes
+
+
 def format_summary(rows: list[dict[str, Any]], axes: list[str]) -> str:
-    head = [*axes, "detector", "metric", "mean", "95% interval", "seeds"]
+    head = [*axes, "detector", "metric", "mean", "95% t-interval", "seeds"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [str(r.get(a, "")) for a in axes]
@@ -413,9 +441,11 @@ def compare_sweep(sweep_dir: str | Path, out: str | None = None) -> int:
         print(f"leaklab: {sweep_dir}: no run of the sweep has detection results yet", file=sys.stderr)
         return 1
     table = format_summary(rows, axes)
-    write_atomic(Path(sweep_dir) / "summary.md", table + "\n")
+    notes = interval_notes(rows)
+    write_atomic(Path(sweep_dir) / "summary.md", table + "\n\n" + "\n".join(notes) + "\n")
     write_json(Path(sweep_dir) / "summary.json", rows)
     print(table)
+    print("\n".join(notes))
     if axes == ["mix.ratio"]:
         # SrDetection's Fig. 3 from the seed means (compare's own figure takes one run per ratio).
         from leaklab.report.compare import web_share
@@ -434,9 +464,22 @@ def compare_sweep(sweep_dir: str | Path, out: str | None = None) -> int:
     return compare_main([*done, "--out", out or str(Path(sweep_dir) / "compare")])
 
 
+def positional_args(argv: list[str], takes_value: tuple[str, ...]) -> list[str]:
+    """The arguments that are neither options nor an option's value (`--out DIR`: DIR is not a run)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in takes_value:
+            skip = True
+        elif not arg.startswith("-"):
+            out.append(arg)
+    return out
+
+
 def compare_command(argv: list[str]) -> int:
     """`leaklab compare`: a sweep directory gets the seed-pooled summary; run directories go as before."""
-    dirs = [a for a in argv if not a.startswith("-")]
+    dirs = positional_args(argv, takes_value=("--out", "--step"))
     if len(dirs) == 1 and is_sweep(dirs[0]):
         out = argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None
         return compare_sweep(dirs[0], out)

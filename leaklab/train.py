@@ -83,7 +83,8 @@ def preflight(recipe) -> None:
     recipe names exist, and the output directory can be created."""
     from pathlib import Path
 
-    from leaklab.errors import InputError, UnavailableError
+    from leaklab.errors import InputError
+    from leaklab.hardware import check_gpu_options
 
     for key in (
         "model.name_or_path",
@@ -95,13 +96,14 @@ def preflight(recipe) -> None:
         value = get_key(recipe, key)
         local = value and (key in ("data.path", "train.deepspeed") or _looks_local(value))
         if local and not Path(value).expanduser().exists():
-            raise UnavailableError(f"{key}: {value} does not exist (a local path; check the spelling)")
+            raise InputError(f"{key}: {value} does not exist (a local path; check the spelling)")
     for key in ("model.name_or_path", "evaluate.reference_model"):
         value = get_key(recipe, key)
         if value and value != "builtin:tiny" and not _looks_local(value):
             from leaklab.models.load import check_hub_model
 
             check_hub_model(value, key)
+    check_gpu_options(recipe)
     out = Path(recipe.output_dir).expanduser().absolute()
     existing = next(p for p in (out, *out.parents) if p.exists())
     if not existing.is_dir():
@@ -254,7 +256,8 @@ def run_training(recipe) -> int:
             f"`leaklab evaluate {run.root}` (several at once share the checkpoints)"
         )
     elif state.is_main_process:
-        if evaluate_run(run.root, log=log):
+        # A run that evaluated every checkpoint while training has nothing left: no line saying so.
+        if evaluate_run(run.root, log=log, say_when_done=False):
             report = None  # new rows since it was built
         print_summary(run, report)
     state.wait_for_everyone()

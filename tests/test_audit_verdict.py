@@ -62,8 +62,20 @@ def test_without_a_clean_set_a_raw_rule_rate_is_uncalibrated():
         {"column": "srdetection_gray:n=10", "metric": "null_rate", "value": 1 / 11},
     ]
     text = verdict(rows, {**TESTED, "detectors": ["srdetection_gray:n=10"]})
-    assert "flagged 25.0% of 100 decided tasks against a nominal null of 9.1%: uncalibrated" in text
+    assert "flagged 25.0% of 100 decided tasks against a nominal null of 9.1%. Uncalibrated" in text
     assert "no test of membership was made" in text
+
+
+def test_the_uncalibrated_caveat_is_said_once_for_every_n():
+    rows = [
+        {"column": f"srdetection_gray@n={n}", "metric": m, "value": v}
+        for n in (1, 3, 5, 10)
+        for m, v in (("leak_rate", 0.1 * n / 10 + 0.2), ("n_decided", 100.0), ("null_rate", 1 / (n + 1)))
+    ]
+    text = verdict(rows, {**TESTED, "detectors": ["srdetection_gray"]})
+    assert text.count("which this audit did not measure") == 1, text
+    for n in (1, 3, 5, 10):
+        assert f"srdetection_gray@n={n} flagged" in text
 
 
 def test_the_calibrated_rule_is_evidence_with_its_exact_chance():

@@ -23,6 +23,7 @@ import pytest
 
 from conftest import SMALL_RUN, SMALL_TINY
 from leaklab.cli import main as cli_main
+from leaklab.hardware import gpu_state
 
 ROW = {
     "task_id": "T/0",
@@ -185,9 +186,11 @@ def _audit_readme_form(tmp, run, mp):
             "data.max_samples=3", f"evaluate.dcpdd_corpus={tmp / 'corpus.txt'}"]  # fmt: skip
 
 
+_HAS_GPU = gpu_state()[0]
+
 CASES = [
     # --- the table
-    Case("model-missing-local-path", train("model.name_or_path=/nonexistent"), 1,
+    Case("model-missing-local-path", train("model.name_or_path=/nonexistent"), 2,
          ["model.name_or_path", "/nonexistent", "does not exist"]),
     Case("model-hub-id-offline", train("model.name_or_path=leaklab-tests/not-a-cached-model"), 1,
          ["hf download leaklab-tests/not-a-cached-model", "model.name_or_path=models/not-a-cached-model"],
@@ -236,8 +239,14 @@ CASES = [
          ["evaluate.reference_model=models/no-reference", "hf download leaklab-tests/no-reference"], slow=True),
     Case("model-hub-unreachable", _hub_unreachable, 1,
          ["hf download someorg/some-model", "model.name_or_path=models/some-model"]),
-    Case("data-path-missing", train("data.path=/no/such/bench.jsonl"), 1, ["data.path", "/no/such/bench.jsonl"]),
-    Case("deepspeed-config-missing", train("train.deepspeed=/no/zero9.json"), 1, ["train.deepspeed", "/no/zero9.json"]),
+    Case("data-path-missing", train("data.path=/no/such/bench.jsonl"), 2, ["data.path", "/no/such/bench.jsonl"]),
+    # A GPU-only option on a CPU-only machine (CI's): one line in the preflight, nothing written.
+    *([] if _HAS_GPU else [
+        Case("train-bf16-on-cpu", train("train.bf16=true"), 2, ["train.bf16", "train.bf16=false", "no GPU"]),
+        Case("train-deepspeed-on-cpu", train("train.deepspeed=launch/zero2.json"), 2,
+             ["train.deepspeed", "needs a GPU"]),
+    ]),
+    Case("deepspeed-config-missing", train("train.deepspeed=/no/zero9.json"), 2, ["train.deepspeed", "/no/zero9.json"]),
     Case("unknown-recipe-key", train("train.lerning_rate=1e-3"), 2, ["train.lerning_rate", "train.learning_rate"]),
     Case("override-without-equals", train("epochs"), 2, ["'epochs'", "key=value"]),
     Case("recipe-not-yaml", _yaml_recipe, 2, ["broken.yaml", "not valid YAML"]),
@@ -330,7 +339,7 @@ def test_the_installed_command_prints_one_line(tmp_path):
         [sys.executable, "leaklab/train.py", "model.name_or_path=/nonexistent", f"output_dir={tmp_path}"],
     ):
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 1, done.stderr
+        assert done.returncode == 2, done.stderr
         assert done.stderr.strip().splitlines() == [
             "leaklab: model.name_or_path: /nonexistent does not exist (a local path; check the spelling)"
         ]

@@ -103,12 +103,17 @@ def test_every_docs_path_named_in_code_exists():
 # --------------------------------------------------------------------------- commands shown in the docs
 
 
+NOT_SHELL = ("python", "py", "toml", "yaml", "json")  # fenced blocks of these languages hold no commands
+
+
 def shown_commands(text: str) -> list[list[str]]:
     """The `leaklab ...` commands in a page's fenced code blocks, as argument lists (after `leaklab`;
     `accelerate launch [options] leaklab/train.py ARGS` counts as `train ARGS`). Shell comments, line
     continuations, `&&`, `;` and `&` are handled; environment assignments before a command are skipped."""
     commands = []
     for block in FENCE.findall(text):
+        if block.splitlines()[0].strip("`").strip() in NOT_SHELL:  # `import leaklab` is no command
+            continue
         body = "\n".join(block.splitlines()[1:-1]).replace("\\\n", " ")
         for line in body.splitlines():
             lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")

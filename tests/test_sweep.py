@@ -212,4 +212,4 @@ def test_a_two_by_two_sweep_runs_here_and_compares_over_seeds(leaklab_cache, tmp
     assert sorted(r["mix.ratio"] for r in auroc) == ["1:1", "1:3"]
     for r in auroc:
         assert r["seeds"] == 2 and r["ci_low"] <= r["mean"] <= r["ci_high"]
-    assert "| mix.ratio | detector | metric | mean | 95% interval | seeds |" in compared.stdout
+    assert "| mix.ratio | detector | metric | mean | 95% t-interval | seeds |" in compared.stdout

@@ -64,6 +64,9 @@ class DataSpec:
     split: str = "train"
     text_column: str = "text"
     label_column: str = "label"
+    # The rows' own ids, when they have this column: scores are keyed by them, so joining back to the
+    # user's data does not rely on row order. Without it, <data name>/<row number>.
+    id_column: str = "id"
 
 
 def suffix_of(path: Path) -> str:
@@ -190,10 +193,11 @@ def _one_source(spec: DataSpec) -> LabelledSet:
         text = _text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column)
         value = _label(_column(row, spec.label_column, where, "label_column"), where, spec.label_column)
         first_at.setdefault(value, where)
-        out.ids.append(f"{label}/{n}")
+        out.ids.append(_row_id(row, spec.id_column, f"{label}/{n}"))
         out.texts.append(text)
         labels.append(value)
     out.labels = np.asarray(labels, dtype=int)
+    _check_unique_ids(out, f"data={spec.data}", spec.id_column)
     if len(first_at) < 2:
         only = "no rows" if not first_at else f"every {spec.label_column} is {next(iter(first_at))}"
         raise InputError(
@@ -215,14 +219,33 @@ def _two_files(spec: DataSpec) -> LabelledSet:
             out.texts.append(
                 _text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column)
             )
-            out.ids.append(f"{key}/{count}")
+            # Per file: each file's ids may start again at 0.
+            out.ids.append(f"{key}/{_row_id(row, spec.id_column, str(count))}")
             labels.append(label)
             count += 1
         if not count:
             raise InputError(f"{key}={paths[key]}: holds no texts")
     out.labels = np.asarray(labels, dtype=int)
+    _check_unique_ids(out, "members= and non_members=", spec.id_column)
     _check_disjoint(out, "members= and non_members=")
     return out
+
+
+def _row_id(row: dict, column: str, default: str) -> str:
+    value = row.get(column) if isinstance(row, dict) else None
+    return default if value is None or value == "" else str(value)
+
+
+def _check_unique_ids(out: LabelledSet, where: str, column: str) -> None:
+    """Two rows with one id would share one line of scores; say which, and how to do without."""
+    seen: set[str] = set()
+    for i in out.ids:
+        if i in seen:
+            raise InputError(
+                f"{where}: the id {i!r} ({column} column) names two rows; ids must be unique "
+                f"(or name another column: id_column=C)"
+            )
+        seen.add(i)
 
 
 def _check_disjoint(out: LabelledSet, where: str) -> None:

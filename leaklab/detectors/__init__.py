@@ -43,7 +43,7 @@ from leaklab.detectors.likelihood import (
     Signals,
 )
 from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
-from leaklab.plugins import ChecksSettings, Record
+from leaklab.plugins import REGISTRIES, ChecksSettings, Record
 
 _LIKELIHOOD = "likelihood baselines"
 _SR = "SrDetection"
@@ -140,6 +140,7 @@ DETECTORS: dict[str, Record] = {
     ]
 }
 KINDS = ("score", "model", "rule")  # see plugins.Record
+REGISTRIES.update(dict.fromkeys(KINDS, DETECTORS))  # where `plugins.register` adds outside detectors
 
 
 # What each signal a detector `needs` asks of a run, in words (`leaklab detectors`).

@@ -18,7 +18,7 @@ class by path, so reading this table imports no evaluation; the recipe imports o
 
 from __future__ import annotations
 
-from leaklab.plugins import Record
+from leaklab.plugins import REGISTRIES, Record
 
 EVALUATIONS: dict[str, Record] = {
     r.name: r
@@ -59,3 +59,4 @@ EVALUATIONS: dict[str, Record] = {
         Record("canaries", "leaklab.evaluations.canaries:Canaries", "evaluation", "Canaries"),
     ]
 }
+REGISTRIES["evaluation"] = EVALUATIONS  # where `plugins.register` adds outside evaluations

@@ -19,8 +19,9 @@ from pathlib import Path
 from leaklab.report.figures import file_stem, plot_histograms, plot_metric, plot_training_loss
 from leaklab.report.html import write_page
 from leaklab.report.rundata import load_run
-from leaklab.report.sections import build_sections, headline
+from leaklab.report.sections import build_sections, headline, is_mia
 from leaklab.report.tables import (
+    console_table,
     dataset_inference_cells,
     markdown_table,
     metric_table,
@@ -37,14 +38,22 @@ HEADLINE_METRICS = ("auroc", "f1", "accuracy", "precision", "recall", "f1_oracle
 FIGURE_METRICS = ("auroc", "tpr@1%fpr", "f1")
 
 
-def _markdown(name: str, rows: list[dict], problems: list[str], figures: list[Path], lead: str = "") -> str:
+def _markdown(
+    name: str, rows: list[dict], problems: list[str], figures: list[Path], lead: str = "", mia: bool = False
+) -> str:
     det = detection_rows(rows)
     parts = [f"# leaklab report: {name}\n", "Interactive version: [index.html](index.html)\n"]
     parts += [f"{lead}\n"] if lead else []
     parts += [f"- missing: {p}\n" for p in problems]
+    what = (
+        "members vs non-members as labelled, scored once with the model as given (step 0; nothing trained)"
+        if mia
+        else "injected (member) vs held-out (non-member) samples"
+    )
+    rows_are = "step 0" if mia else "checkpoint (step 0 is the untrained model)"
     parts.append(
-        "Detection of injected (member) vs held-out (non-member) samples, one table per metric: a row per "
-        "checkpoint (step 0 is the untrained model), a column per detector. AUROC and TPR@FPR need no "
+        f"Detection of {what}, one table per metric: a row per "
+        f"{rows_are}, a column per detector. AUROC and TPR@FPR need no "
         "threshold; accuracy / precision / recall / F1 (macro) use a threshold chosen by k-fold "
         "cross-validation; *_oracle uses the best threshold on all labels (what papers usually report).\n"
     )
@@ -82,11 +91,12 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     figures: list[Path] = []
     n_pos, n_neg = data.sample_counts()
     caption = f"n = {n_pos} members + {n_neg} non-members; bands: bootstrap 95% intervals" if n_pos else ""
-    for metric in FIGURE_METRICS:
+    mia = is_mia(data)
+    for metric in [] if mia else FIGURE_METRICS:  # one scoring: a per-epoch figure would be one dot
         figures += plot_metric(rows, metric, out / f"detection_{file_stem(metric)}.png", caption=caption)
     figures += plot_training_loss(rows, out / "training_loss.png")
     lead = headline(data.rows_of("detection"), data)
-    write_atomic(out / "report.md", _markdown(data.name, rows, data.problems, figures, lead))
+    write_atomic(out / "report.md", _markdown(data.name, rows, data.problems, figures, lead, mia))
     write_atomic(out / "results.csv", rows_csv(rows))
     links = " · ".join(
         f'<a href="{p.name}">{p.name}</a>' for p in [out / "report.md", out / "results.csv", *figures]
@@ -102,12 +112,12 @@ def print_summary(run: RunDir, report: Path | None = None, out_dir: str | Path |
     report = report or build_report(run.root, out_dir)
     print(f"\nrun directory: {run.root}")
     print(
-        "\nAUROC, members vs non-members (0.5 = chance), per checkpoint (rows) and detector (columns), "
-        "with bootstrap 95% intervals:"
+        "\nAUROC, members vs non-members (0.5 = chance), per detector and checkpoint, with bootstrap 95%\n"
+        "intervals (a rule's margin column has the rule's AUROC: not repeated):"
     )
-    print(metric_table(rows, "auroc"))
-    print("macro-F1 at a cross-validated threshold:")
-    print(metric_table(rows, "f1"))
+    print(console_table(rows, "auroc"))
+    print("macro-F1 at a cross-validated threshold (SrDetection: its own rule; _margin: at a CV threshold):")
+    print(console_table(rows, "f1"))
     lead = headline(rows, load_run(run.root))
     if lead:
         print(f"\n{lead}")

@@ -230,7 +230,13 @@ def compare_runs(
         Table("", ["run", "model", "code:web", "seed", "members / non-members", "checkpoint"], overview)
     )
     markdown = []
-    columns = ordered(column_of(r) for run in runs for r in run.rows_of("detection") if column_of(r))
+    # Columns with a compared metric: dataset inference (a p-value) would be a row of dashes.
+    columns = ordered(
+        column_of(r)
+        for run in runs
+        for r in run.rows_of("detection")
+        if column_of(r) and r.get("metric") in COMPARED
+    )
     for metric in COMPARED:
         rows = []
         for column in columns:
@@ -296,8 +302,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--step", default="last", help="checkpoint step to compare (default: each run's last)"
     )
-    parser.add_argument("--out", default="compare", help="output directory (default ./compare)")
+    parser.add_argument(
+        "--out", default=None, help="output directory (default: compare/ beside the first run)"
+    )
     args = parser.parse_args(argv)
+    # Beside the runs (runs/compare/ for runs under runs/), not in the working directory, where it would
+    # land in the user's git tree.
+    args.out = args.out or str(Path(args.run_dirs[0]).absolute().parent / "compare")
     if args.step != "last" and not args.step.isdigit():
         print(f"leaklab: --step takes a step number or 'last', not {args.step!r}", file=sys.stderr)
         return 2

@@ -79,6 +79,19 @@ def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _import_run_plugins(modules: Any, problems: list[str]) -> None:
+    """The run's plug-in modules (its recipe's `plugins` key), so their columns get their own names and
+    groups in the report; one that cannot be imported here is said, not fatal."""
+    import leaklab.recipe  # noqa: F401  (the registries a plug-in module registers into)
+    from leaklab.plugins import import_plugins
+
+    for module in modules if isinstance(modules, list) else []:
+        try:
+            import_plugins([module])
+        except Exception as err:  # the report never fails on what the run's recipe names
+            problems.append(f"plug-in {module!r} not importable here ({err}); its columns shown by name")
+
+
 def load_run(run_dir: str | Path) -> RunData:
     run = RunDir(run_dir)
     problems: list[str] = []
@@ -99,6 +112,7 @@ def load_run(run_dir: str | Path) -> RunData:
             )
     else:
         problems.append("no recipe.yaml (model and stage not shown)")
+    _import_run_plugins(recipe.get("plugins"), problems)
     manifest = _read_json(run.manifest, problems, "members and non-members")
     # `leaklab mia` trains nothing (its labels came with the data), so it has no mixture to miss.
     trained = manifest.get("mode") != "mia"

@@ -142,6 +142,11 @@ def header_section(run: RunData) -> Section:
     )
 
 
+def is_mia(run: RunData) -> bool:
+    """An mia folder: a model scored once as given (`leaklab mia`), no training and no checkpoints."""
+    return run.manifest.get("mode") == "mia"
+
+
 def headline(rows: list[dict[str, Any]], run: RunData) -> str:
     """One sentence a reader can quote: the best detector at the last checkpoint with its interval, the
     first checkpoint where its interval clears chance, and the blind baseline's verdict. '' without
@@ -162,14 +167,16 @@ def headline(rows: list[dict[str, Any]], run: RunData) -> str:
     best = max(ordered(aurocs), key=lambda c: aurocs[c])  # ties: the first in the usual order
     low, high = (value.get((last, best, f"auroc_ci_{end}")) for end in ("low", "high"))
     interval = f" [{_fmt(low, 2)}, {_fmt(high, 2)}]" if isinstance(low, (int, float)) else ""
-    parts = [
-        f"Best detector at the last checkpoint (step {last}, epoch {run.epoch_of(last):g}): "
-        f"{display_name(best)}, AUROC {_fmt(aurocs[best])}{interval}."
-    ]
+    where = "" if is_mia(run) else f" at the last checkpoint (step {last}, epoch {run.epoch_of(last):g})"
+    parts = [f"Best detector{where}: {display_name(best)}, AUROC {_fmt(aurocs[best])}{interval}."]
     cleared = [
         s for s in steps if isinstance(lo := value.get((s, best, "auroc_ci_low")), (int, float)) and lo > 0.5
     ]
-    if cleared:
+    if cleared and is_mia(run):
+        parts.append("Its interval lies above 0.5.")
+    elif is_mia(run) and isinstance(low, (int, float)):
+        parts.append("Its interval includes 0.5: no detection.")
+    elif cleared:
         parts.append(
             f"Its interval first clears 0.5 at step {cleared[0]} (epoch {run.epoch_of(cleared[0]):g})."
         )
@@ -369,14 +376,24 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
     rows = [r for r in rows if column_of(r) is not None]
     if not rows:
         return None
+    scored_once = is_mia(run)
+    when = (
+        "with the model as given (nothing was trained: one scoring, step 0)"
+        if scored_once
+        else "at every checkpoint (step 0 is the untrained model)"
+    )
     section = Section(
         "detection",
         "Detection: members vs non-members",
         intro=(
-            "Each detector scores every sample (higher = more likely seen in training) at every checkpoint "
-            "(step 0 is the untrained model). AUROC and TPR at 1% FPR need no threshold; macro-F1 uses a "
-            "threshold chosen by cross-validation (SrDetection decides by its own rule). Click a legend "
-            "entry to highlight one detector; hover a point for its value and interval."
+            f"Each detector scores every sample (higher = more likely seen in training) {when}. AUROC and "
+            "TPR at 1% FPR need no threshold; macro-F1 uses a threshold chosen by cross-validation "
+            "(SrDetection decides by its own rule)."
+            + (
+                ""
+                if scored_once
+                else " Click a legend entry to highlight one detector; hover a point for its value and interval."
+            )
         ),
     )
     counts = _counts_caption(run)
@@ -386,7 +403,7 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         section.notes.append(
             f"{len(legacy)} rows from an older leaklab (no `column` field): their detector name is used"
         )
-    for metric in HEADLINE:
+    for metric in [] if scored_once else HEADLINE:  # one scoring: a per-checkpoint chart is one dot
         shown = rows
         if metric in THRESHOLD_FREE:  # a rule's margin as a score: the rule's own line already shows it
             shown = [r for r in rows if not is_margin(column_of(r))]
@@ -419,7 +436,7 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                 f"step {', '.join(map(str, unfinished))}: evaluation unfinished (no done row: killed "
                 "mid-evaluation? `leaklab evaluate RUN_DIR` completes it); its values may be partial"
             )
-    if len(steps) == 1:
+    if len(steps) == 1 and not scored_once:
         section.notes.append("one checkpoint only: curves are single points")
     score_columns = ordered(c for c in {column_of(r) for r in rows} if c)
     # ROC at the first, best and last checkpoint that have per-sample scores.
@@ -446,7 +463,8 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         if spec is not None:
             section.items.append(
                 Panel(
-                    "ROC curves (log FPR) at the first, best and last checkpoint",
+                    "ROC curves (log FPR)"
+                    + ("" if scored_once else " at the first, best and last checkpoint"),
                     spec,
                     f"{counts}; FPR 0 drawn at {floor:.3g} (half of one non-member); dashed: chance. "
                     "SrDetection's curve is that of its margin.",

@@ -7,7 +7,7 @@ import csv
 import io
 import json
 
-from leaklab.results import column_of, ordered
+from leaklab.results import column_of, is_margin, ordered
 
 
 def metric_table(rows: list[dict], metric: str, intervals: bool = True) -> str:
@@ -40,6 +40,36 @@ def metric_table(rows: list[dict], metric: str, intervals: bool = True) -> str:
     for step in sorted(epochs):
         cells = [cell((step, c)) for c in columns]
         lines.append(f"| {step} | {epochs[step] or 0:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def console_table(rows: list[dict], metric: str) -> str:
+    """The terminal's version of `metric_table`: a row per detector and a column per checkpoint, so its
+    width grows with the checkpoints (a few), not the detectors (twenty or more). For a threshold-free
+    metric a rule's margin column is left out: its AUROC is the rule's own, on the line above it."""
+    value, low, high, steps = {}, {}, {}, set()
+    for r in rows:
+        column = column_of(r)
+        if column is None or (metric in ("auroc", "tpr@1%fpr", "tpr@5%fpr") and is_margin(column)):
+            continue
+        key = (column, r["step"])
+        if r.get("metric") == metric and isinstance(r.get("value"), (int, float)):
+            value[key], _ = r["value"], steps.add(r["step"])
+        elif r.get("metric") == f"{metric}_ci_low":
+            low[key] = r.get("value")
+        elif r.get("metric") == f"{metric}_ci_high":
+            high[key] = r.get("value")
+    columns, steps = ordered(c for c, _ in value), sorted(steps)
+
+    def cell(key) -> str:
+        if key not in value:
+            return "–"
+        if low.get(key) is not None and high.get(key) is not None:
+            return f"{value[key]:.3f} [{low[key]:.2f}, {high[key]:.2f}]"
+        return f"{value[key]:.3f}"
+
+    lines = ["| detector | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
+    lines += [f"| {c} | " + " | ".join(cell((c, s)) for s in steps) + " |" for c in columns]
     return "\n".join(lines) + "\n"
 
 

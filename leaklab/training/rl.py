@@ -45,22 +45,23 @@ def resolve_base(recipe: Recipe, run: RunDir, log=print) -> str | None:
         )
     if not rl.init_from:
         return None
-    checkpoint = find_init_checkpoint(rl.init_from)
+    checkpoint = find_init_checkpoint(rl.init_from, recipe.output_dir)
     if (checkpoint / "adapter_config.json").exists():
         return str(merge_adapter(checkpoint, Path(run.root) / "init_model", recipe, log))
     log(f"[leaklab] rl: starting from {checkpoint}")
     return str(checkpoint)
 
 
-def find_init_checkpoint(init_from: str) -> Path:
-    """A model directory for `train.rl.init_from`: itself, a run's last checkpoint, or recipe:NAME's."""
+def find_init_checkpoint(init_from: str, output_dir: str | None = None) -> Path:
+    """A model directory for `train.rl.init_from`: itself, a run's last checkpoint, or recipe:NAME's
+    (its run under `output_dir`, the rl run's own: the earlier stage was trained with the same one)."""
     from leaklab.models.load import ModelUnavailableError
 
     if init_from.startswith("recipe:"):
         from leaklab.recipe import load_recipe, run_dir_of
 
         name = init_from.split(":", 1)[1]
-        path = run_dir_of(load_recipe(name))
+        path = run_dir_of(load_recipe(name, [f"output_dir={output_dir}"] if output_dir else []))
         if not path.is_dir():
             # The settings hash changes when the schema gains keys; take the newest run of that recipe.
             runs = sorted(path.parent.glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)

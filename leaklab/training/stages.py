@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
 
-from leaklab.plugins import Record, resolve
+from leaklab.plugins import REGISTRIES, Record, resolve
 
 
 @runtime_checkable
@@ -95,6 +95,7 @@ STAGES: dict[str, Record] = {
         ),
     ]
 }
+REGISTRIES["stage"] = STAGES  # where `plugins.register` adds outside stages
 
 # What `train.stage` may be; recipe validation reads this.
 STAGE_NAMES: tuple[str, ...] = tuple(STAGES)

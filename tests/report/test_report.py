@@ -344,7 +344,7 @@ def test_rule_tpr_fpr_and_margin_f1_per_checkpoint_table(tmp_path):
     from leaklab.results import display_name, is_rule
 
     assert not is_rule("srdetection_gray_margin@n=10")  # compared like ppl: CV / oracle threshold
-    assert display_name("srdetection_gray_margin@n=10") == "SrDetection gray box: margin as a score (n=10)"
+    assert display_name("srdetection_gray_margin@n=10") == "SrDetection gray box (n=10): margin as a score"
 
 
 def _values(node) -> list[dict]:
