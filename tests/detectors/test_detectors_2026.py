@@ -263,3 +263,51 @@ def test_all_four_on_a_tiny_llama_reuse_their_caches():
     assert generations.misses == misses
     for column in scores.columns:
         np.testing.assert_allclose(again.columns[column], scores.columns[column], rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- leaklab mia and audit
+
+SMALL_2026 = "detectors=[pac:copies=2,conrecall:shots=1,samia:samples=2,max_new_tokens=8,gradnorm]"
+
+
+@pytest.mark.slow  # builds the smoke tiny model when the session has none (about a minute)
+def test_mia_runs_the_four_and_audit_refuses_conrecall_without_shot_files(leaklab_cache, tmp_path, capsys):
+    from conftest import SMALL_TINY
+    from leaklab.cli import main as cli_main
+    from leaklab.data.benchmarks import load_humaneval
+    from leaklab.rundir import RunDir
+
+    tasks = load_humaneval()[:12]
+    data = tmp_path / "labelled.jsonl"
+    data.write_text(
+        "".join(
+            json.dumps({"text": t.text("prompt+solution"), "label": i % 2}) + "\n"
+            for i, t in enumerate(tasks)
+        )
+    )
+    common = ["tracking.wandb.enabled=false", "evaluate.n_bootstrap=10", *SMALL_TINY]
+    args = [
+        "mia",
+        "model=builtin:tiny",
+        f"data={data}",
+        SMALL_2026,
+        f"output_dir={tmp_path / 'mia'}",
+        *common,
+    ]
+    assert cli_main(args) == 0
+    (folder,) = (tmp_path / "mia").iterdir()
+    auroc = {r["column"]: r["value"] for r in RunDir(folder).results_rows() if r["metric"] == "auroc"}
+    for column in ("pac", "conrecall@gamma=0.5", "samia@n=1", "samia_zlib@n=1", "gradnorm"):
+        assert 0 <= auroc[column] <= 1, (column, auroc)
+
+    capsys.readouterr()
+    audit = [
+        "audit",
+        "model=builtin:tiny",
+        "benchmark=humaneval",
+        "detectors=[conrecall]",
+        "data.max_samples=6",
+    ]
+    assert cli_main([*audit, f"output_dir={tmp_path / 'audit'}", *common]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "conrecall:members=FILE.jsonl,non_members=FILE.jsonl" in err[0], err
