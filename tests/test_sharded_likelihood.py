@@ -4,17 +4,13 @@ and the model pass against log-likelihoods read from the bigram table of test_de
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from test_detectors_2026 import word_probs
+from test_model_detectors import bigram
 
-sys.path.insert(0, str(Path(__file__).parent / "detectors"))
-from test_detectors_2026 import word_probs  # noqa: E402
-from test_model_detectors import bigram  # noqa: E402
-
-from leaklab.dataset_tests.sharded_likelihood import (  # noqa: E402
+from leaklab.dataset_tests.sharded_likelihood import (
     null_rejection_rate,
     one_sided_t,
     run_sharded_test,
@@ -22,7 +18,7 @@ from leaklab.dataset_tests.sharded_likelihood import (  # noqa: E402
     shard_permutations,
     sharded_test,
 )
-from leaklab.signals.logprobs import SignalCache  # noqa: E402
+from leaklab.signals.logprobs import SignalCache
 
 
 def test_shard_bounds_by_hand():

@@ -1,0 +1,72 @@
+"""Golden tests of CoDeC and PaCoST (dataset-level tests): the statistics by hand, and CoDeC's model pass
+against log-likelihoods read from the bigram table of test_detectors.py."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from test_detectors_2026 import word_probs
+from test_model_detectors import bigram
+
+from leaklab.dataset_tests.codec import codec_score, codec_vs_clean, context_nlls, context_shots
+from leaklab.dataset_tests.pacost import null_rejection_rate, pacost_test, paired_differences
+from leaklab.signals.logprobs import SignalCache
+
+
+def test_codec_score_by_hand():
+    """Drops where the NLL with context is higher: 1.5 > 1 yes, 1 > 2 no, 3 > 3 no; the NaN row is out."""
+    assert codec_score([1.0, 2.0, 3.0, np.nan], [1.5, 1.0, 3.0, 1.0]) == (pytest.approx(1 / 3), 1, 3)
+    assert math.isnan(codec_score([np.nan], [1.0])[0])
+
+
+def test_codec_vs_clean_by_hand():
+    """3 drops of 3 against 0 of 3: of the C(6, 3) = 20 ways to place the 3 drops among 6 samples one puts
+    all of them in the suspect set: p = 1/20."""
+    rows = codec_vs_clean((1.0, 3, 3), (0.0, 0, 3))
+    assert rows == {
+        "codec": 1.0,
+        "codec_clean": 0.0,
+        "p_value": pytest.approx(0.05),
+        "n": 3.0,
+        "n_clean": 3.0,
+    }
+
+
+def test_codec_context_is_other_samples_and_never_scored():
+    """Each sample's context is k others of its set; its NLL with context is the mean of -log p(word |
+    previous) over its own words, the first conditioned on the context's last word."""
+    texts = ["a a b b", "c", "b c", "a"]
+    shots = context_shots(texts, 2, seed=3)
+    assert all(texts[i] not in s and len(s) == 2 for i, s in enumerate(shots))
+    model, tok = bigram()
+    plain, context = context_nlls(model, tok, texts, k=2, seed=3, cache=SignalCache())
+    for i, text in enumerate(texts):
+        words = len(text.split())
+        assert plain[i] == pytest.approx(-np.mean(np.log(word_probs(text))), abs=1e-6)
+        joined = " ".join([*shots[i], text])
+        assert context[i] == pytest.approx(-np.mean(np.log(word_probs(joined)[-words:])), abs=1e-6)
+
+
+def test_pacost_by_hand():
+    """Confidences 0.5, 0.4, 0.3 against variant means (0.25 + 0.35) / 2 = 0.3, 0.4 (its NaN variant
+    left out) and none (the sample is left out): d = (0.2, 0). Mean 0.1, sd 0.1 sqrt 2: t = 1, and with
+    one degree of freedom p = 1/2 - atan(1) / pi = 1/4."""
+    original = -np.log([0.5, 0.4, 0.3])
+    variants = -np.log(np.array([[0.25, 0.35], [0.4, np.nan], [np.nan, np.nan]]))
+    np.testing.assert_allclose(paired_differences(original, variants), [0.2, 0.0], atol=1e-12)
+    got = pacost_test(original, variants)
+    assert got["t"] == pytest.approx(1.0) and got["p_value"] == pytest.approx(0.25)
+    assert got["n"] == 2.0 and got["mean_difference"] == pytest.approx(0.1)
+
+
+def test_pacost_null_rate_sees_a_variant_bias():
+    """Clean samples whose variants are all less likely by the same amount: every half rejects (the rate
+    is 1, far above alpha: the bias the measured rate exists to show); fewer than 4 samples: NaN."""
+    original = -np.log(np.full(8, 0.5))
+    variants = -np.log(np.full((8, 2), 0.4))
+    variants[::2] = -np.log(0.3)  # two spreads so a half has a non-zero spread when it mixes them
+    got = null_rejection_rate(original, variants, halvings=20, alpha=0.05)
+    assert got["null_rejection_rate"] == 1.0 and got["null_halvings"] == 20.0
+    assert math.isnan(null_rejection_rate(original[:3], variants[:3])["null_rejection_rate"])
