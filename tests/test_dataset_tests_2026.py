@@ -70,3 +70,29 @@ def test_pacost_null_rate_sees_a_variant_bias():
     got = null_rejection_rate(original, variants, halvings=20, alpha=0.05)
     assert got["null_rejection_rate"] == 1.0 and got["null_halvings"] == 20.0
     assert math.isnan(null_rejection_rate(original[:3], variants[:3])["null_rejection_rate"])
+
+
+def test_rows_say_which_set_and_carry_the_tests_metrics():
+    from leaklab.dataset_tests import rows
+    from leaklab.dataset_tests.sharded_likelihood import run_sharded_test
+
+    model, tok = bigram()
+    texts = ["a b", "c", "b b a", "c a", "a", "b c c", "a c", "b", "c c", "a a"]
+    labels = np.array([1, 0] * 5)
+    got = rows.sharded_likelihood_rows(
+        model, tok, texts, labels, shards=2, permutations=3, cache=SignalCache()
+    )
+    members = {r["metric"]: r["value"] for r in got if r["params"]["set"] == "members"}
+    direct = run_sharded_test(model, tok, texts[::2], shards=2, permutations=3, cache=SignalCache())
+    assert members == pytest.approx(direct, nan_ok=True)
+    assert {r["params"]["set"] for r in got} == {"members", "non_members"}
+    assert all(r["detector"] == r["column"] == "sharded_likelihood" for r in got)
+
+    codec_rows = {r["metric"]: r["value"] for r in rows.codec_rows(model, tok, texts, labels, k=1)}
+    assert {"codec", "codec_clean", "p_value", "n", "n_clean"} == set(codec_rows)
+    assert codec_rows["n"] == codec_rows["n_clean"] == 5.0
+
+    original = -np.log(np.full(10, 0.5))
+    variants = -np.log(np.full((10, 1), 0.25))
+    pacost_rows = {r["metric"]: r["value"] for r in rows.pacost_rows(original, variants, labels)}
+    assert pacost_rows["mean_difference"] == pytest.approx(0.25) and pacost_rows["null_rejection_rate"] == 1.0

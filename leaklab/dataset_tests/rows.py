@@ -1,0 +1,72 @@
+"""The dataset-level tests as result rows, beside dataset inference's (`evaluations.detection`): one row
+per metric, {"detector", "params", "column", "metric", "value"}, for a set with known labels (a run's
+members and non-members, an mia set) or a suspect set against a clean one (an audit).
+
+Every test reports its p-value with its measured false-positive rate next to it:
+  sharded_likelihood  the members in their canonical order (the p-values), and the same test on the
+                      non-members (the clean condition: its p-value) with the t-test's null rate;
+  codec               the members' share of context drops against the non-members' (the exact test);
+  pacost              the paired test on the members, its null rate from halves of the non-members.
+Rows with `params.set` say which set a row is about. A test that cannot run on a set (too few
+samples) is left out, said by its absence, as dataset inference does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from leaklab.dataset_tests import codec, pacost, sharded_likelihood
+
+
+def _rows(name: str, params: dict[str, Any], metrics: dict[str, float]) -> list[dict[str, Any]]:
+    from leaklab.evaluations.base import float_or_none
+
+    head = {"detector": name, "params": params, "column": name}
+    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+
+
+def sharded_likelihood_rows(
+    model, tokenizer, texts, labels, *, shards: int = 10, permutations: int = 20, seed: int = 0, **engine
+) -> list[dict[str, Any]]:
+    """The sharded test of the members and of the non-members, each set in its given (canonical) order."""
+    y = np.asarray(labels).astype(bool)
+    out = []
+    for name, keep in (("members", y), ("non_members", ~y)):
+        examples = [t for t, k in zip(texts, keep) if k]
+        if len(examples) < 4:
+            continue
+        metrics = sharded_likelihood.run_sharded_test(
+            model, tokenizer, examples, shards=shards, permutations=permutations, seed=seed, **engine
+        )
+        params = {"set": name, "shards": shards, "permutations": permutations}
+        out += _rows("sharded_likelihood", params, metrics)
+    return out
+
+
+def codec_rows(
+    model, tokenizer, texts, labels, *, k: int = 3, seed: int = 0, **engine
+) -> list[dict[str, Any]]:
+    """CoDeC of the members against the non-members (each set's context drawn from itself)."""
+    y = np.asarray(labels).astype(bool)
+    members = [t for t, m in zip(texts, y) if m]
+    clean = [t for t, m in zip(texts, y) if not m]
+    if len(members) < 2 or len(clean) < 2:
+        return []
+    scores = [
+        codec.codec_score(*codec.context_nlls(model, tokenizer, s, k=k, seed=seed, **engine))
+        for s in (members, clean)
+    ]
+    return _rows("codec", {"k": k, "set": "members_vs_non_members"}, codec.codec_vs_clean(*scores))
+
+
+def pacost_rows(original_nll, variant_nll, labels, *, seed: int = 0) -> list[dict[str, Any]]:
+    """PaCoST of the members, its null rate measured on halves of the non-members. original_nll [N] and
+    variant_nll [N, m] as `srdetection.gray_scores` returns them (one engine pass, shared with
+    srdetection_gray and neighbourhood)."""
+    y = np.asarray(labels).astype(bool)
+    original, variants = np.asarray(original_nll, dtype=float), np.asarray(variant_nll, dtype=float)
+    metrics = pacost.pacost_test(original[y], variants[y])
+    metrics.update(pacost.null_rejection_rate(original[~y], variants[~y], seed=seed))
+    return _rows("pacost", {"set": "members", "null": "non_members"}, metrics)
