@@ -12,6 +12,7 @@ from test_model_detectors import bigram
 
 from leaklab.dataset_tests.codec import codec_score, codec_vs_clean, context_nlls, context_shots
 from leaklab.dataset_tests.pacost import null_rejection_rate, pacost_test, paired_differences
+from leaklab.metrics import two_rate_pvalue
 from leaklab.signals.logprobs import SignalCache
 
 
@@ -92,7 +93,27 @@ def test_rows_say_which_set_and_carry_the_tests_metrics():
     assert {"codec", "codec_clean", "p_value", "n", "n_clean"} == set(codec_rows)
     assert codec_rows["n"] == codec_rows["n_clean"] == 5.0
 
-    original = -np.log(np.full(10, 0.5))
-    variants = -np.log(np.full((10, 1), 0.25))
-    pacost_rows = {r["metric"]: r["value"] for r in rows.pacost_rows(original, variants, labels)}
+    pacost_rows = {r["metric"]: r["value"] for r in rows.pacost_rows(np.full(10, 0.25), labels)}
     assert pacost_rows["mean_difference"] == pytest.approx(0.25) and pacost_rows["null_rejection_rate"] == 1.0
+    # The codec column: drops (> 0) in 4 of 5 members, 1 of 5 non-members; NaN rows left out.
+    drop = np.array([1.0, -1, 2, 0.5, 3, -2, 0.1, -3, 0.0, np.nan])  # members at even positions
+    from_column = {r["metric"]: r["value"] for r in rows.codec_column_rows(drop, labels)}
+    assert from_column["codec"] == pytest.approx(0.8) and from_column["codec_clean"] == pytest.approx(0.25)
+    assert from_column["p_value"] == pytest.approx(two_rate_pvalue(4, 5, 1, 4))
+
+
+def test_codec_and_pacost_detectors_on_the_bigram():
+    """pacost_gap of "a a b b" with the variant "a b a b": confidences 2^-1.5 (NLL 1.5 ln 2) and 2^-1.25
+    (p = 1/2, 1/2, 1/4, 1/2: NLL 1.25 ln 2), gap 2^-1.5 - 2^-1.25. codec_drop is NLL(x | C_x) - NLL(x)
+    with the word-level values of test_codec_context_is_other_samples_and_never_scored."""
+    from leaklab.detectors import score_detectors
+    from leaklab.detectors.srdetection import SrInputs
+
+    model, tok = bigram()
+    texts = ["a a b b", "c", "b c", "a"]
+    inputs = SrInputs(texts, [""] * 4, [["a b a b"], [], ["c b"], []], [[""], [], [""], []])
+    scores = score_detectors(["pacost", "codec:k=2,seed=3"], model, tok, texts, rule_inputs=inputs)
+    gap = scores.columns["pacost_gap"]
+    assert gap[0] == pytest.approx(2**-1.5 - 2**-1.25, abs=1e-6) and np.isnan(gap[1])
+    plain, context = context_nlls(model, tok, texts, k=2, seed=3, cache=SignalCache())
+    np.testing.assert_allclose(scores.columns["codec_drop"], context - plain, atol=1e-9)

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from leaklab.detectors.conrecall import shots_that_fit
+from leaklab.detectors.likelihood import TARGET
 from leaklab.detectors.recall import join_prefix
 from leaklab.metrics import two_rate_pvalue
 
@@ -88,3 +91,37 @@ def context_nlls(model, tokenizer, texts: list[str], *, k: int = 3, seed: int = 
         dataclasses.replace(scoring, scoring_span="solution"),
     )
     return plain, context
+
+
+@dataclass
+class Codec:
+    """CoDeC's per-sample ingredient as a score column: codec_drop = NLL(x | C_x) - NLL(x), above 0 where
+    the context lowered the sample's likelihood (a drop), so HIGHER MEANS MORE LIKELY A MEMBER; the
+    context comes from the other samples scored with it (the benchmark itself in an audit). The set's
+    contamination score is the share of drops (`codec_score`), its test `codec_vs_clean`."""
+
+    name: ClassVar[str] = "codec"
+    needs: ClassVar[frozenset[str]] = frozenset({TARGET})
+    k: int = 3  # other samples in context (the most that fit)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"codec: k must be positive, got {self.k}")
+
+    def columns(self) -> dict[str, dict]:
+        return {"codec_drop": {"k": self.k, "seed": self.seed}}
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        plain, context = context_nlls(
+            inputs.model,
+            inputs.tokenizer,
+            list(inputs.texts),
+            k=self.k,
+            seed=self.seed,
+            settings=inputs.settings,
+            accelerator=inputs.accelerator,
+            cache=inputs.cache,
+        )
+        inputs.info[self.name] = {"no_room": int(np.isnan(context).sum())}
+        return {"codec_drop": context - plain}

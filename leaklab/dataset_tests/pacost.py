@@ -21,26 +21,29 @@ the variants, not a leak) shows up there as a rate above alpha.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from leaklab.dataset_tests.sharded_likelihood import one_sided_t
+from leaklab.detectors.srdetection import VARIANTS, gray_scores
 
 
 def paired_differences(original_nll, variant_nll) -> np.ndarray:
     """d per sample with a finite original and at least one finite variant (the others left out)."""
-    original = np.exp(-np.asarray(original_nll, dtype=np.float64))
-    variants = np.exp(-np.asarray(variant_nll, dtype=np.float64))
-    finite = np.isfinite(variants)
-    count = finite.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, np.where(finite, variants, 0.0).sum(axis=1) / np.maximum(count, 1), np.nan)
-    d = original - mean
+    d = confidence_gaps(original_nll, variant_nll)
     return d[np.isfinite(d)]
 
 
 def pacost_test(original_nll, variant_nll) -> dict[str, float]:
-    d = paired_differences(original_nll, variant_nll)
+    return gap_test(paired_differences(original_nll, variant_nll))
+
+
+def gap_test(gaps) -> dict[str, float]:
+    """The paired test from the per-sample gaps d(x) (NaN gaps left out)."""
+    d = np.asarray(gaps, dtype=np.float64)
+    d = d[np.isfinite(d)]
     t, p = one_sided_t(d)
     return {
         "t": t,
@@ -54,7 +57,15 @@ def null_rejection_rate(
     original_nll, variant_nll, *, halvings: int = 100, alpha: float = 0.05, seed: int = 0
 ) -> dict[str, float]:
     """The share of random halves of known-clean samples whose test gives p < alpha."""
-    d = paired_differences(original_nll, variant_nll)
+    return gap_null_rate(
+        paired_differences(original_nll, variant_nll), halvings=halvings, alpha=alpha, seed=seed
+    )
+
+
+def gap_null_rate(gaps, *, halvings: int = 100, alpha: float = 0.05, seed: int = 0) -> dict[str, float]:
+    """`null_rejection_rate` from the known-clean samples' gaps d(x) (NaN gaps left out)."""
+    d = np.asarray(gaps, dtype=np.float64)
+    d = d[np.isfinite(d)]
     out = {"null_rejection_rate": math.nan, "null_halvings": 0.0, "null_alpha": float(alpha)}
     if len(d) < 4:
         return out
@@ -65,3 +76,43 @@ def null_rejection_rate(
         out["null_rejection_rate"] = float(np.mean(np.asarray(p_values) < alpha))
     out["null_halvings"] = float(len(p_values))
     return out
+
+
+def confidence_gaps(original_nll, variant_nll) -> np.ndarray:
+    """d(x) per sample (NaN where the sample has no finite variant or no scored token)."""
+    original = np.exp(-np.asarray(original_nll, dtype=np.float64))
+    variants = np.exp(-np.asarray(variant_nll, dtype=np.float64))
+    finite = np.isfinite(variants)
+    count = finite.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, np.where(finite, variants, 0.0).sum(axis=1) / np.maximum(count, 1), np.nan)
+    return original - mean
+
+
+@dataclass
+class Pacost:
+    """PaCoST's per-sample ingredient as a score column: pacost_gap = d(x), the confidence on the original
+    minus the mean confidence on its verified variants (HIGHER MEANS MORE LIKELY A MEMBER). Its originals
+    and variants are the one engine pass that srdetection_gray and neighbourhood read (cache hits next
+    to them). The set's test is `pacost_test` on the gaps."""
+
+    name: ClassVar[str] = "pacost"
+    needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
+
+    def columns(self) -> dict[str, dict]:
+        return {"pacost_gap": {"confidence": "exp(-NLL)"}}
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        if inputs.rule_inputs is None:
+            raise ValueError("'pacost' needs each sample's variants (rule_inputs)")
+        original, variants = gray_scores(
+            inputs.model,
+            inputs.tokenizer,
+            inputs.rule_inputs,
+            inputs.settings,
+            accelerator=inputs.accelerator,
+            cache=inputs.cache,
+        )
+        gaps = confidence_gaps(original, variants)
+        inputs.info[self.name] = {"undefined": int(np.isnan(gaps).sum())}
+        return {"pacost_gap": gaps}

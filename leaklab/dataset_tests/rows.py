@@ -61,12 +61,22 @@ def codec_rows(
     return _rows("codec", {"k": k, "set": "members_vs_non_members"}, codec.codec_vs_clean(*scores))
 
 
-def pacost_rows(original_nll, variant_nll, labels, *, seed: int = 0) -> list[dict[str, Any]]:
-    """PaCoST of the members, its null rate measured on halves of the non-members. original_nll [N] and
-    variant_nll [N, m] as `srdetection.gray_scores` returns them (one engine pass, shared with
-    srdetection_gray and neighbourhood)."""
+def codec_column_rows(drop, labels) -> list[dict[str, Any]]:
+    """CoDeC from the `codec_drop` score column: the members' share of drops against the non-members'."""
     y = np.asarray(labels).astype(bool)
-    original, variants = np.asarray(original_nll, dtype=float), np.asarray(variant_nll, dtype=float)
-    metrics = pacost.pacost_test(original[y], variants[y])
-    metrics.update(pacost.null_rejection_rate(original[~y], variants[~y], seed=seed))
+    drop = np.asarray(drop, dtype=np.float64)
+    zero = np.zeros_like(drop)  # codec_score compares NLLs: a drop is drop > 0
+    members, clean = codec.codec_score(zero[y], drop[y]), codec.codec_score(zero[~y], drop[~y])
+    if members[2] < 2 or clean[2] < 2:
+        return []
+    return _rows("codec", {"set": "members_vs_non_members"}, codec.codec_vs_clean(members, clean))
+
+
+def pacost_rows(gaps, labels, *, seed: int = 0) -> list[dict[str, Any]]:
+    """PaCoST from the `pacost_gap` score column: the paired test on the members, its null rate measured
+    on halves of the non-members."""
+    y = np.asarray(labels).astype(bool)
+    gaps = np.asarray(gaps, dtype=np.float64)
+    metrics = pacost.gap_test(gaps[y])
+    metrics.update(pacost.gap_null_rate(gaps[~y], seed=seed))
     return _rows("pacost", {"set": "members", "null": "non_members"}, metrics)
