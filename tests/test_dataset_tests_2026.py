@@ -117,3 +117,34 @@ def test_codec_and_pacost_detectors_on_the_bigram():
     assert gap[0] == pytest.approx(2**-1.5 - 2**-1.25, abs=1e-6) and np.isnan(gap[1])
     plain, context = context_nlls(model, tok, texts, k=2, seed=3, cache=SignalCache())
     np.testing.assert_allclose(scores.columns["codec_drop"], context - plain, atol=1e-9)
+
+
+def test_audit_verdict_names_each_dataset_test_with_its_false_positive_baseline():
+    """An audit's rows against its clean set: the verdict gives CoDeC's two shares and p, and PaCoST's p
+    with the null rate measured on halves of the clean set."""
+    from leaklab.audit import verdict
+    from leaklab.dataset_tests.rows import dataset_test_rows_vs_clean
+
+    suspect = {
+        "codec_drop": np.array([1.0, 2, 3, 4, -1, 1]),
+        "pacost_gap": np.array([0.2, 0.3, 0.1, 0.2, 0.4, 0.3]),
+    }
+    clean = {
+        "codec_drop": np.array([-1.0, -2, 1, -1, -3, -2]),
+        "pacost_gap": np.array([0.1, -0.1, 0, 0.2, -0.2, 0.05]),
+    }
+    rows = dataset_test_rows_vs_clean(suspect, clean)
+    value = {(r["column"], r["metric"]): r["value"] for r in rows}
+    assert value[("codec_test", "p_value")] == pytest.approx(two_rate_pvalue(5, 6, 1, 6))
+    tested = {
+        "model": "m",
+        "n_tasks": 6,
+        "benchmark": "b",
+        "detectors": ["codec", "pacost"],
+        "clean": "c",
+        "n_clean": 6,
+    }
+    text = verdict(rows, tested)
+    assert "CoDeC" in text and "0.83 of the benchmark's samples drop against 0.17 of the clean set's" in text
+    rate = value[("pacost_test", "null_rejection_rate")]
+    assert "PaCoST" in text and f"false-positive rate of {rate:.2f}" in text
