@@ -14,8 +14,9 @@ non-members, an audit's clean= set): the one-sided exact test (Fisher's, `metric
 the suspect set's share of drops is larger than the clean set's. Each set draws its context from
 itself. The clean set's own share is its measured false-positive baseline.
 
-Choices the paper leaves open here: k (the most of 3 that fit; context + x always inside the model's
-context, as Con-ReCall's shots, or the sample is left out and counted), and the join (blank lines).
+Choices the paper leaves open here: k (3; the other samples are tried in a seeded order and kept while
+context + x still fits the model's context, as Con-ReCall's shots; a sample for which none fits is left
+out and counted), and the join (blank lines).
 Cost: LL(x) is `ppl`'s pass; LL(x | C_x) one more batched pass over longer texts.
 """
 
@@ -28,7 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.conrecall import shots_that_fit
+from leaklab.detectors.conrecall import fitting_shots
 from leaklab.detectors.likelihood import TARGET
 from leaklab.detectors.recall import join_prefix
 from leaklab.metrics import two_rate_pvalue
@@ -55,12 +56,13 @@ def codec_vs_clean(suspect: tuple[float, int, int], clean: tuple[float, int, int
     }
 
 
-def context_shots(texts: list[str], k: int, seed: int) -> list[list[str]]:
-    """Per sample, k other samples of the same set (seeded per sample position; never the sample)."""
+def context_shots(texts: list[str], seed: int) -> list[list[str]]:
+    """Per sample, the other samples of the same set in a seeded random order (per sample position):
+    the order they are tried in as its context. Never the sample itself."""
     out = []
     for i in range(len(texts)):
         others = [t for j, t in enumerate(texts) if j != i]
-        out.append(random.Random(seed * 100003 + i).sample(others, min(k, len(others))))
+        out.append(random.Random(seed * 100003 + i).sample(others, len(others)))
     return out
 
 
@@ -79,11 +81,11 @@ def context_nlls(model, tokenizer, texts: list[str], *, k: int = 3, seed: int = 
 
     plain = nlls(texts, None, scoring)
     fitted, heads = [], []
-    for i, shots in enumerate(context_shots(texts, k, seed)):
-        n = shots_that_fit(tokenizer, shots, "", texts[i], max_length)
-        if n:
+    for i, candidates in enumerate(context_shots(texts, seed)):
+        shots = fitting_shots(tokenizer, candidates, "", texts[i], max_length, k)
+        if shots:
             fitted.append(i)
-            heads.append(join_prefix(shots[:n]))
+            heads.append(join_prefix(shots))
     context = np.full(len(texts), np.nan)
     context[fitted] = nlls(
         [h + texts[i] for h, i in zip(heads, fitted)],

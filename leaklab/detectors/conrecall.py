@@ -21,10 +21,11 @@ Where the shots come from. They are never the sample being scored and never chos
     non-members; the rest are members), CROSS-FITTED: the samples are split in `folds` seeded folds,
     and a sample of fold f gets shots drawn from the members and non-members of the other folds only.
 
-Prefix + text always stay inside the model's context: per sample, k is the largest number of shots
-(at most `shots`) for which both P_m + x and P_n + x fit, tokenised as the engine tokenises them. A
-sample for which not even one shot fits scores NaN and is counted (`no_room`), never scored with a
-prefix the context cannot hold. Choices the paper leaves open: gamma (a parameter; several values share
+Prefix + text always stay inside the model's context: per sample, each kind's candidates are tried in
+their drawn order and kept while the prefix + x still fits (tokenised as the engine tokenises them; a
+candidate too long is skipped), up to `shots`; both prefixes then use the same number k of shots, the
+smaller count. A sample for which not even one shot of each kind fits scores NaN and is counted
+(`no_room`), never scored with a prefix the context cannot hold. Choices the paper leaves open: gamma (a parameter; several values share
 the passes), the number of shots (5), and the shot order (the draw's).
 
 Cost: NLL(x) is `ppl`'s pass (a cache hit); NLL(x | P_m) and NLL(x | P_n) are one batched pass each
@@ -58,11 +59,11 @@ def conrecall_scores(
 
 
 def cross_fitted_shots(
-    texts: list[str], known_clean, shots: int, folds: int, seed: int
+    texts: list[str], known_clean, folds: int, seed: int
 ) -> list[tuple[list[str], list[str]]]:
-    """Per sample, (member shots, non-member shots) drawn from the OTHER folds' samples: known_clean[i]
-    True marks a non-member, False a member. Each fold draws once (seeded); a fold whose complement
-    holds no member or no non-member gives its samples no shots."""
+    """Per sample, (member candidates, non-member candidates) from the OTHER folds' samples, each list in
+    a seeded random order (the order shots are tried in): known_clean[i] True marks a non-member,
+    False a member. A fold whose complement holds no member or no non-member gives empty lists."""
     clean = np.asarray(known_clean).astype(bool)
     n = len(texts)
     k = max(1, min(folds, n))
@@ -73,25 +74,28 @@ def cross_fitted_shots(
         rng = random.Random(seed * 1000 + fold)
         members = [texts[i] for i in others if not clean[i]]
         non_members = [texts[i] for i in others if clean[i]]
-        drawn = (
-            rng.sample(members, min(shots, len(members))),
-            rng.sample(non_members, min(shots, len(non_members))),
-        )
+        drawn = (rng.sample(members, len(members)), rng.sample(non_members, len(non_members)))
         for i in np.flatnonzero(fold_of == fold):
             out[i] = drawn
     return out
 
 
-def shots_that_fit(tokenizer, shots: list[str], prompt: str, rest: str, max_length: int) -> int:
-    """The largest k <= len(shots) with join_prefix(shots[:k]) + prompt + rest inside max_length tokens,
-    counted as the engine counts them (the prompt with special tokens, the rest apart, without); 0 when
-    not even one shot fits."""
+def fitting_shots(
+    tokenizer, candidates: list[str], prompt: str, rest: str, max_length: int, k: int
+) -> list[str]:
+    """Up to k candidates, taken in order, each kept only if join_prefix(kept + [it]) + prompt + rest
+    stays inside max_length tokens, counted as the engine counts them (the prompt with special tokens,
+    the rest apart, without). A candidate too long to fit is skipped, not a reason to stop; at most 4k
+    candidates are tried (tokenising is not free)."""
     rest_tokens = len(tokenizer(rest, add_special_tokens=False)["input_ids"]) if rest else 0
-    for k in range(len(shots), 0, -1):
-        head = join_prefix(shots[:k]) + prompt
+    kept: list[str] = []
+    for candidate in candidates[: 4 * k]:
+        head = join_prefix([*kept, candidate]) + prompt
         if len(tokenizer(head)["input_ids"]) + rest_tokens <= max_length:
-            return k
-    return 0
+            kept.append(candidate)
+            if len(kept) == k:
+                break
+    return kept
 
 
 @dataclass
@@ -125,13 +129,11 @@ class ConRecall:
         return {f"conrecall@gamma={g:g}": {"gamma": g, **params} for g in self.gamma}
 
     def shot_lists(self, inputs) -> list[tuple[list[str], list[str]]]:
+        """Per sample, (member candidates, non-member candidates) in the order they are tried."""
         if self.members:
             rng = random.Random(self.seed)
             members, non_members = prefix_texts(self.members), prefix_texts(self.non_members)
-            drawn = (
-                rng.sample(members, min(self.shots, len(members))),
-                rng.sample(non_members, min(self.shots, len(non_members))),
-            )
+            drawn = (rng.sample(members, len(members)), rng.sample(non_members, len(non_members)))
             return [drawn] * len(inputs.texts)
         known = inputs.known_clean
         if known is None or len(set(np.asarray(known).astype(bool).tolist())) < 2:
@@ -139,7 +141,7 @@ class ConRecall:
                 "conrecall needs known members and non-members for its prefixes: name them with "
                 "conrecall:members=FILE.jsonl,non_members=FILE.jsonl (no labels to cross-fit here)"
             )
-        return cross_fitted_shots(inputs.texts, known, self.shots, self.folds, self.seed)
+        return cross_fitted_shots(inputs.texts, known, self.folds, self.seed)
 
     def run(self, inputs) -> dict[str, np.ndarray]:
         from leaklab.signals.logprobs import compute_token_stats, model_context_length
@@ -164,12 +166,13 @@ class ConRecall:
 
         plain = nlls(inputs.texts, contexts if solution else None, scoring)
         fitted, heads = [], {"member": [], "non_member": []}
-        for i, (member_shots, clean_shots) in enumerate(self.shot_lists(inputs)):
+        for i, candidates in enumerate(self.shot_lists(inputs)):
             text, context = inputs.texts[i], contexts[i]
-            k = min(
-                shots_that_fit(inputs.tokenizer, member_shots, context, text[len(context) :], max_length),
-                shots_that_fit(inputs.tokenizer, clean_shots, context, text[len(context) :], max_length),
+            rest = text[len(context) :]
+            member_shots, clean_shots = (
+                fitting_shots(inputs.tokenizer, c, context, rest, max_length, self.shots) for c in candidates
             )
+            k = min(len(member_shots), len(clean_shots))  # the same number of shots in both prefixes
             if k:
                 fitted.append(i)
                 heads["member"].append(join_prefix(member_shots[:k]))

@@ -19,7 +19,8 @@ distance is smaller than its neighbours', where a sample the model never saw mov
 NaN when x or all of its copies have no scored token.
 
 Choices the paper leaves open: confidences as probabilities (the paper's words, default) or
-log-probabilities (what a public implementation, Fast-MIA, computes: `space=logprob`); the rounding of
+log-probabilities (what a public implementation, Fast-MIA, computes: `space=logprob`, column
+`pac_log`); the rounding of
 the region sizes (ceil, as leaklab's Min-K%); the copies are seeded per text (its SHA-256 and `seed`), so
 a sample's copies do not depend on which other samples are scored. Under `scoring_span: solution` only
 the solution's words are swapped and scored; the prompt stays as it is, as context.
@@ -113,9 +114,14 @@ class Pac:
         if self.space not in ("prob", "logprob"):
             raise ValueError(f"pac: space must be prob or logprob, got {self.space!r}")
 
+    @property
+    def column(self) -> str:
+        """ "pac", or "pac_log" in log-probability space (so both can be columns of one evaluation)."""
+        return "pac" if self.space == "prob" else "pac_log"
+
     def columns(self) -> dict[str, dict]:
         params = {"far": self.far, "local": self.local, "alpha": self.alpha, "copies": self.copies}
-        return {"pac": {**params, "space": self.space, "seed": self.seed}}
+        return {self.column: {**params, "space": self.space, "seed": self.seed}}
 
     def distances(self, stats: Sequence) -> np.ndarray:
         return np.array(
@@ -151,4 +157,4 @@ class Pac:
         augmented = self.distances(stats(copy_texts, copy_prompts)).reshape(len(inputs.texts), self.copies)
         scores = pac_scores(original, augmented)
         inputs.info[self.name] = {"undefined": int(np.isnan(scores).sum())}
-        return {"pac": scores}
+        return {self.column: scores}

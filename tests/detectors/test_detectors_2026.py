@@ -16,7 +16,7 @@ from test_model_detectors import ScriptedGenerator, bigram
 from test_signals import tiny_model, tiny_tokenizer
 
 from leaklab.detectors import build_detector, columns_of, score_detectors
-from leaklab.detectors.conrecall import conrecall_scores, cross_fitted_shots, shots_that_fit
+from leaklab.detectors.conrecall import conrecall_scores, cross_fitted_shots, fitting_shots
 from leaklab.detectors.gradnorm import gradnorm_score
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.pac import augmented_copies, pac_scores, polarized_distance, swap_words
@@ -81,7 +81,8 @@ def test_pac_through_the_engine_matches_a_word_level_computation(space):
     model, tok = bigram()
     spec = f"pac:far=0.25,local=0.5,alpha=0.3,copies=4,space={space}"
     texts = ["a a b b", "c a b c"]
-    got = score_detectors([spec], model, tok, texts, cache=SignalCache()).columns["pac"]
+    column = "pac" if space == "prob" else "pac_log"
+    got = score_detectors([spec], model, tok, texts, cache=SignalCache()).columns[column]
 
     def pd(text):
         values = np.array(word_probs(text))
@@ -209,14 +210,18 @@ def test_conrecall_keeps_prefix_and_text_inside_the_context(tmp_path):
     values = scores.columns["conrecall@gamma=0.5"]
     assert np.isnan(values[0]) and np.isfinite(values[1])
     assert info["model_level"]["conrecall"] == {"no_room": 1}
-    assert shots_that_fit(tok, ["b b b b", "b"], "", texts[1], 32) == 2  # 1 + 4 + 1 + 20 = 26
-    assert shots_that_fit(tok, ["b b b b", "b"], "", texts[1], 25) == 1
+    # BOS + shots + the text's 20 words: both (1 + 4 + 1 + 20 = 26) fit 32; at 25 only the first (25);
+    # at 24 the first is skipped (too long) and the second kept (1 + 1 + 20 = 22).
+    assert fitting_shots(tok, ["b b b b", "b"], "", texts[1], 32, k=2) == ["b b b b", "b"]
+    assert fitting_shots(tok, ["b b b b", "b"], "", texts[1], 25, k=2) == ["b b b b"]
+    assert fitting_shots(tok, ["b b b b", "b"], "", texts[1], 24, k=2) == ["b"]
+    assert fitting_shots(tok, ["b b b b", "b"], "", texts[1], 32, k=1) == ["b b b b"]
 
 
 def test_conrecall_cross_fitted_shots_never_come_from_the_samples_fold():
     texts = [f"t{i}" for i in range(10)]
     clean = np.array([i % 2 == 0 for i in range(10)])
-    shots = cross_fitted_shots(texts, clean, shots=3, folds=2, seed=0)
+    shots = cross_fitted_shots(texts, clean, folds=2, seed=0)
     for i, (members, non_members) in enumerate(shots):
         assert texts[i] not in members + non_members
         assert all(not clean[texts.index(t)] for t in members) and all(
@@ -226,8 +231,8 @@ def test_conrecall_cross_fitted_shots_never_come_from_the_samples_fold():
         mates = {t for j, t in enumerate(texts) if shots[j] is shots[i]}
         assert not mates & set(members + non_members)
         others = [j for j in range(10) if shots[j] is not shots[i]]
-        assert len(members) == min(3, sum(not clean[j] for j in others))
-        assert len(non_members) == min(3, sum(clean[j] for j in others))
+        assert sorted(members) == sorted(texts[j] for j in others if not clean[j])
+        assert sorted(non_members) == sorted(texts[j] for j in others if clean[j])
 
 
 def test_conrecall_refuses_without_labels_or_files(tmp_path):
