@@ -9,6 +9,11 @@ it needs, ppl's own pass included where it reads it:
   cdd            one greedy and one sampled generation call (default 20 samples x 64 new tokens)
   ngram_acc      one greedy generation call: 5 starts x 5 new tokens per sample
   neighbourhood  one signal-engine pass over originals and their verified variants (srdetection_gray's)
+  pac            + one pass over the word-swapped copies (default 5 per sample)
+  conrecall      + one pass over member-prefix + text and one over non-member-prefix + text (5 shots each,
+                 cross-fitted from alternating labels: every other task counts as a member here)
+  samia          one sampled generation call (default 10 samples x 128 new tokens from half the solution)
+  gradnorm       one forward and one backward per sample (not batched)
 
 "in pipeline" is what the detector adds to a checkpoint's evaluation that already ran `ppl` (and, for
 neighbourhood, `srdetection_gray`) with the same caches; cdd and ngram_acc reuse nothing of theirs, so
@@ -22,7 +27,8 @@ per-benchmark cache (built and sandbox-verified once; not part of any ratio).
 
     python bench/bench_detectors.py [--tasks 40] [--repeats 3] [--threads 2] [--skip cdd,...] [--smoke]
 
-Prints a table, then one JSON line: {"bench": "detectors", "ratio_vs_ppl": {...}, ...}.
+Prints a table, then one JSON line: {"bench": "detectors", "ratio_vs_ppl": {...}, "ms_per_sample": {...},
+...}.
 """
 
 from __future__ import annotations
@@ -35,18 +41,36 @@ import time
 import torch
 
 # What a detector can reuse from the detectors an evaluation usually runs before it (same caches).
-SHARES = {"recall": ["ppl"], "neighbourhood": ["ppl", "srdetection_gray"]}
+SHARES = {
+    "recall": ["ppl"],
+    "neighbourhood": ["ppl", "srdetection_gray"],
+    "pac": ["ppl"],
+    "conrecall": ["ppl"],
+}
 SPECS = {
     "recall": "recall",
     "cdd": "cdd",
     "ngram_acc": "ngram_acc",
     "neighbourhood": "neighbourhood",
+    "pac": "pac",
+    "conrecall": "conrecall",
+    "samia": "samia",
+    "gradnorm": "gradnorm",
+}
+# What the smoke run uses instead (the smallest settings that exercise every path).
+SMOKE_SPECS = {
+    "cdd": "cdd:samples=2,max_new_tokens=8",
+    "pac": "pac:copies=2",
+    "conrecall": "conrecall:shots=1",
+    "samia": "samia:samples=2,max_new_tokens=8",
 }
 
 
 def run(
     specs, model, tokenizer, texts, prompts, settings, rule_inputs, signal_cache, generation_cache
 ) -> float:
+    import numpy as np
+
     from leaklab.detectors import score_detectors
 
     start = time.perf_counter()
@@ -60,6 +84,8 @@ def run(
         settings=settings,
         cache=signal_cache,
         generation_cache=generation_cache,
+        # conrecall's cross-fitted shots: alternate tasks count as members (the cost does not depend on it).
+        known_clean=np.arange(len(texts)) % 2 == 1,
     )
     return time.perf_counter() - start
 
@@ -87,8 +113,8 @@ def main() -> None:
     tasks = load_humaneval()[: args.tasks]
     settings = EvaluateConfig()
     specs = dict(SPECS)
-    if args.smoke:  # CDD's 20 samples x 64 new tokens, cut down
-        specs["cdd"] = "cdd:samples=2,max_new_tokens=8"
+    if args.smoke:  # CDD's 20 samples x 64 new tokens (and the others' defaults), cut down
+        specs.update(SMOKE_SPECS)
     tokenizer = build_tokenizer(4096)
     model = init_llama(tokenizer, context_length=512).eval()
     texts = [t.text("prompt+solution") for t in tasks]
@@ -117,7 +143,7 @@ def main() -> None:
     for name in names:
         spec = specs[name]
         cold = fresh([spec])
-        # cdd and ngram_acc read nothing that ppl computed: what they add is their fresh time.
+        # cdd, ngram_acc, samia and gradnorm read nothing that ppl computed: what they add is their fresh time.
         added = fresh([spec], warm=SHARES[name]) if name in SHARES else cold
         results[name] = (cold, added)
 
@@ -135,6 +161,10 @@ def main() -> None:
         "ratio_in_pipeline_vs_ppl": {name: round(added / ppl, 2) for name, (_, added) in results.items()},
         "ppl_s": round(ppl, 3),
         "seconds": {name: round(cold, 2) for name, (cold, _) in results.items()},
+        "ms_per_sample": {
+            "ppl": round(1000 * ppl / len(tasks), 1),
+            **{name: round(1000 * cold / len(tasks), 1) for name, (cold, _) in results.items()},
+        },
         "tasks": len(tasks),
         "tokens": tokens,
         "threads": args.threads,

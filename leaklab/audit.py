@@ -23,6 +23,7 @@ import numpy as np
 
 from leaklab.data.benchmarks import load_benchmark
 from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
+from leaklab.dataset_tests.rows import dataset_test_rows_vs_clean, verdict_sentences
 from leaklab.detectors import needs_of, needs_variants, score_detectors
 from leaklab.detectors.likelihood import REFERENCE
 from leaklab.detectors.srdetection import clean_null_against_set, inputs_from_tasks
@@ -261,6 +262,7 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
             f"{value.get(('blind', 'auroc_vs_clean')) or float('nan'):.3f}): any difference above may be the "
             "texts' difference rather than training."
         )
+    parts += verdict_sentences(value)  # the other dataset-level tests (codec, pacost) when computed
     uncalibrated: list[str] = []
     for c in columns:
         rate, decided = value.get((c, "leak_rate")), value.get((c, "n_decided"))
@@ -510,6 +512,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
              "column": "dataset_inference", "metric": k, "value": float_or_none(v)}
             for k, v in inference.items()
         ]  # fmt: skip
+    rows += [{**head, **r} for r in dataset_test_rows_vs_clean(suspect, clean, seed=cfg.seed)]
 
     lines = [
         f"{head['benchmark']} ({n_s} tasks) against the clean set {head['clean_set']} ({n_c} tasks):",

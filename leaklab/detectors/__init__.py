@@ -137,6 +137,12 @@ DETECTORS: dict[str, Record] = {
         ),
         Record("ngram_acc", "leaklab.detectors.ngram:NgramAccuracy", "model", "", _OTHER, cost="costly"),
         Record("recall", "leaklab.detectors.recall:Recall", "model", "", _OTHER, cost="moderate"),
+        Record("pac", "leaklab.detectors.pac:Pac", "model", "", _OTHER, cost="moderate"),
+        Record("conrecall", "leaklab.detectors.conrecall:ConRecall", "model", "", _OTHER, cost="moderate"),
+        Record("samia", "leaklab.detectors.samia:Samia", "model", "", _OTHER, cost="costly"),
+        Record("gradnorm", "leaklab.detectors.gradnorm:GradNorm", "model", "", _OTHER, cost="moderate"),
+        Record("codec", "leaklab.dataset_tests.codec:Codec", "model", "", _OTHER, cost="moderate"),
+        Record("pacost", "leaklab.dataset_tests.pacost:Pacost", "model", "", _OTHER, cost="moderate"),
     ]
 }
 KINDS = ("score", "model", "rule")  # see plugins.Record

@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
+from leaklab.dataset_tests.rows import dataset_test_rows
 from leaklab.detectors import needs_of, needs_variants, score_detectors
 from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
 from leaklab.detectors.likelihood import REFERENCE
@@ -218,6 +219,7 @@ class Detection:
         rows += self._blind_rows(ctx, blind)
         score_columns = {c: v for c, v in scores.columns.items() if c not in scores.decisions}
         rows += dataset_inference_rows(score_columns, labels, seed=cfg.seed)
+        rows += dataset_test_rows(score_columns, labels, seed=cfg.seed)  # codec, pacost when computed
 
         records = [
             {"task_id": task_id, "label": int(labels[i]), **scores.cells(i), BLIND: float_or_none(blind[i])}

@@ -1,0 +1,131 @@
+"""The dataset-level tests as result rows, beside dataset inference's (`evaluations.detection`): one row
+per metric, {"detector", "params", "column", "metric", "value"}, for a set with known labels (a run's
+members and non-members, an mia set) or a suspect set against a clean one (an audit).
+
+Row columns: sharded_likelihood, codec_test, pacost_test (the registry's codec and pacost name the
+per-sample columns codec_drop and pacost_gap these are computed from). Every test reports its p-value
+with its measured false-positive rate next to it:
+  sharded_likelihood  the members in their canonical order (the p-values), and the same test on the
+                      non-members (the clean condition: its p-value) with the t-test's null rate;
+  codec               the members' share of context drops against the non-members' (the exact test);
+  pacost              the paired test on the members, its null rate from halves of the non-members.
+Rows with `params.set` say which set a row is about. A test that cannot run on a set (too few
+samples) is left out, said by its absence, as dataset inference does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from leaklab.dataset_tests import codec, pacost, sharded_likelihood
+
+
+def _rows(name: str, params: dict[str, Any], metrics: dict[str, float]) -> list[dict[str, Any]]:
+    from leaklab.evaluations.base import float_or_none
+
+    head = {"detector": name, "params": params, "column": name}
+    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+
+
+def sharded_likelihood_rows(
+    model, tokenizer, texts, labels, *, shards: int = 10, permutations: int = 20, seed: int = 0, **engine
+) -> list[dict[str, Any]]:
+    """The sharded test of the members and of the non-members, each set in its given (canonical) order."""
+    y = np.asarray(labels).astype(bool)
+    out = []
+    for name, keep in (("members", y), ("non_members", ~y)):
+        examples = [t for t, k in zip(texts, keep) if k]
+        if len(examples) < 4:
+            continue
+        metrics = sharded_likelihood.run_sharded_test(
+            model, tokenizer, examples, shards=shards, permutations=permutations, seed=seed, **engine
+        )
+        params = {"set": name, "shards": shards, "permutations": permutations}
+        out += _rows("sharded_likelihood", params, metrics)
+    return out
+
+
+def codec_rows(
+    model, tokenizer, texts, labels, *, k: int = 3, seed: int = 0, **engine
+) -> list[dict[str, Any]]:
+    """CoDeC of the members against the non-members (each set's context drawn from itself)."""
+    y = np.asarray(labels).astype(bool)
+    members = [t for t, m in zip(texts, y) if m]
+    clean = [t for t, m in zip(texts, y) if not m]
+    if len(members) < 2 or len(clean) < 2:
+        return []
+    scores = [
+        codec.codec_score(*codec.context_nlls(model, tokenizer, s, k=k, seed=seed, **engine))
+        for s in (members, clean)
+    ]
+    return _rows("codec_test", {"k": k, "set": "members_vs_non_members"}, codec.codec_vs_clean(*scores))
+
+
+def codec_column_rows(drop, labels) -> list[dict[str, Any]]:
+    """CoDeC from the `codec_drop` score column: the members' share of drops against the non-members'."""
+    y = np.asarray(labels).astype(bool)
+    drop = np.asarray(drop, dtype=np.float64)
+    zero = np.zeros_like(drop)  # codec_score compares NLLs: a drop is drop > 0
+    members, clean = codec.codec_score(zero[y], drop[y]), codec.codec_score(zero[~y], drop[~y])
+    if members[2] < 2 or clean[2] < 2:
+        return []
+    return _rows("codec_test", {"set": "members_vs_non_members"}, codec.codec_vs_clean(members, clean))
+
+
+def pacost_rows(gaps, labels, *, seed: int = 0) -> list[dict[str, Any]]:
+    """PaCoST from the `pacost_gap` score column: the paired test on the members, its null rate measured
+    on halves of the non-members."""
+    y = np.asarray(labels).astype(bool)
+    gaps = np.asarray(gaps, dtype=np.float64)
+    metrics = pacost.gap_test(gaps[y])
+    metrics.update(pacost.gap_null_rate(gaps[~y], seed=seed))
+    return _rows("pacost_test", {"set": "members", "null": "non_members"}, metrics)
+
+
+def dataset_test_rows(columns: dict[str, Any], labels, *, seed: int = 0) -> list[dict[str, Any]]:
+    """The set-level rows of every dataset-level test whose score column was computed (codec_drop,
+    pacost_gap): labels 1 = the suspect set (members), 0 = the clean set (non-members)."""
+    out = []
+    if "codec_drop" in columns:
+        out += codec_column_rows(columns["codec_drop"], labels)
+    if "pacost_gap" in columns:
+        out += pacost_rows(columns["pacost_gap"], labels, seed=seed)
+    return out
+
+
+def dataset_test_rows_vs_clean(suspect: dict[str, Any], clean: dict[str, Any], *, seed: int = 0):
+    """`dataset_test_rows` of an audited benchmark (suspect columns) against its clean set."""
+    shared = [c for c in ("codec_drop", "pacost_gap") if c in suspect and c in clean]
+    columns = {
+        c: np.r_[np.asarray(suspect[c], dtype=float), np.asarray(clean[c], dtype=float)] for c in shared
+    }
+    if not columns:
+        return []
+    n_s = len(next(iter(suspect.values())))
+    n_c = len(next(iter(clean.values())))
+    return dataset_test_rows(columns, np.r_[np.ones(n_s), np.zeros(n_c)], seed=seed)
+
+
+def verdict_sentences(value: dict[tuple[str, str], float | None]) -> list[str]:
+    """One sentence per dataset-level test among the rows (value: (column, metric) -> value), each
+    p-value with its measured false-positive baseline."""
+    out = []
+    p = value.get(("codec_test", "p_value"))
+    if p is not None:
+        out.append(
+            f"CoDeC (does context from the benchmark lower its likelihood?): {value[('codec_test', 'codec')]:.2f} of "
+            f"the benchmark's samples drop against {value[('codec_test', 'codec_clean')]:.2f} of the clean set's "
+            f"(its false-positive baseline), one-sided exact p = {p:.3g}."
+        )
+    p = value.get(("pacost_test", "p_value"))
+    if p is not None:
+        rate = value.get(("pacost_test", "null_rejection_rate"))
+        fp = "not measured" if rate is None else f"{rate:.2f}"
+        out.append(
+            f"PaCoST (more confident on the originals than on their verified variants?): p = {p:.3g}, with a "
+            f"false-positive rate of {fp} at α = {value.get(('pacost_test', 'null_alpha')) or 0.05:g} on halves of "
+            "the clean set."
+        )
+    return out

@@ -1,0 +1,195 @@
+"""Con-ReCall (Wang et al., 2024, "Con-ReCall: Detecting Pre-training Data in LLMs via Contrastive
+Decoding"): ReCaLL's conditional likelihood, with a prefix of known members contrasted against a prefix
+of known non-members.
+
+With NLL the mean negative log-likelihood of the scored tokens of x (its solution under
+`scoring_span: solution`, else the whole text), P_m a prefix of k known members and P_n one of k known
+non-members (the texts joined by blank lines, as ReCaLL's):
+
+    conrecall@gamma=g  =  ( NLL(x | P_n) - g * NLL(x | P_m) ) / NLL(x)
+
+(the paper writes it with log-likelihoods, LL = -NLL; the signs cancel in the ratio.) The paper's
+reading: a non-member prefix moves a member's likelihood relatively more than a non-member's (ReCaLL),
+and a member prefix moves them the other way, so HIGHER MEANS MORE LIKELY A MEMBER. NaN when x has no
+scored token, NLL(x) is 0, or no shot fits (below).
+
+Where the shots come from. They are never the sample being scored and never chosen with its label:
+  - `members=FILE,non_members=FILE` (JSONL files of {"text": ...}): texts the user knows the model saw
+    and did not see; `shots` of each are drawn, seeded, and used for every sample. This is the only
+    source in an audit (there are no labels there); without the files it is refused with one line.
+  - otherwise, labels the evaluation knows (`ModelInputs.known_clean`: a run's or an mia set's
+    non-members; the rest are members), CROSS-FITTED: the samples are split in `folds` seeded folds,
+    and a sample of fold f gets shots drawn from the members and non-members of the other folds only.
+
+Prefix + text always stay inside the model's context: per sample, each kind's candidates are tried in
+their drawn order and kept while the prefix + x still fits (tokenised as the engine tokenises them; a
+candidate too long is skipped), up to `shots`; both prefixes then use the same number k of shots, the
+smaller count. A sample for which not even one shot of each kind fits scores NaN and is counted
+(`no_room`), never scored with a prefix the context cannot hold. Choices the paper leaves open: gamma (a parameter; several values share
+the passes), the number of shots (5), and the shot order (the draw's).
+
+Cost: NLL(x) is `ppl`'s pass (a cache hit); NLL(x | P_m) and NLL(x | P_n) are one batched pass each
+over texts longer by their prefixes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from leaklab.detectors.likelihood import TARGET
+from leaklab.detectors.recall import join_prefix, prefix_texts
+from leaklab.errors import InputError
+
+
+def conrecall_scores(
+    nonmember_nll: np.ndarray, member_nll: np.ndarray, plain_nll: np.ndarray, gamma: float
+) -> np.ndarray:
+    """(NLL(x | P_n) - gamma * NLL(x | P_m)) / NLL(x) per sample; NaN where NLL(x) is not positive."""
+    nonmember_nll = np.asarray(nonmember_nll, dtype=np.float64)
+    member_nll = np.asarray(member_nll, dtype=np.float64)
+    plain_nll = np.asarray(plain_nll, dtype=np.float64)
+    ok = np.isfinite(plain_nll) & (plain_nll > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, (nonmember_nll - gamma * member_nll) / np.where(ok, plain_nll, 1.0), np.nan)
+
+
+def cross_fitted_shots(
+    texts: list[str], known_clean, folds: int, seed: int
+) -> list[tuple[list[str], list[str]]]:
+    """Per sample, (member candidates, non-member candidates) from the OTHER folds' samples, each list in
+    a seeded random order (the order shots are tried in): known_clean[i] True marks a non-member,
+    False a member. A fold whose complement holds no member or no non-member gives empty lists."""
+    clean = np.asarray(known_clean).astype(bool)
+    n = len(texts)
+    k = max(1, min(folds, n))
+    fold_of = np.random.default_rng(seed).permutation(n) % k
+    out: list[tuple[list[str], list[str]]] = [([], [])] * n
+    for fold in range(k):
+        others = np.flatnonzero(fold_of != fold)
+        rng = random.Random(seed * 1000 + fold)
+        members = [texts[i] for i in others if not clean[i]]
+        non_members = [texts[i] for i in others if clean[i]]
+        drawn = (rng.sample(members, len(members)), rng.sample(non_members, len(non_members)))
+        for i in np.flatnonzero(fold_of == fold):
+            out[i] = drawn
+    return out
+
+
+def fitting_shots(
+    tokenizer, candidates: list[str], prompt: str, rest: str, max_length: int, k: int
+) -> list[str]:
+    """Up to k candidates, taken in order, each kept only if join_prefix(kept + [it]) + prompt + rest
+    stays inside max_length tokens, counted as the engine counts them (the prompt with special tokens,
+    the rest apart, without). A candidate too long to fit is skipped, not a reason to stop; at most 4k
+    candidates are tried (tokenising is not free)."""
+    rest_tokens = len(tokenizer(rest, add_special_tokens=False)["input_ids"]) if rest else 0
+    kept: list[str] = []
+    for candidate in candidates[: 4 * k]:
+        head = join_prefix([*kept, candidate]) + prompt
+        if len(tokenizer(head)["input_ids"]) + rest_tokens <= max_length:
+            kept.append(candidate)
+            if len(kept) == k:
+                break
+    return kept
+
+
+@dataclass
+class ConRecall:
+    name: ClassVar[str] = "conrecall"
+    needs: ClassVar[frozenset[str]] = frozenset({TARGET})
+    gamma: tuple[float, ...] = (0.5,)
+    shots: int = 5  # at most this many of each kind per prefix (fewer where the context is short)
+    members: str = ""  # JSONL of known member texts (with non_members; else cross-fitted labels)
+    non_members: str = ""  # JSONL of known non-member texts
+    folds: int = 2  # cross-fitting folds when the shots come from the evaluation's labels
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.gamma or self.shots < 1 or self.folds < 2:
+            raise ValueError(
+                f"conrecall: needs a gamma, shots >= 1 and folds >= 2, got gamma={list(self.gamma)}, "
+                f"shots={self.shots}, folds={self.folds}"
+            )
+        if bool(self.members) != bool(self.non_members):
+            raise ValueError("conrecall: give both members=FILE and non_members=FILE, or neither")
+        for source in (self.members, self.non_members):
+            if source and not source.endswith(".jsonl"):
+                raise ValueError(f"conrecall: shot files must be .jsonl files, got {source!r}")
+            if source:
+                prefix_texts(source)  # a bad file fails when the recipe loads
+
+    def columns(self) -> dict[str, dict]:
+        source = "files" if self.members else "cross-fitted"
+        params = {"shots": self.shots, "source": source, "seed": self.seed}
+        return {f"conrecall@gamma={g:g}": {"gamma": g, **params} for g in self.gamma}
+
+    def shot_lists(self, inputs) -> list[tuple[list[str], list[str]]]:
+        """Per sample, (member candidates, non-member candidates) in the order they are tried."""
+        if self.members:
+            rng = random.Random(self.seed)
+            members, non_members = prefix_texts(self.members), prefix_texts(self.non_members)
+            drawn = (rng.sample(members, len(members)), rng.sample(non_members, len(non_members)))
+            return [drawn] * len(inputs.texts)
+        known = inputs.known_clean
+        if known is None or len(set(np.asarray(known).astype(bool).tolist())) < 2:
+            raise InputError(
+                "conrecall needs known members and non-members for its prefixes: name them with "
+                "conrecall:members=FILE.jsonl,non_members=FILE.jsonl (no labels to cross-fit here)"
+            )
+        return cross_fitted_shots(inputs.texts, known, self.folds, self.seed)
+
+    def run(self, inputs) -> dict[str, np.ndarray]:
+        from leaklab.signals.logprobs import compute_token_stats, model_context_length
+
+        scoring = inputs.scoring()
+        solution = scoring.scoring_span == "solution"
+        contexts = inputs.contexts() if solution else [""] * len(inputs.texts)
+        max_length = scoring.max_length or model_context_length(inputs.model) or 2048
+
+        def nlls(texts, prompts, settings) -> np.ndarray:
+            stats = compute_token_stats(
+                inputs.model,
+                inputs.tokenizer,
+                texts,
+                prompts=prompts,
+                settings=settings,
+                distribution=False,
+                accelerator=inputs.accelerator,
+                cache=inputs.cache,
+            )
+            return np.array([s.nll() for s in stats], dtype=np.float64)
+
+        plain = nlls(inputs.texts, contexts if solution else None, scoring)
+        fitted, heads = [], {"member": [], "non_member": []}
+        for i, candidates in enumerate(self.shot_lists(inputs)):
+            text, context = inputs.texts[i], contexts[i]
+            rest = text[len(context) :]
+            member_shots, clean_shots = (
+                fitting_shots(inputs.tokenizer, c, context, rest, max_length, self.shots) for c in candidates
+            )
+            k = min(len(member_shots), len(clean_shots))  # the same number of shots in both prefixes
+            if k:
+                fitted.append(i)
+                heads["member"].append(join_prefix(member_shots[:k]))
+                heads["non_member"].append(join_prefix(clean_shots[:k]))
+        # The prefix is context, never scored: the engine's solution span with prefix (+ prompt) as prompt.
+        conditional = dataclasses.replace(scoring, scoring_span="solution")
+        cond = {}
+        for kind, prefixes in heads.items():
+            values = np.full(len(inputs.texts), np.nan)
+            values[fitted] = nlls(
+                [h + inputs.texts[i] for h, i in zip(prefixes, fitted)],
+                [h + contexts[i] for h, i in zip(prefixes, fitted)],
+                conditional,
+            )
+            cond[kind] = values
+        inputs.info[self.name] = {"no_room": len(inputs.texts) - len(fitted)}
+        return {
+            f"conrecall@gamma={g:g}": conrecall_scores(cond["non_member"], cond["member"], plain, g)
+            for g in self.gamma
+        }
