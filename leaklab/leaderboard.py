@@ -351,7 +351,12 @@ def cell_text(s: dict[str, float] | None) -> str:
     return f"{fmt(s['auroc'])} [{fmt(s['auroc_ci_low'], 2)}, {fmt(s['auroc_ci_high'], 2)}] / {fmt(s['tpr@1%fpr'], 2)}"
 
 
+def interval(low: Any, high: Any) -> str:
+    return f"[{fmt(low)}, {fmt(high)}]"
+
+
 def board_tables(board: dict[str, Any]) -> list[Table]:
+    """The leaderboard's tables, in the order the markdown and the page show them."""
     labels = list(board["table"])
     columns = sorted({c for stats in board["table"].values() for c in stats})
     main = Table(
@@ -359,77 +364,48 @@ def board_tables(board: dict[str, Any]) -> list[Table]:
         ["detector", *labels],
         [[c, *(cell_text(board["table"][lb].get(c)) for lb in labels)] for c in columns],
     )
-    best_rows = [
-        [
-            lb,
-            b["best"] or "—",
-            b["second"] or "—",
-            fmt(b.get("lead")),
-            f"[{fmt(b.get('lead_ci_low'))}, {fmt(b.get('lead_ci_high'))}]",
-            "yes" if b["significant"] else "no",
-        ]
-        for lb, b in board["best"].items()
-    ]
     best = Table(
         "Best detector per cell",
         ["cell", "best", "second", "lead", "95% interval (paired)", "significant"],
-        best_rows,
-    )
-    dose_rows = [
-        [run, c, "∞" if d == math.inf else str(d)]
-        for run, cols in board["detection_dose"].items()
-        for c, d in cols.items()
-    ]
+        [
+            [lb, b["best"] or "—", b["second"] or "—", fmt(b.get("lead")),
+             interval(b.get("lead_ci_low"), b.get("lead_ci_high")), "yes" if b["significant"] else "no"]
+            for lb, b in board["best"].items()
+        ],
+    )  # fmt: skip
     dose = Table(
         "Detection dose (smallest dose whose interval lies above chance)",
         ["run", "detector", "dose"],
-        dose_rows,
-    )
-    control = board["control"]
-    ctl = Table(
-        "Control condition: every interval and rule flag rate",
-        ["cell", "detector", "AUROC", "95% interval", "holds 0.5"],
-        [
-            [
-                r["cell"],
-                r["column"],
-                fmt(r["auroc"]),
-                f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
-                "yes" if r["holds_chance"] else "NO",
-            ]
-            for r in control.get("intervals", [])
-        ]
-        + [
-            [
-                r["cell"],
-                f"{r['column']} flag rate",
-                fmt(r["flag_rate"]),
-                f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]",
-                f"nominal {fmt(r['nominal'])}",
-            ]
-            for r in control.get("flag_rates", [])
-        ],
-    )
-    found = Table(
-        "Findings (pre-registered)",
-        ["finding", "claim", "source", "value", "95% interval", "verdict", "note"],
-        [
-            [
-                f["id"],
-                f["claim"],
-                f["source"],
-                fmt(f.get("value")),
-                f"[{fmt(f.get('ci_low'))}, {fmt(f.get('ci_high'))}]",
-                f["verdict"],
-                f.get("note", ""),
-            ]
-            for f in board["findings"]
-        ],
-    )
-    missing = Table(
-        "Conditions without scores", ["run", "why"], [[k, v] for k, v in board["missing"].items()]
-    )
-    return [main, best, dose, ctl, found, *([missing] if board["missing"] else [])]
+        [[run, c, "∞" if d == math.inf else str(d)] for run, cols in board["detection_dose"].items() for c, d in cols.items()],
+    )  # fmt: skip
+    return [main, best, dose, control_table(board["control"]), findings_table(board["findings"]),
+            *([Table("Conditions without scores", ["run", "why"], [[k, v] for k, v in board["missing"].items()])]
+              if board["missing"] else [])]  # fmt: skip
+
+
+def control_table(control: dict[str, Any]) -> Table:
+    intervals = [
+        [r["cell"], r["column"], fmt(r["auroc"]), interval(r["ci_low"], r["ci_high"]),
+         "yes" if r["holds_chance"] else "NO"]
+        for r in control.get("intervals", [])
+    ]  # fmt: skip
+    rates = [
+        [r["cell"], f"{r['column']} flag rate", fmt(r["flag_rate"]), interval(r["ci_low"], r["ci_high"]),
+         f"nominal {fmt(r['nominal'])}"]
+        for r in control.get("flag_rates", [])
+    ]  # fmt: skip
+    header = ["cell", "detector", "AUROC", "95% interval", "holds 0.5"]
+    return Table("Control condition: every interval and rule flag rate", header, intervals + rates)
+
+
+def findings_table(findings: list[dict[str, Any]]) -> Table:
+    header = ["finding", "claim", "source", "value", "95% interval", "verdict", "note"]
+    rows = [
+        [f["id"], f["claim"], f["source"], fmt(f.get("value")), interval(f.get("ci_low"), f.get("ci_high")),
+         f["verdict"], f.get("note", "")]
+        for f in findings
+    ]  # fmt: skip
+    return Table("Findings (pre-registered)", header, rows)
 
 
 def heatmap_spec(board: dict[str, Any]) -> dict[str, Any]:

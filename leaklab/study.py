@@ -44,9 +44,9 @@ CONDITION_KEYS = ("recipe", "overrides", "runs", "after", "evaluate")
 HELP = """usage: leaklab study NAME [--local | --slurm] [--smoke] [--jobs N] [--out DIR] [key=value ...]
                      [--gpus N] [--time HH:MM:SS] [--partition P]
 
-Train every condition of the study recipes/studies/NAME.yaml (or a path), score each run's last
-checkpoint with the study's detectors, and write the leaderboard (leaderboard.md, .json, index.html) in
-the study folder. key=value overrides apply to every run (model.name_or_path=..., say).
+Train every condition of the study recipes/studies/NAME.yaml (or a path), score its checkpoints with the
+study's detectors, and write the leaderboard of each run's last checkpoint (leaderboard.md, .json,
+index.html) in the study folder. key=value overrides apply to every run (model.name_or_path=..., say).
 
   --local        run the conditions here (the default); --jobs N runs N conditions side by side, each
                  with 1/N of the CPU threads
