@@ -149,3 +149,35 @@ def test_audit_verdict_names_each_dataset_test_with_its_false_positive_baseline(
     assert "CoDeC" in text and "0.83 of the benchmark's samples drop against 0.17 of the clean set's" in text
     rate = value[("pacost_test", "null_rejection_rate")]
     assert "PaCoST" in text and f"false-positive rate of {rate:.2f}" in text
+
+
+@pytest.mark.slow  # trains the small run (minutes on a loaded machine)
+def test_a_run_writes_the_dataset_test_rows_beside_dataset_inference(leaklab_cache, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import SMALL_RUN
+    from leaklab.rundir import RunDir
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    env.update(LEAKLAB_CACHE=leaklab_cache, HF_HUB_OFFLINE="1", WANDB_MODE="disabled")
+    args = [sys.executable, "leaklab/train.py", "recipe=tiny_cpt", *SMALL_RUN, "train.epochs=1"]
+    args += ["evaluate.detectors=[ppl,codec,pacost]", f"output_dir={tmp_path}"]
+    out = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (root,) = tmp_path.iterdir()
+    rows = [r for r in RunDir(root).results_rows() if r["evaluation"] == "detection"]
+    for step in {r["step"] for r in rows}:
+        value = {(r["column"], r["metric"]): r["value"] for r in rows if r["step"] == step}
+        assert ("dataset_inference", "p_value") in value
+        assert 0 <= value[("codec_test", "p_value")] <= 1 and 0 <= value[("codec_test", "codec_clean")] <= 1
+        assert 0 <= value[("pacost_test", "p_value")] <= 1
+        assert 0 <= value[("pacost_test", "null_rejection_rate")] <= 1
+        records = [
+            json.loads(line) for line in RunDir(root).scores(step, "detection").read_text().splitlines()
+        ]
+        assert {"codec_drop", "pacost_gap"} <= set(records[0])

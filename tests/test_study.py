@@ -306,6 +306,7 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4"}
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
+    cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
     for cell in ("clean", "dose@4", "timing/late", "dilution/1_8"):
         assert set(board["table"][cell]) == cpt_columns, cell
     for cell in runs:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from leaklab.data.corpora import corpus_texts
+from leaklab.detectors.gradnorm import GRADIENTS
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import (
     DISTRIBUTION,
@@ -159,6 +160,7 @@ NEEDS_TEXT = {
     VARIANTS: "verified variants of each task (built once per benchmark in the sandbox, cached)",
     GENERATIONS: "generations from the model",
     CLEAN: "samples known not to be in training (a run's non-members, cross-fitted; clean= in an audit)",
+    GRADIENTS: "the loss gradient of each sample (one forward and one backward pass per sample)",
 }
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from leaklab.detectors.likelihood import TARGET
 from leaklab.detectors.recall import join_prefix, prefix_texts
+from leaklab.detectors.srdetection import CLEAN
 from leaklab.errors import InputError
 
 
@@ -101,7 +102,7 @@ def fitting_shots(
 @dataclass
 class ConRecall:
     name: ClassVar[str] = "conrecall"
-    needs: ClassVar[frozenset[str]] = frozenset({TARGET})
+    needs: ClassVar[frozenset[str]] = frozenset({TARGET, CLEAN})  # CLEAN: or the shot files
     gamma: tuple[float, ...] = (0.5,)
     shots: int = 5  # at most this many of each kind per prefix (fewer where the context is short)
     members: str = ""  # JSONL of known member texts (with non_members; else cross-fitted labels)

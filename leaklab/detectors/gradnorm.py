@@ -28,9 +28,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.likelihood import TARGET
-
 log = logging.getLogger(__name__)
+GRADIENTS = "gradients"  # the gradient of the loss with respect to the model's parameters
 
 
 def gradnorm_score(norms: Sequence[float]) -> float:
@@ -58,7 +57,7 @@ def sample_gradnorm(model, ids, scorable) -> float:
 @dataclass
 class GradNorm:
     name: ClassVar[str] = "gradnorm"
-    needs: ClassVar[frozenset[str]] = frozenset({TARGET})
+    needs: ClassVar[frozenset[str]] = frozenset({GRADIENTS})
 
     def columns(self) -> dict[str, dict]:
         return {"gradnorm": {"params": "requires_grad", "norm": "l2 per tensor, mean"}}
