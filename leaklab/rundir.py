@@ -205,14 +205,6 @@ def _append_unlocked(path: Path, rows: Iterable[dict[str, Any]], key) -> int:
     return len(fresh)
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -294,9 +286,6 @@ class RunDir:
 
     def results_rows(self) -> list[dict[str, Any]]:
         return read_rows(self.results)
-
-    def evaluated_steps(self, evaluation: str = "detection") -> set[int]:
-        return {r["step"] for r in self.results_rows() if r.get("evaluation") == evaluation}
 
 
 # --------------------------------------------------------------------------- manifest and run files

@@ -42,7 +42,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -369,8 +369,3 @@ def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int], 
     if not ok:
         failures[why] = failures.get(why, 0) + 1
     return ok
-
-
-def make_variant_sets(tasks: Sequence[Task], n: int = 10, seed: int = 0, **kwargs: Any) -> list[VariantSet]:
-    """`make_variants` for each task (same seed: each task's own stream is keyed by its id)."""
-    return [make_variants(task, n, seed, **kwargs) for task in tasks]
