@@ -191,16 +191,8 @@ def row_settings(recipe: Recipe, evaluation: str) -> dict[str, Any]:
 
 
 def recorded_settings(run: RunDir) -> dict[str, dict[str, Any]]:
-    """evaluation -> the settings its rows were computed with (evaluations.json). A run written before
-    that file existed: each evaluation with rows, under the settings of the run's recipe.yaml."""
-    if run.evaluation_settings.exists():
-        return read_json(run.evaluation_settings)
-    names = {r["evaluation"] for r in run.results_rows() if r.get("metric") == DONE_METRIC}
-    names &= set(EVALUATIONS)
-    if not names or not run.recipe.exists():
-        return {}
-    old = load_recipe(str(run.recipe))
-    return {name: row_settings(old, name) for name in sorted(names)}
+    """evaluation -> the settings its rows were computed with (evaluations.json, written with its first rows)."""
+    return read_json(run.evaluation_settings) if run.evaluation_settings.exists() else {}
 
 
 def record_settings(run: RunDir, recipe: Recipe, evaluation: str) -> None:

@@ -109,8 +109,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 def row_key(row: dict[str, Any]) -> tuple:
-    # A row written before rows had a `column` field is keyed by its detector name instead.
-    key = tuple(row.get(k) if k != "column" else row.get("column", row.get("detector")) for k in ROW_KEY)
+    key = tuple(row.get(k) for k in ROW_KEY)
     # A step's "done" markers are told apart by the specs they close: detectors added to an evaluated step
     # write a second marker (leaklab.evaluate.done_specs reads their union).
     if "specs" in row:

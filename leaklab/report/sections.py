@@ -52,7 +52,7 @@ def _counts_caption(run: RunData) -> str:
 def _bootstrap_caption(run: RunData, rows: list[dict[str, Any]], metric: str) -> str:
     has_band = any(r.get("metric") == f"{metric}_ci_low" and r.get("value") is not None for r in rows)
     if not has_band:
-        return "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
+        return "no intervals in the rows (evaluate.n_bootstrap = 0)"
     n = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
     return f"band: bootstrap 95% interval ({n} resamples)" if n else "band: bootstrap 95% interval"
 
@@ -398,11 +398,6 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
     )
     counts = _counts_caption(run)
     section.notes += shift_warnings(rows)
-    legacy = [r for r in rows if "column" not in r]
-    if legacy:
-        section.notes.append(
-            f"{len(legacy)} rows from an older leaklab (no `column` field): their detector name is used"
-        )
     for metric in [] if scored_once else HEADLINE:  # one scoring: a per-checkpoint chart is one dot
         shown = rows
         if metric in THRESHOLD_FREE:  # a rule's margin as a score: the rule's own line already shows it
