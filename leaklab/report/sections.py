@@ -393,8 +393,27 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
             )
         ),
     )
-    counts = _counts_caption(run)
     section.notes += shift_warnings(rows)
+    _add_metric_panels(section, rows, run, scored_once)
+    section.notes += _checkpoint_notes(run, scored_once)
+    _add_score_panels(section, rows, run, scored_once)
+    for table in (
+        _interval_table(rows, run),
+        _flag_rate_table(rows, run),
+        _rule_rates_per_checkpoint(rows, run),
+        _dataset_inference_table(rows),
+        _delay_table(rows, run),
+    ):
+        if table is not None:
+            section.items.append(table)
+    if not detection_delays(rows):
+        section.notes.append("no AUROC intervals: no detection-delay table (evaluate.n_bootstrap = 0?)")
+    return section
+
+
+def _add_metric_panels(section: Section, rows: list[dict[str, Any]], run: RunData, scored_once: bool) -> None:
+    """One panel per headline metric per checkpoint, then the rule detectors' flag rates."""
+    counts = _counts_caption(run)
     for metric in [] if scored_once else HEADLINE:  # one scoring: a per-checkpoint chart is one dot
         shown = rows
         if metric in THRESHOLD_FREE:  # a rule's margin as a score: the rule's own line already shows it
@@ -407,7 +426,6 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         section.items.append(
             Panel(charts.METRIC_TITLES.get(metric, metric) + " per checkpoint", spec, caption)
         )
-
     spec = charts.flag_rate_spec(rows)
     if spec is not None:
         section.items.append(
@@ -419,111 +437,116 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                 "expected under exchangeable variants",
             )
         )
+
+
+def _checkpoint_notes(run: RunData, scored_once: bool) -> list[str]:
+    """Checkpoints whose evaluation did not finish, and a run of one checkpoint."""
+    notes = []
     steps = run.steps()
     done = {int(r["step"]) for r in run.rows_of("detection") if r.get("metric") == "done"}
-    if done:  # a run from before done rows has none at all: nothing to conclude then
+    if done:  # no done row at all: nothing finished yet, nothing to tell apart
         unfinished = [s for s in steps if s not in done]
         if unfinished:
-            section.notes.append(
+            notes.append(
                 f"step {', '.join(map(str, unfinished))}: evaluation unfinished (no done row: killed "
                 "mid-evaluation? `leaklab evaluate RUN_DIR` completes it); its values may be partial"
             )
     if len(steps) == 1 and not scored_once:
-        section.notes.append("one checkpoint only: curves are single points")
+        notes.append("one checkpoint only: curves are single points")
+    return notes
+
+
+def _add_score_panels(section: Section, rows: list[dict[str, Any]], run: RunData, scored_once: bool) -> None:
+    """From the per-sample scores: ROC curves at the first, best and last checkpoint that have them, and
+    the members' and non-members' score histograms per checkpoint."""
+    counts = _counts_caption(run)
+    steps = run.steps()
     score_columns = ordered(c for c in {column_of(r) for r in rows} if c)
-    # ROC at the first, best and last checkpoint that have per-sample scores.
     with_scores = [s for s in steps if run.scores(s)]
     missing = [s for s in steps if s not in with_scores]
     if missing:
         section.notes.append(
             f"no per-sample scores at step {', '.join(map(str, missing))} (no ROC or histogram there)"
         )
-    if with_scores:
-        best = _best_step(rows)
-        roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
-        for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
-            if step in with_scores and what not in roles.setdefault(step, []):
-                roles[step].append(what)
-        curves, n_neg = {}, 0
-        for step in sorted(roles):
-            title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
-            records = run.scores(step)
-            n_neg = max(n_neg, sum(1 for r in records if r.get("label") == 0))
-            curves[title] = _roc_points(records, [c for c in score_columns if c in records[0]])
-        floor = 1.0 / (2 * n_neg) if n_neg else 1e-3
-        spec = charts.roc_spec(curves, floor)
-        if spec is not None:
-            section.items.append(
-                Panel(
-                    "ROC curves (log FPR)"
-                    + ("" if scored_once else " at the first, best and last checkpoint"),
-                    spec,
-                    f"{counts}; FPR 0 drawn at {floor:.3g} (half of one non-member); dashed: chance. "
-                    "SrDetection's curve is that of its margin.",
-                )
+    if not with_scores:
+        return
+    best = _best_step(rows)
+    roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
+    for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
+        if step in with_scores and what not in roles.setdefault(step, []):
+            roles[step].append(what)
+    curves, n_neg = {}, 0
+    for step in sorted(roles):
+        title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
+        records = run.scores(step)
+        n_neg = max(n_neg, sum(1 for r in records if r.get("label") == 0))
+        curves[title] = _roc_points(records, [c for c in score_columns if c in records[0]])
+    floor = 1.0 / (2 * n_neg) if n_neg else 1e-3
+    spec = charts.roc_spec(curves, floor)
+    if spec is not None:
+        section.items.append(
+            Panel(
+                "ROC curves (log FPR)" + ("" if scored_once else " at the first, best and last checkpoint"),
+                spec,
+                f"{counts}; FPR 0 drawn at {floor:.3g} (half of one non-member); dashed: chance. "
+                "SrDetection's curve is that of its margin.",
             )
-        hist = _histograms(
-            run, with_scores, [c for c in score_columns if c in run.scores(with_scores[-1])[0]]
         )
-        spec = charts.histogram_spec(hist, with_scores, with_scores[-1])
-        if spec is not None:
-            section.items.append(
-                Panel(
-                    "Member vs non-member scores per detector",
-                    spec,
-                    f"{counts}; pick the checkpoint in the drop-down (default: the last); "
-                    f"{HIST_BINS} bins per detector, the same at every checkpoint",
-                )
+    hist = _histograms(run, with_scores, [c for c in score_columns if c in run.scores(with_scores[-1])[0]])
+    spec = charts.histogram_spec(hist, with_scores, with_scores[-1])
+    if spec is not None:
+        section.items.append(
+            Panel(
+                "Member vs non-member scores per detector",
+                spec,
+                f"{counts}; pick the checkpoint in the drop-down (default: the last); "
+                f"{HIST_BINS} bins per detector, the same at every checkpoint",
             )
-    for table in (
-        _interval_table(rows, run),
-        _flag_rate_table(rows, run),
-        _rule_rates_per_checkpoint(rows, run),
-    ):
-        if table is not None:
-            section.items.append(table)
+        )
+
+
+def _dataset_inference_table(rows: list[dict[str, Any]]) -> Table | None:
     header, body = dataset_inference_cells(rows)
-    if body:
-        section.items.append(
-            Table(
-                "Dataset inference: is the member set, as a whole, in training?",
-                header,
-                body,
-                "one-sided Welch t-test of a combination of the detectors' scores learned on half of each "
-                "set, tested on the other half (Maini et al., 2024); the last column: the same test's "
-                "rejection rate on random halvings of the non-members (clean vs clean), which should be at "
-                "most α",
-            )
-        )
+    if not body:
+        return None
+    return Table(
+        "Dataset inference: is the member set, as a whole, in training?",
+        header,
+        body,
+        "one-sided Welch t-test of a combination of the detectors' scores learned on half of each "
+        "set, tested on the other half (Maini et al., 2024); the last column: the same test's "
+        "rejection rate on random halvings of the non-members (clean vs clean), which should be at "
+        "most α",
+    )
+
+
+def _delay_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
+    """Per detector, the first checkpoint whose AUROC interval clears each level."""
     delays = detection_delays(rows)
-    if delays:
-        table_rows = []
-        for column in ordered(delays):
-            cells = [
-                "not reached"
-                if s is None
-                else "before training (step 0)"
-                if s == 0
-                else f"step {s} (epoch {run.epoch_of(s):g})"
-                for s in delays[column]
-            ]
-            table_rows.append([display_name(column), *cells])
-        section.items.append(
-            Table(
-                "Detection delay",
-                ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
-                table_rows,
-                "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds "
-                "the level. Only threshold-free evidence counts: the AUROC of a score, or of a rule's margin; "
-                'a rule\'s flags (F1, flag rates) never do. "before training": the interval already lies '
-                "above the level at step 0, the model before this run's training, so the detector separates "
-                "the sets without having been trained on the members (a difference between the sets, see "
-                "the blind baseline, or a starting model that had seen them): no detection delay",
-            )
-        )
-    else:
-        section.notes.append("no AUROC intervals: no detection-delay table (evaluate.n_bootstrap = 0?)")
-    return section
+    if not delays:
+        return None
+    table_rows = []
+    for column in ordered(delays):
+        cells = [
+            "not reached"
+            if s is None
+            else "before training (step 0)"
+            if s == 0
+            else f"step {s} (epoch {run.epoch_of(s):g})"
+            for s in delays[column]
+        ]
+        table_rows.append([display_name(column), *cells])
+    return Table(
+        "Detection delay",
+        ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
+        table_rows,
+        "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds "
+        "the level. Only threshold-free evidence counts: the AUROC of a score, or of a rule's margin; "
+        'a rule\'s flags (F1, flag rates) never do. "before training": the interval already lies '
+        "above the level at step 0, the model before this run's training, so the detector separates "
+        "the sets without having been trained on the members (a difference between the sets, see "
+        "the blind baseline, or a starting model that had seen them): no detection delay",
+    )
 
 
 # --------------------------------------------------------------------------- dose–response
