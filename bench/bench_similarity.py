@@ -13,6 +13,8 @@ another function (an unrelated generation).
   codebleu  ours: `structure(text, ("codebleu",))` of both snippets (comment stripping, parse, subtrees,
             data flow) + `codebleu_parts`, per pair, nothing cached between pairs. package: `codebleu.calc_codebleu([ref], [cand])` per pair.
             The two alternate over 3 rounds and the best of each counts.
+  dataflow  the plain-Python data-flow walk alone (`dataflow.data_flow`) on each snippet of the CodeBLEU
+            pairs, already stripped and parsed: what CodeBLEU's data-flow part costs per snippet.
 
 In-process measures (tsed, codebleu) are CPU seconds of this process (`time.process_time`; all single-
 threaded), so neighbours on a shared machine do not move the ratios; the suite, which runs on a process
@@ -39,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from leaklab.similarity import structure as st  # noqa: E402
+from leaklab.similarity.dataflow import data_flow  # noqa: E402
 from leaklab.similarity.suite import Pair, default_workers, score_pairs  # noqa: E402
 
 PAPER_PAIRS = 7422
@@ -183,6 +186,18 @@ def codebleu_package(reference: str, candidate: str) -> float:
     return calc_codebleu([reference], [candidate], lang="python")["codebleu"]
 
 
+def dataflow_seconds(texts: list[str]) -> float:
+    """CPU seconds of the data-flow walk alone over `texts`, each stripped and parsed outside the timing."""
+    parsed = []
+    for text in texts:
+        source = st.strip_comments_and_docstrings(text).encode()
+        parsed.append((st._flatten(st.python_parser().parse(source)), source))
+    start = time.process_time()
+    for flat, source in parsed:
+        data_flow(flat, source)
+    return time.process_time() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tsed-pairs", type=int, default=200)
@@ -231,6 +246,8 @@ def main() -> None:
     # every checkpoint), then only the comparison runs per pair.
     parsed = {text: st.structure(text, ("codebleu",)) for pair in cb_pairs for text in pair}
     cb_compare_s, _ = timed(lambda ref, cand: st.codebleu_parts(parsed[ref], parsed[cand]), cb_pairs)
+    flow_texts = list(parsed)
+    flow_s = dataflow_seconds(flow_texts)
 
     n_t, n_c = len(tsed_pairs), len(cb_pairs)
     print(f"{'measure':44} {'pairs':>6} {'seconds':>9} {'ms/pair':>9}")
@@ -243,6 +260,10 @@ def main() -> None:
         ("CodeBLEU ours, compare only (parsed once)", n_c, cb_compare_s),
     ):
         print(f"{name:44} {n:6d} {seconds:9.2f} {1000 * seconds / n:9.2f}")
+    n_f = len(flow_texts)
+    print(
+        f"{'data flow alone (Python walk), per snippet':44} {n_f:6d} {flow_s:9.2f} {1000 * flow_s / n_f:9.2f}"
+    )
     print(
         f"TSED ratio apted / ours: {apted_s / ours_s:.1f}x (target >= 50x); max |difference| {max_diff:.2e}"
     )
@@ -272,6 +293,7 @@ def main() -> None:
                 "codebleu_package_ms_per_pair": round(1000 * package_s / n_c, 2),
                 "codebleu_compare_only_ms_per_pair": round(1000 * cb_compare_s / n_c, 3),
                 "codebleu_ratio_compare_only": round(package_s / cb_compare_s, 1),
+                "dataflow_ms_per_snippet": round(1000 * flow_s / n_f, 3),
                 "grammar": st.grammar_versions(),
             }
         )

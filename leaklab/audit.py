@@ -67,37 +67,13 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     from leaklab.signals.continuations import GenerationCache
 
     cfg = recipe.evaluate
-    specs = list(cfg.detectors)
-    if REFERENCE in needs_of(specs) and not cfg.reference_model:
-        # An audited model has no base model to compare with; without a named reference, skip `ref`.
-        specs = [s for s in specs if REFERENCE not in needs_of([s])]
-        skipped = ", ".join(repr(s) for s in cfg.detectors if s not in specs)
-        log(f"[leaklab] skipping {skipped}: needs evaluate.reference_model (a hub name or local directory)")
-    if not clean and any(s.startswith("srdetection_clean_null") for s in specs):
-        # Its null is measured on a clean set under the same model: without one it decides nothing.
-        log(f"[leaklab] skipping {', '.join(repr(s) for s in specs if s.startswith('srdetection_clean_null'))}: "
-            "needs clean= (a set known not to be in the model's training)")  # fmt: skip
-        specs = [s for s in specs if not s.startswith("srdetection_clean_null")]
-    raw_rules = [s for s in specs if s.startswith(("srdetection_gray", "srdetection_black"))]
-    if raw_rules and cfg.reference_model and not any(s.startswith("srdetection_calibrated") for s in specs):
-        # A raw rule's rate has no measured null; with a reference model the calibrated rule gives one.
-        specs.append("srdetection_calibrated")
-        log(f"[leaklab] adding srdetection_calibrated beside {', '.join(raw_rules)}: the raw rules' null "
-            "1/(n+1) is not measured, the calibrated rule's p-values are exact against the reference model")  # fmt: skip
-    tasks = load_tasks(recipe)
-    if recipe.data.max_samples:
-        tasks = tasks[: recipe.data.max_samples]
-    clean_tasks = None
-    if clean:  # bad input fails before the model loads
-        clean_tasks = load_clean_set(recipe, clean)
-        check_disjoint(tasks, clean_tasks, recipe.data.text_format)
+    specs = audit_specs(cfg, clean, log)
+    tasks, clean_tasks = _audit_tasks(recipe, clean)  # bad input fails before the model loads
     model, tokenizer, path = load_model_and_tokenizer(recipe.model, log=log)
     model.eval()
     reference = load_reference(recipe, None) if REFERENCE in needs_of(specs) else None
-    slug = Path(path).name if Path(path).exists() else path.replace("/", "--")
     benchmark = recipe.data.name or recipe.data.benchmark  # a user's own file by its own name
-    against = f"-vs-{clean_slug(clean)}" if clean else ""
-    out = RunDir(Path(recipe.output_dir) / f"audit-{slug}-{benchmark}{against}-{config_hash(recipe)}")
+    out = _audit_folder(recipe, path, benchmark, clean)
     fmt = recipe.data.text_format
     log(f"[leaklab] auditing {path} on {len(tasks)} {benchmark} tasks -> {out.root}")
 
@@ -142,10 +118,97 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     write_atomic(out.recipe, to_yaml(recipe))
     write_json(out.root / "environment.json", environment_info())
 
-    records = [{"task_id": task.task_id, **scores.cells(i)} for i, task in enumerate(tasks)]
-    write_atomic(out.scores(0, "audit"), "".join(json.dumps(r) + "\n" for r in records))
+    _write_scores(out.scores(0, "audit"), tasks, scores)
 
     base = {"step": 0, "epoch": 0.0, "evaluation": "audit", "benchmark": benchmark}
+    rows, leak_rows = _score_rows(scores, base, cfg)
+    clean_rows = []
+    if clean_scores is not None:
+        _write_scores(out.scores(0, "audit_clean"), clean_tasks, clean_scores)
+        texts = ([t.text(fmt) for t in tasks], [t.text(fmt) for t in clean_tasks])
+        leak_rows, clean_rows = _clean_set_rows(
+            scores, clean_scores, leak_rows, texts, cfg, {**base, "clean_set": clean}, log
+        )
+    tested = {
+        "model": str(path),
+        "benchmark": benchmark,
+        "n_tasks": len(tasks),
+        "detectors": specs,
+        "clean": clean,
+        "n_clean": len(clean_tasks) if clean_tasks is not None else 0,
+    }
+    _write_audit(out, scores, (rows, leak_rows, clean_rows), tested, log)
+    return out.root
+
+
+def _write_scores(path: Path, tasks: list, scores) -> None:
+    """Per-sample scores, one {"task_id", column: score, ...} a line."""
+    records = [{"task_id": task.task_id, **scores.cells(i)} for i, task in enumerate(tasks)]
+    write_atomic(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def _audit_tasks(recipe: Recipe, clean: str | None) -> tuple[list, list | None]:
+    """(the benchmark's tasks, at most data.max_samples; the clean set's tasks, checked disjoint, or None)."""
+    tasks = load_tasks(recipe)
+    if recipe.data.max_samples:
+        tasks = tasks[: recipe.data.max_samples]
+    clean_tasks = None
+    if clean:
+        clean_tasks = load_clean_set(recipe, clean)
+        check_disjoint(tasks, clean_tasks, recipe.data.text_format)
+    return tasks, clean_tasks
+
+
+def _audit_folder(recipe: Recipe, path: str, benchmark: str, clean: str | None) -> RunDir:
+    """<output_dir>/audit-<model>-<benchmark>[-vs-<clean set>]-<settings hash>."""
+    slug = Path(path).name if Path(path).exists() else path.replace("/", "--")
+    against = f"-vs-{clean_slug(clean)}" if clean else ""
+    return RunDir(Path(recipe.output_dir) / f"audit-{slug}-{benchmark}{against}-{config_hash(recipe)}")
+
+
+def _write_audit(out: RunDir, scores, row_groups: tuple[list, list, list], tested: dict, log) -> None:
+    """results.jsonl, the histograms, the tables and verdict.md of a finished audit."""
+    rows, leak_rows, clean_rows = row_groups
+    # An audit is one finished measurement: its rows replace a previous audit's in the same folder (same
+    # model, benchmark, clean set and settings), so no row of another audit stays behind.
+    all_rows = rows + leak_rows + clean_rows
+    write_atomic(out.results, "".join(json.dumps(r, default=str) + "\n" for r in all_rows))
+    plot_histograms(scores.columns, out.report)
+    if rows:
+        log(_audit_table(rows))
+    if leak_rows:
+        log(_leak_table(leak_rows, tested["benchmark"]))
+    summary = verdict(all_rows, tested)
+    write_atomic(out.root / "verdict.md", summary + "\n")
+    log(f"scores: {out.scores(0, 'audit')}\nplots: {out.report}")
+    log(f"\nVerdict ({out.root / 'verdict.md'}):\n{summary}")
+
+
+def audit_specs(cfg, clean: str | None, log) -> list[str]:
+    """The detectors an audit runs: evaluate.detectors less those it cannot run (no reference model, no
+    clean set), plus the calibrated rule beside the raw ones when a reference model gives it a null."""
+    specs = list(cfg.detectors)
+    if REFERENCE in needs_of(specs) and not cfg.reference_model:
+        # An audited model has no base model to compare with; without a named reference, skip `ref`.
+        specs = [s for s in specs if REFERENCE not in needs_of([s])]
+        skipped = ", ".join(repr(s) for s in cfg.detectors if s not in specs)
+        log(f"[leaklab] skipping {skipped}: needs evaluate.reference_model (a hub name or local directory)")
+    if not clean and any(s.startswith("srdetection_clean_null") for s in specs):
+        # Its null is measured on a clean set under the same model: without one it decides nothing.
+        log(f"[leaklab] skipping {', '.join(repr(s) for s in specs if s.startswith('srdetection_clean_null'))}: "
+            "needs clean= (a set known not to be in the model's training)")  # fmt: skip
+        specs = [s for s in specs if not s.startswith("srdetection_clean_null")]
+    raw_rules = [s for s in specs if s.startswith(("srdetection_gray", "srdetection_black"))]
+    if raw_rules and cfg.reference_model and not any(s.startswith("srdetection_calibrated") for s in specs):
+        # A raw rule's rate has no measured null; with a reference model the calibrated rule gives one.
+        specs.append("srdetection_calibrated")
+        log(f"[leaklab] adding srdetection_calibrated beside {', '.join(raw_rules)}: the raw rules' null "
+            "1/(n+1) is not measured, the calibrated rule's p-values are exact against the reference model")  # fmt: skip
+    return specs
+
+
+def _score_rows(scores, base: dict, cfg) -> tuple[list[dict], list[dict]]:
+    """(each score column's distribution rows, each rule column's flag-rate rows)."""
     rows, leak_rows = [], []
     for column, values in scores.columns.items():
         detector, params = scores.params[column]
@@ -157,43 +220,24 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         else:
             rates = rule_rates(scores.rules[column], decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
             leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
-    clean_rows = []
-    if clean_scores is not None:
-        clean_records = [{"task_id": t.task_id, **clean_scores.cells(i)} for i, t in enumerate(clean_tasks)]
-        write_atomic(out.scores(0, "audit_clean"), "".join(json.dumps(r) + "\n" for r in clean_records))
-        heads = [row for row in leak_rows if row["metric"] == "n_decided"]  # one per rule column
-        for head in heads:
-            column = head["column"]
-            leak_rows += rule_vs_clean(scores.decisions[column], clean_scores.decisions[column], head)
-        score_columns = [c for c in clean_scores.columns if c not in clean_scores.decisions]
-        suspect = {c: scores.columns[c] for c in score_columns}
-        texts = ([t.text(fmt) for t in tasks], [t.text(fmt) for t in clean_tasks])
-        clean_rows = against_clean(
-            suspect, {c: clean_scores.columns[c] for c in score_columns}, texts, cfg,
-            {**base, "clean_set": clean}, log=log,
-        )  # fmt: skip
-    # An audit is one finished measurement: its rows replace a previous audit's in the same folder (same
-    # model, benchmark, clean set and settings), so no row of another audit stays behind.
-    all_rows = rows + leak_rows + clean_rows
-    write_atomic(out.results, "".join(json.dumps(r, default=str) + "\n" for r in all_rows))
-    plot_histograms(scores.columns, out.report)
-    if rows:
-        log(_audit_table(rows))
-    if leak_rows:
-        log(_leak_table(leak_rows, benchmark))
-    tested = {
-        "model": str(path),
-        "benchmark": benchmark,
-        "n_tasks": len(tasks),
-        "detectors": specs,
-        "clean": clean,
-        "n_clean": len(clean_tasks) if clean_tasks is not None else 0,
-    }
-    summary = verdict(all_rows, tested)
-    write_atomic(out.root / "verdict.md", summary + "\n")
-    log(f"scores: {out.scores(0, 'audit')}\nplots: {out.report}")
-    log(f"\nVerdict ({out.root / 'verdict.md'}):\n{summary}")
-    return out.root
+    return rows, leak_rows
+
+
+def _clean_set_rows(
+    scores, clean_scores, leak_rows: list[dict], texts, cfg, base: dict, log
+) -> tuple[list, list]:
+    """(the rule rows with each rule's test against the clean set added, the score columns' rows against
+    the clean set)."""
+    heads = [row for row in leak_rows if row["metric"] == "n_decided"]  # one per rule column
+    for head in heads:
+        column = head["column"]
+        leak_rows = leak_rows + rule_vs_clean(scores.decisions[column], clean_scores.decisions[column], head)
+    score_columns = [c for c in clean_scores.columns if c not in clean_scores.decisions]
+    suspect = {c: scores.columns[c] for c in score_columns}
+    clean_rows = against_clean(
+        suspect, {c: clean_scores.columns[c] for c in score_columns}, texts, cfg, base, log=log
+    )
+    return leak_rows, clean_rows
 
 
 def clean_slug(clean: str) -> str:
@@ -224,38 +268,7 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
             else "."
         )
     ]
-    p_value = value.get(("dataset_inference", "p_value"))
-    aurocs = {
-        c: value[(c, "auroc_vs_clean")]
-        for c in columns
-        if c not in ("blind", "dataset_inference") and value.get((c, "auroc_vs_clean")) is not None
-    }
-    if p_value is not None:
-        alpha = value.get(("dataset_inference", "null_alpha")) or 0.05
-        false_positives = value.get(("dataset_inference", "null_rejection_rate"))
-        fp = "not measured" if false_positives is None else f"{false_positives:.2f}"
-        above = sum(v > 0.5 for v in aurocs.values())
-        shown = ", ".join(f"{c} {v:.3f}" for c, v in aurocs.items())
-        parts.append(
-            f"Dataset inference (is the benchmark, as a set, scored as trained on?): p = {p_value:.3g}, with a "
-            f"false-positive rate of {fp} at α = {alpha:g} on halvings of the clean set; AUROC benchmark vs "
-            f"clean: {shown or 'none'}."
-        )
-        if false_positives is not None and false_positives > 2 * alpha:
-            parts.append(
-                "The test rejected too often on the clean set alone, so its p-value is not reliable here."
-            )
-        elif p_value < alpha and above > len(aurocs) / 2:
-            parts.append(
-                "This is evidence that the model treats the benchmark as more familiar than the clean set."
-            )
-        elif p_value < alpha:
-            parts.append(
-                "The sets differ, but the benchmark looks less member-like than the clean set (most AUROCs "
-                "below 0.5): a distribution difference between the sets, not evidence of leakage."
-            )
-        else:
-            parts.append("No evidence at this sample size that the benchmark as a set was trained on.")
+    parts += _dataset_inference_verdict(value, columns)
     if value.get(("blind", "distribution_shift")) == 1.0:
         parts.append(
             f"The blind baseline tells the two sets apart by their text alone (AUROC "
@@ -263,6 +276,64 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
             "texts' difference rather than training."
         )
     parts += verdict_sentences(value)  # the other dataset-level tests (codec, pacost) when computed
+    parts += _rule_verdicts(value, columns)
+    if not tested["clean"] and not any(c.startswith("srdetection_calibrated") for c in columns):
+        parts.append(
+            "Without a clean set (clean=) or a calibrated rule (srdetection_calibrated with "
+            "evaluate.reference_model), no test of membership was made: score distributions alone cannot "
+            "show leakage."
+        )
+    parts.append(
+        "Not shown: which tasks were trained on (per-task scores are not decisions), or whether the exposure "
+        "came from the benchmark itself or from text like it (copies, translations, paraphrases)."
+    )
+    return " ".join(parts)
+
+
+def _dataset_inference_verdict(value: dict, columns: list) -> list[str]:
+    """Dataset inference against the clean set: its p-value, its measured false-positive rate, and what
+    they show given the direction of the AUROCs."""
+    parts: list[str] = []
+    p_value = value.get(("dataset_inference", "p_value"))
+    aurocs = {
+        c: value[(c, "auroc_vs_clean")]
+        for c in columns
+        if c not in ("blind", "dataset_inference") and value.get((c, "auroc_vs_clean")) is not None
+    }
+    if p_value is None:
+        return parts
+    alpha = value.get(("dataset_inference", "null_alpha")) or 0.05
+    false_positives = value.get(("dataset_inference", "null_rejection_rate"))
+    fp = "not measured" if false_positives is None else f"{false_positives:.2f}"
+    above = sum(v > 0.5 for v in aurocs.values())
+    shown = ", ".join(f"{c} {v:.3f}" for c, v in aurocs.items())
+    parts.append(
+        f"Dataset inference (is the benchmark, as a set, scored as trained on?): p = {p_value:.3g}, with a "
+        f"false-positive rate of {fp} at α = {alpha:g} on halvings of the clean set; AUROC benchmark vs "
+        f"clean: {shown or 'none'}."
+    )
+    if false_positives is not None and false_positives > 2 * alpha:
+        parts.append(
+            "The test rejected too often on the clean set alone, so its p-value is not reliable here."
+        )
+    elif p_value < alpha and above > len(aurocs) / 2:
+        parts.append(
+            "This is evidence that the model treats the benchmark as more familiar than the clean set."
+        )
+    elif p_value < alpha:
+        parts.append(
+            "The sets differ, but the benchmark looks less member-like than the clean set (most AUROCs "
+            "below 0.5): a distribution difference between the sets, not evidence of leakage."
+        )
+    else:
+        parts.append("No evidence at this sample size that the benchmark as a set was trained on.")
+    return parts
+
+
+def _rule_verdicts(value: dict, columns: list) -> list[str]:
+    """Each rule column's flag rate, read by what its null is: exact (calibrated), measured on the clean
+    set, or nominal (uncalibrated: one caveat for all of them)."""
+    parts: list[str] = []
     uncalibrated: list[str] = []
     for c in columns:
         rate, decided = value.get((c, "leak_rate")), value.get((c, "n_decided"))
@@ -301,17 +372,7 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
             "the originals to a model that never saw them, which this audit did not measure; not evidence "
             "on its own."
         )
-    if not tested["clean"] and not any(c.startswith("srdetection_calibrated") for c in columns):
-        parts.append(
-            "Without a clean set (clean=) or a calibrated rule (srdetection_calibrated with "
-            "evaluate.reference_model), no test of membership was made: score distributions alone cannot "
-            "show leakage."
-        )
-    parts.append(
-        "Not shown: which tasks were trained on (per-task scores are not decisions), or whether the exposure "
-        "came from the benchmark itself or from text like it (copies, translations, paraphrases)."
-    )
-    return " ".join(parts)
+    return parts
 
 
 def distribution(values) -> dict[str, float]:
@@ -514,6 +575,16 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
         ]  # fmt: skip
     rows += [{**head, **r} for r in dataset_test_rows_vs_clean(suspect, clean, seed=cfg.seed)]
 
+    log(_clean_table(head, (n_s, n_c), auroc, inference, shift_p))
+    return rows
+
+
+def _clean_table(head: dict, sizes: tuple[int, int], auroc: dict, inference: dict, shift_p: float) -> str:
+    """The log's table of `against_clean`: AUROC suspect vs clean per column, dataset inference, and the
+    blind baseline's warning when the sets differ in their text."""
+    from leaklab.detectors.blind import shift_warning
+
+    n_s, n_c = sizes
     lines = [
         f"{head['benchmark']} ({n_s} tasks) against the clean set {head['clean_set']} ({n_c} tasks):",
         "| detector | AUROC suspect vs clean | 95% CI |",
@@ -534,5 +605,4 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
     warning = shift_warning(shift_p, auroc["blind"][0], f"{head['benchmark']} from the clean set")
     if warning:
         lines.append(warning)
-    log("\n".join(lines))
-    return rows
+    return "\n".join(lines)

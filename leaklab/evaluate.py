@@ -191,16 +191,8 @@ def row_settings(recipe: Recipe, evaluation: str) -> dict[str, Any]:
 
 
 def recorded_settings(run: RunDir) -> dict[str, dict[str, Any]]:
-    """evaluation -> the settings its rows were computed with (evaluations.json). A run written before
-    that file existed: each evaluation with rows, under the settings of the run's recipe.yaml."""
-    if run.evaluation_settings.exists():
-        return read_json(run.evaluation_settings)
-    names = {r["evaluation"] for r in run.results_rows() if r.get("metric") == DONE_METRIC}
-    names &= set(EVALUATIONS)
-    if not names or not run.recipe.exists():
-        return {}
-    old = load_recipe(str(run.recipe))
-    return {name: row_settings(old, name) for name in sorted(names)}
+    """evaluation -> the settings its rows were computed with (evaluations.json, written with its first rows)."""
+    return read_json(run.evaluation_settings) if run.evaluation_settings.exists() else {}
 
 
 def record_settings(run: RunDir, recipe: Recipe, evaluation: str) -> None:
@@ -461,30 +453,11 @@ def evaluate_run(
     settings that would change the meaning of rows already written are refused (`check_settings`).
     `into`: write to the evaluation folder <run>/evaluations/<into>/ instead of the run's own files.
     `say_when_done`: log that nothing is pending (a user's `leaklab evaluate`; not after training)."""
-    from leaklab.models.load import load_checkpoint, load_model, load_tokenizer, resolve_model_path
+    from leaklab.models.load import load_tokenizer
 
-    run = RunDir(run_dir)
-    if not run.recipe.exists():
-        raise FileNotFoundError(f"{run.root} is not a leaklab run directory (no recipe.yaml)")
-    check_overrides(overrides)
-    recipe = load_recipe(str(run.recipe), list(overrides))  # a bad key or value fails here, before writing
-    if into is not None:
-        run = evaluation_folder(run, into, recipe)
-        recipe = load_recipe(str(run.recipe), list(overrides))
-    check_settings(run, recipe)
-    manifest = read_json(run.manifest)
-    # The manifest already holds only the tasks whose canonical solutions passed when the run began.
-    eval_set = build_eval_set(load_tasks(recipe, check_solutions=False), manifest, recipe.data.text_format)
-    # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
-    stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
-    base_path = stage_start or resolve_model_path(recipe.model, log=log)
-    evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
-
-    steps: list[tuple[int, float, Path | None]] = []
-    if recipe.evaluate.base_model:
-        steps.append((0, 0.0, None))
-    for step, path in run.checkpoint_dirs():
-        steps.append((step, read_json(path / "trainer_state.json").get("epoch") or 0.0, path))
+    run, recipe = _run_to_evaluate(run_dir, overrides, into)
+    evaluator, base_path = _evaluator_of(run, recipe, log)
+    steps = _steps_to_evaluate(run, recipe)
 
     def pending() -> list[tuple[int, float, Path | None, str]]:
         return [(step, epoch, path, name) for step, epoch, path in steps for name in evaluator.pending(step)]
@@ -495,16 +468,7 @@ def evaluate_run(
             log(f"{run.root}: every checkpoint is already evaluated")
         return 0
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
-    # One worker prepares (builds SrDetection's variants, say) while the others wait, then read its copy.
-    with locked(claims.claims_dir(run.root) / ".prepare.lock"):
-        evaluator.prepare()
-    # W&B gets one writer per run: the worker holding this claim logs live, and at the end the rows the
-    # other workers wrote; the others log nothing (two offline W&B runs of one id would displace each other).
-    wandb_claim = claims.try_claim(
-        claims.claims_dir(run.root) / "wandb.claim", heartbeat_s=heartbeat_s, stale_s=stale_s, log=log
-    )
-    if wandb_claim is not None:
-        tracking.start(recipe, run.root)
+    wandb_claim = _prepare(run, recipe, evaluator, (heartbeat_s, stale_s), log)
     did: list[tuple[int, str]] = []
     loaded: tuple[int | None, Any] = (None, None)  # the model of the last step, kept for its next evaluation
     try:
@@ -523,15 +487,8 @@ def evaluate_run(
                         loaded = (None, None)  # free the previous model before loading the next
                         where = "[base model]" if path is None else path
                         log(f"evaluating step {step} (epoch {epoch:g}) {where}")
-                        if path is None:
-                            model = load_model(
-                                base_path, recipe.evaluate.dtype, recipe.model.trust_remote_code
-                            )
-                        else:
-                            model = load_checkpoint(path, base_path, recipe.model)
-                        model.eval()
-                        loaded = (step, model)
-                        del model  # `loaded` holds the only reference, so replacing it frees the weights
+                        # `loaded` holds the only reference, so replacing it frees the weights
+                        loaded = (step, _model_at(path, base_path, recipe))
                     rows = evaluator.evaluate(loaded[1], tokenizer, step=step, epoch=epoch, only=[name])
                     log(evaluator.summary_line(rows, step, epoch))
                     did.append((step, name))
@@ -551,6 +508,74 @@ def evaluate_run(
         if wandb_claim is not None:
             wandb_claim.release()
     return len(did)
+
+
+def _prepare(run: RunDir, recipe: Recipe, evaluator: Evaluator, claim_times: tuple[float, float], log):
+    """Prepare the evaluations once for all workers; returns the W&B claim when this worker holds it."""
+    heartbeat_s, stale_s = claim_times
+    # One worker prepares (builds SrDetection's variants, say) while the others wait, then read its copy.
+    with locked(claims.claims_dir(run.root) / ".prepare.lock"):
+        evaluator.prepare()
+    # W&B gets one writer per run: the worker holding this claim logs live, and at the end the rows the
+    # other workers wrote; the others log nothing (two offline W&B runs of one id would displace each other).
+    wandb_claim = claims.try_claim(
+        claims.claims_dir(run.root) / "wandb.claim", heartbeat_s=heartbeat_s, stale_s=stale_s, log=log
+    )
+    if wandb_claim is not None:
+        tracking.start(recipe, run.root)
+    return wandb_claim
+
+
+def _run_to_evaluate(
+    run_dir: str | Path, overrides: Sequence[str], into: str | None
+) -> tuple[RunDir, Recipe]:
+    """The run (or its evaluation folder `into`) and its recipe with `overrides`, checked against the
+    settings of the rows already written."""
+    run = RunDir(run_dir)
+    if not run.recipe.exists():
+        raise FileNotFoundError(f"{run.root} is not a leaklab run directory (no recipe.yaml)")
+    check_overrides(overrides)
+    recipe = load_recipe(str(run.recipe), list(overrides))  # a bad key or value fails here, before writing
+    if into is not None:
+        run = evaluation_folder(run, into, recipe)
+        recipe = load_recipe(str(run.recipe), list(overrides))
+    check_settings(run, recipe)
+    return run, recipe
+
+
+def _evaluator_of(run: RunDir, recipe: Recipe, log) -> tuple[Evaluator, str]:
+    """(the run's evaluator over the manifest's evaluation set, the base model: where the stage started)."""
+    from leaklab.models.load import resolve_model_path
+
+    manifest = read_json(run.manifest)
+    # The manifest already holds only the tasks whose canonical solutions passed when the run began.
+    eval_set = build_eval_set(load_tasks(recipe, check_solutions=False), manifest, recipe.data.text_format)
+    # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
+    stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
+    base_path = stage_start or resolve_model_path(recipe.model, log=log)
+    return Evaluator(recipe, run, eval_set, base_path=base_path, log=log), base_path
+
+
+def _steps_to_evaluate(run: RunDir, recipe: Recipe) -> list[tuple[int, float, Path | None]]:
+    """(step, epoch, checkpoint) of the base model (path None, if evaluate.base_model) and every checkpoint."""
+    steps: list[tuple[int, float, Path | None]] = []
+    if recipe.evaluate.base_model:
+        steps.append((0, 0.0, None))
+    for step, path in run.checkpoint_dirs():
+        steps.append((step, read_json(path / "trainer_state.json").get("epoch") or 0.0, path))
+    return steps
+
+
+def _model_at(path: Path | None, base_path: str, recipe: Recipe):
+    """The model of one step, in eval mode: the base model (path None) or a checkpoint."""
+    from leaklab.models.load import load_checkpoint, load_model
+
+    if path is None:
+        model = load_model(base_path, recipe.evaluate.dtype, recipe.model.trust_remote_code)
+    else:
+        model = load_checkpoint(path, base_path, recipe.model)
+    model.eval()
+    return model
 
 
 def main(argv: list[str] | None = None) -> int:

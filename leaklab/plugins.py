@@ -41,6 +41,8 @@ class Record:
     cost: detectors: what one checkpoint costs it, one of COSTS ("cheap": one forward pass over the
         texts; "moderate": several forward passes, or a second model; "costly": generation or sandbox
         runs), shown by `leaklab detectors`.
+    dose_panels: evaluations: "module:function" drawing its panels of the report's dose-response section
+        from its per-dose rows, `(rows, run) -> list[Panel | Table]`; None: it has none.
     """
 
     name: str
@@ -53,6 +55,7 @@ class Record:
     columns: tuple[tuple[str, str], ...] = ()
     summary: str = ""
     cost: str = ""
+    dose_panels: str | None = None
 
     def load(self) -> Any:
         """The plug-in's object (a class, or a module for a stage)."""

@@ -43,9 +43,7 @@ def families() -> dict[str, Family]:
                     out[column + MARGIN] = Family(f"{display}: margin as a score", record.group, False)
 
     add(r for r in DETECTORS.values() if r.kind != "model")
-    # Columns that no registered detector writes: the single SrDetection column of runs older than its
-    # gray / black split, and the detection evaluation's blind baseline.
-    out["srdetection"] = Family("SrDetection", "SrDetection", True)
+    # A column that no registered detector writes: the detection evaluation's blind baseline.
     out["blind"] = Family("Blind baseline (text only)", "blind baseline", False)
     add(r for r in DETECTORS.values() if r.kind == "model")
     return out

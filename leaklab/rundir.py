@@ -109,8 +109,7 @@ def _jsonable(obj: Any) -> Any:
 
 
 def row_key(row: dict[str, Any]) -> tuple:
-    # A row written before rows had a `column` field is keyed by its detector name instead.
-    key = tuple(row.get(k) if k != "column" else row.get("column", row.get("detector")) for k in ROW_KEY)
+    key = tuple(row.get(k) for k in ROW_KEY)
     # A step's "done" markers are told apart by the specs they close: detectors added to an evaluated step
     # write a second marker (leaklab.evaluate.done_specs reads their union).
     if "specs" in row:
@@ -205,14 +204,6 @@ def _append_unlocked(path: Path, rows: Iterable[dict[str, Any]], key) -> int:
     return len(fresh)
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with Path(path).open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -294,9 +285,6 @@ class RunDir:
 
     def results_rows(self) -> list[dict[str, Any]]:
         return read_rows(self.results)
-
-    def evaluated_steps(self, evaluation: str = "detection") -> set[int]:
-        return {r["step"] for r in self.results_rows() if r.get("evaluation") == evaluation}
 
 
 # --------------------------------------------------------------------------- manifest and run files

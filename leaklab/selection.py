@@ -30,7 +30,6 @@ trained on) are the leak leaklab can see, selectable with `side`.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,7 +251,3 @@ def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float 
     if sel.recommended is not None:
         write_selection(run.root, sel)
     return sel
-
-
-def as_json(sel: Selection) -> str:
-    return json.dumps(asdict(sel), indent=2)

@@ -12,9 +12,16 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from leaklab.errors import debug_requested, guarded, strip_debug
 from leaklab.recipe import get_key, load_recipe
+
+if TYPE_CHECKING:
+    from leaklab.recipe import Recipe
+    from leaklab.rundir import RunDir
 
 
 def parse_command_line(argv: list[str]) -> tuple[str, list[str], bool]:
@@ -114,23 +121,55 @@ def preflight(recipe) -> None:
         )
 
 
-def run_training(recipe) -> int:
+@dataclass
+class Launch:
+    """What every step of a training run shares: the recipe, its stage, the run directory, the processes."""
+
+    recipe: Recipe
+    stage: Any  # a `leaklab.training.stages` record
+    run: RunDir
+    state: Any  # accelerate's PartialState: this process's rank among the run's processes
+    log: Callable[..., None]  # print on the main process, silent on the others
+
+
+def run_training(recipe: Recipe) -> int:
+    """Train the recipe's model and evaluate every checkpoint; each numbered step is one function."""
+    from leaklab.evaluate import load_tasks
+    from leaklab.models.lora import apply_lora
+    from leaklab.rundir import write_json
+
+    launch = start_processes(recipe)
+    # 1. Tasks (first: a missing dataset is the cheapest error), then the base model.
+    left_out: list[dict[str, str]] = []  # tasks whose canonical solution fails its tests (local files)
+    tasks = load_tasks(recipe, log=launch.log, left_out=left_out)
+    base_path, tokenizer, model = load_base_model(launch)
+    # 2. The optional SrDetection pre-filter, the member / non-member split, the manifest (the ground truth).
+    manifest = write_ground_truth(launch, tasks, left_out, model, tokenizer)
+    if evaluate_trained_run(launch):
+        return 0
+    model = apply_lora(model, recipe)
+    # 3. The training data, built by the stage from the manifest's members (cpt: members mixed with
+    #    corpus text at code:web, packed into blocks).
+    data = launch.stage.build_dataset(recipe, tokenizer, tasks, manifest, launch.run, launch.log)
+    if launch.state.is_main_process:
+        write_json(launch.run.mixture, data.info)
+    # 4. Train; each saved checkpoint is evaluated by the callback.
+    report = train(launch, model, tokenizer, data, tasks, manifest, base_path)
+    del model, data  # the weights go before the last evaluation loads checkpoints
+    # 5. Anything saved but not evaluated (a run killed during an evaluation), then the summary.
+    finish(launch, report)
+    return 0
+
+
+def start_processes(recipe: Recipe) -> Launch:
+    """This process's place among the run's processes, its thread count, and the run directory."""
     import torch
     from accelerate import PartialState
 
-    from leaklab import tracking
-    from leaklab.data.prefilter import prefilter_candidates, prefilter_tasks
-    from leaklab.data.splits import split_members
-    from leaklab.evaluate import Evaluator, build_eval_set, check_settings, evaluate_run, load_tasks
-    from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
-    from leaklab.models.lora import apply_lora
-    from leaklab.recipe import identity_changes, run_dir_of, run_hash, to_yaml
-    from leaklab.report import print_summary
-    from leaklab.rundir import RunDir, check_or_write_run_files, make_manifest, write_json
-    from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows, plain_progress
+    from leaklab.recipe import run_dir_of
+    from leaklab.rundir import RunDir
     from leaklab.training.stages import get_stage
 
-    stage = get_stage(recipe.train.stage)
     # On a CPU-only machine accelerate's default CPU path wants MPI; several processes talk over gloo instead.
     several_cpu_processes = not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
     state = PartialState(**({"cpu": True, "backend": "gloo"} if several_cpu_processes else {}))
@@ -145,22 +184,37 @@ def run_training(recipe) -> int:
             if threads.isdigit() and int(threads) > 0
             else max(1, (os.cpu_count() or 1) // local_procs)
         )
-    run = RunDir(run_dir_of(recipe))
+    return Launch(recipe, get_stage(recipe.train.stage), RunDir(run_dir_of(recipe)), state, log)
 
-    # 1. Tasks (first: a missing dataset is the cheapest error), then the model: the main process builds
-    #    the tiny model (if asked for and not cached) before the others look.
-    left_out: list[dict[str, str]] = []  # tasks whose canonical solution fails its tests (local files)
-    tasks = load_tasks(recipe, log=log, left_out=left_out)
-    with state.main_process_first():
+
+def load_base_model(launch: Launch) -> tuple[str, Any, Any]:
+    """(base path, tokenizer, model). The main process builds the tiny model (if asked for and not
+    cached) before the others look."""
+    from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
+
+    recipe, log = launch.recipe, launch.log
+    with launch.state.main_process_first():
         # The stage may start elsewhere (rl: train.rl.init_from); then model.name_or_path is not built.
-        base_path = stage.resolve_base(recipe, run, log) or resolve_model_path(recipe.model, log=log)
+        base_path = launch.stage.resolve_base(recipe, launch.run, log) or resolve_model_path(
+            recipe.model, log=log
+        )
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
     model = load_model(
         base_path, recipe.model.dtype, recipe.model.trust_remote_code, recipe.model.attn_implementation
     )
+    return base_path, tokenizer, model
 
-    # 2. The optional SrDetection pre-filter (on the base model), the member / non-member split, the
-    #    manifest (the ground truth).
+
+def write_ground_truth(launch: Launch, tasks, left_out: list[dict[str, str]], model, tokenizer) -> dict:
+    """The member / non-member split (after the optional pre-filter on the base model) and the manifest,
+    written with the recipe into the run directory by the main process; returns the manifest."""
+    from leaklab.data.prefilter import prefilter_candidates, prefilter_tasks
+    from leaklab.data.splits import split_members
+    from leaklab.evaluate import check_settings
+    from leaklab.recipe import identity_changes, run_hash, to_yaml
+    from leaklab.rundir import check_or_write_run_files, make_manifest
+
+    recipe, run, state, log = launch.recipe, launch.run, launch.state, launch.log
     ids = [t.task_id for t in tasks]
     max_samples = recipe.data.max_samples
     prefiltered = None
@@ -192,34 +246,44 @@ def run_training(recipe) -> int:
             f"[leaklab] {len(split.member_ids)} members, {len(split.non_member_ids)} non-members of {manifest['benchmark']}"
         )
     state.wait_for_everyone()
+    return manifest
+
+
+def evaluate_trained_run(launch: Launch) -> bool:
+    """True when the run is trained to its last step: changed evaluate.* settings on a trained run give
+    its checkpoints what they lack, and nothing is trained."""
+    from leaklab.evaluate import evaluate_run
+    from leaklab.report import print_summary
+
+    run, state, log = launch.run, launch.state, launch.log
     complete = run.checkpoint_dirs()
-    if complete and trained_to_the_end(complete[-1][1]):
-        # Changed evaluate.* settings on a trained run: its checkpoints get what they lack, no training.
-        if not recipe.evaluate.during_training:
-            log(
-                f"[leaklab] {run.root} is trained; evaluate its checkpoints with `leaklab evaluate {run.root}`"
-            )
-        elif state.is_main_process:
-            log(
-                f"[leaklab] {run.root} is trained ({complete[-1][1].name} is the last step): nothing to "
-                f"train; evaluating what its checkpoints lack"
-            )
-            evaluate_run(run.root, log=log)
-            print_summary(run)
-        state.wait_for_everyone()
-        return 0
-    model = apply_lora(model, recipe)
+    if not (complete and trained_to_the_end(complete[-1][1])):
+        return False
+    if not launch.recipe.evaluate.during_training:
+        log(f"[leaklab] {run.root} is trained; evaluate its checkpoints with `leaklab evaluate {run.root}`")
+    elif state.is_main_process:
+        log(
+            f"[leaklab] {run.root} is trained ({complete[-1][1].name} is the last step): nothing to "
+            f"train; evaluating what its checkpoints lack"
+        )
+        evaluate_run(run.root, log=log)
+        print_summary(run)
+    state.wait_for_everyone()
+    return True
 
-    # 3. The training data, built by the stage from the manifest's members (cpt: members mixed with
-    #    corpus text at code:web, packed into blocks).
-    data = stage.build_dataset(recipe, tokenizer, tasks, manifest, run, log)
-    if state.is_main_process:
-        write_json(run.mixture, data.info)
 
-    # 4. Train; each saved checkpoint is evaluated by the callback. What the evaluations need once per
-    #    run (SrDetection's variants, say) is prepared here, by the main process first; the others read
-    #    its copy.
-    #    With evaluate.during_training false, training only saves; `leaklab evaluate` workers do the rest.
+def train(launch: Launch, model, tokenizer, data, tasks, manifest: dict, base_path: str):
+    """Train from the newest complete checkpoint, each saved checkpoint evaluated by the callback; returns
+    the report built for W&B (None when none was built).
+
+    What the evaluations need once per run (SrDetection's variants, say) is prepared here, by the main
+    process first; the others read its copy. With evaluate.during_training false, training only saves;
+    `leaklab evaluate` workers do the rest."""
+    from leaklab import tracking
+    from leaklab.evaluate import Evaluator, build_eval_set
+    from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows, plain_progress
+
+    recipe, run, state, log = launch.recipe, launch.run, launch.state, launch.log
     during = recipe.evaluate.during_training
     eval_set = build_eval_set(tasks, manifest, recipe.data.text_format)
     evaluator = Evaluator(recipe, run, eval_set, base_path=base_path, log=log)
@@ -230,7 +294,7 @@ def run_training(recipe) -> int:
     callback = EvaluateCheckpoints(evaluator, tokenizer, log=log)
     report_to = ["wandb"] if tracker else "none"
     callbacks = [callback, TrainingRows(run)] if during else [TrainingRows(run)]
-    trainer = stage.build_trainer(
+    trainer = launch.stage.build_trainer(
         model, tokenizer, data.dataset, recipe, run.checkpoints, callbacks, report_to
     )
     plain_progress(trainer)  # off a terminal: progress and loss lines, not a bar and raw dicts
@@ -247,10 +311,16 @@ def run_training(recipe) -> int:
     if state.is_main_process:
         report = tracking.publish_report(run.root)  # summary, curves with intervals, report/ as an artifact
     tracking.finish()
-    del trainer, model, evaluator, callback, data
+    return report
 
-    # 5. Anything saved but not evaluated (a run killed during an evaluation), then the summary.
-    if state.is_main_process and not during:
+
+def finish(launch: Launch, report) -> None:
+    """Evaluate what was saved but not evaluated, print the summary, and close the process group."""
+    from leaklab.evaluate import evaluate_run
+    from leaklab.report import print_summary
+
+    run, state, log = launch.run, launch.state, launch.log
+    if state.is_main_process and not launch.recipe.evaluate.during_training:
         log(
             f"[leaklab] evaluate.during_training is false: checkpoints saved, not evaluated; run "
             f"`leaklab evaluate {run.root}` (several at once share the checkpoints)"
@@ -265,7 +335,6 @@ def run_training(recipe) -> int:
     # gloo's worker threads may drop a tensor then, which aborts the process in C++ ("terminate called
     # without an active exception"). Only here, after a clean run: with a rank failed it could hang.
     state.destroy_process_group()
-    return 0
 
 
 def trained_to_the_end(checkpoint) -> bool:

@@ -28,7 +28,8 @@ def write_run(root: Path, shifts: dict[str, float], epochs=(0.0, 1.0)) -> Path:
     for step, epoch in enumerate(epochs):
         for detector, shift in shifts.items():
             scores = rng.normal(size=80) + shift * epoch * labels
-            base = {"step": step * 10, "epoch": epoch, "evaluation": "detection", "detector": detector}
+            base = {"step": step * 10, "epoch": epoch, "evaluation": "detection", "detector": detector,
+                    "column": detector}  # fmt: skip
             rows += [{**base, "metric": k, "value": v} for k, v in detection_metrics(scores, labels).items()]
         rows.append(
             {

@@ -89,11 +89,6 @@ def _located_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
                 yield f"{path}:{n}", _parse(line, f"{path}:{n}", dict)
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    for _, row in _located_rows(path):
-        yield row
-
-
 def _jsonl_files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted([*path.glob("*.jsonl"), *path.glob("*.jsonl.gz"), *path.glob("*.json")])

@@ -31,6 +31,7 @@ EVALUATIONS: dict[str, Record] = {
             "Accuracy",
             config="leaklab.evaluations.accuracy:AccuracyConfig",
             section="accuracy",
+            dose_panels="leaklab.evaluations.accuracy:dose_panels",
         ),
         Record(
             "counterfactual",
@@ -39,6 +40,7 @@ EVALUATIONS: dict[str, Record] = {
             "Counterfactual memorization",
             config="leaklab.evaluations.counterfactual:CounterfactualConfig",
             section="counterfactual",
+            dose_panels="leaklab.evaluations.counterfactual:dose_panels",
         ),
         Record(
             "mri",
@@ -47,6 +49,7 @@ EVALUATIONS: dict[str, Record] = {
             "Memorization Risk Index",
             config="leaklab.evaluations.mri:MriConfig",
             section="mri",
+            dose_panels="leaklab.evaluations.mri:dose_panels",
         ),
         Record(
             "extraction",
@@ -55,6 +58,7 @@ EVALUATIONS: dict[str, Record] = {
             "Extraction",
             config="leaklab.evaluations.extraction:ExtractionConfig",
             section="extraction",
+            dose_panels="leaklab.evaluations.extraction:dose_panels",
         ),
         Record("canaries", "leaklab.evaluations.canaries:Canaries", "evaluation", "Canaries"),
     ]

@@ -432,3 +432,25 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
         if has_intervals
         else ["no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"],
     )
+
+
+def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel]:
+    """The report's dose-response panels (its record's `dose_panels`): the members' pass@1 against the
+    dose at the last checkpoint accuracy evaluated."""
+    members = [r for r in rows if r.get("column") == "members"]
+    if not members:
+        return []
+    last = max(int(r["step"]) for r in members)
+    spec = charts.metric_panel_spec(
+        [r for r in members if int(r["step"]) == last], "pass@1", x="dose", bounded=True
+    )
+    if spec is None:
+        return []
+    return [
+        Panel(
+            f"Members' pass@1 (greedy) against dose (step {last}, epoch {run.epoch_of(last):g})",
+            spec,
+            "share of the members of each dose whose greedy solution passes the tests; the "
+            "non-members' pass@1 is in the accuracy section",
+        )
+    ]

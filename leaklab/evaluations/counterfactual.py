@@ -642,3 +642,46 @@ def membership_rows(t_scores, r_scores, labels, metrics=None) -> list[dict[str, 
             value = auroc(scores, labels) if len(set(labels)) == 2 else math.nan
             rows.append(_row("membership", f"{metric}.auroc_{signal}", float_or_none(value), signal=signal))
     return rows
+
+
+def dose_panels(rows: list[dict[str, Any]], run) -> list[Any]:
+    """The report's dose-response panels (its record's `dose_panels`): the criterion's flag rate per dose
+    at the last checkpoint it evaluated, the share of each dose's members that some functional metric
+    calls memorized (`memorized_any` over `n_samples`), beside the non-members' share from the
+    all-members rows of the same checkpoint."""
+    from leaklab.report import charts
+    from leaklab.report.section import Panel
+
+    last = max(int(r["step"]) for r in rows)
+    value = {
+        (int(r["dose"]), r["metric"]): r.get("value")
+        for r in rows
+        if int(r["step"]) == last and r.get("column") == "members"
+    }
+    non_members = {
+        r["metric"]: r.get("value")
+        for r in run.rows_of("counterfactual")
+        if int(r["step"]) == last and r.get("column") == "non_members"
+    }
+
+    def rate(flagged, n):
+        return flagged / n if isinstance(flagged, (int, float)) and n else None
+
+    base = {"evaluation": "counterfactual", "step": last, "epoch": run.epoch_of(last), "metric": "flag_rate"}
+    points = []
+    for dose in sorted({d for d, _ in value}):
+        points.append({**base, "column": "members", "dose": dose,
+                       "value": rate(value.get((dose, "memorized_any")), value.get((dose, "n_samples")))})  # fmt: skip
+        reference = rate(non_members.get("memorized_any"), non_members.get("n_samples"))
+        points.append({**base, "column": "non_members", "dose": dose, "value": reference})
+    spec = charts.metric_panel_spec(points, "flag_rate", x="dose", bounded=True)
+    if spec is None:
+        return []
+    return [
+        Panel(
+            f"Counterfactual criterion: members flagged against dose (step {last}, epoch {run.epoch_of(last):g})",
+            spec,
+            "share of the members of each dose that some functional metric calls memorized (Table 2's "
+            "union, memorized_any); non_members: the share of all non-members, the same at every dose",
+        )
+    ]

@@ -574,3 +574,50 @@ def extraction_section(rows: list[dict[str, Any]], run) -> Any:
             "some non-member matches are not in the corpus: a clone-detector bug, see the task records"
         )
     return Section("extraction", "Extraction audit", intro=__doc__.split("\n")[0], items=items, notes=notes)
+
+
+def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
+    """The report's dose-response panels (its record's `dose_panels`): the share of each dose's members
+    reproduced verbatim at the last checkpoint against the dose, and per checkpoint the correlation
+    between a member's exposures and the outputs that reproduce it."""
+    from leaklab.report import charts
+    from leaklab.report.section import fmt as _fmt
+
+    last = max(int(r["step"]) for r in rows)
+    items: list[Panel | Table] = []
+    spec = charts.metric_panel_spec(
+        [r for r in rows if int(r["step"]) == last], "extracted_fraction", x="dose", bounded=True
+    )
+    if spec is not None:
+        items.append(
+            Panel(
+                f"Members extracted verbatim against dose (step {last}, epoch {run.epoch_of(last):g})",
+                spec,
+                "share of the members of each dose with >= evaluate.extraction.min_lines lines reproduced "
+                "in some output; band: bootstrap 95% interval over members",
+            )
+        )
+    got: dict[int, dict[str, Any]] = {}
+    for r in run.rows_of("extraction"):
+        if str(r.get("metric", "")).startswith("exposure_"):
+            got.setdefault(int(r["step"]), {})[r["metric"]] = r.get("value")
+    if got:
+        items.append(
+            Table(
+                "Exposures vs outputs reproducing each member (Spearman)",
+                ["step", "Spearman ρ [95% CI]", "members"],
+                [
+                    [
+                        str(step),
+                        f"{_fmt(v.get('exposure_spearman'))} "
+                        f"[{_fmt(v.get('exposure_spearman_ci_low'), 2)}, {_fmt(v.get('exposure_spearman_ci_high'), 2)}]",
+                        _fmt(v.get("exposure_n_members"), 0),
+                    ]
+                    for step, v in sorted(got.items())
+                ],
+                "rank correlation over all members (never extracted: 0 outputs) between the exposures "
+                "counted in the training data and the outputs that reproduce the member; interval: "
+                "members resampled (Unveiling §4.3 correlates contents found in the outputs instead)",
+            )
+        )
+    return items

@@ -688,3 +688,38 @@ def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
         items=items,
         notes=notes,
     )
+
+
+def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel]:
+    """The report's dose-response panels (its record's `dose_panels`), at the last checkpoint MRI
+    evaluated: the members' MRI (its unchecked value when the competence check left it undefined at
+    every dose) and the instance score's AUROC, against the dose."""
+    from leaklab.report import charts
+
+    last = max(int(r["step"]) for r in rows)
+    at_last = [r for r in rows if int(r["step"]) == last]
+    members = [r for r in at_last if r.get("column") == "members"]
+    when = f"step {last}, epoch {run.epoch_of(last):g}"
+    items = []
+    metric, note = "mri", "MRI of the members of each dose (with all non-members)"
+    if charts.metric_values(members, metric, "dose") == []:
+        metric, note = (
+            "mri_unchecked",
+            "MRI without the competence check (it left MRI undefined at every dose)",
+        )
+    spec = charts.metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
+    if spec is not None:
+        items.append(
+            Panel(f"MRI of the members against dose ({when})", spec, f"{note}; band: bootstrap 95% interval")
+        )
+    spec = charts.metric_panel_spec(at_last, "score_auroc", x="dose")
+    if spec is not None:
+        items.append(
+            Panel(
+                f"MRI instance score AUROC against dose ({when})",
+                spec,
+                "AUROC of the per-task score (similarity x accuracy drop) on the members of each dose "
+                "against all non-members; dashed grey: chance",
+            )
+        )
+    return items

@@ -368,7 +368,6 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         return 0
     handles: dict[int, Any] = {}
     patched: list[tuple[Any, str, Any]] = []  # (owner, attribute, what was there), a stack
-    missing = object()
 
     def keep(obj: Any) -> dict[str, int]:
         handles[len(handles) + 1] = obj
@@ -405,16 +404,7 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         raise err(str(answer.get("message", "")))
 
     _callback = callback
-    names, imported = {}, {}
-    for name, value in list(namespace.items()):
-        if name.startswith("__"):
-            continue
-        if isinstance(value, types.ModuleType):
-            imported[name] = [value.__name__, ""]
-        elif _importable(value):  # from sklearn.preprocessing import StandardScaler: the judge's own
-            imported[name] = [value.__module__, value.__qualname__]
-        else:
-            names[name] = encode(value)
+    names, imported = _module_globals(namespace, encode)
     globals_ = {"$dict": [[k, v] for k, v in names.items()]}
     send(replies_fd, {"ready": True, "globals": globals_, "imported": imported})
     while line := requests.readline():
@@ -422,28 +412,8 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         try:
             request = json.loads(line)
             op = request["op"]
-            if op == "patch":  # a test's mock.patch, to apply here too (see judge_unittest)
-                where = request["where"]
-                owner = _candidate_class(where[1], where[2]) if where[0] == "class" else None
-                if where[0] == "module":
-                    owner = importlib.import_module(where[1])
-                if owner is None:
-                    raise LookupError(f"nothing to patch at {where}")
-                attribute = str(request["attribute"])
-                patched.append((owner, attribute, getattr(owner, attribute, missing)))
-                setattr(owner, attribute, decode(request["value"]))
-                out = None
-            elif op == "unpatch":
-                if patched:
-                    owner, attribute, old = patched.pop()
-                    if old is missing:
-                        delattr(owner, attribute)
-                    else:
-                        setattr(owner, attribute, old)
-                out = None
-            elif op == "environ":
-                os.environ.clear()
-                os.environ.update({str(k): str(v) for k, v in decode(request["env"]).items()})
+            if op in ("patch", "unpatch", "environ"):
+                _apply_setup(op, request, decode, patched)
                 out = None
             else:
                 obj = handle(request["ref"])
@@ -465,6 +435,50 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         send(replies_fd, reply)
     _flush()
     return 0
+
+
+def _module_globals(namespace: dict[str, Any], encode) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """(the program's globals as plain data or references, the modules and importable objects it imported,
+    which the judge imports itself)."""
+    names, imported = {}, {}
+    for name, value in list(namespace.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, types.ModuleType):
+            imported[name] = [value.__name__, ""]
+        elif _importable(value):  # from sklearn.preprocessing import StandardScaler: the judge's own
+            imported[name] = [value.__module__, value.__qualname__]
+        else:
+            names[name] = encode(value)
+    return names, imported
+
+
+_MISSING = object()  # an attribute a patch added: unpatching deletes it
+
+
+def _apply_setup(op: str, request: dict[str, Any], decode, patched: list[tuple[Any, str, Any]]) -> None:
+    """A test's setup mirrored in the candidate: a mock.patch ("patch", see judge_unittest), its undoing
+    ("unpatch", the last patch first), or the environment it set ("environ")."""
+    if op == "patch":
+        where = request["where"]
+        owner = _candidate_class(where[1], where[2]) if where[0] == "class" else None
+        if where[0] == "module":
+            owner = importlib.import_module(where[1])
+        if owner is None:
+            raise LookupError(f"nothing to patch at {where}")
+        attribute = str(request["attribute"])
+        patched.append((owner, attribute, getattr(owner, attribute, _MISSING)))
+        setattr(owner, attribute, decode(request["value"]))
+    elif op == "unpatch":
+        if patched:
+            owner, attribute, old = patched.pop()
+            if old is _MISSING:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, old)
+    else:
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in decode(request["env"]).items()})
 
 
 def _rng_state() -> dict[str, Any]:

@@ -212,51 +212,62 @@ def setup_worker(
         except OSError as err:
             info["namespace_error"] = str(err)
         else:
-            try:
-                if "minimal_root" in disable:
-                    plan = _private_mounts(interpreter_paths(), tmp_size_mb)
-                    info["kept_read_only"] = [p for p, _ in plan.kept]
-                    info["private_dirs"] = list(plan.private)
-                    info["mounts"] = "namespace"
-                    info["scratch_rebind"] = [p for p, cover in plan.kept if cover == "/tmp"]
-                else:
-                    info.update(build_root(visible_paths(), tmp_size_mb, hide))
-                    info["mounts"] = "minimal-root"
-                    info["proc"] = "own-processes-only"
-                    try:
-                        info["pid_init"] = start_pid_namespace()
-                        info["pid"] = "namespace"
-                    except OSError as err:
-                        info["pid_error"] = str(err)
-                    if "run_scratch" in disable:  # one /tmp for every run of the worker
-                        mount_scratch(tmp_size_mb, info["scratch_rebind"])
-            except OSError as err:
-                info["mount_error"] = str(err)
-            if info["mounts"] != "shared":
-                with contextlib.suppress(OSError):
-                    _limit_ipc(memory_mb)
-                    info["ipc"] = f"namespace, shared memory <= {memory_mb} MiB"
-                if "run_scratch" not in disable:
-                    # In the host's view (minimal root off) /var/tmp and /dev/shm stay the worker's.
-                    info["scratch"] = "per-run" if info["mounts"] == "minimal-root" else "per-run /tmp only"
-                    info["ipc"] = info["ipc"].replace("namespace", "cleared after each run")
+            _isolate_mounts(info, disable, tmp_size_mb, memory_mb, hide)
     else:
-        # An unprivileged user namespace (where the kernel allows one) still gets a network namespace.
-        uid, gid = os.getuid(), os.getgid()
-        try:
-            _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
-        except OSError as err:
-            info["namespace_error"] = str(err)
-        else:
-            # Keep our own ids inside it (the creator may always map itself); a failure here would
-            # leave the worker half set up, so it is not caught: the pool then refuses to start.
-            _write("/proc/self/setgroups", "deny")
-            _write("/proc/self/uid_map", f"{uid} {uid} 1")
-            _write("/proc/self/gid_map", f"{gid} {gid} 1")
-            info["network"] = "namespace"
+        _user_network_namespace(info)
     if info["network"] != "namespace":
         info["network"] = "python-guard"
     return info
+
+
+def _isolate_mounts(info: dict[str, Any], disable, tmp_size_mb: int, memory_mb: int, hide) -> None:
+    """Root, in fresh namespaces: the minimal root (or, with it disabled, private mounts of the host's
+    tree), a pid namespace, a capped IPC namespace and per-run scratch, each recorded in `info`."""
+    try:
+        if "minimal_root" in disable:
+            plan = _private_mounts(interpreter_paths(), tmp_size_mb)
+            info["kept_read_only"] = [p for p, _ in plan.kept]
+            info["private_dirs"] = list(plan.private)
+            info["mounts"] = "namespace"
+            info["scratch_rebind"] = [p for p, cover in plan.kept if cover == "/tmp"]
+        else:
+            info.update(build_root(visible_paths(), tmp_size_mb, hide))
+            info["mounts"] = "minimal-root"
+            info["proc"] = "own-processes-only"
+            try:
+                info["pid_init"] = start_pid_namespace()
+                info["pid"] = "namespace"
+            except OSError as err:
+                info["pid_error"] = str(err)
+            if "run_scratch" in disable:  # one /tmp for every run of the worker
+                mount_scratch(tmp_size_mb, info["scratch_rebind"])
+    except OSError as err:
+        info["mount_error"] = str(err)
+    if info["mounts"] != "shared":
+        with contextlib.suppress(OSError):
+            _limit_ipc(memory_mb)
+            info["ipc"] = f"namespace, shared memory <= {memory_mb} MiB"
+        if "run_scratch" not in disable:
+            # In the host's view (minimal root off) /var/tmp and /dev/shm stay the worker's.
+            info["scratch"] = "per-run" if info["mounts"] == "minimal-root" else "per-run /tmp only"
+            info["ipc"] = info["ipc"].replace("namespace", "cleared after each run")
+
+
+def _user_network_namespace(info: dict[str, Any]) -> None:
+    """Not root: an unprivileged user namespace (where the kernel allows one) still gets a network
+    namespace."""
+    uid, gid = os.getuid(), os.getgid()
+    try:
+        _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
+    except OSError as err:
+        info["namespace_error"] = str(err)
+    else:
+        # Keep our own ids inside it (the creator may always map itself); a failure here would
+        # leave the worker half set up, so it is not caught: the pool then refuses to start.
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        info["network"] = "namespace"
 
 
 def _write(path: str, text: str) -> None:
@@ -490,18 +501,7 @@ def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[
             if os.path.islink(e):
                 _make_way(os.path.dirname(new + e), new)
                 os.symlink(os.readlink(e), new + e)
-        # Answer keys: an unreadable empty file over each (the mount above them is read-only, but a
-        # mount point needs no write access).
-        blank = new + "/.masked"
-        open(blank, "w").close()
-        os.chmod(blank, 0)
-        for path in masked:
-            _mount(blank, new + path, None, MS_BIND, None)
-        for path in _outermost(hidden):
-            if path in hidden_dirs:  # an empty, read-only directory nobody may enter
-                _mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0")
-            else:
-                _mount(blank, new + path, None, MS_BIND, None)
+        _cover_answer_keys(new, masked, hidden, hidden_dirs)
         for d in ("/dev", "/proc", "/tmp", "/run/leaklab", "/dev/mqueue", "/var"):
             _make_way(new + d, new)
         os.chmod(new + "/tmp", 0o1777)
@@ -509,24 +509,7 @@ def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[
         # tmpfs, one size cap, one thing to replace between runs.
         for d in ("/var/tmp", "/dev/shm", "/run/lock"):
             os.symlink("/tmp", new + d)
-        for dev in DEVICES:
-            open(new + "/dev/" + dev, "w").close()
-            _mount("/dev/" + dev, new + "/dev/" + dev, None, MS_BIND, None)
-        for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                             ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
-            os.symlink(target, f"{new}/dev/{name}")
-        # A run sees only its own processes: other uids' /proc entries (command lines included) are
-        # invisible to it. (A PID namespace per run would need a mount namespace per run for its /proc,
-        # which costs several milliseconds a run in the kernel's teardown; the uid of its own already
-        # confines signals and ptrace, and the seccomp filter denies ptrace.)
-        try:
-            _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
-        except OSError:  # kernels before 5.8 know the option by its number only
-            _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
-        # The worker's own files (run directories when runs share a /tmp, the judge's): not in /tmp.
-        _mount("tmpfs", new + "/run/leaklab", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0711")
-        # POSIX message queues of the worker's IPC namespace, listed here to be removed after each run.
-        _mount("mqueue", new + "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        _system_mounts(new, tmp_size_mb)
         old = new + "/.old"
         os.mkdir(old)
         machine = os.uname().machine
@@ -552,6 +535,46 @@ def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[
         "scratch_rebind": rebind,
         "run_root": "/run/leaklab",
     }
+
+
+def _cover_answer_keys(new: str, masked: list[str], hidden: list[str], hidden_dirs: set[str]) -> None:
+    """Under the new root `new`: an unreadable empty file over each answer key file, an empty read-only
+    directory nobody may enter over each hidden directory."""
+    # Answer keys: an unreadable empty file over each (the mount above them is read-only, but a
+    # mount point needs no write access).
+    blank = new + "/.masked"
+    open(blank, "w").close()
+    os.chmod(blank, 0)
+    for path in masked:
+        _mount(blank, new + path, None, MS_BIND, None)
+    for path in _outermost(hidden):
+        if path in hidden_dirs:  # an empty, read-only directory nobody may enter
+            _mount("tmpfs", new + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k,mode=0")
+        else:
+            _mount(blank, new + path, None, MS_BIND, None)
+
+
+def _system_mounts(new: str, tmp_size_mb: int) -> None:
+    """Under the new root `new`: the devices, /dev's links to the process's descriptors, a /proc that
+    shows a run its own processes only, the worker's /run/leaklab and the IPC namespace's mqueue."""
+    for dev in DEVICES:
+        open(new + "/dev/" + dev, "w").close()
+        _mount("/dev/" + dev, new + "/dev/" + dev, None, MS_BIND, None)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
+        os.symlink(target, f"{new}/dev/{name}")
+    # A run sees only its own processes: other uids' /proc entries (command lines included) are
+    # invisible to it. (A PID namespace per run would need a mount namespace per run for its /proc,
+    # which costs several milliseconds a run in the kernel's teardown; the uid of its own already
+    # confines signals and ptrace, and the seccomp filter denies ptrace.)
+    try:
+        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+    except OSError:  # kernels before 5.8 know the option by its number only
+        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    # The worker's own files (run directories when runs share a /tmp, the judge's): not in /tmp.
+    _mount("tmpfs", new + "/run/leaklab", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0711")
+    # POSIX message queues of the worker's IPC namespace, listed here to be removed after each run.
+    _mount("mqueue", new + "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
 
 
 def _bind_read_only(source: str, target: str) -> None:

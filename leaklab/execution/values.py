@@ -96,27 +96,8 @@ def encode(
         if rich and isinstance(value, collections.OrderedDict):
             return {"$ordereddict": items}
         return {"$dict": items}
-    if rich:
-        if isinstance(value, pathlib.PurePath):
-            return {"$path": str(value)}
-
-        if isinstance(value, datetime.datetime):
-            return {"$datetime": datetime.datetime.isoformat(value)}
-        if isinstance(value, datetime.date):
-            return {"$date": datetime.date.isoformat(value)}
-        if isinstance(value, datetime.timedelta):
-            return {"$timedelta": [value.days, value.seconds, value.microseconds]}
-        kind = type(value).__name__
-        if module.startswith("numpy") and kind == "ndarray":
-            return {"$ndarray": [str(value.dtype), list(map(int, value.shape)), enc(value.tolist())]}
-        if module.startswith("pandas") and kind == "Series":
-            return {
-                "$series": [str(value.dtype), enc(value.name), enc(list(value.index)), enc(value.tolist())]
-            }
-        if module.startswith("pandas") and kind == "DataFrame":
-            columns = [enc(value.iloc[:, i].tolist()) for i in range(value.shape[1])]
-            dtypes = [str(t) for t in value.dtypes]
-            return {"$dataframe": [enc(list(value.columns)), enc(list(value.index)), dtypes, columns]}
+    if rich and (tree := _rich_tree(value, module, enc)) is not _NO_FORM:
+        return tree
     # numpy without importing numpy: scalars have .item(), arrays .tolist().
     if module.startswith("numpy"):
         if hasattr(value, "tolist") and getattr(value, "ndim", 0):
@@ -126,6 +107,31 @@ def encode(
     if other is not None:
         return other(value)
     raise UnsupportedValue(f"a {_type_name(value)} has no plain-data form")
+
+
+_NO_FORM = object()  # `_rich_tree` of a value it has no form for
+
+
+def _rich_tree(value: Any, module: str, enc: Callable[[Any], Any]) -> Any:
+    """Rich mode's forms: paths, dates, numpy arrays, pandas Series and DataFrames; else _NO_FORM."""
+    if isinstance(value, pathlib.PurePath):
+        return {"$path": str(value)}
+    if isinstance(value, datetime.datetime):
+        return {"$datetime": datetime.datetime.isoformat(value)}
+    if isinstance(value, datetime.date):
+        return {"$date": datetime.date.isoformat(value)}
+    if isinstance(value, datetime.timedelta):
+        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+    kind = type(value).__name__
+    if module.startswith("numpy") and kind == "ndarray":
+        return {"$ndarray": [str(value.dtype), list(map(int, value.shape)), enc(value.tolist())]}
+    if module.startswith("pandas") and kind == "Series":
+        return {"$series": [str(value.dtype), enc(value.name), enc(list(value.index)), enc(value.tolist())]}
+    if module.startswith("pandas") and kind == "DataFrame":
+        columns = [enc(value.iloc[:, i].tolist()) for i in range(value.shape[1])]
+        dtypes = [str(t) for t in value.dtypes]
+        return {"$dataframe": [enc(list(value.columns)), enc(list(value.index)), dtypes, columns]}
+    return _NO_FORM
 
 
 def dumps(value: Any) -> str:

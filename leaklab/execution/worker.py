@@ -106,6 +106,22 @@ def private_buffer(size: int) -> mmap.mmap:
 # --------------------------------------------------------------------------- one run
 
 
+def _child_entry(job: dict[str, Any]) -> tuple[Any, tuple]:
+    """(the harness function a job's child runs, its arguments); fd 3 (and 4) are the child's channels."""
+    kind = job["kind"]
+    if kind == "check":
+        if job.get("module"):  # a judged unittest run: the whole module, behind references
+            return harness.serve_module, (job["program"], 3, 4)
+        return harness.serve_candidate, (job["program"], job["entry_point"], 3, 4)
+    if kind == "program":
+        return harness.run_program, (job["program"], 3)
+    if kind == "calls":
+        return harness.serve_calls, (job["program"], job["entry_point"], job["inputs"], 3)
+    if kind == "unittest":
+        return harness.run_unittest, (job["program"], job["tests"], job["test_class"], job["nonce"], 3)
+    raise ValueError(f"unknown job kind {kind!r}")
+
+
 class _Stream:
     """A pipe the worker reads, keeping at most `cap` bytes and counting the rest. A private stream
     reads into a `private_buffer` and never makes a Python object of what it holds."""
@@ -466,10 +482,7 @@ class Worker:
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
             main = None
-            if job.get("module"):  # a judged unittest run: the whole module, behind references
-                serve, args = harness.serve_module, (job["program"], 3, 4)
-            else:
-                serve, args = harness.serve_candidate, (job["program"], job["entry_point"], 3, 4)
+            serve, args = _child_entry(job)
             cand = self._fork(
                 {0: devnull, 1: out_w, 2: err_w, 3: req_r, 4: rep_w},
                 cand_uid, limits, workdir, job["guard"], serve, *args,
@@ -506,17 +519,7 @@ class Worker:
             if job.get("stdin") is not None:
                 stdin_r, stdin_w = os.pipe()
                 to_write.append((stdin_w, memoryview(job["stdin"])))
-            if kind == "program":
-                func, args = harness.run_program, (job["program"], 3)
-            elif kind == "calls":
-                func, args = harness.serve_calls, (job["program"], job["entry_point"], job["inputs"], 3)
-            elif kind == "unittest":
-                func, args = (
-                    harness.run_unittest,
-                    (job["program"], job["tests"], job["test_class"], job["nonce"], 3),
-                )
-            else:
-                raise ValueError(f"unknown job kind {kind!r}")
+            func, args = _child_entry(job)
             fds = {0: stdin_r, 1: out_w, 2: err_w, 3: res_w}
             main = self._fork(fds, cand_uid, limits, workdir, job["guard"], func, *args)
             others = []
@@ -527,6 +530,15 @@ class Worker:
             timed_out = _supervise(main, streams, to_write, deadline)
         reply.update({"timed_out": timed_out, "duration_s": time.monotonic() - start})
         self._end_run(main, others, reply)
+        self._collect(streams, workdir, reply)
+        if verdict is None:
+            return reply, []
+        reply["channel_dropped"] = verdict.dropped
+        reply["private"] = [("channel", verdict.size)]
+        return reply, [verdict]
+
+    def _collect(self, streams: dict[str, _Stream], workdir: str, reply: dict[str, Any]) -> None:
+        """The run's output into `reply`, once its processes are gone; its files are cleared."""
         _drain(streams)
         if self.scratch_mounted:
             self._clean_state()
@@ -535,11 +547,6 @@ class Worker:
         for name, stream in streams.items():
             reply[f"{name}_dropped"] = stream.dropped
             reply[name] = bytes(stream.data)
-        if verdict is None:
-            return reply, []
-        reply["channel_dropped"] = verdict.dropped
-        reply["private"] = [("channel", verdict.size)]
-        return reply, [verdict]
 
     def _end_run(self, main: int | None, others: list[int], reply: dict[str, Any]) -> None:
         """Whatever the outcome, nothing of the run survives it: its session groups first, then every

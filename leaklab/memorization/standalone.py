@@ -99,18 +99,10 @@ def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
     return out
 
 
-def main(argv: list[str]) -> int:
-    from leaklab.memorization.counterfactual import (
-        FunctionFilter,
-        counterfactually_memorized,
-        extract_functions,
-        table1,
-        table2,
-    )
-    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, Pair, provenance, score_pairs
+def _corpus_functions(args, keep) -> list:
+    """The functions of --corpus that pass the filter, at most --max-functions; none is bad input."""
+    from leaklab.memorization.counterfactual import extract_functions
 
-    args = parser().parse_args(argv)
-    keep = FunctionFilter(args.min_body_lines, args.max_body_lines, args.min_chars)
     samples, skipped = [], Counter()
     for source_id, text in corpus_sources(args.corpus):
         found, why = extract_functions(text, source_id, keep)
@@ -123,6 +115,21 @@ def main(argv: list[str]) -> int:
             f"--corpus {args.corpus}: no function passes the filter ({keep.describe()}); skipped {dict(skipped)}"
         )
     print(f"[leaklab] counterfactual: {len(samples)} functions ({keep.describe()}); skipped {dict(skipped)}")
+    return samples
+
+
+def main(argv: list[str]) -> int:
+    from leaklab.memorization.counterfactual import (
+        FunctionFilter,
+        counterfactually_memorized,
+        table1,
+        table2,
+    )
+    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, Pair, provenance, score_pairs
+
+    args = parser().parse_args(argv)
+    keep = FunctionFilter(args.min_body_lines, args.max_body_lines, args.min_chars)
+    samples = _corpus_functions(args, keep)
     out = Path(args.out)
     target = _generate(args.target, samples, args, out / "cache")
     reference = _generate(args.reference, samples, args, out / "cache")

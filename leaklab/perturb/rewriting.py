@@ -865,9 +865,28 @@ def rewrite_tasks(
     Each task gets up to `per_type` candidates of every type, all run in the sandbox in one batch;
     the accepted rewrite is the first candidate that passes, visiting the types in an order drawn per
     task (so every type gets its share) and each type's sites in their shuffled order."""
+    results = [Rewrite(t.task_id) for t in tasks]
+    plans, jobs = _original_jobs(tasks, sandbox, seed, timeout_s, results)
+    original_results = sandbox.run_jobs(jobs)
+    jobs = []
+    for i, (task, plan) in enumerate(zip(tasks, plans)):
+        if plan is None:
+            continue
+        outcome = original_results[plan["original"]]
+        if not _candidate_jobs(task, plan, outcome, results[i], jobs, seed, per_type, timeout_s):
+            plans[i] = None
+    candidate_results = sandbox.run_jobs(jobs)
+    for task, plan, result in zip(tasks, plans, results):
+        if plan is not None:
+            _accept_first(task, plan, candidate_results, result)
+    return results
+
+
+def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, results: list[Rewrite]):
+    """(per task its plan or None, the sandbox jobs running each original on its test inputs and examples).
+    Synthetic tasks are rewritten here, by their family's own rewrite."""
     from leaklab.perturb.examples import find_examples
 
-    results = [Rewrite(t.task_id) for t in tasks]
     plans: list[dict | None] = [None] * len(tasks)
     jobs: list = []
     for i, task in enumerate(tasks):
@@ -884,74 +903,66 @@ def rewrite_tasks(
         probe = inputs + [list(ex.args) for ex in examples]
         plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
         jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))
-    original_results = sandbox.run_jobs(jobs)
+    return plans, jobs
 
-    jobs = []
-    for i, (task, plan) in enumerate(zip(tasks, plans)):
-        if plan is None:
-            continue
-        original, why = _outcome(original_results[plan["original"]], len(plan["probe"]))
-        if original is None:
-            results[i].rejections.append(
-                {"type": "any", "reason": "original_fails", "detail": f"the canonical solution fails: {why}"}
-            )
-            plans[i] = None
-            continue
-        plan["original_values"] = original
-        rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
-        try:
-            sites = candidate_edits(task, rng, plan["inputs"][0], original[0], True)
-        except NotRewritable as err:
-            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
-            plans[i] = None
-            continue
-        order = list(LOGIC_TYPES)
-        rng.shuffle(order)
-        plan["candidates"] = []
-        for logic_type in order:
-            if not sites[logic_type]:
-                results[i].rejections.append(
-                    {
-                        "type": logic_type,
-                        "reason": "no_site",
-                        "detail": "no place in the solution to apply it",
-                    }
-                )
-            for edit in sites[logic_type][:per_type]:
-                try:
-                    program, solution = edited_task(task, edit)
-                    ast.parse(program)
-                except (NotRewritable, SyntaxError, ValueError) as err:
-                    results[i].rejections.append(
-                        {"type": logic_type, "reason": "syntax", "detail": str(err)[:200]}
-                    )
-                    continue
-                plan["candidates"].append((edit, solution, len(jobs)))
-                jobs.append(FunctionCalls(program, task.entry_point or "", plan["probe"], timeout_s))
-    candidate_results = sandbox.run_jobs(jobs)
 
-    for i, (task, plan) in enumerate(zip(tasks, plans)):
-        if plan is None:
-            continue
-        n = len(plan["inputs"])
-        original = plan["original_values"]
-        for edit, solution, j in plan["candidates"]:
-            kind = edit.logic_type
-            results[i].tried[kind] = results[i].tried.get(kind, 0) + 1
-            values, rejection = check_candidate(
-                task, plan["inputs"], original, candidate_results[j], len(plan["probe"])
+def _candidate_jobs(task: Task, plan: dict, outcome, result: Rewrite, jobs: list, seed: int, per_type: int,
+                    timeout_s: float) -> bool:  # fmt: skip
+    """Append to `jobs` up to `per_type` candidates of every logic type, in an order drawn for the task;
+    False (with the reason in `result`) when the original fails or the task has no place to edit."""
+    original, why = _outcome(outcome, len(plan["probe"]))
+    if original is None:
+        result.rejections.append(
+            {"type": "any", "reason": "original_fails", "detail": f"the canonical solution fails: {why}"}
+        )
+        return False
+    plan["original_values"] = original
+    rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
+    try:
+        sites = candidate_edits(task, rng, plan["inputs"][0], original[0], True)
+    except NotRewritable as err:
+        result.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+        return False
+    order = list(LOGIC_TYPES)
+    rng.shuffle(order)
+    plan["candidates"] = []
+    for logic_type in order:
+        if not sites[logic_type]:
+            result.rejections.append(
+                {"type": logic_type, "reason": "no_site", "detail": "no place in the solution to apply it"}
             )
-            if rejection is not None:
-                results[i].rejections.append({"type": kind, **rejection})
+        for edit in sites[logic_type][:per_type]:
+            try:
+                program, solution = edited_task(task, edit)
+                ast.parse(program)
+            except (NotRewritable, SyntaxError, ValueError) as err:
+                result.rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})
                 continue
-            results[i].accepted[kind] = results[i].accepted.get(kind, 0) + 1
-            if results[i].task is None:
-                results[i].task = rewritten_task(
-                    task, edit, solution, plan["inputs"], values[:n], plan["examples"], values[n:]
-                )
-                results[i].logic_type = kind
-                results[i].change = change_sentence(edit)
-    return results
+            plan["candidates"].append((edit, solution, len(jobs)))
+            jobs.append(FunctionCalls(program, task.entry_point or "", plan["probe"], timeout_s))
+    return True
+
+
+def _accept_first(task: Task, plan: dict, candidate_results: list, result: Rewrite) -> None:
+    """Check every candidate's outputs; the first that passes becomes the rewrite, all are counted."""
+    n = len(plan["inputs"])
+    original = plan["original_values"]
+    for edit, solution, j in plan["candidates"]:
+        kind = edit.logic_type
+        result.tried[kind] = result.tried.get(kind, 0) + 1
+        values, rejection = check_candidate(
+            task, plan["inputs"], original, candidate_results[j], len(plan["probe"])
+        )
+        if rejection is not None:
+            result.rejections.append({"type": kind, **rejection})
+            continue
+        result.accepted[kind] = result.accepted.get(kind, 0) + 1
+        if result.task is None:
+            result.task = rewritten_task(
+                task, edit, solution, plan["inputs"], values[:n], plan["examples"], values[n:]
+            )
+            result.logic_type = kind
+            result.change = change_sentence(edit)
 
 
 def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:

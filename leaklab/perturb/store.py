@@ -215,9 +215,11 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
         for v in data["variants"]
     ]
     fields = ("n_requested", "n_candidates", "n_verified", "tests_run", "reasons", "notes")
-    verified_by = data.get("verified_by", "tests" if data["tests_run"] else "none")  # older runs
     return VariantSet(
-        task_id=data["task_id"], variants=variants, verified_by=verified_by, **{f: data[f] for f in fields}
+        task_id=data["task_id"],
+        variants=variants,
+        verified_by=data["verified_by"],
+        **{f: data[f] for f in fields},
     )
 
 

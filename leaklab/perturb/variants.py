@@ -42,7 +42,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import random
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,19 +189,8 @@ def make_variants(
     except NotRenamable as err:
         result.reasons.append(str(err))
         return result
-    if rename and not analysis.functions and not analysis.variables:
-        frozen = ", ".join(f"{k} ({v})" for k, v in sorted(analysis.frozen.items())[:6])
-        result.reasons.append("no renamable identifiers" + (f"; kept: {frozen}" if frozen else ""))
+    if not _can_vary(task, analysis, rename, verify is not None and verify_by == "tests", result):
         return result
-
-    if verify is not None and verify_by == "tests" and not has_tests(task):
-        result.tests_run = False
-        result.reasons.append(
-            "no tests: the benchmark gives none to verify variants with "
-            "(evaluate.srdetection.verify=alpha checks renaming-only variants without tests)"
-        )
-        return result
-
     attempts = max_attempts or 3 * n
     bases: list[tuple[Task, int]] = [(task, 0)] * n
     if transform_examples and run_solution is not None:
@@ -209,48 +199,30 @@ def make_variants(
             result.notes.append(why)
 
     seen = {task.prompt + task.solution + task.tests}
-    failures: dict[str, int] = {}
+    failures: Counter[str] = Counter()  # why a candidate was dropped, in the order first seen
     for attempt in range(attempts):
         if len(result.variants) >= n:
             break
         base, replaced = bases[attempt % len(bases)]
         rng = random.Random(f"{seed}:{task.task_id}:names:{attempt}")
         try:
-            if not rename:
-                renames = {}
-            elif llm is None:
-                renames = propose_renames(analysis, rng)
-            else:
-                used = [name for v in result.variants for name in v.renames.values()]
-                renames = renames_from_proposal(analysis, llm(llm_prompt(task, used)))
+            renames = _proposed_renames(task, analysis, rename, llm, rng, result)
             candidate = rename_task(base, renames, analysis if base is task else None)
         except NotRenamable as err:
-            failures[str(err)] = failures.get(str(err), 0) + 1
+            failures[str(err)] += 1
             continue
         except Exception as err:  # an LLM backend failing is not our caller's problem
-            failures[f"{type(err).__name__}: {err}"] = failures.get(f"{type(err).__name__}: {err}", 0) + 1
+            failures[f"{type(err).__name__}: {err}"] += 1
             continue
         key = candidate.prompt + candidate.solution + candidate.tests
         if key in seen:
-            failures["duplicate of an earlier variant"] = (
-                failures.get("duplicate of an earlier variant", 0) + 1
-            )
+            failures["duplicate of an earlier variant"] += 1
             continue
         seen.add(key)
         result.n_candidates += 1
-        index = len(result.variants)
-        candidate = dataclasses.replace(
-            candidate,
-            task_id=f"{task.task_id}#v{index}",
-            metadata={
-                **task.metadata,
-                "variant_of": task.task_id,
-                "variant_index": index,
-                "renames": renames,
-            },
-        )
+        candidate = _numbered(candidate, task, len(result.variants), renames)
         if not _parses(candidate):
-            failures["the variant does not parse"] = failures.get("the variant does not parse", 0) + 1
+            failures["the variant does not parse"] += 1
             continue
         if not _verified(candidate, verify, failures, FAILED.get(verify_by, "the variant failed its check")):
             continue
@@ -260,11 +232,47 @@ def make_variants(
         result.variants.append(
             Variant(candidate, functions, variables, replaced, "llm" if llm else "vocabulary")
         )
-
     if len(result.variants) < n:
         result.reasons.append(f"{len(result.variants)} of {n} variants after {attempts} attempts")
         result.reasons.extend(f"{count}x {why}" for why, count in failures.items())
     return result
+
+
+def _can_vary(task: Task, analysis, rename: bool, verify_by_tests: bool, result: VariantSet) -> bool:
+    """False (with the reason in `result`) when the task has no name to rename, or no test to verify by."""
+    if rename and not analysis.functions and not analysis.variables:
+        frozen = ", ".join(f"{k} ({v})" for k, v in sorted(analysis.frozen.items())[:6])
+        result.reasons.append("no renamable identifiers" + (f"; kept: {frozen}" if frozen else ""))
+        return False
+    if verify_by_tests and not has_tests(task):
+        result.tests_run = False
+        result.reasons.append(
+            "no tests: the benchmark gives none to verify variants with "
+            "(evaluate.srdetection.verify=alpha checks renaming-only variants without tests)"
+        )
+        return False
+    return True
+
+
+def _proposed_renames(
+    task: Task, analysis, rename: bool, llm, rng: random.Random, result: VariantSet
+) -> dict:
+    """old name -> new name: none (rename=False), drawn from the vocabulary, or proposed by `llm`."""
+    if not rename:
+        return {}
+    if llm is None:
+        return propose_renames(analysis, rng)
+    used = [name for v in result.variants for name in v.renames.values()]
+    return renames_from_proposal(analysis, llm(llm_prompt(task, used)))
+
+
+def _numbered(candidate: Task, task: Task, index: int, renames: dict) -> Task:
+    """The candidate as variant `index` of `task`: its id and metadata say what it is a variant of."""
+    return dataclasses.replace(
+        candidate,
+        task_id=f"{task.task_id}#v{index}",
+        metadata={**task.metadata, "variant_of": task.task_id, "variant_index": index, "renames": renames},
+    )
 
 
 def has_tests(task: Task) -> bool:
@@ -369,8 +377,3 @@ def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int], 
     if not ok:
         failures[why] = failures.get(why, 0) + 1
     return ok
-
-
-def make_variant_sets(tasks: Sequence[Task], n: int = 10, seed: int = 0, **kwargs: Any) -> list[VariantSet]:
-    """`make_variants` for each task (same seed: each task's own stream is keyed by its id)."""
-    return [make_variants(task, n, seed, **kwargs) for task in tasks]

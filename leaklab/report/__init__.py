@@ -83,7 +83,7 @@ def _markdown(
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
     """Write every file of report/ (or of `out_dir`) and return the path of index.html. Never raises on a
-    run that is empty, half-written or from an older leaklab: what is missing is said on the page."""
+    run that is empty or half-written: what is missing is said on the page."""
 
     data = load_run(run_dir)
     out = Path(out_dir) if out_dir else data.run.report

@@ -213,21 +213,7 @@ def metric_panel_spec(
         {**p, "band": p["series"]} for p in main if p.get("low") is not None and p.get("high") is not None
     ]
     if bands:
-        layers.append(
-            {
-                "data": {"values": bands},
-                "mark": {"type": "area"},
-                "encoding": {
-                    "x": x_enc,
-                    "y": {"field": "low", "type": "quantitative", "scale": y.get("scale")},
-                    "y2": {"field": "high"},
-                    # `fill`, not `color`: its own scale with no legend, so the legend shows lines only.
-                    "fill": {**enc["color"], "field": "band", "legend": None},
-                    # Faint until a detector is picked in the legend; then only its band shows.
-                    "opacity": {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04},
-                },
-            }
-        )
+        layers.append(_band_layer(bands, x_enc, y, enc["color"]))
     layers.append(
         {
             "data": {"values": main},
@@ -257,48 +243,70 @@ def metric_panel_spec(
         }
     )
     if blind:
-        layers.append(
-            {
-                "data": {"values": [p for p in values if p["column"] in blind]},
-                "mark": {"type": "line", "color": "#7f7f7f", "strokeDash": [4, 4], "point": True},
-                "encoding": {"x": x_enc, "y": y, "detail": {"field": "series"}, "tooltip": tooltip},
-            }
-        )
-        # The blind line has no colour of its own in the legend: it is named where it ends.
-        ends = [max((p for p in values if p["column"] == c), key=lambda p: p["x"]) for c in blind]
-        layers.append(
-            {
-                "data": {"values": [{**p, "label": BLIND} for p in ends]},
-                "mark": {"type": "text", "align": "right", "dy": -8, "color": "#7f7f7f"},
-                "encoding": {"x": x_enc, "y": y, "text": {"field": "label"}},
-            }
-        )
+        layers += _blind_layers([p for p in values if p["column"] in blind], blind, x_enc, y, tooltip)
     if metric in CHANCE and bounded:
-        layers.append(
-            {
-                "data": {"values": [{"chance": CHANCE[metric], "label": "chance"}]},
-                "layer": [
-                    {
-                        "mark": {"type": "rule", "color": "#999", "strokeDash": [3, 3]},
-                        "encoding": {"y": {"field": "chance", "type": "quantitative"}},
-                    },
-                    {
-                        "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#777"},
-                        "encoding": {
-                            "y": {"field": "chance", "type": "quantitative"},
-                            "x": {"value": 0},
-                            "text": {"field": "label"},
-                        },
-                    },
-                ],
-            }
-        )
+        layers.append(_chance_layer(CHANCE[metric]))
     return {
         "$schema": SCHEMA,
         "width": 340,
         "height": 240,
         "layer": layers,
         "resolve": {"scale": {"fill": "independent"}, "legend": {"fill": "independent"}},
+    }
+
+
+def _band_layer(bands: list[dict[str, Any]], x_enc: dict, y: dict, color: dict) -> dict[str, Any]:
+    """The bootstrap bands of a metric panel's lines."""
+    return {
+        "data": {"values": bands},
+        "mark": {"type": "area"},
+        "encoding": {
+            "x": x_enc,
+            "y": {"field": "low", "type": "quantitative", "scale": y.get("scale")},
+            "y2": {"field": "high"},
+            # `fill`, not `color`: its own scale with no legend, so the legend shows lines only.
+            "fill": {**color, "field": "band", "legend": None},
+            # Faint until a detector is picked in the legend; then only its band shows.
+            "opacity": {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04},
+        },
+    }
+
+
+def _blind_layers(points: list[dict], blind: list[str], x_enc: dict, y: dict, tooltip: list) -> list[dict]:
+    """The blind baseline: a grey dashed line, named where it ends (it has no colour in the legend)."""
+    ends = [max((p for p in points if p["column"] == c), key=lambda p: p["x"]) for c in blind]
+    return [
+        {
+            "data": {"values": points},
+            "mark": {"type": "line", "color": "#7f7f7f", "strokeDash": [4, 4], "point": True},
+            "encoding": {"x": x_enc, "y": y, "detail": {"field": "series"}, "tooltip": tooltip},
+        },
+        {
+            "data": {"values": [{**p, "label": BLIND} for p in ends]},
+            "mark": {"type": "text", "align": "right", "dy": -8, "color": "#7f7f7f"},
+            "encoding": {"x": x_enc, "y": y, "text": {"field": "label"}},
+        },
+    ]
+
+
+def _chance_layer(chance: float) -> dict[str, Any]:
+    """A dashed grey rule at the chance level, labelled."""
+    return {
+        "data": {"values": [{"chance": chance, "label": "chance"}]},
+        "layer": [
+            {
+                "mark": {"type": "rule", "color": "#999", "strokeDash": [3, 3]},
+                "encoding": {"y": {"field": "chance", "type": "quantitative"}},
+            },
+            {
+                "mark": {"type": "text", "align": "left", "dx": 4, "dy": -6, "color": "#777"},
+                "encoding": {
+                    "y": {"field": "chance", "type": "quantitative"},
+                    "x": {"value": 0},
+                    "text": {"field": "label"},
+                },
+            },
+        ],
     }
 
 
@@ -318,12 +326,6 @@ def flag_rate_spec(rows: list[dict[str, Any]], *, x: str = "epoch") -> dict[str,
     null = [p for p in metric_values(rows, "null_flag_rate", x) if is_rule(p["column"])]
     x_enc = _x_encoding(values, x)
     y = {"field": "value", "type": "quantitative", "title": "share flagged", "scale": {"domain": [0, 1]}}
-    dash = {
-        "field": "side",
-        "type": "nominal",
-        "scale": {"domain": ["members", "non-members"], "range": [[1, 0], [6, 3]]},
-        "legend": None,  # the panel's caption and each view's subtitle say which dash is which
-    }
     tooltip = [
         {"field": "series", "title": "detector"},
         {"field": "side"},
@@ -335,59 +337,80 @@ def flag_rate_spec(rows: list[dict[str, Any]], *, x: str = "epoch") -> dict[str,
     views = []
     for family in dict.fromkeys(family_of(c).display for c in ordered(p["column"] for p in values)):
         mine = [p for p in values if family_of(p["column"]).display == family]
-        columns = ordered(p["column"] for p in mine)
-        styles = series_styles(columns)
-        color = _scale(styles, columns)["color"]
-        bands = [p for p in mine if p.get("low") is not None and p.get("high") is not None]
-        layers: list[dict[str, Any]] = []
-        if bands:
-            layers.append(
-                {
-                    "data": {"values": bands},
-                    "mark": {"type": "area", "opacity": 0.08},
-                    "encoding": {
-                        "x": x_enc,
-                        "y": {"field": "low", "type": "quantitative", "scale": y["scale"]},
-                        "y2": {"field": "high"},
-                        "fill": {**color, "legend": None},
-                        "detail": {"field": "side"},
-                    },
-                }
-            )
+        expected = [p for p in null if family_of(p["column"]).display == family]
+        title = {"text": family, "subtitle": "solid: members, dashed: non-members, dotted: null"}
+        views.append(
+            {
+                "title": title,
+                "width": 300,
+                "height": 220,
+                "layer": _flag_rate_layers(mine, expected, x_enc, y, tooltip),
+            }
+        )
+    return {"$schema": SCHEMA, "hconcat": views, "resolve": {"scale": {"color": "independent"}}}
+
+
+def _flag_rate_layers(
+    mine: list[dict], expected: list[dict], x_enc: dict, y: dict, tooltip: list
+) -> list[dict]:
+    """One rule family's view: each column's two rates (members solid, non-members dashed) with their
+    bands, and the null rate dotted grey."""
+    dash = {
+        "field": "side",
+        "type": "nominal",
+        "scale": {"domain": ["members", "non-members"], "range": [[1, 0], [6, 3]]},
+        "legend": None,  # the panel's caption and each view's subtitle say which dash is which
+    }
+    columns = ordered(p["column"] for p in mine)
+    styles = series_styles(columns)
+    color = _scale(styles, columns)["color"]
+    bands = [p for p in mine if p.get("low") is not None and p.get("high") is not None]
+    layers: list[dict[str, Any]] = []
+    if bands:
         layers.append(
             {
-                "data": {"values": mine},
-                "mark": {"type": "line", "strokeWidth": 2, "point": True},
+                "data": {"values": bands},
+                "mark": {"type": "area", "opacity": 0.08},
                 "encoding": {
                     "x": x_enc,
-                    "y": y,
-                    "color": color,
-                    "strokeDash": dash,
+                    "y": {"field": "low", "type": "quantitative", "scale": y["scale"]},
+                    "y2": {"field": "high"},
+                    "fill": {**color, "legend": None},
                     "detail": {"field": "side"},
-                    "tooltip": tooltip,
                 },
             }
         )
-        expected = [p for p in null if family_of(p["column"]).display == family]
-        if expected:
-            layers.append(
-                {
-                    "data": {"values": expected},
-                    "mark": {"type": "line", "color": "#7f7f7f", "strokeDash": [2, 2], "strokeWidth": 1},
-                    "encoding": {
-                        "x": x_enc,
-                        "y": y,
-                        "detail": {"field": "series"},
-                        "tooltip": [
-                            {"field": "series", "title": "null rate of"},
-                            {"field": "value", "format": ".3f", "title": "expected non-member rate"},
-                        ],
-                    },
-                }
-            )
-        title = {"text": family, "subtitle": "solid: members, dashed: non-members, dotted: null"}
-        views.append({"title": title, "width": 300, "height": 220, "layer": layers})
-    return {"$schema": SCHEMA, "hconcat": views, "resolve": {"scale": {"color": "independent"}}}
+    layers.append(
+        {
+            "data": {"values": mine},
+            "mark": {"type": "line", "strokeWidth": 2, "point": True},
+            "encoding": {
+                "x": x_enc,
+                "y": y,
+                "color": color,
+                "strokeDash": dash,
+                "detail": {"field": "side"},
+                "tooltip": tooltip,
+            },
+        }
+    )
+    if expected:
+        layers.append(
+            {
+                "data": {"values": expected},
+                "mark": {"type": "line", "color": "#7f7f7f", "strokeDash": [2, 2], "strokeWidth": 1},
+                "encoding": {
+                    "x": x_enc,
+                    "y": y,
+                    "detail": {"field": "series"},
+                    "tooltip": [
+                        {"field": "series", "title": "null rate of"},
+                        {"field": "value", "format": ".3f", "title": "expected non-member rate"},
+                    ],
+                },
+            }
+        )
+    return layers
 
 
 def roc_spec(curves: dict[str, list[dict[str, Any]]], floor: float) -> dict[str, Any] | None:

@@ -206,29 +206,7 @@ def compare_runs(
 
     runs = [load_run(d) for d in run_dirs]
     names = _names(runs)
-    overview, notes, chosen = [], [], {}
-    for run, name in zip(runs, names):
-        s = _chosen_step(run, step)
-        chosen[name] = s
-        n_pos, n_neg = run.sample_counts()
-        model = (run.recipe.get("model") or {}).get("name_or_path", "?")
-        ratio = (run.recipe.get("mix") or {}).get("ratio", "?")
-        if run.manifest.get("mode") == "mia":
-            ratio = "– (mia)"  # nothing was trained, so no mixture
-        overview.append([name, str(model), str(ratio), str(run.recipe.get("seed", "?")), f"{n_pos} / {n_neg}",
-                         "none" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"])  # fmt: skip
-        if s is None:
-            why = (
-                "no detection results"
-                if not run.steps()
-                else f"no step {step} (has {', '.join(map(str, run.steps()))})"
-            )
-            notes.append(f"{name}: {why}")
-        notes += [f"{name}: {p}" for p in run.problems if "results.jsonl" in p]
-    section = Section("runs", "Runs compared", notes=notes)
-    section.items.append(
-        Table("", ["run", "model", "code:web", "seed", "members / non-members", "checkpoint"], overview)
-    )
+    section, chosen = _overview_section(runs, names, step)
     markdown = []
     # Columns with a compared metric: dataset inference (a p-value) would be a row of dashes.
     columns = ordered(
@@ -259,32 +237,9 @@ def compare_runs(
             curves.items.append(Panel(f"{charts.METRIC_TITLES.get(metric, metric)} per checkpoint", spec,
                                       "one colour per run; bands: bootstrap 95% intervals; dashed: chance"))  # fmt: skip
     sections = [section, curves]
-    ratios = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
-    if len(runs) > 1 and len(ratios) == len(runs) and all(":" in x for x in ratios):
-        try:
-            points = ratio_points(
-                [str(r.run.root) for r in runs],
-                "last" if step == "last" else str(runs[0].epoch_of(int(step))),
-                False,
-            )
-        except (ValueError, FileNotFoundError) as err:
-            section.notes.append(f"no F1-vs-ratio figure: {err}")
-        else:
-            panel = _ratio_panel(
-                points,
-                "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n",
-            )
-            if panel is not None:
-                sections.append(Section("ratio", "Mixing-ratio sweep", items=[panel]))
-                from leaklab.report.figures import plot_ratio
-
-                plot_ratio(
-                    points,
-                    sorted(points, key=web_share),
-                    Path(out_dir) / "ratio_f1.png",
-                    "F1 vs mixing ratio",
-                )
-                markdown += ["## macro-F1 (%) by code:web ratio", "", ratio_table(points), ""]
+    ratio = _ratio_section(runs, step, out_dir, section.notes, markdown)
+    if ratio is not None:
+        sections.append(ratio)
     out = Path(out_dir)
     write_atomic(out / "compare.md", "\n".join(markdown) + "\n")
     index = write_page(
@@ -294,6 +249,66 @@ def compare_runs(
         footer='Files: <a href="compare.md">compare.md</a>',
     )
     return "\n".join(markdown), index
+
+
+def _overview_section(runs: list, names: list[str], step: str) -> tuple[Section, dict[str, int | None]]:
+    """The runs compared (model, mixture, seed, sizes, checkpoint) and each run's chosen step."""
+    overview, notes, chosen = [], [], {}
+    for run, name in zip(runs, names):
+        s = _chosen_step(run, step)
+        chosen[name] = s
+        n_pos, n_neg = run.sample_counts()
+        model = (run.recipe.get("model") or {}).get("name_or_path", "?")
+        ratio = (run.recipe.get("mix") or {}).get("ratio", "?")
+        if run.manifest.get("mode") == "mia":
+            ratio = "– (mia)"  # nothing was trained, so no mixture
+        overview.append([name, str(model), str(ratio), str(run.recipe.get("seed", "?")), f"{n_pos} / {n_neg}",
+                         "none" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"])  # fmt: skip
+        if s is None:
+            why = (
+                "no detection results"
+                if not run.steps()
+                else f"no step {step} (has {', '.join(map(str, run.steps()))})"
+            )
+            notes.append(f"{name}: {why}")
+        notes += [f"{name}: {p}" for p in run.problems if "results.jsonl" in p]
+    section = Section("runs", "Runs compared", notes=notes)
+    section.items.append(
+        Table("", ["run", "model", "code:web", "seed", "members / non-members", "checkpoint"], overview)
+    )
+    return section, chosen
+
+
+def _ratio_section(runs: list, step: str, out_dir, notes: list[str], markdown: list[str]) -> Section | None:
+    """Runs that differ only in their code:web ratio: macro-F1 against the ratio (a panel, ratio_f1.png
+    and a markdown table); None when the runs are not such a sweep."""
+    ratios = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
+    if len(runs) > 1 and len(ratios) == len(runs) and all(":" in x for x in ratios):
+        try:
+            points = ratio_points(
+                [str(r.run.root) for r in runs],
+                "last" if step == "last" else str(runs[0].epoch_of(int(step))),
+                False,
+            )
+        except (ValueError, FileNotFoundError) as err:
+            notes.append(f"no F1-vs-ratio figure: {err}")
+        else:
+            panel = _ratio_panel(
+                points,
+                "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n",
+            )
+            if panel is not None:
+                from leaklab.report.figures import plot_ratio
+
+                plot_ratio(
+                    points,
+                    sorted(points, key=web_share),
+                    Path(out_dir) / "ratio_f1.png",
+                    "F1 vs mixing ratio",
+                )
+                markdown += ["## macro-F1 (%) by code:web ratio", "", ratio_table(points), ""]
+                return Section("ratio", "Mixing-ratio sweep", items=[panel])
+    return None
 
 
 def main(argv: list[str]) -> int:

@@ -1,8 +1,7 @@
 """Everything a report reads from one run directory, read once, tolerant of what is missing.
 
-A run that has not been evaluated yet, a run killed mid-write, rows from an older leaklab (no `column`
-field): `load_run` never raises on them; it records a one-line `problems` entry per missing or
-unreadable file and the report renders what exists.
+A run that has not been evaluated yet, a run killed mid-write: `load_run` never raises on them; it
+records a one-line `problems` entry per missing or unreadable file and the report renders what exists.
 """
 
 from __future__ import annotations

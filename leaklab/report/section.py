@@ -19,6 +19,7 @@ This module imports nothing from leaklab, so an evaluation can import it without
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,3 +65,8 @@ def panel_values(panel: Panel) -> int:
         elif isinstance(node, list):
             stack.extend(node)
     return count
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    """A number as a table cell: `digits` decimals, "–" for a missing or non-finite value."""
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"

@@ -18,9 +18,10 @@ import numpy as np
 import leaklab.report.charts as charts
 from leaklab.evaluations import EVALUATIONS
 from leaklab.metrics import roc_curve
-from leaklab.plugins import ReportsSection
+from leaklab.plugins import ReportsSection, resolve
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, panel_values
+from leaklab.report.section import fmt as _fmt
 from leaklab.report.tables import dataset_inference_cells, shift_warnings
 from leaklab.results import (
     DELAY_LEVELS,
@@ -40,10 +41,6 @@ THRESHOLD_FREE = ("auroc", "tpr@1%fpr", "tpr@5%fpr")
 HIST_BINS = 20
 
 
-def _fmt(v: Any, digits: int = 3) -> str:
-    return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
-
-
 def _counts_caption(run: RunData) -> str:
     n_pos, n_neg = run.sample_counts()
     return f"n = {n_pos} members + {n_neg} non-members" if n_pos is not None else "sample counts unknown"
@@ -52,7 +49,7 @@ def _counts_caption(run: RunData) -> str:
 def _bootstrap_caption(run: RunData, rows: list[dict[str, Any]], metric: str) -> str:
     has_band = any(r.get("metric") == f"{metric}_ci_low" and r.get("value") is not None for r in rows)
     if not has_band:
-        return "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
+        return "no intervals in the rows (evaluate.n_bootstrap = 0)"
     n = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
     return f"band: bootstrap 95% interval ({n} resamples)" if n else "band: bootstrap 95% interval"
 
@@ -396,13 +393,27 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
             )
         ),
     )
-    counts = _counts_caption(run)
     section.notes += shift_warnings(rows)
-    legacy = [r for r in rows if "column" not in r]
-    if legacy:
-        section.notes.append(
-            f"{len(legacy)} rows from an older leaklab (no `column` field): their detector name is used"
-        )
+    _add_metric_panels(section, rows, run, scored_once)
+    section.notes += _checkpoint_notes(run, scored_once)
+    _add_score_panels(section, rows, run, scored_once)
+    for table in (
+        _interval_table(rows, run),
+        _flag_rate_table(rows, run),
+        _rule_rates_per_checkpoint(rows, run),
+        _dataset_inference_table(rows),
+        _delay_table(rows, run),
+    ):
+        if table is not None:
+            section.items.append(table)
+    if not detection_delays(rows):
+        section.notes.append("no AUROC intervals: no detection-delay table (evaluate.n_bootstrap = 0?)")
+    return section
+
+
+def _add_metric_panels(section: Section, rows: list[dict[str, Any]], run: RunData, scored_once: bool) -> None:
+    """One panel per headline metric per checkpoint, then the rule detectors' flag rates."""
+    counts = _counts_caption(run)
     for metric in [] if scored_once else HEADLINE:  # one scoring: a per-checkpoint chart is one dot
         shown = rows
         if metric in THRESHOLD_FREE:  # a rule's margin as a score: the rule's own line already shows it
@@ -415,7 +426,6 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
         section.items.append(
             Panel(charts.METRIC_TITLES.get(metric, metric) + " per checkpoint", spec, caption)
         )
-
     spec = charts.flag_rate_spec(rows)
     if spec is not None:
         section.items.append(
@@ -427,130 +437,131 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
                 "expected under exchangeable variants",
             )
         )
+
+
+def _checkpoint_notes(run: RunData, scored_once: bool) -> list[str]:
+    """Checkpoints whose evaluation did not finish, and a run of one checkpoint."""
+    notes = []
     steps = run.steps()
     done = {int(r["step"]) for r in run.rows_of("detection") if r.get("metric") == "done"}
-    if done:  # a run from before done rows has none at all: nothing to conclude then
+    if done:  # no done row at all: nothing finished yet, nothing to tell apart
         unfinished = [s for s in steps if s not in done]
         if unfinished:
-            section.notes.append(
+            notes.append(
                 f"step {', '.join(map(str, unfinished))}: evaluation unfinished (no done row: killed "
                 "mid-evaluation? `leaklab evaluate RUN_DIR` completes it); its values may be partial"
             )
     if len(steps) == 1 and not scored_once:
-        section.notes.append("one checkpoint only: curves are single points")
+        notes.append("one checkpoint only: curves are single points")
+    return notes
+
+
+def _add_score_panels(section: Section, rows: list[dict[str, Any]], run: RunData, scored_once: bool) -> None:
+    """From the per-sample scores: ROC curves at the first, best and last checkpoint that have them, and
+    the members' and non-members' score histograms per checkpoint."""
+    counts = _counts_caption(run)
+    steps = run.steps()
     score_columns = ordered(c for c in {column_of(r) for r in rows} if c)
-    # ROC at the first, best and last checkpoint that have per-sample scores.
     with_scores = [s for s in steps if run.scores(s)]
     missing = [s for s in steps if s not in with_scores]
     if missing:
         section.notes.append(
             f"no per-sample scores at step {', '.join(map(str, missing))} (no ROC or histogram there)"
         )
-    if with_scores:
-        best = _best_step(rows)
-        roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
-        for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
-            if step in with_scores and what not in roles.setdefault(step, []):
-                roles[step].append(what)
-        curves, n_neg = {}, 0
-        for step in sorted(roles):
-            title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
-            records = run.scores(step)
-            n_neg = max(n_neg, sum(1 for r in records if r.get("label") == 0))
-            curves[title] = _roc_points(records, [c for c in score_columns if c in records[0]])
-        floor = 1.0 / (2 * n_neg) if n_neg else 1e-3
-        spec = charts.roc_spec(curves, floor)
-        if spec is not None:
-            section.items.append(
-                Panel(
-                    "ROC curves (log FPR)"
-                    + ("" if scored_once else " at the first, best and last checkpoint"),
-                    spec,
-                    f"{counts}; FPR 0 drawn at {floor:.3g} (half of one non-member); dashed: chance. "
-                    "SrDetection's curve is that of its margin.",
-                )
+    if not with_scores:
+        return
+    best = _best_step(rows)
+    roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
+    for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
+        if step in with_scores and what not in roles.setdefault(step, []):
+            roles[step].append(what)
+    curves, n_neg = {}, 0
+    for step in sorted(roles):
+        title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
+        records = run.scores(step)
+        n_neg = max(n_neg, sum(1 for r in records if r.get("label") == 0))
+        curves[title] = _roc_points(records, [c for c in score_columns if c in records[0]])
+    floor = 1.0 / (2 * n_neg) if n_neg else 1e-3
+    spec = charts.roc_spec(curves, floor)
+    if spec is not None:
+        section.items.append(
+            Panel(
+                "ROC curves (log FPR)" + ("" if scored_once else " at the first, best and last checkpoint"),
+                spec,
+                f"{counts}; FPR 0 drawn at {floor:.3g} (half of one non-member); dashed: chance. "
+                "SrDetection's curve is that of its margin.",
             )
-        hist = _histograms(
-            run, with_scores, [c for c in score_columns if c in run.scores(with_scores[-1])[0]]
         )
-        spec = charts.histogram_spec(hist, with_scores, with_scores[-1])
-        if spec is not None:
-            section.items.append(
-                Panel(
-                    "Member vs non-member scores per detector",
-                    spec,
-                    f"{counts}; pick the checkpoint in the drop-down (default: the last); "
-                    f"{HIST_BINS} bins per detector, the same at every checkpoint",
-                )
+    hist = _histograms(run, with_scores, [c for c in score_columns if c in run.scores(with_scores[-1])[0]])
+    spec = charts.histogram_spec(hist, with_scores, with_scores[-1])
+    if spec is not None:
+        section.items.append(
+            Panel(
+                "Member vs non-member scores per detector",
+                spec,
+                f"{counts}; pick the checkpoint in the drop-down (default: the last); "
+                f"{HIST_BINS} bins per detector, the same at every checkpoint",
             )
-    for table in (
-        _interval_table(rows, run),
-        _flag_rate_table(rows, run),
-        _rule_rates_per_checkpoint(rows, run),
-    ):
-        if table is not None:
-            section.items.append(table)
+        )
+
+
+def _dataset_inference_table(rows: list[dict[str, Any]]) -> Table | None:
     header, body = dataset_inference_cells(rows)
-    if body:
-        section.items.append(
-            Table(
-                "Dataset inference: is the member set, as a whole, in training?",
-                header,
-                body,
-                "one-sided Welch t-test of a combination of the detectors' scores learned on half of each "
-                "set, tested on the other half (Maini et al., 2024); the last column: the same test's "
-                "rejection rate on random halvings of the non-members (clean vs clean), which should be at "
-                "most α",
-            )
-        )
+    if not body:
+        return None
+    return Table(
+        "Dataset inference: is the member set, as a whole, in training?",
+        header,
+        body,
+        "one-sided Welch t-test of a combination of the detectors' scores learned on half of each "
+        "set, tested on the other half (Maini et al., 2024); the last column: the same test's "
+        "rejection rate on random halvings of the non-members (clean vs clean), which should be at "
+        "most α",
+    )
+
+
+def _delay_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
+    """Per detector, the first checkpoint whose AUROC interval clears each level."""
     delays = detection_delays(rows)
-    if delays:
-        table_rows = []
-        for column in ordered(delays):
-            cells = [
-                "not reached"
-                if s is None
-                else "before training (step 0)"
-                if s == 0
-                else f"step {s} (epoch {run.epoch_of(s):g})"
-                for s in delays[column]
-            ]
-            table_rows.append([display_name(column), *cells])
-        section.items.append(
-            Table(
-                "Detection delay",
-                ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
-                table_rows,
-                "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds "
-                "the level. Only threshold-free evidence counts: the AUROC of a score, or of a rule's margin; "
-                'a rule\'s flags (F1, flag rates) never do. "before training": the interval already lies '
-                "above the level at step 0, the model before this run's training, so the detector separates "
-                "the sets without having been trained on the members (a difference between the sets, see "
-                "the blind baseline, or a starting model that had seen them): no detection delay",
-            )
-        )
-    else:
-        section.notes.append("no AUROC intervals: no detection-delay table (evaluate.n_bootstrap = 0?)")
-    return section
+    if not delays:
+        return None
+    table_rows = []
+    for column in ordered(delays):
+        cells = [
+            "not reached"
+            if s is None
+            else "before training (step 0)"
+            if s == 0
+            else f"step {s} (epoch {run.epoch_of(s):g})"
+            for s in delays[column]
+        ]
+        table_rows.append([display_name(column), *cells])
+    return Table(
+        "Detection delay",
+        ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
+        table_rows,
+        "the first checkpoint at which the lower end of the bootstrap 95% interval of AUROC exceeds "
+        "the level. Only threshold-free evidence counts: the AUROC of a score, or of a rule's margin; "
+        'a rule\'s flags (F1, flag rates) never do. "before training": the interval already lies '
+        "above the level at step 0, the model before this run's training, so the detector separates "
+        "the sets without having been trained on the members (a difference between the sets, see "
+        "the blind baseline, or a starting model that had seen them): no detection delay",
+    )
 
 
 # --------------------------------------------------------------------------- dose–response
 
 
 def dose_response_section(run: RunData) -> Section | None:
-    """Detection against exposure dose, from the per-dose detection rows (members of dose d
-    against all non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for
-    each dose; extraction, members' pass@1, MRI and the counterfactual criterion's flag rate against the
-    dose where those evaluations ran; the exposures counted in the training data. None for a run without
-    doses."""
+    """Detection against exposure dose, from the per-dose detection rows (members of dose d against all
+    non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for each dose; the
+    panels of every other evaluation whose record names `dose_panels` and that wrote dose rows; the
+    exposures counted in the training data. None for a run without doses."""
     rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
-    extraction = [r for r in run.dose_rows if r.get("evaluation") == "extraction"]
-    accuracy = [
-        r for r in run.dose_rows if r.get("evaluation") == "accuracy" and r.get("column") == "members"
-    ]
-    mri = [r for r in run.dose_rows if r.get("evaluation") == "mri"]
-    counterfactual = [r for r in run.dose_rows if r.get("evaluation") == "counterfactual"]
-    if not rows and not extraction and not accuracy and not mri and not counterfactual:
+    # Each other evaluation draws its own panels, where its record names a `dose_panels` function.
+    drawers = {name: record.dose_panels for name, record in EVALUATIONS.items() if record.dose_panels}
+    by_evaluation = {name: [r for r in run.dose_rows if r.get("evaluation") == name] for name in drawers}
+    if not rows and not any(by_evaluation.values()):
         return None
     steps = sorted({int(r["step"]) for r in rows})
     last = steps[-1] if steps else None
@@ -583,163 +594,33 @@ def dose_response_section(run: RunData) -> Section | None:
             section.items.append(
                 Panel(f"AUROC per checkpoint, members of dose {dose}", spec, f"{counts}; dashed grey: chance")
             )
-    section.items += _extraction_by_dose(extraction, run)
-    if accuracy:
-        last_accuracy = max(int(r["step"]) for r in accuracy)
-        spec = charts.metric_panel_spec(
-            [r for r in accuracy if int(r["step"]) == last_accuracy], "pass@1", x="dose", bounded=True
-        )
-        if spec is not None:
-            section.items.append(
-                Panel(
-                    f"Members' pass@1 (greedy) against dose (step {last_accuracy}, "
-                    f"epoch {run.epoch_of(last_accuracy):g})",
-                    spec,
-                    "share of the members of each dose whose greedy solution passes the tests; the "
-                    "non-members' pass@1 is in the accuracy section",
-                )
-            )
-    section.items += _mri_by_dose(mri, run)
-    section.items += _counterfactual_by_dose(counterfactual, run)
-    exposures = run.mixture.get("exposures") or {}
-    manifest_doses = run.manifest.get("doses") or {}
-    if manifest_doses:
-        by_dose = exposures_by_dose({t: int(d) for t, d in manifest_doses.items()}, exposures)
-        section.items.append(
-            Table(
-                "Exposures per dose counted in the training data",
-                ["dose", "members", "counted", "min", "mean", "max"],
-                [
-                    [str(d), _fmt(s["members"], 0), _fmt(s["counted"], 0)]
-                    + [_fmt(s.get(k), 2) if k in s else "–" for k in ("min", "mean", "max")]
-                    for d, s in by_dose.items()
-                ],
-                "exposures per epoch of each member, counted in the data the stage built (mixture.json), "
-                "against the dose the manifest assigned; members past a stage's cap count none",
-            )
-        )
-        if not exposures:
-            section.notes.append("mixture.json has no exposure counts")
+    for name, draw in drawers.items():
+        if by_evaluation[name]:
+            section.items += resolve(draw)(by_evaluation[name], run)
+    section.items += _exposures_table(run, section.notes)
     return section
 
 
-def _extraction_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel | Table]:
-    """The extraction audit per dose: the share of each dose's members reproduced verbatim at the last
-    checkpoint against the dose, and per checkpoint the correlation between a member's exposures and
-    the outputs that reproduce it."""
-    if not rows:
+def _exposures_table(run: RunData, notes: list[str]) -> list[Table]:
+    """The exposures per epoch counted in the training data against the dose the manifest assigned."""
+    exposures = run.mixture.get("exposures") or {}
+    manifest_doses = run.manifest.get("doses") or {}
+    if not manifest_doses:
         return []
-    last = max(int(r["step"]) for r in rows)
-    items: list[Panel | Table] = []
-    spec = charts.metric_panel_spec(
-        [r for r in rows if int(r["step"]) == last], "extracted_fraction", x="dose", bounded=True
-    )
-    if spec is not None:
-        items.append(
-            Panel(
-                f"Members extracted verbatim against dose (step {last}, epoch {run.epoch_of(last):g})",
-                spec,
-                "share of the members of each dose with >= evaluate.extraction.min_lines lines reproduced "
-                "in some output; band: bootstrap 95% interval over members",
-            )
-        )
-    got: dict[int, dict[str, Any]] = {}
-    for r in run.rows_of("extraction"):
-        if str(r.get("metric", "")).startswith("exposure_"):
-            got.setdefault(int(r["step"]), {})[r["metric"]] = r.get("value")
-    if got:
-        items.append(
-            Table(
-                "Exposures vs outputs reproducing each member (Spearman)",
-                ["step", "Spearman ρ [95% CI]", "members"],
-                [
-                    [
-                        str(step),
-                        f"{_fmt(v.get('exposure_spearman'))} "
-                        f"[{_fmt(v.get('exposure_spearman_ci_low'), 2)}, {_fmt(v.get('exposure_spearman_ci_high'), 2)}]",
-                        _fmt(v.get("exposure_n_members"), 0),
-                    ]
-                    for step, v in sorted(got.items())
-                ],
-                "rank correlation over all members (never extracted: 0 outputs) between the exposures "
-                "counted in the training data and the outputs that reproduce the member; interval: "
-                "members resampled (Unveiling §4.3 correlates contents found in the outputs instead)",
-            )
-        )
-    return items
-
-
-def _mri_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel]:
-    """MRI per dose at the last checkpoint MRI evaluated: the members' MRI (its unchecked value when the
-    competence check left it undefined at every dose) and the instance score's AUROC, against the dose."""
-    if not rows:
-        return []
-    last = max(int(r["step"]) for r in rows)
-    at_last = [r for r in rows if int(r["step"]) == last]
-    members = [r for r in at_last if r.get("column") == "members"]
-    when = f"step {last}, epoch {run.epoch_of(last):g}"
-    items = []
-    metric, note = "mri", "MRI of the members of each dose (with all non-members)"
-    if charts.metric_values(members, metric, "dose") == []:
-        metric, note = (
-            "mri_unchecked",
-            "MRI without the competence check (it left MRI undefined at every dose)",
-        )
-    spec = charts.metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
-    if spec is not None:
-        items.append(
-            Panel(f"MRI of the members against dose ({when})", spec, f"{note}; band: bootstrap 95% interval")
-        )
-    spec = charts.metric_panel_spec(at_last, "score_auroc", x="dose")
-    if spec is not None:
-        items.append(
-            Panel(
-                f"MRI instance score AUROC against dose ({when})",
-                spec,
-                "AUROC of the per-task score (similarity x accuracy drop) on the members of each dose "
-                "against all non-members; dashed grey: chance",
-            )
-        )
-    return items
-
-
-def _counterfactual_by_dose(rows: list[dict[str, Any]], run: RunData) -> list[Panel]:
-    """The counterfactual criterion's flag rate per dose at the last checkpoint it evaluated: the share
-    of each dose's members that some functional metric calls memorized (`memorized_any` over
-    `n_samples`), beside the non-members' share from the all-members rows of the same checkpoint."""
-    if not rows:
-        return []
-    last = max(int(r["step"]) for r in rows)
-    value = {
-        (int(r["dose"]), r["metric"]): r.get("value")
-        for r in rows
-        if int(r["step"]) == last and r.get("column") == "members"
-    }
-    non_members = {
-        r["metric"]: r.get("value")
-        for r in run.rows_of("counterfactual")
-        if int(r["step"]) == last and r.get("column") == "non_members"
-    }
-
-    def rate(flagged, n):
-        return flagged / n if isinstance(flagged, (int, float)) and n else None
-
-    base = {"evaluation": "counterfactual", "step": last, "epoch": run.epoch_of(last), "metric": "flag_rate"}
-    points = []
-    for dose in sorted({d for d, _ in value}):
-        points.append({**base, "column": "members", "dose": dose,
-                       "value": rate(value.get((dose, "memorized_any")), value.get((dose, "n_samples")))})  # fmt: skip
-        reference = rate(non_members.get("memorized_any"), non_members.get("n_samples"))
-        points.append({**base, "column": "non_members", "dose": dose, "value": reference})
-    spec = charts.metric_panel_spec(points, "flag_rate", x="dose", bounded=True)
-    if spec is None:
-        return []
+    if not exposures:
+        notes.append("mixture.json has no exposure counts")
+    by_dose = exposures_by_dose({t: int(d) for t, d in manifest_doses.items()}, exposures)
     return [
-        Panel(
-            f"Counterfactual criterion: members flagged against dose (step {last}, epoch {run.epoch_of(last):g})",
-            spec,
-            "share of the members of each dose that some functional metric calls memorized (Table 2's "
-            "union, memorized_any); non_members: the share of all non-members, the same at every dose",
+        Table(
+            "Exposures per dose counted in the training data",
+            ["dose", "members", "counted", "min", "mean", "max"],
+            [
+                [str(d), _fmt(s["members"], 0), _fmt(s["counted"], 0)]
+                + [_fmt(s.get(k), 2) if k in s else "–" for k in ("min", "mean", "max")]
+                for d, s in by_dose.items()
+            ],
+            "exposures per epoch of each member, counted in the data the stage built (mixture.json), "
+            "against the dose the manifest assigned; members past a stage's cap count none",
         )
     ]
 

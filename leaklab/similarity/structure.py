@@ -32,9 +32,9 @@ How CodeBLEU's per-snippet work is kept cheap (values identical to computing it 
 comments and docstrings are cut by one regex scan that tracks what tokenize's rule looks at (falling
 back to tokenize for tabs, backslash continuations and 3.12 f-strings); the stripped tree is walked once
 into flat lists of kind ids and last descendants; subtree keys are built bottom-up from (label, field,
-child key) instead of printing every subtree's s-expression, and the keys and the data flow
-(`similarity.dataflow`) are computed by numba-compiled code on those arrays (plain Python for broken
-trees, tested equal); CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are
+child key) instead of printing every subtree's s-expression, and the keys are computed by
+numba-compiled code on those arrays (plain Python for broken trees, tested equal); the data flow
+(`similarity.dataflow`) is walked in plain Python; CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are
 keyed by joined words.
 
 MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
@@ -60,7 +60,7 @@ from itertools import repeat
 
 import numpy as np
 
-from leaklab.similarity.dataflow import data_flow, field_names
+from leaklab.similarity.dataflow import data_flow
 from leaklab.similarity.jit import COMPILED, jit
 from leaklab.similarity.text import (
     bleu_from_counts,
@@ -506,6 +506,12 @@ def _subtree_keys_python(flat: _Flat, source: bytes) -> list[int]:
         elif children:
             keys[i] = _fold(_SEED_UNNAMED, [_label(types[i])] + [_label(types[c]) for c in children])
     return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
+
+
+@lru_cache(maxsize=4)
+def field_names(language) -> list[str | None]:
+    """The grammar's field names by field id (id 0, no field: None)."""
+    return [language.field_name_for_id(f) if f else None for f in range(language.field_count + 1)]
 
 
 @lru_cache(maxsize=4)

@@ -564,7 +564,7 @@ def write_sr_run(root: Path, ratio: str, strength: float) -> Path:
         base = {"step": step, "epoch": epoch, "evaluation": "detection"}
         ppl = rng.normal(size=60) + strength * epoch * labels
         rows += [
-            {**base, "detector": "ppl", "metric": k, "value": v}
+            {**base, "detector": "ppl", "column": "ppl", "metric": k, "value": v}
             for k, v in detection_metrics(ppl, labels).items()
         ]
         original = rng.normal(size=60) - strength * epoch * labels
@@ -573,7 +573,10 @@ def write_sr_run(root: Path, ratio: str, strength: float) -> Path:
             for n, d in decisions_by_n(sign * original, sign * variants, mode=mode).items():
                 metrics = srdetection_metrics(d, labels)
                 column = f"srdetection_{mode}@n={n}"
-                rows += [{**base, "detector": column, "metric": k, "value": v} for k, v in metrics.items()]
+                rows += [
+                    {**base, "detector": column, "column": column, "metric": k, "value": v}
+                    for k, v in metrics.items()
+                ]
     append_rows(root / "results.jsonl", rows)
     (root / "recipe.yaml").write_text(f"name: t\nmix:\n  ratio: '{ratio}'\n")
     return root

@@ -292,3 +292,52 @@ def test_wandb_draws_auroc_against_dose_at_every_evaluated_step(monkeypatch):
     ]
     tracking.log_rows([r for r in rows if "dose" not in r])  # a run without doses: no chart
     assert len(logged) == 2
+
+
+def fake_dose_panels(rows, run):
+    """A plug-in's dose panel for the test below: one table of the rows it was given."""
+    from leaklab.report.section import Table
+
+    return [
+        Table(
+            "fake evaluation per dose", ["dose", "value"], [[str(r["dose"]), str(r["value"])] for r in rows]
+        )
+    ]
+
+
+def test_an_evaluation_record_declares_its_dose_panels(run_dir, monkeypatch):
+    from leaklab import evaluations
+    from leaklab.plugins import Record
+
+    record = Record(
+        "fake",
+        "leaklab.evaluations.detection:Detection",
+        "evaluation",
+        dose_panels=f"{__name__}:fake_dose_panels",
+    )
+    monkeypatch.setitem(evaluations.EVALUATIONS, "fake", record)
+    head = {
+        "step": 16,
+        "epoch": 2.0,
+        "evaluation": "fake",
+        "detector": None,
+        "params": {},
+        "column": "members",
+    }
+    run = run_dir(rows=[{**head, "metric": "share", "value": 0.25, "dose": 4}])
+    section = next(s for s in build_sections(load_run(run)) if s.key == "dose-response")
+    table = next(i for i in section.items if i.title == "fake evaluation per dose")
+    assert table.rows == [["4", "0.25"]]  # its own dose rows only, none of detection's
+
+
+def test_the_report_names_no_evaluation_but_detection():
+    # What the report shows of an evaluation comes from its record (section, dose panels), not from report/.
+    from leaklab.evaluations import EVALUATIONS
+
+    report = Path(__file__).resolve().parents[2] / "leaklab" / "report"
+    for path in report.glob("*.py"):
+        text = path.read_text()
+        for name in set(EVALUATIONS) - {"detection"}:
+            # rows picked by their evaluation's name ("accuracy" alone is also a metric's name)
+            for picked in (f'== "{name}"', f'rows_of("{name}")', f'"evaluation": "{name}"'):
+                assert picked not in text, f"{path.name} names the {name} evaluation: {picked}"

@@ -20,14 +20,14 @@ from leaklab.report.sections import build_sections, detection_delays
 COLUMNS = ["ppl", "zlib", "mink@0.2", "srdetection_gray@n=1", "srdetection_gray@n=10"]
 
 
-def _rows(step: int, epoch: float, auroc: dict[str, tuple[float, float, float]], legacy: bool = False):
+def _rows(step: int, epoch: float, auroc: dict[str, tuple[float, float, float]], bare: bool = False):
     rows = []
     for column, (value, low, high) in auroc.items():
         head = {"step": step, "epoch": epoch, "evaluation": "detection"}
-        if legacy:  # rows of an older leaklab: a detector name, no column, no params, no intervals
-            rows.append({**head, "detector": column, "metric": "auroc", "value": value})
-            continue
         head |= {"detector": column.partition("@")[0], "params": {}, "column": column}
+        if bare:  # evaluated with n_bootstrap = 0 and no timings: no intervals, no wall times
+            rows.append({**head, "metric": "auroc", "value": value})
+            continue
         for metric, v in (("auroc", value), ("auroc_ci_low", low), ("auroc_ci_high", high)):
             rows.append({**head, "metric": metric, "value": v})
         for metric in ("f1", "tpr@1%fpr"):
@@ -39,7 +39,7 @@ def _rows(step: int, epoch: float, auroc: dict[str, tuple[float, float, float]],
     rows.append(
         {"step": step, "epoch": epoch, "evaluation": "detection", "detector": None, "column": None,
          "metric": "done", "value": 20.0, "n_members": 10, "n_non_members": 10}
-        | ({} if legacy else {"seconds": 1.5})
+        | ({} if bare else {"seconds": 1.5})
     )  # fmt: skip
     return rows
 
@@ -48,7 +48,7 @@ def make_run(
     root: Path,
     steps=(0, 8, 16),
     *,
-    legacy=False,
+    bare=False,
     scores=True,
     files=True,
     training=True,
@@ -79,7 +79,7 @@ def make_run(
     for i, step in enumerate(steps):
         level = 0.5 + 0.2 * i + lift
         rows += _rows(
-            step, float(i), {c: (level, level - 0.15, min(1.0, level + 0.15)) for c in COLUMNS}, legacy
+            step, float(i), {c: (level, level - 0.15, min(1.0, level + 0.15)) for c in COLUMNS}, bare
         )
         if scores:
             records = []
@@ -143,9 +143,9 @@ BAD_INPUT = {
             "step 24: evaluation unfinished",
         ],
     ),
-    "older leaklab rows": (
-        lambda p: make_run(p, legacy=True, scores=False, training=False),
-        ["older leaklab", "no AUROC intervals", "no wall times"],
+    "rows without intervals or timings": (
+        lambda p: make_run(p, bare=True, scores=False, training=False),
+        ["no AUROC intervals", "no wall times"],
     ),
     "one checkpoint": (lambda p: make_run(p, steps=(0,)), ["one checkpoint only"]),
     "rows but no run files": (lambda p: make_run(p, files=False), ["no manifest.json", "no recipe.yaml"]),
