@@ -153,7 +153,9 @@ def test_the_counterfactual_evaluation_applies_both_stages_with_a_judge_backend(
     got = {(r["column"], r["metric"]): r for r in out.rows}
     # no test inputs were readable here: the proposed ones alone (A's, repeated by B) reached execution
     assert evaluation._inputs == [[], []]
-    assert out.records[0]["hyclone_target"] == {"s_a": 1.0, "clone": True, "n_inputs": 1, "reason": ""}
+    assert out.records[0]["hyclone_target"] == {
+        "s_a": 1.0, "clone": True, "n_inputs": 1, "reason": "", "repaired": []
+    }  # fmt: skip
     row = got[("members", "hyclone.llm_inputs_target")]
     assert row["value"] == 2.0 and row["params"]["screen"] == {"clone": 1}
     assert row["params"]["dropped"] == {"wrong number of arguments": 2, "repeats an input already there": 1}
