@@ -335,6 +335,7 @@ class Counterfactual:
                     "clone": got.clone,
                     "n_inputs": got.n_inputs,
                     "reason": got.reason,
+                    "repaired": list(got.repaired),  # sides run again with an LLM preamble
                 }
         return EvalOutput(rows=rows, records=records)
 

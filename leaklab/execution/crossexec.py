@@ -21,6 +21,11 @@ pair with a generated function, whether the two could be functional clones; a "n
 "stage 1: ..."), an unreadable reply does not (the pair is executed and `screen` says why it was not
 screened).
 
+Repair (`llm.repair`, 000 App. C.2): a program that fails to load or runs on none of its inputs in the
+standard environment is shown to the LLM with its error, which is asked for a minimal preamble (imports,
+small helper definitions); the preamble goes before that program and the pair runs once more
+(`repaired` names the sides). A reply without a code block repairs nothing.
+
 LLM-proposed inputs: a prompt asks for a JSON list of argument lists for one function; the reply's last
 JSON array is read, and each proposal that is not a list, has an arity the function cannot take, or
 repeats an input already there is dropped and counted by reason in `llm_inputs_dropped`.
@@ -33,6 +38,7 @@ counterfactual evaluation scores such a pair 0, as the paper does: it is not a c
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -56,6 +62,14 @@ INPUTS_PROMPT = (
 )
 
 
+REPAIR_PROMPT = (
+    "This Python program cannot run as it is{error}.\n\n```python\n{source}\n```\n\nWrite the shortest "
+    "preamble (imports, small helper definitions or constants) that lets it run unchanged. Answer with "
+    "one ```python code block holding only the preamble."
+)
+_CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
+
+
 @dataclass(frozen=True)
 class CrossPair:
     reference: str  # the ground-truth program (context + function)
@@ -77,6 +91,7 @@ class CrossResult:
     llm_inputs: tuple[int, int] = (0, 0)  # LLM-proposed inputs kept for (A, B)
     llm_inputs_dropped: dict[str, int] = field(default_factory=dict)  # proposals dropped, by reason
     generated_inputs: dict[str, int] = field(default_factory=dict)  # inputs from the signature, by source
+    repaired: tuple[str, ...] = ()  # the sides ("reference", "candidate") run again with an LLM preamble
 
 
 @dataclass
@@ -88,6 +103,7 @@ class LLMStages:
     screen: bool = True  # stage 1
     n_inputs: int = 10  # inputs to ask per function (0: none)
     max_new_tokens: int = 512
+    repair: bool = True  # a program that cannot run gets an LLM preamble and one more run
 
 
 def cross_execute(
@@ -146,12 +162,14 @@ def cross_execute(
             FunctionCalls(pair.candidate, pair.entry_point, union, timeout_s),
         ]
     ran = sandbox.run_jobs(jobs) if jobs else []
+    repaired = _repair(llm, jobs, ran, sandbox, timeout_s) if llm and llm.repair and jobs else {}
     for i, (j, inputs_a, inputs_b, kept, dropped, sources) in plans.items():
         reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
         s_a, n_valid = _agreement(inputs_a, reference, candidate)
         s_b, n_valid_b = _agreement(inputs_b, reference, candidate) if kept[1] else (s_a, n_valid)
+        sides = tuple(side for side, k in (("reference", j), ("candidate", j + 1)) if k in repaired)
         common = dict(screen=screens.get(i, ""), llm_inputs=kept, llm_inputs_dropped=dict(dropped),
-                      generated_inputs=dict(sources))  # fmt: skip
+                      generated_inputs=dict(sources), repaired=sides)  # fmt: skip
         if s_a is None and s_b is None:
             out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs", **common)
             continue
@@ -170,6 +188,38 @@ def cross_execute(
         clone = s_a >= threshold and s_b >= threshold
         out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
     return [out[i] for i in range(len(pairs))]
+
+
+def _cannot_run(result) -> str | None:
+    """Why a program ran on none of its inputs (its load error, else the first call's), or None."""
+    if result.calls and any(call.ok for call in result.calls):
+        return None
+    errors = [call.error for call in result.calls or [] if call.error]
+    return result.reason or (errors[0] if errors else "it fails")
+
+
+def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) -> set[int]:
+    """Ask a preamble for every job whose program cannot run, run those once more with it (in place in
+    `ran`); the indexes of the jobs repaired."""
+    broken = [(k, why) for k, result in enumerate(ran) if (why := _cannot_run(result)) is not None]
+    if not broken:
+        return set()
+    prompts = [
+        llm.render(REPAIR_PROMPT.format(error=f" ({why[:300]})", source=jobs[k].source.rstrip("\n")))
+        for k, why in broken
+    ]
+    replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
+    again = {}
+    for (k, _), completions in zip(broken, replies):
+        block = _CODE_BLOCK.search(completions[0].text if completions else "")
+        if block and block.group(1).strip():
+            job = jobs[k]
+            again[k] = FunctionCalls(
+                block.group(1) + "\n" + job.source, job.entry_point, job.inputs, timeout_s
+            )
+    for k, result in zip(again, sandbox.run_jobs(list(again.values())) if again else []):
+        ran[k] = result
+    return set(again)
 
 
 def _counts(sources: dict[str, int]) -> str:

@@ -153,7 +153,9 @@ def test_the_counterfactual_evaluation_applies_both_stages_with_a_judge_backend(
     got = {(r["column"], r["metric"]): r for r in out.rows}
     # no test inputs were readable here: the proposed ones alone (A's, repeated by B) reached execution
     assert evaluation._inputs == [[], []]
-    assert out.records[0]["hyclone_target"] == {"s_a": 1.0, "clone": True, "n_inputs": 1, "reason": ""}
+    assert out.records[0]["hyclone_target"] == {
+        "s_a": 1.0, "clone": True, "n_inputs": 1, "reason": "", "repaired": []
+    }  # fmt: skip
     row = got[("members", "hyclone.llm_inputs_target")]
     assert row["value"] == 2.0 and row["params"]["screen"] == {"clone": 1}
     assert row["params"]["dropped"] == {"wrong number of arguments": 2, "repeats an input already there": 1}
@@ -181,3 +183,26 @@ def test_the_counterfactual_evaluation_applies_both_stages_with_a_judge_backend(
     assert got[("members", "hyclone.n_executed_reference")]["params"]["not_executed"] == {SCREENED_OUT: 1}
     assert out.records[0]["hyclone_reference"]["reason"] == SCREENED_OUT
     assert "HyClone members 1 flagged (0 among pairs executed on both sides" in evaluation.summary(out.rows)
+
+
+def test_a_program_that_cannot_run_gets_a_preamble_and_runs_again(sandbox):
+    # 000 App. C.2: when a function fails in the standard environment, the LLM writes a minimal preamble
+    # (imports, helpers) and the pair runs again. The ground truth calls a helper its file defined.
+    needs_helper = "def f(x):\n    return helper(x) + 1\n"
+    plain = "def f(x):\n    return x * 2 + 1\n"
+    backend = _Backend(
+        inputs=lambda p: "```python\ndef helper(x):\n    return x * 2\n```" if "cannot run" in p else "[]"
+    )
+    pairs = [CrossPair(needs_helper, plain, "f", [[1], [2]])]
+    (got,) = cross_execute(pairs, sandbox, llm=LLMStages(backend, screen=False, n_inputs=0))
+    assert got.similarity == 1.0 and got.repaired == ("reference",)
+    (asked,) = [p for p in backend.prompts if "cannot run" in p]
+    assert "NameError" in asked and "return helper(x) + 1" in asked
+    # without the repair (or without an LLM) the ground truth runs on none of the inputs
+    (off,) = cross_execute(pairs, sandbox, llm=LLMStages(_Backend(), screen=False, n_inputs=0, repair=False))
+    assert off.similarity is None and off.reason == "the ground truth runs on none of the inputs"
+    # a reply without a code block repairs nothing
+    (none,) = cross_execute(
+        pairs, sandbox, llm=LLMStages(_Backend(inputs="no idea"), screen=False, n_inputs=0)
+    )
+    assert none.similarity is None and none.repaired == ()
