@@ -302,9 +302,10 @@ def test_registry_walk(name):
     """Every registered detector: a kind, known needs, typed columns, and (score kind) finite scores.
     (Its interface against its kind's Protocol: test_plugins.py.)"""
     from leaklab.detectors import KINDS
+    from leaklab.detectors.gradnorm import GRADIENTS
     from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
 
-    known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES, VARIANTS, GENERATIONS, CLEAN}
+    known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES, VARIANTS, GENERATIONS, CLEAN, GRADIENTS}
     detector, kind = build_detector(name), DETECTORS[name].kind
     assert detector.name == name and kind in KINDS
     assert detector.needs and detector.needs <= known
