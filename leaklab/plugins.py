@@ -13,11 +13,14 @@ object against the Protocol of its kind.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from leaklab.detectors.inputs import ModelInputs
+    from leaklab.detectors.signals import Signals
 
 COSTS = ("cheap", "moderate", "costly")  # a detector record's `cost`, cheapest first
 
@@ -41,6 +44,9 @@ class Record:
     cost: detectors: what one checkpoint costs it, one of COSTS ("cheap": one forward pass over the
         texts; "moderate": several forward passes, or a second model; "costly": generation or sandbox
         runs), shown by `leaklab detectors`.
+    requires: evaluations: recipe keys outside its own section that must be set (not 0, empty or None)
+        for it to measure anything, each as (key, what the key gives it, an example value); the recipe
+        loader rejects a recipe that asks for the evaluation without them.
     """
 
     name: str
@@ -53,6 +59,7 @@ class Record:
     columns: tuple[tuple[str, str], ...] = ()
     summary: str = ""
     cost: str = ""
+    requires: tuple[tuple[str, str, str], ...] = ()
 
     def load(self) -> Any:
         """The plug-in's object (a class, or a module for a stage)."""
@@ -98,7 +105,7 @@ class ScoreDetector(Protocol):
 
     def columns(self) -> dict[str, dict]: ...
 
-    def score(self, signals: Any) -> dict[str, Any]: ...
+    def score(self, signals: Signals) -> dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -110,7 +117,7 @@ class ModelDetector(Protocol):
 
     def columns(self) -> dict[str, dict]: ...
 
-    def run(self, inputs: Any) -> dict[str, Any]: ...
+    def run(self, inputs: ModelInputs) -> dict[str, Any]: ...
 
 
 class Decisions(Protocol):
@@ -139,7 +146,7 @@ class RuleDetector(Protocol):
 
     def columns(self) -> dict[str, dict]: ...
 
-    def decide(self, inputs: Any) -> RuleScores: ...
+    def decide(self, inputs: ModelInputs) -> RuleScores: ...
 
     def metrics(self, decisions: Any, labels: Any, *, n_bootstrap: int, seed: int) -> dict[str, float]: ...
 
@@ -215,12 +222,6 @@ class Stage(Protocol):
     def build_dataset(self, recipe, tokenizer, tasks, manifest, run, log) -> Any: ...
 
     def build_trainer(self, model, tokenizer, dataset, recipe, output_dir, callbacks, report_to) -> Any: ...
-
-
-def closest(name: str, options: Sequence[str]) -> str:
-    """'; did you mean "x"?' for the nearest option, or ""."""
-    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]!r}?" if match else ""
 
 
 # --------------------------------------------------------------------------- plug-ins from outside leaklab

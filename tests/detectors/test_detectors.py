@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from leaklab.detectors import DETECTORS, build_detector, columns_of, parse_spec, run_detectors
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import (
     DISTRIBUTION,
     FREQUENCIES,
@@ -32,6 +33,7 @@ from leaklab.detectors.likelihood import (
     lowest_k_mean,
     minkpp_z,
 )
+from leaklab.recipe import EvaluateConfig
 from leaklab.signals.logprobs import SignalCache, TokenFrequencies, TokenStats
 
 LN2 = math.log(2)
@@ -134,12 +136,15 @@ def golden_run(specs, split: bool = True, ref_order=None):
     ref_tok = word_tokenizer(ref_order or ["<bos>", "c", "b", "a"])  # other ids: must be re-tokenised
     return run_detectors(
         specs,
-        BigramLM(tok, TARGET_TABLE, split=split),
-        tok,
-        TEXTS,
-        reference=(BigramLM(ref_tok, REFERENCE_TABLE), ref_tok),
-        cache=SignalCache(),
-        corpus_texts=CORPUS,
+        ModelInputs(
+            BigramLM(tok, TARGET_TABLE, split=split),
+            tok,
+            TEXTS,
+            settings=EvaluateConfig(),
+            reference=(BigramLM(ref_tok, REFERENCE_TABLE), ref_tok),
+            cache=SignalCache(),
+            corpus_texts=CORPUS,
+        ),
     )
 
 
@@ -230,7 +235,9 @@ def test_lowercase_golden_and_sign():
 def test_lowercase_signal_is_the_lowercased_text():
     tok = word_tokenizer(["a", "b", "c", "<bos>"])
     model = BigramLM(tok, TARGET_TABLE)
-    upper = run_detectors(["lowercase"], model, tok, ["A A B B"], cache=SignalCache())
+    upper = run_detectors(
+        ["lowercase"], ModelInputs(model, tok, ["A A B B"], settings=EvaluateConfig(), cache=SignalCache())
+    )
     # "A" is unknown to the word tokenizer (-> <bos> id, never predicted: log p ~ -1e4); lower is "a a b b".
     assert upper["lowercase"][0] < -100
 
@@ -349,7 +356,12 @@ def test_spec_parsing_and_errors():
 def test_ref_without_reference_model_is_a_clear_error():
     tok = word_tokenizer(["a", "b", "c", "<bos>"])
     with pytest.raises(ValueError, match="reference model"):
-        run_detectors(["ppl", "ref"], BigramLM(tok, TARGET_TABLE), tok, TEXTS, cache=SignalCache())
+        run_detectors(
+            ["ppl", "ref"],
+            ModelInputs(
+                BigramLM(tok, TARGET_TABLE), tok, TEXTS, settings=EvaluateConfig(), cache=SignalCache()
+            ),
+        )
 
 
 def test_solution_span_scores_the_solution_only():
@@ -359,12 +371,14 @@ def test_solution_span_scores_the_solution_only():
 
     scores = run_detectors(
         ["ppl", "zlib"],
-        model,
-        tok,
-        ["c a a b b"],
-        prompts=["c "],
-        settings=EvaluateConfig(scoring_span="solution"),
-        cache=SignalCache(),
+        ModelInputs(
+            model,
+            tok,
+            ["c a a b b"],
+            prompts=["c "],
+            settings=EvaluateConfig(scoring_span="solution"),
+            cache=SignalCache(),
+        ),
     )
     # a|c has p = 1/2 like a|BOS, so the solution scores exactly like "a a b b" alone.
     assert scores["ppl"][0] == pytest.approx(GOLDEN["ppl"], abs=1e-5)
@@ -374,7 +388,8 @@ def test_solution_span_scores_the_solution_only():
 def test_run_detectors_on_no_texts():
     tok = word_tokenizer(["a", "b", "c", "<bos>"])
     scores = run_detectors(
-        ["ppl", "mink:k=0.1,0.2"], BigramLM(tok, TARGET_TABLE), tok, [], cache=SignalCache()
+        ["ppl", "mink:k=0.1,0.2"],
+        ModelInputs(BigramLM(tok, TARGET_TABLE), tok, [], settings=EvaluateConfig(), cache=SignalCache()),
     )
     assert {k: v.shape for k, v in scores.items()} == {"ppl": (0,), "mink@0.1": (0,), "mink@0.2": (0,)}
 
@@ -404,11 +419,13 @@ def test_dcpdd_corpus_from_settings_and_info(tmp_path):
     info = {}
     scores = run_detectors(
         ["dcpdd:a=1"],
-        BigramLM(tok, TARGET_TABLE),
-        tok,
-        TEXTS,
-        settings=EvaluateConfig(dcpdd_corpus=str(tmp_path / "corpus.txt")),
-        cache=SignalCache(),
+        ModelInputs(
+            BigramLM(tok, TARGET_TABLE),
+            tok,
+            TEXTS,
+            settings=EvaluateConfig(dcpdd_corpus=str(tmp_path / "corpus.txt")),
+            cache=SignalCache(),
+        ),
         info=info,
     )
     assert scores["dcpdd"][0] == pytest.approx(GOLDEN["dcpdd:a=1"], abs=1e-6)
