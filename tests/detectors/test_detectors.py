@@ -22,12 +22,7 @@ import torch
 from leaklab.detectors import DETECTORS, build_detector, columns_of, parse_spec, run_detectors
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import (
-    DISTRIBUTION,
-    FREQUENCIES,
-    LOWERCASE,
-    REFERENCE,
     SIGMA_FLOOR,
-    TARGET,
     Signals,
     dcpdd_score,
     lowest_k_mean,
@@ -309,9 +304,10 @@ def test_registry_walk(name):
     """Every registered detector: a kind, known needs, typed columns, and (score kind) finite scores.
     (Its interface against its kind's Protocol: test_plugins.py.)"""
     from leaklab.detectors import KINDS
-    from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
+    from leaklab.detectors.signals import SOURCES
+    from leaklab.detectors.srdetection import GENERATIONS, VARIANTS
 
-    known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES, VARIANTS, GENERATIONS, CLEAN}
+    known = set(SOURCES)  # every signal a detector may need has its row in the signal table
     detector, kind = build_detector(name), DETECTORS[name].kind
     assert detector.name == name and kind in KINDS
     assert detector.needs and detector.needs <= known
