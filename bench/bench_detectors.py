@@ -72,20 +72,23 @@ def run(
     import numpy as np
 
     from leaklab.detectors import score_detectors
+    from leaklab.detectors.inputs import ModelInputs
 
     start = time.perf_counter()
     score_detectors(
         specs,
-        model,
-        tokenizer,
-        texts,
-        prompts=prompts,
-        rule_inputs=rule_inputs,
-        settings=settings,
-        cache=signal_cache,
-        generation_cache=generation_cache,
-        # conrecall's cross-fitted shots: alternate tasks count as members (the cost does not depend on it).
-        known_clean=np.arange(len(texts)) % 2 == 1,
+        ModelInputs(
+            model,
+            tokenizer,
+            texts,
+            prompts=prompts,
+            rule_inputs=rule_inputs,
+            settings=settings,
+            cache=signal_cache,
+            generation_cache=generation_cache,
+            # conrecall's cross-fitted shots: alternate tasks count as members (the cost does not depend on it).
+            known_clean=np.arange(len(texts)) % 2 == 1,
+        ),
     )
     return time.perf_counter() - start
 

@@ -45,26 +45,31 @@ def eleven_passes(model, tokenizer, inputs, settings) -> None:
 
 def srdetection(model, tokenizer, inputs, settings, cache=None) -> None:
     from leaklab.detectors import build_detector
+    from leaklab.detectors.inputs import ModelInputs
     from leaklab.detectors.srdetection import score_srdetection
     from leaklab.signals.logprobs import SignalCache
 
     score_srdetection(
         [build_detector("srdetection_gray")],
-        model,
-        tokenizer,
-        inputs,
-        settings=settings,
-        cache=cache or SignalCache(),
+        ModelInputs(
+            model,
+            tokenizer,
+            inputs.texts,
+            rule_inputs=inputs,
+            settings=settings,
+            cache=cache or SignalCache(),
+        ),
     )
 
 
 def in_pipeline(model, tokenizer, inputs, settings) -> float:
     """Seconds SrDetection adds once `ppl` has scored the originals (untimed) with the same cache."""
     from leaklab.detectors import run_detectors
+    from leaklab.detectors.inputs import ModelInputs
     from leaklab.signals.logprobs import SignalCache
 
     cache = SignalCache()
-    run_detectors(["ppl"], model, tokenizer, inputs.texts, settings=settings, cache=cache)
+    run_detectors(["ppl"], ModelInputs(model, tokenizer, inputs.texts, settings=settings, cache=cache))
     start = time.perf_counter()
     srdetection(model, tokenizer, inputs, settings, cache)
     return time.perf_counter() - start

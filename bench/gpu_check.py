@@ -666,6 +666,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float | None:
 
 def numerics(ctx: Context, size: str) -> dict:
     from leaklab.detectors import score_detectors
+    from leaklab.detectors.inputs import ModelInputs
     from leaklab.recipe import EvaluateConfig
     from leaklab.signals.logprobs import SignalCache
 
@@ -693,7 +694,8 @@ def numerics(ctx: Context, size: str) -> dict:
             dcpdd_corpus=str(corpus),
         )
         scores[dtype] = score_detectors(
-            GRAY_BOX, model, tok, texts, settings=settings, reference=(reference, tok), cache=cache
+            GRAY_BOX,
+            ModelInputs(model, tok, texts, settings=settings, reference=(reference, tok), cache=cache),
         ).columns
     out: dict[str, Any] = {"texts": len(texts)}
     for column in scores["float32"]:

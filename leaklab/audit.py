@@ -25,15 +25,16 @@ from leaklab.data.benchmarks import load_benchmark
 from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
 from leaklab.dataset_tests.rows import dataset_test_rows_vs_clean, verdict_sentences
 from leaklab.detectors import needs_of, needs_variants, score_detectors
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import REFERENCE
 from leaklab.detectors.srdetection import clean_null_against_set, inputs_from_tasks
 from leaklab.errors import InputError
 from leaklab.evaluate import load_reference, load_tasks
-from leaklab.evaluations.base import float_or_none
 from leaklab.metrics import detection_metrics, leak_rate, two_rate_pvalue
 from leaklab.plugins import AuditRates
 from leaklab.recipe import Recipe, config_hash, to_yaml
 from leaklab.report import plot_histograms
+from leaklab.rows import metric_rows
 from leaklab.rundir import RunDir, environment_info, text_sha256, write_atomic, write_json
 
 AUDIT_ALIASES = {
@@ -88,18 +89,18 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
 
     def score(specs_, tasks_, rule_inputs_=None, known_clean=None):
         """The detectors' scores of `tasks_` (the benchmark or the clean set), one shared generation cache."""
-        return score_detectors(
-            specs_,
+        inputs = ModelInputs(
             model,
             tokenizer,
             [t.text(fmt) for t in tasks_],
             prompts=[t.prompt if fmt == "prompt+solution" else "" for t in tasks_],
-            rule_inputs=rule_inputs_,
             settings=cfg,
-            reference=reference,
+            rule_inputs=rule_inputs_,
             generation_cache=GenerationCache(out.generation_cache),
+            reference=reference,
             known_clean=known_clean,
         )
+        return score_detectors(specs_, inputs)
 
     scores = score(specs, tasks, rule_inputs)
     clean_scores = None
@@ -212,14 +213,13 @@ def _score_rows(scores, base: dict, cfg) -> tuple[list[dict], list[dict]]:
     rows, leak_rows = [], []
     for column, values in scores.columns.items():
         detector, params = scores.params[column]
-        head = {**base, "detector": detector, "params": params, "column": column}
+        head = {"detector": detector, "params": params, "context": base}
         decisions = scores.decisions.get(column)
         if decisions is None:
-            summary = distribution(values)
-            rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in summary.items()]
+            rows += metric_rows(distribution(values), column, **head)
         else:
             rates = rule_rates(scores.rules[column], decisions, n_bootstrap=cfg.n_bootstrap, seed=cfg.seed)
-            leak_rows += [{**head, "metric": k, "value": float_or_none(v)} for k, v in rates.items()]
+            leak_rows += metric_rows(rates, column, **head)
     return rows, leak_rows
 
 
@@ -423,8 +423,10 @@ def rule_vs_clean(decisions, clean_decisions, head: dict[str, Any]) -> list[dict
         "clean_leak_rate": flagged_clean / n_clean if n_clean else float("nan"),
         "vs_clean_pvalue": two_rate_pvalue(flagged, n, flagged_clean, n_clean),
     }
-    keep = {k: v for k, v in head.items() if k not in ("metric", "value")}
-    return [{**keep, "metric": k, "value": float_or_none(v)} for k, v in values.items()]
+    context = {k: v for k, v in head.items() if k not in ("detector", "params", "column", "metric", "value")}
+    return metric_rows(
+        values, head["column"], detector=head.get("detector"), params=head.get("params"), context=context
+    )
 
 
 def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
@@ -547,17 +549,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
         if column == "blind":
             metrics["shift_p_value_vs_clean"] = shift_p
             metrics["distribution_shift"] = float(bool(shift_warning(shift_p, m["auroc"], "")))
-        rows += [
-            {
-                **head,
-                "detector": column,
-                "params": {},
-                "column": column,
-                "metric": k,
-                "value": float_or_none(v),
-            }
-            for k, v in metrics.items()
-        ]
+        rows += metric_rows(metrics, column, detector=column, params={}, context=head)
     inference = {}
     if suspect and min(n_s, n_c) >= 4:
         result = dataset_inference(
@@ -568,11 +560,13 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
             **result.as_metrics(),
             **null_rejection_rate(feature_matrix(clean, np.arange(n_c)), seed=cfg.seed),
         }
-        rows += [
-            {**head, "detector": "dataset_inference", "params": {"features": list(suspect)},
-             "column": "dataset_inference", "metric": k, "value": float_or_none(v)}
-            for k, v in inference.items()
-        ]  # fmt: skip
+        rows += metric_rows(
+            inference,
+            "dataset_inference",
+            detector="dataset_inference",
+            params={"features": list(suspect)},
+            context=head,
+        )
     rows += [{**head, **r} for r in dataset_test_rows_vs_clean(suspect, clean, seed=cfg.seed)]
 
     log(_clean_table(head, (n_s, n_c), auroc, inference, shift_p))

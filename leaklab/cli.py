@@ -9,9 +9,10 @@ stderr (`leaklab.errors`), with the traceback only under --debug or LEAKLAB_DEBU
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from pathlib import Path
+
+from leaklab.errors import closest
 
 USAGE = """usage: leaklab COMMAND [ARGS]
 
@@ -166,8 +167,7 @@ def _detectors(args: list[str]) -> int:
         chosen = [d for d in described if any(p in d["name"] for p in args)]
         if not chosen:
             names = [d["name"] for d in described]
-            close = difflib.get_close_matches(args[0], names, n=1, cutoff=0.4)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(names)}"
+            hint = closest(args[0], names, cutoff=0.4) or f"; known: {', '.join(names)}"
             raise InputError(f"detectors: no detector matches {' '.join(args)!r}{hint}")
         described = chosen
     for d in described:
@@ -198,8 +198,7 @@ def _keys(args: list[str]) -> int:
     if patterns:
         chosen = filter_keys(rows, patterns)
         if not chosen:
-            close = difflib.get_close_matches(patterns[0], [r[0] for r in rows], n=1, cutoff=0.4)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = closest(patterns[0], [r[0] for r in rows], cutoff=0.4)
             raise InputError(f"keys: no recipe key matches {' '.join(patterns)!r}{hint}")
         rows = chosen
     print(format_keys(rows))
@@ -410,8 +409,7 @@ def dispatch(argv: list[str]) -> int:
 
         return counterfactual_main(args)
 
-    match = difflib.get_close_matches(command, COMMANDS, n=1)
-    hint = f"; did you mean {match[0]!r}?" if match else ""
+    hint = closest(command, COMMANDS, cutoff=0.6)
     print(f"leaklab: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -18,12 +18,20 @@ This module imports nothing from leaklab, so every layer may raise these.
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 DEBUG_ENV = "LEAKLAB_DEBUG"
+
+
+def closest(name: str, options: Iterable[str], cutoff: float = 0.5) -> str:
+    """The hint every message about an unknown name carries: `; did you mean 'x'?` for the option
+    nearest `name`, or "" when none is near enough."""
+    match = difflib.get_close_matches(str(name), [str(o) for o in options], n=1, cutoff=cutoff)
+    return f"; did you mean {match[0]!r}?" if match else ""
 
 
 class LeaklabError(Exception):

@@ -13,11 +13,14 @@ object against the Protocol of its kind.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from leaklab.detectors.inputs import ModelInputs
+    from leaklab.detectors.signals import Signals
 
 COSTS = ("cheap", "moderate", "costly")  # a detector record's `cost`, cheapest first
 
@@ -43,6 +46,9 @@ class Record:
         runs), shown by `leaklab detectors`.
     dose_panels: evaluations: "module:function" drawing its panels of the report's dose-response section
         from its per-dose rows, `(rows, run) -> list[Panel | Table]`; None: it has none.
+    requires: evaluations: recipe keys outside its own section that must be set (not 0, empty or None)
+        for it to measure anything, each as (key, what the key gives it, an example value); the recipe
+        loader rejects a recipe that asks for the evaluation without them.
     """
 
     name: str
@@ -56,6 +62,7 @@ class Record:
     summary: str = ""
     cost: str = ""
     dose_panels: str | None = None
+    requires: tuple[tuple[str, str, str], ...] = ()
 
     def load(self) -> Any:
         """The plug-in's object (a class, or a module for a stage)."""
@@ -101,7 +108,7 @@ class ScoreDetector(Protocol):
 
     def columns(self) -> dict[str, dict]: ...
 
-    def score(self, signals: Any) -> dict[str, Any]: ...
+    def score(self, signals: Signals) -> dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -113,7 +120,7 @@ class ModelDetector(Protocol):
 
     def columns(self) -> dict[str, dict]: ...
 
-    def run(self, inputs: Any) -> dict[str, Any]: ...
+    def run(self, inputs: ModelInputs) -> dict[str, Any]: ...
 
 
 class Decisions(Protocol):
@@ -142,7 +149,7 @@ class RuleDetector(Protocol):
 
     def columns(self) -> dict[str, dict]: ...
 
-    def decide(self, inputs: Any) -> RuleScores: ...
+    def decide(self, inputs: ModelInputs) -> RuleScores: ...
 
     def metrics(self, decisions: Any, labels: Any, *, n_bootstrap: int, seed: int) -> dict[str, float]: ...
 
@@ -218,12 +225,6 @@ class Stage(Protocol):
     def build_dataset(self, recipe, tokenizer, tasks, manifest, run, log) -> Any: ...
 
     def build_trainer(self, model, tokenizer, dataset, recipe, output_dir, callbacks, report_to) -> Any: ...
-
-
-def closest(name: str, options: Sequence[str]) -> str:
-    """'; did you mean "x"?' for the nearest option, or ""."""
-    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]!r}?" if match else ""
 
 
 # --------------------------------------------------------------------------- plug-ins from outside leaklab

@@ -10,7 +10,6 @@ that into exit code 2.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import re
@@ -26,7 +25,7 @@ import yaml
 # by path), never the other way round (a test forbids import cycles). A record's settings dataclass is
 # imported here, from a module that imports no torch.
 from leaklab.detectors import DETECTORS, regroup_specs, validate_specs
-from leaklab.errors import InputError
+from leaklab.errors import InputError, closest
 from leaklab.evaluations import EVALUATIONS
 from leaklab.execution.config import ExecutionConfig
 from leaklab.plugins import Record, import_plugins, load_entry_points
@@ -397,7 +396,7 @@ def find_recipe(name_or_path: str) -> Path:
     known = available_recipes()
     if name_or_path in known:
         return known[name_or_path]
-    hint = _closest(name_or_path, known)
+    hint = closest(name_or_path, known)
     raise RecipeError([f"recipe: no recipe named {name_or_path!r}{hint} (see `leaklab recipes`)"])
 
 
@@ -514,11 +513,6 @@ def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> Recipe
 # --------------------------------------------------------------------------- conversion + checks
 
 
-def _closest(name: str, candidates) -> str:
-    match = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]!r}?" if match else ""
-
-
 def _build(cls, raw: Any, prefix: str, problems: list[str]):
     if not isinstance(raw, dict):
         problems.append(f"{prefix.rstrip('.') or 'recipe'}: expected a section (mapping), got {raw!r}")
@@ -529,7 +523,7 @@ def _build(cls, raw: Any, prefix: str, problems: list[str]):
     for key, value in raw.items():
         if key not in fields:
             full = [prefix + name for name in fields]
-            problems.append(f"{prefix}{key}: unknown key{_closest(prefix + str(key), full)}")
+            problems.append(f"{prefix}{key}: unknown key{closest(prefix + str(key), full)}")
             continue
         value = OLD_VALUES.get(f"{prefix}{key}", {}).get(value, value) if isinstance(value, bool) else value
         if f"{prefix}{key}" == "evaluate.detectors" and isinstance(value, list):
@@ -596,7 +590,7 @@ def _validate(recipe: Recipe) -> list[str]:
         value = get_key(recipe, key)
         if value not in allowed:
             problems.append(
-                f"{key}: {value!r} is not one of {', '.join(allowed)}{_closest(str(value), allowed)}"
+                f"{key}: {value!r} is not one of {', '.join(allowed)}{closest(str(value), allowed)}"
             )
     try:
         parse_ratio(recipe.mix.ratio)
@@ -610,11 +604,13 @@ def _validate(recipe: Recipe) -> list[str]:
             f"letters, digits, '.', '+', '-' or '_'"
         )
     problems.extend(_check_inject(recipe.inject))
-    if "canaries" in recipe.evaluate.evaluations and recipe.inject.canaries == 0:
-        problems.append(
-            "evaluate.evaluations: 'canaries' measures the canaries inject.canaries plants; set "
-            "inject.canaries, e.g. 12, or remove it"
-        )
+    for name in recipe.evaluate.evaluations:
+        for key, what, example in EVALUATIONS[name].requires if name in EVALUATIONS else ():
+            if not get_key(recipe, key):
+                problems.append(
+                    f"evaluate.evaluations: {name!r} measures {what} that {key} sets; set {key}, "
+                    f"e.g. {example}, or remove {name!r}"
+                )
     if recipe.inject.withhold and recipe.train.stage != "cpt":
         problems.append(
             f"inject.withhold: only train.stage cpt can put corpus text in the members' places; use false "
@@ -638,7 +634,7 @@ def _validate(recipe: Recipe) -> list[str]:
     for name in recipe.evaluate.evaluations:
         if name not in EVALUATIONS:
             problems.append(
-                f"evaluate.evaluations: unknown evaluation {name!r}{_closest(name, EVALUATIONS)} "
+                f"evaluate.evaluations: unknown evaluation {name!r}{closest(name, EVALUATIONS)} "
                 f"(known: {', '.join(EVALUATIONS)})"
             )
     problems.extend(
@@ -671,12 +667,12 @@ def _check_inject(inject: InjectConfig) -> list[str]:
         if len(window) != 2:
             problems.append(f"inject.window: expected [start, end], got {window}; e.g. [0.0, 1.0]")
         elif not all(0 <= x <= 1 for x in window):
-            closest = [min(max(x, 0.0), 1.0) for x in window]
-            problems.append(f"inject.window: {window} is outside [0, 1]; the closest valid is {closest}")
+            clipped = [min(max(x, 0.0), 1.0) for x in window]
+            problems.append(f"inject.window: {window} is outside [0, 1]; the closest valid is {clipped}")
         elif window[0] >= window[1]:
             start, end = window
-            closest = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
-            problems.append(f"inject.window: {window} is empty (start must be below end); e.g. {closest}")
+            example = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
+            problems.append(f"inject.window: {window} is empty (start must be below end); e.g. {example}")
     if inject.canaries < 0:
         problems.append(f"inject.canaries: {inject.canaries} is negative; 0 plants none")
     if inject.canaries > 0:
@@ -687,7 +683,7 @@ def _check_inject(inject: InjectConfig) -> list[str]:
         for fmt in inject.canary_formats:
             if fmt not in FORMATS:
                 problems.append(
-                    f"inject.canary_formats: unknown format {fmt!r}{_closest(str(fmt), FORMATS)} "
+                    f"inject.canary_formats: unknown format {fmt!r}{closest(str(fmt), FORMATS)} "
                     f"(known: {', '.join(FORMATS)})"
                 )
         if inject.canary_candidates < 1:

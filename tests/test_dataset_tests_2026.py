@@ -12,7 +12,9 @@ from test_model_detectors import bigram
 
 from leaklab.dataset_tests.codec import codec_score, codec_vs_clean, context_nlls, context_shots
 from leaklab.dataset_tests.pacost import null_rejection_rate, pacost_test, paired_differences
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.metrics import two_rate_pvalue
+from leaklab.recipe import EvaluateConfig
 from leaklab.signals.logprobs import SignalCache
 
 
@@ -113,7 +115,10 @@ def test_codec_and_pacost_detectors_on_the_bigram():
     model, tok = bigram()
     texts = ["a a b b", "c", "b c", "a"]
     inputs = SrInputs(texts, [""] * 4, [["a b a b"], [], ["c b"], []], [[""], [], [""], []])
-    scores = score_detectors(["pacost", "codec:k=2,seed=3"], model, tok, texts, rule_inputs=inputs)
+    scores = score_detectors(
+        ["pacost", "codec:k=2,seed=3"],
+        ModelInputs(model, tok, texts, settings=EvaluateConfig(), rule_inputs=inputs),
+    )
     gap = scores.columns["pacost_gap"]
     assert gap[0] == pytest.approx(2**-1.5 - 2**-1.25, abs=1e-6) and np.isnan(gap[1])
     plain, context = context_nlls(model, tok, texts, k=2, seed=3, cache=SignalCache())

@@ -13,13 +13,14 @@ from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
 
 from leaklab import plugins
 from leaklab.detectors import DETECTORS, KINDS, build_detector, score_detectors
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import TARGET, nll
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet
 from leaklab.evaluations.detection import Detection
 from leaklab.metrics import rule_metrics
 from leaklab.plugins import Record, RuleScores
-from leaklab.recipe import PLUGIN_SECTIONS, Recipe, get_key, load_recipe
+from leaklab.recipe import PLUGIN_SECTIONS, EvaluateConfig, Recipe, get_key, load_recipe
 from leaklab.report import charts
 from leaklab.report.rundata import load_run
 from leaklab.report.sections import build_sections
@@ -126,7 +127,9 @@ def test_a_rule_detector_registered_in_a_test_is_scored_reported_and_rendered(tm
     texts = ["a b c a", "b b b b", "a a b b", "c c c a", "a b a b", "b c b c"] * 2
     labels = np.array([1, 0, 1, 0, 1, 0] * 2)
     info: dict = {}
-    scores = score_detectors(["ppl", "toy_rule"], model, tok, texts, info=info)
+    scores = score_detectors(
+        ["ppl", "toy_rule"], ModelInputs(model, tok, texts, settings=EvaluateConfig()), info=info
+    )
     assert set(scores.columns) == {"ppl", "toy_rule"} and set(scores.decisions) == {"toy_rule"}
     assert info["rules"] == {"toy_rule": {"texts": 12}}
     ppl_order = np.argsort(-scores.columns["ppl"], kind="stable")  # lower NLL <=> higher ppl score

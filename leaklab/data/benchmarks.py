@@ -21,7 +21,6 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
-import difflib
 import gzip
 import importlib
 import importlib.util
@@ -34,7 +33,7 @@ from typing import Any
 
 from leaklab.data.synthetic import load_synthetic
 from leaklab.data.tasks import Task
-from leaklab.errors import InputError, UnavailableError
+from leaklab.errors import InputError, UnavailableError, closest
 
 log = logging.getLogger(__name__)
 
@@ -392,10 +391,9 @@ def _difficulties(difficulty: str | list[str] | tuple[str, ...] | None) -> set[s
     wanted = {difficulty} if isinstance(difficulty, str) else set(difficulty)
     for level in sorted(wanted):
         if level not in APPS_DIFFICULTIES:
-            near = difflib.get_close_matches(str(level), APPS_DIFFICULTIES, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            hint = closest(str(level), APPS_DIFFICULTIES, cutoff=0.6)
             raise InputError(
-                f"data.difficulty: unknown APPS difficulty {level!r}{hint}; use {', '.join(APPS_DIFFICULTIES)}"
+                f"data.difficulty: unknown APPS difficulty {level!r}{hint} (use {', '.join(APPS_DIFFICULTIES)})"
             )
     return wanted or None
 
@@ -516,10 +514,8 @@ def load_benchmark(name: str, label: str | None = None, **kwargs: Any) -> list[T
     """The tasks of benchmark `name` (a loader above); `label` renames them (a user's own file read in
     the format of `name` keeps its own name in tasks, caches and reports)."""
     if name not in LOADERS:
-        near = difflib.get_close_matches(name, LOADERS, n=1, cutoff=0.5)
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
         raise DataUnavailableError(
-            f"benchmark {name!r} has no loader{hint}; available: {', '.join(sorted(LOADERS))}"
+            f"benchmark {name!r} has no loader{closest(name, LOADERS)} (available: {', '.join(sorted(LOADERS))})"
         )
     tasks = LOADERS[name](**kwargs)
     source = kwargs.get("path") or kwargs.get("hub_name") or f"the {name} release"

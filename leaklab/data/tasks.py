@@ -62,6 +62,14 @@ class Task:
         raise ValueError(f"unknown text_format {text_format!r}: use prompt+solution, solution or prompt")
 
 
+def context_of(text: str, solution: str) -> str:
+    """The part of a sample's text before its solution (what `scoring_span=solution` conditions on):
+    all of it when there is no solution, none when the text does not end with the solution."""
+    if not solution:
+        return text
+    return text[: -len(solution)] if text.endswith(solution) else ""
+
+
 def task_to_dict(task: Task) -> dict[str, Any]:
     """A task as plain JSON-ready data (test_cases as a list): the one stored form of a task, used by the
     perturbed-set stores and the RL reward's dataset column."""

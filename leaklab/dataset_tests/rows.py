@@ -20,13 +20,11 @@ from typing import Any
 import numpy as np
 
 from leaklab.dataset_tests import codec, pacost, sharded_likelihood
+from leaklab.rows import metric_rows
 
 
 def _rows(name: str, params: dict[str, Any], metrics: dict[str, float]) -> list[dict[str, Any]]:
-    from leaklab.evaluations.base import float_or_none
-
-    head = {"detector": name, "params": params, "column": name}
-    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+    return metric_rows(metrics, name, detector=name, params=params)
 
 
 def sharded_likelihood_rows(

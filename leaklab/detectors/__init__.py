@@ -16,34 +16,28 @@ Every class declares `needs` (the signals it reads: token statistics of the targ
 reference, corpus token frequencies; variants and generations), `columns()` (score column -> the
 parameters that produced it; result rows carry both) and optionally `check(evaluate_settings)`.
 
-`score_detectors` runs any mix of specs: score detectors share one batched pass of the signal engine
-(`run_detectors`), the others get one shared `ModelInputs` (the model, variants, caches). Adding a
-detector: one class in a module here, one record in DETECTORS, one golden test.
+`score_detectors` runs any mix of specs on one `ModelInputs` (the model, its evaluation set, the
+recipe's `evaluate` settings, variants, caches): score detectors share one batched pass of the signal
+engine (`run_detectors`, `signals.SOURCES`), the others read the inputs themselves. Adding a detector:
+one class in a module here, one record in DETECTORS, one golden test (and, for a new signal, one
+`Source` in `signals.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from leaklab.data.corpora import corpus_texts
-from leaklab.detectors.gradnorm import GRADIENTS
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import (
-    DISTRIBUTION,
-    FREQUENCIES,
-    LOWERCASE,
-    REFERENCE,
-    TARGET,
-    Signals,
-)
-from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
+from leaklab.detectors.likelihood import Signals
+from leaklab.detectors.signals import SOURCES, compute_signals
+from leaklab.detectors.srdetection import VARIANTS
+from leaklab.errors import closest
 from leaklab.plugins import REGISTRIES, ChecksSettings, Record
 
 _LIKELIHOOD = "likelihood baselines"
@@ -151,17 +145,7 @@ REGISTRIES.update(dict.fromkeys(KINDS, DETECTORS))  # where `plugins.register` a
 
 
 # What each signal a detector `needs` asks of a run, in words (`leaklab detectors`).
-NEEDS_TEXT = {
-    TARGET: "the model's token log-probs",
-    DISTRIBUTION: "the mean and variance of log p under the model's next-token distribution",
-    LOWERCASE: "log-probs of the lowercased text",
-    REFERENCE: "a reference model (evaluate.reference_model; a run's base model for SrDetection)",
-    FREQUENCIES: "token frequencies of a corpus (evaluate.dcpdd_corpus)",
-    VARIANTS: "verified variants of each task (built once per benchmark in the sandbox, cached)",
-    GENERATIONS: "generations from the model",
-    CLEAN: "samples known not to be in training (a run's non-members, cross-fitted; clean= in an audit)",
-    GRADIENTS: "the loss gradient of each sample (one forward and one backward pass per sample)",
-}
+NEEDS_TEXT = {name: source.text for name, source in SOURCES.items()}
 
 
 def describe_detectors() -> list[dict[str, Any]]:
@@ -194,7 +178,7 @@ def record_of(spec: str) -> Record:
     name = parse_spec(spec)[0]
     if name not in DETECTORS:
         raise ValueError(
-            f"unknown detector {name!r}{_did_you_mean(name, DETECTORS)} (known: {', '.join(DETECTORS)})"
+            f"unknown detector {name!r}{closest(name, DETECTORS)} (known: {', '.join(DETECTORS)})"
         )
     return DETECTORS[name]
 
@@ -258,11 +242,7 @@ def regroup_specs(items: Sequence[Any]) -> list[str]:
         starts_spec = (
             ":" in text
             or name in DETECTORS
-            or (
-                "=" not in text
-                and not _is_number(text)
-                and bool(difflib.get_close_matches(text, list(DETECTORS), n=1, cutoff=0.6))
-            )
+            or ("=" not in text and not _is_number(text) and bool(closest(text, DETECTORS, cutoff=0.6)))
         )
         if out and ":" in out[-1] and "=" in out[-1] and not starts_spec:
             out[-1] += f",{text}"
@@ -279,11 +259,6 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _did_you_mean(name: str, options: Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
-    return f"; did you mean {match[0]!r}?" if match else ""
-
-
 def build_detector(spec: str):
     """The detector instance a spec names; unknown names and parameters raise ValueError with a hint."""
     name, params = parse_spec(spec)
@@ -295,7 +270,7 @@ def build_detector(spec: str):
         if key not in fields:
             known = ", ".join(sorted(fields)) or "none"
             raise ValueError(
-                f"detector {name!r}: unknown parameter {key!r}{_did_you_mean(key, fields)} (known: {known})"
+                f"detector {name!r}: unknown parameter {key!r}{closest(key, fields)} (known: {known})"
             )
         kwargs[key] = _convert(hints[key], values, f"{name}:{key}")
     return cls(**kwargs)
@@ -322,38 +297,13 @@ def columns_of(specs: Sequence[str]) -> list[str]:
 
 
 def run_detectors(
-    specs: list[str],
-    model,
-    tokenizer,
-    texts: list[str],
-    *,
-    prompts: list[str] | None = None,
-    settings=None,
-    reference=None,
-    accelerator=None,
-    cache=None,
-    corpus_texts: Iterable[str] | None = None,
-    info: dict[str, Any] | None = None,
+    specs: Sequence[str], inputs: ModelInputs, info: dict[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
-    """Score every text with every score detector; score column name -> float array (higher = member).
+    """Score every text of `inputs` with every score detector; score column name -> float array (higher =
+    member). The detectors share one `Signals`, each signal computed once (`signals.compute_signals`).
 
-    prompts: prompts[i] is the prefix of texts[i] that is context, not scored, when
-        settings.scoring_span == "solution" (ignored otherwise).
-    settings: an `EvaluateConfig` (batch_tokens, dtype, scoring_span, max_length, long_texts,
-        dcpdd_corpus) or a `ScoringSettings`; None for defaults.
-    reference: (model, tokenizer) for `ref`; the texts are re-tokenised with the reference tokenizer.
-    cache: a `SignalCache` or a directory; None uses the process-wide in-memory cache.
-    corpus_texts: DC-PDD's reference corpus; None reads settings.dcpdd_corpus ("builtin" by default).
     info: when given, filled with per-signal counts (texts, cached, windowed, truncated, empty, ...).
     """
-    from leaklab.signals.logprobs import (
-        ScoringSettings,
-        as_cache,
-        compute_token_stats,
-        lowercase_inputs,
-        token_frequencies,
-    )
-
     rules = [spec for spec in specs if kind_of(spec) == "rule"]
     if rules:
         raise ValueError(f"{rules[0]!r} is a rule detector: score it with score_detectors")
@@ -363,65 +313,12 @@ def run_detectors(
             f"{model_level[0]!r} reads more than token statistics: score it with score_detectors"
         )
     detectors = [build_detector(spec) for spec in specs]
-    needs = set().union(*(d.needs for d in detectors))
-    scoring = ScoringSettings.from_config(settings)
-    scoring.check()
-    texts = list(texts)
-    if scoring.scoring_span == "solution":
-        if prompts is None or len(prompts) != len(texts):
-            raise ValueError("scoring_span='solution' needs one prompt per text")
-        prompts = list(prompts)
-    else:
-        prompts = None
-    if REFERENCE in needs and reference is None:
-        raise ValueError(
-            "detector 'ref' needs a reference model: pass reference=(model, tokenizer) "
-            "(the evaluator loads it from evaluate.reference_model)"
-        )
-    cache = as_cache(cache)
-    spans = [t[len(p) :] for t, p in zip(texts, prompts)] if prompts is not None else texts
-    signals = Signals(spans=spans)
-    counts: dict[str, Any] = {}
-
-    def stats(name: str, model, tokenizer, texts, prompts, distribution: bool = False):
-        counts[name] = {}
-        return compute_token_stats(
-            model,
-            tokenizer,
-            texts,
-            prompts=prompts,
-            settings=scoring,
-            distribution=distribution,
-            accelerator=accelerator,
-            cache=cache,
-            info=counts[name],
-        )
-
-    if needs & {TARGET, DISTRIBUTION}:
-        signals.target = stats("target", model, tokenizer, texts, prompts, DISTRIBUTION in needs)
-    if LOWERCASE in needs:
-        signals.lowercase = stats("lowercase", model, tokenizer, *lowercase_inputs(texts, prompts))
-    if REFERENCE in needs:
-        signals.reference = stats("reference", *reference, texts, prompts)
-    if FREQUENCIES in needs:
-        if corpus_texts is None:
-            corpus_texts = _corpus(getattr(settings, "dcpdd_corpus", "builtin"))
-        signals.frequencies = token_frequencies(tokenizer, corpus_texts, cache_dir=cache.directory)
-    if info is not None:
-        info.update(counts)
-
+    signals = compute_signals(inputs, set().union(*(d.needs for d in detectors)), info)
     columns: dict[str, np.ndarray] = {}
     for detector in detectors:
         for name, values in detector.score(signals).items():
             columns[name] = np.asarray(values, dtype=np.float64)  # a repeated column is the same computation
     return columns
-
-
-def _corpus(source: str | None) -> Iterable[str] | None:
-    """DC-PDD's corpus by name: "builtin" (None here: the signal module loads it) or a corpus source."""
-    if source in (None, "builtin"):
-        return None
-    return corpus_texts(source)
 
 
 @dataclass
@@ -454,66 +351,22 @@ class DetectorScores:
 
 
 def score_detectors(
-    specs: Sequence[str],
-    model,
-    tokenizer,
-    texts: list[str],
-    *,
-    prompts: list[str] | None = None,
-    rule_inputs=None,
-    settings=None,
-    reference=None,
-    accelerator=None,
-    cache=None,
-    generation_cache=None,
-    known_clean=None,
-    info: dict[str, Any] | None = None,
+    specs: Sequence[str], inputs: ModelInputs, info: dict[str, Any] | None = None
 ) -> DetectorScores:
-    """Every spec, score and rule detectors alike, on one model (see `run_detectors` for the arguments).
+    """Every spec, score and rule detectors alike, on one model and its evaluation set (`inputs`).
 
-    rule_inputs: the originals with their verified variants (`srdetection.SrInputs`), for rule
-        detectors that need variants. generation_cache: shared greedy continuations (black box).
-    known_clean: bool per sample, True where the sample is known not to be in training (a run's
-        non-members): the null of `srdetection_clean_null` (see `ModelInputs.known_clean`).
-    Each kind goes its own way: "score" detectors share one pass of the signal engine, "model" ones
-    get `run(inputs)` and rule detectors `decide(inputs)`, both on one shared `ModelInputs`.
-    Under several processes call it on every rank; every rank gets the full result.
+    Each kind goes its own way: "score" detectors share one pass of the signal engine (`run_detectors`),
+    "model" ones get `run(inputs)` and rule detectors `decide(inputs)`. info: when given, filled with the
+    counts of each (signals, "rules", "model_level"). Under several processes call it on every rank;
+    every rank gets the full result.
     """
     detectors = {spec: build_detector(spec) for spec in specs}
     kinds = {spec: kind_of(spec) for spec in specs}
     out = DetectorScores()
-    model_level = [d for s, d in detectors.items() if kinds[s] == "model"]
     score_specs = [s for s in specs if kinds[s] == "score"]
+    if score_specs:
+        out.columns.update(run_detectors(score_specs, inputs, info))
     rules = [d for s, d in detectors.items() if kinds[s] == "rule"]
-    out.columns.update(
-        run_detectors(
-            score_specs,
-            model,
-            tokenizer,
-            texts,
-            prompts=prompts,
-            settings=settings,
-            reference=reference,
-            accelerator=accelerator,
-            cache=cache,
-            info=info,
-        )
-        if score_specs
-        else {}
-    )
-    inputs = ModelInputs(
-        model,
-        tokenizer,
-        list(texts),
-        prompts=None if prompts is None else list(prompts),
-        settings=settings,
-        rule_inputs=rule_inputs,
-        accelerator=accelerator,
-        cache=cache,
-        generation_cache=generation_cache,
-        reference=reference,
-        known_clean=known_clean,
-    )
     rule_info: dict[str, Any] = {}
     for detector in rules:
         decided = detector.decide(inputs)
@@ -523,11 +376,11 @@ def score_detectors(
         rule_info.update(decided.info)
     if rules and info is not None:
         info["rules"] = rule_info
-    if model_level:
-        for detector in model_level:
-            out.columns.update({c: np.asarray(v, dtype=np.float64) for c, v in detector.run(inputs).items()})
-        if info is not None:
-            info["model_level"] = inputs.info
+    model_level = [d for s, d in detectors.items() if kinds[s] == "model"]
+    for detector in model_level:
+        out.columns.update({c: np.asarray(v, dtype=np.float64) for c, v in detector.run(inputs).items()})
+    if model_level and info is not None:
+        info["model_level"] = inputs.info
     for detector in detectors.values():
         for column, params in detector.columns().items():
             out.params[column] = (detector.name, params)

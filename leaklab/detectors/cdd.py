@@ -26,6 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import GENERATIONS, cut_text
 
 
@@ -104,38 +105,22 @@ class Cdd:
         }
         return {f"cdd@alpha={a:g}": {"alpha": a, **params} for a in self.alpha}
 
-    def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.continuations import greedy_continuations, sampled_continuations
+    def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
+        from leaklab.signals.continuations import Decoding, greedy_continuations, sampled_continuations
 
         prompts = cdd_prompts(inputs.tokenizer, inputs.texts, inputs.contexts())
         usable = [i for i, p in enumerate(prompts) if p is not None]
         chosen = [prompts[i] for i in usable]
         sources = [inputs.texts[i] for i in usable]  # each prompt is a prefix of its text
-        greedy = greedy_continuations(
-            inputs.model,
-            inputs.tokenizer,
-            chosen,
-            [self.max_new_tokens] * len(chosen),
-            batch_size=self.batch_size,
-            generator=inputs.generator,
-            cache=inputs.generation_cache,
-            accelerator=inputs.accelerator,
-            prompt_boundary=inputs.prompt_boundary(),
-            sources=sources,
-        )
+        decoding = Decoding.of(inputs, batch_size=self.batch_size)
+        greedy = greedy_continuations(decoding, chosen, [self.max_new_tokens] * len(chosen), sources=sources)
         sampled = sampled_continuations(
-            inputs.model,
-            inputs.tokenizer,
+            decoding,
             chosen,
             n=self.samples,
             max_new_tokens=self.max_new_tokens,
             temperature=self.temperature,
             seed=self.seed,
-            batch_size=self.batch_size,
-            generator=inputs.generator,
-            cache=inputs.generation_cache,
-            accelerator=inputs.accelerator,
-            prompt_boundary=inputs.prompt_boundary(),
             sources=sources,
         )
         inputs.info[self.name] = {"no_prompt": len(prompts) - len(usable)}

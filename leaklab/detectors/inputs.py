@@ -3,47 +3,65 @@
 Most score detectors read only token statistics (`likelihood.Signals`, one engine pass shared by all of
 them). The detectors of `recall`, `cdd`, `ngram` and `neighbourhood` (kind "model") need more: a second
 pass with a prefix, generations, or the samples' variants. Each has a `run(inputs) -> {column: scores}`
-method instead of `score(signals)`, and `score_detectors` hands them one `ModelInputs`; rule detectors
-get the same one in `decide(inputs)`. They still go through
+method instead of `score(signals)`, and `score_detectors` hands them the `ModelInputs` it was given;
+rule detectors get the same one in `decide(inputs)`. They still go through
 the shared engines (`signals.logprobs.compute_token_stats`, `signals.continuations`) and caches, so
 what another detector computed already is a cache hit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the registry is read at recipe load: these stay out of that import
+    import numpy as np
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from leaklab.detectors.srdetection import SrInputs
+    from leaklab.recipe import EvaluateConfig
+    from leaklab.signals.continuations import GenerationCache
+    from leaklab.signals.generation import Generator
+    from leaklab.signals.logprobs import ScoringSettings, SignalCache
 
 
 @dataclass
 class ModelInputs:
-    """One model's evaluation set and services, as `score_detectors` received them.
+    """One model's evaluation set and services: everything a detector may read.
 
+    settings: the recipe's `evaluate` section (`EvaluateConfig()` for its defaults); the signal
+        engine's settings are derived from it (`scoring`).
     prompts: prompts[i] is the part of texts[i] before its solution ("" where there is none).
-    settings: an `EvaluateConfig` or `ScoringSettings` (None: defaults).
-    rule_inputs: the originals and their verified variants (`srdetection.SrInputs`), or None.
+    rule_inputs: the originals and their verified variants, for detectors that need variants.
+    accelerator: the processes sharing the work (None: this process alone).
     cache / generation_cache: the shared signal and generation caches (None: the process-wide ones).
-    generator: a `signals.generation.Generator` (None: an HFGenerator on `model`).
+    generator: what decodes (None: an HFGenerator on `model`).
     reference: (model, tokenizer) of the reference model, or None.
     known_clean: bool per sample, True for samples known not to be in the model's training (a run's
         non-members), whose margins measure a rule's null (`srdetection_clean_null`, which never decides
         a sample by a threshold its own margin entered); None: no sample is known clean.
-    info: per-detector counts (samples without a score and why), filled by the detectors.
+    corpus_texts: DC-PDD's reference corpus (None: `settings.dcpdd_corpus`).
+    info: per detector, counts of its samples (without a score and why), filled by the detectors.
     """
 
-    model: Any
-    tokenizer: Any
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     texts: list[str]
+    # Required, never defaulted here: the recipe module imports the detector registry, so a default
+    # built from it would tie the two modules in a cycle; callers hand in the recipe's section.
+    settings: EvaluateConfig
     prompts: list[str] | None = None
-    settings: Any = None
-    rule_inputs: Any = None
-    accelerator: Any = None
-    cache: Any = None
-    generation_cache: Any = None
-    generator: Any = None
-    reference: Any = None
-    known_clean: Any = None
-    info: dict[str, Any] = field(default_factory=dict)
+    rule_inputs: SrInputs | None = None
+    accelerator: Accelerator | None = None
+    cache: SignalCache | None = None
+    generation_cache: GenerationCache | None = None
+    generator: Generator | None = None
+    reference: tuple[PreTrainedModel, PreTrainedTokenizerBase] | None = None
+    known_clean: np.ndarray | None = None
+    corpus_texts: Iterable[str] | None = None
+    info: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def contexts(self) -> list[str]:
         """Each text's context (its prompt), "" when the caller gave none."""
@@ -55,9 +73,10 @@ class ModelInputs:
 
     def prompt_boundary(self) -> str:
         """Where a prompt ends for the model in this run's generations (`evaluate.prompt_boundary`)."""
-        return getattr(self.settings, "prompt_boundary", "heal")
+        return self.settings.prompt_boundary
 
-    def scoring(self):
+    def scoring(self) -> ScoringSettings:
+        """The signal engine's settings, as the recipe's `evaluate` section sets them (checked)."""
         from leaklab.signals.logprobs import ScoringSettings
 
         scoring = ScoringSettings.from_config(self.settings)

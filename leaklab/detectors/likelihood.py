@@ -33,28 +33,19 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-if TYPE_CHECKING:  # the registry is read at recipe load: keep torch out of that import
-    from leaklab.signals.logprobs import TokenFrequencies, TokenStats
+from leaklab.detectors.signals import (  # the signals a detector reads (their table: signals.SOURCES)
+    DISTRIBUTION,
+    FREQUENCIES,
+    LOWERCASE,
+    REFERENCE,
+    TARGET,
+    Signals,
+)
 
-# What a detector can ask for; the evaluator computes each once.
-TARGET = "target"  # token log-probs of the evaluated model on the text
-DISTRIBUTION = "distribution"  # ... plus mean / variance of log p under its next-token distribution
-LOWERCASE = "lowercase"  # token log-probs of the evaluated model on the lowercased text
-REFERENCE = "reference"  # token log-probs of a reference model on the text (its own tokenizer)
-FREQUENCIES = "frequencies"  # token frequencies of a reference corpus under the evaluated tokenizer
+if TYPE_CHECKING:  # the registry is read at recipe load: keep torch out of that import
+    from leaklab.signals.logprobs import TokenStats
 
 SIGMA_FLOOR = 1e-4  # nats; below this the next-token distribution is treated as deterministic
-
-
-@dataclass
-class Signals:
-    """Everything the gray-box detectors read, one entry per text, computed once per evaluation."""
-
-    spans: list[str]  # the scored text of each sample: the whole text, or its solution part
-    target: list[TokenStats] | None = None
-    lowercase: list[TokenStats] | None = None
-    reference: list[TokenStats] | None = None
-    frequencies: TokenFrequencies | None = None
 
 
 # --------------------------------------------------------------------------- per-text formulas

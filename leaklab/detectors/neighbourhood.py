@@ -25,6 +25,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import VARIANTS, first_n_scores, gray_scores
 
 
@@ -52,14 +53,14 @@ class Neighbourhood:
         return {"neighbourhood": {"n": self.n}}
 
     def check(self, settings) -> list[str]:
-        built = getattr(getattr(settings, "srdetection", None), "n_variants", self.n)
+        built = settings.srdetection.n_variants
         if self.n > built:
             return [
                 f"'neighbourhood' averages n={self.n} variants but evaluate.srdetection.n_variants is {built}"
             ]
         return []
 
-    def run(self, inputs) -> dict[str, np.ndarray]:
+    def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
         if inputs.rule_inputs is None:
             raise ValueError("'neighbourhood' needs each sample's variants (rule_inputs)")
         original, variants = gray_scores(

@@ -28,6 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import GENERATIONS
 
 
@@ -97,23 +98,17 @@ class NgramAccuracy:
     def columns(self) -> dict[str, dict]:
         return {f"ngram_acc@n={n}": {"n": n, "starts": self.starts} for n in self.n}
 
-    def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.continuations import greedy_continuations
+    def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
+        from leaklab.signals.continuations import Decoding, greedy_continuations
 
         longest = max(self.n)
         solution = inputs.scoring().scoring_span == "solution"
         found = probes(inputs.tokenizer, inputs.texts, inputs.contexts(), longest, self.starts, solution)
+        # Each prefix ends on a token boundary of its text: cut there, the ids stay aligned with truth.
         predicted = greedy_continuations(
-            inputs.model,
-            inputs.tokenizer,
+            Decoding.of(inputs, batch_size=self.batch_size),
             [p.prefix for p in found],
             [longest] * len(found),
-            batch_size=self.batch_size,
-            generator=inputs.generator,
-            cache=inputs.generation_cache,
-            accelerator=inputs.accelerator,
-            # Each prefix ends on a token boundary of its text: cut there, the ids stay aligned with truth.
-            prompt_boundary=inputs.prompt_boundary(),
             sources=[inputs.texts[p.sample] for p in found],
         )
         scores = {f"ngram_acc@n={n}": accuracy(found, predicted, n, len(inputs.texts)) for n in self.n}

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import TARGET
 
 # Known non-members: written for leaklab, HumanEval-shaped (signature, docstring, body).
@@ -149,7 +150,7 @@ class Recall:
     def columns(self) -> dict[str, dict]:
         return {f"recall@shots={k}": {"shots": k, "prefix": self.prefix} for k in self.shots}
 
-    def run(self, inputs) -> dict[str, np.ndarray]:
+    def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
         from leaklab.signals.logprobs import compute_token_stats
 
         scoring = inputs.scoring()

@@ -110,7 +110,7 @@ class Samia:
         return out
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.continuations import sampled_continuations
+        from leaklab.signals.continuations import Decoding, sampled_continuations
         from leaklab.signals.generation import after_healed, prepare_prompt
 
         solution = inputs.scoring().scoring_span == "solution"
@@ -124,18 +124,12 @@ class Samia:
                 references.append(cut[1])
         sources = [inputs.texts[i] for i in usable]  # each prompt is a prefix of its text
         sampled = sampled_continuations(
-            inputs.model,
-            inputs.tokenizer,
+            Decoding.of(inputs, batch_size=self.batch_size),
             prompts,
             n=self.samples,
             max_new_tokens=self.max_new_tokens,
             temperature=self.temperature,
             seed=self.seed,
-            batch_size=self.batch_size,
-            generator=inputs.generator,
-            cache=inputs.generation_cache,
-            accelerator=inputs.accelerator,
-            prompt_boundary=inputs.prompt_boundary(),
             sources=sources,
         )
         # A healed prompt boundary makes the first token re-generate the prompt's last characters.

@@ -44,14 +44,18 @@ import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from leaklab.data.tasks import context_of
 from leaklab.metrics import excess_rate_pvalue, rule_metrics
 from leaklab.metrics import leak_rate as _leak_rate
 from leaklab.plugins import RuleScores
 from leaklab.similarity.text import ngram_overlap
+
+if TYPE_CHECKING:
+    from leaklab.detectors.inputs import ModelInputs
 
 PAPER_NS = (1, 3, 5, 10)  # numbers of variants compared in SrDetection Tables 3 and 11
 
@@ -426,7 +430,7 @@ def _check_ns(name: str, ns: tuple[int, ...]) -> None:
 
 def _check_against_settings(detector, settings) -> list[str]:
     """Problems of a spec under the recipe's evaluate settings (n may not exceed the variants built)."""
-    sr = _sr_settings(getattr(settings, "srdetection", None))
+    sr = settings.srdetection
     if max(detector.n) > sr.n_variants:
         return [
             f"{detector.name!r} compares up to n={max(detector.n)} variants but "
@@ -453,12 +457,15 @@ def null_rates(decisions: Decisions) -> dict[str, float]:
 
 
 @dataclass
-class SrDetectionGray:
-    """Leak iff the original has a lower perplexity than each of its first n variants."""
+class SrRule:
+    """What SrDetection's four rules share: their n values (numbers of variants compared), one score
+    column per n, a check of n against the variants the recipe builds, the rule's metrics against the
+    ground truth, and what an audit reports of its decisions. A rule adds its name, mode, needs and
+    parameters; `decide` runs the shared pipeline (`score_srdetection`) for its mode."""
 
-    name: ClassVar[str] = "srdetection_gray"
-    mode: ClassVar[str] = "gray"
-    needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
+    name: ClassVar[str]
+    mode: ClassVar[str]
+    needs: ClassVar[frozenset[str]]
     n: tuple[int, ...] = PAPER_NS
 
     def __post_init__(self) -> None:
@@ -470,7 +477,7 @@ class SrDetectionGray:
     def check(self, settings) -> list[str]:
         return _check_against_settings(self, settings)
 
-    def decide(self, inputs) -> RuleScores:
+    def decide(self, inputs: ModelInputs) -> RuleScores:
         return _decide_with(self, inputs)
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
@@ -481,7 +488,16 @@ class SrDetectionGray:
 
 
 @dataclass
-class SrDetectionCalibrated:
+class SrDetectionGray(SrRule):
+    """Leak iff the original has a lower perplexity than each of its first n variants."""
+
+    name: ClassVar[str] = "srdetection_gray"
+    mode: ClassVar[str] = "gray"
+    needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})
+
+
+@dataclass
+class SrDetectionCalibrated(SrRule):
     """Leak iff the target moves the original up its variant ranking more than a reference model does
     (exact p-value under exchangeability; see `calibrated_decisions`). The reference is the run's base
     model, or `evaluate.reference_model` in an audit."""
@@ -489,60 +505,28 @@ class SrDetectionCalibrated:
     name: ClassVar[str] = "srdetection_calibrated"
     mode: ClassVar[str] = "calibrated"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, "reference"})
-    n: tuple[int, ...] = PAPER_NS
     alpha: float = 0.0  # leak iff p <= max(alpha, 1/(m+1)); 0: the smallest p-value a sample can get
 
     def __post_init__(self) -> None:
-        _check_ns(self.name, self.n)
+        super().__post_init__()
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError(f"{self.name}: alpha must be in [0, 1), got {self.alpha}")
 
     def columns(self) -> dict[str, dict]:
         return {column_name(self.name, n): {"n": n, "alpha": self.alpha} for n in self.n}
 
-    def check(self, settings) -> list[str]:
-        return _check_against_settings(self, settings)
-
-    def decide(self, inputs) -> RuleScores:
-        return _decide_with(self, inputs)
-
-    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
-
-    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return null_rates(decisions)
-
 
 @dataclass
-class SrDetectionBlack:
+class SrDetectionBlack(SrRule):
     """Leak iff the original's greedy suffix overlaps its true suffix more than any of n variants' does."""
 
     name: ClassVar[str] = "srdetection_black"
     mode: ClassVar[str] = "black"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, GENERATIONS})
-    n: tuple[int, ...] = PAPER_NS
-
-    def __post_init__(self) -> None:
-        _check_ns(self.name, self.n)
-
-    def columns(self) -> dict[str, dict]:
-        return {column_name(self.name, n): {"n": n} for n in self.n}
-
-    def check(self, settings) -> list[str]:
-        return _check_against_settings(self, settings)
-
-    def decide(self, inputs) -> RuleScores:
-        return _decide_with(self, inputs)
-
-    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
-
-    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return null_rates(decisions)
 
 
 @dataclass
-class SrDetectionCleanNull:
+class SrDetectionCleanNull(SrRule):
     """Leak iff the raw rule's margin (gray or black box, `base`) exceeds the (1 - alpha) quantile of the
     margins of samples known to be clean under the same model (`null_threshold`): the null is measured,
     not assumed. In a run the clean samples are the non-members, cross-fitted (`cross_fitted_thresholds`:
@@ -552,12 +536,11 @@ class SrDetectionCleanNull:
     name: ClassVar[str] = "srdetection_clean_null"
     mode: ClassVar[str] = "clean_null"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS, CLEAN})
-    n: tuple[int, ...] = PAPER_NS
     base: str = "gray"  # the raw rule whose margin is thresholded: gray (PPL) or black (NGO)
     alpha: float = 0.05  # the flag rate allowed on clean samples
 
     def __post_init__(self) -> None:
-        _check_ns(self.name, self.n)
+        super().__post_init__()
         if self.base not in ("gray", "black"):
             raise ValueError(f"{self.name}: base must be 'gray' or 'black', got {self.base!r}")
         if not 0.0 < self.alpha < 1.0:
@@ -571,18 +554,13 @@ class SrDetectionCleanNull:
     def columns(self) -> dict[str, dict]:
         return {column_name(self.family, n): {"n": n, "base": self.base, "alpha": self.alpha} for n in self.n}
 
-    def check(self, settings) -> list[str]:
-        return _check_against_settings(self, settings)
-
-    def raw_rule(self):
+    def raw_rule(self) -> SrRule:
         return SrDetectionGray(n=self.n) if self.base == "gray" else SrDetectionBlack(n=self.n)
 
-    def decide(self, inputs) -> RuleScores:
+    def decide(self, inputs: ModelInputs) -> RuleScores:
         raw = self.raw_rule()
         scored = _decide_with(raw, inputs)
-        known = getattr(inputs, "known_clean", None)
-        folds = getattr(inputs.settings, "cv_folds", 5)
-        seed = getattr(inputs.settings, "seed", 0)
+        known, folds, seed = inputs.known_clean, inputs.settings.cv_folds, inputs.settings.seed
         columns, decisions = {}, {}
         for n in self.n:
             base = scored.decisions[column_name(raw.name, n)]
@@ -595,22 +573,8 @@ class SrDetectionCleanNull:
             columns[name] = decisions[name].margin
         return RuleScores(columns, decisions, scored.info)
 
-    def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
-
-    def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return null_rates(decisions)
-
 
 # --------------------------------------------------------------------------- inputs
-
-
-def context_of(text: str, solution: str) -> str:
-    """The part of a sample's text before its solution (what `scoring_span=solution` conditions on):
-    all of it when there is no solution, none when the text does not end with the solution."""
-    if not solution:
-        return text
-    return text[: -len(solution)] if text.endswith(solution) else ""
 
 
 @dataclass
@@ -734,41 +698,24 @@ def cut_text(
     return Cut(prefix, tuple(ids[cut:])[:max_new_tokens])
 
 
-def black_scores(
-    model,
-    tokenizer,
-    inputs: SrInputs,
-    sr=None,
-    *,
-    generator=None,
-    cache=None,
-    accelerator=None,
-    info: dict[str, Any] | None = None,
-    prompt_boundary: str = "heal",
-) -> tuple[np.ndarray, np.ndarray]:
-    """NGO of every original and variant (NaN where the text cannot be cut). `sr`: a SrDetectionConfig.
-    Each prefix ends on a token boundary of its text and is cut there (`prompt_boundary`), so the
-    generated ids line up with the text's own."""
-    from leaklab.signals.continuations import greedy_continuations
+def black_scores(inputs: ModelInputs, info: dict[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """NGO of every original and variant of `inputs.rule_inputs` (NaN where the text cannot be cut),
+    as `evaluate.srdetection` sets the cut. Each prefix ends on a token boundary of its text and is cut
+    there (`evaluate.prompt_boundary`), so the generated ids line up with the text's own."""
+    from leaklab.signals.continuations import Decoding, greedy_continuations
 
-    sr = _sr_settings(sr)
-    texts, contexts = inputs.flat()
+    sr, rule_inputs = inputs.settings.srdetection, _rule_inputs(inputs)
+    texts, contexts = rule_inputs.flat()
     cuts = [
-        cut_text(tokenizer, t, c, sr.split, sr.prefix_fraction, sr.max_new_tokens)
+        cut_text(inputs.tokenizer, t, c, sr.split, sr.prefix_fraction, sr.max_new_tokens)
         for t, c in zip(texts, contexts)
     ]
     usable = [i for i, c in enumerate(cuts) if c is not None]
     generated = greedy_continuations(
-        model,
-        tokenizer,
+        Decoding.of(inputs, batch_size=sr.generation_batch_size),
         [cuts[i].prefix for i in usable],
         [len(cuts[i].truth) for i in usable],
-        batch_size=sr.generation_batch_size,
-        generator=generator,
-        cache=cache,
-        accelerator=accelerator,
         info=info,
-        prompt_boundary=prompt_boundary,
         sources=[texts[i] for i in usable],
     )
     ngo = np.full(len(texts), np.nan)
@@ -776,29 +723,20 @@ def black_scores(
         ngo[i] = ngram_overlap(ids, cuts[i].truth, n=sr.ngram)
     if info is not None:
         info["uncut"] = len(texts) - len(usable)
-    return inputs.unflatten(ngo)
+    return rule_inputs.unflatten(ngo)
 
 
-def _sr_settings(sr):
-    return SrDetectionConfig() if sr is None else sr
+def _rule_inputs(inputs: ModelInputs) -> SrInputs:
+    if inputs.rule_inputs is None:
+        raise ValueError("SrDetection needs each sample's variants (ModelInputs.rule_inputs)")
+    return inputs.rule_inputs
 
 
-def _decide_with(detector, inputs) -> RuleScores:
+def _decide_with(detector, inputs: ModelInputs) -> RuleScores:
     """One SrDetection detector on the shared `ModelInputs` (`detectors.score_detectors`)."""
     if inputs.rule_inputs is None:
         raise ValueError(f"{detector.name!r} needs each sample's variants (rule_inputs)")
-    sr = score_srdetection(
-        [detector],
-        inputs.model,
-        inputs.tokenizer,
-        inputs.rule_inputs,
-        settings=inputs.settings,
-        accelerator=inputs.accelerator,
-        cache=inputs.cache,
-        generation_cache=inputs.generation_cache,
-        generator=inputs.generator,
-        reference=inputs.reference,
-    )
+    sr = score_srdetection([detector], inputs)
     return RuleScores(sr.columns, sr.decisions, sr.info)
 
 
@@ -816,29 +754,17 @@ class SrScores:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def score_srdetection(
-    detectors: Sequence[Any],
-    model,
-    tokenizer,
-    inputs: SrInputs,
-    *,
-    settings=None,
-    accelerator=None,
-    cache=None,
-    generation_cache=None,
-    generator=None,
-    reference=None,
-) -> SrScores:
-    """Run srdetection_gray / srdetection_black detectors (built by `leaklab.detectors.build_detector`)
-    on one model.
+def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores:
+    """Run srdetection_gray / srdetection_black / srdetection_calibrated detectors (built by
+    `leaklab.detectors.build_detector`) on one model and the variants of `inputs.rule_inputs`.
 
-    settings: an EvaluateConfig (its scoring settings and `srdetection` section); None for defaults.
-    cache: the signal cache shared with the baselines (None: the process-wide one).
-    generator: a `Generator` for the black box (default: HFGenerator on `model`).
-    reference: (model, tokenizer) of the reference model, for srdetection_calibrated.
+    The signal cache is the baselines' (`inputs.cache`), the black box decodes with `inputs.generator`
+    (default: HFGenerator on the model), and the calibrated rule compares with `inputs.reference`.
     Every rank calls it under several processes; all get the full result.
     """
-    sr = _sr_settings(getattr(settings, "srdetection", None))
+    sr, settings, rule_inputs = inputs.settings.srdetection, inputs.settings, _rule_inputs(inputs)
+    model, tokenizer, reference = inputs.model, inputs.tokenizer, inputs.reference
+    accelerator, cache = inputs.accelerator, inputs.cache
     unknown = [d for d in detectors if getattr(d, "mode", None) not in ("gray", "black", "calibrated")]
     if unknown:
         raise ValueError(f"not an SrDetection spec: {unknown[0].name!r}")
@@ -856,9 +782,11 @@ def score_srdetection(
                 )
             # The target's scores are the gray box's (a cache hit when srdetection_gray ran too).
             target = result.raw.get("gray") or gray_scores(
-                model, tokenizer, inputs, settings, accelerator=accelerator, cache=cache, info=info
+                model, tokenizer, rule_inputs, settings, accelerator=accelerator, cache=cache, info=info
             )
-            ref = gray_scores(*reference, inputs, settings, accelerator=accelerator, cache=cache, info=info)
+            ref = gray_scores(
+                *reference, rule_inputs, settings, accelerator=accelerator, cache=cache, info=info
+            )
             result.raw[mode], result.info[mode] = (*target, *ref), info
             for detector in mine:
                 for n in detector.n:
@@ -871,20 +799,10 @@ def score_srdetection(
             continue
         if mode == "gray":
             raw = gray_scores(
-                model, tokenizer, inputs, settings, accelerator=accelerator, cache=cache, info=info
+                model, tokenizer, rule_inputs, settings, accelerator=accelerator, cache=cache, info=info
             )
         else:
-            raw = black_scores(
-                model,
-                tokenizer,
-                inputs,
-                sr,
-                generator=generator,
-                cache=generation_cache,
-                accelerator=accelerator,
-                info=info,
-                prompt_boundary=getattr(settings, "prompt_boundary", "heal"),
-            )
+            raw = black_scores(inputs, info)
         result.raw[mode], result.info[mode] = raw, info
         for detector in mine:
             by_n = decisions_by_n(*raw, mode=mode, ns=detector.n, min_variants=sr.min_variants)

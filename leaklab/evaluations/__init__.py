@@ -12,7 +12,9 @@
 Shared by accuracy and mri (not an evaluation): `replies.py`, the cache -> generate -> extract -> judge
 pipeline. A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
 here with a class that satisfies `plugins.Evaluation` (as `detection.Detection`), one record in
-EVALUATIONS (with `config` when it has an `evaluate.<name>` section), and a test. Records name their
+EVALUATIONS (with `config` when it has an `evaluate.<name>` section, and `requires` when it measures
+what a key of another section sets, as `canaries` does `inject.canaries`), and a test. Its rows are
+built by `leaklab.rows` (`metric_rows`, `side_row`). Records name their
 class by path, so reading this table imports no evaluation; the recipe imports only their settings.
 """
 
@@ -60,7 +62,13 @@ EVALUATIONS: dict[str, Record] = {
             section="extraction",
             dose_panels="leaklab.evaluations.extraction:dose_panels",
         ),
-        Record("canaries", "leaklab.evaluations.canaries:Canaries", "evaluation", "Canaries"),
+        Record(
+            "canaries",
+            "leaklab.evaluations.canaries:Canaries",
+            "evaluation",
+            "Canaries",
+            requires=(("inject.canaries", "the canaries", "12"),),
+        ),
     ]
 }
 REGISTRIES["evaluation"] = EVALUATIONS  # where `plugins.register` adds outside evaluations

@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
+from leaklab.distributed import world
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.correctness import pass_at_k
@@ -45,6 +46,7 @@ from leaklab.metrics import group_mean_intervals
 from leaklab.report import charts
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import rows_per_dose, without_dose
+from leaklab.rows import side_row
 
 SIDES = ("members", "non_members", "all")
 
@@ -85,12 +87,6 @@ def validate_config(cfg: AccuracyConfig) -> list[str]:
     if cfg.max_tasks is not None and cfg.max_tasks < 1:
         problems.append(f"evaluate.accuracy.max_tasks: must be at least 1, got {cfg.max_tasks}")
     return problems
-
-
-def _world(accelerator) -> tuple[int, int]:
-    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
-        return 0, 1
-    return int(accelerator.process_index), int(accelerator.num_processes)
 
 
 def _syntax_ok(program: str) -> bool:
@@ -144,15 +140,15 @@ class Accuracy:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
         decodes its share and the main process gathers them. The greedy replies go through the run's
         generation cache, where the mri evaluation finds its answers to the same original tasks."""
-        from leaklab.signals.continuations import greedy_replies
+        from leaklab.signals.continuations import Decoding, greedy_replies
         from leaklab.signals.generation import HFGenerator
 
         cfg = ctx.recipe.evaluate.accuracy
         acc = ctx.accelerator
         if acc is not None:
             model = acc.unwrap_model(model)
-        rank, world = _world(acc)
-        mine = list(range(len(prompts)))[rank::world]
+        rank, n_ranks = world(acc)
+        mine = list(range(len(prompts)))[rank::n_ranks]
         generator = HFGenerator(
             model,
             tokenizer,
@@ -161,10 +157,8 @@ class Accuracy:
             prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
         )
         stop = COMPLETION_STOP if fmt == "completion" else ()
-        greedy = greedy_replies(
-            model, tokenizer, prompts, cfg.max_new_tokens, stop,
-            generator=generator, cache=ctx.generation_cache, accelerator=acc,
-        )  # fmt: skip
+        decoding = Decoding(model, tokenizer, generator, ctx.generation_cache, acc)
+        greedy = greedy_replies(decoding, prompts, cfg.max_new_tokens, stop)
         texts: dict[int, list[str]] = {i: [greedy[i]] for i in mine}
         if cfg.n_samples:
             sampled = generator.generate(
@@ -172,7 +166,7 @@ class Accuracy:
             )
             for i, completions in zip(mine, sampled):
                 texts[i].extend(c.text for c in completions)
-        if world > 1:
+        if n_ranks > 1:
             from accelerate.utils import gather_object
 
             for part in gather_object([texts]):
@@ -282,7 +276,7 @@ def accuracy_rows(
     rows: list[dict[str, Any]] = []
 
     def add(side: str, metric: str, value: float | None, **extra: Any) -> None:
-        rows.append({"detector": None, "params": {"split": side, **extra}, "column": side, "metric": metric, "value": value})  # fmt: skip
+        rows.append(side_row(side, metric, value, **extra))
 
     def add_with_interval(side: str, metric: str, value: float | None, **extra: Any) -> None:
         add(side, metric, value, **extra)

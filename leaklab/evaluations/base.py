@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from leaklab.data.tasks import Task
-from leaklab.detectors.srdetection import context_of
+from leaklab.data.tasks import Task, context_of
 from leaklab.rundir import RunDir
 
 
@@ -92,8 +91,9 @@ class EvalContext:
 class EvalOutput:
     """One evaluation of one checkpoint.
 
-    rows: metric rows without step / epoch / evaluation (the driver adds them): `detector` (a family
-        name or None), `params` (its parameters), `column` (the display name), `metric`, `value`.
+    rows: metric rows (`leaklab.rows`: `metric_rows`, `side_row`) without step / epoch / evaluation
+        (the driver adds them): `detector` (a family name or None), `params` (its parameters), `column`
+        (the display name), `metric`, `value`.
     records: per-sample dicts, written to scores/step-N/<evaluation>.jsonl.
     """
 
@@ -111,9 +111,3 @@ def first_per_side(eval_set: EvalSet, max_tasks: int | None) -> tuple[list[Task]
             chosen.append(task)
             labels.append(int(label))
     return chosen, labels
-
-
-def float_or_none(value) -> float | None:
-    """JSON-safe float: NaN becomes null."""
-    value = float(value)
-    return None if np.isnan(value) else value

@@ -30,7 +30,7 @@ import numpy as np
 
 from leaklab.data.canaries import Canary
 from leaklab.errors import InputError
-from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
+from leaklab.evaluations.base import EvalContext, EvalOutput
 from leaklab.memorization.canaries import (
     MAX_NEW_TOKENS,
     TOP_K,
@@ -43,6 +43,7 @@ from leaklab.memorization.canaries import (
     mean_with_interval,
     secret_logprobs,
 )
+from leaklab.rows import Row, float_or_none
 from leaklab.rundir import read_json
 
 
@@ -56,8 +57,9 @@ def run_canaries(ctx: EvalContext) -> list[Canary]:
 
 def dose_row(dose: int, metric: str, value) -> dict[str, Any]:
     column = f"dose={dose}"
-    return {"detector": None, "params": {"split": column, "dose": dose}, "column": column, "dose": dose,
-            "metric": metric, "value": None if value is None else float_or_none(value)}  # fmt: skip
+    return Row(
+        metric, float_or_none(value), column, None, {"split": column, "dose": dose}, dose=dose
+    ).as_dict()
 
 
 def extraction_rows(ctx: EvalContext, outputs: list[str]) -> list[dict[str, Any]]:

@@ -62,7 +62,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
+from leaklab.evaluations.base import EvalContext, EvalOutput
 from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
@@ -79,6 +79,7 @@ from leaklab.memorization.counterfactual import (
 from leaklab.metrics import auroc
 from leaklab.perturb.rewriting import NotRewritable, call_inputs
 from leaklab.results import rows_per_dose, without_dose
+from leaklab.rows import float_or_none, side_row
 from leaklab.similarity.judges import judge_pairs, make_backend
 
 SIDES = ("members", "non_members", "all")
@@ -233,7 +234,7 @@ class Counterfactual:
         """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation,
         "prompt_boundary": how the prompt ended for the model}. Each prompt is a prefix of its context,
         signature and true body: it is cut at a token boundary of that text (`prompt_boundary`)."""
-        from leaklab.signals.continuations import greedy_replies
+        from leaklab.signals.continuations import Decoding, greedy_replies
         from leaklab.signals.generation import prompt_boundaries
 
         cfg = ctx.recipe.evaluate.counterfactual
@@ -244,17 +245,15 @@ class Counterfactual:
         prompts = [build_prompt(s, cfg.context_tokens, count) for s in self._samples]
         sources = [p + s.ground_truth for p, s in zip(prompts, self._samples)]
         boundary = ctx.recipe.evaluate.prompt_boundary
-        raws = greedy_replies(
+        decoding = Decoding(
             model,
             tokenizer,
-            prompts,
-            cfg.max_new_tokens,
-            batch_size=cfg.batch_size,
             cache=ctx.generation_cache,
             accelerator=ctx.accelerator,
             prompt_boundary=boundary,
-            sources=sources,
+            batch_size=cfg.batch_size,
         )
+        raws = greedy_replies(decoding, prompts, cfg.max_new_tokens, sources=sources)
         applied = prompt_boundaries(tokenizer, prompts, boundary, sources)
         out = []
         for sample, raw, how in zip(self._samples, raws, applied):
@@ -453,13 +452,7 @@ class Counterfactual:
 
 
 def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
-    return {
-        "detector": None,
-        "params": {"split": side, **params},
-        "column": side,
-        "metric": metric,
-        "value": value,
-    }
+    return side_row(side, metric, value, **params)
 
 
 def screens_pairs(cfg) -> bool:

@@ -42,12 +42,14 @@ from leaklab.dataset_inference import dataset_inference, feature_matrix, null_re
 from leaklab.dataset_tests.rows import dataset_test_rows
 from leaklab.detectors import needs_of, needs_variants, score_detectors
 from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import REFERENCE
 from leaklab.detectors.srdetection import inputs_from_tasks
-from leaklab.evaluations.base import EvalContext, EvalOutput, float_or_none
+from leaklab.evaluations.base import EvalContext, EvalOutput
 from leaklab.metrics import detection_metrics, flag_rates
 from leaklab.perturb import store
 from leaklab.results import MARGIN, is_rule, margin_column, rows_per_dose, without_dose
+from leaklab.rows import float_or_none, metric_rows
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
@@ -69,8 +71,9 @@ def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) ->
         return []
     metrics = {**result.as_metrics(), **null_rejection_rate(clean, n_halvings=N_HALVINGS, seed=seed)}
     metrics["n_features"] = float(len(columns))
-    head = {"detector": DATASET_INFERENCE, "params": {"features": list(columns)}, "column": DATASET_INFERENCE}
-    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+    return metric_rows(
+        metrics, DATASET_INFERENCE, detector=DATASET_INFERENCE, params={"features": list(columns)}
+    )
 
 
 def rule_detector_metrics(detector, decisions, labels, n_bootstrap: int, seed: int) -> dict[str, float]:
@@ -89,8 +92,7 @@ def margin_score_rows(column: str, detector: str, params, margin, labels, cfg) -
     metrics = detection_metrics(
         margin, labels, cv_folds=cfg.cv_folds, seed=cfg.seed, n_bootstrap=cfg.n_bootstrap
     )
-    head = {"detector": margin_column(detector), "params": params, "column": margin_column(column)}
-    return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+    return metric_rows(metrics, margin_column(column), detector=margin_column(detector), params=params)
 
 
 def column_rows(scores, labels, cfg, index=None) -> list[dict[str, Any]]:
@@ -116,8 +118,7 @@ def column_rows(scores, labels, cfg, index=None) -> list[dict[str, Any]]:
                 seed=cfg.seed,
                 n_bootstrap=cfg.n_bootstrap,
             )
-        head = {"detector": detector, "params": params, "column": column}
-        rows.extend({**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items())
+        rows += metric_rows(metrics, column, detector=detector, params=params)
         if column in scores.decisions:
             rows += margin_score_rows(column, detector, params, pick(values, index), pick(labels, index), cfg)
     return rows
@@ -192,21 +193,21 @@ class Detection:
         rule_inputs = None
         if self.variant_sets is not None:
             rule_inputs = inputs_from_tasks(eval_set.tasks, self.variant_sets, data.text_format)
-        scores = score_detectors(
-            cfg.detectors,
+        inputs = ModelInputs(
             model,
             tokenizer,
-            eval_set.texts,
-            prompts=eval_set.prompts,
-            rule_inputs=rule_inputs,
+            list(eval_set.texts),
+            prompts=list(eval_set.prompts),
             settings=cfg,
-            reference=ctx.reference() if REFERENCE in needs_of(cfg.detectors) else None,
+            rule_inputs=rule_inputs,
             accelerator=ctx.accelerator,
             cache=ctx.signal_cache,
             generation_cache=ctx.generation_cache,
+            reference=ctx.reference() if REFERENCE in needs_of(cfg.detectors) else None,
             # The non-members are the clean samples whose margins measure srdetection_clean_null's null.
             known_clean=~np.asarray(eval_set.labels).astype(bool),
         )
+        scores = score_detectors(cfg.detectors, inputs)
         if not ctx.is_main_process:
             return EvalOutput()
 
@@ -254,8 +255,7 @@ class Detection:
         if warning and not self.warned:
             ctx.log(f"[leaklab] {warning}")
             self.warned = True
-        head = {"detector": BLIND, "params": {}, "column": BLIND}
-        return [{**head, "metric": k, "value": float_or_none(v)} for k, v in metrics.items()]
+        return metric_rows(metrics, BLIND, detector=BLIND, params={})
 
     def summary(self, rows: list[dict[str, Any]]) -> str:
         """AUROC per score column; for each rule detector macro-F1 at its largest n."""

@@ -55,7 +55,6 @@ from leaklab.errors import InputError
 from leaklab.evaluations.base import (
     EvalContext,
     EvalOutput,
-    float_or_none,
 )
 from leaklab.evaluations.canaries import extraction_rows as canary_extraction_rows
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
@@ -79,6 +78,7 @@ from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
 from leaklab.report.charts import metric_panel_spec
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import without_dose
+from leaklab.rows import float_or_none, side_row
 from leaklab.rundir import read_json
 
 # The sampling strategies and rankings are the memorization module's; named once there.
@@ -147,8 +147,7 @@ def cell(strategy: str, k: int) -> str:
 
 
 def _row(column: str, metric: str, value, **params) -> dict[str, Any]:
-    return {"detector": None, "params": {"split": column, **params}, "column": column, "metric": metric,
-            "value": None if value is None else float_or_none(value)}  # fmt: skip
+    return side_row(column, metric, float_or_none(value), **params)
 
 
 def is_python(text: str) -> bool:
@@ -305,7 +304,6 @@ class Extraction:
     # ------------------------------------------------------------------ rows and records
 
     def _output(self, recipe, samples, clones, scores, task_clones) -> EvalOutput:
-        cfg = recipe.evaluate.extraction
         n_boot, seed = recipe.evaluate.n_bootstrap, recipe.evaluate.seed
         rows: list[dict[str, Any]] = []
         cells: dict[str, tuple[list[int], dict[str, Any]]] = {}
@@ -321,9 +319,7 @@ class Extraction:
                 cells[f"{strategy}/all"] = (index, {"strategy": strategy})
         cells["all"] = (list(range(len(samples))), {})
         for column, (index, params) in cells.items():
-            rows += cell_rows(
-                self.index, column, index, samples, clones, scores, cfg.precision_k, n_boot, seed, params
-            )
+            rows += cell_rows(self.index, column, index, samples, clones, scores, recipe.evaluate, params)
 
         snippets = _snippets(self.index, clones)
         tags = {s.text: taxonomy(s.text) for s in snippets}
@@ -473,10 +469,10 @@ def _snippets(index, clones):
     return unique_snippets(index, clones)
 
 
-def cell_rows(
-    index, column, rows_of_cell, samples, clones, scores, precision_k, n_boot, seed, params
-) -> list[dict]:
-    """The rows of one cell (one strategy and top-k, or all outputs pooled)."""
+def cell_rows(index, column, rows_of_cell, samples, clones, scores, settings, params) -> list[dict]:
+    """The rows of one cell (one strategy and top-k, or all outputs pooled); `settings`: the recipe's
+    `evaluate` (its bootstrap and seed, and `extraction.precision_k`)."""
+    precision_k, n_boot, seed = settings.extraction.precision_k, settings.n_bootstrap, settings.seed
 
     memorised = np.array([bool(clones[i]) for i in rows_of_cell])
     texts = [samples[i].text for i in rows_of_cell]

@@ -81,6 +81,7 @@ from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, w
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import rows_per_dose, without_dose
+from leaklab.rows import side_row
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
@@ -272,7 +273,7 @@ class Mri:
         """Greedy replies through the run's generation cache: the answers to the original tasks that the
         accuracy evaluation already decoded at this checkpoint (same format, stops and max_new_tokens)
         are read back, not decoded again."""
-        from leaklab.signals.continuations import greedy_replies
+        from leaklab.signals.continuations import Decoding, greedy_replies
 
         cfg = ctx.recipe.evaluate.mri
         acc = ctx.accelerator
@@ -280,11 +281,15 @@ class Mri:
             model = acc.unwrap_model(model)
         stop = COMPLETION_STOP if fmt == "completion" else ()
         info: dict[str, Any] = {}
-        texts = greedy_replies(
-            model, tokenizer, prompts, cfg.max_new_tokens, stop,
-            batch_size=cfg.batch_size, cache=ctx.generation_cache, accelerator=acc, info=info,
+        decoding = Decoding(
+            model,
+            tokenizer,
+            cache=ctx.generation_cache,
+            accelerator=acc,
             prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
-        )  # fmt: skip
+            batch_size=cfg.batch_size,
+        )
+        texts = greedy_replies(decoding, prompts, cfg.max_new_tokens, stop, info=info)
         ctx.log(f"[leaklab] mri: {info['cached']} of {info['prompts']} replies from the generation cache")
         return texts
 
@@ -457,7 +462,7 @@ def mri_rows(
 
     def add(side: str, metric: str, value, **params: Any) -> None:
         value = None if value is None or (isinstance(value, float) and math.isnan(value)) else float(value)
-        rows.append({"detector": None, "params": {"split": side, **params}, "column": side, "metric": metric, "value": value})  # fmt: skip
+        rows.append(side_row(side, metric, value, **params))
         if value is not None and metric in INTERVALS and side in intervals:
             for tail in ("_ci_low", "_ci_high"):
                 add(side, metric + tail, intervals[side][metric + tail], **params)

@@ -70,7 +70,7 @@ def corpus_sources(path: str | Path) -> list[tuple[str, str]]:
 
 def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
     from leaklab.models.load import load_model, load_tokenizer
-    from leaklab.signals.continuations import GenerationCache, greedy_replies
+    from leaklab.signals.continuations import Decoding, GenerationCache, greedy_replies
     from leaklab.signals.generation import prompt_boundaries
 
     model = load_model(name, args.dtype, False, key=name)
@@ -82,15 +82,8 @@ def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
     ]
     # Each prompt is a prefix of its context, signature and true body: cut at that text's token boundary.
     sources = [p + s.ground_truth for p, s in zip(prompts, samples)]
-    raws = greedy_replies(
-        model,
-        tokenizer,
-        prompts,
-        args.max_new_tokens,
-        batch_size=args.batch_size,
-        cache=GenerationCache(cache_dir),
-        sources=sources,
-    )
+    decoding = Decoding(model, tokenizer, cache=GenerationCache(cache_dir), batch_size=args.batch_size)
+    raws = greedy_replies(decoding, prompts, args.max_new_tokens, sources=sources)
     applied = prompt_boundaries(tokenizer, prompts, "heal", sources)
     out = []
     for sample, raw, how in zip(samples, raws, applied):

@@ -16,12 +16,20 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from leaklab.distributed import world
 from leaklab.rundir import append_rows, read_rows
 from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt
 from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from leaklab.signals.generation import Generator
 
 
 class GenerationCache:
@@ -110,24 +118,57 @@ def _count_boundaries(tokenizer, prompts, boundary: str, sources, info: dict[str
         info["prompt_boundary"] = dict(Counter(prompt_boundaries(tokenizer, prompts, boundary, sources)))
 
 
-def _world(accelerator) -> tuple[int, int]:
-    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
-        return 0, 1
-    return int(accelerator.process_index), int(accelerator.num_processes)
+@dataclass(frozen=True)
+class Decoding:
+    """Who decodes, and how: what every call below shares within one evaluation.
+
+    generator: the back-end (None: an HFGenerator on `model`, `batch_size` rows at a time).
+    cache: the generation cache (None: the process-wide one).
+    accelerator: the processes sharing the work (None: this process alone).
+    prompt_boundary: where a prompt ends for the model (`evaluate.prompt_boundary`).
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    generator: Generator | None = None
+    cache: GenerationCache | None = None
+    accelerator: Accelerator | None = None
+    prompt_boundary: str = "heal"
+    batch_size: int = 64
+
+    @classmethod
+    def of(cls, inputs: Any, batch_size: int = 64) -> Decoding:
+        """The decoding of a detector's `ModelInputs` (its generator, generation cache and settings)."""
+        return cls(
+            inputs.model,
+            inputs.tokenizer,
+            inputs.generator,
+            inputs.generation_cache,
+            inputs.accelerator,
+            inputs.prompt_boundary(),
+            batch_size,
+        )
+
+    def unpacked(self) -> tuple[Any, Any, GenerationCache, str]:
+        """(the model without its distributed wrapper, its fingerprint, the cache, the prompt boundary)."""
+        model = self.model if self.accelerator is None else self.accelerator.unwrap_model(self.model)
+        cache = _GENERATIONS if self.cache is None else self.cache
+        return model, model_fingerprint(model), cache, _boundary_setting(self.generator, self.prompt_boundary)
+
+    def generator_for(self, model: Any, boundary: str) -> Generator:
+        if self.generator is not None:
+            return self.generator
+        from leaklab.signals.generation import HFGenerator
+
+        return HFGenerator(model, self.tokenizer, batch_size=self.batch_size, prompt_boundary=boundary)
 
 
 def greedy_continuations(
-    model,
-    tokenizer,
+    decoding: Decoding,
     prompts: Sequence[str],
     lengths: Sequence[int],
     *,
-    batch_size: int = 64,
-    generator=None,
-    cache: GenerationCache | None = None,
-    accelerator=None,
     info: dict[str, Any] | None = None,
-    prompt_boundary: str = "heal",
     sources: Sequence[str | None] | None = None,
 ) -> list[tuple[int, ...]]:
     """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached.
@@ -140,11 +181,9 @@ def greedy_continuations(
     steps as its longest row needs, so similar lengths waste little). Under several processes the
     groups are spread over the ranks and gathered; call it on every rank.
     """
-    if accelerator is not None:
-        model = accelerator.unwrap_model(model)
-    cache = _GENERATIONS if cache is None else cache
-    model_fp, tok_fp = model_fingerprint(model), tokenizer_fingerprint(tokenizer)
-    boundary = _boundary_setting(generator, prompt_boundary)
+    model, model_fp, cache, boundary = decoding.unpacked()
+    tokenizer, batch_size = decoding.tokenizer, decoding.batch_size
+    tok_fp = tokenizer_fingerprint(tokenizer)
     sources = _sources(prompts, sources)
     keys = [
         GenerationCache.key(tok_fp, _prompt_key(p, boundary, s), n)
@@ -153,14 +192,11 @@ def greedy_continuations(
     out: list[tuple[int, ...] | None] = [cache.get(model_fp, k) for k in keys]
     missing = sorted((i for i, r in enumerate(out) if r is None), key=lambda i: (lengths[i], i))
     groups = [missing[s : s + batch_size] for s in range(0, len(missing), batch_size)]
-    rank, world = _world(accelerator)
+    rank, n_ranks = world(decoding.accelerator)
     fresh: dict[int, tuple[int, ...]] = {}
     if groups:
-        if generator is None:
-            from leaklab.signals.generation import HFGenerator
-
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size, prompt_boundary=boundary)
-        for group in groups[rank::world]:
+        generator = decoding.generator_for(model, boundary)
+        for group in groups[rank::n_ranks]:
             completions = _generate(
                 generator,
                 boundary,
@@ -174,7 +210,7 @@ def greedy_continuations(
                 if ids is None:  # a back-end that returns text only
                     ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
                 fresh[i] = tuple(int(t) for t in ids[: lengths[i]])
-        if world > 1:
+        if n_ranks > 1:
             _gather_ranks(fresh)
         cache.put_many(model_fp, {keys[i]: ids for i, ids in fresh.items()}, write=rank == 0)
         for i, ids in fresh.items():
@@ -194,19 +230,13 @@ def _gather_ranks(fresh: dict) -> None:
 
 
 def greedy_replies(
-    model,
-    tokenizer,
+    decoding: Decoding,
     prompts: Sequence[str],
     max_new_tokens: int,
     stop: Sequence[str] = (),
     *,
     model_fp: str | None = None,
-    batch_size: int = 64,
-    generator=None,
-    cache: GenerationCache | None = None,
-    accelerator=None,
     info: dict[str, Any] | None = None,
-    prompt_boundary: str = "heal",
     sources: Sequence[str | None] | None = None,
 ) -> list[str]:
     """The greedy reply (text, cut at the first `stop`) to every prompt, cached: the accuracy and MRI
@@ -218,12 +248,9 @@ def greedy_replies(
     (the caller's; default `model_fingerprint`). A back-end without token ids is not cached. Under
     several processes the missing prompts are spread over the ranks and gathered; call it on every rank.
     """
-    if accelerator is not None:
-        model = accelerator.unwrap_model(model)
-    cache = _GENERATIONS if cache is None else cache
-    model_fp = model_fp or model_fingerprint(model)
+    model, own_fp, cache, boundary = decoding.unpacked()
+    model_fp, tokenizer = model_fp or own_fp, decoding.tokenizer
     tok_fp = tokenizer_fingerprint(tokenizer)
-    boundary = _boundary_setting(generator, prompt_boundary)
     sources = _sources(prompts, sources)
     keys = [
         GenerationCache.key(
@@ -242,16 +269,12 @@ def greedy_replies(
             cut_at_stop(after_healed(tokenizer.decode(ids, skip_special_tokens=True), healed), stop)[0]
         )
     missing = [i for i, text in enumerate(out) if text is None]
-    rank, world = _world(accelerator)
+    rank, n_ranks = world(decoding.accelerator)
     fresh: dict[int, tuple[str, tuple[int, ...] | None]] = {}
-    mine = missing[rank::world]
+    mine = missing[rank::n_ranks]
     if mine:
-        if generator is None:
-            from leaklab.signals.generation import HFGenerator
-
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size, prompt_boundary=boundary)
         completions = _generate(
-            generator,
+            decoding.generator_for(model, boundary),
             boundary,
             [prompts[i] for i in mine],
             [sources[i] for i in mine],
@@ -262,7 +285,7 @@ def greedy_replies(
         for i, (completion, *_) in zip(mine, completions):
             ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
             fresh[i] = (completion.text, ids)
-    if missing and world > 1:
+    if missing and n_ranks > 1:
         _gather_ranks(fresh)
     entries = {keys[i]: ids for i, (_, ids) in fresh.items() if ids is not None}
     cache.put_many(model_fp, entries, write=rank == 0)
@@ -275,20 +298,14 @@ def greedy_replies(
 
 
 def sampled_continuations(
-    model,
-    tokenizer,
+    decoding: Decoding,
     prompts: Sequence[str],
     *,
     n: int,
     max_new_tokens: int,
     temperature: float,
     seed: int = 0,
-    batch_size: int = 64,
-    generator=None,
-    cache: GenerationCache | None = None,
-    accelerator=None,
     info: dict[str, Any] | None = None,
-    prompt_boundary: str = "heal",
     sources: Sequence[str | None] | None = None,
 ) -> list[list[tuple[int, ...]]]:
     """`n` sampled continuations (token ids, at most `max_new_tokens`) of every prompt, cached.
@@ -301,11 +318,9 @@ def sampled_continuations(
     """
     if n < 1 or temperature <= 0:
         raise ValueError(f"sampling needs n >= 1 and temperature > 0, got n={n}, temperature={temperature}")
-    if accelerator is not None:
-        model = accelerator.unwrap_model(model)
-    cache = _GENERATIONS if cache is None else cache
-    model_fp, tok_fp = model_fingerprint(model), tokenizer_fingerprint(tokenizer)
-    boundary = _boundary_setting(generator, prompt_boundary)
+    model, model_fp, cache, boundary = decoding.unpacked()
+    tokenizer = decoding.tokenizer
+    tok_fp = tokenizer_fingerprint(tokenizer)
     sources = _sources(prompts, sources)
     # The sample index and the sampling settings are part of the key: greedy entries never collide.
     keys = [
@@ -321,16 +336,12 @@ def sampled_continuations(
     ]
     out = [[cache.get(model_fp, k) for k in row] for row in keys]
     missing = [i for i, row in enumerate(out) if any(ids is None for ids in row)]
-    rank, world = _world(accelerator)
+    rank, n_ranks = world(decoding.accelerator)
     fresh: dict[int, list[tuple[int, ...]]] = {}
-    mine = missing[rank::world]
+    mine = missing[rank::n_ranks]
     if mine:
-        if generator is None:
-            from leaklab.signals.generation import HFGenerator
-
-            generator = HFGenerator(model, tokenizer, batch_size=batch_size, prompt_boundary=boundary)
         results = _generate(
-            generator,
+            decoding.generator_for(model, boundary),
             boundary,
             [prompts[i] for i in mine],
             [sources[i] for i in mine],
@@ -347,7 +358,7 @@ def sampled_continuations(
                     ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
                 rows.append(tuple(int(t) for t in ids[:max_new_tokens]))
             fresh[i] = rows
-    if missing and world > 1:
+    if missing and n_ranks > 1:
         _gather_ranks(fresh)
     entries = {keys[i][j]: ids for i, rows in fresh.items() for j, ids in enumerate(rows)}
     cache.put_many(model_fp, entries, write=rank == 0)

@@ -67,6 +67,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from leaklab.distributed import world
 from leaklab.progress import Progress, say_once
 from leaklab.rundir import cache_root, write_atomic
 
@@ -619,15 +620,9 @@ def _forward_batch(
 # --------------------------------------------------------------------------- distributed helpers
 
 
-def _world(accelerator) -> tuple[int, int]:
-    if accelerator is None or getattr(accelerator, "num_processes", 1) <= 1:
-        return 0, 1
-    return int(accelerator.process_index), int(accelerator.num_processes)
-
-
 def _all_gather(obj: Any, accelerator) -> list[Any]:
     """Every rank's `obj`, in rank order (just [obj] in a single process)."""
-    if _world(accelerator)[1] == 1:
+    if world(accelerator)[1] == 1:
         return [obj]
     from accelerate.utils import gather_object
 
@@ -668,7 +663,7 @@ def compute_token_stats(
     if accelerator is not None:
         model = accelerator.unwrap_model(model)
     cache = as_cache(cache)
-    rank, world = _world(accelerator)
+    rank, n_ranks = world(accelerator)
     device = next(model.parameters()).device
     max_length = settings.max_length or model_context_length(model) or 2048
 
@@ -703,7 +698,7 @@ def compute_token_stats(
         }
         segments = [seg for plan in plans.values() for seg in plan.segments]
         segments.sort(key=lambda s: -len(s.ids))
-        mine = segments[rank::world]  # longest-first striding balances the ranks
+        mine = segments[rank::n_ranks]  # longest-first striding balances the ranks
         computed = _run_segments(mine, model, tokenizer, device, settings, distribution)
         by_segment: dict[tuple[int, int], list[np.ndarray | None]] = {}
         for part in _all_gather(computed, accelerator):

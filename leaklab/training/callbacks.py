@@ -15,6 +15,7 @@ from transformers import TrainerCallback
 
 from leaklab.evaluate import Evaluator
 from leaklab.progress import Progress, interactive
+from leaklab.rows import Row
 from leaklab.rundir import RunDir
 
 
@@ -66,13 +67,9 @@ class TrainingRows(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        base = {
-            "step": state.global_step,
-            "epoch": round(float(state.epoch or 0.0), 4),
-            "evaluation": "training",
-        }
+        epoch = round(float(state.epoch or 0.0), 4)
         rows = [
-            {**base, "detector": None, "column": None, "metric": key, "value": float(value)}
+            Row(key, float(value), step=state.global_step, epoch=epoch, evaluation="training").as_dict()
             for key, value in logs.items()
             if isinstance(value, (int, float)) and key != "epoch"
         ]

@@ -20,18 +20,15 @@ import pytest
 import torch
 
 from leaklab.detectors import DETECTORS, build_detector, columns_of, parse_spec, run_detectors
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import (
-    DISTRIBUTION,
-    FREQUENCIES,
-    LOWERCASE,
-    REFERENCE,
     SIGMA_FLOOR,
-    TARGET,
     Signals,
     dcpdd_score,
     lowest_k_mean,
     minkpp_z,
 )
+from leaklab.recipe import EvaluateConfig
 from leaklab.signals.logprobs import SignalCache, TokenFrequencies, TokenStats
 
 LN2 = math.log(2)
@@ -134,12 +131,15 @@ def golden_run(specs, split: bool = True, ref_order=None):
     ref_tok = word_tokenizer(ref_order or ["<bos>", "c", "b", "a"])  # other ids: must be re-tokenised
     return run_detectors(
         specs,
-        BigramLM(tok, TARGET_TABLE, split=split),
-        tok,
-        TEXTS,
-        reference=(BigramLM(ref_tok, REFERENCE_TABLE), ref_tok),
-        cache=SignalCache(),
-        corpus_texts=CORPUS,
+        ModelInputs(
+            BigramLM(tok, TARGET_TABLE, split=split),
+            tok,
+            TEXTS,
+            settings=EvaluateConfig(),
+            reference=(BigramLM(ref_tok, REFERENCE_TABLE), ref_tok),
+            cache=SignalCache(),
+            corpus_texts=CORPUS,
+        ),
     )
 
 
@@ -230,7 +230,9 @@ def test_lowercase_golden_and_sign():
 def test_lowercase_signal_is_the_lowercased_text():
     tok = word_tokenizer(["a", "b", "c", "<bos>"])
     model = BigramLM(tok, TARGET_TABLE)
-    upper = run_detectors(["lowercase"], model, tok, ["A A B B"], cache=SignalCache())
+    upper = run_detectors(
+        ["lowercase"], ModelInputs(model, tok, ["A A B B"], settings=EvaluateConfig(), cache=SignalCache())
+    )
     # "A" is unknown to the word tokenizer (-> <bos> id, never predicted: log p ~ -1e4); lower is "a a b b".
     assert upper["lowercase"][0] < -100
 
@@ -302,10 +304,10 @@ def test_registry_walk(name):
     """Every registered detector: a kind, known needs, typed columns, and (score kind) finite scores.
     (Its interface against its kind's Protocol: test_plugins.py.)"""
     from leaklab.detectors import KINDS
-    from leaklab.detectors.gradnorm import GRADIENTS
-    from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
+    from leaklab.detectors.signals import SOURCES
+    from leaklab.detectors.srdetection import GENERATIONS, VARIANTS
 
-    known = {TARGET, DISTRIBUTION, LOWERCASE, REFERENCE, FREQUENCIES, VARIANTS, GENERATIONS, CLEAN, GRADIENTS}
+    known = set(SOURCES)  # every signal a detector may need has its row in the signal table
     detector, kind = build_detector(name), DETECTORS[name].kind
     assert detector.name == name and kind in KINDS
     assert detector.needs and detector.needs <= known
@@ -350,7 +352,12 @@ def test_spec_parsing_and_errors():
 def test_ref_without_reference_model_is_a_clear_error():
     tok = word_tokenizer(["a", "b", "c", "<bos>"])
     with pytest.raises(ValueError, match="reference model"):
-        run_detectors(["ppl", "ref"], BigramLM(tok, TARGET_TABLE), tok, TEXTS, cache=SignalCache())
+        run_detectors(
+            ["ppl", "ref"],
+            ModelInputs(
+                BigramLM(tok, TARGET_TABLE), tok, TEXTS, settings=EvaluateConfig(), cache=SignalCache()
+            ),
+        )
 
 
 def test_solution_span_scores_the_solution_only():
@@ -360,12 +367,14 @@ def test_solution_span_scores_the_solution_only():
 
     scores = run_detectors(
         ["ppl", "zlib"],
-        model,
-        tok,
-        ["c a a b b"],
-        prompts=["c "],
-        settings=EvaluateConfig(scoring_span="solution"),
-        cache=SignalCache(),
+        ModelInputs(
+            model,
+            tok,
+            ["c a a b b"],
+            prompts=["c "],
+            settings=EvaluateConfig(scoring_span="solution"),
+            cache=SignalCache(),
+        ),
     )
     # a|c has p = 1/2 like a|BOS, so the solution scores exactly like "a a b b" alone.
     assert scores["ppl"][0] == pytest.approx(GOLDEN["ppl"], abs=1e-5)
@@ -375,7 +384,8 @@ def test_solution_span_scores_the_solution_only():
 def test_run_detectors_on_no_texts():
     tok = word_tokenizer(["a", "b", "c", "<bos>"])
     scores = run_detectors(
-        ["ppl", "mink:k=0.1,0.2"], BigramLM(tok, TARGET_TABLE), tok, [], cache=SignalCache()
+        ["ppl", "mink:k=0.1,0.2"],
+        ModelInputs(BigramLM(tok, TARGET_TABLE), tok, [], settings=EvaluateConfig(), cache=SignalCache()),
     )
     assert {k: v.shape for k, v in scores.items()} == {"ppl": (0,), "mink@0.1": (0,), "mink@0.2": (0,)}
 
@@ -405,11 +415,13 @@ def test_dcpdd_corpus_from_settings_and_info(tmp_path):
     info = {}
     scores = run_detectors(
         ["dcpdd:a=1"],
-        BigramLM(tok, TARGET_TABLE),
-        tok,
-        TEXTS,
-        settings=EvaluateConfig(dcpdd_corpus=str(tmp_path / "corpus.txt")),
-        cache=SignalCache(),
+        ModelInputs(
+            BigramLM(tok, TARGET_TABLE),
+            tok,
+            TEXTS,
+            settings=EvaluateConfig(dcpdd_corpus=str(tmp_path / "corpus.txt")),
+            cache=SignalCache(),
+        ),
         info=info,
     )
     assert scores["dcpdd"][0] == pytest.approx(GOLDEN["dcpdd:a=1"], abs=1e-6)

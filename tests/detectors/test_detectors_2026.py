@@ -22,8 +22,9 @@ from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.pac import augmented_copies, pac_scores, polarized_distance, swap_words
 from leaklab.detectors.samia import rouge_recall, samia_score, split_prompt
 from leaklab.errors import InputError
+from leaklab.recipe import EvaluateConfig
 from leaklab.signals.continuations import GenerationCache
-from leaklab.signals.logprobs import ScoringSettings, SignalCache
+from leaklab.signals.logprobs import SignalCache
 
 
 def word_probs(text: str) -> list[float]:
@@ -82,7 +83,9 @@ def test_pac_through_the_engine_matches_a_word_level_computation(space):
     spec = f"pac:far=0.25,local=0.5,alpha=0.3,copies=4,space={space}"
     texts = ["a a b b", "c a b c"]
     column = "pac" if space == "prob" else "pac_log"
-    got = score_detectors([spec], model, tok, texts, cache=SignalCache()).columns[column]
+    got = score_detectors(
+        [spec], ModelInputs(model, tok, texts, settings=EvaluateConfig(), cache=SignalCache())
+    ).columns[column]
 
     def pd(text):
         values = np.array(word_probs(text))
@@ -101,9 +104,9 @@ def test_pac_swaps_only_the_solution():
     local 0.3 (lowest one) 1/4: PD = 1/4. A copy "b b a" reads p(b | c), p(b | b), p(a | b) = 1/4 each:
     PD = 0; "b a b": 1/4, 1/4, 1/2: PD = 1/4."""
     model, tok = bigram()
-    settings = ScoringSettings(scoring_span="solution")
+    settings = EvaluateConfig(scoring_span="solution")
     spec = "pac:far=0.3,local=0.3"
-    scores = score_detectors([spec], model, tok, ["c a b b"], prompts=["c "], settings=settings)
+    scores = score_detectors([spec], ModelInputs(model, tok, ["c a b b"], prompts=["c "], settings=settings))
 
     def pd(solution):
         return polarized_distance(np.array(word_probs("c " + solution)[1:]), 0.3, 0.3)
@@ -141,7 +144,12 @@ def test_samia_through_the_generation_services():
     samples = [[ids[w] for w in s.split()] for s in ("c a b b", "c c", "b b")]
     generator = ScriptedGenerator({"a b": [None, *samples]})
     inputs = ModelInputs(
-        model, tok, ["a b c a", "a"], generator=generator, generation_cache=GenerationCache()
+        model,
+        tok,
+        ["a b c a", "a"],
+        settings=EvaluateConfig(),
+        generator=generator,
+        generation_cache=GenerationCache(),
     )
     scores = build_detector("samia:n=1,2,samples=3,max_new_tokens=8").run(inputs)
     np.testing.assert_allclose(scores["samia@n=1"], [0.5, np.nan])
@@ -163,11 +171,15 @@ def test_gradnorm_by_hand():
     column b (1/4, 1/4 - 1, 1/2); squared norm (3/8 + 1/2 + 7/8) / 16 = 7/64. Solution "a b" after
     prompt "c ": columns c (-1/2, 1/4, 1/4) and a (1/4, -1/2, 1/4) over n = 2: (3/8 + 3/8) / 4 = 3/16."""
     model, tok = bigram()
-    scores = score_detectors(["gradnorm"], model, tok, ["a a b b", ""])
+    scores = score_detectors(
+        ["gradnorm"], ModelInputs(model, tok, ["a a b b", ""], settings=EvaluateConfig())
+    )
     assert scores.columns["gradnorm"][0] == pytest.approx(-math.sqrt(7 / 64), abs=1e-6)
     assert np.isnan(scores.columns["gradnorm"][1])
-    settings = ScoringSettings(scoring_span="solution")
-    solution = score_detectors(["gradnorm"], model, tok, ["c a b"], prompts=["c "], settings=settings)
+    settings = EvaluateConfig(scoring_span="solution")
+    solution = score_detectors(
+        ["gradnorm"], ModelInputs(model, tok, ["c a b"], prompts=["c "], settings=settings)
+    )
     assert solution.columns["gradnorm"][0] == pytest.approx(-math.sqrt(3 / 16), abs=1e-6)
     assert model.head.weight.grad is None  # the model's own gradient buffers are never written
     assert gradnorm_score([3.0, 1.0]) == -2.0 and math.isnan(gradnorm_score([]))
@@ -177,7 +189,9 @@ def test_gradnorm_without_trainable_parameters_is_nan_with_a_reason():
     model, tok = bigram()
     model.head.weight.requires_grad_(False)
     info = {}
-    scores = score_detectors(["gradnorm"], model, tok, ["a a b b"], info=info)
+    scores = score_detectors(
+        ["gradnorm"], ModelInputs(model, tok, ["a a b b"], settings=EvaluateConfig()), info=info
+    )
     assert np.isnan(scores.columns["gradnorm"][0])
     assert info["model_level"]["gradnorm"]["no_trainable_parameters"] == 1
 
@@ -192,7 +206,9 @@ def test_conrecall_by_hand(tmp_path):
     model, tok = bigram()
     members, clean = jsonl(tmp_path, "m", ["b"]), jsonl(tmp_path, "n", ["c"])
     spec = f"conrecall:gamma=0.5,1,shots=1,members={members},non_members={clean}"
-    scores = score_detectors([spec], model, tok, ["a a b b", ""], cache=SignalCache())
+    scores = score_detectors(
+        [spec], ModelInputs(model, tok, ["a a b b", ""], settings=EvaluateConfig(), cache=SignalCache())
+    )
     np.testing.assert_allclose(scores.columns["conrecall@gamma=0.5"], [5 / 12, np.nan], atol=1e-6)
     np.testing.assert_allclose(scores.columns["conrecall@gamma=1"], [-1 / 6, np.nan], atol=1e-6)
     assert conrecall_scores([1.0], [1.0], [0.0], 0.5)[0] != conrecall_scores([1.0], [1.0], [0.0], 0.5)[0]
@@ -206,7 +222,9 @@ def test_conrecall_keeps_prefix_and_text_inside_the_context(tmp_path):
     spec = f"conrecall:shots=1,members={members},non_members={clean}"
     info = {}
     texts = [" ".join("ab"[i % 2] for i in range(28)), " ".join("ab"[i % 2] for i in range(20))]
-    scores = score_detectors([spec], model, tok, texts, cache=SignalCache(), info=info)
+    scores = score_detectors(
+        [spec], ModelInputs(model, tok, texts, settings=EvaluateConfig(), cache=SignalCache()), info=info
+    )
     values = scores.columns["conrecall@gamma=0.5"]
     assert np.isnan(values[0]) and np.isfinite(values[1])
     assert info["model_level"]["conrecall"] == {"no_room": 1}
@@ -238,7 +256,7 @@ def test_conrecall_cross_fitted_shots_never_come_from_the_samples_fold():
 def test_conrecall_refuses_without_labels_or_files(tmp_path):
     model, tok = bigram()
     with pytest.raises(InputError, match="members=FILE.jsonl,non_members=FILE.jsonl"):
-        score_detectors(["conrecall"], model, tok, ["a a b b"])
+        score_detectors(["conrecall"], ModelInputs(model, tok, ["a a b b"], settings=EvaluateConfig()))
     with pytest.raises(ValueError, match="both members=FILE and non_members=FILE"):
         build_detector(f"conrecall:members={jsonl(tmp_path, 'm', ['b'])}")
 
@@ -259,12 +277,12 @@ def test_all_four_on_a_tiny_llama_reuse_their_caches():
     specs = ["ppl", "pac:copies=3", "conrecall:shots=1", "samia:samples=2,max_new_tokens=6", "gradnorm"]
     generations, signals = GenerationCache(), SignalCache()
     args = dict(generation_cache=generations, cache=signals, known_clean=known_clean)
-    scores = score_detectors(specs, model, tok, texts, **args)
+    scores = score_detectors(specs, ModelInputs(model, tok, texts, settings=EvaluateConfig(), **args))
     assert list(scores.columns) == columns_of(specs)
     for column, values in scores.columns.items():
         assert values.shape == (4,) and np.isfinite(values).all(), column
     misses = generations.misses
-    again = score_detectors(specs, model, tok, texts, **args)
+    again = score_detectors(specs, ModelInputs(model, tok, texts, settings=EvaluateConfig(), **args))
     assert generations.misses == misses
     for column in scores.columns:
         np.testing.assert_allclose(again.columns[column], scores.columns[column], rtol=1e-6)

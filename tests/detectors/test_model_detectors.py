@@ -26,10 +26,11 @@ from leaklab.detectors.neighbourhood import neighbourhood_scores
 from leaklab.detectors.ngram import probes, start_points
 from leaklab.detectors.recall import join_prefix, prefix_texts
 from leaklab.detectors.srdetection import SrInputs
+from leaklab.recipe import EvaluateConfig
 from leaklab.rundir import RunDir
 from leaklab.signals.continuations import GenerationCache
 from leaklab.signals.generation import Completion
-from leaklab.signals.logprobs import ScoringSettings, SignalCache
+from leaklab.signals.logprobs import SignalCache
 
 LN2 = math.log(2)
 
@@ -54,12 +55,16 @@ def test_recall_golden_by_hand(tmp_path):
     ratio is 7/6. After "c" it is p(a | c) = 1/2 again: ratio 1. An empty text is NaN."""
     model, tok = bigram()
     specs = [f"recall:shots=1,prefix={prefix_file(tmp_path, ['b'])}"]
-    scores = score_detectors(specs, model, tok, ["a a b b", ""], cache=SignalCache())
+    scores = score_detectors(
+        specs, ModelInputs(model, tok, ["a a b b", ""], settings=EvaluateConfig(), cache=SignalCache())
+    )
     values = scores.columns["recall@shots=1"]
     assert values[0] == pytest.approx(7 / 6, abs=1e-6)
     assert np.isnan(values[1])
     same = f"recall:shots=1,prefix={prefix_file(tmp_path, ['c'])}"
-    assert score_detectors([same], model, tok, ["a a b b"]).columns["recall@shots=1"][0] == pytest.approx(1.0)
+    assert score_detectors([same], ModelInputs(model, tok, ["a a b b"], settings=EvaluateConfig())).columns[
+        "recall@shots=1"
+    ][0] == pytest.approx(1.0)
     assert scores.params["recall@shots=1"][0] == "recall"
 
 
@@ -67,9 +72,11 @@ def test_recall_prefix_and_prompt_are_never_scored(tmp_path):
     """Solution span: "c a b b" with prompt "c " scores a|c, b|a, b|b alone and after the prefix "b"
     alike (the bigram only looks one token back): ratio exactly 1 whatever the prefix."""
     model, tok = bigram()
-    settings = ScoringSettings(scoring_span="solution")
+    settings = EvaluateConfig(scoring_span="solution")
     spec = f"recall:shots=1,prefix={prefix_file(tmp_path, ['b b b'])}"
-    scores = score_detectors([spec, "ppl"], model, tok, ["c a b b"], prompts=["c "], settings=settings)
+    scores = score_detectors(
+        [spec, "ppl"], ModelInputs(model, tok, ["c a b b"], prompts=["c "], settings=settings)
+    )
     assert scores.columns["recall@shots=1"][0] == pytest.approx(1.0, abs=1e-9)
     assert scores.columns["ppl"][0] == pytest.approx(-math.exp(4 / 3 * LN2), abs=1e-6)
 
@@ -95,7 +102,9 @@ def test_recall_matches_a_per_sample_implementation(tmp_path):
     texts = ["def add(a, b):\n    return a + b\n", "x = [i * i for i in range(10)]\n", "print('hi')\n"]
     shots = ["def one():\n    return 1\n", "y = 2\n"]
     spec = f"recall:shots=1,2,prefix={prefix_file(tmp_path, shots)}"
-    columns = score_detectors([spec], model, tok, texts, cache=SignalCache()).columns
+    columns = score_detectors(
+        [spec], ModelInputs(model, tok, texts, settings=EvaluateConfig(), cache=SignalCache())
+    ).columns
     for k in (1, 2):
         head = join_prefix(shots[:k])
         expected = [_plain_nll(model, tok, head + t, len(head)) / _plain_nll(model, tok, t, 0) for t in texts]
@@ -111,7 +120,7 @@ def test_recall_prefix_errors(tmp_path):
     with pytest.raises(ValueError, match="shots must be in 1..5"):
         build_detector("recall:shots=6")
     with pytest.raises(ValueError, match="score it with score_detectors"):
-        run_detectors(["recall"], *reversed(bigram()), ["a"])
+        run_detectors(["recall"], ModelInputs(*reversed(bigram()), ["a"], settings=EvaluateConfig()))
 
 
 # --------------------------------------------------------------------------- CDD
@@ -185,6 +194,7 @@ def test_cdd_through_the_generation_services():
         model,
         tok,
         ["c a b", "a b c", "b b b b"],
+        settings=EvaluateConfig(),
         prompts=["c ", "a ", ""],
         generator=generator,
         generation_cache=cache,
@@ -241,7 +251,9 @@ def test_ngram_accuracy_by_hand():
         (1, "a b c c c c "),
     ]
     generator = MemorisingGenerator(tok, memorised)
-    inputs = ModelInputs(model, tok, texts, generator=generator, generation_cache=GenerationCache())
+    inputs = ModelInputs(
+        model, tok, texts, settings=EvaluateConfig(), generator=generator, generation_cache=GenerationCache()
+    )
     scores = build_detector("ngram_acc:n=2,1,starts=3").run(inputs)
     np.testing.assert_allclose(scores["ngram_acc@n=2"], [1.0, 1 / 3, 0.0, np.nan])
     assert generator.calls == 1  # every start of every sample in one generation call
@@ -271,11 +283,16 @@ def test_neighbourhood_by_hand():
         variant_contexts=[["", ""], []],
     )
     for spec, expected in [("neighbourhood", 0.125 * LN2), ("neighbourhood:n=1", 0.5 * LN2)]:
-        scores = score_detectors([spec], model, tok, inputs.texts, rule_inputs=inputs, cache=SignalCache())
+        scores = score_detectors(
+            [spec],
+            ModelInputs(
+                model, tok, inputs.texts, settings=EvaluateConfig(), rule_inputs=inputs, cache=SignalCache()
+            ),
+        )
         assert scores.columns["neighbourhood"][0] == pytest.approx(expected, abs=1e-6)
         assert np.isnan(scores.columns["neighbourhood"][1])
     with pytest.raises(ValueError, match="rule_inputs"):
-        score_detectors(["neighbourhood"], model, tok, ["a"])
+        score_detectors(["neighbourhood"], ModelInputs(model, tok, ["a"], settings=EvaluateConfig()))
     got = neighbourhood_scores(np.array([1.0, np.nan]), np.array([[2.0, np.nan, 4.0], [1.0, 1.0, 1.0]]), 2)
     assert got[0] == pytest.approx(2.0) and np.isnan(got[1])
 
@@ -305,7 +322,17 @@ def test_all_four_on_a_tiny_llama_share_the_caches():
     generations = GenerationCache()
     info = {}
     scores = score_detectors(
-        specs, model, tok, texts, prompts=prompts, rule_inputs=inputs, generation_cache=generations, info=info
+        specs,
+        ModelInputs(
+            model,
+            tok,
+            texts,
+            settings=EvaluateConfig(),
+            prompts=prompts,
+            rule_inputs=inputs,
+            generation_cache=generations,
+        ),
+        info=info,
     )
     assert list(scores.columns) == columns_of(specs)
     for column, values in scores.columns.items():
@@ -313,7 +340,16 @@ def test_all_four_on_a_tiny_llama_share_the_caches():
     assert {"cdd", "ngram_acc", "neighbourhood"} <= set(info["model_level"])
     misses = generations.misses
     again = score_detectors(
-        specs, model, tok, texts, prompts=prompts, rule_inputs=inputs, generation_cache=generations
+        specs,
+        ModelInputs(
+            model,
+            tok,
+            texts,
+            settings=EvaluateConfig(),
+            prompts=prompts,
+            rule_inputs=inputs,
+            generation_cache=generations,
+        ),
     )
     assert generations.misses == misses  # the second evaluation of the checkpoint generates nothing
     for column in scores.columns:

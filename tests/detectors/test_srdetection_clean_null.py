@@ -12,6 +12,7 @@ import pytest
 from test_srdetection_pipeline import GRAY, LN2, bigram
 
 from leaklab.detectors import build_detector, score_detectors
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import (
     Decisions,
     clean_null_against_set,
@@ -21,6 +22,7 @@ from leaklab.detectors.srdetection import (
 )
 from leaklab.evaluations.detection import margin_score_rows
 from leaklab.metrics import detection_metrics
+from leaklab.recipe import EvaluateConfig
 from leaklab.signals.logprobs import SignalCache
 
 
@@ -93,12 +95,15 @@ def test_clean_null_rule_on_the_bigram_model_by_hand():
     model, tok = bigram()
     scores = score_detectors(
         ["srdetection_clean_null:n=1,alpha=0.5"],
-        model,
-        tok,
-        GRAY.texts,
-        rule_inputs=GRAY,
-        cache=SignalCache(),
-        known_clean=np.array([False, True, False, True]),
+        ModelInputs(
+            model,
+            tok,
+            GRAY.texts,
+            settings=EvaluateConfig(),
+            rule_inputs=GRAY,
+            cache=SignalCache(),
+            known_clean=np.array([False, True, False, True]),
+        ),
     )
     d = scores.decisions["srdetection_clean_null@n=1"]
     np.testing.assert_allclose(d.threshold[[0, 2]], [-LN2, -LN2], atol=1e-6)
@@ -113,7 +118,8 @@ def test_clean_null_rule_on_the_bigram_model_by_hand():
     )
     # Without known-clean samples (an audit before its clean set is scored) nothing is decided.
     alone = score_detectors(
-        ["srdetection_clean_null:n=1"], model, tok, GRAY.texts, rule_inputs=GRAY, cache=SignalCache()
+        ["srdetection_clean_null:n=1"],
+        ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), rule_inputs=GRAY, cache=SignalCache()),
     )
     assert not alone.decisions["srdetection_clean_null@n=1"].decided.any()
     assert build_detector("srdetection_clean_null:base=black,n=3").columns() == {
@@ -152,9 +158,23 @@ def test_the_audit_thresholds_the_benchmark_at_the_clean_sets_quantile_and_cross
         [GRAY.variant_texts[i] for i in (0, 2)],
         [GRAY.variant_contexts[i] for i in (0, 2)],
     )
-    scores = score_detectors([spec], model, tok, bench.texts, rule_inputs=bench, cache=SignalCache())
+    scores = score_detectors(
+        [spec],
+        ModelInputs(
+            model, tok, bench.texts, settings=EvaluateConfig(), rule_inputs=bench, cache=SignalCache()
+        ),
+    )
     clean = score_detectors(
-        [spec], model, tok, GRAY.texts, rule_inputs=GRAY, cache=SignalCache(), known_clean=np.ones(4, bool)
+        [spec],
+        ModelInputs(
+            model,
+            tok,
+            GRAY.texts,
+            settings=EvaluateConfig(),
+            rule_inputs=GRAY,
+            cache=SignalCache(),
+            known_clean=np.ones(4, bool),
+        ),
     )
     column = "srdetection_clean_null@n=1"
     # The clean set, cross-fitted (3 decided margins, 3 folds of one): each against the other two at

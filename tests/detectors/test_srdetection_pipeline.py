@@ -23,6 +23,7 @@ from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
 
 from leaklab.data.tasks import Task
 from leaklab.detectors import build_detector, run_detectors, score_detectors
+from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import (
     Decisions,
     SrDetectionConfig,
@@ -66,7 +67,10 @@ LABELS = np.array([1, 0, 1, 0])
 
 def test_gray_box_margins_and_decisions_by_hand():
     model, tok = bigram()
-    sr = score_srdetection([build_detector("srdetection_gray:n=1,2")], model, tok, GRAY, cache=SignalCache())
+    sr = score_srdetection(
+        [build_detector("srdetection_gray:n=1,2")],
+        ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), rule_inputs=GRAY, cache=SignalCache()),
+    )
     one, two = sr.decisions["srdetection_gray@n=1"], sr.decisions["srdetection_gray@n=2"]
     # margin = min_i log PPL(x_i) - log PPL(x_0) over the first n variants
     np.testing.assert_allclose(one.margin[:3], [0.5 * LN2, -LN2, 0.0], atol=1e-6)
@@ -85,7 +89,8 @@ def test_gray_box_margins_and_decisions_by_hand():
 def test_rule_metrics_by_hand():
     model, tok = bigram()
     d = score_srdetection(
-        [build_detector("srdetection_gray:n=1")], model, tok, GRAY, cache=SignalCache()
+        [build_detector("srdetection_gray:n=1")],
+        ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), rule_inputs=GRAY, cache=SignalCache()),
     ).decisions
     m = srdetection_metrics(d["srdetection_gray@n=1"], LABELS)
     # leak = [1, 0, 0, 0] vs labels [1, 0, 1, 0]: tp 1, fn 1, fp 0, tn 2 (undecided counts as "no leak")
@@ -107,15 +112,21 @@ def test_rule_metrics_by_hand():
 def test_gray_box_reuses_the_baselines_cache_in_one_engine_call():
     model, tok = bigram()
     cache = SignalCache()
-    run_detectors(["ppl"], model, tok, GRAY.texts, cache=cache)
+    run_detectors(["ppl"], ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), cache=cache))
     forwards = count_forwards(model)
-    sr = score_srdetection([build_detector("srdetection_gray")], model, tok, GRAY, cache=cache)
+    sr = score_srdetection(
+        [build_detector("srdetection_gray")],
+        ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), rule_inputs=GRAY, cache=cache),
+    )
     # Every original is a hit (ppl scored them), and so are the variants whose text equals one of them;
     # only "c c" and "a b c a" are new.
     assert sr.info["gray"]["texts"] == 9 and sr.info["gray"]["cached"] == 7
     first = forwards[0]
     assert first > 0
-    again = score_srdetection([build_detector("srdetection_gray")], model, tok, GRAY, cache=cache)
+    again = score_srdetection(
+        [build_detector("srdetection_gray")],
+        ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), rule_inputs=GRAY, cache=cache),
+    )
     assert forwards[0] == first, "a second evaluation of the same model does no forward pass"
     assert again.info["gray"]["cached"] == 9
 
@@ -156,12 +167,15 @@ def test_black_box_margins_by_hand(tmp_path):
     gen = GreedyBigram(tok)
     sr = score_srdetection(
         [build_detector("srdetection_black:n=1,2")],
-        model,
-        tok,
-        BLACK,
-        settings=settings,
-        generator=gen,
-        generation_cache=GenerationCache(tmp_path),
+        ModelInputs(
+            model,
+            tok,
+            BLACK.texts,
+            rule_inputs=BLACK,
+            settings=settings,
+            generator=gen,
+            generation_cache=GenerationCache(tmp_path),
+        ),
     )
     original, variants = sr.raw["black"]
     # "a b c | a b c": greedy after c is "a b c" -> both bigrams of the truth: NGO 1.
@@ -178,12 +192,15 @@ def test_black_box_margins_by_hand(tmp_path):
     # The same model again, even from a fresh cache object on the same directory: nothing is generated.
     again = score_srdetection(
         [build_detector("srdetection_black")],
-        model,
-        tok,
-        BLACK,
-        settings=settings,
-        generator=gen,
-        generation_cache=GenerationCache(tmp_path),
+        ModelInputs(
+            model,
+            tok,
+            BLACK.texts,
+            rule_inputs=BLACK,
+            settings=settings,
+            generator=gen,
+            generation_cache=GenerationCache(tmp_path),
+        ),
     )
     assert gen.calls == 1 and again.info["black"]["cached"] == 6
     np.testing.assert_array_equal(again.raw["black"][0], original)
@@ -226,9 +243,15 @@ def test_specs_and_recipe_validation():
         build_detector("srdetection_gray:nn=3")
     model, tok = bigram()
     with pytest.raises(ValueError, match="is a rule detector"):
-        run_detectors(["ppl", "srdetection_gray"], model, tok, ["a"], cache=SignalCache())
+        run_detectors(
+            ["ppl", "srdetection_gray"],
+            ModelInputs(model, tok, ["a"], settings=EvaluateConfig(), cache=SignalCache()),
+        )
     with pytest.raises(ValueError, match="needs each sample's variants"):
-        score_detectors(["ppl", "srdetection_gray"], model, tok, ["a"], cache=SignalCache())
+        score_detectors(
+            ["ppl", "srdetection_gray"],
+            ModelInputs(model, tok, ["a"], settings=EvaluateConfig(), cache=SignalCache()),
+        )
     with pytest.raises(RecipeError, match="n_variants is 10"):
         load_recipe("tiny_cpt", ['evaluate.detectors=["srdetection_gray:n=1,12"]'])
     with pytest.raises(RecipeError, match="prefix_fraction"):

@@ -380,6 +380,8 @@ from accelerate import Accelerator
 sys.path.insert(0, {tests!r})
 from test_signals import TEXTS, tiny_model, tiny_tokenizer
 from leaklab.detectors import run_detectors
+from leaklab.detectors.inputs import ModelInputs
+from leaklab.recipe import EvaluateConfig
 from leaklab.signals.logprobs import ScoringSettings, SignalCache, compute_token_stats
 
 import leaklab.signals.logprobs as engine
@@ -394,7 +396,7 @@ model = tiny_model(tok)
 texts = TEXTS * 3
 stats = compute_token_stats(model, tok, texts, settings=ScoringSettings(batch_tokens=64), accelerator=accelerator,
                             cache=SignalCache())
-scores = run_detectors(["ppl", "minkpp"], model, tok, texts, accelerator=accelerator, cache=SignalCache())
+scores = run_detectors(["ppl", "minkpp"], ModelInputs(model, tok, texts, EvaluateConfig(), accelerator=accelerator, cache=SignalCache()))
 out = {{f"lp{{i}}": s.logprob for i, s in enumerate(stats)}}
 out.update({{f"var{{i}}": s.var for i, s in enumerate(stats)}})
 out.update(scores)
@@ -441,12 +443,16 @@ def test_two_processes_split_and_gather(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     from leaklab.detectors import run_detectors
+    from leaklab.detectors.inputs import ModelInputs
+    from leaklab.recipe import EvaluateConfig
 
     tok = tiny_tokenizer()
     model = tiny_model(tok)
     texts = TEXTS * 3
     single = compute_token_stats(model, tok, texts, cache=SignalCache())
-    scores = run_detectors(["ppl", "minkpp"], model, tok, texts, cache=SignalCache())
+    scores = run_detectors(
+        ["ppl", "minkpp"], ModelInputs(model, tok, texts, settings=EvaluateConfig(), cache=SignalCache())
+    )
     # Each rank forwarded about half of the segments (15 texts, one segment each, two signal passes).
     local = [np.load(tmp_path / f"rank{rank}.npz")["local"] for rank in (0, 1)]
     assert list(local[0] + local[1]) == [15, 15] and max(local[0]) <= 8

@@ -1,0 +1,170 @@
+"""The signals detectors read, in one table: for each, what it asks of a run and how it is computed.
+
+A detector names what it reads in its `needs` (a set of the names below). The score detectors share one
+`Signals` per evaluation set: `compute_signals` fills exactly the fields the
+detectors of one call need, each by its source here, so every signal is computed once and goes through
+the shared engine and cache (`signals.logprobs.compute_token_stats`). The signals of the other kinds
+(variants, generations, known-clean samples) are read from `ModelInputs` by the detectors themselves;
+their rows here only describe them (`leaklab detectors`).
+
+Adding a signal is one place, this module (its name, a field of `Signals`, one `Source` in SOURCES),
+plus the detector that reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from leaklab.detectors.gradnorm import GRADIENTS
+from leaklab.detectors.srdetection import CLEAN, GENERATIONS, VARIANTS
+
+if TYPE_CHECKING:  # the registry is read at recipe load: keep torch out of that import
+    from leaklab.detectors.inputs import ModelInputs
+    from leaklab.signals.logprobs import ScoringSettings, SignalCache, TokenFrequencies, TokenStats
+
+# What a detector can ask for; the evaluator computes each once.
+TARGET = "target"  # token log-probs of the evaluated model on the text
+DISTRIBUTION = "distribution"  # ... plus mean / variance of log p under its next-token distribution
+LOWERCASE = "lowercase"  # token log-probs of the evaluated model on the lowercased text
+REFERENCE = "reference"  # token log-probs of a reference model on the text (its own tokenizer)
+FREQUENCIES = "frequencies"  # token frequencies of a reference corpus under the evaluated tokenizer
+
+
+@dataclass
+class Signals:
+    """Everything the gray-box detectors read, one entry per text, computed once per evaluation."""
+
+    spans: list[str]  # the scored text of each sample: the whole text, or its solution part
+    target: list[TokenStats] | None = None
+    lowercase: list[TokenStats] | None = None
+    reference: list[TokenStats] | None = None
+    frequencies: TokenFrequencies | None = None
+
+
+@dataclass
+class SignalPass:
+    """One evaluation set on its way through the signal engine: what every source reads."""
+
+    inputs: ModelInputs
+    texts: list[str]
+    prompts: list[str] | None  # None unless only the solution is scored
+    needs: set[str]
+    scoring: ScoringSettings
+    cache: SignalCache
+    counts: dict[str, Any] = field(default_factory=dict)  # per signal: the engine's counts (`info`)
+
+    def token_stats(self, name: str, model, tokenizer, texts, prompts, distribution: bool = False):
+        """Token statistics of `texts` under `model` (the shared engine and cache), counted under `name`."""
+        from leaklab.signals.logprobs import compute_token_stats
+
+        self.counts[name] = {}
+        return compute_token_stats(
+            model,
+            tokenizer,
+            texts,
+            prompts=prompts,
+            settings=self.scoring,
+            distribution=distribution,
+            accelerator=self.inputs.accelerator,
+            cache=self.cache,
+            info=self.counts[name],
+        )
+
+
+def _target(run: SignalPass) -> list[TokenStats]:
+    inputs = run.inputs
+    return run.token_stats(
+        "target", inputs.model, inputs.tokenizer, run.texts, run.prompts, DISTRIBUTION in run.needs
+    )
+
+
+def _lowercase(run: SignalPass) -> list[TokenStats]:
+    from leaklab.signals.logprobs import lowercase_inputs
+
+    lower = lowercase_inputs(run.texts, run.prompts)
+    return run.token_stats("lowercase", run.inputs.model, run.inputs.tokenizer, *lower)
+
+
+def _reference(run: SignalPass) -> list[TokenStats]:
+    return run.token_stats("reference", *run.inputs.reference, run.texts, run.prompts)
+
+
+def _frequencies(run: SignalPass):
+    from leaklab.signals.logprobs import token_frequencies
+
+    corpus = run.inputs.corpus_texts
+    if corpus is None:
+        corpus = _corpus(run.inputs.settings.dcpdd_corpus)
+    return token_frequencies(run.inputs.tokenizer, corpus, cache_dir=run.cache.directory)
+
+
+def _corpus(source: str) -> Iterable[str] | None:
+    """DC-PDD's corpus by name: "builtin" (None here: the signal module loads it) or a corpus source."""
+    if source == "builtin":
+        return None
+    from leaklab.data.corpora import corpus_texts
+
+    return corpus_texts(source)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One signal: what a detector that needs it asks of a run (in words), the `Signals` field it fills
+    and how (None: not in `Signals`; the detector reads it from its `ModelInputs`)."""
+
+    text: str
+    field: str | None = None
+    compute: Callable[[SignalPass], Any] | None = None
+
+
+SOURCES: dict[str, Source] = {
+    TARGET: Source("the model's token log-probs", "target", _target),
+    # The distribution's moments come from the same pass as the log-probs (`_target` asks for them).
+    DISTRIBUTION: Source(
+        "the mean and variance of log p under the model's next-token distribution", "target", _target
+    ),
+    LOWERCASE: Source("log-probs of the lowercased text", "lowercase", _lowercase),
+    REFERENCE: Source(
+        "a reference model (evaluate.reference_model; a run's base model for SrDetection)",
+        "reference",
+        _reference,
+    ),
+    FREQUENCIES: Source("token frequencies of a corpus (evaluate.dcpdd_corpus)", "frequencies", _frequencies),
+    VARIANTS: Source("verified variants of each task (built once per benchmark in the sandbox, cached)"),
+    GENERATIONS: Source("generations from the model"),
+    CLEAN: Source(
+        "samples known not to be in training (a run's non-members, cross-fitted; clean= in an audit)"
+    ),
+    GRADIENTS: Source("the loss gradient of each sample (one forward and one backward pass per sample)"),
+}
+
+
+def compute_signals(inputs: ModelInputs, needs: set[str], info: dict[str, Any] | None = None) -> Signals:
+    """The `Signals` that detectors needing `needs` read, each field computed once by its source.
+
+    Under `scoring_span="solution"` only each text's solution is scored, conditioned on its prompt."""
+    from leaklab.signals.logprobs import as_cache
+
+    if REFERENCE in needs and inputs.reference is None:
+        raise ValueError(
+            "detector 'ref' needs a reference model: pass reference=(model, tokenizer) "
+            "(the evaluator loads it from evaluate.reference_model)"
+        )
+    scoring = inputs.scoring()
+    texts = list(inputs.texts)
+    prompts = None
+    if scoring.scoring_span == "solution":
+        if inputs.prompts is None or len(inputs.prompts) != len(texts):
+            raise ValueError("scoring_span='solution' needs one prompt per text")
+        prompts = list(inputs.prompts)
+    run = SignalPass(inputs, texts, prompts, needs, scoring, as_cache(inputs.cache))
+    spans = [t[len(p) :] for t, p in zip(texts, prompts)] if prompts is not None else texts
+    signals = Signals(spans=spans)
+    for name, source in SOURCES.items():
+        if name in needs and source.compute is not None and getattr(signals, source.field) is None:
+            setattr(signals, source.field, source.compute(run))
+    if info is not None:
+        info.update(run.counts)
+    return signals

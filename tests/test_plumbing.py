@@ -1,0 +1,142 @@
+"""Plumbing written once: the "did you mean" hint and the process rank each have one home that every
+module uses, so a change to either reaches every message and every engine."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from types import SimpleNamespace
+
+from leaklab.distributed import world
+from leaklab.errors import closest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "leaklab"
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield path, ast.parse(path.read_text())
+
+
+def test_closest_names_the_nearest_option_or_nothing():
+    assert closest("lerning_rate", ["learning_rate", "epochs"]) == "; did you mean 'learning_rate'?"
+    assert closest("zzz", ["learning_rate", "epochs"]) == ""
+    # a stricter cutoff drops a weak match that the default keeps
+    assert closest("mnk", ["mink"]) == "; did you mean 'mink'?"
+    assert closest("ab", ["abcdef"], cutoff=0.9) == ""
+
+
+def test_only_errors_asks_difflib_for_a_hint():
+    callers = [
+        path.relative_to(PACKAGE).as_posix()
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr == "get_close_matches"
+    ]
+    assert callers == ["errors.py"]
+
+
+def test_world_is_defined_once():
+    defined = [
+        path.relative_to(PACKAGE).as_posix()
+        for path, tree in _modules()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name in ("world", "_world")
+    ]
+    assert defined == ["distributed.py"]
+
+
+def test_world_reads_the_accelerator():
+    assert world(None) == (0, 1)
+    assert world(SimpleNamespace(num_processes=1, process_index=0)) == (0, 1)
+    assert world(SimpleNamespace(num_processes=4, process_index=2)) == (2, 4)
+
+
+def test_the_evaluation_base_depends_on_no_detector():
+    tree = ast.parse((PACKAGE / "evaluations" / "base.py").read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not any(str(m).startswith("leaklab.detectors") for m in imported), imported
+
+
+def test_context_of_is_the_text_before_the_solution():
+    from leaklab.data.tasks import context_of
+
+    assert context_of("def f():\n    return 1\n", "    return 1\n") == "def f():\n"
+    assert context_of("whole text", "") == "whole text"
+    assert context_of("text without it", "other") == ""
+
+
+def test_an_evaluation_record_declares_the_recipe_keys_it_needs(monkeypatch):
+    import dataclasses
+
+    import pytest
+
+    from leaklab import recipe as recipe_module
+    from leaklab.evaluations import EVALUATIONS
+    from leaklab.recipe import RecipeError, load_recipe
+
+    for record in EVALUATIONS.values():  # every declared key exists in a recipe
+        for key, _, _ in record.requires:
+            recipe_module.get_key(load_recipe("tiny_cpt", []), key)
+    # A requirement declared on any record is enforced, without the loader naming the evaluation.
+    patched = dict(EVALUATIONS)
+    patched["mri"] = dataclasses.replace(
+        EVALUATIONS["mri"], requires=(("inject.doses", "the doses", "[1, 4]"),)
+    )
+    monkeypatch.setattr(recipe_module, "EVALUATIONS", patched)
+    with pytest.raises(
+        RecipeError, match=r"'mri' measures the doses that inject.doses sets; set inject.doses"
+    ):
+        load_recipe("tiny_sft", [])
+
+
+def test_the_detector_inputs_are_typed_and_carry_the_recipe_settings():
+    import pytest
+
+    from leaklab.detectors.inputs import ModelInputs
+    from leaklab.recipe import EvaluateConfig
+
+    hints = ModelInputs.__annotations__
+    assert hints and not [name for name, hint in hints.items() if "Any" in str(hint)]
+    assert hints["settings"] == "EvaluateConfig"
+    with pytest.raises(TypeError, match="settings"):
+        ModelInputs(None, None, ["a"])  # the recipe's settings are always handed in
+    settings = EvaluateConfig(prompt_boundary="none", batch_tokens=64)
+    inputs = ModelInputs(None, None, ["a"], settings)
+    assert inputs.prompt_boundary() == "none" and inputs.scoring().batch_tokens == 64
+
+
+def test_no_detector_restates_a_recipe_default_through_getattr():
+    """`getattr(settings, "cv_folds", 5)` repeats the recipe's default in a second place, where it drifts."""
+    found = []
+    for path in sorted((PACKAGE / "detectors").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "getattr"
+                and len(node.args) == 3
+            ):
+                target = ast.unparse(node.args[0])
+                if "settings" in target:
+                    found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+def _parameters(node: ast.FunctionDef) -> int:
+    a = node.args
+    names = [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
+    return len(names) + (a.vararg is not None) + (a.kwarg is not None)
+
+
+def test_detectors_evaluations_and_signals_take_at_most_eight_parameters():
+    """Beyond eight, a function's arguments are a context that wants a name (`ModelInputs`, `Decoding`).
+    The signal engine's entry point and the generation back-end keep their documented keywords."""
+    entry_points = {"signals/logprobs.py:compute_token_stats", "signals/generation.py:__init__"}
+    over = [
+        f"{path.relative_to(PACKAGE).as_posix()}:{node.name}"
+        for folder in ("detectors", "evaluations", "signals")
+        for path in sorted((PACKAGE / folder).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef) and _parameters(node) > 8
+    ]
+    assert set(over) <= entry_points, sorted(set(over) - entry_points)
