@@ -173,21 +173,28 @@ def cross_execute(
         if s_a is None and s_b is None:
             out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs", **common)
             continue
-        if s_a is None:  # only inputs proposed for B: S_a falls back to S_b
-            s_a, n_valid, note = s_b, n_valid_b, "S_a = S_b: the ground truth runs on none of A's inputs"
-        elif s_b is None:
-            s_b, note = s_a, "S_b = S_a: the ground truth runs on none of the inputs proposed for B"
-        elif kept[1]:
-            note = "S_a on the shared inputs + those proposed for A; S_b on the shared + those proposed for B"
-        elif llm and llm.n_inputs > 0:
-            note = "S_b = S_a: no input proposed for B was kept"
-        else:
-            note = CrossResult.note
+        s_a, s_b, n_valid, note = _both_sides(s_a, n_valid, s_b, n_valid_b, bool(kept[1]), llm)
         if sources:
             note += f" + {sum(sources.values())} generated from the signature ({_counts(sources)})"
         clone = s_a >= threshold and s_b >= threshold
         out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
     return [out[i] for i in range(len(pairs))]
+
+
+def _both_sides(s_a, n_valid, s_b, n_valid_b, b_has_own_inputs: bool, llm) -> tuple[float, float, int, str]:
+    """(S_a, S_b, valid inputs, note) once at least one side has a score: a side without one takes the
+    other's, and the note says which inputs each side ran on."""
+    if s_a is None:  # only inputs proposed for B: S_a falls back to S_b
+        return s_b, s_b, n_valid_b, "S_a = S_b: the ground truth runs on none of A's inputs"
+    if s_b is None:
+        return s_a, s_a, n_valid, "S_b = S_a: the ground truth runs on none of the inputs proposed for B"
+    if b_has_own_inputs:
+        note = "S_a on the shared inputs + those proposed for A; S_b on the shared + those proposed for B"
+    elif llm and llm.n_inputs > 0:
+        note = "S_b = S_a: no input proposed for B was kept"
+    else:
+        note = CrossResult.note
+    return s_a, s_b, n_valid, note
 
 
 def _cannot_run(result) -> str | None:
