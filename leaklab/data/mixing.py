@@ -109,8 +109,8 @@ def build_mixture(
     return array, stats
 
 
-# Kept whole: laying out one epoch (plan, fill each block, count the exposures) walks one cursor over
-# the corpus stream; split, the cursor and the block array would travel through every helper.
+# Kept whole: sizing the epoch, placing the copies and filling the blocks share one corpus-token stream
+# and the sizes computed first; split, they would travel through every helper.
 def build_dosed_mixture(
     member_texts: dict[str, str],
     doses: dict[str, int],

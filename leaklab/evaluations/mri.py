@@ -452,8 +452,8 @@ def mri_intervals(outcomes: list[dict[str, Any]], n_bootstrap: int, seed: int) -
     return out
 
 
-# Kept whole: it reads as the paper's quantities in order (accuracy, RAD, MRI, iMRI, per type), side by
-# side, each next to the rows it writes; split, a reader would jump between helpers to follow one side.
+# Kept whole: per side it computes the paper's quantities in order (accuracies, RAD, MRI, iMRI, per logic
+# type) next to the rows it writes; split, a reader would follow one side through several helpers.
 def mri_rows(
     outcomes: list[dict[str, Any]], cfg: MriConfig, *, n_bootstrap: int = 0, seed: int = 0
 ) -> list[dict[str, Any]]:

@@ -632,8 +632,8 @@ def _all_gather(obj: Any, accelerator) -> list[Any]:
 # --------------------------------------------------------------------------- the entry point
 
 
-# Kept whole: the batched pass (bucket by length, forward, per-token statistics on the device, gather
-# back in input order) is one loop whose steps share its buffers; split, each part would need them all.
+# Kept whole: it reads in the order it runs (cache lookup, the union of what every rank misses, the
+# longest-first split of segments across ranks, gather, assembly, counts); each step is already a helper.
 def compute_token_stats(
     model: torch.nn.Module,
     tokenizer,
