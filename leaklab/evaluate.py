@@ -47,7 +47,7 @@ from leaklab.execution.correctness import canonical_failures
 from leaklab.plugins import Narrows, RunsTests, Summarises
 from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict, to_yaml
 from leaklab.rundir import RunDir, locked, read_json, read_rows, row_key, write_atomic, write_json
-from leaklab.training.stages import get_stage
+from leaklab.training.stages import get_stage, learned_prompt_boundary
 
 DONE_METRIC = "done"
 
@@ -264,6 +264,20 @@ def merge_records(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[
     return merged + [r for r in new if r["task_id"] not in set(old_ids)]
 
 
+def with_prompt_boundary(recipe: Recipe, step: int) -> Recipe:
+    """`recipe` with evaluate.prompt_boundary resolved for the model at `step` ("auto": how that model
+    learned where prompts end, `training.stages.learned_prompt_boundary`)."""
+    from leaklab.signals.generation import resolve_prompt_boundary
+
+    setting = recipe.evaluate.prompt_boundary
+    resolved = resolve_prompt_boundary(setting, learned_prompt_boundary(recipe, step))
+    if resolved == setting:
+        return recipe
+    return dataclasses.replace(
+        recipe, evaluate=dataclasses.replace(recipe.evaluate, prompt_boundary=resolved)
+    )
+
+
 class Evaluator:
     """The recipe's evaluations on one run: `prepare()` once, then `evaluate(model, ...)` per checkpoint."""
 
@@ -363,7 +377,7 @@ class Evaluator:
                 else None
             )
             started = time.perf_counter()
-            self.ctx.recipe = recipe or self.recipe
+            self.ctx.recipe = with_prompt_boundary(recipe or self.recipe, step)
             try:
                 output = evaluation.evaluate(self.ctx, model, tokenizer, step)
             finally:
@@ -371,7 +385,9 @@ class Evaluator:
             if not self.ctx.is_main_process:
                 continue
             seconds = time.perf_counter() - started
-            written += self._write(evaluation, output, step, epoch, seconds, recipe or self.recipe)
+            written += self._write(
+                evaluation, output, step, epoch, seconds, with_prompt_boundary(recipe or self.recipe, step)
+            )
         return written
 
     def _write(
@@ -396,6 +412,8 @@ class Evaluator:
                 "n_members": int(eval_set.labels.sum()),
                 "n_non_members": int((1 - eval_set.labels).sum()),
                 "seconds": round(seconds, 2),  # wall time of this evaluation at this step (the report's)
+                # where its generations' prompts ended: evaluate.prompt_boundary as resolved at this step
+                "prompt_boundary": recipe.evaluate.prompt_boundary,
             }
         )
         self.run.append_results(rows)
