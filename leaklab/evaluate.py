@@ -216,6 +216,21 @@ def _as_override(key: str, value: Any) -> str:
     return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
+def _same_boundary(recipe: Recipe, key: str, old: Any, new: Any) -> bool:
+    """Two prompt_boundary settings that give every checkpoint of this run the same boundary (a cpt run
+    recorded under "heal" and evaluated under "auto"), so the rows mean the same."""
+    if key != "evaluate.prompt_boundary":
+        return False
+    from leaklab.signals.generation import resolve_prompt_boundary
+
+    steps = (0, 1)  # the base model and the trained checkpoints
+    return all(
+        resolve_prompt_boundary(old, learned_prompt_boundary(recipe, s))
+        == resolve_prompt_boundary(new, learned_prompt_boundary(recipe, s))
+        for s in steps
+    )
+
+
 def check_settings(run: RunDir, recipe: Recipe) -> None:
     """Refuse (one line, exit 2) settings that would change the meaning of rows already in the run."""
     recorded = recorded_settings(run)
@@ -225,7 +240,7 @@ def check_settings(run: RunDir, recipe: Recipe) -> None:
         if old is None:
             continue  # no rows yet: this call's settings become its record
         for key, value in row_settings(recipe, name).items():
-            if key in old and old[key] != value:
+            if key in old and old[key] != value and not _same_boundary(recipe, key, old[key], value):
                 changed.setdefault(key, (old[key], value, []))[2].append(name)
     if changed:
         what = "; ".join(f"{k} {o!r} -> {n!r} ({', '.join(e)} rows)" for k, (o, n, e) in changed.items())
