@@ -15,7 +15,7 @@ QUIET  := 2>&1 | grep -v "WARNING: Location" || true
 TEST_WORKERS  ?= 2
 TEST_PARALLEL ?= -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: demo test test-full test-fast lint format bench clean browser gpu-check
+.PHONY: demo test test-full test-fast lint format bench clean browser gpu-check reproduce reproduce-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,17 @@ browser:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) >/dev/null 2>&1 \
 			|| echo "could not install chromium: the browser test will be skipped"; \
 	else echo "no chromium (and not root with apt-get): the browser test will be skipped"; fi
+
+# Re-measure every number the docs state about the embedded testbed (leaklab/reproduce/stated_numbers.yaml):
+# train the recipes (a run already in runs/ is resumed or only evaluated), print claim / stated / measured / ok,
+# write the measured tables to docs/generated/ and fail when a claim does not reproduce.
+reproduce: $(STAMP)
+	$(BIN)/python -m leaklab.reproduce --output-dir runs --docs docs/generated
+
+# The same machinery on tiny sizes (minutes), into a scratch folder; tests/test_reproduce.py runs it in make test.
+REPRODUCE_SMOKE_DIR ?= $(or $(TMPDIR),/tmp)/leaklab-reproduce-smoke
+reproduce-smoke: $(STAMP)
+	$(BIN)/python -m leaklab.reproduce --smoke --output-dir $(REPRODUCE_SMOKE_DIR)/runs --docs $(REPRODUCE_SMOKE_DIR)/docs
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" $(TEST_PARALLEL)

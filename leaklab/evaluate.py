@@ -46,7 +46,7 @@ from leaklab.plugins import Narrows, Summarises
 from leaklab.recipe import NOT_IDENTITY, Recipe, load_recipe, to_dict, to_yaml
 from leaklab.rows import Row
 from leaklab.rundir import RunDir, locked, read_json, read_rows, row_key, write_atomic, write_json
-from leaklab.training.stages import get_stage
+from leaklab.training.stages import get_stage, learned_prompt_boundary
 
 DONE_METRIC = "done"
 
@@ -139,6 +139,21 @@ def _as_override(key: str, value: Any) -> str:
     return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
+def _same_boundary(recipe: Recipe, key: str, old: Any, new: Any) -> bool:
+    """Two prompt_boundary settings that give every checkpoint of this run the same boundary (a cpt run
+    recorded under "heal" and evaluated under "auto"), so the rows mean the same."""
+    if key != "evaluate.prompt_boundary":
+        return False
+    from leaklab.signals.generation import resolve_prompt_boundary
+
+    steps = (0, 1)  # the base model and the trained checkpoints
+    return all(
+        resolve_prompt_boundary(old, learned_prompt_boundary(recipe, s))
+        == resolve_prompt_boundary(new, learned_prompt_boundary(recipe, s))
+        for s in steps
+    )
+
+
 def check_settings(run: RunDir, recipe: Recipe) -> None:
     """Refuse (one line, exit 2) settings that would change the meaning of rows already in the run."""
     recorded = recorded_settings(run)
@@ -148,7 +163,7 @@ def check_settings(run: RunDir, recipe: Recipe) -> None:
         if old is None:
             continue  # no rows yet: this call's settings become its record
         for key, value in row_settings(recipe, name).items():
-            if key in old and old[key] != value:
+            if key in old and old[key] != value and not _same_boundary(recipe, key, old[key], value):
                 changed.setdefault(key, (old[key], value, []))[2].append(name)
     if changed:
         what = "; ".join(f"{k} {o!r} -> {n!r} ({', '.join(e)} rows)" for k, (o, n, e) in changed.items())
@@ -185,6 +200,20 @@ def merge_records(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[
     by_id = {r["task_id"]: r for r in new}
     merged = [{**by_id.get(r["task_id"], {}), **r} for r in old]
     return merged + [r for r in new if r["task_id"] not in set(old_ids)]
+
+
+def with_prompt_boundary(recipe: Recipe, step: int) -> Recipe:
+    """`recipe` with evaluate.prompt_boundary resolved for the model at `step` ("auto": how that model
+    learned where prompts end, `training.stages.learned_prompt_boundary`)."""
+    from leaklab.signals.generation import resolve_prompt_boundary
+
+    setting = recipe.evaluate.prompt_boundary
+    resolved = resolve_prompt_boundary(setting, learned_prompt_boundary(recipe, step))
+    if resolved == setting:
+        return recipe
+    return dataclasses.replace(
+        recipe, evaluate=dataclasses.replace(recipe.evaluate, prompt_boundary=resolved)
+    )
 
 
 class Evaluator:
@@ -286,7 +315,7 @@ class Evaluator:
                 else None
             )
             started = time.perf_counter()
-            self.ctx.recipe = recipe or self.recipe
+            self.ctx.recipe = with_prompt_boundary(recipe or self.recipe, step)
             try:
                 output = evaluation.evaluate(self.ctx, model, tokenizer, step)
             finally:
@@ -294,7 +323,9 @@ class Evaluator:
             if not self.ctx.is_main_process:
                 continue
             seconds = time.perf_counter() - started
-            written += self._write(evaluation, output, step, epoch, seconds, recipe or self.recipe)
+            written += self._write(
+                evaluation, output, step, epoch, seconds, with_prompt_boundary(recipe or self.recipe, step)
+            )
         return written
 
     def _write(
@@ -313,6 +344,8 @@ class Evaluator:
             "n_members": int(eval_set.labels.sum()),
             "n_non_members": int((1 - eval_set.labels).sum()),
             "seconds": round(seconds, 2),  # wall time of this evaluation at this step (the report's)
+            # where its generations' prompts ended: evaluate.prompt_boundary as resolved at this step
+            "prompt_boundary": recipe.evaluate.prompt_boundary,
         }
         rows.append(Row(DONE_METRIC, float(len(eval_set.task_ids)), context=base, extra=done).as_dict())
         self.run.append_results(rows)

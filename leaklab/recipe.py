@@ -250,8 +250,9 @@ class EvaluateConfigBase:
     # Where a prompt ends for the model in every generation (accuracy, mri, counterfactual, extraction,
     # cdd, ngram_acc, srdetection_black). heal: at a token boundary of the text it comes from where that
     # is known, else by token healing (a prompt ending in "\n" would otherwise stop inside the merged
-    # newline-plus-indentation token the model was trained on); none: tokenized as it is.
-    prompt_boundary: str = "heal"
+    # newline-plus-indentation token the model was trained on); none: tokenized as it is; auto: per
+    # checkpoint, as its training showed prompts (sft, rl: none; cpt, base and released models: heal).
+    prompt_boundary: str = "auto"
 
 
 EvaluateConfig = _with_sections(EvaluateConfigBase, [*DETECTORS.values(), *EVALUATIONS.values()])
@@ -310,7 +311,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluate.scoring_span": ("text", "solution"),
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
-    "evaluate.prompt_boundary": ("heal", "none"),
+    "evaluate.prompt_boundary": ("auto", "heal", "none"),
     "tracking.wandb.mode": ("offline", "online", "disabled"),
     **{
         f"{parent}.{section}.{key}": allowed

@@ -1,7 +1,8 @@
 """The run directory: every stage reads what the previous one wrote here, so each can be re-run alone.
 
     <run>/recipe.yaml              the resolved recipe
-    <run>/manifest.json            member / non-member ids, seeds, versions, data hashes (the ground truth)
+    <run>/manifest.json            member / non-member ids, seeds, data hashes (the ground truth), and the
+                                   provenance of each training process: thread count, library versions
     <run>/mixture.json             what the training stream holds (tokens per source, achieved ratio)
     <run>/checkpoints/checkpoint-N HF Trainer checkpoints (adapter or full weights)
     <run>/results.jsonl            one metric a line (see `append_results`)
@@ -378,6 +379,34 @@ def environment_info() -> dict[str, Any]:
     }
 
 
+# What a run's numbers may depend on beyond its recipe and seed: the libraries that compute them, and the
+# thread count, which changes the order of floating-point sums in torch's CPU kernels (docs/reproducibility.md).
+PROVENANCE_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "numpy")
+
+
+def provenance() -> dict[str, Any]:
+    """The thread count and library versions of this process, as the manifest records them."""
+    versions = {}
+    for package in PROVENANCE_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    torch = sys.modules.get("torch")  # not imported here: a run that trains has it loaded already
+    threads = torch.get_num_threads() if torch is not None else None
+    return {"cpu_threads": threads, "python": platform.python_version(), "versions": versions}
+
+
+def with_provenance(old: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` with its "provenance" list: the old run's entries, plus this process's when it differs
+    from the last one (a run resumed with another thread count or library shows both)."""
+    history = list((old or {}).get("provenance") or [])
+    now = provenance()
+    if not history or history[-1] != now:
+        history.append(now)
+    return {**manifest, "provenance": history}
+
+
 class RunMismatchError(InputError):
     """A run directory that already holds a run with a different training or split (exit 2, one line)."""
 
@@ -395,9 +424,10 @@ def check_or_write_run_files(
     lists what differs from the recipe being run ('key: old -> new'), and evaluation settings are not
     among it, so the same run with other detectors passes. recipe_yaml / run_hash: `recipe.to_yaml(r)`
     and `recipe.run_hash(r)` (passed in, so this module stays below the recipe module)."""
-    if run.manifest.exists():
-        old = read_json(run.manifest)
-        if old != manifest:
+    old = read_json(run.manifest) if run.manifest.exists() else None
+    if old is not None:
+        # The provenance (threads, versions) is not the run's identity: a resume may differ there.
+        if {k: v for k, v in old.items() if k != "provenance"} != manifest:
             raise RunMismatchError(
                 f"{run.root} already holds a run with a different manifest (split or data changed); "
                 f"choose another run_name or output_dir"
@@ -410,5 +440,5 @@ def check_or_write_run_files(
             )
     write_atomic(run.recipe, recipe_yaml)
     write_atomic(run.root / "run_hash.txt", run_hash + "\n")
-    write_json(run.manifest, manifest)
+    write_json(run.manifest, with_provenance(old, manifest))
     write_json(run.root / "environment.json", environment_info())

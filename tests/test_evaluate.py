@@ -117,3 +117,17 @@ def test_train_with_other_evaluation_settings_trains_nothing_and_evaluates_what_
     assert cli.main([*TRAIN, output_dir, f"run_name={run.root.name}", "train.learning_rate=0.01"]) == 2
     err = _leaklab_lines(capsys.readouterr().err)
     assert len(err) == 1 and "train.learning_rate: 0.003 -> 0.01" in err[0]
+
+
+def test_a_cpt_run_recorded_under_heal_is_evaluated_under_auto_as_the_same_rows(run, capsys):
+    """Runs written before `auto` became the default recorded prompt_boundary "heal"; on a cpt run auto
+    resolves to heal at every step, so the rows mean the same and evaluating it is no conflict, while
+    "none" is one."""
+    settings = json.loads(run.evaluation_settings.read_text())
+    assert settings["detection"]["evaluate.prompt_boundary"] == "auto"
+    settings["detection"]["evaluate.prompt_boundary"] = "heal"
+    run.evaluation_settings.write_text(json.dumps(settings))
+    assert cli.main(["evaluate", str(run.root), "evaluate.detectors=[ppl,zlib]"]) == 0
+    assert cli.main(["evaluate", str(run.root), "evaluate.prompt_boundary=none"]) == 2
+    err = _leaklab_lines(capsys.readouterr().err)
+    assert len(err) == 1 and "evaluate.prompt_boundary 'heal' -> 'none'" in err[0]

@@ -254,19 +254,23 @@ def test_bigcodebench_ppo_saves_every_5_steps_with_1024_token_prompts():
     assert str(train.save_every) == "5" and train.rl.verl.max_prompt_length == 1024
 
 
-def test_prompt_boundary_is_an_evaluation_setting_with_two_values():
-    """evaluate.prompt_boundary: heal by default, none on request, anything else refused with
-    the valid values; the rows of every evaluation record it (a changed value is a row-setting conflict)."""
+def test_prompt_boundary_is_an_evaluation_setting_auto_by_default():
+    """evaluate.prompt_boundary: auto by default (resolved per checkpoint, tests/training/test_stages.py),
+    heal or none on request, anything else refused with the valid values; the rows of every evaluation
+    record it (a changed value is a row-setting conflict)."""
     from leaklab.evaluate import row_settings
 
-    assert load_recipe("tiny_cpt").evaluate.prompt_boundary == "heal"
-    assert load_recipe("tiny_cpt", ["evaluate.prompt_boundary=none"]).evaluate.prompt_boundary == "none"
+    assert load_recipe("tiny_cpt").evaluate.prompt_boundary == "auto"
+    for value in ("heal", "none"):
+        assert (
+            load_recipe("tiny_cpt", [f"evaluate.prompt_boundary={value}"]).evaluate.prompt_boundary == value
+        )
     with pytest.raises(RecipeError) as err:
         load_recipe("tiny_cpt", ["evaluate.prompt_boundary=cut"])
     assert "evaluate.prompt_boundary" in err.value.problems[0] and "heal" in err.value.problems[0]
     recipe = load_recipe("tiny_cpt")
     for evaluation in ("detection", "accuracy", "counterfactual", "extraction", "mri"):
-        assert row_settings(recipe, evaluation)["evaluate.prompt_boundary"] == "heal"
+        assert row_settings(recipe, evaluation)["evaluate.prompt_boundary"] == "auto"
 
 
 def test_tiny_dose_is_tiny_cpt_with_doses_canaries_and_every_evaluation_that_applies():

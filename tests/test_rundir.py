@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from leaklab.rundir import append_rows, read_rows, write_atomic
 
 
@@ -70,3 +72,32 @@ def test_done_markers_of_a_step_are_told_apart_by_their_specs(tmp_path):
     assert append_rows(path, [{**done, "specs": ["ppl"]}]) == 1
     assert append_rows(path, [{**done, "specs": ["zlib"]}]) == 1
     assert append_rows(path, [{**done, "specs": ["zlib"]}]) == 0
+
+
+def test_the_manifest_records_threads_and_versions_and_a_resume_may_differ_there(tmp_path):
+    """The manifest's provenance (thread count, library versions) is outside the run's identity: a run
+    resumed with another thread count is the same run, and its manifest lists both processes."""
+    import torch
+
+    from leaklab.recipe import load_recipe, run_hash, to_yaml
+    from leaklab.rundir import RunDir, RunMismatchError, check_or_write_run_files, read_json
+
+    run = RunDir(tmp_path / "run")
+    recipe = load_recipe("tiny_cpt")
+    manifest = {"member_ids": ["a"], "non_member_ids": ["b"]}
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 1, 2):
+            torch.set_num_threads(count)
+            check_or_write_run_files(run, to_yaml(recipe), run_hash(recipe), dict(manifest))
+    finally:
+        torch.set_num_threads(threads)
+    written = read_json(run.manifest)
+    assert {k: v for k, v in written.items() if k != "provenance"} == manifest
+    assert [p["cpu_threads"] for p in written["provenance"]] == [1, 2]
+    versions = written["provenance"][0]["versions"]
+    assert set(versions) == {"torch", "transformers", "trl", "peft", "accelerate", "numpy"}
+    assert versions["torch"] == torch.__version__.split("+")[0] or versions["torch"] == torch.__version__
+    assert written["provenance"][0]["python"].count(".") == 2
+    with pytest.raises(RunMismatchError):  # the split is still the run's
+        check_or_write_run_files(run, to_yaml(recipe), run_hash(recipe), {**manifest, "member_ids": ["c"]})

@@ -4,8 +4,8 @@ SrDetection's black box asks for them now; MRI, counterfactual similarity and ex
 `greedy_continuations` decodes only the prompts the cache does not hold, sorted by length and batched
 through the generation engine (`leaklab.signals.generation`), split over ranks under several processes.
 
-Every function takes `prompt_boundary` ("heal" | "none", see `generation.prepare_prompt`) and, where the
-caller knows them, `sources` (sources[i]: the text prompts[i] is a prefix of). A generator passed in
+Every function takes `prompt_boundary` ("heal" | "none" | "auto": `generation.prepare_prompt`) and, where
+the caller knows them, `sources` (sources[i]: the text prompts[i] is a prefix of). A generator passed in
 decides by its own `prompt_boundary`. Under "heal" the cache keys name it (and the source), so
 generations made either way never mix; `info["prompt_boundary"]` counts what each prompt got.
 """
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from leaklab.distributed import world
 from leaklab.rundir import append_rows, read_rows
-from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt
+from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt, resolve_prompt_boundary
 from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
 if TYPE_CHECKING:
@@ -85,8 +85,11 @@ _GENERATIONS = GenerationCache()
 
 
 def _boundary_setting(generator, prompt_boundary: str) -> str:
-    """What the prompts get: the generator's own setting when one is given (vLLM and OpenAI: "none")."""
-    return prompt_boundary if generator is None else getattr(generator, "prompt_boundary", "none")
+    """What the prompts get: the generator's own setting when one is given (vLLM and OpenAI: "none");
+    "auto" that nothing resolved (no training known) is "heal", so its cache keys are heal's."""
+    if generator is not None:
+        return getattr(generator, "prompt_boundary", "none")
+    return resolve_prompt_boundary(prompt_boundary)
 
 
 def _sources(prompts: Sequence[str], sources: Sequence[str | None] | None) -> list[str | None]:

@@ -106,6 +106,23 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 # --------------------------------------------------------------------------- where a prompt ends
 
 PROMPT_BOUNDARIES = ("heal", "none")
+# What `evaluate.prompt_boundary` may say: "auto" picks "heal" or "none" from how the model learned its
+# prompts (`resolve_prompt_boundary`).
+PROMPT_BOUNDARY_SETTINGS = ("auto", *PROMPT_BOUNDARIES)
+
+
+def resolve_prompt_boundary(setting: str, learned: str | None = None) -> str:
+    """The boundary a generation uses: `setting` itself unless it is "auto"; under "auto", `learned` (how
+    the model saw prompts in its training, `training.stages.learned_prompt_boundary`), and "heal" when
+    that is unknown: a model whose training we did not run (a base or released model) is taken to have
+    learned packed text, where a prompt's last newline was always merged with the next line's indent."""
+    if setting not in PROMPT_BOUNDARY_SETTINGS:
+        raise ValueError(
+            f"unknown prompt_boundary {setting!r}; choose one of {', '.join(PROMPT_BOUNDARY_SETTINGS)}"
+        )
+    if setting != "auto":
+        return setting
+    return learned if learned in PROMPT_BOUNDARIES else "heal"
 
 
 @dataclass(frozen=True)
@@ -173,10 +190,7 @@ def prepare_prompt(
     be prepared so (one token long, ending in a special token or inside a UTF-8 character) is
     tokenized as it is, and says "none".
     """
-    if boundary not in PROMPT_BOUNDARIES:
-        raise ValueError(
-            f"unknown prompt_boundary {boundary!r}; choose one of {', '.join(PROMPT_BOUNDARIES)}"
-        )
+    boundary = resolve_prompt_boundary(boundary)
     if boundary == "heal":
         table = token_texts(tokenizer)
         if source is not None and len(source) > len(prompt) and source.startswith(prompt):
@@ -308,7 +322,8 @@ class HFGenerator:
     top_k           sample among the k most likely tokens only (0: all; extraction audits use 5-40);
     logits_processor  `f(step, logits) -> logits` applied before each sampling step (step 0 = the first
                     new token), e.g. a temperature that decays over the first tokens.
-    prompt_boundary "heal" | "none": where a prompt ends for the model (`prepare_prompt`); with "heal",
+    prompt_boundary "heal" | "none" ("auto" with nothing known of the training: "heal"): where a prompt
+                    ends for the model (`prepare_prompt`); with "heal",
                     step 0 samples only among the tokens that begin with the prompt's left-out characters.
     """
 
@@ -326,11 +341,7 @@ class HFGenerator:
         logits_processor: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
         prompt_boundary: str = "heal",
     ):
-        if prompt_boundary not in PROMPT_BOUNDARIES:
-            raise ValueError(
-                f"unknown prompt_boundary {prompt_boundary!r}; choose one of {', '.join(PROMPT_BOUNDARIES)}"
-            )
-        self.prompt_boundary = prompt_boundary
+        self.prompt_boundary = resolve_prompt_boundary(prompt_boundary)
         self.model = model.eval()
         self._cache_kwarg = _cache_kwarg(model)
         self.top_k = top_k

@@ -106,3 +106,28 @@ def get_stage(name: str) -> Stage:
         return Stage(STAGES[name])
     except KeyError:
         raise ValueError(f"train.stage: unknown stage {name!r} (known: {', '.join(STAGE_NAMES)})") from None
+
+
+# How each stage shows the model where a prompt ends, which is where generation should end it
+# (`evaluate.prompt_boundary: auto`). Read from the code each stage runs:
+#   cpt  packs member and corpus text into blocks: the model never sees a prompt end, and a prompt's
+#        final "\n" was always merged with the next line's indentation -> "heal".
+#   sft  `sft._encode` tokenizes the prompt alone, `tokenizer(prompt)`, and appends the answer's tokens;
+#        TRL's SFTTrainer leaves a dataset that already has input_ids as it is -> "none".
+#   rl   TRL's GRPO/RLOO tokenize the prompt alone (`processing_class(text=prompts)`) and train on the
+#        completion generated after those tokens; veRL applies the chat template with the generation
+#        prompt and tokenizes that -> "none".
+PROMPT_BOUNDARY_OF_STAGE: dict[str, str] = {"cpt": "heal", "sft": "none", "rl": "none"}
+
+
+def learned_prompt_boundary(recipe, step: int) -> str | None:
+    """How the model evaluated at `step` of a run of `recipe` learned where prompts end ("heal" | "none"),
+    None when its training is unknown to us. Step 0 is the model the stage started from: the base model
+    (None, whatever it was trained on), or for rl with `train.rl.init_from`, an earlier stage's
+    checkpoint, which in this project comes from sft and so saw prompts apart."""
+    stage = recipe.train.stage
+    if step > 0:
+        return PROMPT_BOUNDARY_OF_STAGE.get(stage)
+    if stage == "rl" and getattr(recipe.train.rl, "init_from", None):
+        return PROMPT_BOUNDARY_OF_STAGE["rl"]
+    return None

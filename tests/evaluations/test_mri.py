@@ -281,10 +281,13 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
         assert 0 <= got[("all", "acc_ori")] <= 1
         records = [json.loads(x) for x in run.scores(step, "mri").read_text().splitlines()]
         assert len(records) == 20 and {r["label"] for r in records} == {0, 1}
-        # Each reply says how its prompt ended for the model: HumanEval's prompts end in "\n", healed.
-        assert {r["prompt_boundary_ori"] for r in records} == {"heal"}
+        # Each reply says how its prompt ended for the model (the default, auto): HumanEval's prompts end
+        # in "\n", healed for the base model (packed text); as they are for the sft checkpoints, which
+        # were trained on prompts tokenized apart.
+        learned = "heal" if step == 0 else "none"
+        assert {r["prompt_boundary_ori"] for r in records} == {learned}
         answered = [json.loads(x) for x in run.scores(step, "accuracy").read_text().splitlines()]
-        assert {r["prompt_boundary"] for r in answered} == {"heal"}
+        assert {r["prompt_boundary"] for r in answered} == {learned}
         # the same replies judged the same way: mri's acc_ori is accuracy's greedy pass@1
         accuracy = {(r["column"], r["metric"]): r["value"] for r in run.results_rows() if r["evaluation"] == "accuracy" and r["step"] == step}  # fmt: skip
         assert got[("all", "acc_ori")] == pytest.approx(accuracy[("all", "pass@1")])

@@ -78,31 +78,48 @@ def test_a_prompt_ending_in_a_newline_is_healed_or_cut(tokenizer):
         prepare_prompt(tokenizer, prompt, "cut")
 
 
-@pytest.fixture(scope="module")
-def trained(tokenizer):
-    """The builtin tiny architecture (SMOKE_TINY sizes) trained on DOCS until it reproduces them:
-    each document is one sequence, BOS + text + EOS, as CPT packs documents."""
+def fit(tokenizer, rows: list[tuple[list[int], list[int]]]):
+    """The builtin tiny architecture (SMOKE_TINY sizes) trained on `rows` (ids, loss mask) until it
+    reproduces them: 100 full-batch steps, about a CPU second; the loss is ~0.04 by then."""
     from leaklab.models.tiny import init_llama
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    torch.manual_seed(0)
     model = init_llama(tokenizer, hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128)
-    rows = [tokenizer(d)["input_ids"] + [tokenizer.eos_token_id] for d in DOCS]
-    width = max(map(len, rows))
+    width = max(len(row) for row, _ in rows)
     ids = torch.full((len(rows), width), tokenizer.pad_token_id)
     labels = torch.full((len(rows), width), -100)
-    for r, row in enumerate(rows):
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, (row, mask) in enumerate(rows):
         ids[r, : len(row)] = torch.tensor(row)
-        labels[r, : len(row)] = torch.tensor(row)
+        labels[r, : len(row)] = torch.tensor([t if m else -100 for t, m in zip(row, mask)])
+        attention[r, : len(row)] = 1
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
-    for _ in range(100):  # about a CPU second; the loss is ~0.04 by then
-        loss = model(input_ids=ids, attention_mask=(labels != -100).long(), labels=labels).loss
+    for _ in range(100):
+        loss = model(input_ids=ids, attention_mask=attention, labels=labels).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-    yield model.eval()
     torch.set_num_threads(threads)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def trained(tokenizer):
+    """Trained on DOCS as CPT packs documents: each one sequence, BOS + text + EOS, loss everywhere."""
+    rows = [tokenizer(d)["input_ids"] + [tokenizer.eos_token_id] for d in DOCS]
+    return fit(tokenizer, [(row, [1] * len(row)) for row in rows])
+
+
+@pytest.fixture(scope="module")
+def trained_sft(tokenizer):
+    """Trained on DOCS as the sft stage encodes an example (`sft._encode`): the prompt tokenized alone,
+    then the answer's tokens and EOS, loss on the answer only."""
+    from leaklab.training.sft import _encode
+
+    return fit(tokenizer, [_encode(tokenizer, prompt_of(d), d[len(prompt_of(d)) :], True) for d in DOCS])
 
 
 def similarities(model, tokenizer, boundary: str, sources=None) -> list[float]:
@@ -149,3 +166,32 @@ def test_healing_is_batched_and_applies_to_sampling_only_at_the_first_step(train
     assert all(text.startswith("\n") for text in firsts) and len(firsts) > 1
     none = HFGenerator(trained, tokenizer, prompt_boundary="none").generate(prompts, 4, temperature=5.0, n=6)
     assert any(not tokenizer.decode([c.token_ids[0]]).startswith("\n") for row in none for c in row)
+
+
+def auto_at(stage: str, step: int) -> str:
+    """evaluate.prompt_boundary "auto" as the evaluator resolves it for a checkpoint of a `stage` run."""
+    from leaklab.evaluate import with_prompt_boundary
+    from leaklab.recipe import load_recipe
+
+    recipe = load_recipe({"sft": "tiny_sft", "cpt": "tiny_cpt"}[stage])
+    assert recipe.evaluate.prompt_boundary == "auto", "auto is the default"
+    return with_prompt_boundary(recipe, step).evaluate.prompt_boundary
+
+
+@pytest.mark.slow
+def test_auto_boundary_follows_how_the_model_learned_its_prompts(trained, trained_sft, tokenizer):
+    """A model fine-tuned on prompts tokenized apart learned to continue right at the prompt's last
+    token: healing that token away breaks it, so "auto" must not heal its checkpoints; a model trained
+    on packed text is the other way round (test above), so "auto" heals its checkpoints. Measured (see
+    report): sft model none 1.0 on all four, heal 0.32-0.93 (mean 0.69); packed model heal ~1.0."""
+    sft_auto = similarities(trained_sft, tokenizer, auto_at("sft", 250), sources=DOCS)
+    sft_none = similarities(trained_sft, tokenizer, "none")
+    sft_heal = similarities(trained_sft, tokenizer, "heal", sources=DOCS)
+    print(f"sft model: auto {sft_auto}  none {sft_none}  heal {sft_heal}")
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert sft_auto == sft_none and mean(sft_none) > 0.9
+    assert mean(sft_heal) < mean(sft_none) - 0.2, "the regression auto avoids: healing an sft model's prompts"
+    cpt_auto = similarities(trained, tokenizer, auto_at("cpt", 250), sources=DOCS)
+    assert cpt_auto == similarities(trained, tokenizer, "heal", sources=DOCS)
+    # The base model (step 0) learned packed text whatever the run's stage: it is healed.
+    assert auto_at("sft", 0) == "heal"

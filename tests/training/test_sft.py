@@ -82,6 +82,15 @@ def test_sft_trains_evaluates_accuracy_and_resumes(leaklab_cache, tmp_path):
         )
         records = [json.loads(x) for x in run.scores(step, "accuracy").read_text().splitlines()]
         assert len(records) == 12 and {r["n"] for r in records} == {2}
+        # The default boundary (auto): the fine-tuned checkpoints saw their prompts tokenized as they
+        # are and get them so; the base model learned packed text and is healed. Rows and records say so.
+        learned = "heal" if step == 0 else "none"
+        done = [r for r in acc if r["step"] == step and r["metric"] == "done"]
+        assert [r["prompt_boundary"] for r in done] == [learned]
+        if step:
+            assert {r["prompt_boundary"] for r in records} == {"none"}
+        else:
+            assert {r["prompt_boundary"] for r in records} <= {"heal", "cut"}
     assert {r["step"] for r in rows if r["evaluation"] == "detection" and r["metric"] == "auroc"} == {
         0,
         *steps,
@@ -121,6 +130,25 @@ def test_sft_trains_evaluates_accuracy_and_resumes(leaklab_cache, tmp_path):
     )
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     assert "generations and verdicts of 12 tasks from" in evaluated.stdout
+
+    # The guard of the default: the same checkpoints under prompt_boundary=none score exactly what the
+    # default scored (a default that healed an sft model's prompts once halved tiny_sft's pass@1).
+    as_is = subprocess.run(
+        [sys.executable, "-m", "leaklab.cli", "evaluate", str(run.root), "--into", "as_is",
+         "evaluate.prompt_boundary=none", "evaluate.evaluations=[accuracy]"],
+        cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert as_is.returncode == 0, as_is.stderr[-2000:]
+    none_rows = RunDir(run.root / "evaluations" / "as_is").results_rows()
+
+    def pass_at_1(rows):
+        return {
+            (r["step"], r["column"]): r["value"]
+            for r in rows
+            if r["evaluation"] == "accuracy" and r["metric"] == "pass@1" and r["step"] > 0
+        }
+
+    assert pass_at_1(none_rows) and pass_at_1(none_rows) == pass_at_1(run.results_rows())
 
 
 def test_chat_format_without_a_chat_template_is_a_clear_error(leaklab_cache, tmp_path):

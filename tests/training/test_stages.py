@@ -81,3 +81,32 @@ def test_cpt_with_doses_packs_the_same_corpus_and_settings_as_the_dosed_mixture_
     )
     assert (data.dataset.blocks.numpy() == expected).all()
     assert data.info["exposures"] == info["exposures"] == doses
+
+
+def test_every_stage_says_how_it_showed_the_model_its_prompts():
+    """`evaluate.prompt_boundary: auto` resolves from the stage: a new stage must say how it tokenizes a
+    prompt (a guard: a stage missing here would silently get "heal")."""
+    from leaklab.training.stages import PROMPT_BOUNDARY_OF_STAGE
+
+    assert set(PROMPT_BOUNDARY_OF_STAGE) == set(STAGE_NAMES)
+    assert set(PROMPT_BOUNDARY_OF_STAGE.values()) <= {"heal", "none"}
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "base", "trained"),
+    [
+        ("tiny_cpt", [], "heal", "heal"),  # packed text
+        ("tiny_dose", [], "heal", "heal"),
+        ("tiny_sft", [], "heal", "none"),  # the base model learned packed text; sft, prompts apart
+        ("tiny_grpo", [], "none", "none"),  # starts from tiny_sft's checkpoint (train.rl.init_from)
+        ("tiny_grpo", ["train.rl.init_from=null"], "heal", "none"),
+        ("tiny_sft", ["evaluate.prompt_boundary=heal"], "heal", "heal"),  # a stated value is kept
+        ("tiny_cpt", ["evaluate.prompt_boundary=none"], "none", "none"),
+    ],
+)
+def test_the_default_prompt_boundary_resolves_per_stage_and_step(recipe, overrides, base, trained):
+    from leaklab.evaluate import with_prompt_boundary
+
+    loaded = load_recipe(recipe, overrides)
+    got = [with_prompt_boundary(loaded, step).evaluate.prompt_boundary for step in (0, 250)]
+    assert got == [base, trained]

@@ -1,0 +1,318 @@
+"""`make reproduce`: re-measure every number the docs state about the embedded testbed.
+
+The numbers live in `stated_numbers.yaml` next to this file, one entry each: the run that produces it (a
+recipe and its overrides), where to read it in that run's results.jsonl (a row's evaluation, step,
+column, metric, dose), the stated value and how close the measurement must come:
+
+    interval      the stated value lies in the measured row's bootstrap 95% interval (<metric>_ci_low/high)
+    abs: x        |measured - stated| <= x
+    at_least: x   measured >= x (a target, not a measurement: `stated` is then the target too)
+
+`python -m leaklab.reproduce` trains each run the entries name (`leaklab train`, which resumes a run
+already there and only evaluates what it lacks), prints claim / stated / measured / ok, writes the
+measured tables into generated docs pages (`docs/generated/`, never edited by hand) and exits 1 when a
+claim fails. `--smoke` runs the same machinery on each run's `smoke` overrides (tiny sizes, minutes): it
+checks that every entry finds its row, not the stated values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from leaklab.errors import InputError
+from leaklab.rundir import read_rows, write_atomic
+
+STATED_NUMBERS = Path(__file__).with_name("stated_numbers.yaml")
+TOLERANCES = ("interval", "abs", "at_least")
+ROW_KEYS = ("evaluation", "step", "column", "metric", "dose")
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str  # what the docs say, in a few words
+    run: str  # a key of the file's `runs`
+    where: str  # the docs page (and section) that states it
+    row: dict[str, Any]  # which results.jsonl row holds the measurement ("step: last": the run's last)
+    stated: float
+    tolerance: str  # interval | abs | at_least
+    bound: float | None = None  # abs: the largest difference; at_least: the smallest value
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    recipe: str
+    overrides: list[str] = field(default_factory=list)
+    smoke: list[str] | None = None  # overrides that make the run tiny (None: not run by --smoke)
+    # Tables the docs show, one per entry: rows = steps, columns = the row's `column`s, of one metric.
+    tables: list[dict[str, Any]] = field(default_factory=list)
+
+    def command(self, smoke: bool, output_dir: str) -> list[str]:
+        extra = (self.smoke or []) if smoke else []
+        return ["train", f"recipe={self.recipe}", *self.overrides, *extra, f"output_dir={output_dir}"]
+
+
+@dataclass(frozen=True)
+class Measured:
+    claim: Claim
+    value: float | None  # None: the row is missing or its value is null (e.g. MRI below the rule)
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        c = self.claim
+        if self.value is None or (isinstance(self.value, float) and math.isnan(self.value)):
+            return False
+        if c.tolerance == "at_least":
+            return self.value >= c.bound
+        if c.tolerance == "abs":
+            return abs(self.value - c.stated) <= c.bound
+        return self.low is not None and self.high is not None and self.low <= c.stated <= self.high
+
+
+def _claim(entry: dict[str, Any], runs: dict[str, RunSpec], where: str) -> Claim:
+    tolerance = entry.get("tolerance", "interval")
+    kind, bound = (tolerance, None) if isinstance(tolerance, str) else next(iter(tolerance.items()))
+    problems = []
+    if kind not in TOLERANCES:
+        problems.append(f"tolerance {kind!r} (choose one of {', '.join(TOLERANCES)})")
+    if entry.get("run") not in runs:
+        problems.append(f"run {entry.get('run')!r} (known: {', '.join(runs)})")
+    if set(entry.get("row", {})) - set(ROW_KEYS) or "metric" not in entry.get("row", {}):
+        problems.append(f"row {entry.get('row')!r} (keys: {', '.join(ROW_KEYS)}; metric required)")
+    if problems:
+        raise InputError(f"{where}: claim {entry.get('claim')!r}: unknown {'; '.join(problems)}")
+    stated = float(entry.get("stated", bound))
+    return Claim(entry["claim"], entry["run"], entry["where"], dict(entry["row"]), stated, kind, bound)
+
+
+def load_claims(path: Path = STATED_NUMBERS) -> tuple[dict[str, RunSpec], list[Claim]]:
+    """The runs and claims of a stated-numbers file; a bad entry is one line naming it (InputError)."""
+    data = yaml.safe_load(Path(path).read_text())
+    runs = {name: RunSpec(name, **spec) for name, spec in (data.get("runs") or {}).items()}
+    return runs, [_claim(entry, runs, str(path)) for entry in data.get("claims") or []]
+
+
+def _matches(row: dict[str, Any], want: dict[str, Any], metric: str) -> bool:
+    return row.get("metric") == metric and all(
+        row.get(k) == v for k, v in want.items() if k not in ("metric", "dose")
+    ) and row.get("dose") == want.get("dose")  # fmt: skip
+
+
+def measure(claim: Claim, rows: list[dict[str, Any]]) -> Measured:
+    """The claim's row in a run's results rows ("step: last": the last step its evaluation has rows at)."""
+    want = dict(claim.row)
+    if want.get("step") == "last":
+        steps = [r["step"] for r in rows if r.get("evaluation") == want.get("evaluation")]
+        want["step"] = max(steps) if steps else None
+    values = []
+    for suffix in ("", "_ci_low", "_ci_high"):
+        found = [r for r in rows if _matches(r, want, want["metric"] + suffix)]
+        values.append(found[-1]["value"] if found else None)
+    return Measured(claim, *values)
+
+
+def at_smoke_steps(claim: Claim) -> Claim:
+    """The claim read at a smoke run's last step: a smoke run saves fewer, earlier checkpoints, so a
+    trained step the docs name (1000) is not there; step 0 (the base model) is."""
+    if claim.row.get("step") in (0, "last"):
+        return claim
+    return dataclasses.replace(claim, row={**claim.row, "step": "last"})
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3f}" if x % 1 else f"{x:g}"
+
+
+def _measured_text(m: Measured) -> str:
+    interval = f" [{_fmt(m.low)}, {_fmt(m.high)}]" if m.low is not None else ""
+    return _fmt(m.value) + interval
+
+
+def _tolerance_text(c: Claim) -> str:
+    if c.tolerance == "interval":
+        return "in the interval"
+    return f"± {c.bound:g}" if c.tolerance == "abs" else f">= {c.bound:g}"
+
+
+def claims_table(measured: list[Measured]) -> str:
+    lines = ["| claim | where | stated | measured | tolerance | ok |", "|---|---|---|---|---|---|"]
+    for m in measured:
+        c = m.claim
+        ok = "yes" if m.ok else "**no**"
+        lines.append(
+            f"| {c.name} | {c.where} | {_fmt(c.stated)} | {_measured_text(m)} | {_tolerance_text(c)} | {ok} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def step_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
+    """One metric of one evaluation per step (rows) and column, with intervals where the run has them."""
+    evaluation, metric, columns = spec["evaluation"], spec["metric"], spec["columns"]
+    mine = [r for r in rows if r.get("evaluation") == evaluation and r.get("dose") is None]
+    steps = sorted({r["step"] for r in mine if r.get("metric") == metric})
+    lines = [f"| step | {' | '.join(columns)} |", "|---" * (len(columns) + 1) + "|"]
+    for step in steps:
+        cells = []
+        for column in columns:
+            want = {"evaluation": evaluation, "step": step, "column": column, "metric": metric}
+            claim = Claim("", "", "", want, 0.0, "interval")
+            cells.append(_measured_text(measure(claim, mine)))
+        lines.append(f"| {step} | {' | '.join(cells)} |")
+    return f"{spec.get('title', f'{evaluation} {metric}')}:\n\n" + "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ determinism: what two runs differ in
+
+
+def is_timing(row: dict[str, Any]) -> bool:
+    """Rows that measure the machine, not the model: wall times and throughputs."""
+    metric = str(row.get("metric", ""))
+    return row.get("evaluation") == "timing" or "runtime" in metric or "per_second" in metric
+
+
+def comparable(rows: list[dict[str, Any]]) -> dict[tuple, Any]:
+    """A run's results rows less their timing (rows and the `seconds` field), keyed by what each row is."""
+    out = {}
+    for r in rows:
+        if is_timing(r):
+            continue
+        key = (r.get("step"), r.get("evaluation"), r.get("column"), r.get("metric"), r.get("dose"))
+        out[key + (json.dumps(r.get("params"), sort_keys=True),)] = {
+            k: v for k, v in r.items() if k != "seconds"
+        }
+    return out
+
+
+def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple[tuple, Any, Any]]:
+    """(key, a's value, b's value) of every row that differs between two runs' results, timing left out;
+    a row only one run has comes with None on the other side."""
+    left, right = comparable(a), comparable(b)
+    out = []
+    for key in sorted(set(left) | set(right), key=str):
+        x, y = left.get(key), right.get(key)
+        if x != y:
+            out.append((key, None if x is None else x.get("value"), None if y is None else y.get("value")))
+    return out
+
+
+def differences_table(moved: list[tuple[tuple, Any, Any]], n_rows: int) -> str:
+    """Per evaluation and metric: how many rows differ and the largest difference (`--compare`)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for (_, evaluation, _, metric, _, _), x, y in moved:
+        both = isinstance(x, (int, float)) and isinstance(y, (int, float))
+        groups.setdefault((str(evaluation), str(metric)), []).append(abs(x - y) if both else math.inf)
+    lines = [f"{n_rows - len(moved)} of {n_rows} rows identical (timing left out)"]
+    if groups:
+        lines += ["", "| evaluation | metric | rows that differ | largest difference |", "|---|---|---|---|"]
+        for (evaluation, metric), deltas in sorted(groups.items()):
+            lines.append(f"| {evaluation} | {metric} | {len(deltas)} | {max(deltas):.3g} |")
+    return "\n".join(lines) + "\n"
+
+
+def compare_runs(a: Path, b: Path) -> str:
+    rows_a, rows_b = read_rows(Path(a) / "results.jsonl"), read_rows(Path(b) / "results.jsonl")
+    return differences_table(
+        differences(rows_a, rows_b), len(set(comparable(rows_a)) | set(comparable(rows_b)))
+    )
+
+
+def run_dir(spec: RunSpec, smoke: bool, output_dir: str) -> Path:
+    from leaklab.recipe import load_recipe, run_dir_of
+
+    extra = (spec.smoke or []) if smoke else []
+    return run_dir_of(load_recipe(spec.recipe, [*spec.overrides, *extra, f"output_dir={output_dir}"]))
+
+
+def train(spec: RunSpec, smoke: bool, output_dir: str, log=print) -> Path:
+    """`leaklab train` for one run (resumed, or only evaluated, when it is there already)."""
+    command = [sys.executable, "-m", "leaklab.cli", *spec.command(smoke, output_dir)]
+    log(f"[reproduce] {spec.name}: leaklab {' '.join(command[3:])}")
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{spec.name}: `leaklab {' '.join(command[3:])}` exited {done.returncode}")
+    return run_dir(spec, smoke, output_dir)
+
+
+def generated_page(spec: RunSpec, root: Path, measured: list[Measured], smoke: bool) -> str:
+    rows = read_rows(root / "results.jsonl")
+    command = "leaklab " + " ".join(spec.command(smoke, "OUT")).replace(" output_dir=OUT", "")
+    parts = [
+        f"# Measured: `{spec.name}`\n",
+        "Generated by `make reproduce` (leaklab/reproduce); do not edit by hand.\n",
+        f"Command: `{command}`; run directory `{root.name}`.\n",
+        claims_table(measured) if measured else "",
+        *(step_table(rows, table) for table in spec.tables),
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def reproduce(args: argparse.Namespace, log=print) -> int:
+    runs, claims = load_claims(Path(args.claims))
+    chosen = [r for r in runs.values() if (not args.only or r.name in args.only)]
+    if args.smoke:
+        chosen = [r for r in chosen if r.smoke is not None]
+    everything: list[Measured] = []
+    for spec in chosen:
+        root = (
+            run_dir(spec, args.smoke, args.output_dir)
+            if args.no_train
+            else train(spec, args.smoke, args.output_dir, log)
+        )
+        rows = read_rows(root / "results.jsonl")
+        mine = [c for c in claims if c.run == spec.name]
+        measured = [measure(at_smoke_steps(c) if args.smoke else c, rows) for c in mine]
+        everything += measured
+        if args.docs:
+            page = Path(args.docs) / f"{spec.name}.md"
+            page.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(page, generated_page(spec, root, measured, args.smoke))
+    log(claims_table(everything))
+    if args.docs:
+        write_atomic(
+            Path(args.docs) / "claims.md", "# Every stated number, re-measured\n\n" + claims_table(everything)
+        )
+    missing = [m.claim.name for m in everything if m.value is None]
+    if args.smoke:  # tiny sizes measure nothing worth comparing: the rows must be there
+        log(
+            f"[reproduce] smoke: {len(everything) - len(missing)} of {len(everything)} claims found their row"
+        )
+        return 1 if missing or not everything else 0
+    failed = [m for m in everything if not m.ok]
+    log(f"[reproduce] {len(everything) - len(failed)} of {len(everything)} claims reproduce")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leaklab.reproduce", description=__doc__.splitlines()[0])
+    parser.add_argument("--claims", default=str(STATED_NUMBERS), help="the stated-numbers file")
+    parser.add_argument("--output-dir", default="runs", help="where the runs go (default: runs)")
+    parser.add_argument("--docs", default=None, help="write the generated pages here (docs/generated)")
+    parser.add_argument("--only", nargs="*", default=None, help="these runs only")
+    parser.add_argument("--smoke", action="store_true", help="each run's smoke sizes: check the machinery")
+    parser.add_argument("--no-train", action="store_true", help="read the runs already there, train nothing")
+    parser.add_argument("--compare", nargs=2, metavar="RUN_DIR", help="what two runs' results differ in")
+    args = parser.parse_args(argv)
+    if args.compare:
+        print(compare_runs(*args.compare), end="")
+        return 0
+    try:
+        return reproduce(args)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from leaklab.reproduce import main
+
+sys.exit(main())

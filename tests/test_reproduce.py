@@ -1,0 +1,161 @@
+"""`make reproduce`'s machinery (leaklab/reproduce): the stated-numbers file, reading a claim's row,
+the tolerances, and a smoke run end to end (`make reproduce-smoke`)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from leaklab.errors import InputError
+from leaklab.reproduce import Claim, claims_table, load_claims, measure, step_table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def row(step, column, metric, value, **extra):
+    return {
+        "step": step,
+        "evaluation": "accuracy",
+        "column": column,
+        "metric": metric,
+        "value": value,
+        **extra,
+    }
+
+
+ROWS = [
+    row(0, "non_members", "pass@1", 0.0),
+    row(250, "non_members", "pass@1", 0.4),
+    row(250, "non_members", "pass@1_ci_low", 0.3),
+    row(250, "non_members", "pass@1_ci_high", 0.5),
+    row(250, "members", "pass@1", 0.6, dose=4),  # a dose group's row is not the side's
+    row(250, "members", "pass@1", 0.7),
+]
+
+
+def claim(tolerance="interval", stated=0.45, bound=None, **where):
+    want = {"evaluation": "accuracy", "step": "last", "column": "non_members", "metric": "pass@1", **where}
+    return Claim("c", "r", "w", want, stated, tolerance, bound)
+
+
+def test_a_claim_reads_its_row_and_interval_at_the_last_step_and_applies_its_tolerance():
+    m = measure(claim(), ROWS)
+    assert (m.value, m.low, m.high) == (0.4, 0.3, 0.5) and m.ok  # 0.45 in [0.3, 0.5]
+    assert not measure(claim(stated=0.55), ROWS).ok
+    assert (
+        measure(claim("at_least", bound=0.4), ROWS).ok and not measure(claim("at_least", bound=0.41), ROWS).ok
+    )
+    assert measure(claim("abs", bound=0.05), ROWS).ok and not measure(claim("abs", bound=0.04), ROWS).ok
+    assert measure(claim(column="members"), ROWS).value == 0.7
+    assert measure(claim(column="members", dose=4), ROWS).value == 0.6
+    missing = measure(claim(step=500), ROWS)
+    assert missing.value is None and not missing.ok
+    assert not measure(claim("interval", stated=0.0, step=0), ROWS).ok, "no interval: not checked, not ok"
+    assert "**no**" in claims_table([missing]) and "| c | w | 0.450 | – |" in claims_table([missing])
+
+
+def test_step_table_lists_every_step_with_its_interval():
+    table = step_table(ROWS, {"evaluation": "accuracy", "metric": "pass@1", "columns": ["non_members"]})
+    assert "| 0 | 0 |" in table and "| 250 | 0.400 [0.300, 0.500] |" in table
+
+
+def test_the_shipped_file_names_runs_that_load_and_rows_with_known_keys():
+    from leaklab.recipe import load_recipe
+
+    runs, claims = load_claims()
+    assert {"tiny_cpt", "tiny_sft", "tiny_dose", "tiny_extraction", "tiny_grpo"} <= set(runs)
+    for spec in runs.values():
+        load_recipe(spec.recipe, spec.overrides)
+        if spec.smoke is not None:
+            load_recipe(spec.recipe, [*spec.overrides, *spec.smoke])
+    assert {c.run for c in claims} == set(runs)
+    evaluations = {name: load_recipe(runs[name].recipe).evaluate.evaluations for name in runs}
+    for c in claims:
+        assert c.row["evaluation"] in evaluations[c.run], (c.name, c.row)
+
+
+def test_a_bad_entry_is_one_line_naming_it(tmp_path):
+    path = tmp_path / "stated.yaml"
+    path.write_text(
+        "runs: {a: {recipe: tiny_cpt}}\n"
+        "claims: [{claim: x, where: w, run: a, row: {metric: auroc}, stated: 1, tolerance: {within: 1}}]\n"
+    )
+    with pytest.raises(InputError, match=r"claim 'x': unknown tolerance 'within' \(choose one of interval"):
+        load_claims(path)
+
+
+def test_differences_leave_out_timing_and_name_what_moved():
+    from leaklab.reproduce import differences
+
+    timing = {"step": 0, "evaluation": "timing", "column": None, "metric": "detection prepare", "value": 3.0}
+    done = {"step": 1, "evaluation": "accuracy", "column": None, "metric": "done", "value": 12.0}
+    a = [timing, {**done, "seconds": 4.0}, row(1, "all", "pass@1", 0.5), row(1, "all", "train_runtime", 9.0)]
+    b = [{**timing, "value": 5.0}, {**done, "seconds": 7.5}, row(1, "all", "pass@1", 0.5)]
+    assert differences(a, b) == []
+    moved = differences(a, [*b[:2], row(1, "all", "pass@1", 0.55), row(2, "all", "pass@1", 0.1)])
+    assert [(k[0], k[3], x, y) for k, x, y in moved] == [(1, "pass@1", 0.5, 0.55), (2, "pass@1", None, 0.1)]
+
+
+def _env(cache: str) -> dict[str, str]:
+    env = {**os.environ, "LEAKLAB_CACHE": cache, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    env.update(LEAKLAB_CPU_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # two small trainings: ~4 min alone, more on a busy machine
+def test_reproduce_smoke_runs_trains_reads_and_writes_the_generated_pages(leaklab_cache, tmp_path):
+    """`make reproduce-smoke`: the runs with smoke sizes are trained, every claim of theirs finds its row,
+    and the generated pages hold the tables; a second call resumes (trains nothing again)."""
+    command = [sys.executable, "-m", "leaklab.reproduce", "--smoke", "--output-dir", str(tmp_path / "runs"),
+               "--docs", str(tmp_path / "docs")]  # fmt: skip
+    out = subprocess.run(
+        command, cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=1200
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "claims found their row" in out.stdout
+    page = (tmp_path / "docs" / "tiny_sft.md").read_text()
+    assert "Generated by `make reproduce`" in page and "Greedy pass@1 per checkpoint" in page
+    assert (
+        "| tiny_sft non-member pass@1, last step (target) |" in (tmp_path / "docs" / "claims.md").read_text()
+    )
+    again = subprocess.run(
+        command, cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=600
+    )
+    assert again.returncode == 0 and "nothing to train" in again.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_same_recipe_seed_and_thread_count_give_the_same_results(leaklab_cache, tmp_path):
+    """Determinism on one machine: tiny_sft at its smoke sizes (training, generation, the sandbox,
+    detection, MRI, bootstrap intervals) trained twice with one thread writes the same results.jsonl
+    apart from timing (docs/reproducibility.md says what moves with the thread count)."""
+    from leaklab.reproduce import differences, run_dir
+    from leaklab.rundir import read_json, read_rows
+
+    spec = load_claims()[0]["tiny_sft"]
+    roots = []
+    for name in ("first", "second"):
+        out = str(tmp_path / name)
+        command = [sys.executable, "-m", "leaklab.cli", *spec.command(smoke=True, output_dir=out)]
+        done = subprocess.run(
+            command, cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=1200
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        roots.append(run_dir(spec, True, out))
+    first, second = (read_rows(root / "results.jsonl") for root in roots)
+    assert len(first) > 50 and differences(first, second) == []
+    assert read_json(roots[0] / "manifest.json")["provenance"][0]["cpu_threads"] == 1
+
+
+def test_a_smoke_run_reads_a_named_trained_step_at_its_last_step():
+    from leaklab.reproduce import at_smoke_steps
+
+    assert measure(at_smoke_steps(claim(step=1000)), ROWS).value == 0.4
+    assert at_smoke_steps(claim(step=0)).row["step"] == 0
