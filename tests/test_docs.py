@@ -103,14 +103,17 @@ def test_every_docs_path_named_in_code_exists():
 # --------------------------------------------------------------------------- commands shown in the docs
 
 
+ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 NOT_SHELL = ("python", "py", "toml", "yaml", "json")  # fenced blocks of these languages hold no commands
 
 
 def shown_commands(text: str) -> list[list[str]]:
     """The `leaklab ...` commands in a page's fenced code blocks, as argument lists (after `leaklab`;
     `accelerate launch [options] leaklab/train.py ARGS` counts as `train ARGS`). Shell comments, line
-    continuations, `&&`, `;` and `&` are handled; environment assignments before a command are skipped."""
+    continuations, `&&`, `;` and `&` are handled; environment assignments before a command are skipped,
+    and a variable set on a line of its own (`SIZES="a=1 b=2"`) is expanded where a later `$SIZES` uses it."""
     commands = []
+    variables: dict[str, list[str]] = {}
     for block in FENCE.findall(text):
         if block.splitlines()[0].strip("`").strip() in NOT_SHELL:  # `import leaklab` is no command
             continue
@@ -122,8 +125,13 @@ def shown_commands(text: str) -> list[list[str]]:
             segment: list[str] = []
             for token in [*lexer, ";"]:
                 if token and set(token) <= set(";&|"):
+                    if len(segment) == 1 and ASSIGNMENT.match(segment[0]):
+                        name, value = segment[0].split("=", 1)
+                        variables[name] = value.split()
                     commands.extend(_as_leaklab(segment))
                     segment = []
+                elif token.startswith("$") and token[1:] in variables:
+                    segment.extend(variables[token[1:]])
                 else:
                     segment.append(token)
     return commands
@@ -216,3 +224,8 @@ def test_every_command_shown_in_the_docs_parses(capsys):
         except (Exception, SystemExit) as err:
             pytest.fail(f"{name}: `leaklab {' '.join(argv)}` is refused: {err!r}")
     capsys.readouterr()
+
+
+def test_a_variable_set_in_a_block_is_expanded_in_its_commands():
+    page = '```bash\nSIZES="a=1 \\\n  b=2"\nleaklab train recipe=x $SIZES out=y\n```\n'
+    assert shown_commands(page) == [["train", "recipe=x", "a=1", "b=2", "out=y"]]
