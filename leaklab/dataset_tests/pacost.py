@@ -27,7 +27,7 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.dataset_tests.sharded_likelihood import one_sided_t
-from leaklab.detectors.srdetection import VARIANTS, gray_scores
+from leaklab.detectors.srdetection import VARIANTS
 
 
 def paired_differences(original_nll, variant_nll) -> np.ndarray:
@@ -103,16 +103,7 @@ class Pacost:
         return {"pacost_gap": {"confidence": "exp(-NLL)"}}
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        if inputs.rule_inputs is None:
-            raise ValueError("'pacost' needs each sample's variants (rule_inputs)")
-        original, variants = gray_scores(
-            inputs.model,
-            inputs.tokenizer,
-            inputs.rule_inputs,
-            inputs.settings,
-            accelerator=inputs.accelerator,
-            cache=inputs.cache,
-        )
+        original, variants = inputs.variant_nlls("pacost")
         gaps = confidence_gaps(original, variants)
         inputs.info[self.name] = {"undefined": int(np.isnan(gaps).sum())}
         return {"pacost_gap": gaps}

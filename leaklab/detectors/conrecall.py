@@ -145,27 +145,14 @@ class ConRecall:
         return cross_fitted_shots(inputs.texts, known, self.folds, self.seed)
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.logprobs import compute_token_stats, model_context_length
+        from leaklab.signals.logprobs import model_context_length
 
         scoring = inputs.scoring()
         solution = scoring.scoring_span == "solution"
         contexts = inputs.contexts() if solution else [""] * len(inputs.texts)
         max_length = scoring.max_length or model_context_length(inputs.model) or 2048
 
-        def nlls(texts, prompts, settings) -> np.ndarray:
-            stats = compute_token_stats(
-                inputs.model,
-                inputs.tokenizer,
-                texts,
-                prompts=prompts,
-                settings=settings,
-                distribution=False,
-                accelerator=inputs.accelerator,
-                cache=inputs.cache,
-            )
-            return np.array([s.nll() for s in stats], dtype=np.float64)
-
-        plain = nlls(inputs.texts, contexts if solution else None, scoring)
+        plain = inputs.nlls(inputs.texts, contexts if solution else None, scoring)
         fitted, heads = [], {"member": [], "non_member": []}
         for i, candidates in enumerate(self.shot_lists(inputs)):
             text, context = inputs.texts[i], contexts[i]
@@ -183,7 +170,7 @@ class ConRecall:
         cond = {}
         for kind, prefixes in heads.items():
             values = np.full(len(inputs.texts), np.nan)
-            values[fitted] = nlls(
+            values[fitted] = inputs.nlls(
                 [h + inputs.texts[i] for h, i in zip(prefixes, fitted)],
                 [h + contexts[i] for h, i in zip(prefixes, fitted)],
                 conditional,

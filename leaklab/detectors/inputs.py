@@ -82,3 +82,41 @@ class ModelInputs:
         scoring = ScoringSettings.from_config(self.settings)
         scoring.check()
         return scoring
+
+    def nlls(
+        self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None
+    ) -> np.ndarray:
+        """Mean NLL of each text under the target model, through the shared signal engine and cache (so a
+        text another detector scored already is a cache hit); `settings`: the `ScoringSettings` to use."""
+        import numpy as np
+
+        from leaklab.signals.logprobs import compute_token_stats
+
+        stats = compute_token_stats(
+            self.model,
+            self.tokenizer,
+            texts,
+            prompts=prompts,
+            settings=settings,
+            distribution=False,
+            accelerator=self.accelerator,
+            cache=self.cache,
+            info=info,
+        )
+        return np.array([s.nll() for s in stats], dtype=np.float64)
+
+    def variant_nlls(self, detector: str) -> tuple[np.ndarray, np.ndarray]:
+        """(originals [N], variants [N, width]) mean NLLs of the samples and their verified variants, in
+        the one engine call SrDetection's gray box makes; `detector` names who asked, for the error."""
+        from leaklab.detectors.srdetection import gray_scores
+
+        if self.rule_inputs is None:
+            raise ValueError(f"'{detector}' needs each sample's variants (rule_inputs)")
+        return gray_scores(
+            self.model,
+            self.tokenizer,
+            self.rule_inputs,
+            self.settings,
+            accelerator=self.accelerator,
+            cache=self.cache,
+        )

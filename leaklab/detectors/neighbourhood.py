@@ -26,7 +26,7 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.srdetection import VARIANTS, first_n_scores, gray_scores
+from leaklab.detectors.srdetection import VARIANTS, first_n_scores
 
 
 def neighbourhood_scores(original_nll: np.ndarray, variant_nll: np.ndarray, n: int) -> np.ndarray:
@@ -61,16 +61,7 @@ class Neighbourhood:
         return []
 
     def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
-        if inputs.rule_inputs is None:
-            raise ValueError("'neighbourhood' needs each sample's variants (rule_inputs)")
-        original, variants = gray_scores(
-            inputs.model,
-            inputs.tokenizer,
-            inputs.rule_inputs,
-            inputs.settings,
-            accelerator=inputs.accelerator,
-            cache=inputs.cache,
-        )
+        original, variants = inputs.variant_nlls("neighbourhood")
         scores = neighbourhood_scores(original, variants, self.n)
         inputs.info[self.name] = {"undefined": int(np.isnan(scores).sum())}
         return {"neighbourhood": scores}

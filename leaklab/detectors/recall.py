@@ -151,27 +151,11 @@ class Recall:
         return {f"recall@shots={k}": {"shots": k, "prefix": self.prefix} for k in self.shots}
 
     def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.logprobs import compute_token_stats
-
         scoring = inputs.scoring()
         solution = scoring.scoring_span == "solution"
         contexts = inputs.contexts()
 
-        def nlls(texts, prompts, settings, info=None) -> np.ndarray:
-            stats = compute_token_stats(
-                inputs.model,
-                inputs.tokenizer,
-                texts,
-                prompts=prompts,
-                settings=settings,
-                distribution=False,
-                accelerator=inputs.accelerator,
-                cache=inputs.cache,
-                info=info,
-            )
-            return np.array([s.nll() for s in stats], dtype=np.float64)
-
-        plain = nlls(inputs.texts, contexts if solution else None, scoring)
+        plain = inputs.nlls(inputs.texts, contexts if solution else None, scoring)
         # The prefix is context, never scored: score "everything after P (and after the prompt when
         # only the solution is scored)", which is the engine's solution span with P as the prompt.
         conditional = dataclasses.replace(scoring, scoring_span="solution")
@@ -180,7 +164,7 @@ class Recall:
         for k in self.shots:
             head = join_prefix(texts[:k])
             info: dict = {}
-            cond = nlls(
+            cond = inputs.nlls(
                 [head + t for t in inputs.texts],
                 [head + (c if solution else "") for c in contexts],
                 conditional,
