@@ -53,9 +53,16 @@ def test_a_claim_reads_its_row_and_interval_at_the_last_step_and_applies_its_tol
     assert measure(claim(column="members"), ROWS).value == 0.7
     assert measure(claim(column="members", dose=4), ROWS).value == 0.6
     missing = measure(claim(step=500), ROWS)
-    assert missing.value is None and not missing.ok
+    assert missing.value is None and not missing.ok and not missing.found
     assert not measure(claim("interval", stated=0.0, step=0), ROWS).ok, "no interval: not checked, not ok"
     assert "**no**" in claims_table([missing]) and "| c | w | 0.450 | – |" in claims_table([missing])
+
+
+def test_a_row_with_a_null_value_is_found_but_not_ok():
+    """A side below MRI's competence rule writes its row with a null value: the row is there (what a smoke
+    run checks), and the claim it backs does not reproduce."""
+    na = measure(claim(), [*ROWS, row(300, "non_members", "pass@1", None, na="not competent")])
+    assert na.found and na.value is None and not na.ok
 
 
 def test_step_table_lists_every_step_with_its_interval():
