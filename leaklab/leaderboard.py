@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 
 from leaklab.metrics import (
-    _threshold_free_draws,
     auroc,
     flag_rates,
     percentile_intervals,
     resample_weights,
     resampled_mean,
+    threshold_free_draws,
     tpr_at_fpr,
 )
 from leaklab.report.section import Panel, Section, Table
@@ -106,13 +106,13 @@ def weights_for(cell: dict[str, Any], n: int = N_BOOTSTRAP, seed: int = SEED) ->
 
 def auroc_draws(cell: dict[str, Any], column: str, weights: np.ndarray) -> np.ndarray:
     s = np.nan_to_num(cell["columns"][column], nan=-np.inf)
-    return _threshold_free_draws(s, cell["labels"].astype(bool), weights)["auroc"]
+    return threshold_free_draws(s, cell["labels"].astype(bool), weights)["auroc"]
 
 
 def cell_stats(cell: dict[str, Any], column: str, weights: np.ndarray) -> dict[str, float]:
     """AUROC and TPR at 1% FPR with their bootstrap 95% intervals."""
     s, y = cell["columns"][column], cell["labels"]
-    draws = _threshold_free_draws(np.nan_to_num(s, nan=-np.inf), y.astype(bool), weights)
+    draws = threshold_free_draws(np.nan_to_num(s, nan=-np.inf), y.astype(bool), weights)
     out = {"auroc": auroc(s, y), "tpr@1%fpr": tpr_at_fpr(s, y, 0.01)}
     out.update(percentile_intervals({k: draws[k] for k in ("auroc", "tpr@1%fpr")}))
     out["n_members"], out["n_non_members"] = int(y.sum()), int((1 - y).sum())

@@ -321,7 +321,7 @@ def _weighted_threshold_counts(s: np.ndarray, y: np.ndarray, weights: np.ndarray
 def _bootstrap(s: np.ndarray, y: np.ndarray, decisions, n: int, seed: int) -> dict[str, float]:
     """Intervals of a score column's metrics (see the module doc), vectorised over resamples."""
     weights = resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(s), n=n, seed=seed)
-    draws = _threshold_free_draws(s, y, weights)
+    draws = threshold_free_draws(s, y, weights)
     if decisions is not None:
         draws.update(_binary_draws(y, decisions, weights))
     tp, fp, _, _ = _weighted_threshold_counts(s, y, weights)
@@ -330,7 +330,7 @@ def _bootstrap(s: np.ndarray, y: np.ndarray, decisions, n: int, seed: int) -> di
     return percentile_intervals(draws)
 
 
-def _threshold_free_draws(s: np.ndarray, y: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
+def threshold_free_draws(s: np.ndarray, y: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
     """AUROC (ties count one half) and TPR@FPR of every resample."""
     tp, fp, pos_w, neg_w = _weighted_threshold_counts(s, y, weights)
     n_pos, n_neg = pos_w.sum(1), neg_w.sum(1)
@@ -389,7 +389,7 @@ def rule_metrics(
         draws.update(_flag_rate_draws(y, p, weights))
         if m is not None:
             s, _ = _prepare(m, y)
-            draws.update(_threshold_free_draws(s, y, weights))
+            draws.update(threshold_free_draws(s, y, weights))
         out.update(percentile_intervals(draws))
     return out
 
