@@ -741,7 +741,8 @@ def run_section(results: dict, name: str, fn: Callable[[], dict], started: float
         traceback.print_exc(file=sys.stderr)
     row["seconds"] = round(time.perf_counter() - t0, 1)
     results[name] = row
-    print(f"[gpu_check] {name}: {row['status']} ({row['seconds']} s)", file=sys.stderr, flush=True)
+    # The whole row on one line as it finishes: a run stopped by a wall-clock limit keeps what it measured.
+    print(f"[gpu_check] {name}: {json.dumps(row)}", file=sys.stderr, flush=True)
 
 
 def targets(results: dict, smoke: bool) -> dict:
