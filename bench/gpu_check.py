@@ -369,7 +369,7 @@ def cpt_lora(ctx: Context, size: str) -> dict:
 
     shape, p = shape_of(size), ctx.plan
     # apps_cpt's training settings (LoRA on every projection, gradient checkpointing, bf16).
-    recipe = train_recipe(ctx, "apps_cpt", [])
+    recipe = train_recipe(ctx, "apps_cpt", ctx.args.cpt_override)
     model = build_model(shape, ctx.dtype, ctx.device, len(ctx.tokenizer))
     model = apply_lora(model, recipe)
     rng = np.random.default_rng(0)
@@ -726,8 +726,12 @@ def srdetection_projection(ctx: Context) -> dict:
 # --------------------------------------------------------------------------- driver
 
 
-def run_section(results: dict, name: str, fn: Callable[[], dict], started: float, limit_s: float) -> None:
+def run_section(
+    results: dict, name: str, fn: Callable[[], dict], started: float, limit_s: float, only: list[str] | None
+) -> None:
     """One section; whatever happens, the row is recorded and the run goes on."""
+    if only and not any(name.startswith(prefix) for prefix in only):
+        return
     if time.perf_counter() - started > limit_s:
         results[name] = {"status": f"skipped: past the time limit ({limit_s:g} s)"}
         return
@@ -796,6 +800,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--card-memory-gib", type=float, default=None, help="default: the card's own")
     parser.add_argument("--apps-tokens", type=int, default=700, help="assumed mean APPS text length")
     parser.add_argument("--time-limit", type=float, default=480, help="skip sections started after this")
+    parser.add_argument(
+        "--cpt-override",
+        action="append",
+        default=[],
+        help="a recipe override for the cpt sections, repeatable (e.g. train.gradient_checkpointing=false)",
+    )
+    parser.add_argument(
+        "--sections",
+        default=None,
+        help="comma-separated section names or prefixes to run (e.g. scoring,cpt_lora); default: all",
+    )
     args = parser.parse_args(argv)
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -830,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
 
+    only = args.sections.split(",") if args.sections else None
     small = sizes[0]  # the single-size sections run at the smallest size asked for (0.5B by default)
     results: dict[str, dict] = {}
     started = time.perf_counter()
@@ -837,17 +853,23 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Context(args, device, Path(work))
         for size in sizes:
             run_section(
-                results, f"cpt_lora_{size}", lambda s=size: cpt_lora(ctx, s), started, args.time_limit
+                results, f"cpt_lora_{size}", lambda s=size: cpt_lora(ctx, s), started, args.time_limit, only
             )
         run_section(
-            results, f"full_weights_{small}", lambda: full_weights(ctx, small), started, args.time_limit
+            results, f"full_weights_{small}", lambda: full_weights(ctx, small), started, args.time_limit, only
         )
         for size in sizes:
-            run_section(results, f"scoring_{size}", lambda s=size: scoring(ctx, s), started, args.time_limit)
-        run_section(results, f"generation_{small}", lambda: generation(ctx, small), started, args.time_limit)
-        run_section(results, f"grpo_{small}", lambda: grpo(ctx, small), started, args.time_limit)
-        run_section(results, f"numerics_{small}", lambda: numerics(ctx, small), started, args.time_limit)
-        run_section(results, "srdetection", lambda: srdetection_projection(ctx), started, float("inf"))
+            run_section(
+                results, f"scoring_{size}", lambda s=size: scoring(ctx, s), started, args.time_limit, only
+            )
+        run_section(
+            results, f"generation_{small}", lambda: generation(ctx, small), started, args.time_limit, only
+        )
+        run_section(results, f"grpo_{small}", lambda: grpo(ctx, small), started, args.time_limit, only)
+        run_section(
+            results, f"numerics_{small}", lambda: numerics(ctx, small), started, args.time_limit, only
+        )
+        run_section(results, "srdetection", lambda: srdetection_projection(ctx), started, float("inf"), only)
     tgt = targets(results, args.smoke)
     print_table(results, tgt)
     card_name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
