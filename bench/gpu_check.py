@@ -792,6 +792,43 @@ def print_table(results: dict, tgt: dict) -> None:
         print(f"{name:<28} {t['value'] if t['value'] is not None else '-':>10} {t['target']:>8}  {verdict}")
 
 
+# --------------------------------------------------------------------------- recorded runs -> docs tables
+
+# Where the docs hold the tables rendered from a recorded file of runs (tests/test_gpu_check.py checks
+# that each block equals `render(...)` of the file, so no GPU figure in the docs is typed by hand).
+RECORD = Path(__file__).resolve().parent / "results" / "gpu_check-h200.json"
+
+
+def render(runs: list[dict], kind: str) -> str:
+    """Markdown from recorded runs ({commit, command, note, result: the script's JSON line}).
+
+    kind "targets": one row per target a run measured; kind "sections": one row per section of each run.
+    """
+    lines = []
+    if kind == "targets":
+        lines += ["| card | run | target | measured | wanted | met |", "|---|---|---|---|---|---|"]
+        for run in runs:
+            res = run["result"]
+            for name, t in res["targets"].items():
+                if t["value"] is not None:
+                    met = {True: "yes", False: "no", None: "n/a"}[t["pass"]]
+                    lines.append(
+                        f"| {res['device']} | {run['commit']}: {run['note']} | `{name}` | {t['value']} "
+                        f"| {t['target']} | {met} |"
+                    )
+    elif kind == "sections":
+        lines += ["| run | section | seconds | measurements |", "|---|---|---|---|"]
+        for run in runs:
+            for name, row in run["result"]["sections"].items():
+                values = ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("status", "seconds"))
+                status = "" if row["status"] == "ok" else f"{row['status']}; "
+                head = f"| {run['commit']}: {run['note']} | `{name}` | {row.get('seconds', '')} |"
+                lines.append(f"{head} {status}{values} |")
+    else:
+        raise ValueError(f"render: kind must be targets or sections, got {kind!r}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--smoke", action="store_true", help="CPU, tiny random config, seconds")
@@ -811,7 +848,16 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="comma-separated section names or prefixes to run (e.g. scoring,cpt_lora); default: all",
     )
+    parser.add_argument(
+        "--render",
+        choices=["targets", "sections"],
+        default=None,
+        help=f"print the docs' markdown table of the recorded runs ({RECORD.name}) and exit",
+    )
     args = parser.parse_args(argv)
+    if args.render:
+        print(render(json.loads(RECORD.read_text()), args.render))
+        return 0
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu" and not args.smoke:

@@ -3,8 +3,10 @@ between GPU runs; and its refusal of a model that does not fit the card."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +67,41 @@ def test_smoke_run_measures_every_section_and_ends_with_one_json_line(leaklab_ca
     assert {"spearman_ppl", "spearman_minkpp@0.2", "spearman_dcpdd", "spearman_ref"} <= set(spearman)
     assert set(report["targets"]) == {"cpt_lora_7b_mfu", "scoring_ratio_vs_bare", "srdetection_projected_min"}
     assert all(t["pass"] is None for t in report["targets"].values())  # no verdict at smoke sizes
+
+
+def _render(kind: str) -> str:
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.render(json.loads(module.RECORD.read_text()), kind)
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/scaling.md"])
+def test_the_gpu_tables_in_the_docs_are_rendered_from_the_recorded_runs(page):
+    """Each `<!-- gpu_check --render KIND -->` block equals the render of bench/results/gpu_check-h200.json."""
+    text = (REPO / page).read_text()
+    blocks = re.findall(r"<!-- gpu_check --render (\w+) -->\n(.*?)\n<!-- /gpu_check -->", text, flags=re.S)
+    assert blocks, f"{page} has no rendered gpu_check table"
+    for kind, block in blocks:
+        assert block == _render(kind), f"{page}: the {kind} table differs from --render {kind}"
+
+
+def test_render_keeps_a_failed_sections_status_and_skips_unmeasured_targets():
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = {
+        "commit": "abc1234",
+        "note": "test",
+        "result": {
+            "device": "Card",
+            "sections": {"scoring_7b": {"status": "error: OutOfMemoryError: x", "seconds": 1.0}},
+            "targets": {
+                "a": {"value": None, "target": ">= 1", "pass": None},
+                "b": {"value": 2, "target": ">= 1", "pass": True},
+            },
+        },
+    }
+    assert "error: OutOfMemoryError: x" in module.render([run], "sections")
+    targets = module.render([run], "targets").splitlines()
+    assert len(targets) == 3 and "`b` | 2 | >= 1 | yes" in targets[2]

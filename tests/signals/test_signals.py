@@ -484,3 +484,12 @@ def test_peft_wrapped_model_and_adapter_state(lm):
     assert not np.allclose(adapted.logprob, base.logprob, atol=1e-3)  # not a stale cache hit
     ids, lp, _, _ = reference_stats(peft_model, tok, TEXTS[0])
     np.testing.assert_allclose(adapted.logprob, lp, atol=2e-5)
+
+
+def test_head_blocks_follow_the_device_unless_set():
+    """CPU: small blocks that fit a cache; GPU: a 152k vocabulary in one slice (small blocks were
+    launch-bound on an H200); set values win on either."""
+    assert ScoringSettings().blocks(torch.device("cpu")) == (512, 1 << 20)
+    rows, logits = ScoringSettings().blocks(torch.device("cuda"))
+    assert logits // rows >= 152_064 and rows >= 1024
+    assert ScoringSettings(row_chunk=7, logit_chunk=70).blocks(torch.device("cuda")) == (7, 70)
