@@ -503,10 +503,10 @@ class HFGenerator:
             if step == 0:
                 logits = self._heal_first_step(logits, prepared)
             next_tokens = self._next_tokens(logits, temperature, generator)
-            for k, row in enumerate(active):
+            # One device-to-host copy per step, not one per row.
+            for row, token in zip(active, next_tokens.tolist(), strict=True):
                 if finished[row] is not None:
                     continue  # kept in the batch only when drop_finished is off
-                token = int(next_tokens[k])
                 if token in self.eos_ids:
                     finished[row] = "stop"
                     continue
