@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
+from test_detectors import bigram
 
 from leaklab import plugins
 from leaklab.detectors import DETECTORS, KINDS, build_detector, score_detectors
@@ -122,8 +122,7 @@ def test_a_rule_detector_registered_in_a_test_is_scored_reported_and_rendered(tm
     assert isinstance(build_detector("toy_rule:scale=2"), plugins.RuleDetector)
 
     # Scored: through its own `decide`, beside a score detector.
-    tok = word_tokenizer(["a", "b", "c", "<bos>"])
-    model = BigramLM(tok, TARGET_TABLE)
+    model, tok = bigram()
     texts = ["a b c a", "b b b b", "a a b b", "c c c a", "a b a b", "b c b c"] * 2
     labels = np.array([1, 0, 1, 0, 1, 0] * 2)
     info: dict = {}

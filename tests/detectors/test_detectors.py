@@ -103,6 +103,12 @@ class BigramLM(torch.nn.Module):
         return types.SimpleNamespace(logits=self.head(self.body(input_ids).last_hidden_state))
 
 
+def bigram():
+    """The bigram model of TARGET_TABLE over the words a, b, c with its word tokenizer."""
+    tok = word_tokenizer(["a", "b", "c", "<bos>"])
+    return BigramLM(tok, TARGET_TABLE), tok
+
+
 TEXTS = ["a a b b", ""]
 CORPUS = ["a", "b b b"]  # counts a:1 b:3 c:0 <bos>:0 -> Laplace f(a) = 2/8, f(b) = 4/8
 
@@ -228,8 +234,7 @@ def test_lowercase_golden_and_sign():
 
 
 def test_lowercase_signal_is_the_lowercased_text():
-    tok = word_tokenizer(["a", "b", "c", "<bos>"])
-    model = BigramLM(tok, TARGET_TABLE)
+    model, tok = bigram()
     upper = run_detectors(
         ["lowercase"], ModelInputs(model, tok, ["A A B B"], settings=EvaluateConfig(), cache=SignalCache())
     )
@@ -361,8 +366,7 @@ def test_ref_without_reference_model_is_a_clear_error():
 
 
 def test_solution_span_scores_the_solution_only():
-    tok = word_tokenizer(["a", "b", "c", "<bos>"])
-    model = BigramLM(tok, TARGET_TABLE)
+    model, tok = bigram()
     from leaklab.recipe import EvaluateConfig
 
     scores = run_detectors(

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
+from test_detectors import bigram
 from test_signals import tiny_model, tiny_tokenizer
 
 from conftest import SMALL_RUN, SMALL_TINY
@@ -33,11 +33,6 @@ from leaklab.signals.generation import Completion
 from leaklab.signals.logprobs import SignalCache
 
 LN2 = math.log(2)
-
-
-def bigram():
-    tok = word_tokenizer(["a", "b", "c", "<bos>"])
-    return BigramLM(tok, TARGET_TABLE), tok
 
 
 def prefix_file(tmp_path, texts):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
+from test_detectors import bigram
 
 from leaklab.data.tasks import Task
 from leaklab.detectors import build_detector, run_detectors, score_detectors
@@ -42,11 +42,6 @@ from leaklab.signals.logprobs import SignalCache
 
 LN2 = math.log(2)
 REPO = Path(__file__).resolve().parents[2]
-
-
-def bigram():
-    tok = word_tokenizer(["a", "b", "c", "<bos>"])
-    return BigramLM(tok, TARGET_TABLE), tok
 
 
 def count_forwards(model) -> list[int]:
