@@ -958,12 +958,11 @@ def _run_test_class(
     return {"passed": True, "tests": result.testsRun, "calls": link.requests}
 
 
-def judge_check(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
+def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
     """Run the trusted test code against a proxy of the candidate; the verdict, as a dict."""
     try:
-        fields = json.loads(payload)
         prelude, tests, check_name = fields["prelude"], fields["tests"], fields["check"]
-    except (ValueError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         return {"error": f"malformed judge payload: {err}"}
     namespace = _fresh_main()
     if prelude and (error := _exec(prelude, "<prelude>", namespace)):
@@ -1006,7 +1005,7 @@ def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: i
             return judge_unittest(fields["tests"], unittest_class, requests_fd, replies_fd)
         except BaseException as err:  # never without a verdict; the worker reads one record per check
             return {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
-    return judge_check(payload, entry_point, requests_fd, replies_fd)
+    return judge_check(fields, entry_point, requests_fd, replies_fd)
 
 
 def serve_judge(control_fd: int) -> int:
