@@ -130,8 +130,6 @@ def log_dose_response(rows: list[dict[str, Any]]) -> None:
     doses such as 1, 4, 16, 64 are meant to sit evenly apart."""
     if _run is None:
         return
-    import math
-
     import wandb
 
     from leaklab.results import dose_table, ordered

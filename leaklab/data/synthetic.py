@@ -27,6 +27,7 @@ docstring and tests rebuilt from the new solution in the sandbox. Its metadata n
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -866,14 +867,7 @@ def finish(d: Draft, outputs: list[Any], metadata: dict[str, Any] | None = None)
     meta = {
         "family": d.family,
         "logic": d.logic,
-        "surface": {
-            "fn": d.surface.fn,
-            "args": d.surface.args,
-            "var": d.surface.var,
-            "word_var": d.surface.word_var,
-            "wording": d.surface.wording,
-            "phrase": d.surface.phrase,
-        },
+        "surface": dataclasses.asdict(d.surface),
         "inputs": d.inputs,
         "outputs": outputs,
         **(metadata or {}),

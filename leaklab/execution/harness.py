@@ -280,13 +280,8 @@ class CandidateProxy:
                 return values.decode(reply["ok"])
             except Exception as err:
                 raise CandidateFailed(f"malformed value: {str(err)[:200]}") from None
-        if "raise" in reply:
-            name, message = str(reply["raise"]), str(reply.get("message", ""))
-            # Re-raise builtin exception types as themselves so tests that expect one still work.
-            exc_type = getattr(builtins, name, None)
-            if isinstance(exc_type, type) and issubclass(exc_type, Exception):
-                raise exc_type(message)
-            raise CandidateFailed(f"the candidate raised {name}: {message}")
+        if "raise" in reply:  # a builtin exception type as itself, so that tests expecting one still work
+            raise _exception(str(reply["raise"]), "builtins", str(reply.get("message", "")))
         raise no_value(reply)
 
 
@@ -349,13 +344,6 @@ class JudgeObject:
 _callback: Any = None
 
 
-def _candidate_class(module: str, qualname: str) -> Any:
-    obj: Any = sys.modules.get(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None) if obj is not None else None
-    return obj
-
-
 def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
     """The candidate side of a judged unittest run: exec the program as __main__, list its globals
     (plain data, or references), then answer the judge's requests on references until EOF."""
@@ -397,10 +385,8 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         if "cb_ok" in answer:
             return decode(answer["cb_ok"])
         name, module = str(answer.get("cb_raise")), str(answer.get("module", "builtins"))
-        cls = _candidate_class(module, name)
-        err = RuntimeError
-        if isinstance(cls, type) and issubclass(cls, BaseException):
-            err = cls
+        cls = _loaded_class(module, name)
+        err = cls if cls is not None and issubclass(cls, BaseException) else RuntimeError
         raise err(str(answer.get("message", "")))
 
     _callback = callback
@@ -461,7 +447,7 @@ def _apply_setup(op: str, request: dict[str, Any], decode, patched: list[tuple[A
     ("unpatch", the last patch first), or the environment it set ("environ")."""
     if op == "patch":
         where = request["where"]
-        owner = _candidate_class(where[1], where[2]) if where[0] == "class" else None
+        owner = _loaded_class(where[1], where[2]) if where[0] == "class" else None
         if where[0] == "module":
             owner = importlib.import_module(where[1])
         if owner is None:
@@ -481,18 +467,13 @@ def _apply_setup(op: str, request: dict[str, Any], decode, patched: list[tuple[A
         os.environ.update({str(k): str(v) for k, v in decode(request["env"]).items()})
 
 
-def _rng_state() -> dict[str, Any]:
-    """The global random streams tests seed (random, numpy.random), to carry across a call."""
-    state: dict[str, Any] = {"random": random.getstate()}
+def _rng_state(fresh: bool = False) -> dict[str, Any]:
+    """The global random streams tests seed (random, numpy.random), to carry across a call; `fresh`:
+    newly seeded ones, as a fresh process has."""
+    state: dict[str, Any] = {"random": (random.Random() if fresh else random).getstate()}
     if "numpy" in sys.modules:
-        state["numpy"] = sys.modules["numpy"].random.get_state()
-    return state
-
-
-def _fresh_rng_state() -> dict[str, Any]:
-    state: dict[str, Any] = {"random": random.Random().getstate()}
-    if "numpy" in sys.modules:
-        state["numpy"] = sys.modules["numpy"].random.RandomState().get_state()
+        np_random = sys.modules["numpy"].random
+        state["numpy"] = (np_random.RandomState() if fresh else np_random).get_state()
     return state
 
 
@@ -728,8 +709,8 @@ def _exportable(value: Any) -> bool:
 _MOCK_API = frozenset(dir(unittest.mock.MagicMock)) | frozenset(dir(unittest.mock.NonCallableMagicMock))
 
 
-def _judge_class(module: str, qualname: str) -> type | None:
-    """The judge's own class of that name, if the judge has imported its module (never imports)."""
+def _loaded_class(module: str, qualname: str) -> type | None:
+    """The class of that name in this process, if its module is imported already (never imports)."""
     obj: Any = sys.modules.get(module)
     for part in qualname.split("."):
         obj = getattr(obj, part, None) if obj is not None and part.isidentifier() else None
@@ -747,7 +728,7 @@ def _travels_as_data(kind: type) -> bool:
 def _exception(name: str, module: str, message: str) -> BaseException:
     """The candidate's exception as the judge's own class of that name, so that `assertRaises` sees it;
     a class the judge does not have (or cannot build from a message) fails the test instead."""
-    cls = _judge_class(module or "builtins", name) or getattr(builtins, name, None)
+    cls = _loaded_class(module or "builtins", name) or getattr(builtins, name, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
             return cls(message)
@@ -813,7 +794,7 @@ class RemoteObject:
             named = self._ask("type")
             kind = RemoteObject
             if type(named) is list and len(named) == 2 and all(type(n) is str for n in named):
-                kind = _judge_class(*named) or RemoteObject
+                kind = _loaded_class(*named) or RemoteObject
                 # A genuine value of a type that travels as data would have come as data: an object
                 # claiming to be an int, a list, an ndarray or a DataFrame is lying about itself.
                 if _travels_as_data(kind):
@@ -855,7 +836,7 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
             namespace[name] = obj
     # Fresh random streams, as in a fresh process: the judge serves many checks, and the last program's
     # stream (carried back after each call) must not choose this check's unseeded test inputs.
-    _set_rng_state(_fresh_rng_state())
+    _set_rng_state(_rng_state(fresh=True))
     with _shared_files(), _forwarded_patches(link):
         return _run_test_class(tests, test_class, namespace, link)
 
@@ -977,12 +958,11 @@ def _run_test_class(
     return {"passed": True, "tests": result.testsRun, "calls": link.requests}
 
 
-def judge_check(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
+def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
     """Run the trusted test code against a proxy of the candidate; the verdict, as a dict."""
     try:
-        fields = json.loads(payload)
         prelude, tests, check_name = fields["prelude"], fields["tests"], fields["check"]
-    except (ValueError, KeyError, TypeError) as err:
+    except (KeyError, TypeError) as err:
         return {"error": f"malformed judge payload: {err}"}
     namespace = _fresh_main()
     if prelude and (error := _exec(prelude, "<prelude>", namespace)):
@@ -1025,7 +1005,7 @@ def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: i
             return judge_unittest(fields["tests"], unittest_class, requests_fd, replies_fd)
         except BaseException as err:  # never without a verdict; the worker reads one record per check
             return {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
-    return judge_check(payload, entry_point, requests_fd, replies_fd)
+    return judge_check(fields, entry_point, requests_fd, replies_fd)
 
 
 def serve_judge(control_fd: int) -> int:
@@ -1109,10 +1089,7 @@ def run_unittest(source: str, tests: str, test_class: str, nonce: str, result_fd
             {"nonce": nonce, "failed": "the tests were interrupted: " + describe(err, "<program>", source)},
         )
         return 0
-    problems = [
-        f"{test.id().rsplit('.', 1)[-1]}: {trace.strip().splitlines()[-1][:300]}"
-        for test, trace in result.failures + result.errors
-    ]
+    problems = [_unittest_problem(test, trace) for test, trace in result.failures + result.errors]
     send(
         result_fd,
         {"nonce": nonce, "tests": result.testsRun, "problems": problems[:20], "n_problems": len(problems)},

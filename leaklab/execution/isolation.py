@@ -567,14 +567,19 @@ def _system_mounts(new: str, tmp_size_mb: int) -> None:
     # invisible to it. (A PID namespace per run would need a mount namespace per run for its /proc,
     # which costs several milliseconds a run in the kernel's teardown; the uid of its own already
     # confines signals and ptrace, and the seccomp filter denies ptrace.)
-    try:
-        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
-    except OSError:  # kernels before 5.8 know the option by its number only
-        _mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+    _mount_proc(new + "/proc")
     # The worker's own files (run directories when runs share a /tmp, the judge's): not in /tmp.
     _mount("tmpfs", new + "/run/leaklab", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0711")
     # POSIX message queues of the worker's IPC namespace, listed here to be removed after each run.
     _mount("mqueue", new + "/dev/mqueue", "mqueue", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+
+
+def _mount_proc(target: str) -> None:
+    """A /proc at `target` in which each uid sees its own processes only."""
+    try:
+        _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+    except OSError:  # kernels before 5.8 know the option by its number only
+        _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
 
 
 def _bind_read_only(source: str, target: str) -> None:
@@ -606,10 +611,7 @@ def start_pid_namespace() -> int:
     if pid == 0:  # pid 1 of the new namespace
         try:
             os.close(ready_r)
-            try:
-                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
-            except OSError:
-                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
+            _mount_proc("/proc")
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             os.write(ready_w, b"1")
             _reap_forever()
@@ -631,13 +633,7 @@ def _reap_forever() -> None:
     os.closerange(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     while True:
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
+        _reap_dead()
         signal.sigwaitinfo({signal.SIGCHLD})
 
 
@@ -785,15 +781,20 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
+def become(uid: int) -> None:
+    """Drop every privilege for `uid` (as its own gid, no supplementary groups), for good."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
 def kill_uid(uid: int) -> None:
     """Kill every process running as `uid` (root only): a child takes the uid and signals -1, which
     reaches exactly the processes of that uid and nothing else."""
     pid = os.fork()
     if pid == 0:
         try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
+            become(uid)
             os.kill(-1, signal.SIGKILL)
         except BaseException:
             pass
@@ -801,7 +802,8 @@ def kill_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def _children(pid: int | None = None) -> list[int]:
+def children(pid: int | None = None) -> list[int]:
+    """The children of `pid` (default: the calling process), zombies included."""
     pid = pid or os.getpid()
     kids = []
     try:
@@ -813,14 +815,9 @@ def _children(pid: int | None = None) -> list[int]:
     return kids
 
 
-def children(pid: int) -> list[int]:
-    """The children of `pid`, zombies included."""
-    return _children(pid)
-
-
 def live_children() -> list[int]:
     """The calling process's children that have not exited."""
-    return [p for p in _children() if not _is_zombie(p)]
+    return [p for p in children() if not _is_zombie(p)]
 
 
 def live_descendants(pids: list[int]) -> int:
@@ -828,7 +825,7 @@ def live_descendants(pids: list[int]) -> int:
     seen: set[int] = set()
     todo = list(pids)
     while todo:
-        for kid in _children(todo.pop()):
+        for kid in children(todo.pop()):
             if kid not in seen:
                 seen.add(kid)
                 todo.append(kid)
@@ -843,6 +840,13 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+def _reap_dead() -> None:
+    """Reap every child that has already exited, without waiting for the others."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def reap_everything(keep: tuple[int, ...] = (), timeout_s: float = 2.0) -> int:
     """Kill and reap every child of the calling subreaper except `keep`; orphans of finished runs are
     re-parented here, so this finds them wherever they forked or double-forked to. Returns how many
@@ -851,14 +855,8 @@ def reap_everything(keep: tuple[int, ...] = (), timeout_s: float = 2.0) -> int:
     deadline = time.monotonic() + timeout_s
     seen: set[int] = set()
     while True:
-        while True:  # reap what has already died
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                pid = 0
-            if pid == 0:
-                break
-        kids = [p for p in _children() if p not in keep]
+        _reap_dead()
+        kids = [p for p in children() if p not in keep]
         if not kids or time.monotonic() > deadline:
             return alive_found
         for pid in kids:
@@ -918,9 +916,7 @@ def enter_child(
             os.chown(workdir, uid, uid)
     os.chdir(workdir)
     if uid is not None:
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
+        become(uid)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary can hand privileges back
     # Set after the uid change, which clears it. Dies with the worker; a worker gone before this line
     # would make us an orphan, so check the parent too.

@@ -57,7 +57,6 @@ import select
 import subprocess
 import sys
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -178,7 +177,6 @@ def _worker_env() -> dict[str, str]:
 
 class _WorkerProcess:
     def __init__(self, config: dict[str, Any], start_timeout_s: float) -> None:
-        started = time.perf_counter()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leaklab.execution.worker"],
             stdin=subprocess.PIPE,
@@ -196,7 +194,6 @@ class _WorkerProcess:
             self.kill()
             why = self.hello["start_error"] if self.hello else "no answer"
             raise RuntimeError(f"a sandbox worker did not start: {why}")
-        self.start_s = time.perf_counter() - started
 
     def receive(self, timeout_s: float) -> Any:
         ready, _, _ = select.select([self.from_fd], [], [], timeout_s)
@@ -405,11 +402,6 @@ class Sandbox:
     def sandbox_uids(self) -> list[int]:
         """The uids programs run as, one per worker (empty when the pool does not run as root)."""
         return [w.hello["uids"][0] for w in self._slots if w is not None and w.hello["uids"]]
-
-    @property
-    def start_s(self) -> float:
-        """Seconds the slowest worker took to start."""
-        return max(w.start_s for w in self._slots if w is not None)
 
     def close(self) -> None:
         if self._closed:

@@ -301,9 +301,7 @@ class Worker:
         pid = os.fork()
         if pid == 0:
             try:
-                os.setgroups([])
-                os.setresgid(uids[0], uids[0], uids[0])
-                os.setresuid(uids[0], uids[0], uids[0])
+                isolation.become(uids[0])
                 os._exit(0 if os.getuid() == uids[0] else 1)
             except BaseException:
                 os._exit(1)

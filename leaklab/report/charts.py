@@ -99,28 +99,20 @@ def _scale(styles: dict[str, Style], series: list[str]) -> dict[str, dict[str, A
     """color / strokeDash / shape encodings on the `series` field with the styles' explicit ranges."""
     names = [display_name(c) for c in series]
     legend = {"title": None, "symbolStrokeWidth": 2, "labelLimit": 260, "orient": "right"}
+    ranges = {
+        "color": [styles[c].color for c in series],
+        "strokeDash": [list(styles[c].dash) for c in series],
+        "shape": [styles[c].shape for c in series],
+    }
     return {
-        "color": {
+        channel: {
             "field": "series",
             "type": "nominal",
             "sort": names,
-            "scale": {"domain": names, "range": [styles[c].color for c in series]},
+            "scale": {"domain": names, "range": values},
             "legend": legend,
-        },
-        "strokeDash": {
-            "field": "series",
-            "type": "nominal",
-            "sort": names,
-            "scale": {"domain": names, "range": [list(styles[c].dash) for c in series]},
-            "legend": legend,
-        },
-        "shape": {
-            "field": "series",
-            "type": "nominal",
-            "sort": names,
-            "scale": {"domain": names, "range": [styles[c].shape for c in series]},
-            "legend": legend,
-        },
+        }
+        for channel, values in ranges.items()
     }
 
 

@@ -124,6 +124,15 @@ def test_check_function_candidate_exceptions_reach_the_tests(sandbox):
     assert r.verdict == "failed" and "KeyError" in r.reason
 
 
+def test_a_candidate_exception_the_judge_cannot_rebuild_fails_the_check(sandbox):
+    # UnicodeDecodeError takes five arguments: rebuilt from its message alone it would raise TypeError in
+    # the judge, which tests expecting a TypeError would catch as the candidate's own.
+    tests = "def check(candidate):\n    try:\n        candidate()\n    except TypeError:\n        return\n    assert False\n"
+    code = "def f():\n    b'\\xff'.decode('utf-8')\n"
+    r = sandbox.check_function(code, "f", tests)
+    assert r.verdict == "failed" and "UnicodeDecodeError" in r.reason
+
+
 def test_unittest_passes_and_fails(sandbox):
     tests = (
         "import unittest\n\nclass TestCases(unittest.TestCase):\n"
