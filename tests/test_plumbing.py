@@ -128,15 +128,53 @@ def _parameters(node: ast.FunctionDef) -> int:
     return len(names) + (a.vararg is not None) + (a.kwarg is not None)
 
 
-def test_detectors_evaluations_and_signals_take_at_most_eight_parameters():
-    """Beyond eight, a function's arguments are a context that wants a name (`ModelInputs`, `Decoding`).
-    The signal engine's entry point and the generation back-end keep their documented keywords."""
-    entry_points = {"signals/logprobs.py:compute_token_stats", "signals/generation.py:__init__"}
-    over = [
-        f"{path.relative_to(PACKAGE).as_posix()}:{node.name}"
-        for folder in ("detectors", "evaluations", "signals")
-        for path in sorted((PACKAGE / folder).rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.FunctionDef) and _parameters(node) > 8
+# Public entry points whose keywords are their documented options: the signal engine, the generation
+# back-end and the sandbox. Any other function past eight parameters wants a named context instead.
+ENTRY_POINTS = {
+    "signals/logprobs.py:compute_token_stats",
+    "signals/generation.py:HFGenerator.__init__",
+    "execution/sandbox.py:Sandbox.__init__",
+}
+# Owned by the data-mixing work, which reduces it separately; drop this line once it has.
+PENDING = {"data/mixing.py:build_dosed_mixture"}
+
+
+def _functions_with_docs(tree: ast.Module):
+    """(name, node, docstring) of every function; a method is named Class.method, and its class's
+    docstring documents an `__init__` that has none of its own."""
+    methods = {}
+    for cls in ast.walk(tree):
+        if isinstance(cls, ast.ClassDef):
+            for item in cls.body:
+                if isinstance(item, ast.FunctionDef):
+                    own = ast.get_docstring(item)
+                    doc = own if own or item.name != "__init__" else ast.get_docstring(cls)
+                    methods[item] = (f"{cls.name}.{item.name}", doc)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            name, doc = methods.get(node, (node.name, ast.get_docstring(node)))
+            yield name, node, doc or ""
+
+
+def _options(node: ast.FunctionDef) -> list[str]:
+    """The parameters that have a default: a function's options."""
+    a = node.args
+    positional = a.posonlyargs + a.args
+    return [x.arg for x in positional[len(positional) - len(a.defaults) :]] + [
+        x.arg for x, default in zip(a.kwonlyargs, a.kw_defaults) if default is not None
     ]
-    assert set(over) <= entry_points, sorted(set(over) - entry_points)
+
+
+def test_functions_take_at_most_eight_parameters_unless_documented_entry_points():
+    """Beyond eight, a function's arguments are a context that wants a name (`ModelInputs`, `Decoding`,
+    `SetSettings`). The few entry points that keep their keywords document every option they take."""
+    over, undocumented = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for name, node, doc in _functions_with_docs(ast.parse(path.read_text())):
+            if _parameters(node) > 8:
+                where = f"{path.relative_to(PACKAGE).as_posix()}:{name}"
+                over.append(where)
+                if where in ENTRY_POINTS:
+                    undocumented += [f"{where} {k}" for k in _options(node) if k not in doc]
+    assert set(over) <= ENTRY_POINTS | PENDING, sorted(set(over) - ENTRY_POINTS - PENDING)
+    assert undocumented == []

@@ -234,16 +234,19 @@ class Extraction:
     # ------------------------------------------------------------------ per checkpoint
 
     def _generate(self, ctx: EvalContext, model, tokenizer) -> list:
+        from leaklab.signals.continuations import Decoding
+
         cfg = ctx.recipe.evaluate.extraction
-        boundary = ctx.recipe.evaluate.prompt_boundary
+        decoding = Decoding(
+            model, tokenizer, prompt_boundary=ctx.recipe.evaluate.prompt_boundary, batch_size=cfg.batch_size
+        )
         samples = []
         for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
             # Discoverable extraction is greedy (top-1), as Carlini et al. define it: once, not per k.
             for k in [1] if strategy == "discoverable" else cfg.top_k:
-                samples += sample(model, tokenizer, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
+                samples += sample(decoding, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
                                   prompts=self.prefixes if strategy == "discoverable" else self.prompts,
-                                  batch_size=cfg.batch_size,
-                                  seed=cfg.seed + 1000 * si + k, prompt_boundary=boundary)  # fmt: skip
+                                  seed=cfg.seed + 1000 * si + k)  # fmt: skip
         if "two_step" in cfg.strategies:
             first = [s for s in samples if s.strategy == "non_prompt"]
             snippets = unique_snippets(self.index, find_clones(self.index, [s.text for s in first]))
@@ -254,9 +257,8 @@ class Extraction:
                 prompt = self.index.source(top.doc, top.doc_line, top.n_lines) + "\n"
                 ctx.log(f"[leaklab] extraction: two_step prompts with a {top.n_lines}-line snippet")
                 for k in cfg.top_k:
-                    samples += sample(model, tokenizer, "two_step", k, cfg.n_outputs, cfg.max_new_tokens,
-                                      prompts=[prompt], batch_size=cfg.batch_size,
-                                      seed=cfg.seed + 7000 + k, prompt_boundary=boundary)  # fmt: skip
+                    samples += sample(decoding, "two_step", k, cfg.n_outputs, cfg.max_new_tokens,
+                                      prompts=[prompt], seed=cfg.seed + 7000 + k)  # fmt: skip
             else:
                 ctx.log("[leaklab] extraction: two_step skipped (non_prompt found no memorised snippet)")
         return samples

@@ -77,7 +77,7 @@ from leaklab.metrics import (
     resample_weights,
     resampled_mean,
 )
-from leaklab.perturb.mri_sets import LlmBackend, describe, perturbed_sets_for, write_run_sets
+from leaklab.perturb.mri_sets import LlmBackend, SetSettings, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import rows_per_dose, without_dose
@@ -225,15 +225,8 @@ class Mri:
             ctx.accelerator.main_process_first() if ctx.accelerator is not None else contextlib.nullcontext()
         )
         with first:
-            sets = perturbed_sets_for(
-                tasks,
-                seed=cfg.seed,
-                per_type=cfg.per_type,
-                workers=cfg.sandbox_workers,
-                timeout_s=cfg.timeout_s,
-                llm=llm_backend(cfg),
-                log=ctx.log,
-            )
+            settings = SetSettings(cfg.seed, cfg.per_type, cfg.sandbox_workers, cfg.timeout_s)
+            sets = perturbed_sets_for(tasks, settings, llm=llm_backend(cfg), log=ctx.log)
         self._sets = {s.task_id: s for s in sets}
         if ctx.is_main_process:
             info = write_run_sets(ctx.run.root, sets)

@@ -247,11 +247,15 @@ class Sandbox:
     max_file_mb      largest file a run may write
     scratch_mb       size of the run's own tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock (as root)
     max_output_bytes stdout and stderr kept per run; the rest is read and dropped (`truncated`)
+    max_result_bytes bytes kept of the call results a run streams back (`call_function`'s values);
+                     the rest is read and dropped
     guard_calls      Python-level guards on os.system, subprocess, os.kill, os.fork, deletions outside
                      the run's directory, ...; the operating-system layer holds without them, so
                      programs that legitimately spawn processes can run with False. The socket guard
                      applies whenever there is no network namespace, whatever this says.
     preload          modules the workers import up front (children fork with them loaded)
+    start_timeout_s  how long a worker may take to start (its imports and preload) before the pool, or
+                     the replacement of a dead worker, gives up
     disable          layers to leave out, from `isolation.LAYERS` ("minimal_root", "run_scratch",
                      "seccomp"): only for tests that show an attack working without a layer.
                      `isolation` reports them, and `require_layers` refuses such a pool for rewards.

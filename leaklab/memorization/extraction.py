@@ -43,12 +43,16 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from leaklab.data.corpora import stdlib_source_files
 from leaklab.errors import InputError
 from leaklab.metrics import percentile_intervals, spearman
+
+if TYPE_CHECKING:
+    from leaklab.signals.continuations import Decoding
 
 STRATEGIES = ("non_prompt", "temperature_decay", "prompt_conditioned", "two_step", "discoverable")
 RANKINGS = ("ppl", "ppl_ratio", "ppl_reference_ratio", "ppl_zlib", "window_ppl")
@@ -214,34 +218,38 @@ class Sample:
 
 
 def sample(
-    model,
-    tokenizer,
+    decoding: Decoding,
     strategy: str,
     top_k: int,
     n: int,
     max_new_tokens: int,
     *,
     prompts: Sequence[str] = (),
-    batch_size: int = 32,
     seed: int = 0,
-    prompt_boundary: str = "heal",
 ) -> list[Sample]:
     """`n` sampled continuations for one strategy and top-k, batched through the generation engine.
     non_prompt / temperature_decay ignore `prompts`; prompt_conditioned cycles through them; two_step
     takes `prompts[0]` (the snippet) for all `n`; discoverable samples once from each of `prompts` (the
-    tasks' first lines), whatever `n`."""
+    tasks' first lines), whatever `n`.
+
+    From `decoding`: the model, tokenizer, batch_size and prompt_boundary. Top-k sampling and a
+    temperature that decays step by step need leaklab's own decoder on the model, so another back-end
+    (`decoding.generator`) is refused rather than ignored."""
     from leaklab.signals.generation import HFGenerator
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown sampling strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if decoding.generator is not None:
+        raise ValueError("extraction samples with the model's own HFGenerator; leave decoding.generator None")
     processor = TemperatureDecay() if strategy == "temperature_decay" else None
+    tokenizer = decoding.tokenizer
     generator = HFGenerator(
-        model,
+        decoding.model,
         tokenizer,
-        batch_size=batch_size,
+        batch_size=decoding.batch_size,
         top_k=top_k,
         logits_processor=processor,
-        prompt_boundary=prompt_boundary,
+        prompt_boundary=decoding.prompt_boundary,
     )
     if strategy in ("non_prompt", "temperature_decay"):
         chosen, per_prompt = [start_prompt(tokenizer)], n

@@ -1,8 +1,8 @@
 """MRI's perturbed task sets: built once per benchmark (rewriting in the sandbox, mutation), versioned,
 cached as JSON lines, reused by every checkpoint and run.
 
-    sets = perturbed_sets_for(tasks, seed=0, per_type=2)   # from the cache; builds what is missing
-    info = summary(sets)                                    # acceptance per logic type, reasons
+    sets = perturbed_sets_for(tasks, SetSettings(seed=0))  # from the cache; builds what is missing
+    info = summary(sets)                                   # acceptance per logic type, reasons
     write_run_sets(run.root, sets, info); read_run_sets(run.root)
 
 The cache (`<LEAKLAB_CACHE>/perturbed/<benchmark>-<settings>.jsonl`) holds one line per task keyed by a
@@ -60,6 +60,18 @@ class PerturbedSet:
     judge: dict[str, Any] = field(default_factory=dict)  # the LLM judge's verdict on the rewrite, if asked
 
 
+@dataclass(frozen=True)
+class SetSettings:
+    """How the sets are made. `seed` and `per_type` (rewrite candidates validated per logic-change type
+    and task) decide what comes out, so they are part of the cache key; `workers` and `timeout_s` (per
+    program) say how the sandbox runs the programs (`workers` only when no sandbox is handed in)."""
+
+    seed: int = 0
+    per_type: int = 2
+    workers: int = 2
+    timeout_s: float = 5.0
+
+
 @dataclass
 class LlmBackend:
     """An LLM for paraphrase (and, with `rewrite`, for rewriting instead of the rules): any generator of
@@ -95,12 +107,9 @@ def set_from_json(data: dict[str, Any]) -> PerturbedSet:
 
 def build_perturbed_sets(
     tasks: Sequence[Task],
+    settings: SetSettings = SetSettings(),
     *,
-    seed: int = 0,
-    per_type: int = 2,
     sandbox=None,
-    workers: int = 2,
-    timeout_s: float = 5.0,
     llm: LlmBackend | None = None,
     log=print,
 ) -> list[PerturbedSet]:
@@ -113,10 +122,8 @@ def build_perturbed_sets(
     if sandbox is None:
         from leaklab.execution.sandbox import Sandbox
 
-        with Sandbox(workers=workers, timeout_s=timeout_s) as sb:
-            return build_perturbed_sets(
-                tasks, seed=seed, per_type=per_type, sandbox=sb, timeout_s=timeout_s, llm=llm, log=log
-            )
+        with Sandbox(workers=settings.workers, timeout_s=settings.timeout_s) as sb:
+            return build_perturbed_sets(tasks, settings, sandbox=sb, llm=llm, log=log)
     paraphrases: list[Task | None] = [None] * len(tasks)
     reasons = ["not computed: no LLM backend"] * len(tasks)
     if llm is not None:
@@ -135,15 +142,17 @@ def build_perturbed_sets(
             sandbox,
             render=render,
             max_new_tokens=llm.max_new_tokens,
-            timeout_s=timeout_s,
+            timeout_s=settings.timeout_s,
         )
     else:
-        rewrites = rule_rewrites(tasks, sandbox, seed=seed, per_type=per_type, timeout_s=timeout_s)
+        rewrites = rule_rewrites(
+            tasks, sandbox, seed=settings.seed, per_type=settings.per_type, timeout_s=settings.timeout_s
+        )
     if llm is not None and llm.judge != "off":
         judge_rewrites(tasks, rewrites, llm, log)
     sets = []
     for task, rw, para, why in zip(tasks, rewrites, paraphrases, reasons):
-        mutated, info = mutate_task(task, random.Random(f"mutate:{seed}:{task.task_id}"))
+        mutated, info = mutate_task(task, random.Random(f"mutate:{settings.seed}:{task.task_id}"))
         sets.append(
             PerturbedSet(
                 task_id=task.task_id,
@@ -229,13 +238,10 @@ def cache_file(
 
 def perturbed_sets_for(
     tasks: Sequence[Task],
+    settings: SetSettings = SetSettings(),
     *,
-    seed: int = 0,
-    per_type: int = 2,
     cache_dir: str | Path | None = None,
     sandbox=None,
-    workers: int = 2,
-    timeout_s: float = 5.0,
     llm: LlmBackend | None = None,
     log=print,
 ) -> list[PerturbedSet]:
@@ -245,13 +251,10 @@ def perturbed_sets_for(
         identity += f"|judge={llm.judge}"
 
     def build(todo: list[Task]) -> list[PerturbedSet]:
-        return build_perturbed_sets(
-            todo, seed=seed, per_type=per_type, sandbox=sandbox, workers=workers, timeout_s=timeout_s, llm=llm,
-            log=log,
-        )  # fmt: skip
+        return build_perturbed_sets(todo, settings, sandbox=sandbox, llm=llm, log=log)
 
     return set_store.cached_sets(
-        cache_file(tasks, seed, per_type, cache_dir, identity),
+        cache_file(tasks, settings.seed, settings.per_type, cache_dir, identity),
         tasks,
         build,
         lambda ps, task: set_to_json(ps),

@@ -38,7 +38,7 @@ from leaklab.errors import UnavailableError
 from leaklab.execution.correctness import check_solution, reference_outputs
 from leaklab.perturb import set_store
 from leaklab.perturb.examples import RunError
-from leaklab.perturb.variants import Variant, VariantSet, alpha_equivalent, make_variants
+from leaklab.perturb.variants import Variant, VariantSet, Verification, alpha_equivalent, make_variants
 from leaklab.progress import Progress
 from leaklab.rundir import RunDir
 
@@ -133,9 +133,7 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
                 cfg.n_variants,
                 cfg.seed,
                 run_solution=run_solution,
-                verify=verify,
-                verify_by=verify_by,
-                transform_examples=cfg.replace_examples,
+                verify=Verification(verify, by=verify_by) if verify is not None else None,
                 rename=rename,
             )
 

@@ -29,11 +29,12 @@ pipeline: thin wrappers around `leaklab.execution.sandbox`):
                                           positional arguments, or a stdin string for stdio tasks) and
                                           returns the value / stdout, or a `RunError` (any Exception
                                           instance is accepted too) for an input that failed.
-  verify(task) -> bool                    runs the task's own tests on a variant (`verify_by="tests"`), or
-                                          checks it without running anything (`verify_by="alpha"`:
-                                          `alpha_equivalent`, for benchmarks without tests).
-Every variant must parse and (when `verify` is given) pass it; the others are dropped and the fraction
-kept is reported. A task without tests under `verify_by="tests"` gets no variant and the reason
+  verify(task) -> bool                    runs the task's own tests on a variant (`Verification(verify)`),
+                                          or checks it without running anything
+                                          (`Verification(verify, by="alpha")`: `alpha_equivalent`, for
+                                          benchmarks without tests).
+Every variant must parse and (when a `Verification` is given) pass it; the others are dropped and the
+fraction kept is reported. A task without tests under `by="tests"` gets no variant and the reason
 "no tests". Bad input never raises: it yields fewer variants and the reason.
 """
 
@@ -100,6 +101,16 @@ RunSolution = Callable[[Task, list[Any]], list[Any]]
 Verify = Callable[[Task], bool]
 
 
+@dataclass(frozen=True)
+class Verification:
+    """How every candidate variant is checked: `check(variant) -> bool`, and what that check is, `by`:
+    "tests" (it runs the benchmark's own tests, so a task without tests gets no variant) or "alpha"
+    (`alpha_equivalent`: nothing runs). `VariantSet.verified_by` and `tests_run` report it."""
+
+    check: Verify
+    by: str = "tests"
+
+
 def _function_params(analysis: TaskCode, name: str | None) -> list[str]:
     for node in ast.walk(analysis.program.tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
@@ -163,37 +174,37 @@ def make_variants(
     seed: int = 0,
     *,
     run_solution: RunSolution | None = None,
-    verify: Verify | None = None,
+    verify: Verification | None = None,
     llm: Callable[[str], str] | None = None,
-    transform_examples: bool = True,
     rename: bool = True,
-    verify_by: str = "tests",
     max_attempts: int | None = None,
 ) -> VariantSet:
     """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed.
 
     Names come from the vocabulary, or from `llm` (a callable taking leaklab's prompt and returning a
     proposed program) when given; either way leaklab renders and checks the variant itself. Example
-    replacement (tau_t) needs `run_solution`; without it only renaming is applied. Never raises on bad
-    input: `VariantSet.reasons` says why fewer than n variants came back. `rename=False` keeps every
-    name (example replacement alone: an ablation of the transformations).
+    replacement (tau_t) runs when `run_solution` is given; without it only renaming is applied. `verify`
+    checks each candidate (None: parsing alone). Never raises on bad input: `VariantSet.reasons` says
+    why fewer than n variants came back. `rename=False` keeps every name (example replacement alone: an
+    ablation of the transformations). `max_attempts` (default 3n) bounds the candidates tried.
     """
+    verify_by = verify.by if verify is not None else "none"
     result = VariantSet(
         task_id=task.task_id,
         n_requested=n,
-        tests_run=verify is not None and verify_by == "tests",
-        verified_by=verify_by if verify is not None else "none",
+        tests_run=verify_by == "tests",
+        verified_by=verify_by,
     )
     try:
         analysis = analyse_task(task)
     except NotRenamable as err:
         result.reasons.append(str(err))
         return result
-    if not _can_vary(task, analysis, rename, verify is not None and verify_by == "tests", result):
+    if not _can_vary(task, analysis, rename, verify_by == "tests", result):
         return result
     attempts = max_attempts or 3 * n
     bases: list[tuple[Task, int]] = [(task, 0)] * n
-    if transform_examples and run_solution is not None:
+    if run_solution is not None:
         bases, why = _example_tasks(task, analysis, n, seed, run_solution)
         if why:
             result.notes.append(why)
@@ -224,7 +235,7 @@ def make_variants(
         if not _parses(candidate):
             failures["the variant does not parse"] += 1
             continue
-        if not _verified(candidate, verify, failures, FAILED.get(verify_by, "the variant failed its check")):
+        if not _verified(candidate, verify, failures):
             continue
         result.n_verified += 1
         functions = {k: v for k, v in renames.items() if k in analysis.functions}
@@ -364,16 +375,16 @@ FAILED = {
 }
 
 
-def _verified(candidate: Task, verify: Verify | None, failures: dict[str, int], failed: str) -> bool:
+def _verified(candidate: Task, verify: Verification | None, failures: dict[str, int]) -> bool:
     if verify is None:
         return True
     try:
-        ok = bool(verify(candidate))
+        ok = bool(verify.check(candidate))
     except Exception as err:
         ok = False
         why = f"verify raised {type(err).__name__}"
     else:
-        why = failed
+        why = FAILED.get(verify.by, "the variant failed its check")
     if not ok:
         failures[why] = failures.get(why, 0) + 1
     return ok

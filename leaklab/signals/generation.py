@@ -319,6 +319,8 @@ class HFGenerator:
     prefill_tokens  padded tokens per prefill chunk (bounds activation memory);
     preallocate, drop_finished, sort_by_length: the levers described in the module docstring,
                     switchable so the benchmark can measure each.
+    top_p           sample among the most likely tokens whose probabilities sum to p (nucleus
+                    sampling; 1.0: all);
     top_k           sample among the k most likely tokens only (0: all; extraction audits use 5-40);
     logits_processor  `f(step, logits) -> logits` applied before each sampling step (step 0 = the first
                     new token), e.g. a temperature that decays over the first tokens.

@@ -145,7 +145,9 @@ def ordered_tree(root, children, label) -> OrderedTree:
 
 
 @jit
-def _zhang_shasha(l1, lm1, kr1, l2, lm2, kr2, cost_del, cost_ins, cost_ren):  # pragma: no cover - compiled
+def _zhang_shasha(l1, lm1, kr1, l2, lm2, kr2, costs):  # pragma: no cover - compiled
+    # costs: (delete, insert, rename) as three floats, the `costs` of `tree_edit_distance`
+    cost_del, cost_ins, cost_ren = costs
     n1 = l1.shape[0]
     n2 = l2.shape[0]
     tree_dist = np.zeros((n1, n2))
@@ -189,7 +191,7 @@ def tree_edit_distance(source: OrderedTree, target: OrderedTree, costs=TSED_COST
         _zhang_shasha(
             source.labels, source.leftmost, source.keyroots,
             target.labels, target.leftmost, target.keyroots,
-            float(cost_del), float(cost_ins), float(cost_ren),
+            (float(cost_del), float(cost_ins), float(cost_ren)),
         )
     )  # fmt: skip
 

@@ -199,8 +199,10 @@ def test_temperature_decay_schedule_and_processor_steps(small_lm):
 
 def test_every_strategy_samples_n_outputs(small_lm):
     from leaklab.memorization.extraction import function_definitions, sample, start_prompt
+    from leaklab.signals.continuations import Decoding
 
     model, tokenizer = small_lm
+    decoding = Decoding(model, tokenizer, batch_size=32)
     assert start_prompt(tokenizer) == ""  # the tokenizer adds <bos> itself
     source = "@wrap\ndef f(x,\n      y):\n    return 1\nclass C:\n    def g(self):\n        pass\n    def h(self): pass\n"
     defs = function_definitions([("a.py", source), ("bad.py", "def (")], 10)
@@ -211,12 +213,15 @@ def test_every_strategy_samples_n_outputs(small_lm):
         ("prompt_conditioned", defs),
         ("two_step", ["x = 1\n"]),
     ):
-        out = sample(model, tokenizer, strategy, 5, 3, 6, prompts=prompts)
+        out = sample(decoding, strategy, 5, 3, 6, prompts=prompts)
         assert len(out) == 3 and all(s.strategy == strategy and s.top_k == 5 for s in out)
-    assert sample(model, tokenizer, "two_step", 5, 3, 6, prompts=[]) == []
+    assert sample(decoding, "two_step", 5, 3, 6, prompts=[]) == []
     # Discoverable: one sample from each task's own first lines, whatever n.
-    out = sample(model, tokenizer, "discoverable", 5, 3, 6, prompts=["a = 1\n", "b = 2\n"])
+    out = sample(decoding, "discoverable", 5, 3, 6, prompts=["a = 1\n", "b = 2\n"])
     assert [s.prompt for s in out] == ["a = 1\n", "b = 2\n"]
+    # Top-k and the decaying temperature need leaklab's own decoder: another back-end is refused.
+    with pytest.raises(ValueError, match="decoding.generator"):
+        sample(Decoding(model, tokenizer, generator=object()), "non_prompt", 5, 3, 6)
 
 
 def test_first_lines_counts_non_blank_lines_and_keeps_the_text_as_written():
@@ -512,7 +517,7 @@ def test_two_step_prompts_with_the_snippet_as_the_corpus_writes_it(tmp_path, mon
     flattened = "\n".join(code_lines(INDENTED))  # what the model sampled: the lines, indentation lost
     two_step_prompts = []
 
-    def fake_sample(model, tokenizer, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
+    def fake_sample(decoding, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
         if strategy == "two_step":
             two_step_prompts.extend(prompts)
             return [Sample(strategy, k, prompts[0], "") for _ in range(n)]
@@ -702,7 +707,7 @@ def test_discoverable_is_greedy_once_from_each_tasks_first_lines(tmp_path, monke
     ext.prepare(ctx)
     calls = []
 
-    def fake_sample(model, tokenizer, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
+    def fake_sample(decoding, strategy, k, n, max_new_tokens, *, prompts=(), **kw):
         calls.append((strategy, k, list(prompts)))
         return [Sample(strategy, k, p, "") for p in prompts] if strategy == "discoverable" else []
 

@@ -21,7 +21,7 @@ from leaklab.perturb.examples import RunError, find_examples, format_value, muta
 from leaklab.perturb.identifiers import RESERVED, NotRenamable, analyse_task, program_text
 from leaklab.perturb.llm import llm_prompt
 from leaklab.perturb.renaming import propose_renames, rename_task
-from leaklab.perturb.variants import make_variants
+from leaklab.perturb.variants import Verification, make_variants
 from leaklab.perturb.vocabulary import SYNONYMS
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -339,7 +339,7 @@ def test_verification_drops_failing_variants_and_reports_the_fraction(humaneval)
         calls.append(candidate.task_id)
         return len(calls) % 2 == 1  # every second candidate "fails its tests"
 
-    result = make_variants(task, n=4, verify=verify)
+    result = make_variants(task, n=4, verify=Verification(verify))
     assert len(result.variants) == 4 and result.tests_run
     assert result.n_candidates == 7 and result.n_verified == 4
     assert result.fraction_verified == pytest.approx(4 / 7)
@@ -348,7 +348,7 @@ def test_verification_drops_failing_variants_and_reports_the_fraction(humaneval)
     def broken(candidate: Task) -> bool:
         raise RuntimeError("sandbox down")
 
-    result = make_variants(task, n=2, verify=broken)
+    result = make_variants(task, n=2, verify=Verification(broken))
     assert result.variants == [] and any("verify raised RuntimeError" in r for r in result.reasons)
 
 
@@ -653,7 +653,7 @@ def test_no_tests_is_said_and_alpha_verifies_without_them(humaneval):
 
     task = dataclasses.replace(humaneval["HumanEval/0"], tests="", test_cases=())
     # verify by tests on a task without tests: no variants, and the reason says "no tests".
-    result = make_variants(task, n=3, verify=lambda t: True, verify_by="tests")
+    result = make_variants(task, n=3, verify=Verification(lambda t: True, by="tests"))
     assert not result.variants and not result.tests_run
     assert any(r.startswith("no tests") for r in result.reasons)
     assert not any("tests failed" in r for r in result.reasons)
