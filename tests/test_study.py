@@ -15,9 +15,9 @@ import pytest
 
 from leaklab import leaderboard
 from leaklab.data.doses import assign_doses
-from leaklab.data.mixing import build_dosed_mixture
+from leaklab.data.mixing import Packing, build_dosed_mixture
 from leaklab.errors import InputError
-from leaklab.recipe import RecipeError, load_recipe, run_dir_of, run_hash
+from leaklab.recipe import InjectConfig, RecipeError, load_recipe, run_dir_of, run_hash
 from leaklab.study import command as study_command
 from leaklab.study import load_study, plan_study, study_path
 
@@ -44,9 +44,14 @@ def test_withhold_keeps_the_layout_and_trains_no_member():
     texts = _members(8)
     doses = assign_doses(list(texts), [1, 4], seed=0)
     web = [f"# corpus line {i}\n" * 20 for i in range(40)]
-    kwargs = {"code": 1, "web": 3, "block_len": 128, "window": [0.5, 1.0], "seed": 5}
-    dosed, dosed_info = build_dosed_mixture(texts, doses, web, CharTokenizer(), **kwargs)
-    clean, clean_info = build_dosed_mixture(texts, doses, web, CharTokenizer(), withhold=True, **kwargs)
+    packing = Packing(code=1, web=3, block_len=128, seed=5)
+    window = [0.5, 1.0]
+    dosed, dosed_info = build_dosed_mixture(
+        texts, doses, web, CharTokenizer(), packing, InjectConfig(window=window)
+    )
+    clean, clean_info = build_dosed_mixture(
+        texts, doses, web, CharTokenizer(), packing, InjectConfig(window=window, withhold=True)
+    )
     assert clean.shape == dosed.shape  # the same steps
     assert sum(dosed_info["exposures"].values()) == sum(doses.values())
     assert clean_info["exposures"] == {task_id: 0 for task_id in texts}  # counted in the blocks themselves
@@ -375,3 +380,46 @@ def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tm
     assert status["sft"]["line"] == "leaklab: out of memory"
     assert status["rl"] == {"state": "failed", "line": "needs condition sft, which failed"}
     assert json.loads((tmp_path / "status.json").read_text()) == status
+
+
+def test_form_groups_are_cells_and_a_p_value_finding_compares_two_runs(tmp_path):
+    # rephrased: m0 and m2 trained verbatim, m1 as its variant. Column a: m0 0.3, m2 0.8 against the
+    # non-members 0.5, 0.2, 0.1: 2 + 3 of 6 pairs; m1 0.9 alone: 3 of 3.
+    run = _fake_run(tmp_path, "rephrased")
+    manifest = json.loads((tmp_path / "rephrased" / "manifest.json").read_text())
+    manifest["forms"] = {"m0": "verbatim", "m1": "rephrased", "m2": "verbatim"}
+    (tmp_path / "rephrased" / "manifest.json").write_text(json.dumps(manifest))
+    rows = [
+        {"evaluation": "detection", "step": 3, "column": "sharded_likelihood", "metric": "p_value",
+         "value": p, "params": {"set": side}}
+        for side, p in (("members", 0.01), ("non_members", 0.6))
+    ]  # fmt: skip
+    for name in ("file", "document"):
+        _fake_run(tmp_path, name)
+    (tmp_path / "file" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    document_rows = [{**rows[0], "value": 0.4}, {**rows[0], "step": 1, "value": 0.0001}]  # step 1 is not read
+    (tmp_path / "document" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in document_rows))
+    plan = _board_plan(
+        tmp_path, {"rephrased": run, "file": str(tmp_path / "file"), "document": str(tmp_path / "document")}
+    )
+    measured = leaderboard.measure(plan, {})
+    assert measured["table"]["rephrased@verbatim"]["a"]["auroc"] == pytest.approx(5 / 6)
+    assert measured["table"]["rephrased@rephrased"]["a"]["auroc"] == 1.0
+    assert measured["set_tests"]["file"] == {
+        "sharded_likelihood:members": {"p_value": 0.01},
+        "sharded_likelihood:non_members": {"p_value": 0.6},
+    }
+    base = {"id": "f", "claim": "c", "source": "s"}
+    findings = [
+        {**base, "kind": "p_value", "a": "file", "b": "document", "test": "sharded_likelihood:members",
+         "expect": "less", "than": 0},
+        {**base, "kind": "p_value", "a": "file", "b": "rephrased", "test": "sharded_likelihood:members"},
+        {**base, "kind": "difference", "a": "rephrased@verbatim", "b": "rephrased@rephrased", "detector": "a"},
+    ]  # fmt: skip
+    out = leaderboard.evaluate_findings(findings, measured, {})
+    assert out[0]["value"] == pytest.approx(0.01 - 0.4) and out[0]["verdict"] == "reproduced"
+    assert out[0]["ci_low"] == out[0]["ci_high"] == out[0]["value"]
+    assert out[1]["verdict"] == "not measured" and "rephrased" in out[1]["note"]
+    assert out[2]["value"] == pytest.approx(5 / 6 - 1) and "independent" in out[2]["note"]
+    board = leaderboard.write_leaderboard(plan, {"findings": findings}, {})
+    assert "| file | sharded_likelihood:members | 0.0100 | — |" in board["markdown"]

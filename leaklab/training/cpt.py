@@ -16,7 +16,8 @@ import torch
 
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
 from leaklab.data.corpora import corpus_texts
-from leaklab.data.mixing import build_dosed_mixture, build_mixture
+from leaklab.data.forms import FILE_ID, REPHRASED, file_text, variant_tasks
+from leaklab.data.mixing import Packing, build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
@@ -66,26 +67,44 @@ def _dosed_dataset(
     """`inject` set: each member as many times as its dose, at the planned blocks, in training order.
     `corpus` and `packing` (code, web, block_len, seed) are the plain mixture's (`build_dataset`)."""
     lines = canary_lines(manifest)  # planted before packing, so the counts below include them
-    blocks, info = build_dosed_mixture(
-        {i: plant(by_id[i].text(recipe.data.text_format), lines.get(i, [])) for i in manifest["member_ids"]},
-        manifest["doses"],
-        corpus,
-        tokenizer,
-        window=recipe.inject.window,
-        withhold=recipe.inject.withhold,
-        **packing,
-    )
+    documents, doses = member_documents(recipe, by_id, manifest, lines, log)
+    blocks, info = build_dosed_mixture(documents, doses, corpus, tokenizer, Packing(**packing), recipe.inject)
+    if FILE_ID in doses:  # every copy of the file is an exposure of each member in it
+        info["exposures"] = {t: info["exposures"][FILE_ID] for t in manifest["member_ids"]} | {
+            FILE_ID: info["exposures"][FILE_ID]
+        }
     info["inject"] = manifest["inject"]
     if lines:
         info["canary_exposures"] = canary_exposures(manifest, info["exposures"])
     log(
-        f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} members "
-        f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}), "
-        f"{info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in {info['blocks']} "
-        f"blocks of {info['block_len']}, in that order; code:web requested {info['requested_ratio']}, "
-        f"achieved 1:{info['achieved_ratio']:g}"
+        f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} documents "
+        f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}, form "
+        f"{recipe.inject.form}), {info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in "
+        f"{info['blocks']} blocks of {info['block_len']}, in that order; code:web requested "
+        f"{info['requested_ratio']}, achieved 1:{info['achieved_ratio']:g}"
     )
     return StageData(PackedBlocks(blocks), info)
+
+
+def member_documents(
+    recipe: Recipe, by_id: dict, manifest: dict, lines: dict, log
+) -> tuple[dict[str, str], dict[str, int]]:
+    """(document id -> text as trained, document id -> copies per epoch) for the recipe's inject.form
+    (leaklab/data/forms.py): each member's own text (its canary lines planted), the one benchmark file,
+    or each member's text with the `rephrased` ones as their variant (the manifest's settled forms)."""
+    fmt, ids = recipe.data.text_format, manifest["member_ids"]
+    if recipe.inject.form == "file":
+        ordered = [by_id[i] for i in manifest["file_order"]]
+        return {FILE_ID: file_text(ordered)}, {FILE_ID: manifest["inject"]["doses"][0]}
+    texts = {i: plant(by_id[i].text(fmt), lines.get(i, [])) for i in ids}
+    if recipe.inject.form == "rephrased":
+        rephrased = [by_id[i] for i in ids if manifest["forms"][i] == REPHRASED]
+        variants = variant_tasks(rephrased, log=log)
+        missing = [t.task_id for t in rephrased if t.task_id not in variants]
+        if missing:  # the manifest settled the forms from the same cached variants
+            raise RuntimeError(f"no verified variant of {missing[0]} although the manifest rephrases it")
+        texts.update({i: plant(v.text(fmt), lines.get(i, [])) for i, v in variants.items()})
+    return texts, manifest["doses"]
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:
