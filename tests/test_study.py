@@ -90,6 +90,9 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
         "timing/late",
         "dilution/1_1",
         "dilution/1_8",
+        "rephrased",
+        "file/file",
+        "file/document",
         "sft",
         "rl",
     ]
@@ -104,12 +107,21 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
     assert [r.inject.window for r in timing] == [[0.0, 0.25], [0.75, 1.0]]
     assert load_recipe("tiny_dose", runs["clean"]["overrides"]).inject.withhold
     assert plan["conditions"]["rl"]["after"] == "sft"
+    forms = [
+        load_recipe("tiny_dose", runs[n]["overrides"]) for n in ("rephrased", "file/file", "file/document")
+    ]
+    assert [(r.inject.form, r.inject.doses) for r in forms] == [
+        ("rephrased", [16]),
+        ("file", [16]),
+        ("document", [16]),
+    ]
+    assert [r.evaluate.dataset_tests for r in forms] == [[], ["sharded_likelihood"], ["sharded_likelihood"]]
 
 
 def test_smoke_keeps_every_condition_and_starts_rl_from_the_smoke_sft_run(tmp_path):
     _, plan = _plan(tmp_path, smoke=True)
     runs = {r["name"]: r for c in plan["conditions"].values() for r in c["runs"]}
-    assert len(runs) == 8 and not any(r["shared"] for r in runs.values())
+    assert len(runs) == 11 and not any(r["shared"] for r in runs.values())
     assert f"train.rl.init_from={runs['sft']['run_dir']}" in runs["rl"]["overrides"]
     assert plan["root"] == str(tmp_path / "s") and "smoke" in plan["study"]
 
@@ -157,11 +169,13 @@ def test_slurm_writes_one_array_per_condition_and_rl_waits_for_sft(tmp_path):
     body = submit.read_text().splitlines()
     plan = json.loads((out / "study.json").read_text())
     scripts = {c: Path(cond["root"]) / "slurm" / "sweep.sbatch" for c, cond in plan["conditions"].items()}
-    assert body[3:9] == [
+    assert body[3:11] == [
         f"JOB_CLEAN=$(sbatch --parsable {scripts['clean']})",
         f"JOB_DOSE=$(sbatch --parsable {scripts['dose']})",
         f"JOB_TIMING=$(sbatch --parsable {scripts['timing']})",
         f"JOB_DILUTION=$(sbatch --parsable {scripts['dilution']})",
+        f"JOB_REPHRASED=$(sbatch --parsable {scripts['rephrased']})",
+        f"JOB_FILE=$(sbatch --parsable {scripts['file']})",
         f"JOB_SFT=$(sbatch --parsable {scripts['sft']})",
         f"JOB_RL=$(sbatch --parsable --dependency=afterok:${{JOB_SFT}} {scripts['rl']})",
     ]
@@ -308,11 +322,13 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     board = json.loads((out / "leaderboard.json").read_text())
     runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
-    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4"}
+    runs += ["rephrased", "file/file", "file/document"]
+    forms = ["rephrased@verbatim", "rephrased@rephrased"]
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4", *forms}
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
     cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
-    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8"):
+    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8", *forms, "file/file"):
         assert set(board["table"][cell]) == cpt_columns, cell
     for cell in runs:
         for stats in board["table"][cell].values():
@@ -326,7 +342,16 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     }
     assert [r["column"] for r in board["control"]["flag_rates"]].count("srdetection_gray@n=10") == 3
     verdicts = {f["id"]: f["verdict"] for f in board["findings"]}
-    assert len(verdicts) == 7
+    assert len(verdicts) == 9
+    # The file condition's runs carry the sharded test of their members and non-members.
+    for cell in ("file/file", "file/document"):
+        assert set(board["set_tests"][cell]) >= {
+            "sharded_likelihood:members",
+            "sharded_likelihood:non_members",
+        }
+    manifest = json.loads((out / "runs" / "rephrased" / "manifest.json").read_text())
+    assert set(manifest["forms"].values()) <= {"verbatim", "rephrased"}
+    assert isinstance(manifest["inject"]["rephrased_fallback"], list)
     assert set(verdicts.values()) <= {"reproduced", "not reproduced", "inconclusive"}
     chance = next(f for f in board["findings"] if f["id"] == "clean_at_chance")
     assert chance["value"] == sum(not r["holds_chance"] for r in clean)
