@@ -279,11 +279,12 @@ def settle_rephrased(manifest: dict, tasks, log) -> None:
     """`inject.form: rephrased`: the members planned as rephrased that have no verified variant are
     trained verbatim; the manifest records the forms as trained and counts the fallback. The variants
     are a pure function of the task and the code (cached), so a resumed run writes the same manifest."""
-    from leaklab.data.forms import REPHRASED, settle_forms, variant_tasks
+    from leaklab.data.forms import REPHRASED, settle_forms
+    from leaklab.training.cpt import trained_variants
 
     by_id = {t.task_id: t for t in tasks}
     planned = [by_id[t] for t, form in manifest["forms"].items() if form == REPHRASED]
-    manifest["forms"], fallback = settle_forms(manifest["forms"], set(variant_tasks(planned, log=log)))
+    manifest["forms"], fallback = settle_forms(manifest["forms"], set(trained_variants(planned, log=log)))
     manifest["inject"]["rephrased_fallback"] = fallback
     log(
         f"[leaklab] inject.form rephrased: {len(planned) - len(fallback)} members trained as a verified "

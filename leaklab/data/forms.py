@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from leaklab.data.tasks import Task
@@ -70,19 +70,6 @@ def assign_forms(doses: dict[str, int], seed: int) -> dict[str, str]:
         half = len(group) // 2
         form.update({t: REPHRASED if i < half else VERBATIM for i, t in enumerate(group)})
     return {t: form[t] for t in doses}
-
-
-def variant_tasks(
-    tasks: Sequence[Task], log: Callable[[str], Any] = print, cache_dir: str | None = None
-) -> dict[str, Task]:
-    """task id -> the variant each task is trained as: the first of its verified variants, built with
-    SrDetection's default settings (fixed, so the trained text never depends on evaluate.* keys, and
-    shared with `srdetection_gray:n=10`'s cached variants); tasks with none are left out."""
-    from leaklab.detectors.srdetection import SrDetectionConfig
-    from leaklab.perturb import store
-
-    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), cache_dir=cache_dir, log=log)
-    return {t.task_id: vs.variants[0].task for t, vs in zip(tasks, sets) if vs.variants}
 
 
 def settle_forms(forms: dict[str, str], has_variant: set[str]) -> tuple[dict[str, str], list[str]]:

@@ -9,16 +9,20 @@ off the Trainer as a callback (`training/callbacks.py`).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
 from leaklab.data.corpora import corpus_texts
-from leaklab.data.forms import FILE_ID, REPHRASED, file_text, variant_tasks
+from leaklab.data.forms import FILE_ID, REPHRASED, file_text
 from leaklab.data.mixing import Packing, build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
+from leaklab.detectors.srdetection import SrDetectionConfig
+from leaklab.perturb import store
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
 from leaklab.training.callbacks import world_size
@@ -99,12 +103,22 @@ def member_documents(
     texts = {i: plant(by_id[i].text(fmt), lines.get(i, [])) for i in ids}
     if recipe.inject.form == "rephrased":
         rephrased = [by_id[i] for i in ids if manifest["forms"][i] == REPHRASED]
-        variants = variant_tasks(rephrased, log=log)
+        variants = trained_variants(rephrased, log=log)
         missing = [t.task_id for t in rephrased if t.task_id not in variants]
         if missing:  # the manifest settled the forms from the same cached variants
             raise RuntimeError(f"no verified variant of {missing[0]} although the manifest rephrases it")
         texts.update({i: plant(v.text(fmt), lines.get(i, [])) for i, v in variants.items()})
     return texts, manifest["doses"]
+
+
+def trained_variants(
+    tasks: Sequence[Task], log: Callable[[str], Any] = print, cache_dir: str | None = None
+) -> dict[str, Task]:
+    """task id -> the variant each task is trained as: the first of its verified variants, built with
+    SrDetection's default settings (fixed, so the trained text never depends on evaluate.* keys, and
+    shared with `srdetection_gray:n=10`'s cached variants); tasks with none are left out."""
+    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), cache_dir=cache_dir, log=log)
+    return {t.task_id: vs.variants[0].task for t, vs in zip(tasks, sets) if vs.variants}
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:

@@ -191,8 +191,7 @@ def test_rephrased_members_train_as_their_variant_or_fall_back_and_the_originals
     def fake_variants(chosen, log=print, cache_dir=None):
         return {t.task_id: _renamed(t) for t in chosen if t.task_id != no_variant}
 
-    monkeypatch.setattr(forms, "variant_tasks", fake_variants)
-    monkeypatch.setattr("leaklab.training.cpt.variant_tasks", fake_variants)
+    monkeypatch.setattr("leaklab.training.cpt.trained_variants", fake_variants)
     from leaklab.train import settle_rephrased
 
     settle_rephrased(manifest, tasks, _silent)
