@@ -115,11 +115,13 @@ def row_key(row: dict[str, Any]) -> tuple:
     # write a second marker (leaklab.evaluate.done_specs reads their union).
     if "specs" in row:
         return (*key, tuple(sorted(row["specs"])))
-    # A row of one exposure dose group (or form group) stands beside the all-members row of its metric.
+    # A row of one exposure dose group (or form group) stands beside the all-members row of its metric,
+    # and a set-level test's row of one set (the sharded test's members and non-members) beside the other's.
     for group in ("dose", "form"):
         if group in row:
             key = (*key, (group, row[group]))
-    return key
+    test_set = (row.get("params") or {}).get("set") if isinstance(row.get("params"), dict) else None
+    return (*key, ("set", test_set)) if test_set is not None else key
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -229,3 +229,20 @@ def test_form_rows_score_each_group_against_every_non_member():
         len({row_key(row), row_key({**row, "form": "verbatim"}), row_key({**row, "form": "rephrased"})}) == 3
     )
     assert without_dose([row, {**row, "form": "verbatim"}]) == [row]
+
+
+def test_the_sharded_rows_of_both_sets_are_kept_in_a_run(tmp_path, monkeypatch):
+    from leaklab.dataset_tests import sharded_likelihood
+    from leaklab.dataset_tests.rows import sharded_likelihood_rows
+    from leaklab.rundir import append_rows, read_rows
+
+    def fake_test(model, tokenizer, examples, **_):
+        return {"p_value": 0.01 if examples[0].startswith("m") else 0.7}
+
+    monkeypatch.setattr(sharded_likelihood, "run_sharded_test", fake_test)
+    texts = [f"m{i}" for i in range(4)] + [f"n{i}" for i in range(4)]
+    rows = sharded_likelihood_rows(None, None, texts, [1] * 4 + [0] * 4)
+    rows = [{**r, "step": 1, "evaluation": "detection"} for r in rows]
+    assert append_rows(tmp_path / "results.jsonl", rows) == 2
+    got = {r["params"]["set"]: r["value"] for r in read_rows(tmp_path / "results.jsonl")}
+    assert got == {"members": 0.01, "non_members": 0.7}
