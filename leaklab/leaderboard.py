@@ -18,6 +18,10 @@ Finding kinds (the study file's `findings:`; `expect` is `greater` or `less`, `t
   difference   AUROC of `detector` in cell `a` minus in cell `b` (paired when both score the same texts)
   versus_best  AUROC of `detector` in `cell` minus the best other score column there (paired)
   chance       how many of the control condition's AUROC intervals exclude 0.5 (expect: equal, than 0)
+  p_value      a set-level test's p-value in run `a` minus in run `b` (`test`: "column:set", e.g.
+               "sharded_likelihood:members"); a p-value is its own test, so the statistic has no interval
+Cells: a run's name (`timing/late`), a dose group (`dose@16`, `dose@max`, `dose@min`), a form group of a
+run with `inject.form: rephrased` (`rephrased@verbatim`, `rephrased@rephrased`).
 Verdict: "reproduced" when the interval lies on the claimed side of `than`, "not reproduced" when it
 lies entirely on the other side, "inconclusive" when it contains `than`; "not measured" when a cell is
 missing (a failed or absent condition), with the reason.
@@ -45,6 +49,7 @@ from leaklab.report.tables import markdown_table
 from leaklab.results import is_rule
 from leaklab.rundir import read_json, read_rows, write_atomic, write_json
 
+SET_TESTS = ("sharded_likelihood", "codec_test", "pacost_test", "dataset_inference")
 N_BOOTSTRAP = 1000
 SEED = 0
 LEAK = ":leak"
@@ -84,19 +89,39 @@ def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """The run's cell, and with several doses one cell per dose (its members against every non-member)."""
+    """The run's cell, and with several doses one cell per dose (its members against every non-member);
+    in a run with `inject.form: rephrased` one cell per form group (`rephrased@verbatim`,
+    `rephrased@rephrased`: the members trained in that form against every non-member)."""
     found = last_scores(run_dir)
     if found is None:
         return {}
     step, records = found
-    cells = {name: {**make_cell(records), "step": step}}
+    tests = set_tests(run_dir, step)
+    cells = {name: {**make_cell(records), "step": step, "tests": tests}}
     manifest = read_json(Path(run_dir) / "manifest.json")
     doses = manifest.get("doses") or {}
     if len(set(doses.values())) > 1:
         for dose in sorted(set(doses.values())):
             chosen = [r for r in records if not r["label"] or doses.get(r["task_id"]) == dose]
             cells[f"{name}@{dose}"] = {**make_cell(chosen), "step": step, "dose": dose, "run": name}
+    forms = manifest.get("forms") or {}
+    for form in sorted(set(forms.values())):
+        chosen = [r for r in records if not r["label"] or forms.get(r["task_id"]) == form]
+        cells[f"{name}@{form}"] = {**make_cell(chosen), "step": step, "form": form, "run": name}
     return cells
+
+
+def set_tests(run_dir: str | Path, step: int) -> dict[str, dict[str, float | None]]:
+    """The set-level test rows of the detection evaluation at `step` (sharded_likelihood, codec_test,
+    pacost_test, dataset_inference) as "column:set" -> metric -> value (set: members, non_members, ...)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for r in read_rows(Path(run_dir) / "results.jsonl"):
+        if r.get("evaluation") != "detection" or r.get("step") != step or "dose" in r or "form" in r:
+            continue
+        if r.get("column") in SET_TESTS:
+            key = f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}"
+            out.setdefault(key, {})[r["metric"]] = r.get("value")
+    return out
 
 
 def weights_for(cell: dict[str, Any], n: int = N_BOOTSTRAP, seed: int = SEED) -> np.ndarray:
@@ -164,6 +189,7 @@ def measure(plan: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         "best": best,
         "missing": missing,
         "detection_dose": detection_doses(cells, table),
+        "set_tests": {label: cell["tests"] for label, cell in cells.items() if cell.get("tests")},
     }
 
 
@@ -275,6 +301,14 @@ def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[s
         weights = weights_for(cell)
         point = table[finding["cell"]][column]["auroc"] - others[rival]["auroc"]
         return point, auroc_draws(cell, column, weights) - auroc_draws(cell, rival, weights), f"vs {rival}"
+    if kind == "p_value":
+        test, p = finding["test"], {}
+        for side in ("a", "b"):
+            p[side] = cells[finding[side]].get("tests", {}).get(test, {}).get("p_value")
+            if p[side] is None:
+                raise KeyError(f"{test} has no p-value in {finding[side]}")
+        note = f"p {p['a']:.3g} ({finding['a']}) - p {p['b']:.3g} ({finding['b']})"
+        return p["a"] - p["b"], None, note
     if kind == "chance":
         if not control.get("intervals"):
             raise KeyError("the control condition has no scores")
@@ -378,9 +412,21 @@ def board_tables(board: dict[str, Any]) -> list[Table]:
         ["run", "detector", "dose"],
         [[run, c, "∞" if d == math.inf else str(d)] for run, cols in board["detection_dose"].items() for c, d in cols.items()],
     )  # fmt: skip
-    return [main, best, dose, control_table(board["control"]), findings_table(board["findings"]),
+    return [main, best, dose, set_tests_table(board.get("set_tests") or {}), control_table(board["control"]),
+            findings_table(board["findings"]),
             *([Table("Conditions without scores", ["run", "why"], [[k, v] for k, v in board["missing"].items()])]
               if board["missing"] else [])]  # fmt: skip
+
+
+def set_tests_table(tests: dict[str, dict[str, dict[str, Any]]]) -> Table:
+    """Each run's set-level tests: the p-value and, where the test measures it, its false-positive rate."""
+    rows = [
+        [label, test, fmt(values.get("p_value"), 4), fmt(values.get("null_rejection_rate"))]
+        for label, by_test in tests.items()
+        for test, values in sorted(by_test.items())
+    ]
+    header = ["cell", "test:set", "p-value", "measured false-positive rate"]
+    return Table("Set-level tests (p-value, and its false-positive rate where measured)", header, rows)
 
 
 def control_table(control: dict[str, Any]) -> Table:

@@ -153,11 +153,22 @@ class InjectConfig:
     # "members" are as unseen as the non-members. The manifest still names them, so every detector can be
     # scored against a split where chance is the truth.
     withhold: bool = False
+    # What a member copy is (cpt; leaklab/data/forms.py): `document`, each member its own document;
+    # `file`, the members as the benchmark's own JSONL file in benchmark order, one document that a copy
+    # of is one exposure of every member (one dose only); `rephrased`, half of each dose group (seeded)
+    # trained as a verified variant of itself, the other half verbatim, the originals scored.
+    form: str = "document"
 
     @property
     def active(self) -> bool:
         """Set at all: doses and a planned, sequential training order instead of today's shuffle."""
-        return self.doses is not None or self.window is not None or self.canaries > 0 or self.withhold
+        return (
+            self.doses is not None
+            or self.window is not None
+            or self.canaries > 0
+            or self.withhold
+            or self.form != "document"
+        )
 
 
 @dataclass
@@ -253,7 +264,14 @@ class EvaluateConfigBase:
     # newline-plus-indentation token the model was trained on); none: tokenized as it is; auto: per
     # checkpoint, as its training showed prompts (sft, rl: none; cpt, base and released models: heal).
     prompt_boundary: str = "auto"
+    # Set-level tests of the detection evaluation that read the model rather than a score column:
+    # sharded_likelihood (Oren et al. 2023; leaklab/dataset_tests/sharded_likelihood.py), the members'
+    # and the non-members' records of the benchmark's JSONL file, in its order, one a line (the text
+    # `inject.form: file` trains on). [] : none.
+    dataset_tests: list[str] = field(default_factory=list)
 
+
+DATASET_TESTS = ("sharded_likelihood",)
 
 EvaluateConfig = _with_sections(EvaluateConfigBase, [*DETECTORS.values(), *EVALUATIONS.values()])
 
@@ -617,6 +635,11 @@ def _validate(recipe: Recipe) -> list[str]:
             f"inject.withhold: only train.stage cpt can put corpus text in the members' places; use false "
             f"with train.stage {recipe.train.stage}"
         )
+    if recipe.inject.form != "document" and recipe.train.stage != "cpt":
+        problems.append(
+            f"inject.form: {recipe.inject.form} is a form of continued pretraining; use document with "
+            f"train.stage {recipe.train.stage}, or train.stage cpt"
+        )
     if recipe.inject.canaries > 0 and recipe.train.stage == "rl":
         problems.append(
             "inject.canaries: train.stage rl trains on prompts only, which hold no canary; use 0, or "
@@ -640,6 +663,12 @@ def _validate(recipe: Recipe) -> list[str]:
             )
     problems.extend(
         f"evaluate.detectors: {p}" for p in validate_specs(recipe.evaluate.detectors, recipe.evaluate)
+    )
+    problems.extend(
+        f"evaluate.dataset_tests: unknown test {name!r}{closest(str(name), DATASET_TESTS)} "
+        f"(known: {', '.join(DATASET_TESTS)})"
+        for name in recipe.evaluate.dataset_tests
+        if name not in DATASET_TESTS
     )
     for key in ("train.epochs", "train.batch_size", "train.micro_batch_size", "mix.max_seq_len"):
         if get_key(recipe, key) < 1:
@@ -674,6 +703,7 @@ def _check_inject(inject: InjectConfig) -> list[str]:
             start, end = window
             example = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
             problems.append(f"inject.window: {window} is empty (start must be below end); e.g. {example}")
+    problems.extend(_check_form(inject))
     if inject.canaries < 0:
         problems.append(f"inject.canaries: {inject.canaries} is negative; 0 plants none")
     if inject.canaries > 0:
@@ -696,6 +726,28 @@ def _check_inject(inject: InjectConfig) -> list[str]:
     return problems
 
 
+INJECT_FORMS = ("document", "file", "rephrased")
+
+
+def _check_form(inject: InjectConfig) -> list[str]:
+    """A known form; `file` is one document, so one dose and no canary line planted in a member."""
+    if inject.form not in INJECT_FORMS:
+        return [
+            f"inject.form: unknown form {inject.form!r}{closest(str(inject.form), INJECT_FORMS)} "
+            f"(known: {', '.join(INJECT_FORMS)})"
+        ]
+    problems = []
+    if inject.form == "file" and inject.doses is not None and len(inject.doses) > 1:
+        problems.append(
+            f"inject.doses: form file trains the members as one file, so one dose; e.g. [{inject.doses[0]}]"
+        )
+    if inject.form == "file" and inject.canaries > 0:
+        problems.append(
+            "inject.canaries: form file writes the benchmark's own records, with no canary; use 0"
+        )
+    return problems
+
+
 def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
     """The `inject` part of a hash: gone when unset, and without the canary keys when there are no
     canaries, so recipes from before either existed keep their hashes (and run directories)."""
@@ -704,6 +756,8 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
         return
     if not inject.withhold:  # absent when false, so runs from before the key keep their hashes
         data["inject"].pop("withhold")
+    if inject.form == "document":  # the same for the form: absent at its default
+        data["inject"].pop("form")
     if inject.canaries == 0:
         for key in ("canaries", "canary_formats", "canary_candidates", "canary_samples"):
             data["inject"].pop(key)

@@ -116,9 +116,10 @@ def undecided_note(metrics: dict[str, Any]) -> str:
 
 
 def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of all members: those of one exposure dose group (a `dose` field) are left
-    out, so that tables keyed by (step, column, metric) never mix the two."""
-    return [r for r in rows if "dose" not in r]
+    """The rows of all members: those of one exposure dose group (a `dose` field) or one form group (a
+    `form` field, `rows_per_form`) are left out, so that tables keyed by (step, column, metric) never
+    mix them."""
+    return [r for r in rows if "dose" not in r and "form" not in r]
 
 
 def dose_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -141,6 +142,21 @@ def rows_per_dose(
     for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
         index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
         rows += [{**r, "dose": dose} for r in rows_of(index) if keep is None or keep(r)]
+    return rows
+
+
+def rows_per_form(
+    labels: Sequence, forms: Sequence, rows_of: Callable[[list[int]], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The per-form rows of a run with `inject.form: rephrased`: for each form f the members were trained
+    in (verbatim, rephrased), the rows `rows_of(index)` computes on the members of form f and all the
+    non-members (in their order), each with `"form": f`. `forms`: each sample's form ("" for a
+    non-member)."""
+    labels = [int(y) for y in labels]
+    rows = []
+    for form in sorted({f for f, y in zip(forms, labels) if y == 1}):
+        index = [i for i, (f, y) in enumerate(zip(forms, labels)) if y == 0 or f == form]
+        rows += [{**r, "form": form} for r in rows_of(index)]
     return rows
 
 

@@ -115,8 +115,13 @@ def row_key(row: dict[str, Any]) -> tuple:
     # write a second marker (leaklab.evaluate.done_specs reads their union).
     if "specs" in row:
         return (*key, tuple(sorted(row["specs"])))
-    # A row of one exposure dose group stands beside the all-members row of its metric.
-    return (*key, ("dose", row["dose"])) if "dose" in row else key
+    # A row of one exposure dose group (or form group) stands beside the all-members row of its metric,
+    # and a set-level test's row of one set (the sharded test's members and non-members) beside the other's.
+    for group in ("dose", "form"):
+        if group in row:
+            key = (*key, (group, row[group]))
+    test_set = (row.get("params") or {}).get("set") if isinstance(row.get("params"), dict) else None
+    return (*key, ("set", test_set)) if test_set is not None else key
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -323,8 +328,10 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
             "window": recipe.inject.window or [0.0, 1.0],
             # Only when set, so manifests from before the key stay byte-identical.
             **({"withhold": True} if recipe.inject.withhold else {}),
+            **({"form": recipe.inject.form} if recipe.inject.form != "document" else {}),
         }
         manifest["doses"] = member_dose_groups(split.member_ids, recipe.inject.doses or [1], recipe.data.seed)
+        manifest.update(form_ground_truth(recipe.inject.form, tasks, manifest["doses"], recipe.data.seed))
     if recipe.inject.canaries > 0:  # the canaries' ground truth (leaklab/data/canaries.py)
         from leaklab.data.canaries import plan_canaries
 
@@ -332,6 +339,20 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
             recipe.inject.canaries, recipe.inject.canary_formats, manifest["doses"], recipe.data.seed
         )
     return manifest
+
+
+def form_ground_truth(form: str, tasks, doses: dict[str, int], seed: int) -> dict[str, Any]:
+    """The manifest's keys of an `inject.form` (leaklab/data/forms.py): `file_order`, the members in the
+    benchmark file's order (file); `forms`, each member's planned form (rephrased: the halves of each
+    dose group; `leaklab.train` settles those without a verified variant to verbatim). None for a
+    document."""
+    from leaklab.data import forms
+
+    if form == "file":
+        return {"file_order": forms.benchmark_order(list(doses), tasks)}
+    if form == "rephrased":
+        return {"forms": forms.assign_forms(doses, seed)}
+    return {}
 
 
 def member_dose_groups(member_ids: list[str], doses: list[int], seed: int) -> dict[str, int]:

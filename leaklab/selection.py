@@ -72,6 +72,7 @@ def _by_step(rows, evaluation: str, metric: str, side: str | None) -> dict[int, 
         and r.get("metric") == metric
         and (side is None or r.get("column") == side)
         and "dose" not in r  # all members' rows only (a dose group's: leaklab.results.dose_rows)
+        and "form" not in r
     }
 
 

@@ -106,8 +106,16 @@ def load_study(path: Path) -> dict[str, Any]:
     return study
 
 
-FINDING_KINDS = {"difference": ("a", "b", "detector"), "versus_best": ("cell", "detector"), "chance": ()}
-FINDING_KEYS = ("id", "claim", "source", "kind", "expect", "than", "a", "b", "cell", "detector", "exclude")
+FINDING_KINDS = {
+    "difference": ("a", "b", "detector"),
+    "versus_best": ("cell", "detector"),
+    "chance": (),
+    "p_value": ("a", "b", "test"),
+}
+FINDING_KEYS = (
+    *("id", "claim", "source", "kind", "expect", "than"),
+    *("a", "b", "cell", "detector", "exclude", "test"),
+)
 
 
 def check_findings(study: dict[str, Any], path: Path) -> None:

@@ -116,6 +116,8 @@ def log_rows(rows: list[dict[str, Any]]) -> None:
         name = f"{column}/{row['metric']}" if column is not None else row["metric"]
         if "dose" in row:  # one exposure dose group's row, beside the all-members curve
             name = f"dose={row['dose']}/{name}"
+        if "form" in row:  # one form group's row (inject.form: rephrased)
+            name = f"form={row['form']}/{name}"
         key = f"{row['evaluation']}/{name}"
         by_step.setdefault(row["step"], {})[key] = row["value"]
     for step, metrics in sorted(by_step.items()):

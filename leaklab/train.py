@@ -227,6 +227,9 @@ def write_ground_truth(launch: Launch, tasks, left_out: list[dict[str, str]], mo
         ids, member_fraction=recipe.data.member_fraction, seed=recipe.data.seed, max_samples=max_samples
     )
     manifest = make_manifest(recipe, tasks, split)
+    if recipe.inject.form == "rephrased":
+        with state.main_process_first():  # the main process builds (and caches) the variants
+            settle_rephrased(manifest, tasks, log)
     if prefiltered is not None:
         manifest["prefilter"] = {k: v for k, v in prefiltered.items() if k != "kept_ids"}
     if left_out:
@@ -270,6 +273,23 @@ def evaluate_trained_run(launch: Launch) -> bool:
         print_summary(run)
     state.wait_for_everyone()
     return True
+
+
+def settle_rephrased(manifest: dict, tasks, log) -> None:
+    """`inject.form: rephrased`: the members planned as rephrased that have no verified variant are
+    trained verbatim; the manifest records the forms as trained and counts the fallback. The variants
+    are a pure function of the task and the code (cached), so a resumed run writes the same manifest."""
+    from leaklab.data.forms import REPHRASED, settle_forms
+    from leaklab.training.cpt import trained_variants
+
+    by_id = {t.task_id: t for t in tasks}
+    planned = [by_id[t] for t, form in manifest["forms"].items() if form == REPHRASED]
+    manifest["forms"], fallback = settle_forms(manifest["forms"], set(trained_variants(planned, log=log)))
+    manifest["inject"]["rephrased_fallback"] = fallback
+    log(
+        f"[leaklab] inject.form rephrased: {len(planned) - len(fallback)} members trained as a verified "
+        f"variant, {len(fallback)} without one trained verbatim"
+    )
 
 
 def train(launch: Launch, model, tokenizer, data, tasks, manifest: dict, base_path: str):

@@ -15,9 +15,9 @@ import pytest
 
 from leaklab import leaderboard
 from leaklab.data.doses import assign_doses
-from leaklab.data.mixing import build_dosed_mixture
+from leaklab.data.mixing import Packing, build_dosed_mixture
 from leaklab.errors import InputError
-from leaklab.recipe import RecipeError, load_recipe, run_dir_of, run_hash
+from leaklab.recipe import InjectConfig, RecipeError, load_recipe, run_dir_of, run_hash
 from leaklab.study import command as study_command
 from leaklab.study import load_study, plan_study, study_path
 
@@ -44,9 +44,14 @@ def test_withhold_keeps_the_layout_and_trains_no_member():
     texts = _members(8)
     doses = assign_doses(list(texts), [1, 4], seed=0)
     web = [f"# corpus line {i}\n" * 20 for i in range(40)]
-    kwargs = {"code": 1, "web": 3, "block_len": 128, "window": [0.5, 1.0], "seed": 5}
-    dosed, dosed_info = build_dosed_mixture(texts, doses, web, CharTokenizer(), **kwargs)
-    clean, clean_info = build_dosed_mixture(texts, doses, web, CharTokenizer(), withhold=True, **kwargs)
+    packing = Packing(code=1, web=3, block_len=128, seed=5)
+    window = [0.5, 1.0]
+    dosed, dosed_info = build_dosed_mixture(
+        texts, doses, web, CharTokenizer(), packing, InjectConfig(window=window)
+    )
+    clean, clean_info = build_dosed_mixture(
+        texts, doses, web, CharTokenizer(), packing, InjectConfig(window=window, withhold=True)
+    )
     assert clean.shape == dosed.shape  # the same steps
     assert sum(dosed_info["exposures"].values()) == sum(doses.values())
     assert clean_info["exposures"] == {task_id: 0 for task_id in texts}  # counted in the blocks themselves
@@ -85,6 +90,9 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
         "timing/late",
         "dilution/1_1",
         "dilution/1_8",
+        "rephrased",
+        "file/file",
+        "file/document",
         "sft",
         "rl",
     ]
@@ -99,12 +107,21 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
     assert [r.inject.window for r in timing] == [[0.0, 0.25], [0.75, 1.0]]
     assert load_recipe("tiny_dose", runs["clean"]["overrides"]).inject.withhold
     assert plan["conditions"]["rl"]["after"] == "sft"
+    forms = [
+        load_recipe("tiny_dose", runs[n]["overrides"]) for n in ("rephrased", "file/file", "file/document")
+    ]
+    assert [(r.inject.form, r.inject.doses) for r in forms] == [
+        ("rephrased", [16]),
+        ("file", [16]),
+        ("document", [16]),
+    ]
+    assert [r.evaluate.dataset_tests for r in forms] == [[], ["sharded_likelihood"], ["sharded_likelihood"]]
 
 
 def test_smoke_keeps_every_condition_and_starts_rl_from_the_smoke_sft_run(tmp_path):
     _, plan = _plan(tmp_path, smoke=True)
     runs = {r["name"]: r for c in plan["conditions"].values() for r in c["runs"]}
-    assert len(runs) == 8 and not any(r["shared"] for r in runs.values())
+    assert len(runs) == 11 and not any(r["shared"] for r in runs.values())
     assert f"train.rl.init_from={runs['sft']['run_dir']}" in runs["rl"]["overrides"]
     assert plan["root"] == str(tmp_path / "s") and "smoke" in plan["study"]
 
@@ -152,11 +169,13 @@ def test_slurm_writes_one_array_per_condition_and_rl_waits_for_sft(tmp_path):
     body = submit.read_text().splitlines()
     plan = json.loads((out / "study.json").read_text())
     scripts = {c: Path(cond["root"]) / "slurm" / "sweep.sbatch" for c, cond in plan["conditions"].items()}
-    assert body[3:9] == [
+    assert body[3:11] == [
         f"JOB_CLEAN=$(sbatch --parsable {scripts['clean']})",
         f"JOB_DOSE=$(sbatch --parsable {scripts['dose']})",
         f"JOB_TIMING=$(sbatch --parsable {scripts['timing']})",
         f"JOB_DILUTION=$(sbatch --parsable {scripts['dilution']})",
+        f"JOB_REPHRASED=$(sbatch --parsable {scripts['rephrased']})",
+        f"JOB_FILE=$(sbatch --parsable {scripts['file']})",
         f"JOB_SFT=$(sbatch --parsable {scripts['sft']})",
         f"JOB_RL=$(sbatch --parsable --dependency=afterok:${{JOB_SFT}} {scripts['rl']})",
     ]
@@ -303,11 +322,13 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     board = json.loads((out / "leaderboard.json").read_text())
     runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
-    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4"}
+    runs += ["rephrased", "file/file", "file/document"]
+    forms = ["rephrased@verbatim", "rephrased@rephrased"]
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4", *forms}
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
     cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
-    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8"):
+    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8", *forms, "file/file"):
         assert set(board["table"][cell]) == cpt_columns, cell
     for cell in runs:
         for stats in board["table"][cell].values():
@@ -321,7 +342,16 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     }
     assert [r["column"] for r in board["control"]["flag_rates"]].count("srdetection_gray@n=10") == 3
     verdicts = {f["id"]: f["verdict"] for f in board["findings"]}
-    assert len(verdicts) == 7
+    assert len(verdicts) == 9
+    # The file condition's runs carry the sharded test of their members and non-members.
+    for cell in ("file/file", "file/document"):
+        assert set(board["set_tests"][cell]) >= {
+            "sharded_likelihood:members",
+            "sharded_likelihood:non_members",
+        }
+    manifest = json.loads((out / "runs" / "rephrased" / "manifest.json").read_text())
+    assert set(manifest["forms"].values()) <= {"verbatim", "rephrased"}
+    assert isinstance(manifest["inject"]["rephrased_fallback"], list)
     assert set(verdicts.values()) <= {"reproduced", "not reproduced", "inconclusive"}
     chance = next(f for f in board["findings"] if f["id"] == "clean_at_chance")
     assert chance["value"] == sum(not r["holds_chance"] for r in clean)
@@ -375,3 +405,46 @@ def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tm
     assert status["sft"]["line"] == "leaklab: out of memory"
     assert status["rl"] == {"state": "failed", "line": "needs condition sft, which failed"}
     assert json.loads((tmp_path / "status.json").read_text()) == status
+
+
+def test_form_groups_are_cells_and_a_p_value_finding_compares_two_runs(tmp_path):
+    # rephrased: m0 and m2 trained verbatim, m1 as its variant. Column a: m0 0.3, m2 0.8 against the
+    # non-members 0.5, 0.2, 0.1: 2 + 3 of 6 pairs; m1 0.9 alone: 3 of 3.
+    run = _fake_run(tmp_path, "rephrased")
+    manifest = json.loads((tmp_path / "rephrased" / "manifest.json").read_text())
+    manifest["forms"] = {"m0": "verbatim", "m1": "rephrased", "m2": "verbatim"}
+    (tmp_path / "rephrased" / "manifest.json").write_text(json.dumps(manifest))
+    rows = [
+        {"evaluation": "detection", "step": 3, "column": "sharded_likelihood", "metric": "p_value",
+         "value": p, "params": {"set": side}}
+        for side, p in (("members", 0.01), ("non_members", 0.6))
+    ]  # fmt: skip
+    for name in ("file", "document"):
+        _fake_run(tmp_path, name)
+    (tmp_path / "file" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    document_rows = [{**rows[0], "value": 0.4}, {**rows[0], "step": 1, "value": 0.0001}]  # step 1 is not read
+    (tmp_path / "document" / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in document_rows))
+    plan = _board_plan(
+        tmp_path, {"rephrased": run, "file": str(tmp_path / "file"), "document": str(tmp_path / "document")}
+    )
+    measured = leaderboard.measure(plan, {})
+    assert measured["table"]["rephrased@verbatim"]["a"]["auroc"] == pytest.approx(5 / 6)
+    assert measured["table"]["rephrased@rephrased"]["a"]["auroc"] == 1.0
+    assert measured["set_tests"]["file"] == {
+        "sharded_likelihood:members": {"p_value": 0.01},
+        "sharded_likelihood:non_members": {"p_value": 0.6},
+    }
+    base = {"id": "f", "claim": "c", "source": "s"}
+    findings = [
+        {**base, "kind": "p_value", "a": "file", "b": "document", "test": "sharded_likelihood:members",
+         "expect": "less", "than": 0},
+        {**base, "kind": "p_value", "a": "file", "b": "rephrased", "test": "sharded_likelihood:members"},
+        {**base, "kind": "difference", "a": "rephrased@verbatim", "b": "rephrased@rephrased", "detector": "a"},
+    ]  # fmt: skip
+    out = leaderboard.evaluate_findings(findings, measured, {})
+    assert out[0]["value"] == pytest.approx(0.01 - 0.4) and out[0]["verdict"] == "reproduced"
+    assert out[0]["ci_low"] == out[0]["ci_high"] == out[0]["value"]
+    assert out[1]["verdict"] == "not measured" and "rephrased" in out[1]["note"]
+    assert out[2]["value"] == pytest.approx(5 / 6 - 1) and "independent" in out[2]["note"]
+    board = leaderboard.write_leaderboard(plan, {"findings": findings}, {})
+    assert "| file | sharded_likelihood:members | 0.0100 | — |" in board["markdown"]

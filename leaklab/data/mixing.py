@@ -13,10 +13,14 @@ import math
 import random
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from leaklab.data.doses import LayoutError, count_in_stream, plan_positions, slots_needed
+
+if TYPE_CHECKING:
+    from leaklab.recipe import InjectConfig
 
 
 @dataclass
@@ -109,6 +113,16 @@ def build_mixture(
     return array, stats
 
 
+@dataclass(frozen=True)
+class Packing:
+    """How the stream is packed: code:web by tokens, tokens per block, and the seed of the layout."""
+
+    code: float
+    web: float
+    block_len: int
+    seed: int = 0
+
+
 # Kept whole: sizing the epoch, placing the copies and filling the blocks share one corpus-token stream
 # and the sizes computed first; split, they would travel through every helper.
 def build_dosed_mixture(
@@ -116,26 +130,22 @@ def build_dosed_mixture(
     doses: dict[str, int],
     web_texts: Iterable[str],
     tokenizer,
-    *,
-    code: float,
-    web: float,
-    block_len: int,
-    window: list[float] | None = None,
-    seed: int = 0,
-    withhold: bool = False,
+    packing: Packing,
+    inject: InjectConfig | None = None,
 ) -> tuple[np.ndarray, dict]:
     """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
 
     One epoch is a sequence of blocks laid out by `plan_positions`: a member's planned block holds one
-    copy of it (whole, with corpus text filling the rest of the block; a member longer than a block
-    takes consecutive blocks, the last one filled), every other block is corpus text. One member copy
-    a block keeps the order exact; corpus blocks are as many as the code:web ratio asks of all copies'
-    tokens, more when the window needs room for the copies or for corpus blocks between the copies of
-    one member.
-    The exposures are then counted by finding each member's token ids in the packed blocks.
-    `withhold`: the clean control; every copy's tokens are replaced by as many corpus tokens, in the same
-    blocks, so the layout and the stream length are those of the dosed run and no member is in it.
+    copy of it (whole, corpus text filling the rest; a member longer than a block takes consecutive
+    blocks, the last one filled), every other block is corpus text, as many as the code:web ratio asks
+    of all copies' tokens (more when the window needs room for the copies or gaps between one member's
+    copies). The exposures are then counted by finding each member's token ids in the packed blocks.
+    `member_texts`: the documents as trained (each form's: leaklab/data/forms.py). Of `inject` (the
+    recipe's section; None: its defaults) this reads `window` and `withhold`, the clean control: every
+    copy's tokens replaced by as many corpus tokens in the same blocks (same layout, no member).
     """
+    window, withhold = (inject.window, inject.withhold) if inject is not None else (None, False)
+    code, web, block_len, seed = packing.code, packing.web, packing.block_len, packing.seed
     rng = random.Random(seed)
     tokens = {task_id: _tokenize(tokenizer, text) for task_id, text in member_texts.items()}
     span = {task_id: max(1, math.ceil(len(ids) / block_len)) for task_id, ids in tokens.items()}
@@ -162,9 +172,7 @@ def build_dosed_mixture(
         if task_id is None:
             blocks.append([next(web_iter) for _ in range(block_len)])
             continue
-        ids = tokens[task_id]
-        if withhold:
-            ids = [next(web_iter) for _ in ids]
+        ids = [next(web_iter) for _ in tokens[task_id]] if withhold else tokens[task_id]
         n_full = len(ids) // block_len
         blocks.extend(ids[i * block_len : (i + 1) * block_len] for i in range(n_full))
         rest = ids[n_full * block_len :]

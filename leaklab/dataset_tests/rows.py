@@ -30,7 +30,8 @@ def _rows(name: str, params: dict[str, Any], metrics: dict[str, float]) -> list[
 def sharded_likelihood_rows(
     model, tokenizer, texts, labels, *, shards: int = 10, permutations: int = 20, seed: int = 0, **engine
 ) -> list[dict[str, Any]]:
-    """The sharded test of the members and of the non-members, each set in its given (canonical) order."""
+    """The sharded test of the members and of the non-members, each set in its given (canonical) order.
+    engine: the signal engine's settings, accelerator, cache, and the examples' `separator`."""
     y = np.asarray(labels).astype(bool)
     out = []
     for name, keep in (("members", y), ("non_members", ~y)):

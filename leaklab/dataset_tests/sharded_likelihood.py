@@ -146,17 +146,19 @@ def run_sharded_test(
     shards: int = 10,
     permutations: int = 20,
     seed: int = 0,
+    separator: str = SEPARATOR,
     **engine,
 ) -> dict[str, float]:
     """The test of `examples` (in their canonical order) on a model: its metrics and its measured
-    false-positive rate. engine: settings, accelerator, cache for the signal engine."""
+    false-positive rate. `separator` joins the examples (a JSONL file's lines: "\n"). engine: settings,
+    accelerator, cache for the signal engine."""
     if len(examples) < 4 or permutations < 2:
         raise ValueError(
             f"sharded_likelihood needs at least 4 examples and 2 permutations, got {len(examples)}, {permutations}"
         )
     bounds = shard_bounds(len(examples), shards)
     orders = shard_permutations(bounds, permutations, seed)
-    canonical_texts, permuted_texts = shard_texts(examples, bounds, orders)
+    canonical_texts, permuted_texts = shard_texts(examples, bounds, orders, separator)
     ll = log_likelihoods(model, tokenizer, canonical_texts + permuted_texts, **engine)
     canonical, permuted = ll[: len(bounds)], ll[len(bounds) :].reshape(len(bounds), permutations)
     return {**sharded_test(canonical, permuted).as_metrics(), **null_rejection_rate(permuted)}

@@ -40,12 +40,18 @@ class EvalSet:
     tasks: list[Task] = field(default_factory=list)
     # Each sample's exposure dose (0 for non-members) when the run set `inject.doses`; None otherwise.
     doses: np.ndarray | None = None
+    # Each sample's trained form (verbatim / rephrased; "" for non-members) when the run set
+    # `inject.form: rephrased`; None otherwise. The texts scored are the originals either way.
+    forms: list[str] | None = None
+    # Each sample's place in the benchmark's own order (the loader's), e.g. for tests of that order.
+    positions: list[int] = field(default_factory=list)
 
 
 def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str) -> EvalSet:
     """The evaluation set of a run: the manifest's members then non-members."""
 
     by_id = {t.task_id: t for t in tasks}
+    position = {t.task_id: i for i, t in enumerate(tasks)}
     ids = [*manifest["member_ids"], *manifest["non_member_ids"]]
     missing = [i for i in ids if i not in by_id]
     if missing:
@@ -60,6 +66,8 @@ def build_eval_set(tasks: list[Task], manifest: dict[str, Any], text_format: str
         prompts=[context_of(t.text(text_format), t.solution) for t in tasks_in_order],
         tasks=tasks_in_order,
         doses=np.array([manifest["doses"].get(i, 0) for i in ids]) if manifest.get("doses") else None,
+        forms=[manifest["forms"].get(i, "") for i in ids] if manifest.get("forms") else None,
+        positions=[position[i] for i in ids],
     )
 
 

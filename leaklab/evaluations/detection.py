@@ -17,6 +17,9 @@ A run with exposure doses (`inject.doses`) also gets, per dose d, the same rows 
 detector column computed on the members of dose d against all the non-members, each with `"dose": d`
 (`dose_rows`). The all-members rows carry no `dose` field, so a run without doses writes exactly the
 rows it wrote before; readers keep the two apart with `leaklab.results.without_dose` / `dose_rows`.
+A run with `inject.form: rephrased` gets the same per form group (members trained verbatim, members
+trained as a variant; each against all the non-members, the originals scored), each with `"form": f`.
+`evaluate.dataset_tests: [sharded_likelihood]` adds the sharded order test's rows (`file_order_rows`).
 
 Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
   - `blind`: the blind baseline (`detectors/blind.py`), a text-only classifier scored out-of-fold with
@@ -38,8 +41,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from leaklab.data.forms import jsonl_lines
 from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
-from leaklab.dataset_tests.rows import dataset_test_rows
+from leaklab.dataset_tests.rows import dataset_test_rows, sharded_likelihood_rows
 from leaklab.detectors import needs_of, needs_variants, score_detectors
 from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
 from leaklab.detectors.inputs import ModelInputs
@@ -48,12 +52,13 @@ from leaklab.detectors.srdetection import inputs_from_tasks
 from leaklab.evaluations.base import EvalContext, EvalOutput
 from leaklab.metrics import detection_metrics, flag_rates
 from leaklab.perturb import store
-from leaklab.results import MARGIN, is_rule, margin_column, rows_per_dose, without_dose
+from leaklab.results import MARGIN, is_rule, margin_column, rows_per_dose, rows_per_form, without_dose
 from leaklab.rows import float_or_none, metric_rows
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
 N_HALVINGS = 100  # clean-vs-clean tests behind the null rejection rate
+SHARDS = 10  # the sharded likelihood test's shards at most (Oren et al.'s default)
 
 
 def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -147,6 +152,25 @@ def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
     return rows_per_dose(labels, doses, lambda index: column_rows(scores, labels, cfg, np.asarray(index)))
 
 
+def file_order_rows(ctx: EvalContext, model, tokenizer) -> list[dict[str, Any]]:
+    """`evaluate.dataset_tests: [sharded_likelihood]`: the test on the members' and on the non-members'
+    records of the benchmark's JSONL file, in the benchmark's order, one a line: the same lines, order
+    and separator as the file that `inject.form: file` trains on (leaklab/data/forms.py), so a model
+    trained on that file sees its canonical order here."""
+    eval_set, cfg = ctx.eval_set, ctx.recipe.evaluate
+    order = np.argsort(eval_set.positions, kind="stable")
+    lines = jsonl_lines([eval_set.tasks[i] for i in order])
+    labels = np.asarray(eval_set.labels)[order]
+    engine = {"settings": cfg, "accelerator": ctx.accelerator, "cache": ctx.signal_cache}
+    # The paper's 10 shards where each holds at least 4 examples; fewer on a small set (a shard of one
+    # example has nothing to permute), never under 2 (the t-test needs two).
+    smaller = int(min(labels.sum(), (1 - labels).sum()))
+    shards = max(2, min(SHARDS, smaller // 4))
+    return sharded_likelihood_rows(
+        model, tokenizer, lines, labels, shards=shards, seed=cfg.seed, separator="\n", **engine
+    )
+
+
 class Detection:
     name: ClassVar[str] = "detection"
 
@@ -208,6 +232,9 @@ class Detection:
             known_clean=~np.asarray(eval_set.labels).astype(bool),
         )
         scores = score_detectors(cfg.detectors, inputs)
+        order_rows = (
+            file_order_rows(ctx, model, tokenizer) if "sharded_likelihood" in cfg.dataset_tests else []
+        )
         if not ctx.is_main_process:
             return EvalOutput()
 
@@ -215,12 +242,17 @@ class Detection:
         rows = column_rows(scores, labels, cfg)
         if eval_set.doses is not None:
             rows += dose_rows(scores, labels, eval_set.doses, cfg)
+        if eval_set.forms is not None:  # inject.form rephrased: verbatim and rephrased members apart
+            rows += rows_per_form(
+                labels, eval_set.forms, lambda index: column_rows(scores, labels, cfg, np.asarray(index))
+            )
 
         blind = self._blind(ctx)
         rows += self._blind_rows(ctx, blind)
         score_columns = {c: v for c, v in scores.columns.items() if c not in scores.decisions}
         rows += dataset_inference_rows(score_columns, labels, seed=cfg.seed)
         rows += dataset_test_rows(score_columns, labels, seed=cfg.seed)  # codec, pacost when computed
+        rows += order_rows
 
         records = [
             {"task_id": task_id, "label": int(labels[i]), **scores.cells(i), BLIND: float_or_none(blind[i])}

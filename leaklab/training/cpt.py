@@ -9,15 +9,20 @@ off the Trainer as a callback (`training/callbacks.py`).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
 from leaklab.data.corpora import corpus_texts
-from leaklab.data.mixing import build_dosed_mixture, build_mixture
+from leaklab.data.forms import FILE_ID, REPHRASED, file_text
+from leaklab.data.mixing import Packing, build_dosed_mixture, build_mixture
 from leaklab.data.tasks import Task
+from leaklab.detectors.srdetection import SrDetectionConfig
+from leaklab.perturb import store
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
 from leaklab.training.callbacks import world_size
@@ -66,26 +71,54 @@ def _dosed_dataset(
     """`inject` set: each member as many times as its dose, at the planned blocks, in training order.
     `corpus` and `packing` (code, web, block_len, seed) are the plain mixture's (`build_dataset`)."""
     lines = canary_lines(manifest)  # planted before packing, so the counts below include them
-    blocks, info = build_dosed_mixture(
-        {i: plant(by_id[i].text(recipe.data.text_format), lines.get(i, [])) for i in manifest["member_ids"]},
-        manifest["doses"],
-        corpus,
-        tokenizer,
-        window=recipe.inject.window,
-        withhold=recipe.inject.withhold,
-        **packing,
-    )
+    documents, doses = member_documents(recipe, by_id, manifest, lines, log)
+    blocks, info = build_dosed_mixture(documents, doses, corpus, tokenizer, Packing(**packing), recipe.inject)
+    if FILE_ID in doses:  # every copy of the file is an exposure of each member in it
+        info["exposures"] = {t: info["exposures"][FILE_ID] for t in manifest["member_ids"]} | {
+            FILE_ID: info["exposures"][FILE_ID]
+        }
     info["inject"] = manifest["inject"]
     if lines:
         info["canary_exposures"] = canary_exposures(manifest, info["exposures"])
     log(
-        f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} members "
-        f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}), "
-        f"{info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in {info['blocks']} "
-        f"blocks of {info['block_len']}, in that order; code:web requested {info['requested_ratio']}, "
-        f"achieved 1:{info['achieved_ratio']:g}"
+        f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} documents "
+        f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}, form "
+        f"{recipe.inject.form}), {info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in "
+        f"{info['blocks']} blocks of {info['block_len']}, in that order; code:web requested "
+        f"{info['requested_ratio']}, achieved 1:{info['achieved_ratio']:g}"
     )
     return StageData(PackedBlocks(blocks), info)
+
+
+def member_documents(
+    recipe: Recipe, by_id: dict, manifest: dict, lines: dict, log
+) -> tuple[dict[str, str], dict[str, int]]:
+    """(document id -> text as trained, document id -> copies per epoch) for the recipe's inject.form
+    (leaklab/data/forms.py): each member's own text (its canary lines planted), the one benchmark file,
+    or each member's text with the `rephrased` ones as their variant (the manifest's settled forms)."""
+    fmt, ids = recipe.data.text_format, manifest["member_ids"]
+    if recipe.inject.form == "file":
+        ordered = [by_id[i] for i in manifest["file_order"]]
+        return {FILE_ID: file_text(ordered)}, {FILE_ID: manifest["inject"]["doses"][0]}
+    texts = {i: plant(by_id[i].text(fmt), lines.get(i, [])) for i in ids}
+    if recipe.inject.form == "rephrased":
+        rephrased = [by_id[i] for i in ids if manifest["forms"][i] == REPHRASED]
+        variants = trained_variants(rephrased, log=log)
+        missing = [t.task_id for t in rephrased if t.task_id not in variants]
+        if missing:  # the manifest settled the forms from the same cached variants
+            raise RuntimeError(f"no verified variant of {missing[0]} although the manifest rephrases it")
+        texts.update({i: plant(v.text(fmt), lines.get(i, [])) for i, v in variants.items()})
+    return texts, manifest["doses"]
+
+
+def trained_variants(
+    tasks: Sequence[Task], log: Callable[[str], Any] = print, cache_dir: str | None = None
+) -> dict[str, Task]:
+    """task id -> the variant each task is trained as: the first of its verified variants, built with
+    SrDetection's default settings (fixed, so the trained text never depends on evaluate.* keys, and
+    shared with `srdetection_gray:n=10`'s cached variants); tasks with none are left out."""
+    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), cache_dir=cache_dir, log=log)
+    return {t.task_id: vs.variants[0].task for t, vs in zip(tasks, sets) if vs.variants}
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:

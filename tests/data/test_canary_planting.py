@@ -17,7 +17,7 @@ from leaklab.data.canaries import (
     plant,
 )
 from leaklab.data.doses import assign_doses, count_in_stream
-from leaklab.data.mixing import build_dosed_mixture
+from leaklab.data.mixing import Packing, build_dosed_mixture
 from leaklab.data.splits import Split
 from leaklab.data.tasks import Task
 from leaklab.recipe import RecipeError, config_hash, load_recipe, run_hash
@@ -122,7 +122,7 @@ def test_canary_exposures_counted_in_the_packed_blocks_equal_the_doses():
     planted = {t: plant(x, lines.get(t, [])) for t, x in texts.items()}
     web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
     blocks, info = build_dosed_mixture(
-        planted, doses, web, CharTokenizer(), code=1, web=3, block_len=256, seed=5
+        planted, doses, web, CharTokenizer(), Packing(code=1, web=3, block_len=256, seed=5)
     )
     counted = canary_exposures(manifest, info["exposures"])
     assert counted == {c.id: c.dose for c in canaries}
@@ -140,7 +140,7 @@ def test_without_canaries_dosed_runs_keep_their_manifest_mixture_and_hashes():
     doses = assign_doses(list(texts), [1, 2, 4, 8], seed=0)
     web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
     blocks, info = build_dosed_mixture(
-        texts, doses, web, CharTokenizer(), code=1, web=3, block_len=128, seed=5
+        texts, doses, web, CharTokenizer(), Packing(code=1, web=3, block_len=128, seed=5)
     )
     mixture = blocks.tobytes() + json.dumps(info, sort_keys=True).encode()
     assert hashlib.sha256(mixture).hexdigest()[:16] == "588a9808c68a3b25"

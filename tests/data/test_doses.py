@@ -16,11 +16,11 @@ from leaklab.data.doses import (
     plan_positions,
     window_slots,
 )
-from leaklab.data.mixing import build_dosed_mixture
+from leaklab.data.mixing import Packing, build_dosed_mixture
 from leaklab.data.splits import Split
 from leaklab.data.tasks import Task
 from leaklab.errors import InputError
-from leaklab.recipe import RecipeError, config_hash, load_recipe, run_hash, run_identity
+from leaklab.recipe import InjectConfig, RecipeError, config_hash, load_recipe, run_hash, run_identity
 from leaklab.rundir import make_manifest, member_doses
 
 
@@ -149,7 +149,12 @@ def test_exposures_counted_in_the_packed_blocks_equal_the_plan(window):
     doses = assign_doses(list(texts), [1, 2, 4, 8], seed=0)
     web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
     blocks, info = build_dosed_mixture(
-        texts, doses, web, CharTokenizer(), code=1, web=3, block_len=128, window=window, seed=5
+        texts,
+        doses,
+        web,
+        CharTokenizer(),
+        Packing(code=1, web=3, block_len=128, seed=5),
+        InjectConfig(window=window),
     )
     assert blocks.shape == (info["blocks"], 128)
     assert info["exposures"] == doses
@@ -167,7 +172,12 @@ def test_a_member_longer_than_a_block_is_found_whole_in_its_blocks_inside_the_wi
     texts = {"long": "L" * 150 + "end", "short": "def s(): pass\n", "other": "def o(): return 1\n"}
     doses = {"long": 2, "short": 1, "other": 3}
     blocks, info = build_dosed_mixture(
-        texts, doses, ["w" * 400], CharTokenizer(), code=1, web=4, block_len=64, window=window, seed=0
+        texts,
+        doses,
+        ["w" * 400],
+        CharTokenizer(),
+        Packing(code=1, web=4, block_len=64),
+        InjectConfig(window=window),
     )
     assert info["exposures"] == doses
     assert info["members_split_across_blocks"] == 1

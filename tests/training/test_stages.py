@@ -57,7 +57,7 @@ def test_cpt_with_doses_packs_the_same_corpus_and_settings_as_the_dosed_mixture_
     path reads: its blocks are build_dosed_mixture's on the recipe's corpus, and each member is counted
     as many times as its dose."""
     from leaklab.data.corpora import corpus_texts
-    from leaklab.data.mixing import build_dosed_mixture
+    from leaklab.data.mixing import Packing, build_dosed_mixture
 
     recipe = load_recipe("tiny_cpt", ["mix.ratio=1:2", "mix.max_seq_len=64", "inject.doses=[1,3]"])
     tasks = [
@@ -74,10 +74,7 @@ def test_cpt_with_doses_packs_the_same_corpus_and_settings_as_the_dosed_mixture_
             recipe.mix.corpus, split=recipe.mix.corpus_split, text_field=recipe.mix.corpus_text_field
         ),
         _CharTokenizer(),
-        code=1,
-        web=2,
-        block_len=64,
-        seed=recipe.mix.seed,
+        Packing(code=1, web=2, block_len=64, seed=recipe.mix.seed),
     )
     assert (data.dataset.blocks.numpy() == expected).all()
     assert data.info["exposures"] == info["exposures"] == doses
