@@ -262,7 +262,8 @@ def claim_folder(plan: dict[str, Any]) -> Path:
     for cond in plan["conditions"].values():
         for run in cond["runs"]:
             link = runs / run["name"].replace("/", "-")
-            if run["shared"] and not link.exists():
+            # is_symlink: the link dangles until the shared run is trained, and exists() follows it.
+            if run["shared"] and not link.is_symlink():
                 link.symlink_to(run["run_dir"])  # the shipped recipe's own run, shared with its users
     return root
 

@@ -18,8 +18,8 @@ from leaklab.data.doses import assign_doses
 from leaklab.data.mixing import Packing, build_dosed_mixture
 from leaklab.errors import InputError
 from leaklab.recipe import InjectConfig, RecipeError, load_recipe, run_dir_of, run_hash
+from leaklab.study import claim_folder, load_study, plan_study, study_path
 from leaklab.study import command as study_command
-from leaklab.study import load_study, plan_study, study_path
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -116,6 +116,21 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
         ("document", [16]),
     ]
     assert [r.evaluate.dataset_tests for r in forms] == [[], ["sharded_likelihood"], ["sharded_likelihood"]]
+
+
+def test_the_folder_is_claimed_again_while_a_shared_run_is_not_yet_trained(tmp_path):
+    """The link to a shipped recipe's run dangles until that run exists; claiming the folder again (a
+    second `--leaderboard` or a rerun) must keep the link, not fail on it."""
+    _, plan = _plan(tmp_path)
+    for cond in plan["conditions"].values():
+        for run in cond["runs"]:
+            if run["shared"]:
+                run["run_dir"] = str(tmp_path / "not-trained-yet" / run["name"])
+    first = claim_folder(plan)
+    link = first / "runs" / "sft"
+    assert link.is_symlink() and not link.exists()  # dangling: tiny_sft has not been trained here
+    assert claim_folder(plan) == first
+    assert link.is_symlink()
 
 
 def test_smoke_keeps_every_condition_and_starts_rl_from_the_smoke_sft_run(tmp_path):
