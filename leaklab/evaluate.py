@@ -309,13 +309,14 @@ class Evaluator:
             evaluation = next(e for e in self.evaluations if e.name == name)
             # A step evaluated before with fewer specs: compute only what it lacks, where the evaluation
             # can say how (detection: the new detectors); else all again (rows present are not rewritten).
-            recipe = (
+            narrowed = (
                 evaluation.narrow(self.recipe, set(done))
                 if done and isinstance(evaluation, Narrows)
-                else None
+                else self.recipe
             )
+            recipe = with_prompt_boundary(narrowed, step)  # what computes the rows and what they record
             started = time.perf_counter()
-            self.ctx.recipe = with_prompt_boundary(recipe or self.recipe, step)
+            self.ctx.recipe = recipe
             try:
                 output = evaluation.evaluate(self.ctx, model, tokenizer, step)
             finally:
@@ -323,9 +324,7 @@ class Evaluator:
             if not self.ctx.is_main_process:
                 continue
             seconds = time.perf_counter() - started
-            written += self._write(
-                evaluation, output, step, epoch, seconds, with_prompt_boundary(recipe or self.recipe, step)
-            )
+            written += self._write(evaluation, output, step, epoch, seconds, recipe)
         return written
 
     def _write(
