@@ -330,6 +330,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluate.dtype": ("float32", "bfloat16", "float16"),
     "evaluate.long_texts": ("window", "truncate"),
     "evaluate.prompt_boundary": ("auto", "heal", "none"),
+    "inject.form": ("document", "file", "rephrased"),  # leaklab/data/forms.py
     "tracking.wandb.mode": ("offline", "online", "disabled"),
     **{
         f"{parent}.{section}.{key}": allowed
@@ -726,16 +727,9 @@ def _check_inject(inject: InjectConfig) -> list[str]:
     return problems
 
 
-INJECT_FORMS = ("document", "file", "rephrased")
-
-
 def _check_form(inject: InjectConfig) -> list[str]:
-    """A known form; `file` is one document, so one dose and no canary line planted in a member."""
-    if inject.form not in INJECT_FORMS:
-        return [
-            f"inject.form: unknown form {inject.form!r}{closest(str(inject.form), INJECT_FORMS)} "
-            f"(known: {', '.join(INJECT_FORMS)})"
-        ]
+    """`file` is one document, so one dose and no canary line planted in a member (an unknown form is
+    reported with the other CHOICES)."""
     problems = []
     if inject.form == "file" and inject.doses is not None and len(inject.doses) > 1:
         problems.append(

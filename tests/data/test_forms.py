@@ -78,8 +78,14 @@ def test_the_default_form_keeps_every_run_hash_and_manifest():
 @pytest.mark.parametrize(
     "overrides, says",
     [
-        (["inject.form=rephrase"], "inject.form: unknown form 'rephrase'; did you mean 'rephrased'?"),
-        (["inject.form=files"], "inject.form: unknown form 'files'; did you mean 'file'?"),
+        (
+            ["inject.form=rephrase"],
+            "inject.form: 'rephrase' is not one of document, file, rephrased; did you mean 'rephrased'?",
+        ),
+        (
+            ["inject.form=files"],
+            "inject.form: 'files' is not one of document, file, rephrased; did you mean 'file'?",
+        ),
         (
             ["inject.form=file", "inject.doses=[2,8]"],
             "inject.doses: form file trains the members as one file",
