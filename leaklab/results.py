@@ -115,11 +115,15 @@ def undecided_note(metrics: dict[str, Any]) -> str:
     return " (all undecided)" if n and undecided is not None and undecided >= n else ""
 
 
+def of_all_members(row: dict[str, Any]) -> bool:
+    """A row of all members, not of one exposure dose group (a `dose` field) or one form group (a `form`
+    field, `rows_per_form`): tables keyed by (step, column, metric) must never mix them."""
+    return "dose" not in row and "form" not in row
+
+
 def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of all members: those of one exposure dose group (a `dose` field) or one form group (a
-    `form` field, `rows_per_form`) are left out, so that tables keyed by (step, column, metric) never
-    mix them."""
-    return [r for r in rows if "dose" not in r and "form" not in r]
+    """The rows of all members (`of_all_members`)."""
+    return [r for r in rows if of_all_members(r)]
 
 
 def dose_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from leaklab.results import of_all_members
 from leaklab.rundir import RunDir, write_json
 
 SIDES = ("non_members", "members", "all")
@@ -71,8 +72,7 @@ def _by_step(rows, evaluation: str, metric: str, side: str | None) -> dict[int, 
         if r.get("evaluation") == evaluation
         and r.get("metric") == metric
         and (side is None or r.get("column") == side)
-        and "dose" not in r  # all members' rows only (a dose group's: leaklab.results.dose_rows)
-        and "form" not in r
+        and of_all_members(r)
     }
 
 
