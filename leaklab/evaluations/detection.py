@@ -149,7 +149,13 @@ def subset_decisions(decisions, index, n_samples: int):
 def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
     """Per exposure dose d: every column's metric rows on the members of dose d against all the
     non-members, each row with `"dose": d` (how detection grows with exposure)."""
-    return rows_per_dose(labels, doses, lambda index: column_rows(scores, labels, cfg, np.asarray(index)))
+    return rows_per_dose(labels, doses, group_rows(scores, labels, cfg))
+
+
+def group_rows(scores, labels, cfg):
+    """Every column's metric rows on one group's members (an index) against all the non-members: what
+    `rows_per_dose` and `rows_per_form` compute per group."""
+    return lambda index: column_rows(scores, labels, cfg, np.asarray(index))
 
 
 def file_order_rows(ctx: EvalContext, model, tokenizer) -> list[dict[str, Any]]:
@@ -243,9 +249,7 @@ class Detection:
         if eval_set.doses is not None:
             rows += dose_rows(scores, labels, eval_set.doses, cfg)
         if eval_set.forms is not None:  # inject.form rephrased: verbatim and rephrased members apart
-            rows += rows_per_form(
-                labels, eval_set.forms, lambda index: column_rows(scores, labels, cfg, np.asarray(index))
-            )
+            rows += rows_per_form(labels, eval_set.forms, group_rows(scores, labels, cfg))
 
         blind = self._blind(ctx)
         rows += self._blind_rows(ctx, blind)
