@@ -275,12 +275,7 @@ class Evaluator:
 
     def pending(self, step: int) -> list[str]:
         """Names of the evaluations with no complete results at `step` (read from results.jsonl)."""
-        out = []
-        for evaluation in self.evaluations:
-            done = done_specs(self.run, step, evaluation.name)
-            if done is None or not set(evaluation.specs(self.recipe)) <= done:
-                out.append(evaluation.name)
-        return out
+        return pending_at(self.run, self.recipe, self.evaluations, step)
 
     def _todo(self, step: int) -> list[tuple[str, list[str] | None]]:
         """(name, the specs already done or None) of every pending evaluation at `step`."""
@@ -511,6 +506,25 @@ def _evaluator_of(run: RunDir, recipe: Recipe, log) -> tuple[Evaluator, str]:
     stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
     base_path = stage_start or resolve_model_path(recipe.model, log=log)
     return Evaluator(recipe, run, eval_set, base_path=base_path, log=log), base_path
+
+
+def pending_at(run: RunDir, recipe: Recipe, evaluations: list, step: int) -> list[str]:
+    """Names of the `evaluations` with no complete results at `step` (read from results.jsonl)."""
+    out = []
+    for evaluation in evaluations:
+        done = done_specs(run, step, evaluation.name)
+        if done is None or not set(evaluation.specs(recipe)) <= done:
+            out.append(evaluation.name)
+    return out
+
+
+def nothing_pending(run: RunDir, recipe: Recipe) -> bool:
+    """True when the base model and every checkpoint have complete results for each of the recipe's
+    evaluations, judged from the run's files alone (no tasks, no model loaded)."""
+    evaluations = [EVALUATIONS[name].load()() for name in recipe.evaluate.evaluations]
+    return not any(
+        pending_at(run, recipe, evaluations, step) for step, _, _ in _steps_to_evaluate(run, recipe)
+    )
 
 
 def _steps_to_evaluate(run: RunDir, recipe: Recipe) -> list[tuple[int, float, Path | None]]:

@@ -139,6 +139,9 @@ def run_training(recipe: Recipe) -> int:
     from leaklab.rundir import write_json
 
     launch = start_processes(recipe)
+    # 0. The same recipe again on a run it has finished (a sweep, a study or `make reproduce` run again).
+    if finished_before(launch):
+        return 0
     # 1. Tasks (first: a missing dataset is the cheapest error), then the base model.
     left_out: list[dict[str, str]] = []  # tasks whose canonical solution fails its tests (local files)
     tasks = load_tasks(recipe, log=launch.log, left_out=left_out)
@@ -250,6 +253,35 @@ def write_ground_truth(launch: Launch, tasks, left_out: list[dict[str, str]], mo
         )
     state.wait_for_everyone()
     return manifest
+
+
+def finished_before(launch: Launch) -> bool:
+    """True when this very recipe (evaluate.* included; where the run lives and how it is tracked aside)
+    trained the run to its last step and evaluated every step: nothing to do, so no tasks or model are
+    loaded. Anything less takes the full path, which also checks the tasks against the manifest."""
+    from leaklab.evaluate import nothing_pending
+    from leaklab.recipe import SHOWN_ONLY, to_dict
+    from leaklab.report import print_summary
+
+    def same(old: Recipe) -> bool:
+        a, b = to_dict(old), to_dict(recipe)
+        return all(a.get(key) == b.get(key) for key in {*a, *b} - set(SHOWN_ONLY))
+
+    run, recipe = launch.run, launch.recipe
+    complete = run.checkpoint_dirs()
+    if not (
+        recipe.evaluate.during_training
+        and run.recipe.exists()
+        and same(load_recipe(str(run.recipe)))
+        and complete
+        and trained_to_the_end(complete[-1][1])
+        and nothing_pending(run, recipe)
+    ):
+        return False
+    if launch.state.is_main_process:
+        launch.log(f"[leaklab] {run.root} is trained and every checkpoint evaluated: nothing to do")
+        print_summary(run)
+    return True
 
 
 def evaluate_trained_run(launch: Launch) -> bool:

@@ -96,6 +96,27 @@ def test_settings_that_change_written_rows_are_refused_and_go_to_a_fresh_folder(
     assert (folder.report / "report.md").exists()
 
 
+def test_the_same_recipe_on_its_finished_run_loads_nothing(trained, run, capsys, monkeypatch):
+    """A sweep, a study or `make reproduce` run again starts `leaklab train` on every finished run: it
+    must not load the tasks (the canonical-solution check runs every task's tests in the sandbox) or the
+    model to learn that nothing is left. With one more detector it takes the full path again."""
+    import leaklab.evaluate
+    import leaklab.train
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("loaded the tasks of a finished run")
+
+    monkeypatch.setattr(leaklab.evaluate, "load_tasks", must_not_load)
+    monkeypatch.setattr(leaklab.train, "load_base_model", must_not_load)
+    results = run.results.read_bytes()
+    capsys.readouterr()
+    assert cli.main([*TRAIN, f"output_dir={run.root.parent}"]) == 0
+    assert f"{run.root} is trained and every checkpoint evaluated: nothing to do" in capsys.readouterr().out
+    assert run.results.read_bytes() == results
+    with pytest.raises(AssertionError, match="loaded the tasks"):
+        cli.main([*TRAIN, f"output_dir={run.root.parent}", "evaluate.detectors=[ppl,zlib]"])
+
+
 def test_train_with_other_evaluation_settings_trains_nothing_and_evaluates_what_is_missing(
     trained, run, capsys
 ):
