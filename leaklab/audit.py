@@ -23,7 +23,12 @@ import numpy as np
 
 from leaklab.data.benchmarks import load_benchmark
 from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
-from leaklab.dataset_tests.rows import dataset_test_rows_vs_clean, verdict_sentences
+from leaklab.dataset_tests.rows import (
+    dataset_test_rows_vs_clean,
+    file_order_rows,
+    sharded_verdict,
+    verdict_sentences,
+)
 from leaklab.detectors import needs_of, needs_variants, score_detectors
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import REFERENCE
@@ -41,6 +46,7 @@ AUDIT_ALIASES = {
     "model": "model.name_or_path",
     "benchmark": "data.benchmark",
     "detectors": "evaluate.detectors",
+    "dataset_tests": "evaluate.dataset_tests",
 }
 
 
@@ -123,6 +129,14 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
 
     base = {"step": 0, "epoch": 0.0, "evaluation": "audit", "benchmark": benchmark}
     rows, leak_rows = _score_rows(scores, base, cfg)
+    if "sharded_likelihood" in cfg.dataset_tests:
+        # The benchmark's records in its own order, and the clean set's in theirs: on exchangeable data
+        # (the clean set) the test's p-value is uniform, its baseline for the benchmark's.
+        order_rows = file_order_rows(
+            model, tokenizer, [*tasks, *(clean_tasks or [])],
+            np.r_[np.ones(len(tasks)), np.zeros(len(clean_tasks or []))], seed=cfg.seed, settings=cfg,
+        )  # fmt: skip
+        rows += [{**base, **r} for r in order_rows]
     clean_rows = []
     if clean_scores is not None:
         _write_scores(out.scores(0, "audit_clean"), clean_tasks, clean_scores)
@@ -276,6 +290,7 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
             "texts' difference rather than training."
         )
     parts += verdict_sentences(value)  # the other dataset-level tests (codec, pacost) when computed
+    parts += sharded_verdict(rows)
     parts += _rule_verdicts(value, columns)
     if not tested["clean"] and not any(c.startswith("srdetection_calibrated") for c in columns):
         parts.append(

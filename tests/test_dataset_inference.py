@@ -239,3 +239,32 @@ def test_audit_against_a_clean_set(leaklab_cache, tmp_path, capsys):
     overlapping = _humaneval_file(tmp_path / "same.jsonl", 0, 12)
     assert main([*common, f"clean={overlapping}"]) == 2
     assert "12 of its 12 tasks are also in the audited benchmark" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_audit_runs_the_sharded_test_on_the_benchmark_and_its_clean_set(leaklab_cache, tmp_path, capsys):
+    """`dataset_tests=[sharded_likelihood]` in an audit: the benchmark's records in their own order and the
+    clean set's in theirs, each set's p-values with the false-positive rate measured on shuffled orders,
+    and one verdict sentence naming both."""
+    import json
+
+    from conftest import SMALL_TINY
+    from leaklab.cli import main
+
+    clean = _humaneval_file(tmp_path / "clean.jsonl", 100, 16)
+    args = ["audit", "model=builtin:tiny", "benchmark=humaneval", "detectors=[ppl]", "data.max_samples=16",
+            "dataset_tests=[sharded_likelihood]", f"output_dir={tmp_path / 'runs'}", "evaluate.n_bootstrap=20",
+            *SMALL_TINY, f"clean={clean}"]  # fmt: skip
+    assert main(args) == 0
+    (audit_dir,) = (tmp_path / "runs").iterdir()
+    rows = [json.loads(line) for line in (audit_dir / "results.jsonl").read_text().splitlines()]
+    got = {(r["params"]["set"], r["metric"]): r["value"] for r in rows if r["column"] == "sharded_likelihood"}
+    for side in ("members", "non_members"):  # the benchmark, the clean set
+        assert 0.0 <= got[(side, "p_value")] <= 1.0 and 0.0 < got[(side, "p_value_exact")] <= 1.0
+        assert got[(side, "shards")] == 4 and 0.0 <= got[(side, "null_rejection_rate")] <= 1.0
+    verdict = (audit_dir / "verdict.md").read_text()
+    assert (
+        "Sharded likelihood (" in verdict
+        and f"p = {got[('members', 'p_value')]:.3g} over 4 shards" in verdict
+    )
+    assert f"the clean set in its own order: p = {got[('non_members', 'p_value')]:.3g}" in verdict

@@ -46,6 +46,25 @@ def sharded_likelihood_rows(
     return out
 
 
+SHARDS = 10  # the sharded likelihood test's shards at most (Oren et al.'s default)
+
+
+def file_order_rows(model, tokenizer, tasks, labels, *, seed: int = 0, **engine) -> list[dict[str, Any]]:
+    """The sharded test on the JSONL records of the members' tasks (labels 1) and of the non-members'
+    (labels 0), each set in the order given, one record a line: the lines, order and separator of the
+    file `inject.form: file` trains on (leaklab/data/forms.py), which a scraped copy of a benchmark has.
+    The paper's 10 shards where each holds at least 4 examples of the smaller set, fewer on a small set
+    (a shard of one example has nothing to permute), never under 2 (the t-test needs two)."""
+    from leaklab.data.forms import jsonl_lines
+
+    labels = np.asarray(labels).astype(bool)
+    smaller = int(min(labels.sum(), (~labels).sum())) if (~labels).any() else int(labels.sum())
+    shards = max(2, min(SHARDS, smaller // 4))
+    return sharded_likelihood_rows(
+        model, tokenizer, jsonl_lines(tasks), labels, shards=shards, seed=seed, separator="\n", **engine
+    )
+
+
 def codec_rows(
     model, tokenizer, texts, labels, *, k: int = 3, seed: int = 0, **engine
 ) -> list[dict[str, Any]]:
@@ -128,3 +147,32 @@ def verdict_sentences(value: dict[tuple[str, str], float | None]) -> list[str]:
             "the clean set."
         )
     return out
+
+
+def sharded_verdict(rows: list[dict[str, Any]]) -> list[str]:
+    """The sentence on the sharded likelihood test among an audit's rows (`file_order_rows`: set
+    "members" the audited benchmark, "non_members" the clean set), with its measured false-positive rate
+    on shuffled orders and, with a clean set, the same test on the clean set in its own order."""
+    got = {
+        (r.get("params", {}).get("set"), r["metric"]): r.get("value")
+        for r in rows
+        if r.get("column") == "sharded_likelihood"
+    }
+    p = got.get(("members", "p_value"))
+    if p is None:
+        return []
+    rate = got.get(("members", "null_rejection_rate"))
+    fp = "not measured" if rate is None else f"{rate:.2f}"
+    text = (
+        f"Sharded likelihood (is the benchmark's own file order likelier than shuffles of it, as for a model "
+        f"trained on the file?): p = {p:.3g} over {got.get(('members', 'shards')) or 0:.0f} shards (exact "
+        f"permutation p = {got.get(('members', 'p_value_exact')) or float('nan'):.3g}), with a false-positive "
+        f"rate of {fp} at α = {got.get(('members', 'null_alpha')) or 0.05:g} on shuffled orders"
+    )
+    clean_p = got.get(("non_members", "p_value"))
+    if clean_p is None:
+        return [text + "."]
+    return [
+        text + f"; the clean set in its own order: p = {clean_p:.3g} (a low p there means the order of "
+        "examples carries meaning, and the test cannot tell training from it)."
+    ]

@@ -41,9 +41,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from leaklab.data.forms import jsonl_lines
 from leaklab.dataset_inference import dataset_inference, feature_matrix, null_rejection_rate
-from leaklab.dataset_tests.rows import dataset_test_rows, sharded_likelihood_rows
+from leaklab.dataset_tests.rows import dataset_test_rows
+from leaklab.dataset_tests.rows import file_order_rows as dataset_file_order_rows
 from leaklab.detectors import needs_of, needs_variants, score_detectors
 from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
 from leaklab.detectors.inputs import ModelInputs
@@ -58,7 +58,6 @@ from leaklab.rows import float_or_none, metric_rows
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
 N_HALVINGS = 100  # clean-vs-clean tests behind the null rejection rate
-SHARDS = 10  # the sharded likelihood test's shards at most (Oren et al.'s default)
 
 
 def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -160,21 +159,15 @@ def group_rows(scores, labels, cfg):
 
 def file_order_rows(ctx: EvalContext, model, tokenizer) -> list[dict[str, Any]]:
     """`evaluate.dataset_tests: [sharded_likelihood]`: the test on the members' and on the non-members'
-    records of the benchmark's JSONL file, in the benchmark's order, one a line: the same lines, order
-    and separator as the file that `inject.form: file` trains on (leaklab/data/forms.py), so a model
-    trained on that file sees its canonical order here."""
+    records of the benchmark's JSONL file, in the benchmark's order (`dataset_tests.rows.file_order_rows`),
+    so a model trained on that file (`inject.form: file`) sees its canonical order here."""
     eval_set, cfg = ctx.eval_set, ctx.recipe.evaluate
     order = np.argsort(eval_set.positions, kind="stable")
-    lines = jsonl_lines([eval_set.tasks[i] for i in order])
-    labels = np.asarray(eval_set.labels)[order]
     engine = {"settings": cfg, "accelerator": ctx.accelerator, "cache": ctx.signal_cache}
-    # The paper's 10 shards where each holds at least 4 examples; fewer on a small set (a shard of one
-    # example has nothing to permute), never under 2 (the t-test needs two).
-    smaller = int(min(labels.sum(), (1 - labels).sum()))
-    shards = max(2, min(SHARDS, smaller // 4))
-    return sharded_likelihood_rows(
-        model, tokenizer, lines, labels, shards=shards, seed=cfg.seed, separator="\n", **engine
-    )
+    return dataset_file_order_rows(
+        model, tokenizer, [eval_set.tasks[i] for i in order], np.asarray(eval_set.labels)[order],
+        seed=cfg.seed, **engine,
+    )  # fmt: skip
 
 
 class Detection:

@@ -138,6 +138,7 @@ def test_the_file_form_trains_one_copy_of_the_benchmark_file_in_its_order_per_ex
 
 
 def test_the_sharded_test_reads_the_file_lines_in_the_file_order(monkeypatch):
+    from leaklab.dataset_tests import rows
     from leaklab.evaluations import detection
     from leaklab.evaluations.base import EvalContext
 
@@ -150,7 +151,7 @@ def test_the_sharded_test_reads_the_file_lines_in_the_file_order(monkeypatch):
         seen.update(texts=list(texts), labels=list(labels), **kwargs)
         return []
 
-    monkeypatch.setattr(detection, "sharded_likelihood_rows", fake_rows)
+    monkeypatch.setattr(rows, "sharded_likelihood_rows", fake_rows)
     ctx = EvalContext(recipe=recipe, run=None, eval_set=build_eval_set(tasks, manifest, "prompt+solution"))
     detection.file_order_rows(ctx, None, None)
     members = [line for line, y in zip(seen["texts"], seen["labels"]) if y]
