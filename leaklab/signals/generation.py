@@ -57,6 +57,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from leaklab.progress import Progress
+from leaklab.recipe import CHOICES
 
 
 def _cache_kwarg(model: Any) -> str:
@@ -105,10 +106,10 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 
 # --------------------------------------------------------------------------- where a prompt ends
 
-PROMPT_BOUNDARIES = ("heal", "none")
-# What `evaluate.prompt_boundary` may say: "auto" picks "heal" or "none" from how the model learned its
-# prompts (`resolve_prompt_boundary`).
-PROMPT_BOUNDARY_SETTINGS = ("auto", *PROMPT_BOUNDARIES)
+# What `evaluate.prompt_boundary` may say (the recipe checks it): "auto" picks "heal" or "none" from how
+# the model learned its prompts (`resolve_prompt_boundary`).
+PROMPT_BOUNDARY_SETTINGS = CHOICES["evaluate.prompt_boundary"]
+PROMPT_BOUNDARIES = tuple(s for s in PROMPT_BOUNDARY_SETTINGS if s != "auto")
 
 
 def resolve_prompt_boundary(setting: str, learned: str | None = None) -> str:
