@@ -69,6 +69,10 @@ def test_a_row_with_a_null_value_is_found_but_not_ok():
 def test_step_table_lists_every_step_with_its_interval():
     table = step_table(ROWS, {"evaluation": "accuracy", "metric": "pass@1", "columns": ["non_members"]})
     assert "| 0 | 0 |" in table and "| 250 | 0.400 [0.300, 0.500] |" in table
+    # A row without a column (the training reward) is headed by its metric.
+    reward = [{**row(5, None, "reward", 0.25), "evaluation": "training"}]
+    table = step_table(reward, {"evaluation": "training", "metric": "reward", "columns": [None]})
+    assert "| step | reward |" in table and "| 5 | 0.250 |" in table
 
 
 def test_the_shipped_file_names_runs_that_load_and_rows_with_known_keys():

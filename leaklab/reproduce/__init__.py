@@ -164,7 +164,8 @@ def step_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
     evaluation, metric, columns = spec["evaluation"], spec["metric"], spec["columns"]
     mine = [r for r in rows if r.get("evaluation") == evaluation and r.get("dose") is None]
     steps = sorted({r["step"] for r in mine if r.get("metric") == metric})
-    lines = [f"| step | {' | '.join(columns)} |", "|---" * (len(columns) + 1) + "|"]
+    names = [metric if column is None else column for column in columns]  # a row without a column
+    lines = [f"| step | {' | '.join(names)} |", "|---" * (len(columns) + 1) + "|"]
     for step in steps:
         cells = []
         for column in columns:
