@@ -75,6 +75,18 @@ def test_step_table_lists_every_step_with_its_interval():
     assert "| step | reward |" in table and "| 5 | 0.250 |" in table
 
 
+def test_dose_table_reads_each_dose_at_the_last_step_and_all_members():
+    from leaklab.reproduce import table
+
+    rows = [
+        {"step": 100, "evaluation": "detection", "column": "ppl", "metric": "auroc", "value": 0.5},
+        *({"step": 200, "evaluation": "detection", "column": "ppl", "metric": "auroc", "value": v, **d}
+          for v, d in ((0.6, {"dose": 1}), (0.9, {"dose": 4}), (0.7, {}))),
+    ]  # fmt: skip
+    got = table(rows, {"per": "dose", "evaluation": "detection", "metric": "auroc", "columns": ["ppl"]})
+    assert "| | dose 1 | dose 4 | all members |" in got and "| ppl | 0.600 | 0.900 | 0.700 |" in got
+
+
 def test_the_shipped_file_names_runs_that_load_and_rows_with_known_keys():
     from leaklab.recipe import load_recipe
 
