@@ -479,6 +479,8 @@ def heatmap_spec(board: dict[str, Any]) -> dict[str, Any]:
 def write_leaderboard(plan: dict[str, Any], study: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     """leaderboard.md, leaderboard.json and index.html in the study folder; returns the board with its
     markdown."""
+    from leaklab import tracking
+    from leaklab.recipe import load_recipe
     from leaklab.report.html import write_page
 
     measured = measure(plan, status)
@@ -500,4 +502,6 @@ def write_leaderboard(plan: dict[str, Any], study: dict[str, Any], status: dict[
     intro = "Detectors x conditions on known ground truth; every number from the runs' per-sample scores."
     items: list[Panel | Table] = [Panel("AUROC, detectors x cells", heatmap_spec(board)), *tables]
     write_page(root, f"leaklab study {plan['study']}", [Section("leaderboard", "Leaderboard", intro, items)])
+    first = next(iter(plan["conditions"].values()))
+    tracking.log_leaderboard(board, root, load_recipe(first["recipe"], plan["fixed"]).tracking.wandb)
     return {**board, "markdown": markdown}

@@ -172,6 +172,47 @@ def finish() -> None:
         _run = None
 
 
+def log_leaderboard(board: dict[str, Any], root: Path, cfg) -> Path | None:
+    """A study's leaderboard in a W&B run of its own (in the study folder, offline unless `cfg` says
+    otherwise): `leaderboard`, one row per cell and detector with AUROC, TPR at 1% FPR and their
+    intervals, and `findings`, one row per pre-registered finding with its value, interval and verdict.
+    Returns the W&B run's directory; None when W&B is off (`cfg`: the recipe's tracking.wandb)."""
+    if not cfg.enabled or cfg.mode == "disabled":
+        return None
+    try:
+        import wandb
+    except ImportError:
+        return None
+
+    def number(value) -> float:
+        # NaN, not None: W&B fixes a column's type from its first row.
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+    metrics = ("auroc", "auroc_ci_low", "auroc_ci_high", "tpr@1%fpr", "tpr@1%fpr_ci_low", "tpr@1%fpr_ci_high")
+    cells = wandb.Table(columns=["cell", "detector", *metrics])
+    for cell, by_column in board["table"].items():
+        for column, stats in by_column.items():
+            cells.add_data(cell, column, *(number(stats.get(m)) for m in metrics))
+    findings = wandb.Table(columns=["id", "claim", "value", "ci_low", "ci_high", "verdict"])
+    for f in board.get("findings") or []:
+        findings.add_data(
+            f["id"],
+            f.get("claim") or "",
+            *(number(f.get(k)) for k in ("value", "ci_low", "ci_high")),
+            f["verdict"],
+        )
+    os.environ.setdefault("WANDB_SILENT", "true")
+    run = wandb.init(
+        project=cfg.project, entity=cfg.entity, name=f"{board['study']}-leaderboard", dir=str(root),
+        mode=cfg.mode, group=cfg.group, job_type="leaderboard",
+    )  # fmt: skip
+    try:
+        run.log({"leaderboard": cells, "findings": findings})
+        return Path(run.dir).parent
+    finally:
+        run.finish()
+
+
 # --------------------------------------------------------------------------- the report's picture in W&B
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")

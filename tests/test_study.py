@@ -228,9 +228,12 @@ def _fake_run(root, name, scores=SCORES, doses=None, flags=None):
     return str(run)
 
 
-def _board_plan(tmp_path, runs):
-    conditions = {n: {"runs": [{"name": n, "run_dir": d}], "after": None} for n, d in runs.items()}
-    return {"study": "hand", "root": str(tmp_path / "board"), "conditions": conditions}
+def _board_plan(tmp_path, runs, fixed=("tracking.wandb.enabled=false",)):
+    conditions = {
+        n: {"recipe": "tiny_dose", "runs": [{"name": n, "run_dir": d}], "after": None}
+        for n, d in runs.items()
+    }
+    return {"study": "hand", "root": str(tmp_path / "board"), "conditions": conditions, "fixed": list(fixed)}
 
 
 def test_cells_auroc_tpr_dose_and_best_by_hand(tmp_path):
@@ -319,6 +322,24 @@ def test_the_leaderboard_files_name_a_failed_condition_with_its_line(tmp_path):
     assert "| rl | failed: leaklab: no run of recipe tiny_sft |" in (root / "leaderboard.md").read_text()
     assert board["table"]["dose"]["a"]["auroc"] == pytest.approx(8 / 9)
     assert (root / "index.html").exists()
+
+
+def test_the_leaderboard_and_findings_are_a_wandb_table_when_tracking_is_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    plan = _board_plan(tmp_path, {"dose": _fake_run(tmp_path, "dose")}, ["tracking.wandb.mode=offline"])
+    finding = {"id": "f", "claim": "c", "source": "s", "kind": "chance", "expect": "equal", "than": 0}
+    leaderboard.write_leaderboard(
+        plan, {"findings": [finding], "control": "dose"}, {"dose": {"state": "done"}}
+    )
+    (offline,) = (tmp_path / "board" / "wandb").glob("offline-run-*")
+    (cells,) = (offline / "files" / "media" / "table").glob("leaderboard_*.table.json")
+    table = json.loads(cells.read_text())
+    rows = {(r[0], r[1]): dict(zip(table["columns"], r)) for r in table["data"]}
+    assert rows[("dose", "a")]["auroc"] == pytest.approx(8 / 9) and rows[("dose", "b")][
+        "auroc"
+    ] == pytest.approx(1 / 9)
+    (findings,) = (offline / "files" / "media" / "table").glob("findings_*.table.json")
+    assert [r[0] for r in json.loads(findings.read_text())["data"]] == ["f"]
 
 
 # --------------------------------------------------------------------------- the smoke study, end to end
