@@ -124,19 +124,11 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
         clean_null_against_clean_set(scores, clean_scores)
     write_atomic(out.recipe, to_yaml(recipe))
     write_json(out.root / "environment.json", environment_info())
-
     _write_scores(out.scores(0, "audit"), tasks, scores)
-
     base = {"step": 0, "epoch": 0.0, "evaluation": "audit", "benchmark": benchmark}
     rows, leak_rows = _score_rows(scores, base, cfg)
     if "sharded_likelihood" in cfg.dataset_tests:
-        # The benchmark's records in its own order, and the clean set's in theirs: on exchangeable data
-        # (the clean set) the test's p-value is uniform, its baseline for the benchmark's.
-        order_rows = file_order_rows(
-            model, tokenizer, [*tasks, *(clean_tasks or [])],
-            np.r_[np.ones(len(tasks)), np.zeros(len(clean_tasks or []))], seed=cfg.seed, settings=cfg,
-        )  # fmt: skip
-        rows += [{**base, **r} for r in order_rows]
+        rows += [{**base, **r} for r in _order_rows(model, tokenizer, tasks, clean_tasks or [], cfg)]
     clean_rows = []
     if clean_scores is not None:
         _write_scores(out.scores(0, "audit_clean"), clean_tasks, clean_scores)
@@ -154,6 +146,13 @@ def audit_model(recipe: Recipe, log=print, clean: str | None = None) -> Path:
     }
     _write_audit(out, scores, (rows, leak_rows, clean_rows), tested, log)
     return out.root
+
+
+def _order_rows(model, tokenizer, tasks: list, clean_tasks: list, cfg) -> list[dict[str, Any]]:
+    """The sharded likelihood test on the benchmark's records in its own order and on the clean set's in
+    theirs: on exchangeable data (the clean set) its p-value is uniform, the baseline for the benchmark's."""
+    labels = np.r_[np.ones(len(tasks)), np.zeros(len(clean_tasks))]
+    return file_order_rows(model, tokenizer, [*tasks, *clean_tasks], labels, seed=cfg.seed, settings=cfg)
 
 
 def _write_scores(path: Path, tasks: list, scores) -> None:

@@ -176,3 +176,23 @@ def test_functions_take_at_most_eight_parameters_unless_documented_entry_points(
                     undocumented += [f"{where} {k}" for k in _options(node) if k not in doc]
     assert set(over) <= ENTRY_POINTS, sorted(set(over) - ENTRY_POINTS)
     assert undocumented == []
+
+
+def test_functions_fit_in_80_lines_unless_a_comment_says_why_they_read_better_whole():
+    """A function longer than a screen is read in pieces; the few kept whole say why, in a `# Kept whole:`
+    comment right above them (at most five)."""
+    over, unexplained = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if (
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and node.end_lineno - node.lineno >= 80
+            ):
+                over.append(f"{path.relative_to(PACKAGE).as_posix()}:{node.name}")
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+                above = "\n".join(lines[max(0, first - 6) : first])
+                if "# Kept whole:" not in above:
+                    unexplained.append(over[-1])
+    assert len(over) <= 5, over
+    assert unexplained == [], unexplained
