@@ -364,6 +364,7 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
     cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
+    cpt_columns |= {"samia@n=1", "samia_zlib@n=1"}
     for cell in ("clean", "dose@4", "timing/late", "dilution/1_8", *forms, "file/file"):
         assert set(board["table"][cell]) == cpt_columns, cell
     for cell in runs:
