@@ -57,7 +57,6 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from leaklab.progress import Progress
-from leaklab.recipe import CHOICES
 
 
 def _cache_kwarg(model: Any) -> str:
@@ -106,10 +105,11 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 
 # --------------------------------------------------------------------------- where a prompt ends
 
-# What `evaluate.prompt_boundary` may say (the recipe checks it): "auto" picks "heal" or "none" from how
-# the model learned its prompts (`resolve_prompt_boundary`).
-PROMPT_BOUNDARY_SETTINGS = CHOICES["evaluate.prompt_boundary"]
-PROMPT_BOUNDARIES = tuple(s for s in PROMPT_BOUNDARY_SETTINGS if s != "auto")
+PROMPT_BOUNDARIES = ("heal", "none")
+# What `evaluate.prompt_boundary` may say: "auto" picks "heal" or "none" from how the model learned its
+# prompts (`resolve_prompt_boundary`). recipe.CHOICES says the same (a test holds them equal): importing
+# the recipe here would close an import cycle (recipe -> detectors -> ... -> generation).
+PROMPT_BOUNDARY_SETTINGS = ("auto", *PROMPT_BOUNDARIES)
 
 
 def resolve_prompt_boundary(setting: str, learned: str | None = None) -> str:

@@ -195,3 +195,10 @@ def test_auto_boundary_follows_how_the_model_learned_its_prompts(trained, traine
     assert cpt_auto == similarities(trained, tokenizer, "heal", sources=DOCS)
     # The base model (step 0) learned packed text whatever the run's stage: it is healed.
     assert auto_at("sft", 0) == "heal"
+
+
+def test_the_recipe_and_the_generation_engine_accept_the_same_prompt_boundaries():
+    from leaklab.recipe import CHOICES
+    from leaklab.signals.generation import PROMPT_BOUNDARY_SETTINGS
+
+    assert tuple(CHOICES["evaluate.prompt_boundary"]) == PROMPT_BOUNDARY_SETTINGS
