@@ -125,6 +125,12 @@ def log_rows(rows: list[dict[str, Any]]) -> None:
     log_dose_response(rows)
 
 
+def _number(value) -> float:
+    """A table cell's number: NaN, not None, for a missing value (W&B fixes a column's type from its
+    first row)."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
+
+
 def log_dose_response(rows: list[dict[str, Any]]) -> None:
     """The report's dose–response panel at every step with per-dose detection rows (inject.doses): a
     W&B table (detector, dose, log2 dose, AUROC and its interval) drawn as AUROC against log2(dose),
@@ -136,23 +142,19 @@ def log_dose_response(rows: list[dict[str, Any]]) -> None:
 
     from leaklab.results import dose_table, ordered
 
-    def number(value) -> float:
-        # NaN, not None, for a missing value: W&B fixes a column's type from its first row.
-        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
-
     for step, by_column in sorted(dose_table(rows).items()):
         table = wandb.Table(
             columns=["detector", "dose", "log2_dose", "auroc", "auroc_ci_low", "auroc_ci_high"]
         )
         for column in ordered(by_column):
             for dose, metrics in sorted(by_column[column].items()):
-                if math.isnan(number(metrics.get("auroc"))):
+                if math.isnan(_number(metrics.get("auroc"))):
                     continue
                 table.add_data(
                     column,
                     dose,
                     math.log2(dose),
-                    *(number(metrics.get(k)) for k in ("auroc", "auroc_ci_low", "auroc_ci_high")),
+                    *(_number(metrics.get(k)) for k in ("auroc", "auroc_ci_low", "auroc_ci_high")),
                 )
         if table.data:
             chart = wandb.plot.line(
@@ -184,21 +186,17 @@ def log_leaderboard(board: dict[str, Any], root: Path, cfg) -> Path | None:
     except ImportError:
         return None
 
-    def number(value) -> float:
-        # NaN, not None: W&B fixes a column's type from its first row.
-        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else math.nan
-
     metrics = ("auroc", "auroc_ci_low", "auroc_ci_high", "tpr@1%fpr", "tpr@1%fpr_ci_low", "tpr@1%fpr_ci_high")
     cells = wandb.Table(columns=["cell", "detector", *metrics])
     for cell, by_column in board["table"].items():
         for column, stats in by_column.items():
-            cells.add_data(cell, column, *(number(stats.get(m)) for m in metrics))
+            cells.add_data(cell, column, *(_number(stats.get(m)) for m in metrics))
     findings = wandb.Table(columns=["id", "claim", "value", "ci_low", "ci_high", "verdict"])
     for f in board.get("findings") or []:
         findings.add_data(
             f["id"],
             f.get("claim") or "",
-            *(number(f.get(k)) for k in ("value", "ci_low", "ci_high")),
+            *(_number(f.get(k)) for k in ("value", "ci_low", "ci_high")),
             f["verdict"],
         )
     os.environ.setdefault("WANDB_SILENT", "true")

@@ -260,19 +260,15 @@ def finished_before(launch: Launch) -> bool:
     trained the run to its last step and evaluated every step: nothing to do, so no tasks or model are
     loaded. Anything less takes the full path, which also checks the tasks against the manifest."""
     from leaklab.evaluate import nothing_pending
-    from leaklab.recipe import SHOWN_ONLY, to_dict
+    from leaklab.recipe import config_hash
     from leaklab.report import print_summary
-
-    def same(old: Recipe) -> bool:
-        a, b = to_dict(old), to_dict(recipe)
-        return all(a.get(key) == b.get(key) for key in {*a, *b} - set(SHOWN_ONLY))
 
     run, recipe = launch.run, launch.recipe
     complete = run.checkpoint_dirs()
     if not (
         recipe.evaluate.during_training
         and run.recipe.exists()
-        and same(load_recipe(str(run.recipe)))
+        and config_hash(load_recipe(str(run.recipe))) == config_hash(recipe)
         and complete
         and trained_to_the_end(complete[-1][1])
         and nothing_pending(run, recipe)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from leaklab.data.forms import jsonl_lines
 from leaklab.dataset_tests import codec, pacost, sharded_likelihood
 from leaklab.rows import metric_rows
 
@@ -55,8 +56,6 @@ def file_order_rows(model, tokenizer, tasks, labels, *, seed: int = 0, **engine)
     file `inject.form: file` trains on (leaklab/data/forms.py), which a scraped copy of a benchmark has.
     The paper's 10 shards where each holds at least 4 examples of the smaller set, fewer on a small set
     (a shard of one example has nothing to permute), never under 2 (the t-test needs two)."""
-    from leaklab.data.forms import jsonl_lines
-
     labels = np.asarray(labels).astype(bool)
     smaller = int(min(labels.sum(), (~labels).sum())) if (~labels).any() else int(labels.sum())
     shards = max(2, min(SHARDS, smaller // 4))

@@ -159,6 +159,11 @@ def claims_table(measured: list[Measured]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _cell(rows: list[dict[str, Any]], want: dict[str, Any]) -> str:
+    """The value and interval of the row `want` names (a claim's `row`), as a table shows it."""
+    return _measured_text(measure(Claim("", "", "", want, 0.0, "interval"), rows))
+
+
 def step_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
     """One metric of one evaluation per step (rows) and column, with intervals where the run has them."""
     evaluation, metric, columns = spec["evaluation"], spec["metric"], spec["columns"]
@@ -167,11 +172,8 @@ def step_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
     names = [metric if column is None else column for column in columns]  # a row without a column
     lines = [f"| step | {' | '.join(names)} |", "|---" * (len(columns) + 1) + "|"]
     for step in steps:
-        cells = []
-        for column in columns:
-            want = {"evaluation": evaluation, "step": step, "column": column, "metric": metric}
-            claim = Claim("", "", "", want, 0.0, "interval")
-            cells.append(_measured_text(measure(claim, mine)))
+        want = {"evaluation": evaluation, "step": step, "metric": metric}
+        cells = [_cell(mine, {**want, "column": column}) for column in columns]
         lines.append(f"| {step} | {' | '.join(cells)} |")
     return f"{spec.get('title', f'{evaluation} {metric}')}:\n\n" + "\n".join(lines) + "\n"
 
@@ -187,16 +189,8 @@ def dose_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
         "|---" * (len(doses) + 2) + "|",
     ]
     for column in columns:
-        cells = []
-        for dose in (*doses, None):
-            want = {
-                "evaluation": evaluation,
-                "step": "last",
-                "column": column,
-                "metric": metric,
-                "dose": dose,
-            }
-            cells.append(_measured_text(measure(Claim("", "", "", want, 0.0, "interval"), rows)))
+        want = {"evaluation": evaluation, "step": "last", "column": column, "metric": metric}
+        cells = [_cell(rows, {**want, "dose": dose}) for dose in (*doses, None)]
         lines.append(f"| {column} | {' | '.join(cells)} |")
     return f"{spec.get('title', f'{evaluation} {metric}')}:\n\n" + "\n".join(lines) + "\n"
 
