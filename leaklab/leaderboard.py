@@ -18,6 +18,10 @@ Finding kinds (the study file's `findings:`; `expect` is `greater` or `less`, `t
   difference   AUROC of `detector` in cell `a` minus in cell `b` (paired when both score the same texts)
   versus_best  AUROC of `detector` in `cell` minus the best other score column there (paired)
   chance       how many of the control condition's AUROC intervals exclude 0.5 (expect: equal, than 0)
+  chance_holm  how many of the control condition's (cell, detector) AUROCs differ from 0.5 at a
+               family-wise 5% level: each one's two-sided Mann-Whitney p-value, Holm-adjusted over all
+               of them (expect: equal, than 0). At 95% each, some of dozens of intervals exclude 0.5 by
+               chance alone; this says which exclusions survive the multiplicity
   p_value      a set-level test's p-value in run `a` minus in run `b` (`test`: "column:set", e.g.
                "sharded_likelihood:members"); a p-value is its own test, so the statistic has no interval
 Cells: a run's name (`timing/late`), a dose group (`dose@16`, `dose@max`, `dose@min`), a form group of a
@@ -37,7 +41,9 @@ import numpy as np
 
 from leaklab.metrics import (
     auroc,
+    auroc_chance_pvalue,
     flag_rates,
+    holm_adjusted,
     percentile_intervals,
     resample_weights,
     resampled_mean,
@@ -58,17 +64,23 @@ LEAK = ":leak"
 # --------------------------------------------------------------------------- cells from the runs
 
 
-def last_scores(run_dir: str | Path) -> tuple[int, list[dict[str, Any]]] | None:
-    """(step, per-sample records) of the run's last checkpoint with detection scores; None without."""
-    steps = []
+def scored_steps(run_dir: str | Path) -> dict[int, Path]:
+    """step -> the file of the run's per-sample detection scores at that step."""
+    steps = {}
     for path in (Path(run_dir) / "scores").glob("step-*/detection.jsonl"):
         suffix = path.parent.name.split("-")[-1]
         if suffix.isdigit():
-            steps.append((int(suffix), path))
+            steps[int(suffix)] = path
+    return steps
+
+
+def last_scores(run_dir: str | Path) -> tuple[int, list[dict[str, Any]]] | None:
+    """(step, per-sample records) of the run's last checkpoint with detection scores; None without."""
+    steps = scored_steps(run_dir)
     if not steps:
         return None
-    step, path = max(steps)
-    return step, read_rows(path)
+    step = max(steps)
+    return step, read_rows(steps[step])
 
 
 def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -91,13 +103,18 @@ def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
 def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """The run's cell, and with several doses one cell per dose (its members against every non-member);
     in a run with `inject.form: rephrased` one cell per form group (`rephrased@verbatim`,
-    `rephrased@rephrased`: the members trained in that form against every non-member)."""
+    `rephrased@rephrased`: the members trained in that form against every non-member). A run scored at
+    step 0 as well (`evaluate.base_model: true`) adds `<run>@base`: the untrained model on the same texts,
+    so that a split the base model already tells apart is seen as the split's, not the training's."""
     found = last_scores(run_dir)
     if found is None:
         return {}
     step, records = found
     tests = set_tests(run_dir, step)
     cells = {name: {**make_cell(records), "step": step, "tests": tests}}
+    base = scored_steps(run_dir).get(0)
+    if step > 0 and base is not None:
+        cells[f"{name}@base"] = {**make_cell(read_rows(base)), "step": 0, "run": name}
     manifest = read_json(Path(run_dir) / "manifest.json")
     doses = manifest.get("doses") or {}
     if len(set(doses.values())) > 1:
@@ -217,14 +234,19 @@ def detection_doses(cells: dict[str, Any], table: dict[str, Any]) -> dict[str, d
 def control_report(
     measured: dict[str, Any], control: str | None, nominal: dict[str, float]
 ) -> dict[str, Any]:
-    """The control condition's cells: each AUROC interval (does it hold 0.5?) and each rule's flag rate
-    on every sample (none was trained on) against its nominal level."""
+    """The control condition's cells: each AUROC interval (does it hold 0.5?) with its chance p-value,
+    Holm-adjusted over all of them, and each rule's flag rate on every sample (none was trained on)
+    against its nominal level."""
     if not control:
         return {}
     out: dict[str, Any] = {"intervals": [], "flag_rates": []}
     for label, stats in measured["table"].items():
-        if label != control and not label.startswith((f"{control}/", f"{control}@")):
+        # The untrained model's cell is no run of the control: it is shown, not counted in its family.
+        if label.endswith("@base") or (
+            label != control and not label.startswith((f"{control}/", f"{control}@"))
+        ):
             continue
+        cell = measured["cells"][label]
         for column, s in stats.items():
             holds = s["auroc_ci_low"] <= 0.5 <= s["auroc_ci_high"]
             out["intervals"].append(
@@ -235,9 +257,9 @@ def control_report(
                     "ci_low": s["auroc_ci_low"],
                     "ci_high": s["auroc_ci_high"],
                     "holds_chance": bool(holds),
+                    "p_value": auroc_chance_pvalue(cell["columns"][column], cell["labels"]),
                 }
             )
-        cell = measured["cells"][label]
         for column, flags in cell["flags"].items():
             # One group: no sample was trained on here, so every flag is a false positive.
             weights = resample_weights([np.arange(len(flags))], len(flags), n=N_BOOTSTRAP, seed=SEED)
@@ -252,6 +274,9 @@ def control_report(
                     "nominal": nominal.get(column.partition("@")[0]),
                 }
             )
+    tested = [r for r in out["intervals"] if not math.isnan(r["p_value"])]
+    for r, adjusted in zip(tested, holm_adjusted([r["p_value"] for r in tested]), strict=True):
+        r["p_holm"] = float(adjusted)
     return out
 
 
@@ -314,6 +339,13 @@ def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[s
             raise KeyError("the control condition has no scores")
         excluded = [f"{r['cell']}:{r['column']}" for r in control["intervals"] if not r["holds_chance"]]
         return float(len(excluded)), None, ", ".join(excluded) or "every interval holds 0.5"
+    if kind == "chance_holm":
+        tested = [r for r in control.get("intervals", []) if "p_holm" in r]
+        if not tested:
+            raise KeyError("the control condition has no scores")
+        rejected = [f"{r['cell']}:{r['column']} (p {r['p_holm']:.3g})" for r in tested if r["p_holm"] < 0.05]
+        note = f"{len(tested)} AUROCs, Holm-adjusted; " + (", ".join(rejected) or "none differs from 0.5")
+        return float(len(rejected)), None, note
     raise KeyError(f"unknown finding kind {kind!r}")
 
 
@@ -432,15 +464,15 @@ def set_tests_table(tests: dict[str, dict[str, dict[str, Any]]]) -> Table:
 def control_table(control: dict[str, Any]) -> Table:
     intervals = [
         [r["cell"], r["column"], fmt(r["auroc"]), interval(r["ci_low"], r["ci_high"]),
-         "yes" if r["holds_chance"] else "NO"]
+         "yes" if r["holds_chance"] else "NO", fmt(r.get("p_value"), 4), fmt(r.get("p_holm"), 4)]
         for r in control.get("intervals", [])
     ]  # fmt: skip
     rates = [
         [r["cell"], f"{r['column']} flag rate", fmt(r["flag_rate"]), interval(r["ci_low"], r["ci_high"]),
-         f"nominal {fmt(r['nominal'])}"]
+         f"nominal {fmt(r['nominal'])}", "", ""]
         for r in control.get("flag_rates", [])
     ]  # fmt: skip
-    header = ["cell", "detector", "AUROC", "95% interval", "holds 0.5"]
+    header = ["cell", "detector", "AUROC", "95% interval", "holds 0.5", "p (AUROC = 0.5)", "p, Holm-adjusted"]
     return Table("Control condition: every interval and rule flag rate", header, intervals + rates)
 
 

@@ -622,6 +622,41 @@ def mri_draws(weights: np.ndarray, passed_original, passed_rewrite, similarities
 # --------------------------------------------------------------------------- dataset-level tests
 
 
+def auroc_chance_pvalue(scores, labels) -> float:
+    """Two-sided p-value of "AUROC = 0.5": the Mann-Whitney U test in its normal approximation, with
+    the tie correction and no continuity correction. U = AUROC * n1 * n0 has mean n1 * n0 / 2 and
+    variance n1 * n0 / 12 * ((n + 1) - sum(t^3 - t) / (n * (n - 1))) over the tie groups t of the pooled
+    scores; p = erfc(|z| / sqrt(2)). NaN scores are left out; NaN without both classes or when every
+    score ties."""
+    s = np.asarray(scores, dtype=np.float64).reshape(-1)
+    y = np.asarray(labels).reshape(-1).astype(bool)
+    keep = ~np.isnan(s)
+    s, y = s[keep], y[keep]
+    n1, n0 = int(y.sum()), int((~y).sum())
+    n = n1 + n0
+    if n1 == 0 or n0 == 0:
+        return math.nan
+    _, ties = np.unique(s, return_counts=True)
+    variance = n1 * n0 / 12 * ((n + 1) - float((ties**3 - ties).sum()) / (n * (n - 1)))
+    if variance <= 0:
+        return math.nan
+    z = (auroc(s, y) - 0.5) * n1 * n0 / math.sqrt(variance)
+    return math.erfc(abs(z) / math.sqrt(2))
+
+
+def holm_adjusted(p_values) -> np.ndarray:
+    """Holm's step-down adjustment: with the m p-values sorted, the i-th smallest (1-based) becomes
+    max over j <= i of min(1, (m - j + 1) * p_(j)), returned in the input order. Rejecting every
+    adjusted p below alpha keeps the family-wise error rate at alpha."""
+    p = np.asarray(p_values, dtype=np.float64).reshape(-1)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
+
+
 def welch_t_test(a, b) -> dict[str, float]:
     """One-sided Welch t-test of "mean(a) > mean(b)" with unequal variances.
 

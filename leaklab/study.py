@@ -110,6 +110,7 @@ FINDING_KINDS = {
     "difference": ("a", "b", "detector"),
     "versus_best": ("cell", "detector"),
     "chance": (),
+    "chance_holm": (),
     "p_value": ("a", "b", "test"),
 }
 FINDING_KEYS = (
@@ -156,9 +157,10 @@ def smoke_overrides(study: dict[str, Any], condition: str) -> list[str]:
 
 
 def study_id(study: dict[str, Any], fixed: list[str], smoke: bool) -> str:
-    """A hash of what is trained and scored (not of the findings or the text around them): editing a
-    finding keeps the folder and its runs."""
+    """A hash of what is trained and scored (not of the findings or the text around them, nor of where
+    the runs go): editing a finding keeps the folder and its runs."""
     trained = {k: study.get(k) for k in ("conditions", "evaluate", "smoke")}
+    fixed = [o for o in fixed if not o.startswith("output_dir=")]
     return hashlib.sha256(json.dumps([trained, fixed, smoke], sort_keys=True).encode()).hexdigest()[:8]
 
 

@@ -217,3 +217,36 @@ def test_two_rate_pvalue_by_hand_and_against_scipy():
         expected = fisher_exact(table, alternative="greater").pvalue
         assert two_rate_pvalue(flagged, n, flagged_clean, n_clean) == pytest.approx(expected, rel=1e-9)
     assert math.isnan(two_rate_pvalue(1, 0, 2, 5))
+
+
+def test_auroc_chance_pvalue_by_hand_and_against_scipy():
+    from scipy.stats import mannwhitneyu
+
+    from leaklab.metrics import auroc_chance_pvalue
+
+    # members 3, 4 above non-members 1, 2: U = 4 of mean 2, variance 2 * 2 / 12 * 5 = 5/3 (no ties),
+    # z = 2 / sqrt(5/3) = 1.5492, two-sided p = 2 * (1 - Phi(1.5492)) = 0.12134
+    assert auroc_chance_pvalue([3, 4, 1, 2], [1, 1, 0, 0]) == pytest.approx(0.12134, abs=1e-5)
+    rng = np.random.default_rng(1)
+    scores = np.round(rng.normal(size=60), 1)  # rounded: many ties, so the tie correction counts
+    labels = np.r_[np.ones(25), np.zeros(35)]
+    scipy_p = mannwhitneyu(
+        scores[labels == 1],
+        scores[labels == 0],
+        alternative="two-sided",
+        method="asymptotic",
+        use_continuity=False,
+    ).pvalue
+    assert auroc_chance_pvalue(scores, labels) == pytest.approx(scipy_p, rel=1e-9)
+    assert math.isnan(auroc_chance_pvalue([1.0, 2.0], [1, 1]))
+    assert math.isnan(auroc_chance_pvalue([1.0, 1.0, 1.0], [1, 0, 0]))  # every score ties: no variance
+
+
+def test_holm_adjusted_by_hand():
+    from leaklab.metrics import holm_adjusted
+
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04; running maximum
+    # 0.02, 0.03, 0.06, 0.06; back in the input order:
+    adjusted = holm_adjusted([0.01, 0.04, 0.03, 0.005])
+    assert adjusted.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjusted([0.6, 0.5]).tolist() == [1.0, 1.0]  # capped at 1

@@ -88,18 +88,77 @@ def test_dose_table_reads_each_dose_at_the_last_step_and_all_members():
 
 
 def test_the_shipped_file_names_runs_that_load_and_rows_with_known_keys():
+    from leaklab import study
     from leaklab.recipe import load_recipe
 
     runs, claims = load_claims()
     assert {"tiny_cpt", "tiny_sft", "tiny_dose", "tiny_extraction", "tiny_grpo"} <= set(runs)
+    studies = {
+        name: study.load_study(study.study_path(spec.study)) for name, spec in runs.items() if spec.study
+    }
     for spec in runs.values():
+        if spec.study:
+            continue
         load_recipe(spec.recipe, spec.overrides)
         if spec.smoke is not None:
             load_recipe(spec.recipe, [*spec.overrides, *spec.smoke])
     assert {c.run for c in claims} == set(runs)
-    evaluations = {name: load_recipe(runs[name].recipe).evaluate.evaluations for name in runs}
+    evaluations = {
+        name: load_recipe(runs[name].recipe).evaluate.evaluations for name in runs if name not in studies
+    }
     for c in claims:
+        if c.run in studies:  # a study's claim names a cell of one of its conditions, or one of its findings
+            known = studies[c.run]
+            if c.row["evaluation"] == "finding":
+                assert c.row["column"] in {f["id"] for f in known["findings"]}, c.name
+            else:
+                assert c.row["evaluation"] == "leaderboard", c.name
+                assert c.row["cell"].partition("@")[0].partition("/")[0] in known["conditions"], c.name
+            continue
         assert c.row["evaluation"] in evaluations[c.run], (c.name, c.row)
+
+
+def test_a_study_claim_reads_the_leaderboard_as_rows(tmp_path):
+    from leaklab.reproduce import leaderboard_rows
+
+    board = {
+        "table": {
+            "dose@64": {"ppl": {"auroc": 0.9, "auroc_ci_low": 0.8, "auroc_ci_high": 0.97, "tpr@1%fpr": 0.5}}
+        },
+        "findings": [
+            {"id": "late_beats_early", "value": 0.2, "ci_low": 0.1, "ci_high": 0.3, "verdict": "reproduced"}
+        ],
+    }
+    rows = leaderboard_rows(board)
+    cell = Claim(
+        "c",
+        "d",
+        "w",
+        {"evaluation": "leaderboard", "cell": "dose@64", "column": "ppl", "metric": "auroc"},
+        0.85,
+        "interval",
+    )
+    got = measure(cell, rows)
+    assert (got.value, got.low, got.high, got.ok) == (0.9, 0.8, 0.97, True)
+    other = Claim(
+        "c",
+        "d",
+        "w",
+        {"evaluation": "leaderboard", "cell": "dose@16", "column": "ppl", "metric": "auroc"},
+        0.85,
+        "interval",
+    )
+    assert not measure(other, rows).found  # another cell's row is not this one's
+    finding = Claim(
+        "f",
+        "d",
+        "w",
+        {"evaluation": "finding", "column": "late_beats_early", "metric": "statistic"},
+        0.35,
+        "interval",
+    )
+    got = measure(finding, rows)
+    assert (got.value, got.low, got.high, got.ok) == (0.2, 0.1, 0.3, False)  # 0.35 is outside [0.1, 0.3]
 
 
 def _written_forms(x: float) -> list[str]:

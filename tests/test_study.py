@@ -261,6 +261,20 @@ def test_cells_auroc_tpr_dose_and_best_by_hand(tmp_path):
     assert measured["best"]["dose"]["lead_ci_low"] == 0.0  # a vs r@10 again, paired: every draw 0
 
 
+def test_a_run_scored_at_step_0_adds_the_base_models_cell_outside_the_control_family(tmp_path):
+    run = Path(_fake_run(tmp_path, "clean"))
+    flipped = {t: (y, -s) for t, (y, s) in SCORES.items()}
+    (run / "scores" / "step-0").mkdir()
+    records = [{"task_id": t, "label": y, "a": s, "b": -s, "r@10": s} for t, (y, s) in flipped.items()]
+    (run / "scores" / "step-0" / "detection.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    measured = leaderboard.measure(_board_plan(tmp_path, {"clean": str(run)}), {})
+    assert set(measured["table"]) == {"clean", "clean@base"}
+    assert measured["table"]["clean"]["a"]["auroc"] == pytest.approx(8 / 9)  # the last step's scores
+    assert measured["table"]["clean@base"]["a"]["auroc"] == pytest.approx(1 / 9)  # step 0's
+    control = leaderboard.control_report(measured, "clean", {})
+    assert {r["cell"] for r in control["intervals"]} == {"clean"}
+
+
 def test_findings_are_paired_on_the_same_texts_and_judged_by_their_criterion(tmp_path):
     flags = {"m0": 0, "m1": 1, "m2": 1, "n0": 0, "n1": 0, "n2": 0}
     same = {"late": _fake_run(tmp_path, "late"), "early": _fake_run(tmp_path, "early", flags=flags)}
@@ -291,6 +305,35 @@ def test_findings_are_paired_on_the_same_texts_and_judged_by_their_criterion(tmp
         "reproduced" if all(r["holds_chance"] for r in control["intervals"]) else "not reproduced"
     )
     assert a_row["ci_high"] == 1.0
+
+
+def test_the_control_chance_pvalues_are_holm_adjusted_and_counted(tmp_path):
+    from leaklab.metrics import auroc_chance_pvalue, holm_adjusted
+
+    flags = {"m0": 0, "m1": 1, "m2": 1, "n0": 0, "n1": 0, "n2": 0}
+    measured = leaderboard.measure(
+        _board_plan(tmp_path, {"clean": _fake_run(tmp_path, "clean", flags=flags)}), {}
+    )
+    control = leaderboard.control_report(measured, "clean", {})
+    cell = measured["cells"]["clean"]
+    rows = control["intervals"]
+    expected = [auroc_chance_pvalue(cell["columns"][r["column"]], cell["labels"]) for r in rows]
+    assert [r["p_value"] for r in rows] == pytest.approx(expected)
+    assert [r["p_holm"] for r in rows] == pytest.approx(holm_adjusted(expected).tolist())
+    finding = {"id": "h", "claim": "c", "source": "s", "kind": "chance_holm", "expect": "equal", "than": 0}
+    (out,) = leaderboard.evaluate_findings([finding], measured, control)
+    # 3 members against 3 non-members cannot reach 0.05 after the adjustment: nothing is rejected
+    assert (out["value"], out["verdict"]) == (0.0, "reproduced")
+    assert out["note"].startswith(f"{len(rows)} AUROCs, Holm-adjusted")
+    # a control whose one AUROC is far from 0.5 after the adjustment is counted, and named
+    fake = {
+        "intervals": [
+            {"cell": "clean", "column": "x", "p_holm": 0.01},
+            {"cell": "clean", "column": "y", "p_holm": 0.2},
+        ]
+    }
+    (out,) = leaderboard.evaluate_findings([finding], measured, fake)
+    assert (out["value"], out["verdict"]) == (1.0, "not reproduced") and "clean:x (p 0.01)" in out["note"]
 
 
 @pytest.mark.parametrize(
@@ -360,7 +403,7 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
     runs += ["rephrased", "file/file", "file/document"]
     forms = ["rephrased@verbatim", "rephrased@rephrased"]
-    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4", *forms}
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "clean@base", "dose@1", "dose@4", *forms}
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
     cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
@@ -379,7 +422,7 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     }
     assert [r["column"] for r in board["control"]["flag_rates"]].count("srdetection_gray@n=10") == 3
     verdicts = {f["id"]: f["verdict"] for f in board["findings"]}
-    assert len(verdicts) == 9
+    assert len(verdicts) == 10
     # The file condition's runs carry the sharded test of their members and non-members.
     for cell in ("file/file", "file/document"):
         assert set(board["set_tests"][cell]) >= {
@@ -392,6 +435,10 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     assert set(verdicts.values()) <= {"reproduced", "not reproduced", "inconclusive"}
     chance = next(f for f in board["findings"] if f["id"] == "clean_at_chance")
     assert chance["value"] == sum(not r["holds_chance"] for r in clean)
+    holm = next(f for f in board["findings"] if f["id"] == "clean_at_chance_holm")
+    assert holm["value"] == sum(r["p_holm"] < 0.05 for r in clean)
+    # The untrained model (the clean run's step 0) has a cell of its own, outside the control's family.
+    assert set(board["table"]["clean@base"]) == cpt_columns
     assert "## Findings (pre-registered)" in (out / "leaderboard.md").read_text()
 
 

@@ -8,6 +8,11 @@ column, metric, dose), the stated value and how close the measurement must come:
     abs: x        |measured - stated| <= x
     at_least: x   measured >= x (a target, not a measurement: `stated` is then the target too)
 
+A run may be a study instead (`study: detectors`): `leaklab study NAME --local` (which shares the runs
+that are the shipped recipes' own, so after them it trains only its own conditions), its claims read
+from the leaderboard as rows (`leaderboard_rows`): a cell's AUROC (`evaluation: leaderboard`, `cell`,
+`column`: the detector) or a finding's statistic (`evaluation: finding`, `column`: its id).
+
 `python -m leaklab.reproduce` trains each run the entries name (`leaklab train`, which resumes a run
 already there and only evaluates what it lacks), prints claim / stated / measured / ok, writes the
 measured tables into generated docs pages (`docs/generated/`, never edited by hand) and exits 1 when a
@@ -34,7 +39,7 @@ from leaklab.rundir import read_rows, write_atomic
 
 STATED_NUMBERS = Path(__file__).with_name("stated_numbers.yaml")
 TOLERANCES = ("interval", "abs", "at_least")
-ROW_KEYS = ("evaluation", "step", "column", "metric", "dose")
+ROW_KEYS = ("evaluation", "step", "column", "metric", "dose", "cell")
 
 
 @dataclass(frozen=True)
@@ -56,8 +61,12 @@ class RunSpec:
     smoke: list[str] | None = None  # overrides that make the run tiny (None: not run by --smoke)
     # Tables the docs show, one per entry: rows = steps, columns = the row's `column`s, of one metric.
     tables: list[dict[str, Any]] = field(default_factory=list)
+    study: str | None = None  # a study's name: `leaklab study` instead of `leaklab train` (no recipe)
 
     def command(self, smoke: bool, output_dir: str) -> list[str]:
+        if self.study:
+            return ["study", self.study, "--local", *(["--smoke"] if smoke else []), *self.overrides,
+                    f"output_dir={output_dir}"]  # fmt: skip
         extra = (self.smoke or []) if smoke else []
         return ["train", f"recipe={self.recipe}", *self.overrides, *extra, f"output_dir={output_dir}"]
 
@@ -101,7 +110,7 @@ def _claim(entry: dict[str, Any], runs: dict[str, RunSpec], where: str) -> Claim
 def load_claims(path: Path = STATED_NUMBERS) -> tuple[dict[str, RunSpec], list[Claim]]:
     """The runs and claims of a stated-numbers file; a bad entry is one line naming it (InputError)."""
     data = yaml.safe_load(Path(path).read_text())
-    runs = {name: RunSpec(name, **spec) for name, spec in (data.get("runs") or {}).items()}
+    runs = {name: RunSpec(name, **{"recipe": "", **spec}) for name, spec in (data.get("runs") or {}).items()}
     return runs, [_claim(entry, runs, str(path)) for entry in data.get("claims") or []]
 
 
@@ -257,8 +266,16 @@ def compare_runs(a: Path, b: Path) -> str:
 
 
 def run_dir(spec: RunSpec, smoke: bool, output_dir: str) -> Path:
+    """The run's directory, or a study's folder (its leaderboard and runs)."""
     from leaklab.recipe import load_recipe, run_dir_of
 
+    if spec.study:
+        from leaklab import study
+
+        fixed = [*spec.overrides, f"output_dir={output_dir}"]
+        return Path(
+            study.plan_study(study.load_study(study.study_path(spec.study)), fixed, smoke, None)["root"]
+        )
     extra = (spec.smoke or []) if smoke else []
     return run_dir_of(load_recipe(spec.recipe, [*spec.overrides, *extra, f"output_dir={output_dir}"]))
 
@@ -273,15 +290,42 @@ def train(spec: RunSpec, smoke: bool, output_dir: str, log=print) -> Path:
     return run_dir(spec, smoke, output_dir)
 
 
+def leaderboard_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
+    """A study's leaderboard.json as results rows: per cell and detector its AUROC and TPR at 1% FPR
+    with their intervals (`evaluation: leaderboard`), per finding its statistic (`evaluation: finding`)."""
+    rows = []
+    for cell, stats in board.get("table", {}).items():
+        for column, s in stats.items():
+            for metric in ("auroc", "tpr@1%fpr"):
+                for suffix in ("", "_ci_low", "_ci_high"):
+                    rows.append({"evaluation": "leaderboard", "cell": cell, "column": column,
+                                 "metric": metric + suffix, "value": s.get(metric + suffix)})  # fmt: skip
+    for f in board.get("findings", []):
+        for suffix, key in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
+            rows.append({"evaluation": "finding", "column": f["id"], "metric": "statistic" + suffix,
+                         "value": f.get(key)})  # fmt: skip
+    return rows
+
+
+def results_of(spec: RunSpec, root: Path) -> list[dict[str, Any]]:
+    """The rows a run's claims read: its results.jsonl, or a study's leaderboard as rows."""
+    if spec.study:
+        return leaderboard_rows(json.loads((root / "leaderboard.json").read_text()))
+    return read_rows(root / "results.jsonl")
+
+
 def generated_page(spec: RunSpec, root: Path, measured: list[Measured], smoke: bool) -> str:
-    rows = read_rows(root / "results.jsonl")
+    rows = results_of(spec, root)
     command = "leaklab " + " ".join(spec.command(smoke, "OUT")).replace(" output_dir=OUT", "")
+    where = "study folder" if spec.study else "run directory"
     parts = [
         f"# Measured: `{spec.name}`\n",
         "Generated by `make reproduce` (leaklab/reproduce); do not edit by hand.\n",
-        f"Command: `{command}`; run directory `{root.name}`.\n",
+        f"Command: `{command}`; {where} `{root.name}`.\n",
         claims_table(measured) if measured else "",
         *(table(rows, t) for t in spec.tables),
+        # A study's whole leaderboard, its headings one level down
+        *([(root / "leaderboard.md").read_text().replace("\n#", "\n##")] if spec.study else []),
     ]
     return "\n".join(p for p in parts if p)
 
@@ -298,7 +342,7 @@ def reproduce(args: argparse.Namespace, log=print) -> int:
             if args.no_train
             else train(spec, args.smoke, args.output_dir, log)
         )
-        rows = read_rows(root / "results.jsonl")
+        rows = results_of(spec, root)
         mine = [c for c in claims if c.run == spec.name]
         measured = [measure(at_smoke_steps(c) if args.smoke else c, rows) for c in mine]
         everything += measured
