@@ -104,8 +104,9 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """The run's cell, and with several doses one cell per dose (its members against every non-member);
     in a run with `inject.form: rephrased` one cell per form group (`rephrased@verbatim`,
     `rephrased@rephrased`: the members trained in that form against every non-member). A run scored at
-    step 0 as well (`evaluate.base_model: true`) adds `<run>@base`: the untrained model on the same texts,
-    so that a split the base model already tells apart is seen as the split's, not the training's."""
+    step 0 as well (`evaluate.base_model: true`) adds `<run>@base`: the model the run started from (the
+    untrained model; for RL the checkpoint it starts from) on the same texts, so that a split the
+    starting model already tells apart is seen as the split's, not the training's."""
     found = last_scores(run_dir)
     if found is None:
         return {}
@@ -185,9 +186,13 @@ def measure(plan: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     """Every cell's statistics, best detector, the detection doses and the control's rates."""
     cells: dict[str, dict[str, Any]] = {}
     missing: dict[str, str] = {}
+    tokens: dict[str, dict[str, int]] = {}
     for cname, cond in plan["conditions"].items():
         state = status.get(cname, {})
         for run in cond["runs"]:
+            trained = training_tokens(run["run_dir"])
+            if trained:
+                tokens[run["name"]] = trained
             found = run_cells(run["name"], run["run_dir"])
             if not found:
                 why = state.get("line") if state.get("state") == "failed" else "no detection scores yet"
@@ -207,6 +212,28 @@ def measure(plan: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         "missing": missing,
         "detection_dose": detection_doses(cells, table),
         "set_tests": {label: cell["tests"] for label, cell in cells.items() if cell.get("tests")},
+        "training_tokens": tokens,
+    }
+
+
+def training_tokens(run_dir: str | Path) -> dict[str, int] | None:
+    """What a continued-pretraining run trained on, from its mixture.json (one epoch's packed blocks)
+    and recipe.yaml (the epochs): member and corpus tokens per epoch and all tokens trained. None for
+    a run without packed blocks (SFT, RL)."""
+    mixture, recipe = Path(run_dir) / "mixture.json", Path(run_dir) / "recipe.yaml"
+    if not mixture.is_file() or not recipe.is_file():
+        return None
+    mix = read_json(mixture)
+    if "blocks" not in mix:
+        return None
+    from leaklab.recipe import yaml_load
+
+    epochs = int((yaml_load(recipe.read_text()).get("train") or {}).get("epochs", 1))
+    return {
+        "epochs": epochs,
+        "member_tokens": int(mix["member_tokens"]),
+        "corpus_tokens": int(mix["web_tokens"]),
+        "tokens_trained": int(mix["blocks"]) * int(mix["block_len"]) * epochs,
     }
 
 
@@ -444,8 +471,14 @@ def board_tables(board: dict[str, Any]) -> list[Table]:
         ["run", "detector", "dose"],
         [[run, c, "∞" if d == math.inf else str(d)] for run, cols in board["detection_dose"].items() for c, d in cols.items()],
     )  # fmt: skip
+    tokens = Table(
+        "Tokens trained per run (continued pretraining; counted in the run's own tokenizer)",
+        ["run", "epochs", "member tokens / epoch", "corpus tokens / epoch", "tokens trained"],
+        [[run, str(t["epochs"]), f"{t['member_tokens']:,}", f"{t['corpus_tokens']:,}", f"{t['tokens_trained']:,}"]
+         for run, t in (board.get("training_tokens") or {}).items()],
+    )  # fmt: skip
     return [main, best, dose, set_tests_table(board.get("set_tests") or {}), control_table(board["control"]),
-            findings_table(board["findings"]),
+            findings_table(board["findings"]), tokens,
             *([Table("Conditions without scores", ["run", "why"], [[k, v] for k, v in board["missing"].items()])]
               if board["missing"] else [])]  # fmt: skip
 

@@ -92,7 +92,7 @@ def test_the_shipped_file_names_runs_that_load_and_rows_with_known_keys():
     from leaklab.recipe import load_recipe
 
     runs, claims = load_claims()
-    assert {"tiny_cpt", "tiny_sft", "tiny_dose", "tiny_extraction", "tiny_grpo"} <= set(runs)
+    assert {"tiny_cpt", "tiny_sft", "tiny_dose", "tiny_extraction", "tiny_grpo", "detectors"} <= set(runs)
     studies = {
         name: study.load_study(study.study_path(spec.study)) for name, spec in runs.items() if spec.study
     }

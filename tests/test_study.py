@@ -403,7 +403,8 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
     runs += ["rephrased", "file/file", "file/document"]
     forms = ["rephrased@verbatim", "rephrased@rephrased"]
-    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "clean@base", "dose@1", "dose@4", *forms}
+    bases = ["clean@base", "sft@base", "rl@base"]  # the runs scored at step 0 too
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4", *forms, *bases}
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
     cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
@@ -532,3 +533,19 @@ def test_form_groups_are_cells_and_a_p_value_finding_compares_two_runs(tmp_path)
     assert out[2]["value"] == pytest.approx(5 / 6 - 1) and "independent" in out[2]["note"]
     board = leaderboard.write_leaderboard(plan, {"findings": findings}, {})
     assert "| file | sharded_likelihood:members | 0.0100 | — |" in board["markdown"]
+
+
+def test_tokens_trained_are_one_epochs_blocks_times_the_epochs(tmp_path):
+    run = Path(_fake_run(tmp_path, "dose"))
+    assert leaderboard.training_tokens(run) is None  # no packed blocks (an SFT or RL run)
+    mixture = {"blocks": 10, "block_len": 512, "member_tokens": 1200, "web_tokens": 3920}
+    (run / "mixture.json").write_text(json.dumps(mixture))
+    (run / "recipe.yaml").write_text("train:\n  epochs: 3\n")
+    assert leaderboard.training_tokens(run) == {
+        "epochs": 3,
+        "member_tokens": 1200,
+        "corpus_tokens": 3920,
+        "tokens_trained": 10 * 512 * 3,
+    }
+    board = leaderboard.measure(_board_plan(tmp_path, {"dose": str(run)}), {})
+    assert board["training_tokens"] == {"dose": leaderboard.training_tokens(run)}

@@ -325,7 +325,7 @@ def generated_page(spec: RunSpec, root: Path, measured: list[Measured], smoke: b
         claims_table(measured) if measured else "",
         *(table(rows, t) for t in spec.tables),
         # A study's whole leaderboard, its headings one level down
-        *([(root / "leaderboard.md").read_text().replace("\n#", "\n##")] if spec.study else []),
+        *([("\n" + (root / "leaderboard.md").read_text()).replace("\n#", "\n##")] if spec.study else []),
     ]
     return "\n".join(p for p in parts if p)
 
