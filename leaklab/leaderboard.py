@@ -121,7 +121,14 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     if len(set(doses.values())) > 1:
         for dose in sorted(set(doses.values())):
             chosen = [r for r in records if not r["label"] or doses.get(r["task_id"]) == dose]
-            cells[f"{name}@{dose}"] = {**make_cell(chosen), "step": step, "dose": dose, "run": name}
+            cell = make_cell(chosen)
+            cells[f"{name}@{dose}"] = {
+                **cell,
+                "step": step,
+                "dose": dose,
+                "run": name,
+                "tests": dose_tests(cell),
+            }
     forms = manifest.get("forms") or {}
     for form in sorted(set(forms.values())):
         chosen = [r for r in records if not r["label"] or forms.get(r["task_id"]) == form]
@@ -139,6 +146,26 @@ def set_tests(run_dir: str | Path, step: int) -> dict[str, dict[str, float | Non
         if r.get("column") in SET_TESTS:
             key = f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}"
             out.setdefault(key, {})[r["metric"]] = r.get("value")
+    return out
+
+
+def dose_tests(cell: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """The set-level tests that read per-sample scores (dataset inference on every score column,
+    CoDeC's and PaCoST's tests on theirs) on one dose's members against all the non-members, computed
+    by the detection evaluation's own functions: each test at every dose. (The sharded test reads the
+    model, not the scores: it has no per-dose cell.)"""
+    from leaklab.dataset_tests.rows import dataset_test_rows
+    from leaklab.evaluations.detection import BLIND, dataset_inference_rows
+
+    # A rule's column (one with flags) is its margin, which the evaluation's tests leave out too.
+    scores = {c: v for c, v in cell["columns"].items() if c != BLIND and c not in cell["flags"]}
+    rows = dataset_inference_rows(scores, cell["labels"], seed=SEED)
+    rows += dataset_test_rows(scores, cell["labels"], seed=SEED)
+    out: dict[str, dict[str, float | None]] = {}
+    for r in rows:
+        out.setdefault(f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}", {})[r["metric"]] = r[
+            "value"
+        ]
     return out
 
 

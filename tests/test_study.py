@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from leaklab import leaderboard
@@ -549,3 +550,34 @@ def test_tokens_trained_are_one_epochs_blocks_times_the_epochs(tmp_path):
     }
     board = leaderboard.measure(_board_plan(tmp_path, {"dose": str(run)}), {})
     assert board["training_tokens"] == {"dose": leaderboard.training_tokens(run)}
+
+
+def test_each_set_level_test_is_computed_at_every_dose_from_the_scores(tmp_path):
+    from leaklab.dataset_tests.rows import dataset_test_rows
+    from leaklab.evaluations.detection import dataset_inference_rows
+
+    rng = np.random.default_rng(0)
+    members = [f"m{i}" for i in range(20)]
+    scores = {t: (1, float(rng.normal(1.0))) for t in members} | {
+        f"n{i}": (0, float(rng.normal())) for i in range(20)
+    }
+    doses = {t: (1 if i < 10 else 4) for i, t in enumerate(members)}
+    run = Path(_fake_run(tmp_path, "dose", scores=scores, doses=doses))
+    records = [
+        json.loads(line) for line in (run / "scores" / "step-3" / "detection.jsonl").read_text().splitlines()
+    ]
+    for r in records:  # a PaCoST column too, so that its test runs beside dataset inference
+        r["pacost_gap"] = r["a"] + 0.1
+    (run / "scores" / "step-3" / "detection.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    cells = leaderboard.run_cells("dose", run)
+    chosen = [r for r in records if not r["label"] or doses[r["task_id"]] == 4]
+    y = np.array([r["label"] for r in chosen])
+    # every score column but the blind baseline (r@10 has no flags here: a score column)
+    columns = {c: np.array([r[c] for r in chosen]) for c in ("a", "b", "pacost_gap", "r@10")}
+    expected = dataset_inference_rows(columns, y) + dataset_test_rows(columns, y)
+    tests = cells["dose@4"]["tests"]
+    assert {"dataset_inference:members", "pacost_test:members"} <= set(tests)
+    for r in expected:
+        key = f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}"
+        assert tests[key][r["metric"]] == pytest.approx(r["value"], nan_ok=True), (key, r["metric"])
+    assert cells["dose@1"]["tests"] != tests  # each dose its own members

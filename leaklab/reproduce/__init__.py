@@ -293,17 +293,17 @@ def train(spec: RunSpec, smoke: bool, output_dir: str, log=print) -> Path:
 def leaderboard_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
     """A study's leaderboard.json as results rows: per cell and detector its AUROC and TPR at 1% FPR
     with their intervals (`evaluation: leaderboard`), per finding its statistic (`evaluation: finding`)."""
+    from leaklab.rows import metric_rows
+
+    suffixes = ("", "_ci_low", "_ci_high")
     rows = []
     for cell, stats in board.get("table", {}).items():
         for column, s in stats.items():
-            for metric in ("auroc", "tpr@1%fpr"):
-                for suffix in ("", "_ci_low", "_ci_high"):
-                    rows.append({"evaluation": "leaderboard", "cell": cell, "column": column,
-                                 "metric": metric + suffix, "value": s.get(metric + suffix)})  # fmt: skip
+            metrics = {m + x: s.get(m + x) for m in ("auroc", "tpr@1%fpr") for x in suffixes}
+            rows += metric_rows(metrics, column, context={"evaluation": "leaderboard", "cell": cell})
     for f in board.get("findings", []):
-        for suffix, key in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
-            rows.append({"evaluation": "finding", "column": f["id"], "metric": "statistic" + suffix,
-                         "value": f.get(key)})  # fmt: skip
+        metrics = {"statistic" + x: f.get(key) for x, key in zip(suffixes, ("value", "ci_low", "ci_high"))}
+        rows += metric_rows(metrics, f["id"], context={"evaluation": "finding"})
     return rows
 
 
