@@ -50,6 +50,7 @@ from leaklab.metrics import (
     threshold_free_draws,
     tpr_at_fpr,
 )
+from leaklab.report.charts import SCHEMA
 from leaklab.report.section import Panel, Section, Table
 from leaklab.report.tables import markdown_table
 from leaklab.results import is_rule
@@ -555,15 +556,28 @@ def heatmap_spec(board: dict[str, Any]) -> dict[str, Any]:
     ]
     color = {"field": "auroc", "type": "quantitative", "scale": {"domain": [0.3, 1], "scheme": "blues"}}
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": SCHEMA,
         "data": {"values": values},
+        # A fixed size per cell, so that each cell's two-digit AUROC fits however many cells there are
+        "width": {"step": 40},
+        "height": {"step": 20},
         "encoding": {
             "x": {"field": "cell", "type": "nominal", "sort": list(board["table"])},
             "y": {"field": "detector", "type": "nominal"},
         },
         "layer": [
             {"mark": "rect", "encoding": {"color": color, "tooltip": [{"field": "auroc", "format": ".3f"}]}},
-            {"mark": {"type": "text", "fontSize": 10}, "encoding": {"text": {"field": "text"}}},
+            {
+                "mark": {"type": "text", "fontSize": 10},
+                "encoding": {
+                    "text": {"field": "text"},
+                    # white on the darkest cells, where black text would be hard to read
+                    "color": {
+                        "condition": {"test": "datum.auroc > 0.85", "value": "white"},
+                        "value": "black",
+                    },
+                },
+            },
         ],
     }
 

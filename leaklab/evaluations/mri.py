@@ -79,6 +79,7 @@ from leaklab.metrics import (
 )
 from leaklab.perturb.mri_sets import LlmBackend, SetSettings, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
+from leaklab.report.charts import SCHEMA
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
@@ -587,7 +588,7 @@ def _tradeoff_spec(points, sel) -> dict[str, Any]:
     x = {"field": "mri", "type": "quantitative", "title": "MRI (lower is better)"}
     y = {"field": "accuracy", "type": "quantitative", "title": "Acc(T_ori), pass@1"}
     return {
-        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "$schema": SCHEMA,
         "width": 360,
         "height": 240,
         "data": {"values": values},

@@ -87,3 +87,29 @@ def test_the_browser_check_catches_a_broken_panel_and_a_missing_library(tmp_path
     (out / "vega-bundle.js").unlink()
     status, _, _ = _render(out / "index.html", tmp_path)
     assert any("did not load" in e for e in status["errors"])
+
+
+def test_the_study_leaderboard_page_renders_its_heatmap_in_chromium(tmp_path):
+    """The study's index.html (leaklab.leaderboard): the detectors x cells heatmap, with a fixed size per
+    cell and a text colour per cell, draws without a Vega warning."""
+    from leaklab import leaderboard
+
+    run = tmp_path / "dose"
+    (run / "scores" / "step-3").mkdir(parents=True)
+    records = [{"task_id": f"t{i}", "label": i % 2, "ppl": i * 0.1, "zlib": -i * 0.1} for i in range(12)]
+    (run / "scores" / "step-3" / "detection.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "manifest.json").write_text(json.dumps({"member_ids": [], "non_member_ids": []}))
+    plan = {
+        "study": "hand",
+        "root": str(tmp_path / "board"),
+        "conditions": {
+            "dose": {"recipe": "tiny_dose", "runs": [{"name": "dose", "run_dir": str(run)}], "after": None}
+        },
+        "fixed": ["tracking.wandb.enabled=false"],
+    }
+    leaderboard.write_leaderboard(plan, {"findings": []}, {"dose": {"state": "done"}})
+    status, dom, log = _render(tmp_path / "board" / "index.html", tmp_path)
+    assert status.get("done") and status["errors"] == [] and status["warnings"] == [], status
+    assert "Uncaught" not in log
+    assert list(status["panels"].values()) and all(n > 0 for n in status["panels"].values())
+    assert "AUROC, detectors x cells" in dom and dom.count("<svg") >= 1
