@@ -75,15 +75,6 @@ def scored_steps(run_dir: str | Path) -> dict[int, Path]:
     return steps
 
 
-def last_scores(run_dir: str | Path) -> tuple[int, list[dict[str, Any]]] | None:
-    """(step, per-sample records) of the run's last checkpoint with detection scores; None without."""
-    steps = scored_steps(run_dir)
-    if not steps:
-        return None
-    step = max(steps)
-    return step, read_rows(steps[step])
-
-
 def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
     """task ids, labels, score columns (NaN for a missing score) and rule flags of some records."""
     names = sorted({k for r in records for k in r if k not in ("task_id", "label")})
@@ -108,15 +99,15 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     step 0 as well (`evaluate.base_model: true`) adds `<run>@base`: the model the run started from (the
     untrained model; for RL the checkpoint it starts from) on the same texts, so that a split the
     starting model already tells apart is seen as the split's, not the training's."""
-    found = last_scores(run_dir)
-    if found is None:
+    steps = scored_steps(run_dir)
+    if not steps:
         return {}
-    step, records = found
+    step = max(steps)
+    records = read_rows(steps[step])
     tests = set_tests(run_dir, step)
     cells = {name: {**make_cell(records), "step": step, "tests": tests}}
-    base = scored_steps(run_dir).get(0)
-    if step > 0 and base is not None:
-        cells[f"{name}@base"] = {**make_cell(read_rows(base)), "step": 0, "run": name}
+    if step > 0 and 0 in steps:
+        cells[f"{name}@base"] = {**make_cell(read_rows(steps[0])), "step": 0, "run": name}
     manifest = read_json(Path(run_dir) / "manifest.json")
     doses = manifest.get("doses") or {}
     if len(set(doses.values())) > 1:
@@ -140,13 +131,23 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
 def set_tests(run_dir: str | Path, step: int) -> dict[str, dict[str, float | None]]:
     """The set-level test rows of the detection evaluation at `step` (sharded_likelihood, codec_test,
     pacost_test, dataset_inference) as "column:set" -> metric -> value (set: members, non_members, ...)."""
+    rows = [
+        r
+        for r in read_rows(Path(run_dir) / "results.jsonl")
+        if r.get("evaluation") == "detection"
+        and r.get("step") == step
+        and "dose" not in r
+        and "form" not in r
+    ]
+    return tests_by_set([r for r in rows if r.get("column") in SET_TESTS])
+
+
+def tests_by_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Set-level test rows as "column:set" -> metric -> value (set: a row's `params.set`, else members)."""
     out: dict[str, dict[str, float | None]] = {}
-    for r in read_rows(Path(run_dir) / "results.jsonl"):
-        if r.get("evaluation") != "detection" or r.get("step") != step or "dose" in r or "form" in r:
-            continue
-        if r.get("column") in SET_TESTS:
-            key = f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}"
-            out.setdefault(key, {})[r["metric"]] = r.get("value")
+    for r in rows:
+        key = f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}"
+        out.setdefault(key, {})[r["metric"]] = r.get("value")
     return out
 
 
@@ -162,12 +163,7 @@ def dose_tests(cell: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     scores = {c: v for c, v in cell["columns"].items() if c != BLIND and c not in cell["flags"]}
     rows = dataset_inference_rows(scores, cell["labels"], seed=SEED)
     rows += dataset_test_rows(scores, cell["labels"], seed=SEED)
-    out: dict[str, dict[str, float | None]] = {}
-    for r in rows:
-        out.setdefault(f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}", {})[r["metric"]] = r[
-            "value"
-        ]
-    return out
+    return tests_by_set(rows)
 
 
 def weights_for(cell: dict[str, Any], n: int = N_BOOTSTRAP, seed: int = SEED) -> np.ndarray:

@@ -130,33 +130,16 @@ def test_a_study_claim_reads_the_leaderboard_as_rows(tmp_path):
         ],
     }
     rows = leaderboard_rows(board)
-    cell = Claim(
-        "c",
-        "d",
-        "w",
-        {"evaluation": "leaderboard", "cell": "dose@64", "column": "ppl", "metric": "auroc"},
-        0.85,
-        "interval",
-    )
+
+    def claim(row: dict, stated: float) -> Claim:
+        return Claim("c", "d", "w", row, stated, "interval")
+
+    cell = claim({"evaluation": "leaderboard", "cell": "dose@64", "column": "ppl", "metric": "auroc"}, 0.85)
     got = measure(cell, rows)
     assert (got.value, got.low, got.high, got.ok) == (0.9, 0.8, 0.97, True)
-    other = Claim(
-        "c",
-        "d",
-        "w",
-        {"evaluation": "leaderboard", "cell": "dose@16", "column": "ppl", "metric": "auroc"},
-        0.85,
-        "interval",
-    )
+    other = claim({"evaluation": "leaderboard", "cell": "dose@16", "column": "ppl", "metric": "auroc"}, 0.85)
     assert not measure(other, rows).found  # another cell's row is not this one's
-    finding = Claim(
-        "f",
-        "d",
-        "w",
-        {"evaluation": "finding", "column": "late_beats_early", "metric": "statistic"},
-        0.35,
-        "interval",
-    )
+    finding = claim({"evaluation": "finding", "column": "late_beats_early", "metric": "statistic"}, 0.35)
     got = measure(finding, rows)
     assert (got.value, got.low, got.high, got.ok) == (0.2, 0.1, 0.3, False)  # 0.35 is outside [0.1, 0.3]
 

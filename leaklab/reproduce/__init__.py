@@ -56,7 +56,7 @@ class Claim:
 @dataclass(frozen=True)
 class RunSpec:
     name: str
-    recipe: str
+    recipe: str = ""  # a study (`study:`) names none
     overrides: list[str] = field(default_factory=list)
     smoke: list[str] | None = None  # overrides that make the run tiny (None: not run by --smoke)
     # Tables the docs show, one per entry: rows = steps, columns = the row's `column`s, of one metric.
@@ -110,7 +110,7 @@ def _claim(entry: dict[str, Any], runs: dict[str, RunSpec], where: str) -> Claim
 def load_claims(path: Path = STATED_NUMBERS) -> tuple[dict[str, RunSpec], list[Claim]]:
     """The runs and claims of a stated-numbers file; a bad entry is one line naming it (InputError)."""
     data = yaml.safe_load(Path(path).read_text())
-    runs = {name: RunSpec(name, **{"recipe": "", **spec}) for name, spec in (data.get("runs") or {}).items()}
+    runs = {name: RunSpec(name, **spec) for name, spec in (data.get("runs") or {}).items()}
     return runs, [_claim(entry, runs, str(path)) for entry in data.get("claims") or []]
 
 
