@@ -27,15 +27,14 @@ import hashlib
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 from leaklab import sweep
-from leaklab.errors import InputError
+from leaklab.errors import InputError, closest
 from leaklab.recipe import RecipeError, load_recipe, run_dir_of, yaml_load
 from leaklab.rundir import read_json, write_json
+from leaklab.side_by_side import Job, default_slots, run_jobs
 
 STUDY_DIRS = ("recipes/studies",)
 SECTIONS = ("description", "evaluate", "control", "nominal_levels", "conditions", "smoke", "findings")
@@ -49,7 +48,7 @@ study's detectors, and write the leaderboard of each run's last checkpoint (lead
 index.html) in the study folder. key=value overrides apply to every run (model.name_or_path=..., say).
 
   --local        run the conditions here (the default); --jobs N runs N conditions side by side, each
-                 with 1/N of the CPU threads
+                 with 1/N of the CPU threads (default: 2 without a GPU, 1 with one)
   --slurm        write one job array per condition and SUBMIT.sh (a condition that needs another is
                  submitted with a dependency on it); after the jobs, `leaklab study NAME --leaderboard`
   --smoke        the study's smoke overrides: fewer samples and steps, every condition, same code
@@ -68,8 +67,8 @@ def study_path(name: str) -> Path:
         return path
     known = available_studies()
     if name not in known:
-        hint = sorted(known, key=lambda k: -len(os.path.commonprefix([k, name])))[:1]
-        raise InputError(f"study: no study named {name!r}; the closest is {hint[0] if hint else '(none)'!r}")
+        hint = closest(name, known) or f" (known: {', '.join(known) or 'none'})"
+        raise InputError(f"study: no study named {name!r}{hint}")
     return known[name]
 
 
@@ -317,35 +316,31 @@ def last_error_line(log_path: Path) -> str:
     return (said or lines or ["(empty log)"])[-1][:400]
 
 
+def run_order(conditions: dict[str, dict[str, Any]]) -> list[str]:
+    """The order conditions start in: those another waits for first (they start the longest chain), then
+    those that wait (started as soon as they can be), then the rest as the study file lists them."""
+    waited_for = {c["after"] for c in conditions.values() if c["after"]}
+    return sorted(conditions, key=lambda c: (c not in waited_for, conditions[c]["after"] is None))
+
+
 def run_local(plan: dict[str, Any], jobs: int, log=print) -> dict[str, dict[str, Any]]:
-    """Every condition, `jobs` at a time, each in a process of its own with 1/jobs of the CPU threads; a
-    condition runs once the one it comes `after` is done (and is marked failed if that one failed)."""
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    if jobs > 1:  # the training processes read these when they start
-        os.environ["LEAKLAB_CPU_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(threads)
-    status: dict[str, dict[str, Any]] = {}
-    pending = list(plan["conditions"])
-    while pending:
-        wave = [c for c in pending if plan["conditions"][c]["after"] in (None, *status)]
-        pending = [c for c in pending if c not in wave]
-        for cname in wave:
-            after = plan["conditions"][cname]["after"]
-            if after and status[after]["state"] != "done":
-                status[cname] = {"state": "failed", "line": f"needs condition {after}, which failed"}
-        todo = [c for c in wave if c not in status]
-        for cname in todo:
-            log(
-                f"[leaklab] study: condition {cname}, output in {plan['conditions'][cname]['root']}/train.log"
-            )
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("fork")) as pool:
-            results = pool.map(run_condition, [plan["conditions"][c] for c in todo])
-            for cname, result in zip(todo, results, strict=True):
-                status[cname] = result
-                log(
-                    f"[leaklab] study: condition {cname} {result['state']}: {result.get('line', '')}".rstrip(
-                        ": "
-                    )
-                )
+    """Every condition, `jobs` side by side (leaklab/side_by_side.py); status.json is written as each ends."""
+    conditions, status = plan["conditions"], {}
+
+    def started(job: Job) -> None:
+        log(f"[leaklab] study: condition {job.name}, output in {job.arg['root']}/train.log")
+
+    def ended(job: Job, result: dict[str, Any]) -> None:
+        status[job.name] = result
+        line = result.get("line", "")
+        log(f"[leaklab] study: condition {job.name} {result['state']}{': ' + line if line else ''}")
+        write_json(Path(plan["root"]) / "status.json", status)
+
+    order = [
+        Job(c, run_condition, conditions[c], (conditions[c]["after"],) if conditions[c]["after"] else ())
+        for c in run_order(conditions)
+    ]
+    run_jobs(order, jobs, started, ended)
     write_json(Path(plan["root"]) / "status.json", status)
     return status
 
@@ -381,7 +376,7 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
         "name": None,
         "mode": None,
         "smoke": False,
-        "jobs": 1,
+        "jobs": "auto",
         "out": None,
         "fixed": [],
         "gpus": 8,
@@ -412,6 +407,8 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
             raise InputError(f"study: expected key=value, got {arg!r}")
     if opts["name"] is None:
         raise InputError(f"study: name a study ({', '.join(available_studies()) or 'none found'})")
+    if opts["jobs"] == "auto":
+        opts["jobs"] = default_slots()
     for key in ("jobs", "gpus"):
         try:
             opts[key] = int(opts[key])

@@ -212,7 +212,9 @@ def test_reproduce_smoke_runs_trains_reads_and_writes_the_generated_pages(leakla
     again = subprocess.run(
         command, cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=600
     )
-    assert again.returncode == 0 and "nothing to do" in again.stdout
+    assert again.returncode == 0
+    # each run's own output went to its log (runs side by side would interleave theirs on the terminal)
+    assert "nothing to do" in (tmp_path / "runs" / "logs" / "tiny_sft.log").read_text()
 
 
 @pytest.mark.slow
@@ -244,3 +246,35 @@ def test_a_smoke_run_reads_a_named_trained_step_at_its_last_step():
 
     assert measure(at_smoke_steps(claim(step=1000)), ROWS).value == 0.4
     assert at_smoke_steps(claim(step=0)).row["step"] == 0
+
+
+def _fake_train_job(arg):
+    """In place of reproduce._train_job, in the pool's forked process: no training."""
+    spec, _, output_dir, log_file = arg
+    assert log_file.parent == Path(output_dir) / "logs"
+    return {"state": "failed", "line": "exited 1"} if spec.name == "tiny_sft" else {"state": "done"}
+
+
+def test_runs_train_side_by_side_after_the_studies_and_a_failed_one_fails_what_starts_from_it(
+    tmp_path, monkeypatch
+):
+    from leaklab import reproduce
+
+    trained, lines = [], []
+    monkeypatch.setattr(reproduce, "train", lambda spec, *a, **k: trained.append(spec.name))
+    monkeypatch.setattr(reproduce, "_train_job", _fake_train_job)
+    monkeypatch.setattr(reproduce, "default_slots", lambda: 2)
+    specs = [
+        reproduce.RunSpec("tiny_grpo", "tiny_grpo", after="tiny_sft"),
+        reproduce.RunSpec("tiny_cpt", "tiny_cpt"),
+        reproduce.RunSpec("detectors", study="detectors"),
+        reproduce.RunSpec("tiny_sft", "tiny_sft"),
+    ]
+    with pytest.raises(RuntimeError) as err:
+        reproduce.train_all(specs, False, str(tmp_path), log=lines.append)
+    assert trained == ["detectors"]  # in this process, before the others
+    assert str(err.value) == "tiny_sft: exited 1; tiny_grpo: needs tiny_sft, which failed"
+    assert "[reproduce] tiny_cpt: done" in lines
+    assert (
+        lines[0] == f"[reproduce] tiny_sft: started, output in {tmp_path}/logs/tiny_sft.log"
+    )  # waited for: first

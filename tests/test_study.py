@@ -173,7 +173,7 @@ def test_the_cli_exits_2_with_one_line_on_an_unknown_study(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 2
-    assert out.stderr.strip() == "leaklab: study: no study named 'detector'; the closest is 'detectors'"
+    assert out.stderr.strip() == "leaklab: study: no study named 'detector'; did you mean 'detectors'?"
 
 
 def test_slurm_writes_one_array_per_condition_and_rl_waits_for_sft(tmp_path):
@@ -475,10 +475,10 @@ def _fake_condition(cond):
 
 
 def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tmp_path, monkeypatch):
-    from leaklab import study
+    from leaklab import side_by_side, study
 
     monkeypatch.setattr(study, "run_condition", _fake_condition)
-    monkeypatch.setattr(study.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(side_by_side.os, "cpu_count", lambda: 4)
     monkeypatch.setenv("LEAKLAB_CPU_THREADS", "4")
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     conditions = {
@@ -489,8 +489,40 @@ def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tm
     status = study.run_local(plan, jobs=2, log=lambda *_: None)
     assert status["dose"] == {"state": "done", "threads": "2"}  # 4 cores over 2 jobs
     assert status["sft"]["line"] == "leaklab: out of memory"
-    assert status["rl"] == {"state": "failed", "line": "needs condition sft, which failed"}
+    assert status["rl"] == {"state": "failed", "line": "needs sft, which failed"}
     assert json.loads((tmp_path / "status.json").read_text()) == status
+    assert (
+        os.environ["LEAKLAB_CPU_THREADS"] == os.environ["OMP_NUM_THREADS"] == "4"
+    )  # this process's own again
+
+
+def _timed_condition(cond):
+    """In place of study.run_condition: sleeps its share, then says when it started and ended."""
+    import time
+
+    started = time.monotonic()
+    time.sleep(cond["sleep_s"])
+    return {"state": "done", "started": started, "ended": time.monotonic()}
+
+
+def test_a_condition_starts_as_soon_as_the_one_it_needs_is_done(tmp_path, monkeypatch):
+    # Two slots; `slow` takes 1.5 s, `sft` 0.1 s, `rl` needs sft. rl must take the slot sft frees, not
+    # wait for slow; and sft, the one rl waits for, starts first although the file lists it last.
+    from leaklab import study
+
+    monkeypatch.setattr(study, "run_condition", _timed_condition)
+    sleeps = {"slow": 1.5, "other": 0.1, "sft": 0.1, "rl": 0.1}
+    conditions = {
+        c: {"sleep_s": s, "root": str(tmp_path / c), "after": "sft" if c == "rl" else None}
+        for c, s in sleeps.items()
+    }
+    assert study.run_order(conditions) == ["sft", "rl", "slow", "other"]
+    status = study.run_local(
+        {"study": "s", "root": str(tmp_path), "conditions": conditions}, jobs=2, log=lambda *_: None
+    )
+    assert status["rl"]["started"] >= status["sft"]["ended"]
+    assert status["rl"]["ended"] < status["slow"]["ended"]  # ran beside slow, in the slot sft freed
+    assert status["other"]["ended"] < status["slow"]["ended"]
 
 
 def test_form_groups_are_cells_and_a_p_value_finding_compares_two_runs(tmp_path):
@@ -581,3 +613,17 @@ def test_each_set_level_test_is_computed_at_every_dose_from_the_scores(tmp_path)
         key = f"{r['column']}:{(r.get('params') or {}).get('set', 'members')}"
         assert tests[key][r["metric"]] == pytest.approx(r["value"], nan_ok=True), (key, r["metric"])
     assert cells["dose@1"]["tests"] != tests  # each dose its own members
+
+
+def test_jobs_default_to_two_side_by_side_on_cpu_and_one_with_a_gpu(monkeypatch):
+    from leaklab import hardware, side_by_side, study
+
+    monkeypatch.setattr(side_by_side.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(hardware, "gpu_state", lambda: (False, False))
+    assert study.parse_args(["detectors"])["jobs"] == 2
+    assert study.parse_args(["detectors", "--jobs", "1"])["jobs"] == 1
+    monkeypatch.setattr(hardware, "gpu_state", lambda: (True, True))
+    assert study.parse_args(["detectors"])["jobs"] == 1
+    monkeypatch.setattr(hardware, "gpu_state", lambda: (False, False))
+    monkeypatch.setattr(side_by_side.os, "cpu_count", lambda: 1)
+    assert study.parse_args(["detectors"])["jobs"] == 1

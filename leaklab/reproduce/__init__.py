@@ -23,6 +23,7 @@ checks that every entry finds its row, not the stated values.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -36,6 +37,7 @@ import yaml
 
 from leaklab.errors import InputError
 from leaklab.rundir import read_rows, write_atomic
+from leaklab.side_by_side import Job, default_slots, run_jobs
 
 STATED_NUMBERS = Path(__file__).with_name("stated_numbers.yaml")
 TOLERANCES = ("interval", "abs", "at_least")
@@ -62,6 +64,7 @@ class RunSpec:
     # Tables the docs show, one per entry: rows = steps, columns = the row's `column`s, of one metric.
     tables: list[dict[str, Any]] = field(default_factory=list)
     study: str | None = None  # a study's name: `leaklab study` instead of `leaklab train` (no recipe)
+    after: str | None = None  # a run this one starts from (trained first when both are chosen)
 
     def command(self, smoke: bool, output_dir: str) -> list[str]:
         if self.study:
@@ -280,14 +283,58 @@ def run_dir(spec: RunSpec, smoke: bool, output_dir: str) -> Path:
     return run_dir_of(load_recipe(spec.recipe, [*spec.overrides, *extra, f"output_dir={output_dir}"]))
 
 
-def train(spec: RunSpec, smoke: bool, output_dir: str, log=print) -> Path:
-    """`leaklab train` for one run (resumed, or only evaluated, when it is there already)."""
+def say(line: str) -> None:
+    """print, flushed: lines from runs side by side reach a pipe (`make reproduce | tee`) in order."""
+    print(line, flush=True)
+
+
+def train(spec: RunSpec, smoke: bool, output_dir: str, log=say, log_file: Path | None = None) -> Path:
+    """`leaklab train` for one run (resumed, or only evaluated, when it is there already); its output to
+    `log_file` when given."""
     command = [sys.executable, "-m", "leaklab.cli", *spec.command(smoke, output_dir)]
-    log(f"[reproduce] {spec.name}: leaklab {' '.join(command[3:])}")
-    done = subprocess.run(command, check=False)
+    where = f" (output in {log_file})" if log_file else ""
+    log(f"[reproduce] {spec.name}: leaklab {' '.join(command[3:])}{where}")
+    with open(log_file, "w") if log_file else contextlib.nullcontext() as out:
+        done = subprocess.run(command, check=False, stdout=out, stderr=subprocess.STDOUT if out else None)
     if done.returncode != 0:
-        raise RuntimeError(f"{spec.name}: `leaklab {' '.join(command[3:])}` exited {done.returncode}")
+        raise RuntimeError(f"{spec.name}: `leaklab {' '.join(command[3:])}` exited {done.returncode}{where}")
     return run_dir(spec, smoke, output_dir)
+
+
+def _train_job(arg: tuple[RunSpec, bool, str, Path]) -> dict[str, Any]:
+    spec, smoke, output_dir, log_file = arg
+    try:
+        train(spec, smoke, output_dir, say, log_file)
+    except RuntimeError as err:
+        return {"state": "failed", "line": str(err)}
+    return {"state": "done"}
+
+
+def train_all(chosen: list[RunSpec], smoke: bool, output_dir: str, log=say) -> None:
+    """Every chosen run trained. Studies first, one at a time (a study runs its own conditions side by side
+    and trains the shipped recipes' runs it shares), then the other runs side by side, each in the first free
+    slot once the run it starts from is done (leaklab/side_by_side.py), its output in
+    <output_dir>/logs/<run>.log. A failed run stops nothing else; the error names them all at the end."""
+    for spec in (s for s in chosen if s.study):
+        train(spec, smoke, output_dir, log)
+    others = [s for s in chosen if not s.study]
+    names = {s.name for s in others}
+    waited_for = {s.after for s in others if s.after}
+    logs = Path(output_dir) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    jobs = [
+        Job(s.name, _train_job, (s, smoke, output_dir, logs / f"{s.name}.log"), tuple({s.after} & names))
+        for s in sorted(others, key=lambda s: s.name not in waited_for)
+    ]
+    status = run_jobs(
+        jobs,
+        default_slots(),
+        started=lambda job: log(f"[reproduce] {job.name}: started, output in {job.arg[3]}"),
+        ended=lambda job, result: log(f"[reproduce] {job.name}: {result['state']}"),
+    )
+    failed = [f"{name}: {result['line']}" for name, result in status.items() if result["state"] != "done"]
+    if failed:
+        raise RuntimeError("; ".join(failed))
 
 
 def leaderboard_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
@@ -330,18 +377,16 @@ def generated_page(spec: RunSpec, root: Path, measured: list[Measured], smoke: b
     return "\n".join(p for p in parts if p)
 
 
-def reproduce(args: argparse.Namespace, log=print) -> int:
+def reproduce(args: argparse.Namespace, log=say) -> int:
     runs, claims = load_claims(Path(args.claims))
     chosen = [r for r in runs.values() if (not args.only or r.name in args.only)]
     if args.smoke:
         chosen = [r for r in chosen if r.smoke is not None]
+    if not args.no_train:
+        train_all(chosen, args.smoke, args.output_dir, log)
     everything: list[Measured] = []
     for spec in chosen:
-        root = (
-            run_dir(spec, args.smoke, args.output_dir)
-            if args.no_train
-            else train(spec, args.smoke, args.output_dir, log)
-        )
+        root = run_dir(spec, args.smoke, args.output_dir)
         rows = results_of(spec, root)
         mine = [c for c in claims if c.run == spec.name]
         measured = [measure(at_smoke_steps(c) if args.smoke else c, rows) for c in mine]
