@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
@@ -60,9 +61,10 @@ def thread_split(slots: int) -> dict[str, str]:
 def run_jobs(
     jobs: list[Job], slots: int, started: Callable[[Job], None], ended: Callable[[Job, dict[str, Any]], None]
 ) -> dict[str, dict[str, Any]]:
-    """Every job, `slots` at a time (see the module); name -> what its call returned. `started` and `ended`
-    are called here, in this process, as each job starts and ends (a log line, a status file)."""
-    waiting, running, status = list(jobs), {}, {}
+    """Every job, `slots` at a time (see the module); name -> what its call returned, with its wall time in
+    seconds (`wall_s`). `started` and `ended` are called here, in this process, as each job starts and ends
+    (a log line, a status file)."""
+    waiting, running, status, since = list(jobs), {}, {}, {}
     with environment(thread_split(slots)), ProcessPoolExecutor(slots, mp_context=get_context("fork")) as pool:
         while waiting or running:
             for job in list(waiting):
@@ -74,11 +76,15 @@ def run_jobs(
                 elif len(running) < slots and all(n in status for n in job.needs):
                     waiting.remove(job)
                     started(job)
+                    since[job.name] = time.monotonic()
                     running[pool.submit(job.call, job.arg)] = job
             if running:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     job = running.pop(future)
-                    status[job.name] = future.result()
+                    status[job.name] = {
+                        **future.result(),
+                        "wall_s": round(time.monotonic() - since[job.name], 1),
+                    }
                     ended(job, status[job.name])
     return status

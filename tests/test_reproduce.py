@@ -209,10 +209,13 @@ def test_reproduce_smoke_runs_trains_reads_and_writes_the_generated_pages(leakla
     assert (
         "| tiny_sft non-member pass@1, last step (target) |" in (tmp_path / "docs" / "claims.md").read_text()
     )
+    cost = (tmp_path / "docs" / "cost.md").read_text()
+    assert re.search(r"^\| tiny_sft \| [0-9.]+ min \|  \|$", cost, re.M)  # trained from empty: not resumed
     again = subprocess.run(
         command, cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=600
     )
     assert again.returncode == 0
+    assert (tmp_path / "docs" / "cost.md").read_text() == cost  # nothing trained: the measured cost stays
     # each run's own output went to its log (runs side by side would interleave theirs on the terminal)
     assert "nothing to do" in (tmp_path / "runs" / "logs" / "tiny_sft.log").read_text()
 

@@ -487,7 +487,7 @@ def test_conditions_run_side_by_side_and_one_after_a_failed_one_is_failed_too(tm
     }
     plan = {"study": "s", "root": str(tmp_path), "conditions": conditions}
     status = study.run_local(plan, jobs=2, log=lambda *_: None)
-    assert status["dose"] == {"state": "done", "threads": "2"}  # 4 cores over 2 jobs
+    assert status["dose"]["threads"] == "2" and status["dose"]["wall_s"] >= 0  # 4 cores over 2 jobs, timed
     assert status["sft"]["line"] == "leaklab: out of memory"
     assert status["rl"] == {"state": "failed", "line": "needs sft, which failed"}
     assert json.loads((tmp_path / "status.json").read_text()) == status
