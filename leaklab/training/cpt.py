@@ -82,9 +82,10 @@ def _dosed_dataset(
     info["inject"] = manifest["inject"]
     if lines:
         info["canary_exposures"] = canary_exposures(manifest, info["exposures"])
+    where = manifest["inject"].get("windows") or manifest["inject"]["window"]  # the groups' windows, if any
     log(
         f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} documents "
-        f"(doses {manifest['inject']['doses']}, window {manifest['inject'].get('windows') or manifest['inject']['window']}, form "
+        f"(doses {manifest['inject']['doses']}, window {where}, form "
         f"{recipe.inject.form}), {info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in "
         f"{info['blocks']} blocks of {info['block_len']}, in that order; code:web requested "
         f"{info['requested_ratio']}, achieved 1:{info['achieved_ratio']:g}"
