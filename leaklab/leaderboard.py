@@ -24,8 +24,9 @@ Finding kinds (the study file's `findings:`; `expect` is `greater` or `less`, `t
                chance alone; this says which exclusions survive the multiplicity
   p_value      a set-level test's p-value in run `a` minus in run `b` (`test`: "column:set", e.g.
                "sharded_likelihood:members"); a p-value is its own test, so the statistic has no interval
-Cells: a run's name (`timing/late`), a dose group (`dose@16`, `dose@max`, `dose@min`), a form group of a
-run with `inject.form: rephrased` (`rephrased@verbatim`, `rephrased@rephrased`).
+Cells: a run's name (`dilution/1_8`), a dose group (`dose@16`, `dose@max`, `dose@min`), a form group of a
+run with `inject.form: rephrased` (`rephrased@verbatim`, `rephrased@rephrased`), a window group of a run
+with `inject.windows` (`timing@early`, `timing@late`).
 Verdict: "reproduced" when the interval lies on the claimed side of `than`, "not reproduced" when it
 lies entirely on the other side, "inconclusive" when it contains `than`; "not measured" when a cell is
 missing (a failed or absent condition), with the reason.
@@ -95,7 +96,8 @@ def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
 def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """The run's cell, and with several doses one cell per dose (its members against every non-member);
     in a run with `inject.form: rephrased` one cell per form group (`rephrased@verbatim`,
-    `rephrased@rephrased`: the members trained in that form against every non-member). A run scored at
+    `rephrased@rephrased`: the members trained in that form against every non-member), and with
+    `inject.windows` one cell per window group (`timing@early`, `timing@late`). A run scored at
     step 0 as well (`evaluate.base_model: true`) adds `<run>@base`: the model the run started from (the
     untrained model; for RL the checkpoint it starts from) on the same texts, so that a split the
     starting model already tells apart is seen as the split's, not the training's."""
@@ -121,10 +123,13 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
                 "run": name,
                 "tests": dose_tests(cell),
             }
-    forms = manifest.get("forms") or {}
-    for form in sorted(set(forms.values())):
-        chosen = [r for r in records if not r["label"] or forms.get(r["task_id"]) == form]
-        cells[f"{name}@{form}"] = {**make_cell(chosen), "step": step, "form": form, "run": name}
+    # Groups of members within one run (forms: "form"; window groups: "window"), each against every
+    # non-member: the manifest's mapping of task id -> group.
+    for key, kind in (("forms", "form"), ("windows", "window")):
+        group_of = manifest.get(key) or {}
+        for group in sorted(set(group_of.values())):
+            chosen = [r for r in records if not r["label"] or group_of.get(r["task_id"]) == group]
+            cells[f"{name}@{group}"] = {**make_cell(chosen), "step": step, kind: group, "run": name}
     return cells
 
 

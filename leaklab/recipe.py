@@ -136,6 +136,12 @@ class InjectConfig:
     # exposures ([0, 0.25] early, [0.75, 1] late). None: the whole stream. Either key set keeps the
     # planned order in training (no shuffle).
     window: list[float] | None = None
+    # Window groups, e.g. {early: [0.0, 0.25], late: [0.75, 1.0]} (at least two, not overlapping; instead
+    # of `window`): each dose group's members are dealt (seeded by data.seed) in turn to the groups, and
+    # each group's exposures lie in its own window, so one run compares them on the same model and
+    # non-members. The manifest's `windows` records each member's group; the leaderboard has one cell per
+    # group (`<run>@early`). None: one window for all.
+    windows: dict[str, list[float]] | None = None
     # This many canaries: synthetic secrets (seeded by data.seed), each planted as one line in one
     # member's document, dealt over the dose groups (leaklab/data/canaries.py); the manifest records
     # them. 0: none. Setting it plans the order as `doses` does (every member once without doses).
@@ -165,6 +171,7 @@ class InjectConfig:
         return (
             self.doses is not None
             or self.window is not None
+            or self.windows is not None
             or self.canaries > 0
             or self.withhold
             or self.form != "document"
@@ -569,6 +576,12 @@ def _convert(tp, value: Any, key: str, problems: list[str]):
             return None
         inner = [a for a in args if a is not type(None)]
         return _convert(inner[0], value, key, problems)
+    if origin is dict:  # a mapping of names (inject.windows): its values converted, its keys as strings
+        if not isinstance(value, dict):
+            problems.append(f"{key}: expected a mapping (e.g. {{name: value}}), got {value!r}")
+            return {}
+        _, value_tp = typing.get_args(tp)
+        return {str(k): _convert(value_tp, v, f"{key}.{k}", problems) for k, v in value.items()}
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -693,17 +706,9 @@ def _check_inject(inject: InjectConfig) -> list[str]:
         for dose in inject.doses:
             if dose < 1:
                 problems.append(f"inject.doses: {dose} is not a positive integer; the smallest dose is 1")
-    window = inject.window
-    if window is not None:
-        if len(window) != 2:
-            problems.append(f"inject.window: expected [start, end], got {window}; e.g. [0.0, 1.0]")
-        elif not all(0 <= x <= 1 for x in window):
-            clipped = [min(max(x, 0.0), 1.0) for x in window]
-            problems.append(f"inject.window: {window} is outside [0, 1]; the closest valid is {clipped}")
-        elif window[0] >= window[1]:
-            start, end = window
-            example = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
-            problems.append(f"inject.window: {window} is empty (start must be below end); e.g. {example}")
+    if inject.window is not None:
+        problems.extend(_check_window("inject.window", inject.window))
+    problems.extend(_check_windows(inject))
     problems.extend(_check_form(inject))
     if inject.canaries < 0:
         problems.append(f"inject.canaries: {inject.canaries} is negative; 0 plants none")
@@ -723,6 +728,61 @@ def _check_inject(inject: InjectConfig) -> list[str]:
         if inject.canary_samples < 0:
             problems.append(
                 f"inject.canary_samples: {inject.canary_samples} is negative; 0 decodes greedily only"
+            )
+    return problems
+
+
+def _check_window(key: str, window: list[float]) -> list[str]:
+    """[start, end] with 0 <= start < end <= 1, or the one line that says what is wrong with it."""
+    if len(window) != 2:
+        return [f"{key}: expected [start, end], got {window}; e.g. [0.0, 1.0]"]
+    if not all(0 <= x <= 1 for x in window):
+        clipped = [min(max(x, 0.0), 1.0) for x in window]
+        return [f"{key}: {window} is outside [0, 1]; the closest valid is {clipped}"]
+    if window[0] >= window[1]:
+        start, end = window
+        example = [end, start] if start > end else [start, 1.0] if start < 1 else [0.0, 1.0]
+        return [f"{key}: {window} is empty (start must be below end); e.g. {example}"]
+    return []
+
+
+def _check_windows(inject: InjectConfig) -> list[str]:
+    """Window groups: at least two, each a valid window, no two overlapping, not with `window`, and not
+    with form `file` (its one document cannot be in two windows)."""
+    windows = inject.windows
+    if windows is None:
+        return []
+    if len(windows) < 2:
+        named = ", ".join(windows) or "none"
+        return [
+            f"inject.windows: {len(windows)} group ({named}); give at least two, e.g. "
+            "{early: [0.0, 0.25], late: [0.75, 1.0]}, or inject.window for one"
+        ]
+    problems = [p for name, span in windows.items() for p in _check_window(f"inject.windows.{name}", span)]
+    # A group names a leaderboard cell, `<run>@<group>`: not a dose's, the base model's or a form's.
+    taken = ("base", "max", "min", "verbatim", "rephrased")
+    problems.extend(
+        f"inject.windows: group name {name!r} is not a word or names another cell (@{', @'.join(taken)}, "
+        f"@<dose>); e.g. early, late"
+        for name in windows
+        if not re.fullmatch(r"[A-Za-z]\w*", name) or name in taken
+    )
+    if inject.window is not None:
+        problems.append(
+            "inject.windows: set together with inject.window; use one of them (inject.window=null)"
+        )
+    if inject.form == "file":
+        problems.append("inject.windows: form file is one document, in one window; use inject.window")
+    if problems:
+        return problems
+    ordered = sorted(windows.items(), key=lambda item: item[1][0])
+    for (name, span), (next_name, next_span) in zip(ordered, ordered[1:], strict=False):
+        if next_span[0] < span[1]:
+            problems.append(
+                f"inject.windows: {name} {span} and {next_name} {next_span} overlap; the closest valid "
+                f"{next_name} is {[span[1], next_span[1]]}"
+                if next_span[1] > span[1]
+                else f"inject.windows: {next_name} {next_span} lies inside {name} {span}; give it its own part"
             )
     return problems
 
@@ -752,6 +812,8 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
         data["inject"].pop("withhold")
     if inject.form == "document":  # the same for the form: absent at its default
         data["inject"].pop("form")
+    if inject.windows is None:  # and for the window groups
+        data["inject"].pop("windows")
     if inject.canaries == 0:
         for key in ("canaries", "canary_formats", "canary_candidates", "canary_samples"):
             data["inject"].pop(key)

@@ -329,9 +329,14 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
             # Only when set, so manifests from before the key stay byte-identical.
             **({"withhold": True} if recipe.inject.withhold else {}),
             **({"form": recipe.inject.form} if recipe.inject.form != "document" else {}),
+            **({"windows": recipe.inject.windows} if recipe.inject.windows else {}),
         }
         manifest["doses"] = member_dose_groups(split.member_ids, recipe.inject.doses or [1], recipe.data.seed)
         manifest.update(form_ground_truth(recipe.inject.form, tasks, manifest["doses"], recipe.data.seed))
+        if recipe.inject.windows:  # each member's window group (leaklab/data/doses.py: assign_windows)
+            from leaklab.data.doses import assign_windows
+
+            manifest["windows"] = assign_windows(manifest["doses"], recipe.inject.windows, recipe.data.seed)
     if recipe.inject.canaries > 0:  # the canaries' ground truth (leaklab/data/canaries.py)
         from leaklab.data.canaries import plan_canaries
 

@@ -87,8 +87,7 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
     assert list(runs) == [
         "clean",
         "dose",
-        "timing/early",
-        "timing/late",
+        "timing",
         "dilution/1_1",
         "dilution/1_8",
         "rephrased",
@@ -101,11 +100,13 @@ def test_the_plan_shares_the_shipped_runs_and_places_the_others_in_the_study(tmp
     for name, recipe in (("dose", "tiny_dose"), ("sft", "tiny_sft"), ("rl", "tiny_grpo")):
         assert runs[name]["shared"]
         assert runs[name]["run_dir"] == str(run_dir_of(load_recipe(recipe)).absolute())
-    for name in ("clean", "timing/early", "dilution/1_8"):
+    for name in ("clean", "timing", "dilution/1_8"):
         assert not runs[name]["shared"]
         assert runs[name]["run_dir"].startswith(str(tmp_path / "s" / "runs"))
-    timing = [load_recipe("tiny_dose", runs[n]["overrides"]) for n in ("timing/early", "timing/late")]
-    assert [r.inject.window for r in timing] == [[0.0, 0.25], [0.75, 1.0]]
+    # timing is one run: half of the members exposed in the first quarter, half in the last
+    timing = load_recipe("tiny_dose", runs["timing"]["overrides"])
+    assert timing.inject.windows == {"early": [0.0, 0.25], "late": [0.75, 1.0]}
+    assert timing.inject.window is None and timing.inject.doses == [4] and timing.mix.ratio == "1:8"
     assert load_recipe("tiny_dose", runs["clean"]["overrides"]).inject.withhold
     assert plan["conditions"]["rl"]["after"] == "sft"
     forms = [
@@ -137,7 +138,7 @@ def test_the_folder_is_claimed_again_while_a_shared_run_is_not_yet_trained(tmp_p
 def test_smoke_keeps_every_condition_and_starts_rl_from_the_smoke_sft_run(tmp_path):
     _, plan = _plan(tmp_path, smoke=True)
     runs = {r["name"]: r for c in plan["conditions"].values() for r in c["runs"]}
-    assert len(runs) == 11 and not any(r["shared"] for r in runs.values())
+    assert len(runs) == 10 and not any(r["shared"] for r in runs.values())
     assert f"train.rl.init_from={runs['sft']['run_dir']}" in runs["rl"]["overrides"]
     assert plan["root"] == str(tmp_path / "s") and "smoke" in plan["study"]
 
@@ -159,8 +160,8 @@ def test_a_bad_value_names_the_run_and_key_before_anything_is_written(tmp_path, 
 def test_a_bad_study_file_names_the_section_or_finding(tmp_path):
     text = study_path("detectors").read_text()
     bad = tmp_path / "bad.yaml"
-    bad.write_text(text.replace("a: timing/late", "a: timming/late"))
-    with pytest.raises(InputError, match="finding late_beats_early: a: 'timming/late' names no condition"):
+    bad.write_text(text.replace("a: timing@late", "a: timming@late"))
+    with pytest.raises(InputError, match="finding late_beats_early: a: 'timming@late' names no condition"):
         load_study(bad)
     bad.write_text(text.replace("conditions:", "condition:"))
     with pytest.raises(InputError, match="unknown section 'condition'"):
@@ -195,9 +196,13 @@ def test_slurm_writes_one_array_per_condition_and_rl_waits_for_sft(tmp_path):
         f"JOB_SFT=$(sbatch --parsable {scripts['sft']})",
         f"JOB_RL=$(sbatch --parsable --dependency=afterok:${{JOB_SFT}} {scripts['rl']})",
     ]
+    dilution = scripts["dilution"].read_text()
+    assert "#SBATCH --array=0-1" in dilution and "#SBATCH --gpus-per-node=2" in dilution
+    assert "recipe=tiny_dose" in dilution and "mix.ratio=1:8" in dilution
+    # timing is one run (its window groups in one recipe): one array task
     timing = scripts["timing"].read_text()
-    assert "#SBATCH --array=0-1" in timing and "#SBATCH --gpus-per-node=2" in timing
-    assert "recipe=tiny_dose" in timing and "'inject.window=[0.75,1.0]'" in timing
+    assert "#SBATCH --array=0-0" in timing
+    assert "'inject.windows.early=[0.0,0.25]' 'inject.windows.late=[0.75,1.0]'" in timing
     for path in [submit, *scripts.values()]:
         assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
 
@@ -401,16 +406,17 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=2000)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     board = json.loads((out / "leaderboard.json").read_text())
-    runs = ["clean", "dose", "timing/early", "timing/late", "dilution/1_1", "dilution/1_8", "sft", "rl"]
+    runs = ["clean", "dose", "timing", "dilution/1_1", "dilution/1_8", "sft", "rl"]
     runs += ["rephrased", "file/file", "file/document"]
     forms = ["rephrased@verbatim", "rephrased@rephrased"]
+    windows = ["timing@early", "timing@late"]  # one run's window groups
     bases = ["clean@base", "sft@base", "rl@base"]  # the runs scored at step 0 too
-    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4", *forms, *bases}
+    assert set(board["table"]) == {*runs, "clean@1", "clean@4", "dose@1", "dose@4", *forms, *windows, *bases}
     assert board["missing"] == {} and all(s["state"] == "done" for s in board["status"].values())
     cpt_columns = {"ppl", "zlib", "lowercase", "mink@0.2", "minkpp@0.2", "srdetection_gray@n=10", "blind"}
     cpt_columns |= {"pac_log", "conrecall@gamma=0.5", "gradnorm", "codec_drop", "pacost_gap"}
     cpt_columns |= {"samia@n=1", "samia_zlib@n=1"}
-    for cell in ("clean", "dose@4", "timing/late", "dilution/1_8", *forms, "file/file"):
+    for cell in ("clean", "dose@4", *windows, "dilution/1_8", *forms, "file/file"):
         assert set(board["table"][cell]) == cpt_columns, cell
     for cell in runs:
         for stats in board["table"][cell].values():
@@ -434,6 +440,9 @@ def test_the_smoke_study_runs_every_condition_and_the_clean_control_holds(leakla
     manifest = json.loads((out / "runs" / "rephrased" / "manifest.json").read_text())
     assert set(manifest["forms"].values()) <= {"verbatim", "rephrased"}
     assert isinstance(manifest["inject"]["rephrased_fallback"], list)
+    timing = json.loads((out / "runs" / "timing" / "manifest.json").read_text())
+    assert sorted(timing["windows"]) == sorted(timing["member_ids"])
+    assert set(timing["windows"].values()) == {"early", "late"}
     assert set(verdicts.values()) <= {"reproduced", "not reproduced", "inconclusive"}
     chance = next(f for f in board["findings"] if f["id"] == "clean_at_chance")
     assert chance["value"] == sum(not r["holds_chance"] for r in clean)
@@ -566,6 +575,26 @@ def test_form_groups_are_cells_and_a_p_value_finding_compares_two_runs(tmp_path)
     assert out[2]["value"] == pytest.approx(5 / 6 - 1) and "independent" in out[2]["note"]
     board = leaderboard.write_leaderboard(plan, {"findings": findings}, {})
     assert "| file | sharded_likelihood:members | 0.0100 | — |" in board["markdown"]
+
+
+def test_window_groups_are_cells_of_one_run(tmp_path):
+    # timing: m0 and m2 exposed early, m1 late. Column a: m0 0.3, m2 0.8 against the non-members 0.5,
+    # 0.2, 0.1: 2 + 3 of 6 pairs; m1 0.9 alone: 3 of 3. The late-minus-early finding reads both cells.
+    run = _fake_run(tmp_path, "timing")
+    manifest = json.loads((tmp_path / "timing" / "manifest.json").read_text())
+    manifest["windows"] = {"m0": "early", "m1": "late", "m2": "early"}
+    (tmp_path / "timing" / "manifest.json").write_text(json.dumps(manifest))
+    cells = leaderboard.run_cells("timing", run)
+    assert set(cells) == {"timing", "timing@early", "timing@late"}
+    assert cells["timing@late"]["window"] == "late" and cells["timing@late"]["run"] == "timing"
+    assert cells["timing@early"]["task_ids"] == ["m0", "m2", "n0", "n1", "n2"]
+    measured = leaderboard.measure(_board_plan(tmp_path, {"timing": run}), {})
+    assert measured["table"]["timing@early"]["a"]["auroc"] == pytest.approx(5 / 6)
+    assert measured["table"]["timing@late"]["a"]["auroc"] == 1.0
+    finding = {"id": "f", "claim": "c", "source": "s", "kind": "difference", "a": "timing@late"}
+    finding |= {"b": "timing@early", "detector": "a", "expect": "greater", "than": 0}
+    (out,) = leaderboard.evaluate_findings([finding], measured, {})
+    assert out["value"] == pytest.approx(1 - 5 / 6) and out["verdict"] != "not measured"
 
 
 def test_tokens_trained_are_one_epochs_blocks_times_the_epochs(tmp_path):

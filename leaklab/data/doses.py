@@ -20,6 +20,11 @@ of it. With L >= 2C no two member copies are ever adjacent. With fewer slots, wh
 member would land side by side, the next copy of another member in the order comes forward one place
 between them; a layout where that is impossible (one member's copies are most of all) is refused
 (LayoutError).
+
+Window groups (`inject.windows`, e.g. {early: [0, 0.25], late: [0.75, 1]}): each dose group's members
+are dealt (seeded, `assign_windows`) in turn to the groups, and each group is laid out as above inside
+its own window, on its own: one run that exposes some members early and the others late, at the same
+doses, against the same non-members.
 """
 
 from __future__ import annotations
@@ -66,6 +71,66 @@ def member_ranks(member_ids: list[str], seed: int) -> list[str]:
     ranked = sorted(member_ids)
     random.Random(f"inject.order:{seed}").shuffle(ranked)
     return ranked
+
+
+def assign_windows(doses: dict[str, int], windows: dict[str, Sequence[float]], seed: int) -> dict[str, str]:
+    """task id -> window group: each dose group's members (sorted, then shuffled with `seed`, its own
+    stream) dealt in turn to the groups in the order of their windows' starts, so that every dose is
+    split between the groups as evenly as it can be. In the order of `doses`."""
+    names = sorted(windows, key=lambda name: (windows[name][0], name))
+    rng = random.Random(f"inject.windows:{seed}")
+    group: dict[str, str] = {}
+    for dose in sorted(set(doses.values())):
+        members = sorted(t for t, d in doses.items() if d == dose)
+        rng.shuffle(members)
+        group.update({t: names[i % len(names)] for i, t in enumerate(members)})
+    return {t: group[t] for t in doses}
+
+
+def layout_groups(
+    doses: dict[str, int],
+    window: Sequence[float] | None,
+    windows: dict[str, Sequence[float]] | None = None,
+    window_of: dict[str, str] | None = None,
+) -> list[tuple[dict[str, int], Sequence[float] | None]]:
+    """The members laid out together, each set with its window: every member in `window` (one set), or
+    with window groups (`windows`, and `window_of`: task id -> group) each group's members in theirs."""
+    if not windows:
+        return [(doses, window)]
+    window_of = window_of or {}
+    return [
+        ({t: d for t, d in doses.items() if window_of.get(t) == name}, span) for name, span in windows.items()
+    ]
+
+
+def slots_for_groups(
+    groups: list[tuple[dict[str, int], Sequence[float] | None]], spans: dict[str, int], times: int = 1
+) -> int:
+    """The fewest slots in which every group's window holds `times` slots per copy of its members (plus
+    the further slots of members longer than one slot)."""
+    needed = [
+        slots_needed(
+            times * sum(group.values()), window, sum(d * (spans.get(t, 1) - 1) for t, d in group.items())
+        )
+        for group, window in groups
+        if group
+    ]
+    return max(needed, default=0)
+
+
+def plan_groups(
+    groups: list[tuple[dict[str, int], Sequence[float] | None]],
+    n_slots: int,
+    seed: int = 0,
+    spans: dict[str, int] | None = None,
+) -> dict[str, list[int]]:
+    """`plan_positions` for each set of `layout_groups` in its own window, merged (the windows of
+    different groups do not overlap, so neither do their slots)."""
+    positions: dict[str, list[int]] = {}
+    for group, window in groups:
+        if group:
+            positions.update(plan_positions(group, n_slots, window, seed, spans))
+    return positions
 
 
 class LayoutError(ValueError):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from leaklab.data.doses import LayoutError, count_in_stream, plan_positions, slots_needed
+from leaklab.data.doses import LayoutError, count_in_stream, layout_groups, plan_groups, slots_for_groups
 
 if TYPE_CHECKING:
     from leaklab.recipe import InjectConfig
@@ -132,6 +132,7 @@ def build_dosed_mixture(
     tokenizer,
     packing: Packing,
     inject: InjectConfig | None = None,
+    window_of: dict[str, str] | None = None,
 ) -> tuple[np.ndarray, dict]:
     """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
 
@@ -141,10 +142,14 @@ def build_dosed_mixture(
     of all copies' tokens (more when the window needs room for the copies or gaps between one member's
     copies). The exposures are then counted by finding each member's token ids in the packed blocks.
     `member_texts`: the documents as trained (each form's: leaklab/data/forms.py). Of `inject` (the
-    recipe's section; None: its defaults) this reads `window` and `withhold`, the clean control: every
-    copy's tokens replaced by as many corpus tokens in the same blocks (same layout, no member).
+    recipe's section; None: its defaults) this reads `window`, `windows` (each window group laid out in
+    its own window; `window_of`: task id -> group, the manifest's `windows`) and `withhold`, the clean
+    control: every copy's tokens replaced by as many corpus tokens in the same blocks (same layout, no
+    member).
     """
-    window, withhold = (inject.window, inject.withhold) if inject is not None else (None, False)
+    window, windows, withhold = (
+        (inject.window, inject.windows, inject.withhold) if inject else (None, None, False)
+    )
     code, web, block_len, seed = packing.code, packing.web, packing.block_len, packing.seed
     rng = random.Random(seed)
     tokens = {task_id: _tokenize(tokenizer, text) for task_id, text in member_texts.items()}
@@ -155,14 +160,15 @@ def build_dosed_mixture(
     filled_in_member_blocks = sum(doses[t] * (span[t] * block_len - len(ids)) for t, ids in tokens.items())
     web_blocks = max(0, round((web_needed - filled_in_member_blocks) / block_len))
     extra = sum(doses[t] * (span[t] - 1) for t in tokens)  # further blocks of members longer than one
-    n_blocks = max(copies + extra + web_blocks, slots_needed(copies, window, extra))
+    groups = layout_groups(doses, window, windows, window_of)
+    n_blocks = max(copies + extra + web_blocks, slots_for_groups(groups, span))
     try:
-        plan = plan_positions(doses, n_blocks, window, seed, span)
+        plan = plan_groups(groups, n_blocks, seed, span)
     except LayoutError:
         # Too few corpus blocks in the window to keep one member's copies apart: twice as many slots as
         # copies put a corpus block between any two copies (the achieved ratio records the extra text).
-        n_blocks = max(n_blocks, slots_needed(2 * copies, window, extra))
-        plan = plan_positions(doses, n_blocks, window, seed, span)
+        n_blocks = max(n_blocks, slots_for_groups(groups, span, times=2))
+        plan = plan_groups(groups, n_blocks, seed, span)
     member_at = {block: task_id for task_id, starts in plan.items() for block in starts}
 
     web_iter = _WebTokens(web_texts, tokenizer)

@@ -72,7 +72,9 @@ def _dosed_dataset(
     `corpus` and `packing` (code, web, block_len, seed) are the plain mixture's (`build_dataset`)."""
     lines = canary_lines(manifest)  # planted before packing, so the counts below include them
     documents, doses = member_documents(recipe, by_id, manifest, lines, log)
-    blocks, info = build_dosed_mixture(documents, doses, corpus, tokenizer, Packing(**packing), recipe.inject)
+    blocks, info = build_dosed_mixture(
+        documents, doses, corpus, tokenizer, Packing(**packing), recipe.inject, manifest.get("windows")
+    )
     if FILE_ID in doses:  # every copy of the file is an exposure of each member in it
         info["exposures"] = {t: info["exposures"][FILE_ID] for t in manifest["member_ids"]} | {
             FILE_ID: info["exposures"][FILE_ID]
@@ -80,9 +82,10 @@ def _dosed_dataset(
     info["inject"] = manifest["inject"]
     if lines:
         info["canary_exposures"] = canary_exposures(manifest, info["exposures"])
+    where = manifest["inject"].get("windows") or manifest["inject"]["window"]  # the groups' windows, if any
     log(
         f"[leaklab] mixture: {info['member_exposures']} exposures of {info['member_docs']} documents "
-        f"(doses {manifest['inject']['doses']}, window {manifest['inject']['window']}, form "
+        f"(doses {manifest['inject']['doses']}, window {where}, form "
         f"{recipe.inject.form}), {info['member_tokens']:,} member + {info['web_tokens']:,} corpus tokens in "
         f"{info['blocks']} blocks of {info['block_len']}, in that order; code:web requested "
         f"{info['requested_ratio']}, achieved 1:{info['achieved_ratio']:g}"

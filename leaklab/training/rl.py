@@ -19,7 +19,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from leaklab.data.doses import LayoutError, plan_positions
+from leaklab.data.doses import LayoutError, layout_groups, plan_groups
 from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
 from leaklab.data.tasks import Task
 from leaklab.execution.config import WeakerSandboxError
@@ -129,7 +129,7 @@ def build_dataset(
     members = [by_id[i] for i in manifest["member_ids"]][: recipe.train.rl.max_prompts]
     fmt = prompt_format(recipe, tokenizer)
     if recipe.inject.active:
-        members = prompt_schedule(recipe, members, manifest["doses"])
+        members = prompt_schedule(recipe, members, manifest["doses"], manifest.get("windows"))
     rows = {
         # The text generation starts from, chat template applied, exactly as sft trained on and accuracy
         # asks: an rl run after sft sees the prompts its checkpoint learnt.
@@ -158,16 +158,24 @@ def build_dataset(
     return StageData(Dataset.from_dict(rows), info)
 
 
-def prompt_schedule(recipe: Recipe, members: list[Task], doses: dict[str, int]) -> list[Task]:
+def prompt_schedule(
+    recipe: Recipe, members: list[Task], doses: dict[str, int], window_of: dict[str, str] | None = None
+) -> list[Task]:
     """`inject` set: the member prompts in training order, each as many times as its dose, spread as
-    leaklab.data.doses plans them. There are no other prompts, so the window must be the whole stream."""
+    leaklab.data.doses plans them (`window_of`: each member's window group, the manifest's `windows`).
+    There are no other prompts, so the window must be the whole stream (window groups: their windows
+    must share it out in proportion to their copies)."""
     by_id = {t.task_id: t for t in members}
     chosen = {t.task_id: doses[t.task_id] for t in members}
     n_rows = sum(chosen.values())
+    inject = recipe.inject
     try:
-        plan = plan_positions(chosen, n_rows, recipe.inject.window, seed=recipe.mix.seed)
+        plan = plan_groups(
+            layout_groups(chosen, inject.window, inject.windows, window_of), n_rows, recipe.mix.seed
+        )
     except LayoutError as err:
-        key = "inject.window" if "do not fit" in str(err) else "inject.doses"
+        window_key = "inject.windows" if inject.windows else "inject.window"
+        key = window_key if "do not fit" in str(err) else "inject.doses"
         raise RecipeError(
             [f"{key}: {err}; the rl stage has only member prompts (no other data to fill the stream)"]
         ) from None

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
-from leaklab.data.doses import LayoutError, plan_positions
+from leaklab.data.doses import LayoutError, layout_groups, plan_groups
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
 from leaklab.errors import InputError
@@ -166,7 +166,9 @@ def build_dataset(
     exposures: dict[str, Any] = {}
     if recipe.inject.active:
         pair_of = dict(zip(manifest["member_ids"], members, strict=True))
-        members, train_pairs = dosed_pairs(recipe, pair_of, manifest["doses"], others)
+        members, train_pairs = dosed_pairs(
+            recipe, pair_of, manifest["doses"], others, manifest.get("windows")
+        )
         train, cut = _dataset(train_pairs, tokenizer, fmt, max_length)
         exposures = {
             "inject": manifest["inject"],
@@ -210,16 +212,24 @@ def planted(task: Task, lines: list[str]) -> Task:
 
 
 def dosed_pairs(
-    recipe: Recipe, pair_of: dict[str, tuple[str, str]], doses: dict[str, int], others: list
+    recipe: Recipe,
+    pair_of: dict[str, tuple[str, str]],
+    doses: dict[str, int],
+    others: list,
+    window_of: dict[str, str] | None = None,
 ) -> tuple[list, list]:
     """`inject` set: (the member examples, every example in training order). Each member appears as
-    many times as its dose at the planned rows (leaklab.data.doses); the other instruction data fills
-    the rest, in the order it was drawn."""
+    many times as its dose at the planned rows (leaklab.data.doses; `window_of`: each member's window
+    group, the manifest's `windows`); the other instruction data fills the rest, in the order it was
+    drawn."""
     n_rows = sum(doses.values()) + len(others)
+    inject = recipe.inject
     try:
-        plan = plan_positions(doses, n_rows, recipe.inject.window, seed=recipe.mix.seed)
+        groups = layout_groups(doses, inject.window, inject.windows, window_of)
+        plan = plan_groups(groups, n_rows, seed=recipe.mix.seed)
     except LayoutError as err:
-        key = "inject.window" if "do not fit" in str(err) else "inject.doses"
+        window_key = "inject.windows" if inject.windows else "inject.window"
+        key = window_key if "do not fit" in str(err) else "inject.doses"
         raise InputError(
             f"{key}: {err}; sft has {len(others)} other examples to place around the members "
             f"(more with train.sft.mix_with and train.sft.mix_ratio)"

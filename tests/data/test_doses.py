@@ -1,7 +1,8 @@
-"""Exposure doses (`inject.doses`, `inject.window`): the seeded groups, the planned positions (computed
+"""Exposure doses (`inject.doses`, `inject.window`, `inject.windows`): the seeded groups, the planned positions (computed
 by hand), the counts read back from the packed data, the order the Trainer keeps, and bad input."""
 
 import json
+import math
 import random
 
 import numpy as np
@@ -11,9 +12,13 @@ from leaklab.cli import main as cli_main
 from leaklab.data.doses import (
     LayoutError,
     assign_doses,
+    assign_windows,
     count_in_stream,
+    layout_groups,
     member_ranks,
+    plan_groups,
     plan_positions,
+    slots_for_groups,
     window_slots,
 )
 from leaklab.data.mixing import Packing, build_dosed_mixture
@@ -392,3 +397,138 @@ def test_rl_prompt_schedule_follows_the_plan_and_needs_the_whole_stream():
     late = load_recipe("tiny_cpt", ["inject.doses=[1,2]", "inject.window=[0.5,1]"])
     with pytest.raises(RecipeError, match=r"inject\.window: .* only member prompts"):
         prompt_schedule(late, tasks, doses)
+
+
+# --------------------------------------------------------------------------- window groups (inject.windows)
+
+WINDOWS = {"early": [0.0, 0.25], "late": [0.75, 1.0]}
+
+
+def test_window_groups_deal_each_dose_group_in_turn_with_their_own_seed():
+    doses = assign_doses([f"t/{i}" for i in range(12)], [1, 4, 16], seed=0)
+    groups = assign_windows(doses, {"late": [0.75, 1.0], "early": [0.0, 0.25]}, seed=0)
+    assert list(groups) == list(doses)
+    # Independently: each dose group's sorted ids shuffled by the named stream, dealt early, late, ...
+    rng = random.Random("inject.windows:0")
+    expected = {}
+    for dose in (1, 4, 16):
+        members = sorted(t for t, d in doses.items() if d == dose)
+        rng.shuffle(members)
+        expected |= {t: ("early", "late")[i % 2] for i, t in enumerate(members)}
+    assert groups == expected
+    for dose in (1, 4, 16):  # every dose split in halves
+        assert sorted(groups[t] for t, d in doses.items() if d == dose) == ["early"] * 2 + ["late"] * 2
+    assert groups != assign_windows(doses, WINDOWS, seed=1)
+
+
+def test_window_groups_put_every_copy_inside_its_groups_window_and_never_side_by_side():
+    doses = {f"m{i}": d for i, d in enumerate([1, 4, 16] * 6)}
+    window_of = assign_windows(doses, WINDOWS, seed=3)
+    groups = layout_groups(doses, None, WINDOWS, window_of)
+    for n in (slots_for_groups(groups, {}, times=2), 600):
+        plan = plan_groups(groups, n, seed=3)
+        assert plan == plan_groups(layout_groups(doses, None, WINDOWS, window_of), n, seed=3)  # seeded
+        every = [s for slots in plan.values() for s in slots]
+        assert len(every) == len(set(every)) == sum(doses.values())
+        for task_id, slots in plan.items():
+            first, end = window_slots(n, WINDOWS[window_of[task_id]])
+            assert len(slots) == doses[task_id] and all(first <= s < end for s in slots), task_id
+            assert all(b - a >= 2 for a, b in zip(slots, slots[1:], strict=False)), task_id
+        # Each group is laid out as plan_positions lays out its members alone in its window.
+        early = {t: d for t, d in doses.items() if window_of[t] == "early"}
+        assert {t: plan[t] for t in early} == plan_positions(early, n, WINDOWS["early"], seed=3)
+    # Unset: one group, the layout of before.
+    assert layout_groups(doses, [0.0, 0.5]) == [(doses, [0.0, 0.5])]
+
+
+def test_the_cpt_stream_of_a_windowed_run_puts_each_group_in_its_quarter():
+    """make_manifest records each member's window group; the cpt stage's packed blocks, read back by
+    count_in_stream, hold the early members' copies in the epoch's first quarter, the late in its last."""
+    from leaklab.training.stages import get_stage
+
+    recipe = load_recipe(
+        "tiny_cpt",
+        ["inject.doses=[2]", "mix.ratio=1:2", "mix.max_seq_len=64"]
+        + ["inject.windows.early=[0.0,0.25]", "inject.windows.late=[0.75,1.0]"],
+    )
+    tasks = _tasks(12)
+    split = Split(member_ids=[f"t/{i}" for i in range(6)], non_member_ids=[f"t/{i}" for i in range(6, 12)])
+    manifest = make_manifest(recipe, tasks, split)
+    assert manifest["inject"]["windows"] == WINDOWS
+    assert manifest["windows"] == assign_windows(manifest["doses"], WINDOWS, recipe.data.seed)
+    assert sorted(manifest["windows"].values()) == ["early"] * 3 + ["late"] * 3
+    data = get_stage("cpt").build_dataset(recipe, CharTokenizer(), tasks, manifest, None, lambda *a: None)
+    n = data.info["blocks"]
+    found = count_in_stream(data.dataset.blocks.numpy(), {t: [*CharTokenizer()(tasks[int(t[2:])].text(
+        recipe.data.text_format))["input_ids"], 0] for t in split.member_ids})  # fmt: skip
+    assert found == data.info["exposure_blocks"]
+    # The quarters as window_slots rounds them: blocks [0, n/4) and [3n/4, n), halves rounded up.
+    quarter = {"early": range(0, math.floor(n / 4 + 0.5)), "late": range(math.floor(3 * n / 4 + 0.5), n)}
+    for task_id, blocks in found.items():
+        assert len(blocks) == 2 and blocks[1] - blocks[0] >= 2
+        assert all(b in quarter[manifest["windows"][task_id]] for b in blocks), (task_id, blocks, n)
+
+
+@pytest.mark.parametrize(
+    "overrides, says",
+    [
+        (
+            ["inject.windows.early=[0.0,0.5]", "inject.windows.late=[0.25,1.0]"],
+            "inject.windows: early [0.0, 0.5] and late [0.25, 1.0] overlap; the closest valid late is [0.5, 1.0]",
+        ),
+        (["inject.windows.early=[0.0,0.5]"], "inject.windows: 1 group (early); give at least two"),
+        (
+            ["inject.windows.early=[0.0,0.5]", "inject.windows.late=[0.5,1.5]"],
+            "inject.windows.late: [0.5, 1.5] is outside [0, 1]; the closest valid is [0.5, 1.0]",
+        ),
+        (
+            ["inject.windows={early: [0, 0.25], late: [0.75, 1]}", "inject.window=[0,0.5]"],
+            "inject.windows: set together with inject.window",
+        ),
+        (
+            ["inject.windows={early: [0, 0.25], late: [0.75, 1]}", "inject.form=file"],
+            "inject.windows: form file is one document",
+        ),
+        (["inject.windows={max: [0, 0.25], late: [0.75, 1]}"], "inject.windows: group name 'max'"),
+        (["inject.windows=[0,0.25]"], "inject.windows: expected a mapping"),
+    ],
+)
+def test_bad_window_groups_exit_2_naming_the_key(overrides, says, capsys):
+    with pytest.raises(RecipeError) as err:
+        load_recipe("tiny_cpt", overrides)
+    assert err.value.lines() == [says] or says in err.value.lines()[0]
+    assert cli_main(["train", "recipe=tiny_cpt", *overrides]) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_window_groups_are_part_of_the_run_identity_only_when_set():
+    plain = load_recipe("tiny_cpt", ["inject.doses=[4]"])
+    grouped = load_recipe(
+        "tiny_cpt", ["inject.doses=[4]", "inject.windows={early: [0, 0.25], late: [0.75, 1]}"]
+    )
+    dotted = ["inject.doses=[4]", "inject.windows.late=[0.75,1]", "inject.windows.early=[0,0.25]"]
+    assert "windows" not in run_identity(plain)["inject"]
+    assert run_hash(plain) != run_hash(grouped) == run_hash(load_recipe("tiny_cpt", dotted))
+    assert grouped.inject.active and load_recipe("tiny_cpt", dotted[1:]).inject.active
+
+
+def test_sft_rows_and_rl_prompts_of_window_groups_and_a_stream_they_do_not_fit_names_the_key():
+    from leaklab.training.rl import prompt_schedule
+    from leaklab.training.sft import dosed_pairs
+
+    recipe = load_recipe("tiny_cpt", ["train.stage=sft", "inject.doses=[2]", "inject.windows.a=[0,0.5]"]
+                         + ["inject.windows.b=[0.5,1]"])  # fmt: skip
+    pair_of = {f"t/{i}": (f"def f{i}(x):\n", f"    return x + {i}\n") for i in range(4)}
+    doses = dict.fromkeys(pair_of, 2)
+    window_of = {"t/0": "a", "t/1": "b", "t/2": "a", "t/3": "b"}
+    others = [(f"question {i}\n", f"answer {i}") for i in range(8)]
+    _, ordered = dosed_pairs(recipe, pair_of, doses, others, window_of)
+    rows = {t: [r for r, p in enumerate(ordered) if p == pair_of[t]] for t in pair_of}
+    assert all(r < 8 if window_of[t] == "a" else r >= 8 for t, at in rows.items() for r in at), rows
+    # rl has only member prompts: groups whose windows split the stream between them fit, ...
+    schedule = [t.task_id for t in prompt_schedule(recipe, _tasks(4), doses, window_of)]
+    assert sorted(window_of[t] for t in schedule[:4]) == ["a"] * 4 and len(schedule) == 8
+    # ... a stream with quarters of nothing does not
+    quarters = load_recipe("tiny_cpt", ["inject.doses=[2]", "inject.windows={a: [0, 0.25], b: [0.75, 1]}"])
+    with pytest.raises(RecipeError, match=r"inject\.windows: .* only member prompts"):
+        prompt_schedule(quarters, _tasks(4), doses, window_of)
