@@ -109,7 +109,7 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     tests = set_tests(run_dir, step)
     cells = {name: {**make_cell(records), "step": step, "tests": tests}}
     if step > 0 and 0 in steps:
-        cells[f"{name}@base"] = {**make_cell(read_rows(steps[0])), "step": 0, "run": name}
+        cells[f"{name}@base"] = {**make_cell(read_rows(steps[0])), "step": 0, "run": name, "base": True}
     manifest = read_json(Path(run_dir) / "manifest.json")
     doses = manifest.get("doses") or {}
     if len(set(doses.values())) > 1:
@@ -298,11 +298,9 @@ def control_report(
     out: dict[str, Any] = {"intervals": [], "flag_rates": []}
     for label, stats in measured["table"].items():
         # The untrained model's cell is no run of the control: it is shown, not counted in its family.
-        if label.endswith("@base") or (
-            label != control and not label.startswith((f"{control}/", f"{control}@"))
-        ):
-            continue
         cell = measured["cells"][label]
+        if cell.get("base") or (label != control and not label.startswith((f"{control}/", f"{control}@"))):
+            continue
         for column, s in stats.items():
             holds = s["auroc_ci_low"] <= 0.5 <= s["auroc_ci_high"]
             out["intervals"].append(

@@ -120,7 +120,7 @@ FINDING_KEYS = (
 
 def check_findings(study: dict[str, Any], path: Path) -> None:
     """Each finding states its claim, source, kind and criterion, and names cells of conditions that
-    exist (`timing/late`, `dose@max`): a typo exits 2 before anything runs."""
+    exist (`dilution/1_8`, `timing@late`, `dose@max`): a typo exits 2 before anything runs."""
     for i, finding in enumerate(study.get("findings") or []):
         where = f"study {path}: finding {finding.get('id', i + 1)}"
         unknown = [k for k in finding if k not in FINDING_KEYS]

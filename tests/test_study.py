@@ -277,6 +277,7 @@ def test_a_run_scored_at_step_0_adds_the_base_models_cell_outside_the_control_fa
     assert set(measured["table"]) == {"clean", "clean@base"}
     assert measured["table"]["clean"]["a"]["auroc"] == pytest.approx(8 / 9)  # the last step's scores
     assert measured["table"]["clean@base"]["a"]["auroc"] == pytest.approx(1 / 9)  # step 0's
+    assert measured["cells"]["clean@base"]["base"] and "base" not in measured["cells"]["clean"]
     control = leaderboard.control_report(measured, "clean", {})
     assert {r["cell"] for r in control["intervals"]} == {"clean"}
 
