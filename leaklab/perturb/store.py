@@ -14,11 +14,8 @@ executors, stored as JSON lines (per-benchmark cache and the run's own copy), re
                  values are the ORIGINAL solution's outputs, not the variant's own, or verification would
                  compare the variant with itself.
 
-The cache (`<LEAKLAB_CACHE>/variants/<benchmark>-<settings>.jsonl`, kept by `set_store` as MRI's sets
-are) holds one line per task, keyed by a hash of the task's content, so any run, split or checkpoint on
-the same benchmark reuses it. Its file
-name hashes the settings that change variants (n, seed, verify, example replacement) and the source of
-the modules that make variants (`VARIANT_CODE`), so a change to that code never serves stale variants.
+The cache (`<LEAKLAB_CACHE>/variants/`, kept by `set_store` as MRI's sets are) is named after the
+settings that change variants (n, seed, verify, example replacement) and the source of `VARIANT_CODE`.
 A variant is stored as the Task fields that differ from its original (prompt, solution, tests, entry
 point) plus its metadata.
 """
