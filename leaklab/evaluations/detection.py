@@ -170,10 +170,7 @@ class Detection:
 
     def runs_tests(self, recipe) -> str | None:
         """Variants verified by the benchmark's tests (`verify: tests`) run them; alpha and none do not."""
-        if (
-            needs_variants(recipe.evaluate.detectors)
-            and store.verify_mode(recipe.evaluate.srdetection) == "tests"
-        ):
+        if needs_variants(recipe.evaluate.detectors) and recipe.evaluate.srdetection.verify == "tests":
             return "evaluate.srdetection.verify: tests (alpha or none verify variants without tests)"
         return None
 

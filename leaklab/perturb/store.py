@@ -86,13 +86,6 @@ def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Ca
     return run_solution, verify
 
 
-def verify_mode(cfg) -> str:
-    """evaluate.srdetection.verify as "tests", "alpha" or "none" (true / false read as tests / none)."""
-    if isinstance(cfg.verify, bool):
-        return "tests" if cfg.verify else "none"
-    return cfg.verify
-
-
 def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = True) -> list[VariantSet]:
     """`make_variants` for every task with the sandbox's executors (cfg: a SrDetectionConfig).
     `rename=False`: example replacement alone (an ablation; never cached).
@@ -100,7 +93,7 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
     Tasks are processed by a few threads: while one waits for the sandbox another renames."""
     if not tasks:
         return []
-    verify_by = verify_mode(cfg)
+    verify_by = cfg.verify
     needs_sandbox = verify_by == "tests" or cfg.replace_examples
     originals = {t.task_id: t for t in tasks}
     started = time.perf_counter()
@@ -222,7 +215,7 @@ def settings_key(cfg) -> str:
     """What changes the variants: the settings and the variant code itself."""
     code = set_store.code_digest(VARIANT_CODE)
     return set_store.settings_key(
-        [STORE_VERSION, cfg.n_variants, cfg.seed, verify_mode(cfg), cfg.replace_examples, code]
+        [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
     )
 
 
