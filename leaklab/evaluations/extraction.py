@@ -1,5 +1,6 @@
-"""Extraction audit of every checkpoint (003): what the model reproduces of its training data. Strategies,
-rankings, rows and the corpus are described in
+"""Extraction audit of every checkpoint (docs/evaluations.md): what the model reproduces of its training data.
+
+Strategies, rankings, rows and the corpus (003) are described in
 docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction.
 
 Per checkpoint: sample `n_outputs` continuations for each sampling strategy x top-k
@@ -53,7 +54,7 @@ from leaklab.memorization.extraction import (
 )
 from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
 from leaklab.report.charts import metric_panel_spec
-from leaklab.report.section import Panel, Section, Table
+from leaklab.report.section import Panel, Section, Table, fmt
 from leaklab.results import without_dose
 from leaklab.rows import float_or_none, side_row
 from leaklab.rundir import read_json
@@ -521,9 +522,6 @@ def extraction_section(rows: list[dict[str, Any]], run) -> Any:
         "precision_at_100",
     )
 
-    def fmt(v, digits=3):
-        return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
-
     header = [
         "step",
         "cell",
@@ -556,7 +554,6 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
     reproduced verbatim at the last checkpoint against the dose, and per checkpoint the correlation
     between a member's exposures and the outputs that reproduce it."""
     from leaklab.report import charts
-    from leaklab.report.section import fmt as _fmt
 
     last = max(int(r["step"]) for r in rows)
     items: list[Panel | Table] = []
@@ -584,9 +581,9 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
                 [
                     [
                         str(step),
-                        f"{_fmt(v.get('exposure_spearman'))} "
-                        f"[{_fmt(v.get('exposure_spearman_ci_low'), 2)}, {_fmt(v.get('exposure_spearman_ci_high'), 2)}]",
-                        _fmt(v.get("exposure_n_members"), 0),
+                        f"{fmt(v.get('exposure_spearman'))} "
+                        f"[{fmt(v.get('exposure_spearman_ci_low'), 2)}, {fmt(v.get('exposure_spearman_ci_high'), 2)}]",
+                        fmt(v.get("exposure_n_members"), 0),
                     ]
                     for step, v in sorted(got.items())
                 ],
