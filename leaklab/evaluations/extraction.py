@@ -39,6 +39,7 @@ from leaklab.memorization.clones import build_index, find_clones, unique_snippet
 from leaklab.memorization.extraction import (
     RANKINGS,
     STRATEGIES,
+    TAGS,
     corpus_secrets,
     exposure_spearman,
     find_secrets,
@@ -304,10 +305,7 @@ class Extraction:
         snippets = _snippets(self.index, clones)
         tags = {s.text: taxonomy(s.text) for s in snippets}
         counts = Counter(t for s in snippets for t in tags[s.text])
-        rows += [
-            _row("all", f"taxonomy.{t}", counts.get(t, 0))
-            for t in ("licence", "import", "definition", "docstring", "configuration", "other")
-        ]
+        rows += [_row("all", f"taxonomy.{t}", counts.get(t, 0)) for t in TAGS]
         found = {x for s in samples for x in find_secrets(s.text)}
         in_corpus = found & self.secrets
         kinds = Counter(kind for kind, _ in in_corpus)

@@ -62,7 +62,6 @@ from leaklab.similarity.judges import make_backend
 
 SIDES = ("members", "non_members", "all")
 SETS = ("ori", "rew", "mut", "par")
-LLM_BACKENDS = ("none", "hf", "openai")
 NO_LLM = "not computed: no LLM backend for paraphrase (evaluate.mri.llm_backend)"
 
 
