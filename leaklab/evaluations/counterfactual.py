@@ -28,10 +28,9 @@ from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
     FunctionFilter,
-    build_prompt,
     counterfactually_memorized,
-    extract_function,
     extract_functions,
+    generate_functions,
     most_lenient,
     score_unparsed_as_zero,
     table1,
@@ -192,37 +191,19 @@ class Counterfactual:
     # ------------------------------------------------------------------ generation and extraction
 
     def _functions(self, ctx: EvalContext, model, tokenizer) -> list[dict]:
-        """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation,
-        "prompt_boundary": how the prompt ended for the model}. Each prompt is a prefix of its context,
-        signature and true body: it is cut at a token boundary of that text (`prompt_boundary`)."""
-        from leaklab.signals.continuations import Decoding, greedy_replies
-        from leaklab.signals.generation import prompt_boundaries
+        """Per sample the continuation and the function extracted from it (`generate_functions`)."""
+        from leaklab.signals.continuations import Decoding
 
         cfg = ctx.recipe.evaluate.counterfactual
-
-        def count(text: str) -> list:
-            return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-        prompts = [build_prompt(s, cfg.context_tokens, count) for s in self._samples]
-        sources = [p + s.ground_truth for p, s in zip(prompts, self._samples)]
-        boundary = ctx.recipe.evaluate.prompt_boundary
         decoding = Decoding(
             model,
             tokenizer,
             cache=ctx.generation_cache,
             accelerator=ctx.accelerator,
-            prompt_boundary=boundary,
+            prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
             batch_size=cfg.batch_size,
         )
-        raws = greedy_replies(decoding, prompts, cfg.max_new_tokens, sources=sources)
-        applied = prompt_boundaries(tokenizer, prompts, boundary, sources)
-        out = []
-        for sample, raw, how in zip(self._samples, raws, applied):
-            extracted = extract_function(sample.signature, raw)
-            out.append(
-                {"body": extracted.body, "failure": extracted.failure, "raw": raw, "prompt_boundary": how}
-            )
-        return out
+        return generate_functions(decoding, self._samples, cfg.context_tokens, cfg.max_new_tokens)
 
     def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
         if self._reference is None:
