@@ -350,8 +350,6 @@ def split_prefix_suffix(
     return ids[:cut], ids[cut:]
 
 
-# --------------------------------------------------------------------------- the detectors (registry)
-
 # --------------------------------------------------------------------------- settings and registry entries
 
 
