@@ -81,7 +81,7 @@ class Surface:
     wording: int  # index into a family's templates (taken modulo their number)
     phrase: int  # index into an operator's words
 
-    def pick(self, options: Sequence[str]) -> str:
+    def pick(self, *options: str) -> str:
         return options[self.wording % len(options)]
 
     def cmp(self, op: str) -> str:
@@ -180,11 +180,9 @@ def _op_k(ops: Sequence[str], lo: int, hi: int) -> Callable[[random.Random], dic
 def _count_cmp(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Count the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
-            f"Return how many items of {xs} are {s.cmp(c['op'])} {c['k']}.",
-            f"How many elements of {xs} are {s.cmp(c['op'])} {c['k']}?",
-        )
+        f"Count the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
+        f"Return how many items of {xs} are {s.cmp(c['op'])} {c['k']}.",
+        f"How many elements of {xs} are {s.cmp(c['op'])} {c['k']}?",
     )
     return ["list"], desc, f"sum(1 for {x} in {xs} if {x} {c['op']} {c['k']})"
 
@@ -192,11 +190,9 @@ def _count_cmp(c, s):
 def _filter_cmp(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Keep only the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}, in order.",
-            f"Return the items of {xs} that are {s.cmp(c['op'])} {c['k']}.",
-            f"Filter {xs}: the elements {s.cmp(c['op'])} {c['k']}, in their original order.",
-        )
+        f"Keep only the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}, in order.",
+        f"Return the items of {xs} that are {s.cmp(c['op'])} {c['k']}.",
+        f"Filter {xs}: the elements {s.cmp(c['op'])} {c['k']}, in their original order.",
     )
     return ["list"], desc, f"[{x} for {x} in {xs} if {x} {c['op']} {c['k']}]"
 
@@ -204,10 +200,8 @@ def _filter_cmp(c, s):
 def _sum_cmp(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Add up the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
-            f"Return the sum of the items of {xs} that are {s.cmp(c['op'])} {c['k']}.",
-        )
+        f"Add up the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
+        f"Return the sum of the items of {xs} that are {s.cmp(c['op'])} {c['k']}.",
     )
     return ["list"], desc, f"sum({x} for {x} in {xs} if {x} {c['op']} {c['k']})"
 
@@ -215,10 +209,8 @@ def _sum_cmp(c, s):
 def _any_cmp(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Return True if some number in {xs} is {s.cmp(c['op'])} {c['k']}, else False.",
-            f"Is any item of {xs} {s.cmp(c['op'])} {c['k']}?",
-        )
+        f"Return True if some number in {xs} is {s.cmp(c['op'])} {c['k']}, else False.",
+        f"Is any item of {xs} {s.cmp(c['op'])} {c['k']}?",
     )
     return ["list"], desc, f"any({x} {c['op']} {c['k']} for {x} in {xs})"
 
@@ -226,10 +218,8 @@ def _any_cmp(c, s):
 def _all_cmp(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Return True if every number in {xs} is {s.cmp(c['op'])} {c['k']}, else False.",
-            f"Are all items of {xs} {s.cmp(c['op'])} {c['k']}?",
-        )
+        f"Return True if every number in {xs} is {s.cmp(c['op'])} {c['k']}, else False.",
+        f"Are all items of {xs} {s.cmp(c['op'])} {c['k']}?",
     )
     return ["list"], desc, f"all({x} {c['op']} {c['k']} for {x} in {xs})"
 
@@ -237,10 +227,8 @@ def _all_cmp(c, s):
 def _first_cmp(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Return the first number in {xs} that is {s.cmp(c['op'])} {c['k']}, or -1 if there is none.",
-            f"Find the first item of {xs} {s.cmp(c['op'])} {c['k']}; -1 when no item is.",
-        )
+        f"Return the first number in {xs} that is {s.cmp(c['op'])} {c['k']}, or -1 if there is none.",
+        f"Find the first item of {xs} {s.cmp(c['op'])} {c['k']}; -1 when no item is.",
     )
     return ["list"], desc, f"next(({x} for {x} in {xs} if {x} {c['op']} {c['k']}), -1)"
 
@@ -248,10 +236,8 @@ def _first_cmp(c, s):
 def _indices_cmp(c, s):
     xs = s.args["list"]
     desc = s.pick(
-        (
-            f"Return the positions of the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
-            f"List the indices i where {xs}[i] is {s.cmp(c['op'])} {c['k']}.",
-        )
+        f"Return the positions of the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
+        f"List the indices i where {xs}[i] is {s.cmp(c['op'])} {c['k']}.",
     )
     return ["list"], desc, f"[i for i in range(len({xs})) if {xs}[i] {c['op']} {c['k']}]"
 
@@ -259,10 +245,8 @@ def _indices_cmp(c, s):
 def _map_arith(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Return a new list: {s.arith(c['op'], c['k'])} each number of {xs}.",
-            f"Apply this to every item of {xs} and return the results: {s.arith(c['op'], c['k'])}.",
-        )
+        f"Return a new list: {s.arith(c['op'], c['k'])} each number of {xs}.",
+        f"Apply this to every item of {xs} and return the results: {s.arith(c['op'], c['k'])}.",
     )
     return ["list"], desc, f"[{x} {c['op']} {c['k']} for {x} in {xs}]"
 
@@ -271,10 +255,8 @@ def _clip(c, s):
     xs, x = s.args["list"], s.var
     lo, hi = c["lo"], c["hi"]
     desc = s.pick(
-        (
-            f"Clip every number of {xs} into the range from {lo} to {hi}.",
-            f"Return {xs} with each item limited to at least {lo} and at most {hi}.",
-        )
+        f"Clip every number of {xs} into the range from {lo} to {hi}.",
+        f"Return {xs} with each item limited to at least {lo} and at most {hi}.",
     )
     return ["list"], desc, f"[min(max({x}, {lo}), {hi}) for {x} in {xs}]"
 
@@ -282,10 +264,8 @@ def _clip(c, s):
 def _cap(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Replace every number of {xs} above {c['k']} by {c['k']}.",
-            f"Return {xs} with each item capped at {c['k']}.",
-        )
+        f"Replace every number of {xs} above {c['k']} by {c['k']}.",
+        f"Return {xs} with each item capped at {c['k']}.",
     )
     return ["list"], desc, f"[min({x}, {c['k']}) for {x} in {xs}]"
 
@@ -293,10 +273,8 @@ def _cap(c, s):
 def _floor_to(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Replace every number of {xs} below {c['k']} by {c['k']}.",
-            f"Return {xs} with each item raised to at least {c['k']}.",
-        )
+        f"Replace every number of {xs} below {c['k']} by {c['k']}.",
+        f"Return {xs} with each item raised to at least {c['k']}.",
     )
     return ["list"], desc, f"[max({x}, {c['k']}) for {x} in {xs}]"
 
@@ -305,10 +283,8 @@ def _count_range(c, s):
     xs, x = s.args["list"], s.var
     lo, hi = c["lo"], c["hi"]
     desc = s.pick(
-        (
-            f"Count the numbers in {xs} between {lo} and {hi}, both included.",
-            f"How many items of {xs} lie from {lo} to {hi} inclusive?",
-        )
+        f"Count the numbers in {xs} between {lo} and {hi}, both included.",
+        f"How many items of {xs} lie from {lo} to {hi} inclusive?",
     )
     return ["list"], desc, f"sum(1 for {x} in {xs} if {lo} <= {x} <= {hi})"
 
@@ -316,10 +292,8 @@ def _count_range(c, s):
 def _count_mod(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Count the numbers in {xs} whose remainder when divided by {c['m']} is {c['r']}.",
-            f"How many items of {xs} leave remainder {c['r']} modulo {c['m']}?",
-        )
+        f"Count the numbers in {xs} whose remainder when divided by {c['m']} is {c['r']}.",
+        f"How many items of {xs} leave remainder {c['r']} modulo {c['m']}?",
     )
     return ["list"], desc, f"sum(1 for {x} in {xs} if {x} % {c['m']} == {c['r']})"
 
@@ -332,10 +306,8 @@ def _draw_mod(rng):
 def _filter_divisible(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Keep the numbers of {xs} that are divisible by {c['k']}.",
-            f"Return the multiples of {c['k']} found in {xs}, in order.",
-        )
+        f"Keep the numbers of {xs} that are divisible by {c['k']}.",
+        f"Return the multiples of {c['k']} found in {xs}, in order.",
     )
     return ["list"], desc, f"[{x} for {x} in {xs} if {x} % {c['k']} == 0]"
 
@@ -343,10 +315,8 @@ def _filter_divisible(c, s):
 def _multiples_upto(c, s):
     n = s.args["int"]
     desc = s.pick(
-        (
-            f"Return the multiples of {c['k']} from 1 to {n}, inclusive.",
-            f"List every number from 1 up to {n} that is divisible by {c['k']}.",
-        )
+        f"Return the multiples of {c['k']} from 1 to {n}, inclusive.",
+        f"List every number from 1 up to {n} that is divisible by {c['k']}.",
     )
     return ["int"], desc, f"[i for i in range(1, {n} + 1) if i % {c['k']} == 0]"
 
@@ -354,10 +324,8 @@ def _multiples_upto(c, s):
 def _sum_multiples(c, s):
     n = s.args["int"]
     desc = s.pick(
-        (
-            f"Return the sum of the multiples of {c['k']} from 1 to {n}, inclusive.",
-            f"Add up every number from 1 up to {n} that is divisible by {c['k']}.",
-        )
+        f"Return the sum of the multiples of {c['k']} from 1 to {n}, inclusive.",
+        f"Add up every number from 1 up to {n} that is divisible by {c['k']}.",
     )
     return ["int"], desc, f"sum(i for i in range(1, {n} + 1) if i % {c['k']} == 0)"
 
@@ -365,10 +333,8 @@ def _sum_multiples(c, s):
 def _running_sum(c, s):
     xs = s.args["list"]
     desc = s.pick(
-        (
-            f"Return the running totals of {xs}, starting from {c['k']}.",
-            f"Each output is {c['k']} plus the sum of {xs} up to and including that position.",
-        )
+        f"Return the running totals of {xs}, starting from {c['k']}.",
+        f"Each output is {c['k']} plus the sum of {xs} up to and including that position.",
     )
     return ["list"], desc, f"[{c['k']} + sum({xs}[:i + 1]) for i in range(len({xs}))]"
 
@@ -376,10 +342,8 @@ def _running_sum(c, s):
 def _running_max(c, s):
     xs = s.args["list"]
     desc = s.pick(
-        (
-            f"Return the running maximum of {xs}, never below {c['k']}.",
-            f"For each position, the largest of {c['k']} and the items of {xs} so far.",
-        )
+        f"Return the running maximum of {xs}, never below {c['k']}.",
+        f"For each position, the largest of {c['k']} and the items of {xs} so far.",
     )
     return ["list"], desc, f"[max([{c['k']}] + {xs}[:i + 1]) for i in range(len({xs}))]"
 
@@ -388,10 +352,8 @@ def _pair_op(c, s):
     xs = s.args["list"]
     word = {"-": "difference", "+": "sum", "*": "product"}[c["op"]]
     desc = s.pick(
-        (
-            f"Return the {word} of each pair of neighbours in {xs} (later one {c['op']} earlier one), plus {c['k']}.",
-            f"For neighbours a, b of {xs}, return b {c['op']} a + {c['k']}.",
-        )
+        f"Return the {word} of each pair of neighbours in {xs} (later one {c['op']} earlier one), plus {c['k']}.",
+        f"For neighbours a, b of {xs}, return b {c['op']} a + {c['k']}.",
     )
     return ["list"], desc, f"[b {c['op']} a + {c['k']} for a, b in zip({xs}, {xs}[1:])]"
 
@@ -399,10 +361,8 @@ def _pair_op(c, s):
 def _chunk_sums(c, s):
     xs = s.args["list"]
     desc = s.pick(
-        (
-            f"Split {xs} into groups of {c['k']} and return the sum of each group.",
-            f"Sum {xs} in consecutive blocks of {c['k']} items (the last may be shorter).",
-        )
+        f"Split {xs} into groups of {c['k']} and return the sum of each group.",
+        f"Sum {xs} in consecutive blocks of {c['k']} items (the last may be shorter).",
     )
     return ["list"], desc, f"[sum({xs}[i:i + {c['k']}]) for i in range(0, len({xs}), {c['k']})]"
 
@@ -410,10 +370,8 @@ def _chunk_sums(c, s):
 def _every_kth(c, s):
     xs = s.args["list"]
     desc = s.pick(
-        (
-            f"Return every {c['step']}th item of {xs}, starting at index {c['start']}.",
-            f"Take the items of {xs} at index {c['start']}, then every {c['step']} positions.",
-        )
+        f"Return every {c['step']}th item of {xs}, starting at index {c['start']}.",
+        f"Take the items of {xs} at index {c['start']}, then every {c['step']} positions.",
     )
     return ["list"], desc, f"{xs}[{c['start']}::{c['step']}]"
 
@@ -421,10 +379,8 @@ def _every_kth(c, s):
 def _rotate(c, s):
     xs = s.args["list"]
     desc = s.pick(
-        (
-            f"Move the first {c['k']} items of {xs} to its end.",
-            f"Rotate {xs} left by {c['k']} positions (when it is that long).",
-        )
+        f"Move the first {c['k']} items of {xs} to its end.",
+        f"Rotate {xs} left by {c['k']} positions (when it is that long).",
     )
     return ["list"], desc, f"{xs}[{c['k']}:] + {xs}[:{c['k']}]"
 
@@ -432,10 +388,8 @@ def _rotate(c, s):
 def _affine(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Return each number of {xs} times {c['a']}, plus {c['b']}.",
-            f"Map every item of {xs} to {c['a']} * item + {c['b']}.",
-        )
+        f"Return each number of {xs} times {c['a']}, plus {c['b']}.",
+        f"Map every item of {xs} to {c['a']} * item + {c['b']}.",
     )
     return ["list"], desc, f"[{x} * {c['a']} + {c['b']} for {x} in {xs}]"
 
@@ -443,10 +397,8 @@ def _affine(c, s):
 def _abs_diff(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Return how far each number of {xs} is from {c['k']}.",
-            f"The absolute difference between every item of {xs} and {c['k']}.",
-        )
+        f"Return how far each number of {xs} is from {c['k']}.",
+        f"The absolute difference between every item of {xs} and {c['k']}.",
     )
     return ["list"], desc, f"[abs({x} - {c['k']}) for {x} in {xs}]"
 
@@ -454,10 +406,8 @@ def _abs_diff(c, s):
 def _power(c, s):
     xs, x = s.args["list"], s.var
     desc = s.pick(
-        (
-            f"Raise every number of {xs} to the power {c['k']}.",
-            f"Return each item of {xs} to the {c['k']}th power.",
-        )
+        f"Raise every number of {xs} to the power {c['k']}.",
+        f"Return each item of {xs} to the {c['k']}th power.",
     )
     return ["list"], desc, f"[{x} ** {c['k']} for {x} in {xs}]"
 
@@ -466,10 +416,8 @@ def _label(c, s):
     xs, x = s.args["list"], s.var
     yes, no = c["words"]
     desc = s.pick(
-        (
-            f"Label each number of {xs}: '{yes}' if it is {s.cmp(c['op'])} {c['k']}, otherwise '{no}'.",
-            f"Return '{yes}' for items of {xs} {s.cmp(c['op'])} {c['k']} and '{no}' for the rest.",
-        )
+        f"Label each number of {xs}: '{yes}' if it is {s.cmp(c['op'])} {c['k']}, otherwise '{no}'.",
+        f"Return '{yes}' for items of {xs} {s.cmp(c['op'])} {c['k']} and '{no}' for the rest.",
     )
     return ["list"], desc, f"['{yes}' if {x} {c['op']} {c['k']} else '{no}' for {x} in {xs}]"
 
@@ -489,10 +437,8 @@ def _max_offset(c, s):
     xs = s.args["list"]
     word = {"max": "largest", "min": "smallest"}[c["agg"]]
     desc = s.pick(
-        (
-            f"Return the {word} number in {xs} plus {c['k']}.",
-            f"Find the {word} item of {xs} and add {c['k']} to it.",
-        )
+        f"Return the {word} number in {xs} plus {c['k']}.",
+        f"Find the {word} item of {xs} and add {c['k']} to it.",
     )
     return ["list"], desc, f"{c['agg']}({xs}) + {c['k']}"
 
@@ -500,10 +446,8 @@ def _max_offset(c, s):
 def _shift_letters(c, s):
     t, ch = s.args["str"], "c"
     desc = s.pick(
-        (
-            f"Shift every letter of {t} forward by {c['k']} places in the alphabet, wrapping from z to a.",
-            f"Return {t} with each lowercase letter moved {c['k']} positions along the alphabet (cyclic).",
-        )
+        f"Shift every letter of {t} forward by {c['k']} places in the alphabet, wrapping from z to a.",
+        f"Return {t} with each lowercase letter moved {c['k']} positions along the alphabet (cyclic).",
     )
     return (
         ["str"],
@@ -515,10 +459,8 @@ def _shift_letters(c, s):
 def _count_char(c, s):
     t = s.args["str"]
     desc = s.pick(
-        (
-            f"Count how many times the letter '{c['ch']}' occurs in {t}.",
-            f"Return the number of '{c['ch']}' characters in {t}.",
-        )
+        f"Count how many times the letter '{c['ch']}' occurs in {t}.",
+        f"Return the number of '{c['ch']}' characters in {t}.",
     )
     return ["str"], desc, f"{t}.count('{c['ch']}')"
 
@@ -526,10 +468,8 @@ def _count_char(c, s):
 def _replace_char(c, s):
     t = s.args["str"]
     desc = s.pick(
-        (
-            f"Replace every '{c['a']}' in {t} by '{c['b']}'.",
-            f"Return {t} with each letter '{c['a']}' changed to '{c['b']}'.",
-        )
+        f"Replace every '{c['a']}' in {t} by '{c['b']}'.",
+        f"Return {t} with each letter '{c['a']}' changed to '{c['b']}'.",
     )
     return ["str"], desc, f"{t}.replace('{c['a']}', '{c['b']}')"
 
@@ -541,17 +481,15 @@ def _draw_two_letters(rng):
 
 def _repeat(c, s):
     t = s.args["str"]
-    desc = s.pick((f"Return {t} repeated {c['k']} times.", f"Concatenate {c['k']} copies of {t}."))
+    desc = s.pick(f"Return {t} repeated {c['k']} times.", f"Concatenate {c['k']} copies of {t}.")
     return ["str"], desc, f"{t} * {c['k']}"
 
 
 def _pad(c, s):
     t = s.args["str"]
     desc = s.pick(
-        (
-            f"Pad {t} on the right with '{c['ch']}' up to length {c['k']}.",
-            f"Return {t} left-justified in {c['k']} characters, filled with '{c['ch']}'.",
-        )
+        f"Pad {t} on the right with '{c['ch']}' up to length {c['k']}.",
+        f"Return {t} left-justified in {c['k']} characters, filled with '{c['ch']}'.",
     )
     return ["str"], desc, f"{t}.ljust({c['k']}, '{c['ch']}')"
 
@@ -563,10 +501,8 @@ def _draw_pad(rng):
 def _truncate_words(c, s):
     ws, w = s.args["words"], s.word_var
     desc = s.pick(
-        (
-            f"Cut every word of {ws} to its first {c['k']} letters.",
-            f"Return the first {c['k']} characters of each string in {ws}.",
-        )
+        f"Cut every word of {ws} to its first {c['k']} letters.",
+        f"Return the first {c['k']} characters of each string in {ws}.",
     )
     return ["words"], desc, f"[{w}[:{c['k']}] for {w} in {ws}]"
 
@@ -574,10 +510,8 @@ def _truncate_words(c, s):
 def _words_by_length(c, s):
     ws, w = s.args["words"], s.word_var
     desc = s.pick(
-        (
-            f"Keep the words of {ws} whose length is {s.cmp(c['op'])} {c['k']}.",
-            f"Return the strings in {ws} with {s.cmp(c['op'])} {c['k']} characters.",
-        )
+        f"Keep the words of {ws} whose length is {s.cmp(c['op'])} {c['k']}.",
+        f"Return the strings in {ws} with {s.cmp(c['op'])} {c['k']} characters.",
     )
     return ["words"], desc, f"[{w} for {w} in {ws} if len({w}) {c['op']} {c['k']}]"
 
@@ -586,10 +520,8 @@ def _words_starting(c, s):
     ws, w = s.args["words"], s.word_var
     where = {"startswith": "start", "endswith": "end"}[c["method"]]
     desc = s.pick(
-        (
-            f"Keep the words of {ws} that {where} with '{c['ch']}'.",
-            f"Return the strings in {ws} that {where} with the letter '{c['ch']}'.",
-        )
+        f"Keep the words of {ws} that {where} with '{c['ch']}'.",
+        f"Return the strings in {ws} that {where} with the letter '{c['ch']}'.",
     )
     return ["words"], desc, f"[{w} for {w} in {ws} if {w}.{c['method']}('{c['ch']}')]"
 
@@ -601,10 +533,8 @@ def _draw_starting(rng):
 def _join(c, s):
     ws = s.args["words"]
     desc = s.pick(
-        (
-            f"Join the words of {ws} with {c['sep']!r} between them.",
-            f"Return the strings of {ws} glued together by {c['sep']!r}.",
-        )
+        f"Join the words of {ws} with {c['sep']!r} between them.",
+        f"Return the strings of {ws} glued together by {c['sep']!r}.",
     )
     return ["words"], desc, f"{c['sep']!r}.join({ws})"
 
@@ -612,10 +542,8 @@ def _join(c, s):
 def _prefix_words(c, s):
     ws, w = s.args["words"], s.word_var
     desc = s.pick(
-        (
-            f"Put {c['p']!r} in front of every word of {ws}.",
-            f"Return each string of {ws} with the prefix {c['p']!r}.",
-        )
+        f"Put {c['p']!r} in front of every word of {ws}.",
+        f"Return each string of {ws} with the prefix {c['p']!r}.",
     )
     return ["words"], desc, f"[{c['p']!r} + {w} for {w} in {ws}]"
 
@@ -623,10 +551,8 @@ def _prefix_words(c, s):
 def _count_long(c, s):
     ws, w = s.args["words"], s.word_var
     desc = s.pick(
-        (
-            f"Count the words of {ws} with {s.cmp(c['op'])} {c['k']} letters.",
-            f"How many strings of {ws} have a length {s.cmp(c['op'])} {c['k']}?",
-        )
+        f"Count the words of {ws} with {s.cmp(c['op'])} {c['k']} letters.",
+        f"How many strings of {ws} have a length {s.cmp(c['op'])} {c['k']}?",
     )
     return ["words"], desc, f"sum(1 for {w} in {ws} if len({w}) {c['op']} {c['k']})"
 
@@ -634,10 +560,8 @@ def _count_long(c, s):
 def _digit_count(c, s):
     n = s.args["int"]
     desc = s.pick(
-        (
-            f"Count the digits equal to {c['d']} in {n} times {c['k']}.",
-            f"Multiply {n} by {c['k']} and return how many of its digits are {c['d']}.",
-        )
+        f"Count the digits equal to {c['d']} in {n} times {c['k']}.",
+        f"Multiply {n} by {c['k']} and return how many of its digits are {c['d']}.",
     )
     return ["int"], desc, f"str({n} * {c['k']}).count('{c['d']}')"
 
@@ -646,18 +570,16 @@ def _draw_digit(rng):
     return {"d": rng.randint(0, 9), "k": rng.randint(2, 13)}
 
 
-def _count_cmp_ops():
-    return _op_k(CMP_OPS, 1, 20)
-
+_CMP_K = _op_k(CMP_OPS, 1, 20)  # the comparison families' logic: an operator and a constant
 
 FAMILIES: tuple[Family, ...] = (
-    Family("count_cmp", ("count_matching", "how_many", "tally", "count_items"), _count_cmp_ops(), _count_cmp),
-    Family("filter_cmp", ("keep_matching", "select", "filter_values", "pick"), _count_cmp_ops(), _filter_cmp),
-    Family("sum_cmp", ("sum_matching", "partial_total", "add_selected"), _count_cmp_ops(), _sum_cmp),
-    Family("any_cmp", ("has_any", "some_match", "exists"), _count_cmp_ops(), _any_cmp),
-    Family("all_cmp", ("all_match", "every_item", "check_all"), _count_cmp_ops(), _all_cmp),
-    Family("first_cmp", ("first_match", "find_first", "earliest"), _count_cmp_ops(), _first_cmp),
-    Family("indices_cmp", ("positions", "where", "find_indices"), _count_cmp_ops(), _indices_cmp),
+    Family("count_cmp", ("count_matching", "how_many", "tally", "count_items"), _CMP_K, _count_cmp),
+    Family("filter_cmp", ("keep_matching", "select", "filter_values", "pick"), _CMP_K, _filter_cmp),
+    Family("sum_cmp", ("sum_matching", "partial_total", "add_selected"), _CMP_K, _sum_cmp),
+    Family("any_cmp", ("has_any", "some_match", "exists"), _CMP_K, _any_cmp),
+    Family("all_cmp", ("all_match", "every_item", "check_all"), _CMP_K, _all_cmp),
+    Family("first_cmp", ("first_match", "find_first", "earliest"), _CMP_K, _first_cmp),
+    Family("indices_cmp", ("positions", "where", "find_indices"), _CMP_K, _indices_cmp),
     Family(
         "map_arith",
         ("adjust", "transform", "apply_all", "shift_values"),

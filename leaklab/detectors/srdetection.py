@@ -181,17 +181,6 @@ def decisions_by_n(
     return {n: rules[mode](original, variant_scores, n=n, min_variants=min_variants) for n in ns}
 
 
-def _midranks(values: np.ndarray) -> np.ndarray:
-    """Rank 1 = smallest; tied values share the mean of their ranks."""
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    ranks[order] = np.arange(1, len(values) + 1)
-    for value in np.unique(values):
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 def calibrated_decisions(
     target_original: np.ndarray | Sequence[float],
     target_variants: np.ndarray | Sequence[Sequence[float]],
@@ -219,6 +208,8 @@ def calibrated_decisions(
     non-members is at most 1/(m+1) whatever the variants' style. When target and reference agree
     (step 0 of a run) every D_j is 0, p = 1 and nothing is flagged.
     """
+    from scipy.stats import rankdata
+
     t0 = np.asarray(target_original, dtype=float)
     r0 = np.asarray(reference_original, dtype=float)
     tv = np.asarray(target_variants, dtype=float)
@@ -244,7 +235,7 @@ def calibrated_decisions(
         used[s] = len(t) - 1
         if used[s] < required_variants(n, min_variants) or not (np.isfinite(t0[s]) and np.isfinite(r0[s])):
             continue
-        d = _midranks(r) - _midranks(t)
+        d = rankdata(r) - rankdata(t)  # mid-ranks: ties share the mean of their ranks
         decided[s] = True
         margin[s] = d[0]
         pvalue[s] = np.mean(d >= d[0])
@@ -358,8 +349,6 @@ def split_prefix_suffix(
     cut = min(max(round(len(ids) * prefix_fraction), 1), len(ids) - 1) if ids else 0
     return ids[:cut], ids[cut:]
 
-
-# --------------------------------------------------------------------------- the detectors (registry)
 
 # --------------------------------------------------------------------------- settings and registry entries
 

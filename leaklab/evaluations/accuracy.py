@@ -6,22 +6,11 @@ continues the prompt, a chat model gets the chat template), through the batched 
 the task's tests in the sandbox. A reply with no code to read is counted (`n_extraction_failed`), never
 raised, and fails its task.
 
-Rows (`column` = members | non_members | all | gap):
-  pass@1                  greedy decoding, mean over tasks; `gap` = members - non_members (accuracy
-                          inflated by leakage when positive)
-  pass@K                  for K in `evaluate.accuracy.ks` (K <= n_samples), the unbiased estimator
-                          1 - C(n-c, K) / C(n, K) over `n_samples` sampled completions per task
-  <pass@ metric>_ci_low / _ci_high   with evaluate.n_bootstrap > 0, for every side and the gap: the
-                          bootstrap 95% interval over tasks (members and non-members resampled apart,
-                          each keeping its count; seeded by evaluate.seed)
-  n_tasks, n_passed, n_failed, n_timeout, n_error, n_extraction_failed, n_syntax_error   greedy counts
-A run with exposure doses (`inject.doses`) also gets, per dose d, the `members` and `gap` rows
-computed on the members of dose d (against all the non-members), each with `"dose": d`.
-Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was extracted, its verdict and
-reason, and the sampled n / c.
-
-The report section (`accuracy_section`): per pass@ metric members vs non-members and the gap over
-checkpoints with their bands, and a table per checkpoint with the intervals.
+The rows (pass@1; pass@k by the unbiased estimator 1 - C(n-c, k) / C(n, k) over n samples; bootstrap
+intervals; counts; per dose with `inject.doses`) are described in
+docs/evaluations.md#sft-and-accuracy-tiny_sft; `gap` = members - non_members is the accuracy leakage
+inflates. Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was
+extracted, its verdict and reason, and the sampled n / c.
 
 Generations and verdicts are cached under <run>/cache/executions/accuracy/, one file per model
 fingerprint and settings, so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither

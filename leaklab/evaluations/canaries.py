@@ -5,16 +5,9 @@ secrets of its format (seeded by evaluate.seed, the same candidates at every che
 computed (leaklab/memorization/canaries.py: exposure = log2(M + 1) - log2(rank), after Carlini et al.
 2019). It needs no sampling, so it is cheap next to the extraction audit.
 
-Rows, one set per dose group (`column` "dose=<d>", `dose` in the row and its params):
-  n_canaries, canary_exposure_mean (+ bootstrap 95% interval over the group's canaries),
-  canary_rank1_fraction (share ranked above all M candidates), and the ceiling log2(M + 1) as
-  canary_exposure_max.
-  canary_extracted_rate: the share of the group's canaries extracted by targeted extraction (The Secret
-  Sharer's: the model prompted with the text before the secret in the member's document, as trained,
-  decoded greedily and then sampled `inject.canary_samples` times; leaklab/memorization/canaries.py),
-  and canary_extracted_greedy_rate, the share its greedy output alone holds.
-The extraction evaluation adds `canary_extracted_untargeted_rate` per dose (`extraction_rows`): the
-share of the group's canaries whose secret appears verbatim in its untargeted outputs.
+Rows, one set per dose group (`column` "dose=<d>"), are described in docs/evaluations.md#canaries:
+exposure, rank-1 share and the targeted extraction rates (The Secret Sharer's, prompted with the text
+before the secret as trained; leaklab/memorization/canaries.py).
 Records (scores/step-N/canaries.jsonl): one per canary with its member, dose, format, log-probability,
 rank and exposure, its prompt, greedy output and `extracted_by` (greedy | sampled | null) (the secrets
 are synthetic, so they are written as they are).

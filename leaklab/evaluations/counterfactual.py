@@ -1,58 +1,19 @@
-"""Counterfactual functional memorization per checkpoint (docs/evaluations.md), members and non-members apart.
+"""Counterfactual functional memorization per checkpoint, members and non-members apart (000 §3; the
+rows, the judges and HyClone's stages are described in
+docs/evaluations.md#counterfactual-memorization-and-the-similarity-suite-tiny_counterfactual).
 
-Each task's function (its entry point; `leaklab/memorization/counterfactual.py` splits it) is prompted as
-up to `context_tokens` tokens of what precedes it + its signature without docstring, greedily continued
-for `max_new_tokens` tokens by the checkpoint (the target) and by the reference model (the base model in
-a run, i.e. step 0, unless `evaluate.reference_model` names another), one function is extracted from
-each continuation, and the non-LLM similarity suite compares both with the ground truth (all that follows
-the signature, docstring included, 000 §3 / App. E.1). The
-reference's generations are made once per run (the first checkpoint evaluated keeps them; at step 0 the
-base model *is* the reference, so nothing is generated twice) and cached with every other continuation.
+Each task's function (`leaklab/memorization/counterfactual.py` splits it) is prompted with the code that
+precedes it and its signature, greedily continued by the checkpoint (the target) and by the reference
+model (the base model, step 0, unless `evaluate.reference_model` names another); one function is extracted
+from each continuation and the similarity suite compares both with the ground truth (all that follows the
+signature, docstring included: 000 App. E.1). The reference's generations are made once per run (at step
+0 the base model *is* the reference, so nothing is generated twice). Inside a run the paper's question
+gets its ground truth: non-members were never trained on, so the fraction of them the criterion flags is
+its false-positive rate.
 
-Inside a run the paper's question gets its ground truth: members were trained on, non-members were not,
-so the criterion's false-positive rate is the fraction of non-members it flags.
-
-Rows (`column` = members | non_members | all):
-  <metric>.target_mean / .target_std / .reference_mean / .reference_std / .delta   the paper's Table 1
-  <metric>.memorized   Table 2, for the paper's functional metrics (000, §3): CodeBLEU equal / syntax /
-                       data flow, TSED, the judges asked, HyClone stage 1 and HyClone's similarity:
-                       BLEU(target) < tau_text, SIM(target) >= tau_func, SIM(reference) < tau_func.
-                       AST similarity and MRI's S are in Table 1 only (MRI's S is half a text metric).
-  memorized_any        samples flagged by at least one functional metric (Table 2's "Unique (any)")
-  memorized_any_excl_lenient   the same without the most lenient judge (the one that flags the most
-                       samples over all of them, named in params.excluded; Table 2's "Unique (excl.
-                       Nikiema)"); equal to memorized_any with fewer than two judges
-  near_verbatim        BLEU(target) >= tau_text and BLEU(reference) < tau_text
-  exact_verbatim       the target reproduces the ground truth exactly and the reference does not (000 §4)
-  A generation without a parsable function scores 0 on the structural metrics (Table 1 stays over all
-  samples, as the paper's); n_structure_missing_target still counts them.
-  n_samples, n_extraction_failed_target, n_extraction_failed_reference, n_structure_missing_target
-Column `membership`: <metric>.auroc_target / .auroc_delta, members vs non-members ranked by the target's
-  similarity or by target - reference (each similarity as one more membership signal).
-Records (scores/step-N/counterfactual.jsonl): per sample the two extracted functions (or the failure),
-every metric for target and reference, and which metrics flag it.
-
-LLM judges (optional, off by default): `judges: [structural, rating, equivalence]` with `judge_backend`
-hf | openai asks each judge (`leaklab/similarity/judges.py`) about every (ground truth, generation) pair
-of the target and, once per run, of the reference; each judge is then one more functional metric
-`judge_<kind>` in Table 1, Table 2 and the membership AUROCs. Unreadable replies are a missing score,
-counted per side in `judge_<kind>.n_unreadable_target`.
-
-HyClone's execution stage (optional, `execution: true`; `leaklab/execution/crossexec.py`): the ground truth
-and each extracted function run in the sandbox on the task's own test inputs; `hyclone` = the share of
-inputs where they agree (S_a; S_b = S_a with one shared input set) is one more functional metric. A pair
-that never ran (screened out, no function, no inputs) is no clone and scores 0, as in the paper, whose
-Table 1 averages over all functions; `hyclone_executed_only` keeps the pairs that ran as a diagnostic
-(missing otherwise: Table 1 and `hyclone_executed_only.memorized` over pairs executed on both sides; in
-no union). `hyclone.n_executed_target` / `_reference` say per side how many pairs reached execution (the
-reasons of the others in params). With a judge back-end, HyClone's stage 1 (`hyclone_screen`: an LLM
-"could these be clones?" asked for every pair with a function, whose "no" skips execution) is a binary
-functional metric of its own, `hyclone_stage1` (unreadable replies missing, counted in
-`hyclone_stage1.n_unreadable_target`), and LLM-proposed inputs per function (`hyclone_llm_inputs`) apply
-too; `hyclone.llm_inputs_target` counts the proposals run and, in its params, those dropped and why.
-Inputs generated from the ground truth's signature (`hyclone_generated_inputs`, default 10 per pair, 0
-off; `leaklab/execution/input_gen.py`) join the test inputs with or without a judge back-end;
-`hyclone.generated_inputs_target` counts those run, by source in its params.
+A generation without a parsable function scores 0 on the structural metrics, and a HyClone pair that
+never ran scores 0 (no clone), as the paper's Table 1 averages over all samples; unreadable judge replies
+are a missing score, counted per side.
 """
 
 from __future__ import annotations
@@ -67,10 +28,9 @@ from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
     FunctionFilter,
-    build_prompt,
     counterfactually_memorized,
-    extract_function,
     extract_functions,
+    generate_functions,
     most_lenient,
     score_unparsed_as_zero,
     table1,
@@ -231,37 +191,19 @@ class Counterfactual:
     # ------------------------------------------------------------------ generation and extraction
 
     def _functions(self, ctx: EvalContext, model, tokenizer) -> list[dict]:
-        """Per sample: {"body": extracted body or None, "failure": reason, "raw": the continuation,
-        "prompt_boundary": how the prompt ended for the model}. Each prompt is a prefix of its context,
-        signature and true body: it is cut at a token boundary of that text (`prompt_boundary`)."""
-        from leaklab.signals.continuations import Decoding, greedy_replies
-        from leaklab.signals.generation import prompt_boundaries
+        """Per sample the continuation and the function extracted from it (`generate_functions`)."""
+        from leaklab.signals.continuations import Decoding
 
         cfg = ctx.recipe.evaluate.counterfactual
-
-        def count(text: str) -> list:
-            return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-        prompts = [build_prompt(s, cfg.context_tokens, count) for s in self._samples]
-        sources = [p + s.ground_truth for p, s in zip(prompts, self._samples)]
-        boundary = ctx.recipe.evaluate.prompt_boundary
         decoding = Decoding(
             model,
             tokenizer,
             cache=ctx.generation_cache,
             accelerator=ctx.accelerator,
-            prompt_boundary=boundary,
+            prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
             batch_size=cfg.batch_size,
         )
-        raws = greedy_replies(decoding, prompts, cfg.max_new_tokens, sources=sources)
-        applied = prompt_boundaries(tokenizer, prompts, boundary, sources)
-        out = []
-        for sample, raw, how in zip(self._samples, raws, applied):
-            extracted = extract_function(sample.signature, raw)
-            out.append(
-                {"body": extracted.body, "failure": extracted.failure, "raw": raw, "prompt_boundary": how}
-            )
-        return out
+        return generate_functions(decoding, self._samples, cfg.context_tokens, cfg.max_new_tokens)
 
     def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
         if self._reference is None:

@@ -1,33 +1,19 @@
-"""Detection: every detector of the recipe on every checkpoint, scored against the manifest.
+"""Detection: every detector of the recipe on every checkpoint, scored against the manifest (the rows:
+docs/detectors.md#metrics).
 
-Score detectors (ppl ... ref) give one number per sample; their rows are AUROC, TPR@FPR, and the
-binary metrics at a cross-validated threshold and at the oracle threshold (`metrics.detection_metrics`).
-Rule detectors (SrDetection) decide themselves; their rows are what the detector's own `metrics` gives
-(SrDetection: the binary metrics of the decisions and AUROC of the margin, `metrics.rule_metrics`), and
-for every rule both of its error rates, `flag_rate_members` and `flag_rate_non_members`
-(`metrics.flag_rates`, added here when a rule's own `metrics` lacks them): its TPR and its FPR. Each rule
-column's margin is also scored as a score detector's column is (`metrics.detection_metrics`: AUROC, F1 at
-a cross-validated threshold, oracle F1, ...) under the column `results.margin_column(column)`
-("srdetection_gray_margin@n=10"), so its F1 stands like-for-like beside ppl's: after training on half a
-benchmark a raw rule flags most non-members too (its fixed threshold 0 is far from the best one), while
-its margin still ranks members above non-members. Every row carries 95% bootstrap
-intervals when `evaluate.n_bootstrap` > 0. Per-sample records: each column's score and, for rules, the decision.
+Score detectors give one number per sample, scored by `metrics.detection_metrics`. Rule detectors
+(SrDetection) decide themselves and are scored by their own `metrics`, plus both error rates
+(`flag_rate_members` / `flag_rate_non_members`, `metrics.flag_rates`) where that lacks them. Each rule
+column's margin is also scored as a score column (`results.margin_column`), so its F1 stands
+like-for-like beside ppl's: after training on half a benchmark a raw rule flags most non-members too (its
+fixed threshold 0 is far from the best one), while its margin still ranks members above non-members.
 
-A run with exposure doses (`inject.doses`) also gets, per dose d, the same rows of every
-detector column computed on the members of dose d against all the non-members, each with `"dose": d`
-(`dose_rows`). The all-members rows carry no `dose` field, so a run without doses writes exactly the
-rows it wrote before; readers keep the two apart with `leaklab.results.without_dose` / `dose_rows`.
-A run with `inject.form: rephrased` gets the same per form group (members trained verbatim, members
-trained as a variant; each against all the non-members, the originals scored), each with `"form": f`.
-`evaluate.dataset_tests: [sharded_likelihood]` adds the sharded order test's rows (`file_order_rows`).
-
-Two rows beside the detectors' at every checkpoint (rigour a reviewer asks for):
-  - `blind`: the blind baseline (`detectors/blind.py`), a text-only classifier scored out-of-fold with
-    the CV thresholds' folds; its AUROC should be about 0.5 on a random split. Above 0.6 the split is
-    shifted (a one-sided test at SHIFT_ALPHA): a `distribution_shift` row of 1 and a logged warning say so.
-  - `dataset_inference`: is the member set, as a whole, in training? (`leaklab/dataset_inference.py`): a
-    p-value from every score column, and its measured false-positive rate over random halvings of the
-    non-members (`null_rejection_rate`).
+With exposure doses (`inject.doses`) the same rows come per dose, on the members of dose d against all
+the non-members (`dose_rows`), and with `inject.form: rephrased` per form group; the all-members rows
+carry no `dose` field, so a run without doses writes exactly the rows it wrote before. Beside the
+detectors at every checkpoint stand the blind baseline (`detectors/blind.py`: a `distribution_shift` row
+when the split itself is shifted) and dataset inference (`leaklab/dataset_inference.py`), the rigour
+checks of docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
 
 Detectors that need variants (SrDetection) get them in `prepare`: the run's own copy
 (<run>/variants.jsonl) when it has one, else built once per benchmark (sandbox-verified, cached) and
@@ -184,10 +170,7 @@ class Detection:
 
     def runs_tests(self, recipe) -> str | None:
         """Variants verified by the benchmark's tests (`verify: tests`) run them; alpha and none do not."""
-        if (
-            needs_variants(recipe.evaluate.detectors)
-            and store.verify_mode(recipe.evaluate.srdetection) == "tests"
-        ):
+        if needs_variants(recipe.evaluate.detectors) and recipe.evaluate.srdetection.verify == "tests":
             return "evaluate.srdetection.verify: tests (alpha or none verify variants without tests)"
         return None
 

@@ -1,42 +1,20 @@
 """Extraction audit of every checkpoint (docs/evaluations.md): what the model reproduces of its training data.
 
+Strategies, rankings, rows and the corpus (003) are described in
+docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction.
+
 Per checkpoint: sample `n_outputs` continuations for each sampling strategy x top-k
-(`leaklab/memorization/extraction.py`), find their Type-1 clones (>= `min_lines` whitespace-normalised
-lines shared verbatim) in the corpus with the line-hash index (`leaklab/memorization/clones.py`, built
-once per run), rank the outputs without the corpus (PPL; the paper's PPL-PPL ratio to a smaller model trained on the
-same data, `small_model`; the PPL ratio to the reference model, a membership test; PPL/zlib; 6-line
-sliding-window PPL; one batched token-statistics pass) and measure how many of each ranking's top
-`precision_k` are real clones.
+(`leaklab/memorization/extraction.py`), find their Type-1 clones in the corpus with the line-hash index
+(`leaklab/memorization/clones.py`, built once per run), rank the outputs without the corpus and measure
+how many of each ranking's top `precision_k` are real clones.
 
-The corpus (`evaluate.extraction.corpus`): `auto` is what the run trained on, the mixed corpus
-(`mix.corpus`, which for the builtin tiny model is also its pretraining corpus) plus the member tasks;
-`builtin` or a path names another. In a run the benchmark's tasks are also indexed on their own, so each
-checkpoint reports how many members were extracted verbatim vs non-members. Non-members are not in the
-training corpus: each non-member match is checked against the corpus index (a match must be text that
-also occurs in the corpus; `n_unexplained` counts those that do not, which would be a bug).
-
-Rows (`column` = "<strategy>/k=<k>" for each cell, "<strategy>/all" for a strategy's outputs over its
-top-k values (when it has several), `all` pooled, and `members` / `non_members`):
-  n_outputs, n_empty, n_not_python (outputs that do not parse; counted, still matched), memorised_fraction
-  (+ bootstrap interval), n_unique_snippets, mean_snippet_lines, precision_at_<k>.<ranking> (+ interval;
-  NaN unless the cell has more than k outputs, since the top k of k outputs is all of them),
-  frequency_spearman / frequency_pearson (snippet frequency in the corpus vs in the outputs);
-  `all` also: taxonomy.<tag> (unique snippets per tag), secrets.<kind> (distinct values found in outputs
-  that also occur in the corpus), secrets_not_in_corpus;
-  members / non_members: n_tasks, n_extracted, extracted_fraction; non_members also n_unexplained.
-  dose=<d>, in a run with inject.canaries: canary_extracted_untargeted_rate, the share of that dose
-  group's canaries whose secret an output holds verbatim (the `canaries` evaluation reports targeted
-  extraction, prompted with each canary's own context: leaklab/evaluations/canaries.py).
-A run with exposure doses (`inject.doses`) also gets, per dose d, `members` rows with
-`"dose": d` (n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and `members` rows
-exposure_spearman (+ interval) and exposure_n_members: the Spearman correlation between each member's
-training exposures (mixture.json `exposures`) and the number of outputs that reproduce it.
-With the targeted `discoverable` strategy (each task prompted with its first `prefix_lines` lines), the
-members / non_members rows count the untargeted strategies only, and the same rows (per dose too) under
-members/discoverable and non_members/discoverable count its outputs: there a non-member match is a false
-discovery (code predictable from its first lines), reported in n_extracted and n_unexplained, not a bug.
-Records (scores/step-N/extraction.jsonl), with every secret-like value masked: one per output
-(`record: output`), per unique snippet (`record: snippet`) and per extracted task (`record: task`).
+In a run the benchmark's tasks are also indexed on their own, so each checkpoint reports how many members
+were extracted verbatim vs non-members. Non-members are not in the training corpus: a non-member match
+must be text that also occurs in the corpus (`n_unexplained` counts those that do not, which would be a
+bug), except under the targeted `discoverable` strategy, where it is a false discovery (code predictable
+from its first lines). With exposure doses the `members` rows come per dose too, and `exposure_spearman`
+correlates each member's training exposures with the number of outputs that reproduce it. Records
+(scores/step-N/extraction.jsonl) mask every secret-like value.
 """
 
 from __future__ import annotations
@@ -61,6 +39,7 @@ from leaklab.memorization.clones import build_index, find_clones, unique_snippet
 from leaklab.memorization.extraction import (
     RANKINGS,
     STRATEGIES,
+    TAGS,
     corpus_secrets,
     exposure_spearman,
     find_secrets,
@@ -76,7 +55,7 @@ from leaklab.memorization.extraction import (
 )
 from leaklab.metrics import leak_rate, pearson, precision_at_k, spearman
 from leaklab.report.charts import metric_panel_spec
-from leaklab.report.section import Panel, Section, Table
+from leaklab.report.section import Panel, Section, Table, fmt
 from leaklab.results import without_dose
 from leaklab.rows import float_or_none, side_row
 from leaklab.rundir import read_json
@@ -326,10 +305,7 @@ class Extraction:
         snippets = _snippets(self.index, clones)
         tags = {s.text: taxonomy(s.text) for s in snippets}
         counts = Counter(t for s in snippets for t in tags[s.text])
-        rows += [
-            _row("all", f"taxonomy.{t}", counts.get(t, 0))
-            for t in ("licence", "import", "definition", "docstring", "configuration", "other")
-        ]
+        rows += [_row("all", f"taxonomy.{t}", counts.get(t, 0)) for t in TAGS]
         found = {x for s in samples for x in find_secrets(s.text)}
         in_corpus = found & self.secrets
         kinds = Counter(kind for kind, _ in in_corpus)
@@ -544,9 +520,6 @@ def extraction_section(rows: list[dict[str, Any]], run) -> Any:
         "precision_at_100",
     )
 
-    def fmt(v, digits=3):
-        return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
-
     header = [
         "step",
         "cell",
@@ -579,7 +552,6 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
     reproduced verbatim at the last checkpoint against the dose, and per checkpoint the correlation
     between a member's exposures and the outputs that reproduce it."""
     from leaklab.report import charts
-    from leaklab.report.section import fmt as _fmt
 
     last = max(int(r["step"]) for r in rows)
     items: list[Panel | Table] = []
@@ -607,9 +579,9 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
                 [
                     [
                         str(step),
-                        f"{_fmt(v.get('exposure_spearman'))} "
-                        f"[{_fmt(v.get('exposure_spearman_ci_low'), 2)}, {_fmt(v.get('exposure_spearman_ci_high'), 2)}]",
-                        _fmt(v.get("exposure_n_members"), 0),
+                        f"{fmt(v.get('exposure_spearman'))} "
+                        f"[{fmt(v.get('exposure_spearman_ci_low'), 2)}, {fmt(v.get('exposure_spearman_ci_high'), 2)}]",
+                        fmt(v.get("exposure_n_members"), 0),
                     ]
                     for step, v in sorted(got.items())
                 ],

@@ -1,44 +1,18 @@
-"""Memorization Risk Index of every checkpoint (Memorize or generalize?, docs/evaluations.md), members and
-non-members apart: does MRI rise on what was injected and stay flat on what was not?
+"""Memorization Risk Index of every checkpoint (004), members and non-members apart: does MRI rise on what
+was injected and stay flat on what was not? The rows and their rules are described in
+docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri.
 
-Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`: a
-rule-based (with `llm_rewrite`: LLM) rewrite validated in the sandbox, a mutation, with an LLM backend a
-paraphrase; with `llm_judge` the LLM's verdict on each rewrite, a filter with "filter"), from the
-per-benchmark cache, with the run's
-copy in <run>/perturbed.jsonl and the acceptance per logic type in <run>/perturbed_summary.json.
+Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`), from
+the per-benchmark cache, with the run's copy in <run>/perturbed.jsonl and the acceptance per logic type
+in <run>/perturbed_summary.json.
 
-Per checkpoint: every original, rewritten, mutated (and paraphrased) task is asked as the accuracy evaluation asks
-(`leaklab/data/prompting.py`), greedily, through the batched generation engine; the code is read back
-(`extract_code`; a reply without code is counted and fails) and judged in the sandbox. Then, per side
-(`column` = members | non_members | all):
-  acc_ori, acc_rew, acc_mut   pass@1 on all the side's originals / its rewrites / its mutations; every
-                              RAD and the competence rule use acc_ori, Acc(T_ori) over the whole
-                              benchmark side (004 §3.1.2, §4.1), also where the rewriter left tasks out
-  acc_ori_rew, acc_ori_mut    pass@1 on the originals of the tasks that have a rewrite / mutation (shown
-                              beside acc_ori: how much the rewritten subset differs from the whole)
-  sim                         Sim = mean S_i over rewritten tasks; S_i = (AST sim + edit sim) / 2 of the
-                              answer to the rewrite vs the ORIGINAL canonical program, both with
-                              docstrings dropped and `ast.unparse`-normalised (the similarity suite's
-                              `mri_similarity`); an answer with no code or code that does not parse
-                              has S_i = 0 here, in iMRI and in the per-task score (one rule; counted
-                              in n_sim_missing)
-  rad_rew, rad_mut, mri       None with the reason in params["na"] below the competence rule
-                              (Acc_ori >= min_accuracy and >= min_solved originals solved)
-  acc_par, rad_par            with an LLM backend (`llm_backend` hf | openai: `perturb/mri_llm.py`) the
-                              paraphrased tasks; without one rad_par is null, "not computed" in params["na"]
-  imri                        mean over originally solved rewritten tasks of S_k x Drop_k
-  rad_rew_unchecked, mri_unchecked   the same numbers without the competence rule (small models)
-  <metric>_ci_low / _ci_high   with evaluate.n_bootstrap > 0, for acc_ori_rew, acc_rew, sim, rad_rew, mri,
-                              imri and the *_unchecked ones, where the value is not null: the bootstrap
-                              95% interval over the side's tasks (members and non-members resampled
-                              apart; seeded by evaluate.seed; `mri_intervals`)
-  rad_rew/<type>, mri/<type>, n/<type>   per logic-change type, for types with >= min_type_count
-                              (default 50, the paper's cut) rewritten tasks on that side (RAD against
-                              the originals of that type's tasks)
-  n_tasks, n_rewritten, n_mutated, n_solved_ori, n_extraction_failed_{ori,rew,mut}, n_sim_missing
-and (column `all`) `score_auroc`: AUROC of the per-task score S_k x Drop_k, members vs non-members.
-Records (scores/step-N/mri.jsonl): per task its verdicts on the three sets, S_k, Drop_k and `score`
-(S_k x Drop_k; null without a rewrite), so MRI is one more membership signal.
+Per checkpoint: every original, rewritten, mutated (and paraphrased) task is asked as the accuracy
+evaluation asks (`leaklab/data/prompting.py`), greedily, through the batched generation engine; the code
+is read back (`extract_code`; a reply without code is counted and fails) and judged in the sandbox. Every
+RAD and the competence rule use acc_ori, Acc(T_ori) over the whole benchmark side (004 §3.1.2, §4.1),
+also where the rewriter left tasks out; an answer with no code or code that does not parse has S_i = 0
+in Sim, in iMRI and in the per-task score alike (one rule). The per-task score S_k x Drop_k is one more
+membership signal (records in scores/step-N/mri.jsonl, its AUROC in `score_auroc`).
 
 Generations and verdicts are cached under <run>/cache/executions/mri/ per model fingerprint, settings
 and perturbed sets, so a resumed run neither generates nor executes again (the pipeline accuracy shares:
@@ -88,7 +62,6 @@ from leaklab.similarity.judges import make_backend
 
 SIDES = ("members", "non_members", "all")
 SETS = ("ori", "rew", "mut", "par")
-LLM_BACKENDS = ("none", "hf", "openai")
 NO_LLM = "not computed: no LLM backend for paraphrase (evaluate.mri.llm_backend)"
 
 

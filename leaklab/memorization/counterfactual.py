@@ -202,6 +202,32 @@ def extract_function(signature: str, continuation: str) -> Extracted:
     return Extracted(None, "no prefix of the body parses")
 
 
+def generate_functions(
+    decoding, samples: Sequence[FunctionSample], context_tokens: int, max_new_tokens: int
+) -> list[dict]:
+    """Per sample, the model's greedy continuation of its prompt and the function extracted from it:
+    {"body": extracted body or None, "failure": reason, "raw": the continuation, "prompt_boundary": how
+    the prompt ended for the model}. Each prompt is a prefix of its context, signature and true body, so
+    it is cut at a token boundary of that text (`decoding.prompt_boundary`)."""
+    from leaklab.signals.continuations import greedy_replies
+    from leaklab.signals.generation import prompt_boundaries
+
+    tokenizer = decoding.tokenizer
+
+    def count(text: str) -> list:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompts = [build_prompt(s, context_tokens, count) for s in samples]
+    sources = [p + s.ground_truth for p, s in zip(prompts, samples)]
+    raws = greedy_replies(decoding, prompts, max_new_tokens, sources=sources)
+    applied = prompt_boundaries(tokenizer, prompts, decoding.prompt_boundary, sources)
+    out = []
+    for sample, raw, how in zip(samples, raws, applied):
+        extracted = extract_function(sample.signature, raw)
+        out.append({"body": extracted.body, "failure": extracted.failure, "raw": raw, "prompt_boundary": how})
+    return out
+
+
 def _dedent_def(code: str, indent: int) -> str:
     # A method's `def` is indented; parse it as if it were at the top level.
     if indent == 0:

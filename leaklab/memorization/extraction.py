@@ -1,32 +1,18 @@
-"""Extraction audit (docs/evaluations.md): sample a model, find what it copies of its corpus, rank, classify.
+"""Extraction audit (003; the strategies, rankings and taxonomy are described in
+docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction): sample a model,
+find what it copies of its corpus, rank, classify. Each piece is a function the evaluation plug-in
+(`leaklab/evaluations/extraction.py`) strings together: corpora (`load_corpus`; the clone index is
+`leaklab.memorization.clones`), sampling strategies through the shared generation engine, rankings
+without the corpus from one batched token-statistics pass, sensitive content and a rule taxonomy.
 
-The pieces, each a function the evaluation plug-in (`leaklab/evaluations/extraction.py`) strings together:
-
-- corpora: `load_corpus` gives named documents (the builtin corpus, a file or a directory); the
-  clone index over them is `leaklab.memorization.clones`.
-- sampling: four strategies, each with top-k sampling, through the shared generation engine:
-    non_prompt          the start token only;
-    temperature_decay   the same start, temperature max(1, 20 - t) at new token t (20, 19, ..., 1,
-                        then 1; a logits processor), so samples start diverse and end fluent;
-    prompt_conditioned  function definitions (signature line(s)) parsed from held-out files;
-    two_step            the most frequent snippet found by non_prompt sampling, as the prompt: its lines
-                        as the corpus writes them (indentation kept), not the normalised lines;
-    discoverable        targeted, as Carlini et al.'s discoverable extraction: every benchmark task
-                        (member or not) prompted with its own first lines (`first_lines`), one sample
-                        each; only the continuation is searched, so a clone is text the model wrote.
-- ranking without the corpus, from one batched token-statistics pass per model: PPL, the paper's
-  PPL-PPL ratio `ppl_ratio` (log PPL of the model / log PPL of a smaller model trained on the same data,
-  Unveiling §3.3; NaN without one), `ppl_reference_ratio` (log PPL of the model / log PPL of the run's
-  reference model, which never saw the data: a reference-model membership test, not the paper's
-  ratio), PPL / zlib ratio (log PPL / zlib-compressed bytes) and the average PPL of sliding windows of
-  6 lines (stride 1). Every score is oriented so that
-  higher means "more likely memorised" (the negated quantity: memorised text has low perplexity).
-- sensitive content: e-mail addresses, IPv4 addresses and key-like strings found by patterns (the
-  `detect-secrets` library is not used: patterns keep the dependency list short and the matches
-  explainable); a value counts only when the same string occurs in the corpus, and it is never
-  written out: `mask` replaces it by its kind, length and a short hash.
-- taxonomy: each memorised snippet tagged by rules (licence header, import block, definition,
-  docstring, configuration, other).
+- Every ranking score is oriented so that higher means "more likely memorised" (the negated quantity:
+  memorised text has low perplexity). `ppl_ratio` is the paper's PPL-PPL ratio to a smaller model
+  trained on the same data (Unveiling §3.3); `ppl_reference_ratio`, to the run's reference model, which
+  never saw the data, is a membership test, not the paper's ratio.
+- The discoverable strategy searches only the continuation, so a clone is text the model wrote.
+- Sensitive content is found by patterns, not the `detect-secrets` library: patterns keep the
+  dependency list short and the matches explainable. A value counts only when the same string occurs
+  in the corpus, and it is never written out: `mask` replaces it by its kind, length and a short hash.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from leaklab.errors import InputError
-from leaklab.memorization.counterfactual import build_prompt, extract_function, score_unparsed_as_zero
+from leaklab.memorization.counterfactual import generate_functions, score_unparsed_as_zero
 from leaklab.rundir import write_atomic
 
 
@@ -70,26 +70,13 @@ def corpus_sources(path: str | Path) -> list[tuple[str, str]]:
 
 def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
     from leaklab.models.load import load_model, load_tokenizer
-    from leaklab.signals.continuations import Decoding, GenerationCache, greedy_replies
-    from leaklab.signals.generation import prompt_boundaries
+    from leaklab.signals.continuations import Decoding, GenerationCache
 
     model = load_model(name, args.dtype, False, key=name)
     model.eval()
     tokenizer = load_tokenizer(name, False, key=name)
-    prompts = [
-        build_prompt(s, args.context_tokens, lambda t: tokenizer(t, add_special_tokens=False)["input_ids"])
-        for s in samples
-    ]
-    # Each prompt is a prefix of its context, signature and true body: cut at that text's token boundary.
-    sources = [p + s.ground_truth for p, s in zip(prompts, samples)]
     decoding = Decoding(model, tokenizer, cache=GenerationCache(cache_dir), batch_size=args.batch_size)
-    raws = greedy_replies(decoding, prompts, args.max_new_tokens, sources=sources)
-    applied = prompt_boundaries(tokenizer, prompts, "heal", sources)
-    out = []
-    for sample, raw, how in zip(samples, raws, applied):
-        extracted = extract_function(sample.signature, raw)
-        out.append({"body": extracted.body, "failure": extracted.failure, "raw": raw, "prompt_boundary": how})
-    return out
+    return generate_functions(decoding, samples, args.context_tokens, args.max_new_tokens)
 
 
 def _corpus_functions(args, keep) -> list:

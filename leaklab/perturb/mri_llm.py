@@ -330,7 +330,6 @@ Answer two questions about the NEW task.
 Answer with JSON only, in this form:
 {{"aligned": true or false, "difficulty": "easier" or "same" or "harder", "reason": "<one sentence>"}}
 """
-DIFFICULTIES = ("easier", "same", "harder")
 JUDGE_TESTS_SHOWN = 5  # tests quoted in the judge's prompt (the first ones)
 
 

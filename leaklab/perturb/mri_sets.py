@@ -5,10 +5,8 @@ cached as JSON lines, reused by every checkpoint and run.
     info = summary(sets)                                   # acceptance per logic type, reasons
     write_run_sets(run.root, sets, info); read_run_sets(run.root)
 
-The cache (`<LEAKLAB_CACHE>/perturbed/<benchmark>-<settings>.jsonl`) holds one line per task keyed by a
-hash of the task's content (`set_store`, as SrDetection's variants), so any split or checkpoint of any run on the benchmark
-reuses it. The file name hashes STORE_VERSION, the settings (the LLM backend's identity included) and
-the source of the modules that make the sets, so changed code never serves stale rewrites. Paraphrase
+The cache (`<LEAKLAB_CACHE>/perturbed/`, kept by `set_store` as SrDetection's variants are) is named
+after STORE_VERSION, the settings (the LLM backend's identity included) and the source of SET_CODE. Paraphrase
 needs an LLM backend (`LlmBackend`, `mri_llm.py`); without one the sets carry no paraphrase and the MRI
 evaluation reports RAD_par as not computed. With `LlmBackend.rewrite` the LLM rewrites instead of the
 rules, through the same execution checks. With `LlmBackend.judge` ("record" or "filter") the LLM also

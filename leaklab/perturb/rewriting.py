@@ -923,9 +923,21 @@ def _candidate_jobs(task: Task, plan: dict, outcome, result: Rewrite, jobs: list
     except NotRewritable as err:
         result.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
         return False
+    plan["candidates"] = []
+    for _, edit, program, solution in parsed_edits(task, sites, rng, per_type, result):
+        plan["candidates"].append((edit, solution, len(jobs)))
+        jobs.append(FunctionCalls(program, task.entry_point or "", plan["probe"], timeout_s))
+    return True
+
+
+def parsed_edits(
+    task: Task, sites: dict[str, list[Edit]], rng: random.Random, per_type: int, result: Rewrite
+):
+    """(logic type, edit, program, solution) for up to `per_type` edits of every type, the types in an
+    order drawn for the task; a type without a site and an edit whose program does not parse are recorded
+    in `result` as rejections."""
     order = list(LOGIC_TYPES)
     rng.shuffle(order)
-    plan["candidates"] = []
     for logic_type in order:
         if not sites[logic_type]:
             result.rejections.append(
@@ -938,9 +950,7 @@ def _candidate_jobs(task: Task, plan: dict, outcome, result: Rewrite, jobs: list
             except (NotRewritable, SyntaxError, ValueError) as err:
                 result.rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})
                 continue
-            plan["candidates"].append((edit, solution, len(jobs)))
-            jobs.append(FunctionCalls(program, task.entry_point or "", plan["probe"], timeout_s))
-    return True
+            yield logic_type, edit, program, solution
 
 
 def _accept_first(task: Task, plan: dict, candidate_results: list, result: Rewrite) -> None:

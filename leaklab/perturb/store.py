@@ -14,11 +14,8 @@ executors, stored as JSON lines (per-benchmark cache and the run's own copy), re
                  values are the ORIGINAL solution's outputs, not the variant's own, or verification would
                  compare the variant with itself.
 
-The cache (`<LEAKLAB_CACHE>/variants/<benchmark>-<settings>.jsonl`, kept by `set_store` as MRI's sets
-are) holds one line per task, keyed by a hash of the task's content, so any run, split or checkpoint on
-the same benchmark reuses it. Its file
-name hashes the settings that change variants (n, seed, verify, example replacement) and the source of
-the modules that make variants (`VARIANT_CODE`), so a change to that code never serves stale variants.
+The cache (`<LEAKLAB_CACHE>/variants/`, kept by `set_store` as MRI's sets are) is named after the
+settings that change variants (n, seed, verify, example replacement) and the source of `VARIANT_CODE`.
 A variant is stored as the Task fields that differ from its original (prompt, solution, tests, entry
 point) plus its metadata.
 """
@@ -89,13 +86,6 @@ def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Ca
     return run_solution, verify
 
 
-def verify_mode(cfg) -> str:
-    """evaluate.srdetection.verify as "tests", "alpha" or "none" (true / false read as tests / none)."""
-    if isinstance(cfg.verify, bool):
-        return "tests" if cfg.verify else "none"
-    return cfg.verify
-
-
 def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = True) -> list[VariantSet]:
     """`make_variants` for every task with the sandbox's executors (cfg: a SrDetectionConfig).
     `rename=False`: example replacement alone (an ablation; never cached).
@@ -103,7 +93,7 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
     Tasks are processed by a few threads: while one waits for the sandbox another renames."""
     if not tasks:
         return []
-    verify_by = verify_mode(cfg)
+    verify_by = cfg.verify
     needs_sandbox = verify_by == "tests" or cfg.replace_examples
     originals = {t.task_id: t for t in tasks}
     started = time.perf_counter()
@@ -225,7 +215,7 @@ def settings_key(cfg) -> str:
     """What changes the variants: the settings and the variant code itself."""
     code = set_store.code_digest(VARIANT_CODE)
     return set_store.settings_key(
-        [STORE_VERSION, cfg.n_variants, cfg.seed, verify_mode(cfg), cfg.replace_examples, code]
+        [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
     )
 
 

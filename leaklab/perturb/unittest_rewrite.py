@@ -35,13 +35,12 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.execution.sandbox import FunctionCalls
 from leaklab.perturb.rewriting import (
-    LOGIC_TYPES,
     NotRewritable,
     Rewrite,
     _docstring_span,
     candidate_edits,
     change_sentence,
-    edited_task,
+    parsed_edits,
     state_change,
 )
 
@@ -307,20 +306,9 @@ def rewrite_unittest_tasks(
             )
             sites[i] = None
             continue
-        order = list(LOGIC_TYPES)
-        rng.shuffle(order)
-        for logic_type in order:
-            if not edits[logic_type]:
-                results[i].rejections.append({"type": logic_type, "reason": "no_site", "detail": "no place in the solution to apply it"})  # fmt: skip
-            for edit in edits[logic_type][:per_type]:
-                try:
-                    program, solution = edited_task(task, edit)
-                    ast.parse(program)
-                except (NotRewritable, SyntaxError, ValueError) as err:
-                    results[i].rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})  # fmt: skip
-                    continue
-                prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
-                candidates[i].append(Candidate(logic_type, program, solution, prompt, change_sentence(edit)))
+        for logic_type, edit, program, solution in parsed_edits(task, edits, rng, per_type, results[i]):
+            prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
+            candidates[i].append(Candidate(logic_type, program, solution, prompt, change_sentence(edit)))
     validate_candidates(tasks, sites, candidates, sandbox, results, timeout_s)
     return results
 

@@ -21,6 +21,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: Path) -> list[Path]:
+    """Writes the figure as `path` (PNG) and as PDF beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    fig.savefig(path.with_suffix(".pdf"))
+    plt.close(fig)
+    return [path, path.with_suffix(".pdf")]
+
+
 def file_stem(metric: str) -> str:
     return metric.replace("%", "pct").replace("@", "_at_")
 
@@ -79,11 +88,7 @@ def plot_metric(
         fig.text(0.01, 0.01, caption, fontsize=7, color="#555")
     # Fixed margins (the legend takes the right third): tight_layout costs more than drawing.
     fig.subplots_adjust(left=0.08, right=0.68, top=0.92, bottom=0.16 if caption else 0.12)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    fig.savefig(path.with_suffix(".pdf"))
-    plt.close(fig)
-    return [path, path.with_suffix(".pdf")]
+    return _save(plt, fig, path)
 
 
 _MARKERS = {"circle": "o", "triangle-up": "^", "square": "s", "diamond": "D", "cross": "x"}
@@ -106,11 +111,7 @@ def plot_training_loss(rows: list[dict[str, Any]], path: Path) -> list[Path]:
     ax.set_ylabel("training loss")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    fig.savefig(path.with_suffix(".pdf"))
-    plt.close(fig)
-    return [path, path.with_suffix(".pdf")]
+    return _save(plt, fig, path)
 
 
 def plot_histograms(scores: dict, out_dir: Path) -> list[Path]:
@@ -159,8 +160,4 @@ def plot_ratio(points: dict[str, dict[str, float]], ratios: list[str], path: Pat
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.subplots_adjust(left=0.08, right=0.68, top=0.9, bottom=0.12)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    fig.savefig(path.with_suffix(".pdf"))
-    plt.close(fig)
-    return [path, path.with_suffix(".pdf")]
+    return _save(plt, fig, path)
