@@ -527,6 +527,9 @@ def test_a_condition_starts_as_soon_as_the_one_it_needs_is_done(tmp_path, monkey
         for c, s in sleeps.items()
     }
     assert study.run_order(conditions) == ["sft", "rl", "slow", "other"]
+    # then the conditions with the most runs (the longest, as a rule), so none is left alone at the end
+    wide = {"after": None, "runs": [{}, {}]}
+    assert study.run_order({**conditions, "wide": wide}) == ["sft", "rl", "wide", "slow", "other"]
     status = study.run_local(
         {"study": "s", "root": str(tmp_path), "conditions": conditions}, jobs=2, log=lambda *_: None
     )
