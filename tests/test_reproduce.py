@@ -211,6 +211,7 @@ def test_reproduce_smoke_runs_trains_reads_and_writes_the_generated_pages(leakla
     )
     cost = (tmp_path / "docs" / "cost.md").read_text()
     assert re.search(r"^\| tiny_sft \| [0-9.]+ min \|  \|$", cost, re.M)  # trained from empty: not resumed
+    assert re.search(r"^\| all, side by side as above \| [0-9.]+ min \| \|$", cost, re.M)
     again = subprocess.run(
         command, cwd=REPO, env=_env(leaklab_cache), capture_output=True, text=True, timeout=600
     )
