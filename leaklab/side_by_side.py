@@ -2,8 +2,8 @@
 
 Each job runs in a process of its own (forked), `slots` at a time, with 1/slots of the CPU threads. A job
 that needs others starts once they are done, in the first free slot (not after a whole batch of jobs), and is
-marked failed without running when one of them failed. Jobs start in the order given: put first those that
-others wait for, so the longest chain starts at once.
+marked failed without running when one of them failed. The jobs that others wait for start first (they
+begin the longest chain), then those that wait (each starts as soon as it can), the rest in the order given.
 """
 
 from __future__ import annotations
@@ -64,7 +64,9 @@ def run_jobs(
     """Every job, `slots` at a time (see the module); name -> what its call returned, with its wall time in
     seconds (`wall_s`). `started` and `ended` are called here, in this process, as each job starts and ends
     (a log line, a status file)."""
-    waiting, running, status, since = list(jobs), {}, {}, {}
+    waited_for = {name for job in jobs for name in job.needs}
+    waiting = sorted(jobs, key=lambda job: (job.name not in waited_for, not job.needs))
+    running, status, since = {}, {}, {}
     with environment(thread_split(slots)), ProcessPoolExecutor(slots, mp_context=get_context("fork")) as pool:
         while waiting or running:
             for job in list(waiting):

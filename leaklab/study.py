@@ -317,19 +317,10 @@ def last_error_line(log_path: Path) -> str:
 
 
 def run_order(conditions: dict[str, dict[str, Any]]) -> list[str]:
-    """The order conditions start in: those another waits for first (they start the longest chain), then
-    those that wait (started as soon as they can be), then the rest with the most runs first (the longest,
-    as a rule: one left alone at the end keeps a single slot busy while the others' cores idle), ties as
-    the study file lists them."""
-    waited_for = {c["after"] for c in conditions.values() if c["after"]}
-    return sorted(
-        conditions,
-        key=lambda c: (
-            c not in waited_for,
-            conditions[c]["after"] is None,
-            -len(conditions[c].get("runs", ())),
-        ),
-    )
+    """The conditions with the most runs first (the longest, as a rule: one left alone at the end keeps a
+    single slot busy while the others' cores idle), ties as the study file lists them. run_jobs starts
+    before them those another waits for, and those that wait."""
+    return sorted(conditions, key=lambda c: -len(conditions[c].get("runs", ())))
 
 
 def run_local(plan: dict[str, Any], jobs: int, log=print) -> dict[str, dict[str, Any]]:

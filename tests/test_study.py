@@ -526,10 +526,17 @@ def test_a_condition_starts_as_soon_as_the_one_it_needs_is_done(tmp_path, monkey
         c: {"sleep_s": s, "root": str(tmp_path / c), "after": "sft" if c == "rl" else None}
         for c, s in sleeps.items()
     }
-    assert study.run_order(conditions) == ["sft", "rl", "slow", "other"]
     # then the conditions with the most runs (the longest, as a rule), so none is left alone at the end
-    wide = {"after": None, "runs": [{}, {}]}
-    assert study.run_order({**conditions, "wide": wide}) == ["sft", "rl", "wide", "slow", "other"]
+    wide = {"sleep_s": 0.0, "root": str(tmp_path / "wide"), "after": None, "runs": [{}, {}]}
+    assert study.run_order({**conditions, "wide": wide}) == ["wide", "slow", "other", "sft", "rl"]
+    lines = []
+    study.run_local(
+        {"study": "s", "root": str(tmp_path), "conditions": {**conditions, "wide": wide}},
+        jobs=1,
+        log=lines.append,
+    )
+    started = [line.split()[3].rstrip(",") for line in lines if "output in" in line]
+    assert started == ["sft", "rl", "wide", "slow", "other"]  # one slot: the start order, whole
     status = study.run_local(
         {"study": "s", "root": str(tmp_path), "conditions": conditions}, jobs=2, log=lambda *_: None
     )

@@ -335,12 +335,11 @@ def train_all(chosen: list[RunSpec], smoke: bool, output_dir: str, log=say) -> d
     # After the studies: a run a study trained (its shared runs) is there now, and gets only what it lacks.
     there = {s.name: run_dir(s, smoke, output_dir).exists() for s in others}
     names = {s.name for s in others}
-    waited_for = {s.after for s in others if s.after}
     logs = Path(output_dir) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     jobs = [
         Job(s.name, _train_job, (s, smoke, output_dir, logs / f"{s.name}.log"), tuple({s.after} & names))
-        for s in sorted(others, key=lambda s: s.name not in waited_for)
+        for s in others
     ]
     status |= run_jobs(
         jobs,
