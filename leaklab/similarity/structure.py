@@ -54,7 +54,7 @@ import sys
 import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 from importlib import metadata
 from itertools import repeat
 
@@ -95,7 +95,7 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()) >> 1
 
 
-_label_hash = lru_cache(maxsize=65536)(_stable_hash)  # node labels repeat: hash each once per process
+_label = cache(_stable_hash)  # node and field labels repeat: hash each once per process
 
 
 # --------------------------------------------------------------------------- trees for edit distance
@@ -126,7 +126,7 @@ def ordered_tree(root, children, label) -> OrderedTree:
             idx = len(labels)
             cell = pending.pop()
             leftmost_idx = cell[0] if cell[0] >= 0 else idx
-            labels.append(_label_hash(label(node)))
+            labels.append(_label(label(node)))
             leftmost.append(leftmost_idx)
             if pending and pending[-1][0] < 0:
                 pending[-1][0] = leftmost_idx
@@ -457,17 +457,6 @@ def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
     return _subtree_keys_python(flat, source)
 
 
-_LABELS: dict[str, int] = {}
-
-
-def _label(text: str) -> int:
-    """`_stable_hash` of a node label, computed once per process."""
-    key = _LABELS.get(text)
-    if key is None:
-        key = _LABELS[text] = _stable_hash(text)
-    return key
-
-
 # A key: start from a seed (one for named nodes, one for the unnamed nodes with children that tree-sitter
 # prints as `(is not("is")("not"))`), then per value h = (h ^ value) * M mod 2^64, h ^= h >> 32.
 _SEED_NAMED, _SEED_UNNAMED = 0x517CC1B727220A95, 0x2545F4914F6CDD1D
@@ -566,11 +555,9 @@ def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  
     return out
 
 
-def _weighted_recall(
-    candidate: list[Counter], reference: list[Counter], matched: list | None = None
-) -> float:
+def _weighted_recall(candidate: list[Counter], reference: list[Counter], matched: list) -> float:
     """CodeBLEU's weighted n-gram match from `word_ngram_counts` of both sides: BLEU's shape with clipped
-    recall, keyword unigrams weighted 1, other unigrams 0.2. `matched`: clipped counts per order, if known."""
+    recall (`matched` per order), keyword unigrams weighted 1, other unigrams 0.2."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
@@ -586,7 +573,7 @@ def _weighted_recall(
             if hits == 0:
                 return 0.0
         else:
-            hits = clipped_matches(cand, ref) if matched is None else matched[n - 1]
+            hits = matched[n - 1]
             total = max(1, sum(ref.values()))
         log_sum += math.log((hits if hits > 0 else 0.1) / total) / max_n
     return (1.0 if c > r else math.exp(1 - r / c)) * math.exp(log_sum)
