@@ -24,16 +24,19 @@ from collections.abc import Callable, Sequence
 
 from leaklab.data.tasks import Task
 from leaklab.execution.sandbox import FunctionCalls
-from leaklab.perturb.examples import find_examples, replace_examples
 from leaklab.perturb.rewriting import (
     LOGIC_TYPES,
     NotRewritable,
     Rewrite,
     _outcome,
-    _params,
+    call_examples,
     call_inputs,
     check_candidate,
+    entry_function,
+    entry_params,
     quoted_code,
+    rewritten_task,
+    with_outputs,
 )
 from leaklab.perturb.unittest_rewrite import Candidate, regenerable_sites, validate_candidates
 from leaklab.similarity.judges import reply_fields, yes_no
@@ -93,17 +96,6 @@ def _tagged(reply: str, tag: str) -> str | None:
     return fence.group(1) if fence else text
 
 
-def _signature(source: str, entry_point: str | None) -> tuple | None:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            return tuple(a.arg for a in node.args.args)
-    return None
-
-
 def _example_lines(prompt: str) -> list[str]:
     return [ln.strip() for ln in prompt.splitlines() if ln.strip().startswith(">>>")]
 
@@ -122,7 +114,7 @@ def read_paraphrase(task: Task, reply: str) -> tuple[Task | None, str]:
     if not text.endswith("\n"):
         text += "\n"
     if task.prompt_is_code:
-        if _signature(text, task.entry_point) != _signature(task.program(), task.entry_point):
+        if entry_params(text, task.entry_point) != entry_params(task.program(), task.entry_point):
             return None, "the signature changed or the statement does not parse"
         if _example_lines(text) != _example_lines(task.prompt):
             return None, "the examples changed"
@@ -163,17 +155,13 @@ class Proposal:
 def _body_onwards(program: str, entry_point: str | None) -> str | None:
     """The program from the entry point's first statement after its docstring to the end: what follows
     a HumanEval-style statement (signature + docstring)."""
-    tree = ast.parse(program)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                body = body[1:]
-            if not body:
-                return None
-            lines = program.splitlines(keepends=True)
-            return "".join(lines[body[0].lineno - 1 :])
-    return None
+    entry = entry_function(ast.parse(program), entry_point)
+    body = entry.body if entry else []
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if not body:
+        return None
+    return "".join(program.splitlines(keepends=True)[body[0].lineno - 1 :])
 
 
 def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
@@ -188,8 +176,8 @@ def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
         code += "\n"
     if not statement.endswith("\n"):
         statement += "\n"
-    old = _signature(task.program(), task.entry_point)
-    if _signature(code, task.entry_point) != old:
+    old = entry_params(task.program(), task.entry_point)
+    if entry_params(code, task.entry_point) != old:
         return None, "the program does not parse, lacks the entry point or changed its parameters"
     if " ".join(code.split()) == " ".join(task.program().split()):
         return None, "the program is unchanged"
@@ -197,7 +185,7 @@ def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
     if task.prompt_is_code:
         # The task's program is statement + solution: the statement must be the signature and docstring
         # of the same function, and the solution the proposed body (helpers after it kept).
-        if _signature(statement, task.entry_point) != old:
+        if entry_params(statement, task.entry_point) != old:
             return None, "the statement does not parse or lost the signature"
         solution = _body_onwards(code, task.entry_point)
         if solution is None:
@@ -238,8 +226,7 @@ def llm_rewrites(
                 {"type": proposal.logic_type, "reason": "not_rewritable", "detail": str(err)}
             )
             continue
-        new_task = dataclasses.replace(task, prompt=proposal.prompt)
-        examples = [e for e in find_examples(new_task, _params(task), asserts=True) if e.kind == "call"]
+        examples = call_examples(task, proposal.prompt)
         probe = inputs + [list(e.args) for e in examples]
         entry = task.entry_point or ""
         plans.append((i, proposal, inputs, examples, probe, len(jobs)))
@@ -258,26 +245,12 @@ def llm_rewrites(
             results[i].rejections.append({"type": kind, **rejection})
             continue
         n = len(inputs)
-        base = dataclasses.replace(task, prompt=proposal.prompt)
-        with_outputs, _ = replace_examples(base, examples, [e.args for e in examples], values[n:])
+        prompt = with_outputs(task, proposal.prompt, examples, values[n:])
         results[i].accepted[kind] = 1
         results[i].logic_type = kind
         results[i].change = "LLM rewrite"
-        results[i].task = dataclasses.replace(
-            task,
-            task_id=f"{task.task_id}/rewrite",
-            prompt=with_outputs.prompt,
-            solution=proposal.solution,
-            tests="",
-            test_type="call",
-            test_cases=tuple({"input": a, "output": o} for a, o in zip(inputs, values[:n])),
-            compare=task.compare if task.compare in ("exact", "set", "apps") else "exact",
-            metadata={
-                **task.metadata,
-                "rewrite_of": task.task_id,
-                "logic_type": kind,
-                "change": "LLM rewrite",
-            },
+        results[i].task = rewritten_task(
+            task, prompt, proposal.solution, inputs, values[:n], kind, "LLM rewrite"
         )
     if units:
         _unittest_rewrites(tasks, units, sandbox, results, timeout_s)

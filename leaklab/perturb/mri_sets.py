@@ -83,23 +83,18 @@ class LlmBackend:
     judge: str = "off"  # off | record | filter: the LLM judges each rewrite (alignment, difficulty)
 
 
-def task_to_json(task: Task | None) -> dict[str, Any] | None:
-    return None if task is None else task_to_dict(task)
-
-
-def task_from_json(data: dict[str, Any] | None) -> Task | None:
-    return None if data is None else task_from_dict(data)
+TASK_FIELDS = ("rewrite", "mutation", "paraphrase")  # the PerturbedSet fields that hold a Task (or None)
 
 
 def set_to_json(ps: PerturbedSet) -> dict[str, Any]:
     data = dataclasses.asdict(ps)
-    data["rewrite"], data["mutation"] = task_to_json(ps.rewrite), task_to_json(ps.mutation)
-    data["paraphrase"] = task_to_json(ps.paraphrase)
+    for name in TASK_FIELDS:
+        data[name] = None if getattr(ps, name) is None else task_to_dict(getattr(ps, name))
     return data
 
 
 def set_from_json(data: dict[str, Any]) -> PerturbedSet:
-    tasks = {k: task_from_json(data.get(k)) for k in ("rewrite", "mutation", "paraphrase")}
+    tasks = {k: None if data.get(k) is None else task_from_dict(data[k]) for k in TASK_FIELDS}
     return PerturbedSet(**{**data, **tasks})
 
 

@@ -235,14 +235,18 @@ def _replace(src: _Source, logic_type: str, node: ast.AST, new_node: ast.AST, se
     return Edit(logic_type, start, end, _paren(new_node), sentence)
 
 
-def _token_edit(src: _Source, logic_type: str, left, right, old: str, new: str, sentence: str) -> Edit | None:
-    """Replace the operator token `old` that sits between the nodes `left` and `right` of `node`."""
+def _token_edit(src: _Source, logic_type: str, left, right, old: str, new: str, sentence: str):
+    """The edit (none when not found) that replaces the operator token `old` between nodes `left` and `right`."""
     lo, hi = src.span(left)[1], src.span(right)[0]
-    between = src.segment(lo, hi)
-    found = re.search(rf"(?<![\w=<>!]){re.escape(old)}(?![\w=<>])", between)
-    if found is None:
-        return None
-    return Edit(logic_type, lo + found.start(), lo + found.end(), new, sentence)
+    found = re.search(rf"(?<![\w=<>!]){re.escape(old)}(?![\w=<>])", src.segment(lo, hi))
+    if found is not None:
+        yield Edit(logic_type, lo + found.start(), lo + found.end(), new, sentence)
+
+
+def entry_function(tree: ast.AST, name: str | None) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The definition of the function `name` in `tree` (the first met), or None."""
+    functions = (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return next((n for n in functions if n.name == name), None)
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -288,17 +292,10 @@ def _constraint_change(src: _Source, node: ast.AST, ctx: dict):
         op = type(node.ops[0])
         words = (BOUND_WORDS[op], BOUND_WORDS[BOUNDS[op]])
         sentence = f"One comparison is changed: where the task above asks for {words[0]}, this version asks for {words[1]}."
-        edit = _token_edit(
-            src,
-            "constraint_change",
-            node.left,
-            node.comparators[0],
-            SYMBOLS[op],
-            SYMBOLS[BOUNDS[op]],
-            sentence,
+        new = SYMBOLS[BOUNDS[op]]
+        yield from _token_edit(
+            src, "constraint_change", node.left, node.comparators[0], SYMBOLS[op], new, sentence
         )
-        if edit:
-            yield edit
     if _call_name(node) == "range" and isinstance(node.func, ast.Name) and not node.keywords:
         args = list(node.args)
         if len(args) in (1, 2):
@@ -362,31 +359,17 @@ def _operator_change(src: _Source, node: ast.AST, ctx: dict):
         op, new_op = type(node.op), ARITHMETIC[type(node.op)]
         sentence = f"In one step this version uses {ARITHMETIC_WORDS[new_op]} where the task above uses {ARITHMETIC_WORDS[op]}."
         if isinstance(node, ast.BinOp):
-            edit = _token_edit(
-                src, "operator_change", node.left, node.right, SYMBOLS[op], SYMBOLS[new_op], sentence
-            )
-        else:
-            edit = _token_edit(
-                src,
-                "operator_change",
-                node.target,
-                node.value,
-                SYMBOLS[op] + "=",
-                SYMBOLS[new_op] + "=",
-                sentence,
-            )
-        if edit:
-            yield edit
+            left, right, old, new = node.left, node.right, SYMBOLS[op], SYMBOLS[new_op]
+        else:  # `x += y`: the token is the operator with its `=`
+            left, right, old, new = node.target, node.value, SYMBOLS[op] + "=", SYMBOLS[new_op] + "="
+        yield from _token_edit(src, "operator_change", left, right, old, new, sentence)
     elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in EQUALITY:
         op, new_op = type(node.ops[0]), EQUALITY[type(node.ops[0])]
         sentence = (
             f"In one test this version {EQUALITY_WORDS[new_op]} where the task above {EQUALITY_WORDS[op]}."
         )
-        edit = _token_edit(
-            src, "operator_change", node.left, node.comparators[0], SYMBOLS[op], SYMBOLS[new_op], sentence
-        )
-        if edit:
-            yield edit
+        old, new = SYMBOLS[op], SYMBOLS[new_op]
+        yield from _token_edit(src, "operator_change", node.left, node.comparators[0], old, new, sentence)
     elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
         old = SYMBOLS[type(node.op)]
         new = "or" if old == "and" else "and"
@@ -395,9 +378,7 @@ def _operator_change(src: _Source, node: ast.AST, ctx: dict):
             if new == "or"
             else "One combined condition needs both of its two parts to hold, where the task above needs either."
         )
-        edit = _token_edit(src, "operator_change", node.values[0], node.values[1], old, new, sentence)
-        if edit:
-            yield edit
+        yield from _token_edit(src, "operator_change", node.values[0], node.values[1], old, new, sentence)
 
 
 def _simple(stmt: ast.stmt) -> bool:
@@ -557,14 +538,7 @@ def candidate_edits(
     except (SyntaxError, ValueError) as err:
         raise NotRewritable(f"the canonical program does not parse: {err}") from err
     src = _Source(program, solution_start)
-    entry = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == task.entry_point
-        ),
-        None,
-    )
+    entry = entry_function(tree, task.entry_point)
     ctx = {
         "docstrings": _docstring_ids(tree),
         "entry": entry,
@@ -652,25 +626,25 @@ def _docstring_span(task: Task) -> tuple[int, int] | None:
         tree = ast.parse(task.prompt)
     except (SyntaxError, ValueError):
         return None
+    entry = entry_function(tree, task.entry_point)
+    # The entry point's first constant statement (HumanEval/115 puts an import before its docstring).
+    body = entry.body if entry else []
+    first = next((s for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)), None)
+    if not _is_string(first):
+        first = tree.body[0] if tree.body else None
+    if not _is_string(first):
+        return None
     src = _Source(task.prompt, 0)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == task.entry_point:
-            # The first string statement (HumanEval/115 puts an import before its docstring).
-            first = next(
-                (s for s in node.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)), None
-            )
-            if first is not None and isinstance(first.value.value, str):
-                lo, hi = src.span(first.value)
-                return len(src.data[:lo].decode()), len(src.data[:hi].decode())
-    first = tree.body[0] if tree.body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        lo, hi = src.span(first.value)
-        return len(src.data[:lo].decode()), len(src.data[:hi].decode())
-    return None
+    lo, hi = src.span(first.value)
+    return len(src.data[:lo].decode()), len(src.data[:hi].decode())
+
+
+def _is_string(stmt: ast.stmt | None) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
 
 
 _EXAMPLE_START = re.compile(
@@ -751,11 +725,6 @@ def quoted_code(
     return sorted(found)
 
 
-def change_sentence(edit: Edit) -> str:
-    """The sentence the new prompt gains: the new behaviour in prose, no code of either solution."""
-    return edit.sentence
-
-
 def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> str:
     """The prompt with `sentence` put into the docstring, before its examples (or at its end); a prose
     prompt (no docstring) gets it as a last paragraph."""
@@ -780,31 +749,37 @@ def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> st
     return prompt[:close] + f"\n{indent}{sentence}\n{indent}" + prompt[close:]
 
 
-def _params(task: Task) -> list[str]:
+def entry_params(program: str, entry_point: str | None) -> list[str] | None:
+    """The entry point's positional parameter names; None when the program does not parse or lacks it."""
     try:
-        tree = ast.parse(task.program())
+        entry = entry_function(ast.parse(program), entry_point)
     except (SyntaxError, ValueError):
-        return []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == task.entry_point:
-            return [a.arg for a in node.args.args]
-    return []
+        return None
+    return None if entry is None else [a.arg for a in entry.args.args]
+
+
+def call_examples(task: Task, prompt: str) -> list:
+    """The examples of calls that `prompt` (the task's, or its rewrite's) shows, MBPP+'s asserts included."""
+    from leaklab.perturb.examples import find_examples
+
+    params = entry_params(task.program(), task.entry_point)
+    found = find_examples(dataclasses.replace(task, prompt=prompt), params, asserts=True)
+    return [ex for ex in found if ex.kind == "call"]
+
+
+def with_outputs(task: Task, prompt: str, examples: list, outputs: list) -> str:
+    """`prompt` (the task's, or its rewrite's) with each of its `examples` showing the rewrite's output."""
+    from leaklab.perturb.examples import replace_examples
+
+    base = dataclasses.replace(task, prompt=prompt)
+    return replace_examples(base, examples, [ex.args for ex in examples], outputs)[0].prompt
 
 
 def rewritten_task(
-    task: Task, edit: Edit, solution: str, inputs: list[list], outputs: list, examples, example_outputs
+    task: Task, prompt: str, solution: str, inputs: list[list], outputs: list, logic_type: str, change: str
 ) -> Task:
-    """The rewritten Task: new prompt (changed rule stated, examples' outputs regenerated), the
-    rewritten solution, "call" tests on the original inputs with the rewrite's outputs."""
-    from leaklab.perturb.examples import replace_examples
-
-    with_examples, _ = replace_examples(task, examples, [ex.args for ex in examples], example_outputs)
-    prompt = with_examples.prompt
-    probe = dataclasses.replace(task, prompt=prompt)
-    prompt = state_change(
-        prompt, _docstring_span(probe) if task.prompt_is_code else None, change_sentence(edit)
-    )
-    compare = task.compare if task.compare in ("exact", "set", "apps") else "exact"
+    """The rewritten Task: its new prompt and solution, "call" tests on the original inputs with the
+    rewrite's outputs."""
     return dataclasses.replace(
         task,
         task_id=f"{task.task_id}/rewrite",
@@ -813,13 +788,8 @@ def rewritten_task(
         tests="",
         test_type="call",
         test_cases=tuple({"input": i, "output": o} for i, o in zip(inputs, outputs)),
-        compare=compare,
-        metadata={
-            **task.metadata,
-            "rewrite_of": task.task_id,
-            "logic_type": edit.logic_type,
-            "change": change_sentence(edit),
-        },
+        compare=task.compare if task.compare in ("exact", "set", "apps") else "exact",
+        metadata={**task.metadata, "rewrite_of": task.task_id, "logic_type": logic_type, "change": change},
     )
 
 
@@ -885,8 +855,6 @@ def rewrite_tasks(
 def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, results: list[Rewrite]):
     """(per task its plan or None, the sandbox jobs running each original on its test inputs and examples).
     Synthetic tasks are rewritten here, by their family's own rewrite."""
-    from leaklab.perturb.examples import find_examples
-
     plans: list[dict | None] = [None] * len(tasks)
     jobs: list = []
     for i, task in enumerate(tasks):
@@ -899,7 +867,7 @@ def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, 
         except NotRewritable as err:
             results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
             continue
-        examples = [ex for ex in find_examples(task, _params(task), asserts=True) if ex.kind == "call"]
+        examples = call_examples(task, task.prompt)
         probe = inputs + [list(ex.args) for ex in examples]
         plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
         jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))
@@ -968,11 +936,14 @@ def _accept_first(task: Task, plan: dict, candidate_results: list, result: Rewri
             continue
         result.accepted[kind] = result.accepted.get(kind, 0) + 1
         if result.task is None:
+            prompt = with_outputs(task, task.prompt, plan["examples"], values[n:])
+            span = _docstring_span(dataclasses.replace(task, prompt=prompt)) if task.prompt_is_code else None
+            prompt = state_change(prompt, span, edit.sentence)
             result.task = rewritten_task(
-                task, edit, solution, plan["inputs"], values[:n], plan["examples"], values[n:]
+                task, prompt, solution, plan["inputs"], values[:n], kind, edit.sentence
             )
             result.logic_type = kind
-            result.change = change_sentence(edit)
+            result.change = edit.sentence
 
 
 def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:

@@ -110,22 +110,15 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
             # thread parses too, with "AST constructor recursion depth mismatch" (rare: seen once in
             # hundreds of builds). The variants are a pure function of the task and seed, so building them
             # again gives the same set.
+            check = Verification(verify, by=verify_by) if verify is not None else None
             for attempt in range(3):
                 try:
-                    return variants_of(task)
+                    return make_variants(
+                        task, cfg.n_variants, cfg.seed, run_solution=run_solution, verify=check, rename=rename
+                    )
                 except SystemError as err:
                     if "recursion depth mismatch" not in str(err) or attempt == 2:
                         raise
-
-        def variants_of(task: Task) -> VariantSet:
-            return make_variants(
-                task,
-                cfg.n_variants,
-                cfg.seed,
-                run_solution=run_solution,
-                verify=Verification(verify, by=verify_by) if verify is not None else None,
-                rename=rename,
-            )
 
         with (
             ThreadPoolExecutor(max_workers=2 * cfg.sandbox_workers) as pool,

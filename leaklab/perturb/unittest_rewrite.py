@@ -39,7 +39,6 @@ from leaklab.perturb.rewriting import (
     Rewrite,
     _docstring_span,
     candidate_edits,
-    change_sentence,
     parsed_edits,
     state_change,
 )
@@ -70,7 +69,8 @@ def {RUNNER}(tests_source, test_class="TestCases"):
 '''
 
 
-def _literal(node: ast.AST) -> tuple[bool, Any]:
+def _literal(node: ast.AST | str) -> tuple[bool, Any]:
+    """(True, the value) of a literal's node or text; (False, None) for anything else."""
     try:
         return True, ast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -135,11 +135,10 @@ def _values(result) -> tuple[dict[str, list[str]] | None, list[str], str]:
     return call.value.get("records", {}), list(call.value.get("problems", [])), ""
 
 
-def _read_back(text: str) -> tuple[bool, Any]:
-    try:
-        return True, ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return False, None
+def _recorded(records: dict[str, list[str]], k: int) -> tuple[bool, Any]:
+    """(True, the value) when site k recorded exactly one value that reads back as a literal."""
+    got = records.get(str(k), [])
+    return _literal(got[0]) if len(got) == 1 else (False, None)
 
 
 def drop_examples(prompt: str) -> tuple[str, int]:
@@ -204,8 +203,7 @@ def regenerable_sites(
             continue
         keep = {}
         for k, (call, lit) in enumerate(sites):
-            got = records.get(str(k), [])
-            ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
+            ok, value = _recorded(records, k)
             if ok and value == _literal(call.args[lit])[1]:
                 keep[k] = value
         if not keep:
@@ -251,12 +249,8 @@ def validate_candidates(
             detail = why or f"an assertion that is not regenerated fails: {problems[:2]}"
             results[i].rejections.append({"type": kind, "reason": reason, "detail": detail[:200]})
             continue
-        new_values = {}
-        for k in sites[i]:
-            got = records.get(str(k), [])
-            ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
-            if ok:
-                new_values[k] = value
+        read_back = {k: _recorded(records, k) for k in sites[i]}
+        new_values = {k: value for k, (ok, value) in read_back.items() if ok}
         if len(new_values) < len(sites[i]):
             detail = "an asserted value is not a literal or was checked more than once"
             results[i].rejections.append({"type": kind, "reason": "not_literal", "detail": detail})
@@ -307,8 +301,8 @@ def rewrite_unittest_tasks(
             sites[i] = None
             continue
         for logic_type, edit, program, solution in parsed_edits(task, edits, rng, per_type, results[i]):
-            prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
-            candidates[i].append(Candidate(logic_type, program, solution, prompt, change_sentence(edit)))
+            prompt = state_change(task.prompt, _docstring_span(task), edit.sentence)
+            candidates[i].append(Candidate(logic_type, program, solution, prompt, edit.sentence))
     validate_candidates(tasks, sites, candidates, sandbox, results, timeout_s)
     return results
 

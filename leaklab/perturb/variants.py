@@ -144,15 +144,9 @@ def _example_tasks(
         return [(task, 0)] * count, f"run_solution failed: {type(err).__name__}: {err}"
     if len(outputs) != len(flat):
         return [(task, 0)] * count, f"run_solution returned {len(outputs)} outputs for {len(flat)} inputs"
-    copies, k = [], 0
+    copies, ran = [], iter(outputs)
     for sets in per_copy:
-        set_outputs = []
-        for inputs in sets:
-            outs = []
-            for args in inputs:
-                outs.append(outputs[k] if args is not None else None)
-                k += args is not None
-            set_outputs.append(outs)
+        set_outputs = [[None if args is None else next(ran) for args in inputs] for inputs in sets]
         inputs, outs = choose_set(examples, task.prompt, sets, set_outputs)
         copies.append(replace_examples(task, examples, inputs, outs))
     return copies, None
