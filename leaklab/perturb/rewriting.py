@@ -266,15 +266,14 @@ def _swap_sentence(old: str, new: str) -> str:
 
 
 def _swap_calls(src: _Source, node: ast.Call, logic_type: str, functions: dict, methods: dict):
-    func = node.func
-    if isinstance(func, ast.Name) and func.id in functions:
+    name, swaps = _call_name(node), functions if isinstance(node.func, ast.Name) else methods
+    if name in swaps:
         new = copy.deepcopy(node)
-        new.func = ast.Name(functions[func.id], ast.Load())
-        yield _replace(src, logic_type, node, new, _swap_sentence(func.id, functions[func.id]))
-    elif isinstance(func, ast.Attribute) and func.attr in methods:
-        new = copy.deepcopy(node)
-        new.func.attr = methods[func.attr]
-        yield _replace(src, logic_type, node, new, _swap_sentence(func.attr, methods[func.attr]))
+        if isinstance(node.func, ast.Name):
+            new.func.id = swaps[name]
+        else:
+            new.func.attr = swaps[name]
+        yield _replace(src, logic_type, node, new, _swap_sentence(name, swaps[name]))
 
 
 def _component_swap(src: _Source, node: ast.AST, ctx: dict):
@@ -468,20 +467,15 @@ def _data_transformation(src: _Source, node: ast.AST, ctx: dict):
 
 
 def _workflow_modification(src: _Source, node: ast.AST, ctx: dict):
-    name = _call_name(node)
-    if isinstance(node, ast.Call) and name in DROPPABLE_STAGES and isinstance(node.func, ast.Name):
-        if len(node.args) == 1 and not node.keywords:
+    if isinstance(node, ast.Call) and not node.keywords:
+        name, kept = _call_name(node), None  # kept: what the call is applied to, left without it
+        if isinstance(node.func, ast.Name) and name in DROPPABLE_STAGES and len(node.args) == 1:
+            kept = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and name in DROPPABLE_METHODS and not node.args:
+            kept = node.func.value
+        if kept is not None:
             sentence = f"One step of the task above is left out: {STAGE_WORDS[name]} is not done."
-            yield _replace(src, "workflow_modification", node, node.args[0], sentence)
-    elif (
-        isinstance(node, ast.Call)
-        and name in DROPPABLE_METHODS
-        and isinstance(node.func, ast.Attribute)
-        and not node.args
-        and not node.keywords
-    ):
-        sentence = f"One step of the task above is left out: {STAGE_WORDS[name]} is not done."
-        yield _replace(src, "workflow_modification", node, node.func.value, sentence)
+            yield _replace(src, "workflow_modification", node, kept, sentence)
     output = ctx["first_output"]
     if isinstance(node, ast.Return) and node.value is not None and ctx["has_output"]:
         if isinstance(node.value, ast.Constant) and node.value.value is None:

@@ -59,9 +59,9 @@ from importlib import metadata
 from itertools import repeat
 
 import numpy as np
+from numba import njit
 
 from leaklab.similarity.dataflow import data_flow
-from leaklab.similarity.jit import COMPILED, jit
 from leaklab.similarity.text import (
     bleu_from_counts,
     clipped_matches,
@@ -74,6 +74,8 @@ MRI_COSTS = (1.0, 1.0, 1.0)
 # Python's keywords (3.12 incl. the soft ones), the weighted n-gram's weight-1 tokens.
 CODEBLEU_KEYWORDS = frozenset(keyword.kwlist) | {"match", "case", "type"}
 _AST_CONTEXTS = (ast.Load, ast.Store, ast.Del)
+# Compiled code is cached on disk (a new process loads it instead of compiling again) and drops the GIL.
+jit = njit(cache=True, nogil=True)
 
 
 def grammar_versions() -> dict[str, str]:
@@ -450,7 +452,7 @@ def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
     process, so keys can cross process boundaries. Clean trees are keyed by compiled code
     (`_k_subtree_keys`); trees with ERROR or MISSING nodes, whose labels need the source, here.
     """
-    if COMPILED and not flat.has_error:
+    if not flat.has_error:
         named, kind_labels, field_labels = _label_tables(flat.language)
         keys = _k_subtree_keys(*flat.arrays, named, kind_labels, field_labels)
         return keys.tolist()
