@@ -1,32 +1,11 @@
 """Rule-based code rewriting for MRI (Memorize or generalize?, §3.1, App. G): change ONE core logic of a
-task's canonical solution with an AST operator, keep its signature, and rebuild the task around it.
+task's canonical solution with an AST operator (one per type in LOGIC_TYPES), keep its signature, and
+rebuild the task around it; candidates are validated in the sandbox (App. B.5), rejections kept per type.
 
     sites = candidate_edits(task, rng)                # every place each operator can change, shuffled
     results = rewrite_tasks(tasks, sandbox, seed=0)   # validated in the sandbox, one rewrite per task
 
-Logic-change types (LOGIC_TYPES), each an operator over the solution's AST (never the prompt's code):
-  component_swap         a function or method for a sibling (sum -> max, upper -> lower, floor -> ceil)
-  data_transformation    an argument transformed before the logic runs (`xs = sorted(xs)` put first)
-  constraint_change      a bound or stride (< -> <=, range(a, b) -> range(a + 1, b) or a step of 2)
-  logic_reversal         a decision or ranking inverted (max <-> min, sorted(..., reverse=True), not)
-  operator_change        one arithmetic / boolean / equality operator (+ -> -, == -> !=, and -> or)
-  operation_order_swap   two operations in the other order (adjacent statements, f(g(x)) -> g(f(x)))
-  constant_swap          a literal (3 -> 4, 'a' -> 'A', True -> False)
-  workflow_modification  a processing stage dropped (sorted(x) -> x) or added to the returned value
-
-Validation (the paper's, App. B.5, for MBPP+: the original test inputs, outputs recomputed): the original
-program and every candidate run in the sandbox on the task's test inputs and on its prompt's example
-inputs. A candidate is accepted only when it runs cleanly on all of them and its output differs from the
-original's on at least one test input. The rewritten task's tests are the same inputs with the
-candidate's outputs ("call" tests); its prompt is the original's with one sentence put into the
-docstring that describes the new behaviour in prose (never a piece of either solution's code, which
-would hand the model the original to recall: `quoted_code` checks it), and each shown example's output
-replaced by the candidate's.
-Every rejected candidate is kept as (type, reason), so acceptance per type can be reported.
-
-`synthetic` tasks are rewritten exactly by their family (`leaklab.data.synthetic.rewrite`): another
-constant or operator drawn, docstring and tests rebuilt; the type is operator_change when the operator
-changed and constant_swap otherwise.
+See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -188,6 +167,9 @@ class Rewrite:
     accepted: dict[str, int] = field(default_factory=dict)  # of those, how many passed the checks
     rejections: list[dict[str, str]] = field(default_factory=list)  # {"type", "reason", "detail"}
     judge: dict[str, Any] = field(default_factory=dict)  # the LLM judge's verdict (mri_sets.judge_rewrites)
+
+    def reject(self, logic_type: str, reason: str, detail: str) -> None:
+        self.rejections.append({"type": logic_type, "reason": reason, "detail": detail})
 
 
 # --------------------------------------------------------------------------- source positions
@@ -736,9 +718,8 @@ def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> st
     if example:
         at = body_start + example.start()
         return prompt[:at] + f"{indent}{sentence}\n" + prompt[at:]
-    before_close = prompt[body_start:close]
-    if before_close.endswith("\n" + indent) or before_close.endswith("\n"):
-        at = close - (len(before_close) - len(before_close.rstrip(" \t")))
+    if inside.endswith("\n" + indent) or inside.endswith("\n"):
+        at = close - (len(inside) - len(inside.rstrip(" \t")))
         return prompt[:at] + f"{indent}{sentence}\n" + prompt[at:]
     return prompt[:close] + f"\n{indent}{sentence}\n{indent}" + prompt[close:]
 
@@ -859,7 +840,7 @@ def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, 
         try:
             inputs = call_inputs(task)
         except NotRewritable as err:
-            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+            results[i].reject("any", "not_rewritable", str(err))
             continue
         examples = call_examples(task, task.prompt)
         probe = inputs + [list(ex.args) for ex in examples]
@@ -874,16 +855,14 @@ def _candidate_jobs(task: Task, plan: dict, outcome, result: Rewrite, jobs: list
     False (with the reason in `result`) when the original fails or the task has no place to edit."""
     original, why = _outcome(outcome, len(plan["probe"]))
     if original is None:
-        result.rejections.append(
-            {"type": "any", "reason": "original_fails", "detail": f"the canonical solution fails: {why}"}
-        )
+        result.reject("any", "original_fails", f"the canonical solution fails: {why}")
         return False
     plan["original_values"] = original
     rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
     try:
         sites = candidate_edits(task, rng, plan["inputs"][0], original[0], True)
     except NotRewritable as err:
-        result.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+        result.reject("any", "not_rewritable", str(err))
         return False
     plan["candidates"] = []
     for _, edit, program, solution in parsed_edits(task, sites, rng, per_type, result):
@@ -902,15 +881,13 @@ def parsed_edits(
     rng.shuffle(order)
     for logic_type in order:
         if not sites[logic_type]:
-            result.rejections.append(
-                {"type": logic_type, "reason": "no_site", "detail": "no place in the solution to apply it"}
-            )
+            result.reject(logic_type, "no_site", "no place in the solution to apply it")
         for edit in sites[logic_type][:per_type]:
             try:
                 program, solution = edited_task(task, edit)
                 ast.parse(program)
             except (NotRewritable, SyntaxError, ValueError) as err:
-                result.rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})
+                result.reject(logic_type, "syntax", str(err)[:200])
                 continue
             yield logic_type, edit, program, solution
 
@@ -926,7 +903,7 @@ def _accept_first(task: Task, plan: dict, candidate_results: list, result: Rewri
             task, plan["inputs"], original, candidate_results[j], len(plan["probe"])
         )
         if rejection is not None:
-            result.rejections.append({"type": kind, **rejection})
+            result.reject(kind, **rejection)
             continue
         result.accepted[kind] = result.accepted.get(kind, 0) + 1
         if result.task is None:
@@ -944,7 +921,7 @@ def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:
     try:
         new = synthetic_rewrite(task, rng, sandbox)
     except (ValueError, RuntimeError) as err:
-        out.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)[:200]})
+        out.reject("any", "not_rewritable", str(err)[:200])
         return
     kind = "operator_change" if new.metadata.get("changed") == "op" else "constant_swap"
     out.tried[kind] = out.accepted[kind] = 1

@@ -1,44 +1,11 @@
-"""Structural similarity of Python code on tree-sitter: TSED, CodeBLEU (and its parts), MRI's AST similarity.
+"""Structural similarity of Python code: TSED (Song et al. 2024), CodeBLEU and its parts (Ren et al. 2020,
+as the `codebleu` package 0.7.0 defines it, four tested differences), MRI's AST similarity (Memorize or
+generalize?, §3.1).
 
-Everything here is computed from one parsed `Structure` per snippet (built once, compared many times),
-so a ground truth compared with a target's and a reference's generation is parsed once.
-
-TSED (Song et al. 2024): TED = tree edit distance between the tree-sitter trees of named nodes, labelled
-by node type, with delete 1, insert 0.8, rename 1 (reference -> candidate: deleting a reference node costs
-1, inserting a candidate node 0.8); TSED = max(0, (max_nodes - TED) / max_nodes). The distance is an
-exact Zhang–Shasha dynamic programme compiled with numba (`_zhang_shasha`).
-The `tsed` package names a node after the last field label printed inside its s-expression
-("body:" instead of "function_definition") because its s-expression reader overwrites the type with
-every bare word; `labels="tsed_package"` reproduces that for comparison, the default uses node types.
-
-CodeBLEU (Ren et al. 2020) in the definition of the `codebleu` package 0.7.0, which the tests compare
-against: n-gram match = sentence BLEU-4 over whitespace tokens (smoothing method 1); weighted n-gram =
-BLEU-shaped recall with Python keywords weighted 1 and other unigrams 0.2; syntax match = fraction of the
-reference's subtrees (s-expressions of every node with children) present in the candidate; data-flow match
-= fraction of the reference's normalised def-use edges matched one-to-one in the candidate. Syntax and
-data flow are computed with comments and docstrings removed. Four deliberate differences, each tested:
-  - `codebleu` computes `theta * (dataflow or 1)`, so a data-flow match of 0 (no edge matched) counts as
-    a perfect 1. Here 0 stays 0. When the reference has no data-flow edge at all the data-flow score is
-    undefined (None) and CodeBLEU (equal) averages the three other parts.
-  - Where loops merge two edges of one token, `codebleu` orders the parent names with `set()` (which
-    depends on PYTHONHASHSEED); here they keep first-seen order, so scores are reproducible.
-  - Its weighted n-gram match takes the brevity penalty against the length of `[tokens, weights]` (2),
-    so a short candidate is never penalised; here the reference's token count is used, as in BLEU.
-  - An assignment whose target and value both have three parts (`self.kind = 'abc'`) makes it pair the
-    string's inner parts, fail a lookup and drop the whole function's data flow; here a string is one
-    token. Token texts are read from bytes here, not from character columns, so non-ASCII lines agree.
-
-How CodeBLEU's per-snippet work is kept cheap (values identical to computing it the direct way, tested):
-comments and docstrings are cut by one regex scan that tracks what tokenize's rule looks at (falling
-back to tokenize for tabs, backslash continuations and 3.12 f-strings); the stripped tree is walked once
-into flat lists of kind ids and last descendants; subtree keys are built bottom-up from (label, field,
-child key) instead of printing every subtree's s-expression, and the keys are computed by
-numba-compiled code on those arrays (plain Python for broken trees, tested equal); the data flow
-(`similarity.dataflow`) is walked in plain Python; CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are
-keyed by joined words.
-
-MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
-the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED / max_nodes).
+TSED = max(0, (max_nodes - TED) / max_nodes), TED over tree-sitter's named nodes labelled by type with
+costs TSED_COSTS (an exact Zhang–Shasha programme compiled with numba); MRI's AST similarity is the same
+over Python `ast` node classes with unit costs. Each snippet is parsed once into a `Structure`.
+See docs/perturbations.md#structural-similarity.
 """
 
 from __future__ import annotations
@@ -186,28 +153,19 @@ def _zhang_shasha(l1, lm1, kr1, l2, lm2, kr2, costs):  # pragma: no cover - comp
 
 def tree_edit_distance(source: OrderedTree, target: OrderedTree, costs=TSED_COSTS) -> float:
     """Minimum cost to edit `source` into `target` (delete from source, insert into target, rename)."""
-    cost_del, cost_ins, cost_ren = costs
-    if source.size == 0 or target.size == 0:
-        return source.size * cost_del + target.size * cost_ins
     return float(
         _zhang_shasha(
             source.labels, source.leftmost, source.keyroots,
             target.labels, target.leftmost, target.keyroots,
-            (float(cost_del), float(cost_ins), float(cost_ren)),
+            tuple(float(cost) for cost in costs),
         )
     )  # fmt: skip
 
 
 def normalised_tree_similarity(reference: OrderedTree, candidate: OrderedTree, costs) -> float:
-    """max(0, (max_nodes - TED) / max_nodes); two empty trees are identical (1.0)."""
+    """max(0, (max_nodes - TED) / max_nodes); every tree has its root, so max_nodes >= 1."""
     nodes = max(reference.size, candidate.size)
-    if nodes == 0:
-        return 1.0
     return max(0.0, (nodes - tree_edit_distance(reference, candidate, costs)) / nodes)
-
-
-def _named_children(node) -> list:
-    return node.named_children
 
 
 def _tsed_package_label(node) -> str:
@@ -648,8 +606,9 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
     result = Structure()
     if "tsed" in parts:
         root = tree.root_node
-        result.tsed_tree = ordered_tree(root, _named_children, _node_type)
-        result.tsed_package_tree = ordered_tree(root, _named_children, _tsed_package_label)
+        named_children = operator.attrgetter("named_children")
+        result.tsed_tree = ordered_tree(root, named_children, operator.attrgetter("type"))
+        result.tsed_package_tree = ordered_tree(root, named_children, _tsed_package_label)
     if "ast" in parts:
         result.ast_tree = ordered_tree(
             python_tree,
@@ -667,10 +626,6 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
         result.flow = data_flow(flat, stripped)
         result.words = word_ngram_counts(text.strip().split())
     return result
-
-
-def _node_type(node) -> str:
-    return node.type
 
 
 # --------------------------------------------------------------------------- pair metrics

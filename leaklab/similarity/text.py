@@ -1,18 +1,10 @@
 """Surface similarity between a generation and a reference, over token ids or characters.
 
-N-gram overlap (NGO) is SrDetection's black-box score (§3.1.2):
+N-gram overlap (NGO) is SrDetection's black-box score (§3.1.2), over sets of N = 7 tokens:
 
-    NGO(gen, gt) = |Ngrams(gen) ∩ Ngrams(gt)| / |Ngrams(gt)|,   N = 7 tokens.
+    NGO(gen, gt) = |Ngrams(gen) ∩ Ngrams(gt)| / |Ngrams(gt)|
 
-Choices the paper leaves open, fixed here:
-  - Sets, not multisets: the paper defines Ngrams(.) as "the set of all consecutive N-token
-    sequences", so an n-gram repeated in the ground truth counts once in the denominator and is
-    matched once. (A multiset version would reward a generation for repeating a line as often as the
-    ground truth does; the set version does not care.) The score lies in [0, 1].
-  - A ground truth shorter than N tokens has no N-gram. Rather than make such samples undecidable,
-    N shrinks to the ground truth's length: the ground truth is then one n-gram and NGO is 1.0 when
-    the generation contains it verbatim, else 0.0. An empty ground truth gives NaN (nothing to
-    reproduce); SrDetection's decision rule treats NaN as a missing score.
+A ground truth shorter than N is one n-gram; an empty one gives NaN. See docs/perturbations.md#text-similarity.
 """
 
 from __future__ import annotations
