@@ -89,17 +89,16 @@ def _call_example(
         nodes = [kw.value for kw in expr.keywords]
     if not nodes or any(isinstance(n, ast.Starred) for n in nodes):
         return None
-    values, spans = [], []
+    values, spans, offsets = [], [], Offsets(call_text)
     for node in nodes:
         ok, value = _literal(ast.get_source_segment(call_text, node) or "")
         if not ok:
             return None
-        offsets = Offsets(call_text)
+        values.append(value)
         lo, hi = (
             offsets.of_node(node.lineno, node.col_offset),
             offsets.of_node(node.end_lineno, node.end_col_offset),
         )
-        values.append(value)
         spans.append((call_start + lo, call_start + hi))
     return Example("call", tuple(values), tuple(spans), (out_start, out_start + len(out_text)), out_text)
 

@@ -216,7 +216,7 @@ def _can_vary(task: Task, analysis, rename: bool, verify_by_tests: bool, result:
         frozen = ", ".join(f"{k} ({v})" for k, v in sorted(analysis.frozen.items())[:6])
         result.reasons.append("no renamable identifiers" + (f"; kept: {frozen}" if frozen else ""))
         return False
-    if verify_by_tests and not has_tests(task):
+    if verify_by_tests and not task.has_tests():
         result.tests_run = False
         result.reasons.append(
             "no tests: the benchmark gives none to verify variants with "
@@ -245,11 +245,6 @@ def _numbered(candidate: Task, task: Task, index: int, renames: dict) -> Task:
         task_id=f"{task.task_id}#v{index}",
         metadata={**task.metadata, "variant_of": task.task_id, "variant_index": index, "renames": renames},
     )
-
-
-def has_tests(task: Task) -> bool:
-    """Whether the benchmark gives the task any test to run (a user's own JSONL may not)."""
-    return bool(task.tests.strip() or task.test_cases)
 
 
 class _AlphaRename(ast.NodeTransformer):
