@@ -89,17 +89,16 @@ def _call_example(
         nodes = [kw.value for kw in expr.keywords]
     if not nodes or any(isinstance(n, ast.Starred) for n in nodes):
         return None
-    values, spans = [], []
+    values, spans, offsets = [], [], Offsets(call_text)
     for node in nodes:
         ok, value = _literal(ast.get_source_segment(call_text, node) or "")
         if not ok:
             return None
-        offsets = Offsets(call_text)
+        values.append(value)
         lo, hi = (
             offsets.of_node(node.lineno, node.col_offset),
             offsets.of_node(node.end_lineno, node.end_col_offset),
         )
-        values.append(value)
         spans.append((call_start + lo, call_start + hi))
     return Example("call", tuple(values), tuple(spans), (out_start, out_start + len(out_text)), out_text)
 
@@ -108,41 +107,22 @@ def find_examples(task: Task, params: list[str] | None = None, asserts: bool = F
     """Examples in the prompt whose inputs can be replaced (see the module docstring for the forms);
     with `asserts`, also MBPP+'s `assert f(...) == out` lines (MRI's rewrites recompute their outputs, so
     a rewritten prompt does not show the original's)."""
-    prompt, examples = task.prompt, []
+    prompt = task.prompt
     if task.test_type == "stdio":
         return _stdio_examples(prompt)
     if not task.entry_point:
         return []
-    params = params or []
     fake = f"{task.entry_point}("  # `a = 1, b = 2` parsed as the keywords of a call
-    for m in _DOCTEST.finditer(prompt):
-        ex = _call_example(m["call"], m.start("call"), m["out"], m.start("out"), task.entry_point, params)
-        examples.append(ex)
-    for line_match in re.finditer(r"^.*$", prompt, re.M):
-        m = _ARROW.match(line_match.group()) or (_ASSERT.match(line_match.group()) if asserts else None)
+    # (call text, where it starts, output text, where it starts) of every form, in this order
+    found = [(m["call"], m.start("call"), m["out"], m.start("out")) for m in _DOCTEST.finditer(prompt)]
+    for line in re.finditer(r"^.*$", prompt, re.M):
+        m = _ARROW.match(line.group()) or (_ASSERT.match(line.group()) if asserts else None)
         if m:
-            base = line_match.start()
-            examples.append(
-                _call_example(
-                    m["call"],
-                    base + m.start("call"),
-                    m["out"],
-                    base + m.start("out"),
-                    task.entry_point,
-                    params,
-                )
-            )
+            found.append((m["call"], line.start() + m.start("call"), m["out"], line.start() + m.start("out")))
     for pattern in (_IO_PAIR, _FOR_SHOULD):
         for m in pattern.finditer(prompt):
-            ex = _call_example(
-                fake + m["args"] + ")",
-                m.start("args") - len(fake),
-                m["out"],
-                m.start("out"),
-                task.entry_point,
-                params,
-            )
-            examples.append(ex)
+            found.append((fake + m["args"] + ")", m.start("args") - len(fake), m["out"], m.start("out")))
+    examples = [_call_example(*where, task.entry_point, params or []) for where in found]
     # Keep examples that do not overlap (two forms can match the same text), first come first kept.
     kept: list[Example] = []
     for ex in sorted((ex for ex in examples if ex is not None), key=_extent):

@@ -1,17 +1,11 @@
-"""The optional LLM backend of MRI's perturbations: leaklab's own prompts for paraphrase and for code
-rewriting, tolerant reading of the replies, and the same execution checks as the rule-based rewriter.
+"""The optional LLM backend of MRI's perturbations: leaklab's prompts for paraphrase, rewriting and
+judging a rewrite, tolerant reading of the replies (an unreadable or rule-breaking reply is a counted
+rejection, never raised), and the rule-based rewriter's execution checks.
 
-    generator = make_generator("openai", "http://127.0.0.1:8000/v1", "model")   # or "hf", model, tok
     paraphrases, failures = llm_paraphrases(tasks, generator)
     rewrites = llm_rewrites(tasks, generator, sandbox)        # list[Rewrite], as rewrite_tasks returns
 
-Any back-end of `leaklab.signals.generation` answers (greedy); `render` wraps a prompt for a chat model.
-A reply that cannot be read, or whose program breaks the rules (another signature, no entry point, does
-not parse, a statement that quotes code of either solution: `rewriting.quoted_code`), is a rejection
-with its reason, counted, never raised. An LLM rewrite is accepted only as a rule-based one is
-(`rewriting.check_candidate`): it runs on every test input and the prompt's example inputs, and differs
-from the original on at least one test input; its tests are the original inputs with its own outputs
-and the examples in its prompt get its outputs.
+See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -24,19 +18,22 @@ from collections.abc import Callable, Sequence
 
 from leaklab.data.tasks import Task
 from leaklab.execution.sandbox import FunctionCalls
-from leaklab.perturb.examples import find_examples, replace_examples
 from leaklab.perturb.rewriting import (
     LOGIC_TYPES,
     NotRewritable,
     Rewrite,
     _outcome,
-    _params,
+    call_examples,
     call_inputs,
     check_candidate,
+    entry_function,
+    entry_params,
     quoted_code,
+    rewritten_task,
+    with_outputs,
 )
 from leaklab.perturb.unittest_rewrite import Candidate, regenerable_sites, validate_candidates
-from leaklab.similarity.judges import reply_fields, yes_no
+from leaklab.similarity.judges import ask, reply_fields, yes_no
 
 PARAPHRASE_PROMPT = """\
 Here is the statement of a Python programming task, between <task> and </task>.
@@ -84,24 +81,14 @@ the whole new task statement
 
 
 def _tagged(reply: str, tag: str) -> str | None:
-    """The text between <tag> and </tag> (the last such block; an unclosed last one counts)."""
+    """The text between <tag> and </tag> (the last such block; an unclosed last one counts), ending in a
+    newline."""
     found = re.findall(rf"<{tag}>\n?(.*?)(?:</{tag}>|\Z)", reply, re.S)
     if not found:
         return None
-    text = found[-1]
-    fence = re.search(r"```(?:python)?\n(.*?)```", text, re.S)
-    return fence.group(1) if fence else text
-
-
-def _signature(source: str, entry_point: str | None) -> tuple | None:
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            return tuple(a.arg for a in node.args.args)
-    return None
+    fence = re.search(r"```(?:python)?\n(.*?)```", found[-1], re.S)
+    text = fence.group(1) if fence else found[-1]
+    return text if text.endswith("\n") else text + "\n"
 
 
 def _example_lines(prompt: str) -> list[str]:
@@ -119,10 +106,8 @@ def read_paraphrase(task: Task, reply: str) -> tuple[Task | None, str]:
         return None, "no <task> block in the reply"
     if not text.strip():
         return None, "empty paraphrase"
-    if not text.endswith("\n"):
-        text += "\n"
     if task.prompt_is_code:
-        if _signature(text, task.entry_point) != _signature(task.program(), task.entry_point):
+        if entry_params(text, task.entry_point) != entry_params(task.program(), task.entry_point):
             return None, "the signature changed or the statement does not parse"
         if _example_lines(text) != _example_lines(task.prompt):
             return None, "the examples changed"
@@ -136,10 +121,10 @@ def llm_paraphrases(
     tasks: Sequence[Task], generator, render: Callable[[str], str] = lambda t: t, max_new_tokens: int = 1024
 ) -> tuple[list[Task | None], Counter]:
     """One paraphrase per task (None where the reply was refused) and the refusals by reason."""
-    replies = generator.generate([render(paraphrase_prompt(t)) for t in tasks], max_new_tokens, (), 0.0)
+    replies = ask(generator, [render(paraphrase_prompt(t)) for t in tasks], max_new_tokens)
     out, failures = [], Counter()
-    for task, completions in zip(tasks, replies):
-        para, why = read_paraphrase(task, completions[0].text if completions else "")
+    for task, reply in zip(tasks, replies):
+        para, why = read_paraphrase(task, reply)
         out.append(para)
         if why:
             failures[why] += 1
@@ -163,17 +148,13 @@ class Proposal:
 def _body_onwards(program: str, entry_point: str | None) -> str | None:
     """The program from the entry point's first statement after its docstring to the end: what follows
     a HumanEval-style statement (signature + docstring)."""
-    tree = ast.parse(program)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == entry_point:
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                body = body[1:]
-            if not body:
-                return None
-            lines = program.splitlines(keepends=True)
-            return "".join(lines[body[0].lineno - 1 :])
-    return None
+    entry = entry_function(ast.parse(program), entry_point)
+    body = entry.body if entry else []
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if not body:
+        return None
+    return "".join(program.splitlines(keepends=True)[body[0].lineno - 1 :])
 
 
 def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
@@ -184,12 +165,8 @@ def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
         return None, "the reply lacks a <code> or <task> block"
     if kind not in LOGIC_TYPES:
         kind = "other"
-    if not code.endswith("\n"):
-        code += "\n"
-    if not statement.endswith("\n"):
-        statement += "\n"
-    old = _signature(task.program(), task.entry_point)
-    if _signature(code, task.entry_point) != old:
+    old = entry_params(task.program(), task.entry_point)
+    if entry_params(code, task.entry_point) != old:
         return None, "the program does not parse, lacks the entry point or changed its parameters"
     if " ".join(code.split()) == " ".join(task.program().split()):
         return None, "the program is unchanged"
@@ -197,7 +174,7 @@ def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
     if task.prompt_is_code:
         # The task's program is statement + solution: the statement must be the signature and docstring
         # of the same function, and the solution the proposed body (helpers after it kept).
-        if _signature(statement, task.entry_point) != old:
+        if entry_params(statement, task.entry_point) != old:
             return None, "the statement does not parse or lost the signature"
         solution = _body_onwards(code, task.entry_point)
         if solution is None:
@@ -221,12 +198,12 @@ def llm_rewrites(
 ) -> list[Rewrite]:
     """One LLM rewrite per task, checked in the sandbox exactly as the rule-based ones are."""
     results = [Rewrite(t.task_id) for t in tasks]
-    replies = generator.generate([render(rewrite_prompt(t)) for t in tasks], max_new_tokens, (), 0.0)
+    replies = ask(generator, [render(rewrite_prompt(t)) for t in tasks], max_new_tokens)
     plans, jobs, units = [], [], {}
-    for i, (task, completions) in enumerate(zip(tasks, replies)):
-        proposal, why = read_rewrite(task, completions[0].text if completions else "")
+    for i, (task, reply) in enumerate(zip(tasks, replies)):
+        proposal, why = read_rewrite(task, reply)
         if proposal is None:
-            results[i].rejections.append({"type": "llm", "reason": "unreadable", "detail": why})
+            results[i].reject("llm", "unreadable", why)
             continue
         if task.test_type == "unittest":  # no call inputs: its asserted literals are regenerated instead
             units[i] = proposal
@@ -234,12 +211,9 @@ def llm_rewrites(
         try:
             inputs = call_inputs(task)
         except NotRewritable as err:
-            results[i].rejections.append(
-                {"type": proposal.logic_type, "reason": "not_rewritable", "detail": str(err)}
-            )
+            results[i].reject(proposal.logic_type, "not_rewritable", str(err))
             continue
-        new_task = dataclasses.replace(task, prompt=proposal.prompt)
-        examples = [e for e in find_examples(new_task, _params(task), asserts=True) if e.kind == "call"]
+        examples = call_examples(task, proposal.prompt)
         probe = inputs + [list(e.args) for e in examples]
         entry = task.entry_point or ""
         plans.append((i, proposal, inputs, examples, probe, len(jobs)))
@@ -251,33 +225,19 @@ def llm_rewrites(
         results[i].tried[kind] = 1
         original, why = _outcome(ran[j], len(probe))
         if original is None:
-            results[i].rejections.append({"type": "any", "reason": "original_fails", "detail": why[:200]})
+            results[i].reject("any", "original_fails", why[:200])
             continue
         values, rejection = check_candidate(task, inputs, original, ran[j + 1], len(probe))
         if rejection is not None:
-            results[i].rejections.append({"type": kind, **rejection})
+            results[i].reject(kind, **rejection)
             continue
         n = len(inputs)
-        base = dataclasses.replace(task, prompt=proposal.prompt)
-        with_outputs, _ = replace_examples(base, examples, [e.args for e in examples], values[n:])
+        prompt = with_outputs(task, proposal.prompt, examples, values[n:])
         results[i].accepted[kind] = 1
         results[i].logic_type = kind
         results[i].change = "LLM rewrite"
-        results[i].task = dataclasses.replace(
-            task,
-            task_id=f"{task.task_id}/rewrite",
-            prompt=with_outputs.prompt,
-            solution=proposal.solution,
-            tests="",
-            test_type="call",
-            test_cases=tuple({"input": a, "output": o} for a, o in zip(inputs, values[:n])),
-            compare=task.compare if task.compare in ("exact", "set", "apps") else "exact",
-            metadata={
-                **task.metadata,
-                "rewrite_of": task.task_id,
-                "logic_type": kind,
-                "change": "LLM rewrite",
-            },
+        results[i].task = rewritten_task(
+            task, prompt, proposal.solution, inputs, values[:n], kind, "LLM rewrite"
         )
     if units:
         _unittest_rewrites(tasks, units, sandbox, results, timeout_s)
@@ -404,6 +364,5 @@ def llm_judge_rewrites(
     if not pairs:
         return [], Counter()
     prompts = [render(judge_prompt(original, rewrite)) for original, rewrite in pairs]
-    replies = generator.generate(prompts, max_new_tokens, (), 0.0)
-    verdicts = [read_judgement(completions[0].text if completions else "") for completions in replies]
+    verdicts = [read_judgement(reply) for reply in ask(generator, prompts, max_new_tokens)]
     return verdicts, Counter(v.failure for v in verdicts if v.failure)

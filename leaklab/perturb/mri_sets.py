@@ -1,19 +1,12 @@
-"""MRI's perturbed task sets: built once per benchmark (rewriting in the sandbox, mutation), versioned,
-cached as JSON lines, reused by every checkpoint and run.
+"""MRI's perturbed task sets (rewrite, mutation, paraphrase): built once per benchmark, cached by
+`set_store`, reused by every checkpoint and run.
 
     sets = perturbed_sets_for(tasks, SetSettings(seed=0))  # from the cache; builds what is missing
     info = summary(sets)                                   # acceptance per logic type, reasons
     write_run_sets(run.root, sets, info); read_run_sets(run.root)
 
-The cache (`<LEAKLAB_CACHE>/perturbed/`, kept by `set_store` as SrDetection's variants are) is named
-after STORE_VERSION, the settings (the LLM backend's identity included) and the source of SET_CODE. Paraphrase
-needs an LLM backend (`LlmBackend`, `mri_llm.py`); without one the sets carry no paraphrase and the MRI
-evaluation reports RAD_par as not computed. With `LlmBackend.rewrite` the LLM rewrites instead of the
-rules, through the same execution checks. With `LlmBackend.judge` ("record" or "filter") the LLM also
-judges every rewrite that passed those checks: is its statement aligned with its new solution and tests,
-and is it as hard as the original (`mri_llm.JUDGE_PROMPT`)? The verdict is kept in `PerturbedSet.judge`;
-"filter" drops a rewrite the judge does not pass (misaligned, another difficulty, or an unreadable
-reply), with the reason among the rejections.
+Paraphrase, LLM rewriting and the LLM judge need an `LlmBackend` (`mri_llm.py`); without one the sets
+carry no paraphrase. See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -83,23 +76,18 @@ class LlmBackend:
     judge: str = "off"  # off | record | filter: the LLM judges each rewrite (alignment, difficulty)
 
 
-def task_to_json(task: Task | None) -> dict[str, Any] | None:
-    return None if task is None else task_to_dict(task)
-
-
-def task_from_json(data: dict[str, Any] | None) -> Task | None:
-    return None if data is None else task_from_dict(data)
+TASK_FIELDS = ("rewrite", "mutation", "paraphrase")  # the PerturbedSet fields that hold a Task (or None)
 
 
 def set_to_json(ps: PerturbedSet) -> dict[str, Any]:
     data = dataclasses.asdict(ps)
-    data["rewrite"], data["mutation"] = task_to_json(ps.rewrite), task_to_json(ps.mutation)
-    data["paraphrase"] = task_to_json(ps.paraphrase)
+    for name in TASK_FIELDS:
+        data[name] = None if getattr(ps, name) is None else task_to_dict(getattr(ps, name))
     return data
 
 
 def set_from_json(data: dict[str, Any]) -> PerturbedSet:
-    tasks = {k: task_from_json(data.get(k)) for k in ("rewrite", "mutation", "paraphrase")}
+    tasks = {k: None if data.get(k) is None else task_from_dict(data[k]) for k in TASK_FIELDS}
     return PerturbedSet(**{**data, **tasks})
 
 
@@ -182,16 +170,13 @@ def rule_rewrites(
     outputs (`rewriting`)."""
     from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
 
-    units = [i for i, t in enumerate(tasks) if t.test_type == "unittest"]
-    others = [i for i, t in enumerate(tasks) if t.test_type != "unittest"]
     out: list[Rewrite | None] = [None] * len(tasks)
     settings = {"seed": seed, "per_type": per_type, "timeout_s": timeout_s}
-    if others:
-        for i, rw in zip(others, rewrite_tasks([tasks[i] for i in others], sandbox, **settings)):
-            out[i] = rw
-    if units:
-        for i, rw in zip(units, rewrite_unittest_tasks([tasks[i] for i in units], sandbox, **settings)):
-            out[i] = rw
+    for unittest, rewrite in ((False, rewrite_tasks), (True, rewrite_unittest_tasks)):
+        chosen = [i for i, t in enumerate(tasks) if (t.test_type == "unittest") == unittest]
+        if chosen:
+            for i, rw in zip(chosen, rewrite([tasks[i] for i in chosen], sandbox, **settings)):
+                out[i] = rw
     return out
 
 
@@ -214,7 +199,7 @@ def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmB
                 why = f"statement not aligned with the new solution: {verdict.reason}"
             else:
                 why = f"difficulty {verdict.difficulty or 'unreadable'} (not the same): {verdict.reason}"
-            rw.rejections.append({"type": rw.logic_type or "any", "reason": "judge", "detail": why[:200]})
+            rw.reject(rw.logic_type or "any", "judge", why[:200])
             rw.task, rw.logic_type, rw.change = None, None, ""
             dropped += 1
     log(
@@ -247,14 +232,10 @@ def perturbed_sets_for(
     identity = "" if llm is None else f"{llm.identity}|rewrite={llm.rewrite}"
     if llm is not None and llm.judge != "off":
         identity += f"|judge={llm.judge}"
-
-    def build(todo: list[Task]) -> list[PerturbedSet]:
-        return build_perturbed_sets(todo, settings, sandbox=sandbox, llm=llm, log=log)
-
     return set_store.cached_sets(
         cache_file(tasks, settings.seed, settings.per_type, cache_dir, identity),
         tasks,
-        build,
+        lambda todo: build_perturbed_sets(todo, settings, sandbox=sandbox, llm=llm, log=log),
         lambda ps, task: set_to_json(ps),
         lambda data, task: set_from_json(data),
         "MRI perturbed sets",

@@ -1,23 +1,10 @@
-"""Mutation for MRI (Memorize or generalize?, §3.2, App. B): semantics-preserving textual noise on a
-task's description, seeded, rule-based.
+"""Mutation for MRI (Memorize or generalize?, §3.2, App. B): seeded, rule-based, semantics-preserving
+noise on the prose of a task's description (scramble, capitalise, character noise; about RATE operations
+per word, each kind at least once); identifiers, signature and examples stay.
 
     task_mut, counts = mutate_task(task, random.Random(0))
 
-Three kinds of operation, one change each:
-  scramble    shuffle the inner letters of one word (first and last letters stay)
-  capitalise  flip the case of one letter
-  noise       insert, delete or substitute one character: a letter, digit or punctuation mark (App.
-              B.3), never a quote or backslash, which could end or escape a docstring
-About RATE (4 per 5) operations per word of the description, at least one of each kind, the rest drawn
-at random among the three; each operation lands on a different word while there are words left.
-
-Only prose changes: for a code prompt (HumanEval-style) the words inside the entry point's docstring,
-minus the example lines (`>>> call` and the output line after it, `f(x) => y` lines) and minus every
-identifier of the program (function, parameter and variable names stay as they are). A prose prompt
-(APPS) keeps its example blocks (Input/Output samples) too. The paper's LLM mutates the whole
-description, told to keep its meaning; a rule cannot tell which code tokens are safe to touch, so the
-signature, identifiers and examples stay (the README's deviations table). A mutated code prompt that
-no longer parses is re-drawn (counted).
+See docs/perturbations.md#mri-mutation.
 """
 
 from __future__ import annotations

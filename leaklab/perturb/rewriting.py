@@ -1,32 +1,11 @@
 """Rule-based code rewriting for MRI (Memorize or generalize?, §3.1, App. G): change ONE core logic of a
-task's canonical solution with an AST operator, keep its signature, and rebuild the task around it.
+task's canonical solution with an AST operator (one per type in LOGIC_TYPES), keep its signature, and
+rebuild the task around it; candidates are validated in the sandbox (App. B.5), rejections kept per type.
 
     sites = candidate_edits(task, rng)                # every place each operator can change, shuffled
     results = rewrite_tasks(tasks, sandbox, seed=0)   # validated in the sandbox, one rewrite per task
 
-Logic-change types (LOGIC_TYPES), each an operator over the solution's AST (never the prompt's code):
-  component_swap         a function or method for a sibling (sum -> max, upper -> lower, floor -> ceil)
-  data_transformation    an argument transformed before the logic runs (`xs = sorted(xs)` put first)
-  constraint_change      a bound or stride (< -> <=, range(a, b) -> range(a + 1, b) or a step of 2)
-  logic_reversal         a decision or ranking inverted (max <-> min, sorted(..., reverse=True), not)
-  operator_change        one arithmetic / boolean / equality operator (+ -> -, == -> !=, and -> or)
-  operation_order_swap   two operations in the other order (adjacent statements, f(g(x)) -> g(f(x)))
-  constant_swap          a literal (3 -> 4, 'a' -> 'A', True -> False)
-  workflow_modification  a processing stage dropped (sorted(x) -> x) or added to the returned value
-
-Validation (the paper's, App. B.5, for MBPP+: the original test inputs, outputs recomputed): the original
-program and every candidate run in the sandbox on the task's test inputs and on its prompt's example
-inputs. A candidate is accepted only when it runs cleanly on all of them and its output differs from the
-original's on at least one test input. The rewritten task's tests are the same inputs with the
-candidate's outputs ("call" tests); its prompt is the original's with one sentence put into the
-docstring that describes the new behaviour in prose (never a piece of either solution's code, which
-would hand the model the original to recall: `quoted_code` checks it), and each shown example's output
-replaced by the candidate's.
-Every rejected candidate is kept as (type, reason), so acceptance per type can be reported.
-
-`synthetic` tasks are rewritten exactly by their family (`leaklab.data.synthetic.rewrite`): another
-constant or operator drawn, docstring and tests rebuilt; the type is operator_change when the operator
-changed and constant_swap otherwise.
+See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -189,6 +168,9 @@ class Rewrite:
     rejections: list[dict[str, str]] = field(default_factory=list)  # {"type", "reason", "detail"}
     judge: dict[str, Any] = field(default_factory=dict)  # the LLM judge's verdict (mri_sets.judge_rewrites)
 
+    def reject(self, logic_type: str, reason: str, detail: str) -> None:
+        self.rejections.append({"type": logic_type, "reason": reason, "detail": detail})
+
 
 # --------------------------------------------------------------------------- source positions
 
@@ -235,14 +217,18 @@ def _replace(src: _Source, logic_type: str, node: ast.AST, new_node: ast.AST, se
     return Edit(logic_type, start, end, _paren(new_node), sentence)
 
 
-def _token_edit(src: _Source, logic_type: str, left, right, old: str, new: str, sentence: str) -> Edit | None:
-    """Replace the operator token `old` that sits between the nodes `left` and `right` of `node`."""
+def _token_edit(src: _Source, logic_type: str, left, right, old: str, new: str, sentence: str):
+    """The edit (none when not found) that replaces the operator token `old` between nodes `left` and `right`."""
     lo, hi = src.span(left)[1], src.span(right)[0]
-    between = src.segment(lo, hi)
-    found = re.search(rf"(?<![\w=<>!]){re.escape(old)}(?![\w=<>])", between)
-    if found is None:
-        return None
-    return Edit(logic_type, lo + found.start(), lo + found.end(), new, sentence)
+    found = re.search(rf"(?<![\w=<>!]){re.escape(old)}(?![\w=<>])", src.segment(lo, hi))
+    if found is not None:
+        yield Edit(logic_type, lo + found.start(), lo + found.end(), new, sentence)
+
+
+def entry_function(tree: ast.AST, name: str | None) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The definition of the function `name` in `tree` (the first met), or None."""
+    functions = (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    return next((n for n in functions if n.name == name), None)
 
 
 def _call_name(node: ast.AST) -> str | None:
@@ -262,15 +248,14 @@ def _swap_sentence(old: str, new: str) -> str:
 
 
 def _swap_calls(src: _Source, node: ast.Call, logic_type: str, functions: dict, methods: dict):
-    func = node.func
-    if isinstance(func, ast.Name) and func.id in functions:
+    name, swaps = _call_name(node), functions if isinstance(node.func, ast.Name) else methods
+    if name in swaps:
         new = copy.deepcopy(node)
-        new.func = ast.Name(functions[func.id], ast.Load())
-        yield _replace(src, logic_type, node, new, _swap_sentence(func.id, functions[func.id]))
-    elif isinstance(func, ast.Attribute) and func.attr in methods:
-        new = copy.deepcopy(node)
-        new.func.attr = methods[func.attr]
-        yield _replace(src, logic_type, node, new, _swap_sentence(func.attr, methods[func.attr]))
+        if isinstance(node.func, ast.Name):
+            new.func.id = swaps[name]
+        else:
+            new.func.attr = swaps[name]
+        yield _replace(src, logic_type, node, new, _swap_sentence(name, swaps[name]))
 
 
 def _component_swap(src: _Source, node: ast.AST, ctx: dict):
@@ -288,17 +273,10 @@ def _constraint_change(src: _Source, node: ast.AST, ctx: dict):
         op = type(node.ops[0])
         words = (BOUND_WORDS[op], BOUND_WORDS[BOUNDS[op]])
         sentence = f"One comparison is changed: where the task above asks for {words[0]}, this version asks for {words[1]}."
-        edit = _token_edit(
-            src,
-            "constraint_change",
-            node.left,
-            node.comparators[0],
-            SYMBOLS[op],
-            SYMBOLS[BOUNDS[op]],
-            sentence,
+        new = SYMBOLS[BOUNDS[op]]
+        yield from _token_edit(
+            src, "constraint_change", node.left, node.comparators[0], SYMBOLS[op], new, sentence
         )
-        if edit:
-            yield edit
     if _call_name(node) == "range" and isinstance(node.func, ast.Name) and not node.keywords:
         args = list(node.args)
         if len(args) in (1, 2):
@@ -362,31 +340,17 @@ def _operator_change(src: _Source, node: ast.AST, ctx: dict):
         op, new_op = type(node.op), ARITHMETIC[type(node.op)]
         sentence = f"In one step this version uses {ARITHMETIC_WORDS[new_op]} where the task above uses {ARITHMETIC_WORDS[op]}."
         if isinstance(node, ast.BinOp):
-            edit = _token_edit(
-                src, "operator_change", node.left, node.right, SYMBOLS[op], SYMBOLS[new_op], sentence
-            )
-        else:
-            edit = _token_edit(
-                src,
-                "operator_change",
-                node.target,
-                node.value,
-                SYMBOLS[op] + "=",
-                SYMBOLS[new_op] + "=",
-                sentence,
-            )
-        if edit:
-            yield edit
+            left, right, old, new = node.left, node.right, SYMBOLS[op], SYMBOLS[new_op]
+        else:  # `x += y`: the token is the operator with its `=`
+            left, right, old, new = node.target, node.value, SYMBOLS[op] + "=", SYMBOLS[new_op] + "="
+        yield from _token_edit(src, "operator_change", left, right, old, new, sentence)
     elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in EQUALITY:
         op, new_op = type(node.ops[0]), EQUALITY[type(node.ops[0])]
         sentence = (
             f"In one test this version {EQUALITY_WORDS[new_op]} where the task above {EQUALITY_WORDS[op]}."
         )
-        edit = _token_edit(
-            src, "operator_change", node.left, node.comparators[0], SYMBOLS[op], SYMBOLS[new_op], sentence
-        )
-        if edit:
-            yield edit
+        old, new = SYMBOLS[op], SYMBOLS[new_op]
+        yield from _token_edit(src, "operator_change", node.left, node.comparators[0], old, new, sentence)
     elif isinstance(node, ast.BoolOp) and len(node.values) == 2:
         old = SYMBOLS[type(node.op)]
         new = "or" if old == "and" else "and"
@@ -395,9 +359,7 @@ def _operator_change(src: _Source, node: ast.AST, ctx: dict):
             if new == "or"
             else "One combined condition needs both of its two parts to hold, where the task above needs either."
         )
-        edit = _token_edit(src, "operator_change", node.values[0], node.values[1], old, new, sentence)
-        if edit:
-            yield edit
+        yield from _token_edit(src, "operator_change", node.values[0], node.values[1], old, new, sentence)
 
 
 def _simple(stmt: ast.stmt) -> bool:
@@ -487,20 +449,15 @@ def _data_transformation(src: _Source, node: ast.AST, ctx: dict):
 
 
 def _workflow_modification(src: _Source, node: ast.AST, ctx: dict):
-    name = _call_name(node)
-    if isinstance(node, ast.Call) and name in DROPPABLE_STAGES and isinstance(node.func, ast.Name):
-        if len(node.args) == 1 and not node.keywords:
+    if isinstance(node, ast.Call) and not node.keywords:
+        name, kept = _call_name(node), None  # kept: what the call is applied to, left without it
+        if isinstance(node.func, ast.Name) and name in DROPPABLE_STAGES and len(node.args) == 1:
+            kept = node.args[0]
+        elif isinstance(node.func, ast.Attribute) and name in DROPPABLE_METHODS and not node.args:
+            kept = node.func.value
+        if kept is not None:
             sentence = f"One step of the task above is left out: {STAGE_WORDS[name]} is not done."
-            yield _replace(src, "workflow_modification", node, node.args[0], sentence)
-    elif (
-        isinstance(node, ast.Call)
-        and name in DROPPABLE_METHODS
-        and isinstance(node.func, ast.Attribute)
-        and not node.args
-        and not node.keywords
-    ):
-        sentence = f"One step of the task above is left out: {STAGE_WORDS[name]} is not done."
-        yield _replace(src, "workflow_modification", node, node.func.value, sentence)
+            yield _replace(src, "workflow_modification", node, kept, sentence)
     output = ctx["first_output"]
     if isinstance(node, ast.Return) and node.value is not None and ctx["has_output"]:
         if isinstance(node.value, ast.Constant) and node.value.value is None:
@@ -557,14 +514,7 @@ def candidate_edits(
     except (SyntaxError, ValueError) as err:
         raise NotRewritable(f"the canonical program does not parse: {err}") from err
     src = _Source(program, solution_start)
-    entry = next(
-        (
-            n
-            for n in ast.walk(tree)
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == task.entry_point
-        ),
-        None,
-    )
+    entry = entry_function(tree, task.entry_point)
     ctx = {
         "docstrings": _docstring_ids(tree),
         "entry": entry,
@@ -652,25 +602,25 @@ def _docstring_span(task: Task) -> tuple[int, int] | None:
         tree = ast.parse(task.prompt)
     except (SyntaxError, ValueError):
         return None
+    entry = entry_function(tree, task.entry_point)
+    # The entry point's first constant statement (HumanEval/115 puts an import before its docstring).
+    body = entry.body if entry else []
+    first = next((s for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)), None)
+    if not _is_string(first):
+        first = tree.body[0] if tree.body else None
+    if not _is_string(first):
+        return None
     src = _Source(task.prompt, 0)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == task.entry_point:
-            # The first string statement (HumanEval/115 puts an import before its docstring).
-            first = next(
-                (s for s in node.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)), None
-            )
-            if first is not None and isinstance(first.value.value, str):
-                lo, hi = src.span(first.value)
-                return len(src.data[:lo].decode()), len(src.data[:hi].decode())
-    first = tree.body[0] if tree.body else None
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        lo, hi = src.span(first.value)
-        return len(src.data[:lo].decode()), len(src.data[:hi].decode())
-    return None
+    lo, hi = src.span(first.value)
+    return len(src.data[:lo].decode()), len(src.data[:hi].decode())
+
+
+def _is_string(stmt: ast.stmt | None) -> bool:
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(stmt.value, ast.Constant)
+        and isinstance(stmt.value.value, str)
+    )
 
 
 _EXAMPLE_START = re.compile(
@@ -751,11 +701,6 @@ def quoted_code(
     return sorted(found)
 
 
-def change_sentence(edit: Edit) -> str:
-    """The sentence the new prompt gains: the new behaviour in prose, no code of either solution."""
-    return edit.sentence
-
-
 def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> str:
     """The prompt with `sentence` put into the docstring, before its examples (or at its end); a prose
     prompt (no docstring) gets it as a last paragraph."""
@@ -773,38 +718,43 @@ def state_change(prompt: str, span: tuple[int, int] | None, sentence: str) -> st
     if example:
         at = body_start + example.start()
         return prompt[:at] + f"{indent}{sentence}\n" + prompt[at:]
-    before_close = prompt[body_start:close]
-    if before_close.endswith("\n" + indent) or before_close.endswith("\n"):
-        at = close - (len(before_close) - len(before_close.rstrip(" \t")))
+    if inside.endswith("\n" + indent) or inside.endswith("\n"):
+        at = close - (len(inside) - len(inside.rstrip(" \t")))
         return prompt[:at] + f"{indent}{sentence}\n" + prompt[at:]
     return prompt[:close] + f"\n{indent}{sentence}\n{indent}" + prompt[close:]
 
 
-def _params(task: Task) -> list[str]:
+def entry_params(program: str, entry_point: str | None) -> list[str] | None:
+    """The entry point's positional parameter names; None when the program does not parse or lacks it."""
     try:
-        tree = ast.parse(task.program())
+        entry = entry_function(ast.parse(program), entry_point)
     except (SyntaxError, ValueError):
-        return []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == task.entry_point:
-            return [a.arg for a in node.args.args]
-    return []
+        return None
+    return None if entry is None else [a.arg for a in entry.args.args]
+
+
+def call_examples(task: Task, prompt: str) -> list:
+    """The examples of calls that `prompt` (the task's, or its rewrite's) shows, MBPP+'s asserts included."""
+    from leaklab.perturb.examples import find_examples
+
+    params = entry_params(task.program(), task.entry_point)
+    found = find_examples(dataclasses.replace(task, prompt=prompt), params, asserts=True)
+    return [ex for ex in found if ex.kind == "call"]
+
+
+def with_outputs(task: Task, prompt: str, examples: list, outputs: list) -> str:
+    """`prompt` (the task's, or its rewrite's) with each of its `examples` showing the rewrite's output."""
+    from leaklab.perturb.examples import replace_examples
+
+    base = dataclasses.replace(task, prompt=prompt)
+    return replace_examples(base, examples, [ex.args for ex in examples], outputs)[0].prompt
 
 
 def rewritten_task(
-    task: Task, edit: Edit, solution: str, inputs: list[list], outputs: list, examples, example_outputs
+    task: Task, prompt: str, solution: str, inputs: list[list], outputs: list, logic_type: str, change: str
 ) -> Task:
-    """The rewritten Task: new prompt (changed rule stated, examples' outputs regenerated), the
-    rewritten solution, "call" tests on the original inputs with the rewrite's outputs."""
-    from leaklab.perturb.examples import replace_examples
-
-    with_examples, _ = replace_examples(task, examples, [ex.args for ex in examples], example_outputs)
-    prompt = with_examples.prompt
-    probe = dataclasses.replace(task, prompt=prompt)
-    prompt = state_change(
-        prompt, _docstring_span(probe) if task.prompt_is_code else None, change_sentence(edit)
-    )
-    compare = task.compare if task.compare in ("exact", "set", "apps") else "exact"
+    """The rewritten Task: its new prompt and solution, "call" tests on the original inputs with the
+    rewrite's outputs."""
     return dataclasses.replace(
         task,
         task_id=f"{task.task_id}/rewrite",
@@ -813,13 +763,8 @@ def rewritten_task(
         tests="",
         test_type="call",
         test_cases=tuple({"input": i, "output": o} for i, o in zip(inputs, outputs)),
-        compare=compare,
-        metadata={
-            **task.metadata,
-            "rewrite_of": task.task_id,
-            "logic_type": edit.logic_type,
-            "change": change_sentence(edit),
-        },
+        compare=task.compare if task.compare in ("exact", "set", "apps") else "exact",
+        metadata={**task.metadata, "rewrite_of": task.task_id, "logic_type": logic_type, "change": change},
     )
 
 
@@ -885,8 +830,6 @@ def rewrite_tasks(
 def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, results: list[Rewrite]):
     """(per task its plan or None, the sandbox jobs running each original on its test inputs and examples).
     Synthetic tasks are rewritten here, by their family's own rewrite."""
-    from leaklab.perturb.examples import find_examples
-
     plans: list[dict | None] = [None] * len(tasks)
     jobs: list = []
     for i, task in enumerate(tasks):
@@ -897,9 +840,9 @@ def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, 
         try:
             inputs = call_inputs(task)
         except NotRewritable as err:
-            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+            results[i].reject("any", "not_rewritable", str(err))
             continue
-        examples = [ex for ex in find_examples(task, _params(task), asserts=True) if ex.kind == "call"]
+        examples = call_examples(task, task.prompt)
         probe = inputs + [list(ex.args) for ex in examples]
         plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
         jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))
@@ -912,16 +855,14 @@ def _candidate_jobs(task: Task, plan: dict, outcome, result: Rewrite, jobs: list
     False (with the reason in `result`) when the original fails or the task has no place to edit."""
     original, why = _outcome(outcome, len(plan["probe"]))
     if original is None:
-        result.rejections.append(
-            {"type": "any", "reason": "original_fails", "detail": f"the canonical solution fails: {why}"}
-        )
+        result.reject("any", "original_fails", f"the canonical solution fails: {why}")
         return False
     plan["original_values"] = original
     rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
     try:
         sites = candidate_edits(task, rng, plan["inputs"][0], original[0], True)
     except NotRewritable as err:
-        result.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)})
+        result.reject("any", "not_rewritable", str(err))
         return False
     plan["candidates"] = []
     for _, edit, program, solution in parsed_edits(task, sites, rng, per_type, result):
@@ -940,15 +881,13 @@ def parsed_edits(
     rng.shuffle(order)
     for logic_type in order:
         if not sites[logic_type]:
-            result.rejections.append(
-                {"type": logic_type, "reason": "no_site", "detail": "no place in the solution to apply it"}
-            )
+            result.reject(logic_type, "no_site", "no place in the solution to apply it")
         for edit in sites[logic_type][:per_type]:
             try:
                 program, solution = edited_task(task, edit)
                 ast.parse(program)
             except (NotRewritable, SyntaxError, ValueError) as err:
-                result.rejections.append({"type": logic_type, "reason": "syntax", "detail": str(err)[:200]})
+                result.reject(logic_type, "syntax", str(err)[:200])
                 continue
             yield logic_type, edit, program, solution
 
@@ -964,22 +903,25 @@ def _accept_first(task: Task, plan: dict, candidate_results: list, result: Rewri
             task, plan["inputs"], original, candidate_results[j], len(plan["probe"])
         )
         if rejection is not None:
-            result.rejections.append({"type": kind, **rejection})
+            result.reject(kind, **rejection)
             continue
         result.accepted[kind] = result.accepted.get(kind, 0) + 1
         if result.task is None:
+            prompt = with_outputs(task, task.prompt, plan["examples"], values[n:])
+            span = _docstring_span(dataclasses.replace(task, prompt=prompt)) if task.prompt_is_code else None
+            prompt = state_change(prompt, span, edit.sentence)
             result.task = rewritten_task(
-                task, edit, solution, plan["inputs"], values[:n], plan["examples"], values[n:]
+                task, prompt, solution, plan["inputs"], values[:n], kind, edit.sentence
             )
             result.logic_type = kind
-            result.change = change_sentence(edit)
+            result.change = edit.sentence
 
 
 def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:
     try:
         new = synthetic_rewrite(task, rng, sandbox)
     except (ValueError, RuntimeError) as err:
-        out.rejections.append({"type": "any", "reason": "not_rewritable", "detail": str(err)[:200]})
+        out.reject("any", "not_rewritable", str(err)[:200])
         return
     kind = "operator_change" if new.metadata.get("changed") == "op" else "constant_swap"
     out.tried[kind] = out.accepted[kind] = 1

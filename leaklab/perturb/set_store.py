@@ -1,16 +1,12 @@
-"""The store of sets built per task and cached per benchmark: SrDetection's variant sets (`store.py`) and
-MRI's perturbed sets (`mri_sets.py`) both keep theirs here.
+"""The per-benchmark cache of sets built per task (SrDetection's variants, MRI's perturbed sets) and a
+run's own copy of them.
 
     path = cache_file("variants", tasks, settings_key([STORE_VERSION, ..., code_digest(CODE)]))
     sets = cached_sets(path, tasks, build, to_json, from_json, "SrDetection variants", log)
     write_run_copy(run_file, rows, summary_file, summary)         # <run>/<file>.jsonl + its summary
     rows = read_run_copy(run_file)                                # {task_id: row}, {} without a copy
 
-A cache file (`<LEAKLAB_CACHE>/<kind>/<benchmark>-<settings>.jsonl`) holds one `{"key", "set"}` line per
-task, keyed by a hash of the task's content (`task_key`), so any run, split or checkpoint on the same
-benchmark reuses it. The settings part of its name hashes what the caller passes: its store version, the
-settings that change the sets and the source of the modules that make them (`code_digest`), so changed
-code never serves stale sets. Lines are appended once per task (`rundir.append_rows`, atomic).
+See docs/perturbations.md#caches-of-perturbed-sets.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
-"""Build, verify and cache variant sets for the pipeline: built once per benchmark with sandboxed
-executors, stored as JSON lines (per-benchmark cache and the run's own copy), read back.
+"""SrDetection's variant sets for the pipeline: built with sandboxed executors, cached per benchmark
+(`set_store`), the run's own copy, read back.
 
     sets = variant_sets_for(tasks, recipe.evaluate.srdetection)        # cached; builds what is missing
     write_run_variants(run.root, sets, min_variants=2)                 # <run>/variants.jsonl + summary
     sets = read_run_variants(run.root, tasks)                          # what every checkpoint reuses
 
-`leaklab.perturb.variants.make_variants` asks for two executors; here they are thin wrappers around
-`leaklab.execution` (the only place benchmark code runs):
-  run_solution   the task's canonical solution on new example inputs (function calls, or stdin for
-                 APPS stdio tasks), for tau_t;
-  verify         the benchmark's own tests on the variant's program (`check_solution`). For "call" tasks
-                 whose cases have no stored output (HumanEval+, MBPP+: differential testing) the expected
-                 values are the ORIGINAL solution's outputs, not the variant's own, or verification would
-                 compare the variant with itself.
-
-The cache (`<LEAKLAB_CACHE>/variants/`, kept by `set_store` as MRI's sets are) is named after the
-settings that change variants (n, seed, verify, example replacement) and the source of `VARIANT_CODE`.
-A variant is stored as the Task fields that differ from its original (prompt, solution, tests, entry
-point) plus its metadata.
+A variant is stored as the Task fields that differ from its original plus its metadata.
+See docs/perturbations.md#caches-of-perturbed-sets.
 """
 
 from __future__ import annotations
@@ -110,22 +99,15 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
             # thread parses too, with "AST constructor recursion depth mismatch" (rare: seen once in
             # hundreds of builds). The variants are a pure function of the task and seed, so building them
             # again gives the same set.
+            check = Verification(verify, by=verify_by) if verify is not None else None
             for attempt in range(3):
                 try:
-                    return variants_of(task)
+                    return make_variants(
+                        task, cfg.n_variants, cfg.seed, run_solution=run_solution, verify=check, rename=rename
+                    )
                 except SystemError as err:
                     if "recursion depth mismatch" not in str(err) or attempt == 2:
                         raise
-
-        def variants_of(task: Task) -> VariantSet:
-            return make_variants(
-                task,
-                cfg.n_variants,
-                cfg.seed,
-                run_solution=run_solution,
-                verify=Verification(verify, by=verify_by) if verify is not None else None,
-                rename=rename,
-            )
 
         with (
             ThreadPoolExecutor(max_workers=2 * cfg.sandbox_workers) as pool,

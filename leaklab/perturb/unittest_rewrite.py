@@ -1,26 +1,10 @@
 """Rule-based MRI rewriting of tasks whose tests are a unittest class (BigCodeBench): no input/output
-pairs to recompute, so the tests' expected literals are regenerated instead.
+pairs to recompute, so the literals the tests assert are regenerated in the sandbox instead, and the real
+judge confirms the rewrite passes them while the original fails them.
 
     results = rewrite_unittest_tasks(tasks, sandbox, seed=0, per_type=2)   # list[Rewrite]
 
-How (every program runs in the sandbox):
-  1. Sites: each `self.assertEqual(expr, LITERAL)` (or LITERAL first; also assertListEqual / TupleEqual
-     / DictEqual / SetEqual) in the tests. Each site becomes `__leaklab_record__(k, expr)`, which records
-     repr(expr) instead of asserting; every other assertion is left as it is.
-  2. The canonical program runs the instrumented tests. A site is regenerable when it recorded exactly
-     one value (not a loop), the value reads back as a Python literal and equals the test's literal
-     (so the recording matches what the test checks). The instrumented suite must otherwise pass.
-  3. Each candidate edit of the solution (the operators of `rewriting.py`) runs the tests with only
-     the regenerable sites instrumented. A candidate is accepted when every other assertion still
-     passes, each regenerable site recorded one literal value, and at least one differs from the
-     original's. The new tests are the old ones with those literals replaced by the candidate's values.
-  4. The rewritten task goes through the real judge (`check_many`, the judged unittest path): the
-     rewritten solution must pass the regenerated tests and the ORIGINAL solution must fail them.
-     Otherwise the candidate is rejected ("regenerated_suite").
-A task without a regenerable site is not rewritable by rule (`not_rewritable`, the reason says so);
-the LLM backend (`evaluate.mri.llm_rewrite`) then is the path, through the same checks of its outputs.
-The new prompt describes the change in prose as `rewriting.py` does; `>>>` examples in the docstring cannot be
-recomputed from a unittest task, so they are dropped from the new prompt (metadata "examples_dropped").
+See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -39,7 +23,6 @@ from leaklab.perturb.rewriting import (
     Rewrite,
     _docstring_span,
     candidate_edits,
-    change_sentence,
     parsed_edits,
     state_change,
 )
@@ -70,7 +53,8 @@ def {RUNNER}(tests_source, test_class="TestCases"):
 '''
 
 
-def _literal(node: ast.AST) -> tuple[bool, Any]:
+def _literal(node: ast.AST | str) -> tuple[bool, Any]:
+    """(True, the value) of a literal's node or text; (False, None) for anything else."""
     try:
         return True, ast.literal_eval(node)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -135,11 +119,10 @@ def _values(result) -> tuple[dict[str, list[str]] | None, list[str], str]:
     return call.value.get("records", {}), list(call.value.get("problems", [])), ""
 
 
-def _read_back(text: str) -> tuple[bool, Any]:
-    try:
-        return True, ast.literal_eval(text)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return False, None
+def _recorded(records: dict[str, list[str]], k: int) -> tuple[bool, Any]:
+    """(True, the value) when site k recorded exactly one value that reads back as a literal."""
+    got = records.get(str(k), [])
+    return _literal(got[0]) if len(got) == 1 else (False, None)
 
 
 def drop_examples(prompt: str) -> tuple[str, int]:
@@ -185,11 +168,11 @@ def regenerable_sites(
         try:
             sites = literal_sites(ast.parse(task.tests))
         except (SyntaxError, ValueError) as err:
-            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": f"the tests do not parse: {err}"[:200]})  # fmt: skip
+            results[i].reject("any", "not_rewritable", f"the tests do not parse: {err}"[:200])
             continue
         if not sites:
             why = "no self.assertEqual(..., literal) in the tests to regenerate"
-            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": why})
+            results[i].reject("any", "not_rewritable", why)
             continue
         at[i] = (sites, len(jobs))
         jobs.append(
@@ -200,17 +183,16 @@ def regenerable_sites(
         records, problems, why = _values(ran[j])
         if records is None or problems:
             detail = why or f"the canonical solution fails its instrumented tests: {problems[:2]}"
-            results[i].rejections.append({"type": "any", "reason": "original_fails", "detail": detail[:200]})
+            results[i].reject("any", "original_fails", detail[:200])
             continue
         keep = {}
         for k, (call, lit) in enumerate(sites):
-            got = records.get(str(k), [])
-            ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
+            ok, value = _recorded(records, k)
             if ok and value == _literal(call.args[lit])[1]:
                 keep[k] = value
         if not keep:
             why = "no asserted literal is checked once with a value that reads back as a literal"
-            results[i].rejections.append({"type": "any", "reason": "not_rewritable", "detail": why})
+            results[i].reject("any", "not_rewritable", why)
             continue
         found[i] = keep
     return found
@@ -249,21 +231,17 @@ def validate_candidates(
             # assertRaises, a literal checked in a loop) is no valid rewrite of this task.
             reason = "other_asserts" if problems else ("timeout" if "time" in why.lower() else "crashes")
             detail = why or f"an assertion that is not regenerated fails: {problems[:2]}"
-            results[i].rejections.append({"type": kind, "reason": reason, "detail": detail[:200]})
+            results[i].reject(kind, reason, detail[:200])
             continue
-        new_values = {}
-        for k in sites[i]:
-            got = records.get(str(k), [])
-            ok, value = _read_back(got[0]) if len(got) == 1 else (False, None)
-            if ok:
-                new_values[k] = value
+        read_back = {k: _recorded(records, k) for k in sites[i]}
+        new_values = {k: value for k, (ok, value) in read_back.items() if ok}
         if len(new_values) < len(sites[i]):
             detail = "an asserted value is not a literal or was checked more than once"
-            results[i].rejections.append({"type": kind, "reason": "not_literal", "detail": detail})
+            results[i].reject(kind, "not_literal", detail)
             continue
         if all(_same(new_values[k], v) for k, v in sites[i].items()):
             detail = "same value as the original at every asserted literal"
-            results[i].rejections.append({"type": kind, "reason": "equivalent", "detail": detail})
+            results[i].reject(kind, "equivalent", detail)
             continue
         recorded.append((i, cand, _new_task(tasks[i], cand, new_values)))
 
@@ -280,7 +258,7 @@ def validate_candidates(
                 if not mine.passed
                 else "the original solution passes the regenerated tests"
             )
-            results[i].rejections.append({"type": kind, "reason": "regenerated_suite", "detail": detail[:200]})  # fmt: skip
+            results[i].reject(kind, "regenerated_suite", detail[:200])
             continue
         results[i].accepted[kind] = results[i].accepted.get(kind, 0) + 1
         if results[i].task is None:
@@ -301,14 +279,12 @@ def rewrite_unittest_tasks(
         try:
             edits = candidate_edits(task, rng)
         except NotRewritable as err:
-            results[i].rejections.append(
-                {"type": "any", "reason": "not_rewritable", "detail": str(err)[:200]}
-            )
+            results[i].reject("any", "not_rewritable", str(err)[:200])
             sites[i] = None
             continue
         for logic_type, edit, program, solution in parsed_edits(task, edits, rng, per_type, results[i]):
-            prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
-            candidates[i].append(Candidate(logic_type, program, solution, prompt, change_sentence(edit)))
+            prompt = state_change(task.prompt, _docstring_span(task), edit.sentence)
+            candidates[i].append(Candidate(logic_type, program, solution, prompt, edit.sentence))
     validate_candidates(tasks, sites, candidates, sandbox, results, timeout_s)
     return results
 

@@ -1,41 +1,8 @@
-"""Build and check semantics-preserving variants of benchmark tasks for SrDetection (§3.1.1, App. A.1):
-`make_variants` puts renaming and example replacement together, keeps the variants that parse and
-pass their tests, and reports why the others were dropped (`Variant`, `VariantSet`).
-
-A variant x_i = tau_t(tau_v(tau_f(x_0))) of a task x_0:
-  tau_f  renames every function (definitions and call sites, recursion included). When the entry point
-         is renamed, the prompt, the tests and `Task.entry_point` follow.
-  tau_v  renames parameters and variables. Renaming is per identifier across the whole program, which
-         keeps every scope consistent; an identifier is renamed only if *all* its occurrences are
-         ordinary variables: builtins, imported names, class attributes, names that refer to a global
-         the program does not define, and names it cannot locate exactly are never touched.
-         Attributes and keyword names of calls to outside code are left as they are.
-  tau_t  replaces the example inputs shown in the problem statement (doctest `>>> f(...)` lines,
-         `f(...) => out` lines, `Input: a = ..., b = ...` / `Output: ...` pairs, APPS stdin/stdout
-         samples) by type-aware mutations of the originals; the shown outputs come from running the
-         canonical solution through a caller-supplied executor.
-
-The paper asked an LLM for all three; leaklab renames deterministically from the AST and a curated
-vocabulary (an LLM can still propose the names, see `llm=`), and edits the source text in place at the
-identifiers' token positions, so formatting, comments and whitespace stay byte-identical. Docstrings,
-comments and an APPS statement get the same rename where they mention a renamed function or
-parameter as a word (a name that is also an English word only where the text uses it as code).
-The parts: `identifiers` (what may be renamed), `renaming` and `vocabulary` (tau_f, tau_v),
-`examples` (tau_t), `llm` (names proposed by a model).
-
-Nothing here executes benchmark or model code. Two callables do, supplied by the caller (in the
-pipeline: thin wrappers around `leaklab.execution.sandbox`):
-  run_solution(task, inputs) -> outputs   runs the task's canonical solution on each input (a list of
-                                          positional arguments, or a stdin string for stdio tasks) and
-                                          returns the value / stdout, or a `RunError` (any Exception
-                                          instance is accepted too) for an input that failed.
-  verify(task) -> bool                    runs the task's own tests on a variant (`Verification(verify)`),
-                                          or checks it without running anything
-                                          (`Verification(verify, by="alpha")`: `alpha_equivalent`, for
-                                          benchmarks without tests).
-Every variant must parse and (when a `Verification` is given) pass it; the others are dropped and the
-fraction kept is reported. A task without tests under `by="tests"` gets no variant and the reason
-"no tests". Bad input never raises: it yields fewer variants and the reason.
+"""SrDetection's semantics-preserving variants (§3.1.1, App. A.1): `make_variants` renames functions
+(tau_f) and variables (tau_v), replaces the shown examples (tau_t), keeps the variants that parse and
+pass their check, and says why the others were dropped. Nothing here runs code: `run_solution(task,
+inputs) -> outputs` (a value, stdout or `RunError` per input) and `verify(task) -> bool` come from the
+caller (in the pipeline, `store.sandbox_executors`). See docs/perturbations.md#srdetection-variants.
 """
 
 from __future__ import annotations
@@ -144,15 +111,9 @@ def _example_tasks(
         return [(task, 0)] * count, f"run_solution failed: {type(err).__name__}: {err}"
     if len(outputs) != len(flat):
         return [(task, 0)] * count, f"run_solution returned {len(outputs)} outputs for {len(flat)} inputs"
-    copies, k = [], 0
+    copies, ran = [], iter(outputs)
     for sets in per_copy:
-        set_outputs = []
-        for inputs in sets:
-            outs = []
-            for args in inputs:
-                outs.append(outputs[k] if args is not None else None)
-                k += args is not None
-            set_outputs.append(outs)
+        set_outputs = [[None if args is None else next(ran) for args in inputs] for inputs in sets]
         inputs, outs = choose_set(examples, task.prompt, sets, set_outputs)
         copies.append(replace_examples(task, examples, inputs, outs))
     return copies, None
@@ -255,7 +216,7 @@ def _can_vary(task: Task, analysis, rename: bool, verify_by_tests: bool, result:
         frozen = ", ".join(f"{k} ({v})" for k, v in sorted(analysis.frozen.items())[:6])
         result.reasons.append("no renamable identifiers" + (f"; kept: {frozen}" if frozen else ""))
         return False
-    if verify_by_tests and not has_tests(task):
+    if verify_by_tests and not task.has_tests():
         result.tests_run = False
         result.reasons.append(
             "no tests: the benchmark gives none to verify variants with "
@@ -284,11 +245,6 @@ def _numbered(candidate: Task, task: Task, index: int, renames: dict) -> Task:
         task_id=f"{task.task_id}#v{index}",
         metadata={**task.metadata, "variant_of": task.task_id, "variant_index": index, "renames": renames},
     )
-
-
-def has_tests(task: Task) -> bool:
-    """Whether the benchmark gives the task any test to run (a user's own JSONL may not)."""
-    return bool(task.tests.strip() or task.test_cases)
 
 
 class _AlphaRename(ast.NodeTransformer):
@@ -375,7 +331,7 @@ FAILED = {
 }
 
 
-def _verified(candidate: Task, verify: Verification | None, failures: dict[str, int]) -> bool:
+def _verified(candidate: Task, verify: Verification | None, failures: Counter[str]) -> bool:
     if verify is None:
         return True
     try:
@@ -386,5 +342,5 @@ def _verified(candidate: Task, verify: Verification | None, failures: dict[str, 
     else:
         why = FAILED.get(verify.by, "the variant failed its check")
     if not ok:
-        failures[why] = failures.get(why, 0) + 1
+        failures[why] += 1
     return ok

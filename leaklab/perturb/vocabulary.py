@@ -1,13 +1,7 @@
 """Vocabulary for new identifier names: synonym groups, fallback prefixes, and candidate names in the
-original's style (snake_case, camelCase, UPPER), ordered so that a variant is about as likely as its
-original under a model that never saw the task.
-
-Why the order matters: SrDetection flags a task when the original is more likely than every
-variant. Taking the most "natural" synonym first made variants systematically less likely than the
-originals on a model that never saw HumanEval (the rule flagged 37% of tasks at n = 10, not 1/11),
-while prefixed names (`cur_numbers`) made them more likely (more, easier tokens). Candidates are now
-ranked by how close their frequency in a reference code corpus is to the original's (`CODE_COUNTS`:
-names and number literals in Python's standard library), with a random jitter so the n variants differ.
+original's style (snake_case, camelCase, UPPER), ranked by how close their frequency in a reference code
+corpus (`CODE_COUNTS_FILE`) is to the original's, so a variant is about as likely as its original under a
+model that never saw the task. See docs/perturbations.md#srdetection-variants.
 """
 
 from __future__ import annotations
@@ -219,7 +213,6 @@ SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
     ("will", "can", "does"),
     ("to", "into", "as"),
     ("one", "single"),
-    ("unique", "distinct", "different"),
     # verbs, mostly for function names
     ("get", "fetch", "find", "compute", "obtain", "retrieve"),
     ("find", "search", "locate", "get", "seek", "detect"),

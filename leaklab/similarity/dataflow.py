@@ -1,21 +1,6 @@
-"""CodeBLEU's data flow: which variable's value comes from which, in the definition of the `codebleu`
-package 0.7.0 (its DFG_python), with the differences `structure` documents.
-
-Walking the stripped tree in order, every variable token gets an edge: a use `comesFrom` the tokens that
-last defined the name; an assignment's targets are `computedFrom` the variables of its value. Rules:
-  - assignment, augmented assignment, comprehension clause: the value is visited first, then each
-    target (element-wise when both sides list as many parts) is bound to the value's variables;
-  - default parameter: the name comes from the default value's variables;
-  - if/elif/else: each branch starts from the state before the `if`; after it a name may come from
-    any branch (or from before, when there is no `else`);
-  - for/while: the loop is walked twice, so a use sees definitions from the previous iteration, and
-    the edges of the two walks are merged;
-  - a comprehension's clauses are visited before its element.
-The result keeps the tokens that take part in some edge, merged per token, with names numbered by first
-appearance: (head, relation, parents) with relation 0 = comesFrom, 1 = computedFrom.
-
-The walk is plain Python over the flat tree (`_ReferenceFlow`); `bench/bench_similarity.py` shows its
-cost per snippet.
+"""CodeBLEU's data flow as the `codebleu` package 0.7.0 defines it (its DFG_python, with the differences
+`structure` names): which variable's value comes from which, as normalised (head, relation, parents)
+edges, relation 0 = comesFrom, 1 = computedFrom. See docs/perturbations.md#structural-similarity.
 """
 
 from __future__ import annotations

@@ -1,23 +1,7 @@
-"""LLM judges of code similarity: the counterfactual paper's questions (000 App. C.1) in leaklab's words,
-tolerant parsing, counted failures.
-
-Four questions about a pair (reference function = the ground truth, candidate = a generation), each with
-a system role (`SYSTEMS`) and a user prompt (`PROMPTS`):
-  structural    how similar the two are by grammar-parsing structure, a 0-1 score written as [[x.xxx]]
-  rating        semantic similarity: similarity_rating (0-1), category (equivalent / similar / opposed /
-                unrelated) and reasoning, as JSON
-  equivalence   same logic (same outputs, same algorithm or approach, same edge cases):
-                equivalence_score (0-1) and reasoning, as JSON
-  clone_screen  HyClone's stage 1: a yes/no "are these likely functional clones", as JSON
-Any back-end of `leaklab.signals.generation` answers them (HFGenerator on a local model, OpenAIGenerator
-on an OpenAI-compatible server, VLLMGenerator); `render` wraps a prompt for a chat model (e.g. the
-tokenizer's chat template, the system role as a system turn; a plain-completion back-end gets it as the
-prompt's first paragraph). Greedy decoding. A reply that cannot be read becomes a `Verdict` with
-`failure` set and no score, and `judge_pairs` counts them, never raises.
-
-The counterfactual evaluation asks them as optional functional metrics (`evaluate.counterfactual.judges`,
-`judge_backend`; `make_backend` builds the back-end). The clone screen (HyClone's stage 1) is asked by
-`leaklab/execution/crossexec.py` before cross-execution (stage 2) when a back-end is configured.
+"""LLM judges of code similarity: the counterfactual paper's questions (000 App. C.1) in leaklab's words
+(`SYSTEMS`, `PROMPTS`), and HyClone's stage-1 clone screen; tolerant reading of the replies (an
+unreadable one is a `Verdict` with `failure`, counted by `judge_pairs`, never raised).
+See docs/perturbations.md#llm-judges.
 """
 
 from __future__ import annotations
@@ -116,8 +100,6 @@ def make_backend(backend: str, model: str, base_url: str | None = None):
 def prompt(kind: str, reference: str, candidate: str) -> str:
     """The judge's system role, a blank line, then its question about the pair (`chat_messages` splits
     them again for a chat template)."""
-    if kind not in PROMPTS:
-        raise ValueError(f"unknown judge {kind!r}; choose one of {', '.join(PROMPTS)}")
     user = PROMPTS[kind].format(reference=reference.rstrip("\n"), candidate=candidate.rstrip("\n"))
     return f"{SYSTEMS[kind]}\n\n{user}"
 
@@ -215,6 +197,12 @@ def parse(kind: str, reply: str) -> Verdict:
     return Verdict(score, category, str(reason or "") or None)
 
 
+def ask(generator, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+    """One greedy reply per prompt from any `leaklab.signals.generation` back-end ("" where it gave none)."""
+    replies = generator.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0)
+    return [completions[0].text if completions else "" for completions in replies]
+
+
 def judge_pairs(
     generator,
     kind: str,
@@ -224,6 +212,5 @@ def judge_pairs(
 ) -> tuple[list[Verdict], Counter]:
     """Ask one judge about every (reference, candidate) pair; the verdicts and the failures by reason."""
     prompts = [render(prompt(kind, ref, cand)) for ref, cand in pairs]
-    replies = generator.generate(prompts, max_new_tokens=max_new_tokens, temperature=0.0)
-    verdicts = [parse(kind, completions[0].text if completions else "") for completions in replies]
+    verdicts = [parse(kind, reply) for reply in ask(generator, prompts, max_new_tokens)]
     return verdicts, Counter(v.failure for v in verdicts if v.failure)

@@ -1,44 +1,11 @@
-"""Structural similarity of Python code on tree-sitter: TSED, CodeBLEU (and its parts), MRI's AST similarity.
+"""Structural similarity of Python code: TSED (Song et al. 2024), CodeBLEU and its parts (Ren et al. 2020,
+as the `codebleu` package 0.7.0 defines it, four tested differences), MRI's AST similarity (Memorize or
+generalize?, §3.1).
 
-Everything here is computed from one parsed `Structure` per snippet (built once, compared many times),
-so a ground truth compared with a target's and a reference's generation is parsed once.
-
-TSED (Song et al. 2024): TED = tree edit distance between the tree-sitter trees of named nodes, labelled
-by node type, with delete 1, insert 0.8, rename 1 (reference -> candidate: deleting a reference node costs
-1, inserting a candidate node 0.8); TSED = max(0, (max_nodes - TED) / max_nodes). The distance is an
-exact Zhang–Shasha dynamic programme compiled with numba (`_zhang_shasha`).
-The `tsed` package names a node after the last field label printed inside its s-expression
-("body:" instead of "function_definition") because its s-expression reader overwrites the type with
-every bare word; `labels="tsed_package"` reproduces that for comparison, the default uses node types.
-
-CodeBLEU (Ren et al. 2020) in the definition of the `codebleu` package 0.7.0, which the tests compare
-against: n-gram match = sentence BLEU-4 over whitespace tokens (smoothing method 1); weighted n-gram =
-BLEU-shaped recall with Python keywords weighted 1 and other unigrams 0.2; syntax match = fraction of the
-reference's subtrees (s-expressions of every node with children) present in the candidate; data-flow match
-= fraction of the reference's normalised def-use edges matched one-to-one in the candidate. Syntax and
-data flow are computed with comments and docstrings removed. Four deliberate differences, each tested:
-  - `codebleu` computes `theta * (dataflow or 1)`, so a data-flow match of 0 (no edge matched) counts as
-    a perfect 1. Here 0 stays 0. When the reference has no data-flow edge at all the data-flow score is
-    undefined (None) and CodeBLEU (equal) averages the three other parts.
-  - Where loops merge two edges of one token, `codebleu` orders the parent names with `set()` (which
-    depends on PYTHONHASHSEED); here they keep first-seen order, so scores are reproducible.
-  - Its weighted n-gram match takes the brevity penalty against the length of `[tokens, weights]` (2),
-    so a short candidate is never penalised; here the reference's token count is used, as in BLEU.
-  - An assignment whose target and value both have three parts (`self.kind = 'abc'`) makes it pair the
-    string's inner parts, fail a lookup and drop the whole function's data flow; here a string is one
-    token. Token texts are read from bytes here, not from character columns, so non-ASCII lines agree.
-
-How CodeBLEU's per-snippet work is kept cheap (values identical to computing it the direct way, tested):
-comments and docstrings are cut by one regex scan that tracks what tokenize's rule looks at (falling
-back to tokenize for tabs, backslash continuations and 3.12 f-strings); the stripped tree is walked once
-into flat lists of kind ids and last descendants; subtree keys are built bottom-up from (label, field,
-child key) instead of printing every subtree's s-expression, and the keys are computed by
-numba-compiled code on those arrays (plain Python for broken trees, tested equal); the data flow
-(`similarity.dataflow`) is walked in plain Python; CodeBLEU alone parses only the stripped text with tree-sitter; word n-grams are
-keyed by joined words.
-
-MRI's AST similarity (Memorize or generalize?, §3.1): Python `ast` trees labelled by node class, without
-the Load/Store/Del context nodes, unit edit costs; similarity = max(0, 1 - TED / max_nodes).
+TSED = max(0, (max_nodes - TED) / max_nodes), TED over tree-sitter's named nodes labelled by type with
+costs TSED_COSTS (an exact Zhang–Shasha programme compiled with numba); MRI's AST similarity is the same
+over Python `ast` node classes with unit costs. Each snippet is parsed once into a `Structure`.
+See docs/perturbations.md#structural-similarity.
 """
 
 from __future__ import annotations
@@ -54,14 +21,14 @@ import sys
 import tokenize
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cache, cached_property, lru_cache
 from importlib import metadata
 from itertools import repeat
 
 import numpy as np
+from numba import njit
 
 from leaklab.similarity.dataflow import data_flow
-from leaklab.similarity.jit import COMPILED, jit
 from leaklab.similarity.text import (
     bleu_from_counts,
     clipped_matches,
@@ -74,6 +41,8 @@ MRI_COSTS = (1.0, 1.0, 1.0)
 # Python's keywords (3.12 incl. the soft ones), the weighted n-gram's weight-1 tokens.
 CODEBLEU_KEYWORDS = frozenset(keyword.kwlist) | {"match", "case", "type"}
 _AST_CONTEXTS = (ast.Load, ast.Store, ast.Del)
+# Compiled code is cached on disk (a new process loads it instead of compiling again) and drops the GIL.
+jit = njit(cache=True, nogil=True)
 
 
 def grammar_versions() -> dict[str, str]:
@@ -95,7 +64,7 @@ def _stable_hash(text: str) -> int:
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()) >> 1
 
 
-_label_hash = lru_cache(maxsize=65536)(_stable_hash)  # node labels repeat: hash each once per process
+_label = cache(_stable_hash)  # node and field labels repeat: hash each once per process
 
 
 # --------------------------------------------------------------------------- trees for edit distance
@@ -126,7 +95,7 @@ def ordered_tree(root, children, label) -> OrderedTree:
             idx = len(labels)
             cell = pending.pop()
             leftmost_idx = cell[0] if cell[0] >= 0 else idx
-            labels.append(_label_hash(label(node)))
+            labels.append(_label(label(node)))
             leftmost.append(leftmost_idx)
             if pending and pending[-1][0] < 0:
                 pending[-1][0] = leftmost_idx
@@ -184,28 +153,19 @@ def _zhang_shasha(l1, lm1, kr1, l2, lm2, kr2, costs):  # pragma: no cover - comp
 
 def tree_edit_distance(source: OrderedTree, target: OrderedTree, costs=TSED_COSTS) -> float:
     """Minimum cost to edit `source` into `target` (delete from source, insert into target, rename)."""
-    cost_del, cost_ins, cost_ren = costs
-    if source.size == 0 or target.size == 0:
-        return source.size * cost_del + target.size * cost_ins
     return float(
         _zhang_shasha(
             source.labels, source.leftmost, source.keyroots,
             target.labels, target.leftmost, target.keyroots,
-            (float(cost_del), float(cost_ins), float(cost_ren)),
+            tuple(float(cost) for cost in costs),
         )
     )  # fmt: skip
 
 
 def normalised_tree_similarity(reference: OrderedTree, candidate: OrderedTree, costs) -> float:
-    """max(0, (max_nodes - TED) / max_nodes); two empty trees are identical (1.0)."""
+    """max(0, (max_nodes - TED) / max_nodes); every tree has its root, so max_nodes >= 1."""
     nodes = max(reference.size, candidate.size)
-    if nodes == 0:
-        return 1.0
     return max(0.0, (nodes - tree_edit_distance(reference, candidate, costs)) / nodes)
-
-
-def _named_children(node) -> list:
-    return node.named_children
 
 
 def _tsed_package_label(node) -> str:
@@ -450,22 +410,11 @@ def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
     process, so keys can cross process boundaries. Clean trees are keyed by compiled code
     (`_k_subtree_keys`); trees with ERROR or MISSING nodes, whose labels need the source, here.
     """
-    if COMPILED and not flat.has_error:
+    if not flat.has_error:
         named, kind_labels, field_labels = _label_tables(flat.language)
         keys = _k_subtree_keys(*flat.arrays, named, kind_labels, field_labels)
         return keys.tolist()
     return _subtree_keys_python(flat, source)
-
-
-_LABELS: dict[str, int] = {}
-
-
-def _label(text: str) -> int:
-    """`_stable_hash` of a node label, computed once per process."""
-    key = _LABELS.get(text)
-    if key is None:
-        key = _LABELS[text] = _stable_hash(text)
-    return key
 
 
 # A key: start from a seed (one for named nodes, one for the unnamed nodes with children that tree-sitter
@@ -566,11 +515,9 @@ def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  
     return out
 
 
-def _weighted_recall(
-    candidate: list[Counter], reference: list[Counter], matched: list | None = None
-) -> float:
+def _weighted_recall(candidate: list[Counter], reference: list[Counter], matched: list) -> float:
     """CodeBLEU's weighted n-gram match from `word_ngram_counts` of both sides: BLEU's shape with clipped
-    recall, keyword unigrams weighted 1, other unigrams 0.2. `matched`: clipped counts per order, if known."""
+    recall (`matched` per order), keyword unigrams weighted 1, other unigrams 0.2."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
@@ -586,7 +533,7 @@ def _weighted_recall(
             if hits == 0:
                 return 0.0
         else:
-            hits = clipped_matches(cand, ref) if matched is None else matched[n - 1]
+            hits = matched[n - 1]
             total = max(1, sum(ref.values()))
         log_sum += math.log((hits if hits > 0 else 0.1) / total) / max_n
     return (1.0 if c > r else math.exp(1 - r / c)) * math.exp(log_sum)
@@ -659,8 +606,9 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
     result = Structure()
     if "tsed" in parts:
         root = tree.root_node
-        result.tsed_tree = ordered_tree(root, _named_children, _node_type)
-        result.tsed_package_tree = ordered_tree(root, _named_children, _tsed_package_label)
+        named_children = operator.attrgetter("named_children")
+        result.tsed_tree = ordered_tree(root, named_children, operator.attrgetter("type"))
+        result.tsed_package_tree = ordered_tree(root, named_children, _tsed_package_label)
     if "ast" in parts:
         result.ast_tree = ordered_tree(
             python_tree,
@@ -678,10 +626,6 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
         result.flow = data_flow(flat, stripped)
         result.words = word_ngram_counts(text.strip().split())
     return result
-
-
-def _node_type(node) -> str:
-    return node.type
 
 
 # --------------------------------------------------------------------------- pair metrics

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -110,14 +110,6 @@ def compare(reference: Document, candidate: Document) -> dict:
     return row
 
 
-def _document_task(item: tuple[str | bytes, str]) -> Document:
-    return document(*item)
-
-
-def _compare_task(docs: tuple[Document, Document]) -> dict:
-    return compare(*docs)
-
-
 def default_workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1, 8))
 
@@ -132,20 +124,17 @@ def score_pairs(pairs: Sequence[Pair], workers: int | None = None, chunksize: in
     for pair in pairs:
         for value in (pair.reference, pair.candidate):
             keys.setdefault((value, pair.prefix), len(keys))
-    unique = list(keys)
+    texts, prefixes = [value for value, _ in keys], [prefix for _, prefix in keys]
+    references = [keys[(pair.reference, pair.prefix)] for pair in pairs]
+    candidates = [keys[(pair.candidate, pair.prefix)] for pair in pairs]
     workers = default_workers() if workers is None else workers
     if workers <= 1 or len(pairs) < 2:
-        docs = [_document_task(item) for item in unique]
-        jobs = _jobs(pairs, keys, docs)
-        return [_compare_task(job) for job in jobs]
+        docs = list(map(document, texts, prefixes))
+        return [compare(docs[r], docs[c]) for r, c in zip(references, candidates)]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        docs = list(pool.map(_document_task, unique, chunksize=chunksize))
-        return list(pool.map(_compare_task, _jobs(pairs, keys, docs), chunksize=chunksize))
-
-
-def _jobs(pairs: Iterable[Pair], keys: dict, docs: list[Document]):
-    for pair in pairs:
-        yield docs[keys[(pair.reference, pair.prefix)]], docs[keys[(pair.candidate, pair.prefix)]]
+        docs = list(pool.map(document, texts, prefixes, chunksize=chunksize))
+        pairs_of_docs = ([docs[r] for r in references], [docs[c] for c in candidates])
+        return list(pool.map(compare, *pairs_of_docs, chunksize=chunksize))
 
 
 def provenance() -> dict:

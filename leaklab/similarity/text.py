@@ -1,18 +1,10 @@
 """Surface similarity between a generation and a reference, over token ids or characters.
 
-N-gram overlap (NGO) is SrDetection's black-box score (§3.1.2):
+N-gram overlap (NGO) is SrDetection's black-box score (§3.1.2), over sets of N = 7 tokens:
 
-    NGO(gen, gt) = |Ngrams(gen) ∩ Ngrams(gt)| / |Ngrams(gt)|,   N = 7 tokens.
+    NGO(gen, gt) = |Ngrams(gen) ∩ Ngrams(gt)| / |Ngrams(gt)|
 
-Choices the paper leaves open, fixed here:
-  - Sets, not multisets: the paper defines Ngrams(.) as "the set of all consecutive N-token
-    sequences", so an n-gram repeated in the ground truth counts once in the denominator and is
-    matched once. (A multiset version would reward a generation for repeating a line as often as the
-    ground truth does; the set version does not care.) The score lies in [0, 1].
-  - A ground truth shorter than N tokens has no N-gram. Rather than make such samples undecidable,
-    N shrinks to the ground truth's length: the ground truth is then one n-gram and NGO is 1.0 when
-    the generation contains it verbatim, else 0.0. An empty ground truth gives NaN (nothing to
-    reproduce); SrDetection's decision rule treats NaN as a missing score.
+A ground truth shorter than N is one n-gram; an empty one gives NaN. See docs/perturbations.md#text-similarity.
 """
 
 from __future__ import annotations
@@ -89,24 +81,6 @@ def exact_match(candidate: str, reference: str) -> float:
 BLEU_EPSILON = 0.1  # Chen & Cherry (2014) smoothing method 1, as nltk's and codebleu's default
 
 
-def bleu(
-    candidate: Sequence[Hashable],
-    reference: Sequence[Hashable],
-    max_n: int = 4,
-    epsilon: float = BLEU_EPSILON,
-) -> float:
-    """Sentence BLEU of one candidate against one reference, over token sequences.
-
-    Uniform weights over n = 1..max_n; clipped n-gram precision; an order with no match gets
-    `epsilon` matches instead of zero (smoothing method 1); brevity penalty exp(1 - r/c) when the
-    candidate is shorter. No unigram match (or an empty candidate) gives 0.0. Orders longer than the
-    candidate have precision 0/1 and are smoothed like any other zero.
-    """
-    if len(candidate) == 0 or len(reference) == 0:
-        return 0.0
-    return bleu_from_counts(ngram_counts(candidate, max_n), ngram_counts(reference, max_n), epsilon)
-
-
 def ngram_counts(tokens: Sequence[Hashable], max_n: int = 4) -> list[Counter]:
     """[Counter of 1-grams, ..., Counter of max_n-grams]: what BLEU needs of one side, reusable across pairs."""
     return [Counter(_windows(tokens, n)) for n in range(1, max_n + 1)]
@@ -121,15 +95,14 @@ def word_ngram_counts(words: Sequence[str], max_n: int = 4) -> list[Counter]:
 
 
 def bleu_from_counts(
-    candidate: list[Counter],
-    reference: list[Counter],
-    epsilon: float = BLEU_EPSILON,
-    matched: list | None = None,
+    candidate: list[Counter], reference: list[Counter], matched: list | None = None
 ) -> float:
-    """`bleu` from precomputed `ngram_counts` of both sides (same max_n); lengths are the 1-gram totals.
+    """Sentence BLEU from `ngram_counts` of both sides (same max_n; lengths are the 1-gram totals).
 
-    `matched`: the clipped match count per order when the caller already has them (CodeBLEU shares them
-    with its weighted n-gram match)."""
+    Uniform weights; clipped n-gram precision; an order with no match gets BLEU_EPSILON matches instead
+    of zero (smoothing method 1); brevity penalty exp(1 - r/c) for a shorter candidate. No unigram match
+    (or an empty side) gives 0.0. `matched`: the clipped match count per order when the caller already
+    has them (CodeBLEU shares them with its weighted n-gram match)."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
@@ -140,7 +113,7 @@ def bleu_from_counts(
         total = max(1, sum(cand_counts.values()))
         if n == 1 and hits == 0:
             return 0.0
-        log_sum += math.log((hits if hits > 0 else epsilon) / total) / max_n
+        log_sum += math.log((hits if hits > 0 else BLEU_EPSILON) / total) / max_n
     brevity = 1.0 if c > r else math.exp(1 - r / c)
     return brevity * math.exp(log_sum)
 

@@ -21,7 +21,6 @@ from leaklab.perturb.rewriting import (
     _docstring_span,
     call_inputs,
     candidate_edits,
-    change_sentence,
     code_fragments,
     edited_task,
     quoted_code,
@@ -150,7 +149,7 @@ def test_no_rewrite_sentence_quotes_code_on_all_of_humaneval(humaneval):
             for edits in candidate_edits(task, random.Random(0), first, output, True).values():
                 for edit in edits:
                     program, _ = edited_task(task, edit)
-                    prompt = state_change(task.prompt, _docstring_span(task), change_sentence(edit))
+                    prompt = state_change(task.prompt, _docstring_span(task), edit.sentence)
                     found = quoted_code(prompt, [task.program(), program], task.entry_point, task.prompt)
                     scanned += 1
                     if found:

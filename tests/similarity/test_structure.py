@@ -443,7 +443,6 @@ def test_data_flow_of_broken_code_is_walked():
     assert _flow("def f():\n    '''only a docstring'''\n") == []
 
 
-@pytest.mark.skipif(not st.COMPILED, reason="numba is not installed: only the Python keys run")
 def test_compiled_subtree_keys_equal_the_python_ones():
     # Clean trees are keyed by compiled code, broken ones in Python: a subtree must get one key either way.
     parser = st.python_parser()
