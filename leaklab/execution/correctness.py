@@ -3,10 +3,6 @@
     with Sandbox(workers=2) as sb:
         result = check_solution(task, completion, sb)            # one SampleResult
         results = check_many([(task, c) for c in completions], sb)  # batched, in order
-        ev = evaluate_samples(tasks, {task_id: [completion, ...]}, sb, ks=(1, 10))
-        ev.summary["pass@1"], ev.tasks[0], ev.samples[0].row()
-        check_calls(sb, code, "add", [{"input": [1, 2], "output": 3}])  # no Task needed
-        check_stdio(sb, code, [{"input": "1 2\n", "output": "3\n"}])
 
 How each kind of test decides (the sandbox child never sees an expected value):
 - "function" (HumanEval): the judge process runs `check(candidate)`; see sandbox.py.
@@ -33,13 +29,12 @@ is that of the first case that did not pass, so a wrong answer before a timeout 
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import threading
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,12 +74,6 @@ class SampleResult:
     @property
     def passed(self) -> bool:
         return self.verdict == "passed"
-
-    def row(self) -> dict[str, Any]:
-        row = asdict(self)
-        row.pop("details")
-        row["passed"] = self.passed
-        return row
 
 
 # --------------------------------------------------------------------------- comparing outputs
@@ -420,8 +409,6 @@ def canonical_failures(tasks: Sequence[Task], *, workers: int = 2, timeout_s: fl
     """task id -> why, for every task whose canonical solution fails its own tests (run in a sandbox
     of its own); {} when all pass. A benchmark file of one's own can hold such tasks: a model could
     never pass them, and variants verified by them never verify."""
-    from leaklab.execution.sandbox import Sandbox
-
     with Sandbox(workers=workers, timeout_s=timeout_s) as sandbox:
         results = check_many([(t, t.solution) for t in tasks], sandbox)
     return {r.task_id: (r.reason or r.verdict) for r in results if not r.passed}
@@ -438,32 +425,6 @@ def check_solution(
     return check_many([(task, completion)], sandbox, full_program=full_program, timeout_s=timeout_s)[0]
 
 
-def check_calls(
-    sandbox: Sandbox,
-    program: str,
-    entry_point: str,
-    cases: Sequence[Mapping[str, Any]],
-    *,
-    compare: str = "exact",
-    atol: float = 0.0,
-    timeout_s: float | None = None,
-) -> SampleResult:
-    """A function-call test without a Task: `entry_point(*case["input"])` must give `case["output"]`
-    for every case (compared by `compare`, see the module docstring)."""
-    task = Task("adhoc", "adhoc", "", program, entry_point, test_type="call", compare=compare, atol=atol)
-    task = dataclasses.replace(task, test_cases=tuple(dict(c) for c in cases))
-    return check_solution(task, program, sandbox, full_program=True, timeout_s=timeout_s)
-
-
-def check_stdio(
-    sandbox: Sandbox, program: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float | None = None
-) -> SampleResult:
-    """A stdin/stdout test without a Task: the program fed `case["input"]` must print `case["output"]`
-    (APPS's whitespace-insensitive comparison)."""
-    task = Task("adhoc", "adhoc", "", program, test_cases=tuple(dict(c) for c in cases), test_type="stdio")
-    return check_solution(task, program, sandbox, full_program=True, timeout_s=timeout_s)
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimator of pass@k from n samples of which c are correct:
     1 - C(n - c, k) / C(n, k), the chance that k samples drawn without replacement hold a correct one.
@@ -474,53 +435,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@{k} needs at least {k} samples, got n={n}")
     # Python divides big integers exactly before rounding, so this is exact for any n.
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-@dataclass
-class Evaluation:
-    samples: list[SampleResult]
-    tasks: list[dict[str, Any]]  # one row per task: n, c, pass@k, verdict counts
-    summary: dict[str, Any]  # mean pass@k over tasks (only for k <= every task's n)
-
-
-def evaluate_samples(
-    tasks: Sequence[Task],
-    samples: Mapping[str, Sequence[str]],
-    sandbox: Sandbox,
-    ks: Sequence[int] = (1, 10, 100),
-    *,
-    full_program: bool = False,
-    timeout_s: float | None = None,
-) -> Evaluation:
-    """Check every sample of every task and estimate pass@k per task and overall."""
-    by_id = {t.task_id: t for t in tasks}
-    unknown = [task_id for task_id in samples if task_id not in by_id]
-    if unknown:
-        raise KeyError(f"samples for {len(unknown)} task(s) not in `tasks`, e.g. {unknown[0]!r}")
-    items, index = [], []
-    for task_id, completions in samples.items():
-        for i, completion in enumerate(completions):
-            items.append((by_id[task_id], completion))
-            index.append(i)
-    results = check_many(items, sandbox, full_program=full_program, timeout_s=timeout_s)
-    by_task: dict[str, list[SampleResult]] = {task_id: [] for task_id in samples}
-    for r, i in zip(results, index):
-        r.sample = i
-        by_task[r.task_id].append(r)
-    rows = []
-    for task_id, mine in by_task.items():
-        n, c = len(mine), sum(r.passed for r in mine)
-        row: dict[str, Any] = {"task_id": task_id, "benchmark": by_id[task_id].benchmark, "n": n, "c": c}
-        for k in ks:
-            row[f"pass@{k}"] = pass_at_k(n, c, k) if 1 <= k <= n else None
-        row["verdicts"] = dict(Counter(r.verdict for r in mine))
-        if any(r.base_passed is not None for r in mine):
-            row["base_c"] = sum(bool(r.base_passed) for r in mine)
-        rows.append(row)
-    summary: dict[str, Any] = {"n_tasks": len(rows), "n_samples": len(results)}
-    for k in ks:
-        values = [row[f"pass@{k}"] for row in rows]
-        if values and all(v is not None for v in values):
-            summary[f"pass@{k}"] = float(np.mean(values))
-    summary["verdicts"] = dict(Counter(r.verdict for r in results))
-    return Evaluation(samples=results, tasks=rows, summary=summary)

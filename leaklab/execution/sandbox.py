@@ -6,7 +6,6 @@
         r = sb.call_function(code, "add", [[1, 2], [3, 4]])
         [c.value for c in r.calls]               # [3, 7]
         sb.check_function(prompt + completion, "add", humaneval_test, prelude=prompt + canonical)
-        sb.eval_value(code, "solve(10)").value   # a value computed by the code, as plain data
         sb.run_jobs([Program(...), FunctionCalls(...), ...])   # batched, results in order
 
 A pool of worker processes (`worker.py`) each forks one child per run. A run gets its own session,
@@ -69,6 +68,8 @@ from leaklab.execution.isolation import Limits, data_caches
 from leaklab.execution.worker import read_exact, read_message, write_message
 
 VERDICTS = ("passed", "failed", "timeout", "error")
+MAX_RESULT_BYTES = 64 << 20  # kept of the call results a run streams back; the rest is read and dropped
+WORKER_START_TIMEOUT_S = 60.0  # a worker's imports and set-up, before the pool gives up on it
 
 
 @dataclass
@@ -92,7 +93,6 @@ class ExecResult:
     duration_s: float = 0.0
     truncated: bool = False
     calls: list[CallOutcome] | None = None
-    value: Any = None
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,7 +176,7 @@ def _worker_env() -> dict[str, str]:
 
 
 class _WorkerProcess:
-    def __init__(self, config: dict[str, Any], start_timeout_s: float) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leaklab.execution.worker"],
             stdin=subprocess.PIPE,
@@ -189,7 +189,7 @@ class _WorkerProcess:
         self.to_fd = self.proc.stdin.fileno()
         self.from_fd = self.proc.stdout.fileno()
         write_message(self.to_fd, config)
-        self.hello = self.receive(start_timeout_s)
+        self.hello = self.receive(WORKER_START_TIMEOUT_S)
         if self.hello is None or "start_error" in self.hello:
             self.kill()
             why = self.hello["start_error"] if self.hello else "no answer"
@@ -240,25 +240,13 @@ def _stop_all(slots: list[_WorkerProcess | None]) -> None:
 class Sandbox:
     """A pool of sandbox workers; use as a context manager (or call `close`).
 
-    workers          processes that run programs in parallel, one run each at a time
-    timeout_s        wall-clock limit per run (jobs may set their own); CPU time is capped just above
-    memory_mb        address-space limit of each process of a run
-    max_procs        processes and threads a run may have at once (a fork bomb's ceiling)
-    max_file_mb      largest file a run may write
-    scratch_mb       size of the run's own tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock (as root)
-    max_output_bytes stdout and stderr kept per run; the rest is read and dropped (`truncated`)
-    max_result_bytes bytes kept of the call results a run streams back (`call_function`'s values);
-                     the rest is read and dropped
-    guard_calls      Python-level guards on os.system, subprocess, os.kill, os.fork, deletions outside
-                     the run's directory, ...; the operating-system layer holds without them, so
-                     programs that legitimately spawn processes can run with False. The socket guard
-                     applies whenever there is no network namespace, whatever this says.
-    preload          modules the workers import up front (children fork with them loaded)
-    start_timeout_s  how long a worker may take to start (its imports and preload) before the pool, or
-                     the replacement of a dead worker, gives up
-    disable          layers to leave out, from `isolation.LAYERS` ("minimal_root", "run_scratch",
-                     "seccomp"): only for tests that show an attack working without a layer.
-                     `isolation` reports them, and `require_layers` refuses such a pool for rewards.
+    `timeout_s` is the wall-clock limit per run (a job may set its own; CPU time is capped just
+    above), `memory_mb` each process's address space, `max_procs` the processes and threads a run
+    may have at once, `scratch_mb` the run's own /tmp (as root), `max_output_bytes` the stdout and
+    stderr kept per run (`truncated` says more was dropped). `guard_calls=False` drops the Python
+    guards (os.system, subprocess, deletions outside the run's directory) for programs that spawn
+    processes legitimately; the operating-system layers hold without them. `disable` names layers of
+    `isolation.LAYERS` to leave out, only for tests that show an attack working without one.
     """
 
     def __init__(
@@ -267,35 +255,24 @@ class Sandbox:
         timeout_s: float = 5.0,
         memory_mb: int = 1024,
         max_procs: int = 32,
-        max_file_mb: int = 64,
         scratch_mb: int = 256,
         max_output_bytes: int = 1 << 20,
-        max_result_bytes: int = 64 << 20,
         guard_calls: bool = True,
-        preload: Sequence[str] = (),
-        start_timeout_s: float = 60.0,
         disable: Sequence[str] = (),
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.limits = Limits(
-            timeout_s=timeout_s,
-            memory_mb=memory_mb,
-            max_procs=max_procs,
-            max_file_mb=max_file_mb,
-            scratch_mb=scratch_mb,
+            timeout_s=timeout_s, memory_mb=memory_mb, max_procs=max_procs, scratch_mb=scratch_mb
         )
         self.max_output_bytes = max_output_bytes
-        self.max_result_bytes = max_result_bytes
         self.guard_calls = guard_calls
         self._config = {
-            "preload": tuple(preload),
             "disable": tuple(disable),
             "memory_mb": memory_mb,
             # Found here, with the caller's environment (LEAKLAB_CACHE, HF_HOME, ...): the worker's is clean.
             "hide": data_caches(),
         }
-        self._start_timeout_s = start_timeout_s
         self._queue: queue.Queue = queue.Queue()
         self._slots: list[_WorkerProcess | None] = [None] * workers
         self.restarts = 0
@@ -305,7 +282,7 @@ class Sandbox:
 
         def start(i: int) -> None:
             try:
-                self._slots[i] = _WorkerProcess(self._config, start_timeout_s)
+                self._slots[i] = _WorkerProcess(self._config)
             except BaseException as err:
                 errors.append(err)
 
@@ -320,7 +297,6 @@ class Sandbox:
             raise RuntimeError(f"the sandbox could not start: {errors[0]}") from errors[0]
         first = self._slots[0].hello
         self.isolation: dict[str, Any] = dict(first["isolation"])
-        self.preload_errors: dict[str, str] = first["preload_errors"]
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True) for i in range(workers)]
         for t in self._threads:
             t.start()
@@ -378,14 +354,6 @@ class Sandbox:
         judged: bool = True,
     ) -> ExecResult:
         return self.run_jobs([UnitTests(source, tests, test_class, timeout_s, guard_calls, judged)])[0]
-
-    def eval_value(self, source: str, expression: str, *, timeout_s: float | None = None) -> ExecResult:
-        """Run `source`, then evaluate `expression` in its namespace; `result.value` is the value."""
-        body = f"{source}\n\ndef __leaklab_value__():\n    return (\n{expression}\n)\n"
-        result = self.call_function(body, "__leaklab_value__", [[]], timeout_s=timeout_s)
-        if result.passed and result.calls:
-            result.value = result.calls[0].value
-        return result
 
     def run_jobs(self, jobs: Sequence[Job]) -> list[ExecResult]:
         """Run every job on the pool; the results come back in the order of `jobs`."""
@@ -454,7 +422,7 @@ class Sandbox:
             if w is not None:
                 w.kill()
                 self.restarts += 1
-            w = self._slots[slot] = _WorkerProcess(self._config, self._start_timeout_s)
+            w = self._slots[slot] = _WorkerProcess(self._config)
         return w
 
     def _execute(self, slot: int, job: Job) -> ExecResult:
@@ -482,7 +450,7 @@ class Sandbox:
         message: dict[str, Any] = {
             "limits": asdict(self.limits) | {"timeout_s": float(timeout)},
             "max_output_bytes": self.max_output_bytes,
-            "max_result_bytes": self.max_result_bytes,
+            "max_result_bytes": MAX_RESULT_BYTES,
             "guard": self.guard_calls if guard is None else guard,
             "program": job.source,
         }

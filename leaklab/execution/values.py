@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import collections
 import datetime
-import json
 import pathlib
 import re
 from collections.abc import Callable
@@ -132,11 +131,6 @@ def _rich_tree(value: Any, module: str, enc: Callable[[Any], Any]) -> Any:
         dtypes = [str(t) for t in value.dtypes]
         return {"$dataframe": [enc(list(value.columns)), enc(list(value.index)), dtypes, columns]}
     return _NO_FORM
-
-
-def dumps(value: Any) -> str:
-    """One line of JSON (no raw newlines, so it can be streamed line by line)."""
-    return json.dumps(encode(value), ensure_ascii=False, separators=(",", ":"))
 
 
 # dtype names as numpy and pandas print them ("int64", "<U5", "datetime64[ns]", "category");
@@ -267,14 +261,6 @@ def _as_pair(body: Any) -> list:
     if type(body) is not list or len(body) != 2:
         raise ValueError("expected a pair")
     return body
-
-
-def loads(text: str | bytes) -> Any:
-    """Parse one `dumps` line; ValueError (never anything else) when it is not a well-formed value."""
-    try:
-        return decode(json.loads(text))
-    except Exception as err:  # RecursionError from deep nesting, MemoryError, ...: all malformed
-        raise ValueError(f"malformed value: {type(err).__name__}: {err}") from None
 
 
 def short_repr(value: Any, limit: int = 200) -> str:

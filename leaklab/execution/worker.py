@@ -259,14 +259,11 @@ class Worker:
         self.proto_in = proto_in
         self.config = config
         self.pid = os.getpid()
-        # Imported before the worker pivots into its minimal root, where leaklab's checkout (and
-        # anything a caller preloads from it) is no longer visible.
-        self.preload_errors = {}
-        for name in (*DEFAULT_PRELOAD, *config.get("preload", ())):
-            try:
+        # Imported before the worker pivots into its minimal root, where leaklab's checkout is no
+        # longer visible.
+        for name in DEFAULT_PRELOAD:
+            with contextlib.suppress(Exception):  # a missing optional module only costs a lazy import later
                 importlib.import_module(name)
-            except Exception as err:  # a missing optional module only costs a lazy import later
-                self.preload_errors[name] = f"{type(err).__name__}: {err}"
         self.uids = self._probe_uids()
         self.isolation = isolation.setup_worker(
             config.get("tmp_size_mb", 256),
@@ -331,7 +328,6 @@ class Worker:
             "pid": self.pid,
             "isolation": self.isolation,
             "uids": self.uids,
-            "preload_errors": self.preload_errors,
         }
 
     # ------------------------------------------------------------------ children
