@@ -4,27 +4,9 @@
         result = check_solution(task, completion, sb)            # one SampleResult
         results = check_many([(task, c) for c in completions], sb)  # batched, in order
 
-How each kind of test decides (the sandbox child never sees an expected value):
-- "function" (HumanEval): the judge process runs `check(candidate)`; see sandbox.py.
-- "call" (HumanEval+, MBPP+, APPS call-based): the entry point runs on every input in one process,
-  the values come back as plain data and are compared here, by `Task.compare`:
-    exact          ==, or, when the expected value holds floats or the task has an atol, the same type
-                   and length and numpy.allclose(rtol=1e-7, atol=atol or 1e-6) (EvalPlus's rule)
-    set            set(out) == set(expected)
-    not_none       out == expected for a bool, else (out is not None) == expected
-    any            anything returned passes (Mbpp/164, as in EvalPlus)
-    equal_or_zero  exact, or 0 (Mbpp/295)
-    poly_root      |poly(xs, out)| <= atol for the input coefficients xs (HumanEval/32 find_zero)
-    apps           APPS's rule: tuples compare as lists, and an expected [v] also accepts v
-  A case without an expected output takes the canonical solution's output on the same input, computed
-  once per task in the sandbox (EvalPlus's differential testing).
-- "stdio" (APPS): one run per case; stdout is compared token by token per non-empty line, numbers
-  within 1e-6 (APPS's whitespace-insensitive rule, written out).
-- "unittest" (BigCodeBench): all tests of the class pass, run by the judge against the program's
-  module behind references (see harness.py).
-
-Verdicts are those of the sandbox: passed / failed / timeout / error. For multi-case tests the verdict
-is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".
+The sandbox child never sees an expected value: call outputs come back as plain data and are compared
+here (`outputs_match`, the comparison rules of docs/sandbox.md#comparing-outputs). For multi-case tests
+the verdict is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".
 """
 
 from __future__ import annotations

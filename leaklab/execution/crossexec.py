@@ -5,34 +5,10 @@ ground-truth function and a generated one on the same inputs in the sandbox, cou
     results = cross_execute(pairs, sandbox, llm=LLMStages(generator, screen=True, n_inputs=10))
     results = cross_execute(pairs, sandbox, generated=10)       # + inputs read from the signature
 
-For a pair (A = the ground truth, B = the generation): S_a is the fraction of A's inputs on which A runs
-and B returns the same value (`correctness.outputs_match`, exact); S_b the same over B's inputs. Every pair
-starts from one shared input set (the benchmark's own test inputs); with an LLM (`llm.n_inputs` > 0) each
-function also gets the inputs the LLM proposes for it, so S_b differs from S_a; without one S_b = S_a,
-and each result's `note` says which. With `generated` > 0 the shared set also holds up to that many inputs
-built from the ground truth's signature (`input_gen.generate_inputs`: annotations, defaults, the task's
-inputs mutated, common values; counted per source in `generated_inputs`), with or without an LLM. The
-ground truth decides which inputs are valid (an input A crashes
-on counts for neither); a generation that fails to load or crashes on a valid input disagrees there.
-A pair is a clone when both are >= `threshold` (0.8); its similarity is (S_a + S_b) / 2.
-
-Stage 1 (`llm.screen`): the judge prompt `clone_screen` (`leaklab/similarity/judges.py`) asks, for every
-pair with a generated function, whether the two could be functional clones; a "no" skips execution (reason
-"stage 1: ..."), an unreadable reply does not (the pair is executed and `screen` says why it was not
-screened).
-
-Repair (`llm.repair`, 000 App. C.2): a program that fails to load or runs on none of its inputs in the
-standard environment is shown to the LLM with its error, which is asked for a minimal preamble (imports,
-small helper definitions); the preamble goes before that program and the pair runs once more
-(`repaired` names the sides). A reply without a code block repairs nothing.
-
-LLM-proposed inputs: a prompt asks for a JSON list of argument lists for one function; the reply's last
-JSON array is read, and each proposal that is not a list, has an arity the function cannot take, or
-repeats an input already there is dropped and counted by reason in `llm_inputs_dropped`.
-
-A pair that does not reach execution has no similarity here (None) and says why: no inputs, no generated
-function (extraction failed), the stage-1 screen, or the ground truth runs on none of its inputs. The
-counterfactual evaluation scores such a pair 0, as the paper does: it is not a clone.
+S_a: the share of A's (the ground truth's) inputs on which A runs and B returns the same value; S_b the
+same over B's inputs. A clone has both >= `threshold`; its similarity is (S_a + S_b) / 2 (000 App. C.2).
+A pair that does not reach execution has similarity None and says why. The inputs, the screen and the
+repair: docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations

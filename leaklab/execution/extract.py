@@ -1,16 +1,9 @@
 """The code in a model's reply, and the program it makes with the task's prompt.
 
-Models answer in two shapes, and both must be scored:
-  - a base model continues the prompt (HumanEval-style signature + docstring) with the function's body,
-    often followed by whatever it writes next (another `def`, a test, a `print`);
-  - a chat model replies with prose and a fenced block holding the whole function (and maybe imports
-    and helpers).
-
 `candidate(task_prompt, reply, entry_point)` returns the text that continues the task's prompt into a
-program, or why there is none (`no_code`, `syntax_error`, `too_long`). A whole function is appended
-after the prompt, so the prompt's imports and helpers stay in scope and the new definition replaces the
-docstring-only one. Nothing here runs code: `compile` only parses (any exception it raises on hostile
-text, deep nesting included, counts as a syntax error).
+program (a base model's body, cut at the stop sequences, or a chat model's fenced function, appended
+after the prompt), or why there is none: `no_code`, `syntax_error`, `too_long`. Nothing here runs code:
+`compile` only parses. See docs/sandbox.md#code-from-a-reply.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
-"""What runs inside a sandboxed child, after `isolation.enter_child` has locked it down.
+"""What runs inside a sandboxed child, after `isolation.enter_child` has locked it down, and the judge.
 
-One function per kind of run; each returns the child's exit code and never raises. Messages to the
-worker or to the judge are JSON lines written straight to a file descriptor.
-
-- `run_program`: exec a program as `__main__`, with stdin/stdout/stderr on fds 0-2.
-- `serve_calls`: exec a program, then call its entry point on each input and stream one result line
-  per call (fd 3). The caller compares the values: the child never sees the expected outputs.
-- `serve_candidate` / `serve_judge`: a HumanEval-style `check(candidate)` split over two processes
-  with different uids. The judge runs the trusted test code and hands it a proxy; each call of the proxy
-  is answered by the candidate process as plain data (`values`). Nothing the candidate does (exit
-  early, patch builtins or `check`, return an object equal to everything, write to any fd it holds)
-  reaches the judge's verdict, which goes to the worker on a descriptor only the judge has.
-- `serve_module` / `judge_unittest`: BigCodeBench's unittest classes, judged the same way. The judge
-  runs the TestCase (its own unittest, its own asserts, its own result object) with the candidate's
-  module behind references: every global of the program is a `RemoteObject` (or, for plain data, a
-  copy), and whatever the tests do with one (call it, read an attribute, index it, take its len,
-  iterate it, str it) is done by the candidate process, which answers with plain data, numpy arrays
-  and pandas tables rebuilt by the judge's own numpy and pandas (`values`, rich mode), or another
-  reference. A reference never compares equal to anything but itself, so `assertEqual(result, 3)` is
-  decided by the judge's ints, never by a candidate's `__eq__`. The candidate's process holds no test,
-  no result, no report channel: it cannot rebind `unittest.TestCase` for the tests, patch their
-  asserts, find a nonce in its stack, or write a verdict. What stays the candidate's word: what its
-  objects answer when asked (that is the behaviour under test) and the type name a reference reports
-  (so `isinstance(ax, plt.Axes)` holds for an object that says it is one; never for a type that
-  travels as data, such as int or DataFrame). Tests that patch what the program uses
-  (`@patch('requests.get')`, `mock_open`, `patch.dict(os.environ, ...)`) work: each patch is applied
-  in the candidate too, with a `JudgeObject`, a reference to the judge's mock, which the program may
-  use as the mocked API (calls, attributes, `with`) but whose machinery (`assert_*`, `call_args`,
-  `return_value`, anything starting with "_") it cannot read or set. A patch with something that is
-  neither plain data, a mock, nor a function of the test code is not forwarded: that test fails.
-- `run_unittest`: program and unittest tests in one process, the report carrying a nonce: the old,
-  forgeable way (code in the process can find the nonce and write the report). Kept only for
-  `UnitTests(judged=False)`, which the hostile tests use to show what judging prevents.
+One function per kind of run; each returns the child's exit code and never raises. Messages go as
+JSON lines straight to a file descriptor. `run_program` and `serve_calls` run a program (calls stream
+one result line each); `serve_candidate` / `judge_check` split HumanEval's `check(candidate)` over two
+processes with different uids, `serve_module` / `judge_unittest` do the same for BigCodeBench's unittest
+classes with the program's module behind references (`RemoteObject`, `JudgeObject` for the tests'
+mocks). `run_unittest` is the old forgeable one-process way, kept for `UnitTests(judged=False)` in the
+hostile tests. See docs/sandbox.md#judged-checks.
 """
 
 from __future__ import annotations

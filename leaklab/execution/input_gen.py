@@ -4,23 +4,10 @@
     found.inputs     # up to n new argument lists (none repeats a task input or another)
     found.sources    # how many came from each source: annotations, defaults, mutated, common
 
-The function is read with `ast` and never imported or run here (it may be model-generated). Four sources,
-taken in turn so that each contributes when the cap `n` is small:
-
-  annotations  small typical values of each annotated parameter's type (int, float, str, bool, None,
-               list/tuple/set/dict of those, Optional and unions; `typing` spellings and string
-               annotations too)
-  defaults     a call that leaves the defaulted parameters out, and calls passing a nearby value of a
-               default (same type)
-  mutated      the task's own inputs, each value changed a little keeping its type
-               (`leaklab.perturb.examples.mutate_value`)
-  common       for a parameter with no annotation, no default and no task input to learn from: a few
-               values of common types (int, str, list)
-
-A parameter's values come, in this order of preference, from its annotation, its default, the task's
-inputs at its position, or the common values. Calls are positional: a function that needs a keyword-only
-argument gets no inputs, *args and **kwargs get nothing. Everything is drawn from one `random.Random`
-seeded with (seed, entry point), so the same source gives the same inputs.
+The function is read with `ast`, never imported or run (it may be model-generated). The sources are
+taken in turn so that each contributes when `n` is small; a parameter's values come from its
+annotation, else its default, the task's inputs at its position, or common values. Calls are
+positional. See docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations

@@ -1,50 +1,9 @@
-"""Operating-system isolation for sandboxed programs (Linux).
+"""Operating-system isolation for sandboxed programs (Linux): the layers uid, network, minimal_root,
+run_scratch and seccomp, and the Python-level guards on top. See docs/sandbox.md#layers.
 
-Where the pool runs as root, each run is contained by these layers (`Sandbox.isolation` names the ones
-in force, `require_layers` refuses a reward computed without them):
-
-- uid          every run has an unprivileged uid of its own (and the judge another);
-- network      the worker lives in a network namespace with no interface but a dead loopback;
-- minimal_root the worker pivots into a root of its own (`build_root`): a small tmpfs that holds, read-only,
-               only what `visible_paths` lists (the Python installation with its stdlib and
-               site-packages, /usr, a few files of /etc, five devices) with every benchmark answer key
-               under it covered: the data files of benchmark packages in any site directory, found
-               from the installation wherever it lives (`answer_keys`), by an unreadable empty file,
-               and benchmark caches (`data_caches`: leaklab's, evalplus's, bigcodebench's, Hugging
-               Face's) by an empty directory nobody may enter. No checkout, no home directory, no
-               /work, no /opt.
-               The worker's children live in a PID namespace of their own (`start_pid_namespace`),
-               whose /proc shows a run only its own processes (hidepid=invisible): no process of
-               the host, not even its pid numbers, no other command line or environment;
-- run_scratch  every run gets a fresh size-capped tmpfs at /tmp (/var/tmp, /dev/shm and /run/lock lead
-               there), mounted before it starts and detached when its processes are dead; and the
-               System V objects and message queues of the worker's IPC namespace (whose shared-memory
-               limit is the pool's memory limit) are removed after every run. Nothing a run leaves
-               reaches the next one, and nothing stays pinned in the host's memory;
-- seccomp      a filter (libseccomp, through the pyseccomp binding, compiled once per worker) that
-               refuses namespace creation (unshare, setns, clone with CLONE_NEW*), mount and its new
-               API, pivot_root, chroot, ptrace and process_vm_*, keyctl, bpf, perf_event_open,
-               userfaultfd, io_uring (whose requests would bypass the filter), module loading, kexec,
-               reboot and the like.
-
-Unix sockets need no filter of their own: a path-bound socket is reachable only through the run's
-filesystem view, where no socket of the host exists; the abstract namespace belongs to the worker's
-network namespace, which no other program shares, and every process of a previous run is dead.
-
-Two places call into this module: a worker, once at start (`setup_worker`) and around each run
-(`mount_scratch`, `drop_scratch`, `clear_ipc`), and each run's child, right after fork (`enter_child`:
-a new session, resource limits, an unprivileged uid/gid, no way to gain privileges back, the seccomp
-filter, death with the worker).
-
-`build_guards` / `apply_guards` add Python-level guards on top (os.system, subprocess, os.kill,
-deletions outside the working directory; sockets when there is no network namespace). They are a
-second line that makes intent visible in the verdict; the operating-system layer is what holds when
-a program uses ctypes or a C extension to get around them.
-
-Without root there is no uid of its own for a run and no namespace but (where user namespaces are
-allowed) the network one: a run runs as the user, under the same limits, and only the Python guards
-stand between it and the user's files and processes (ctypes gets past them). `Sandbox.isolation`
-says so.
+A worker calls in once at start (`setup_worker`) and around each run (`mount_scratch`, `drop_scratch`,
+`clear_ipc`); each run's child calls `enter_child` right after fork. Without root only the network
+namespace (where user namespaces are allowed) and the Python guards remain; `Sandbox.isolation` says so.
 """
 
 from __future__ import annotations

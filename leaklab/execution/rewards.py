@@ -5,20 +5,10 @@
     reward.counts                                               # Counter of reasons over all calls
     reward.close()
 
-TRL calls a reward function with the batch's prompts and completions and every other dataset column as
-a keyword argument (one value per completion). The `rl` stage puts each task, serialised by
-`task_to_json`, in a `task` column, so the function needs no table of its own and veRL's reward module
-can rebuild the same task from its `ground_truth` string. A `task_id` column is looked up in the
-`tasks` given at construction instead.
-
-Every completion of a call is checked in one batch over one pool of sandbox workers, kept for the life
-of the object (starting workers per call would cost more than the checks). Nothing a completion does
-stops training: no code, code that does not parse, a hang, megabytes of output or a sandbox failure
-all score 0 and are counted by reason (`counts`, `take_counts()` for logging).
-
-A reward is what a policy is optimised against, so before the first verdict the pool's isolation is
-checked with `execution.config.require_layers`: a sandbox without its layers (no root, no seccomp)
-refuses to score unless `allow_weaker_sandbox` says otherwise.
+TRL passes every dataset column as a keyword argument: the `rl` stage puts each task, serialised by
+`task_to_json`, in a `task` column (veRL rebuilds it from `ground_truth`); a `task_id` column is looked
+up in `tasks` instead. One pool serves every call. Nothing a completion does stops training: it scores 0
+and is counted by reason. Before the first verdict `config.require_layers` checks the pool's isolation.
 """
 
 from __future__ import annotations

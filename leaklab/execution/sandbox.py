@@ -5,45 +5,12 @@
         r.verdict, r.stdout                      # "passed", "3\\n"
         r = sb.call_function(code, "add", [[1, 2], [3, 4]])
         [c.value for c in r.calls]               # [3, 7]
-        sb.check_function(prompt + completion, "add", humaneval_test, prelude=prompt + canonical)
         sb.run_jobs([Program(...), FunctionCalls(...), ...])   # batched, results in order
 
-A pool of worker processes (`worker.py`) each forks one child per run. A run gets its own session,
-unprivileged uid (when the pool runs as root), address-space, CPU-time, process and file-size limits,
-a wall-clock deadline, no network (a network namespace, or a Python socket guard where none can be
-made), capped stdout/stderr, and is killed together with everything it started. As root it also gets
-a minimal read-only view of the machine (the Python installation and /usr, no checkout, no home, no
-benchmark answer keys), a PID namespace whose /proc shows only its own processes, a fresh size-capped
-/tmp (with /var/tmp, /dev/shm, /run/lock) and IPC state that vanish after it, and a seccomp filter
-against namespaces, mount, ptrace, keyctl, bpf and the like (isolation.py). `Sandbox.isolation` says
-which layers the machine allowed; `config.require_layers` refuses an RL reward without them.
-
-Verdicts are "passed", "failed" (the program is wrong: a failed test, an exception, a crash, code
-that does not parse, a missing entry point), "timeout" (wall clock or CPU time) and "error" (the run
-could not be judged: the tests themselves are broken, the sandbox failed). Nothing a program does
-raises out of this module.
-
-Who decides a verdict, by kind of run:
-- `Program`: the exit status (it is the program's own statement; use it to run code, not to test it).
-- `FunctionCalls`: the values the entry point returned, as plain data; callers such as
-  `correctness.py` compare them with expected outputs the child never sees.
-- `CheckFunction` (HumanEval's `check(candidate)`): the worker's judge, a process with another uid,
-  runs the test code; the candidate process only answers calls with plain data, and the verdict
-  travels on a socket only the judge holds. The test code is never in the candidate's memory.
-  Unforgeable. (The judge lives across checks to save a fork; test code that changes a module's
-  global state could affect later checks on the same worker, which benchmark tests do not do.)
-- `UnitTests` (BigCodeBench): judged the same way. The judge runs the TestCase with its own unittest;
-  the program's module stays in the candidate process, each of its globals a reference that answers
-  calls, attribute reads, indexing, len and iteration with plain data (numpy arrays and pandas tables
-  included, rebuilt by the judge) or further references, never with a comparison. The candidate holds
-  no test, no result and no report channel, so rebinding `unittest.TestCase`, patching asserts,
-  returning an object equal to everything, or walking its stack to a harness frame finds nothing to
-  forge. A test's `mock.patch` reaches the program as a reference to the judge's mock, usable as the
-  mocked API but not as a mock (see harness.py). The old in-process way survives only as
-  `UnitTests(judged=False)`, for the hostile tests.
-
-Whatever a program writes is read defensively: a malformed report of any size or depth is `failed`
-with a reason, never `error`, and never takes the judge or the pool down.
+A pool of worker processes (`worker.py`) forks one child per run under the layers of `isolation.py`.
+Verdicts are passed / failed / timeout / error; nothing a program does raises out of here, and what it
+writes is read defensively (a malformed report is `failed`, never `error`). Who decides a verdict for
+each kind of job: see docs/sandbox.md#verdicts.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
-"""Plain data across the sandbox boundary: a tagged-JSON codec.
+"""Plain data across the sandbox boundary: a tagged-JSON codec (docs/sandbox.md#plain-data-across-the-boundary).
 
-Values computed by untrusted code (return values of a candidate function, outputs of a canonical
-solution on new inputs) cross into trusted processes through this codec and nothing else. The trusted
-side only ever runs `json.loads` and rebuilds builtin containers of builtin scalars, so a hostile value
-cannot bring its own `__eq__`, `__hash__` or `__reduce__` along: an object that claims to equal
-everything arrives, at best, as the plain data it really holds. pickle and marshal are never used on
-this path because both trust their input.
-
-JSON keeps None, bool, int, float (NaN and infinities included, as Python's json writes them), str
-and list; every other type is an object with one `$tag` key, so a user dict can never be mistaken for
-a tagged value (dicts themselves are tagged).
-
-With `rich=True` (the judged unittest path, whose tests look at arrays and tables) numpy arrays,
-pandas Series and DataFrames and datetimes travel as their data, dtype and labels, and are rebuilt on
-the trusted side by numpy's and pandas' own constructors; anything else may become a reference
-(`$ref`, see `harness.RemoteObject`) through the `other` hook: the object stays where it was made.
+The trusted side only runs `json.loads` and rebuilds builtin containers of builtin scalars, so a hostile
+value cannot bring its own `__eq__`, `__hash__` or `__reduce__`; pickle and marshal trust their input and
+are never used on this path. Every type but None, bool, int, float, str and list is an object with one
+`$tag` key (dicts too). `rich=True` (judged unittests) adds numpy, pandas, paths and dates, rebuilt by
+their own constructors, and references through the `other` hook.
 """
 
 from __future__ import annotations

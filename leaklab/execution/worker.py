@@ -1,22 +1,11 @@
 """A sandbox worker: a lean Python process that forks one isolated child per run.
 
-Started by `Sandbox` as `python -m leaklab.execution.worker`, with a clean environment. At start it
-imports the modules programs commonly use (so children forked from it start in about a millisecond),
-then sets up its layers (`isolation.setup_worker`: namespaces, its minimal root, the PID namespace of
-its children, the seccomp filter). Then it serves jobs over its stdin/stdout: length-prefixed pickles
-from and to the parent, which is trusted; nothing a child writes is ever unpickled.
-
-For each job it mounts a fresh scratch tmpfs at /tmp with the run's working directory in it, forks
-the child, feeds stdin, collects stdout and stderr up to a cap and the result channel, enforces the
-wall-clock deadline, kills whatever the run left behind, detaches the scratch, removes the run's
-System V objects and message queues (`_clean_state`) and replies with raw bytes and exit statuses.
-The parent decides the verdict.
-
-A judged check (HumanEval's `check(candidate)`, or a BigCodeBench unittest class) forks only the
-candidate; the test code runs in the worker's judge, a long-lived child with a uid of its own
-(`harness.serve_judge`), which gets the candidate's pipe ends over a socket. It is replaced when a check times out, when it dies, and every
-JUDGE_CHECKS checks. The test code and the verdict (which quotes it) only ever pass through memory
-that later forks see as zeros (`private_buffer`), so no candidate finds them in its address space.
+Started by `Sandbox` as `python -m leaklab.execution.worker`, with a clean environment; it preloads
+common modules, sets up its layers (`isolation.setup_worker`), then serves jobs as length-prefixed
+pickles from the trusted parent (nothing a child writes is ever unpickled). A judged check forks only
+the candidate; the tests run in the worker's long-lived judge (`harness.serve_judge`), and they and the
+verdict only pass through memory later forks see as zeros (`private_buffer`).
+See docs/sandbox.md#workers-and-runs.
 """
 
 from __future__ import annotations
