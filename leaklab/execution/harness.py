@@ -17,7 +17,6 @@ import contextlib
 import datetime
 import importlib
 import io
-import itertools
 import json
 import os
 import random
@@ -37,11 +36,16 @@ MAX_LINE = 64 << 20  # the longest message a judge accepts from a candidate
 JUDGE_NAME = "leaklab-judge"  # the judge's process name, as ps shows it
 
 
-def send(fd: int, message: dict[str, Any]) -> None:
-    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def send(fd: int, message: dict[str, Any]) -> None:
+    write_all(
+        fd, (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+    )
 
 
 def _fresh_main() -> dict[str, Any]:
@@ -269,18 +273,10 @@ class JudgeError(BaseException):
 MAX_ITEMS = 100_000  # the most elements one iteration of a reference brings across
 
 
-class JudgeObject:
-    """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
-    reference. Using it (calling it, reading an attribute, entering it as a context manager) asks
-    the judge, where the mock records the call and answers as the test configured it."""
+class _Reference:
+    """An object of the other process, by reference: each use is a request (`_ask`) answered there."""
 
-    __slots__ = ("_jref",)
-
-    def __init__(self, jref: int) -> None:
-        object.__setattr__(self, "_jref", jref)
-
-    def _ask(self, op: str, **fields: Any) -> Any:
-        return _callback(op, object.__getattribute__(self, "_jref"), **fields)
+    __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -290,11 +286,25 @@ class JudgeObject:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ask("call", args=list(args), kwargs=dict(kwargs))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._ask("setattr", name=name, value=value)
-
     def __getitem__(self, key: Any) -> Any:
         return self._ask("getitem", key=key)
+
+
+class JudgeObject(_Reference):
+    """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
+    reference. Using it asks the judge, where the mock records the call and answers as the test
+    configured it."""
+
+    __slots__ = ("_jref",)
+
+    def __init__(self, jref: int) -> None:
+        object.__setattr__(self, "_jref", jref)
+
+    def _ask(self, op: str, **fields: Any) -> Any:
+        return _callback(op, object.__getattribute__(self, "_jref"), **fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._ask("setattr", name=name, value=value)
 
     def __iter__(self):
         return iter(self._ask("iter"))
@@ -478,34 +488,10 @@ def _importable(value: Any) -> bool:
 # import for the tests: they reach processes, files, the interpreter. (A module under its own name,
 # `os` for `os`, is what the tests' own `import os` would give them.)
 _NOT_FOR_THE_JUDGE = frozenset(
-    [
-        "os",
-        "posix",
-        "sys",
-        "subprocess",
-        "shutil",
-        "ctypes",
-        "socket",
-        "signal",
-        "importlib",
-        "builtins",
-        "pty",
-        "multiprocessing",
-        "threading",
-        "runpy",
-        "code",
-        "codeop",
-        "pickle",
-        "marshal",
-        "io",
-        "tempfile",
-        "pathlib",
-        "gc",
-        "inspect",
-        "types",
-        "leaklab",
-    ]
-)
+    ("os", "posix", "sys", "subprocess", "shutil", "ctypes", "socket", "signal", "importlib", "builtins",
+     "pty", "multiprocessing", "threading", "runpy", "code", "codeop", "pickle", "marshal", "io",
+     "tempfile", "pathlib", "gc", "inspect", "types", "leaklab")
+)  # fmt: skip
 
 
 def _judge_import(name: str, module: str, qualname: str) -> Any:
@@ -583,28 +569,20 @@ class CandidateLink:
         try:
             obj = self.exported[message["jref"]]
             op = message["callback"]
-            if op == "call":
-                out = obj(*self.decode(message["args"]), **self.decode(message["kwargs"]))
-            elif op in ("getattr", "setattr"):
+            if op in ("getattr", "setattr"):
                 name = str(message["name"])
                 # Only what the mocked API has: not the mock's own machinery (assert_*, configure_mock,
                 # return_value, ...), which would let the candidate rewrite what the tests check.
                 if name.startswith("_") or name in _MOCK_API:
                     raise AttributeError(f"{name} (a mock's own attribute, not the candidate's to use)")
-                if op == "getattr":
-                    out = getattr(obj, name)
-                else:
-                    out = setattr(obj, name, self.decode(message["value"]))
-            elif op == "getitem":
-                out = obj[self.decode(message["key"])]
-            elif op == "iter":
-                out = list(itertools.islice(iter(obj), MAX_ITEMS))
-            elif op in ("len", "bool", "str"):
-                out = {"len": len, "bool": bool, "str": str}[op](obj)
+            if op == "setattr":
+                out = setattr(obj, name, self.decode(message["value"]))
             elif op == "enter":
                 out = obj.__enter__()
             elif op == "exit":
                 out = obj.__exit__(None, None, None)
+            elif op in ("call", "getattr", "getitem", "iter", "len", "bool", "str"):
+                out = _serve_request(obj, op, message, self.decode)
             else:
                 raise ValueError(f"unknown callback {op!r}")
             answer = {"cb_ok": self.encode(out)}
@@ -712,7 +690,7 @@ def _exception(name: str, module: str, message: str) -> BaseException:
     return CandidateFailed(f"the candidate raised {name}: {message}")
 
 
-class RemoteObject:
+class RemoteObject(_Reference):
     """A candidate's object that has no plain-data form (its function, a plot, an instance of its
     class). It stays in the candidate process; what the tests ask of it crosses as plain data. It is
     equal only to itself and hashes by identity: no comparison is ever delegated to the candidate."""
@@ -726,17 +704,6 @@ class RemoteObject:
 
     def _ask(self, op: str, **fields: Any) -> Any:
         return object.__getattribute__(self, "_link").ask(op, object.__getattribute__(self, "_ref"), **fields)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return self._ask("getattr", name=name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._ask("call", args=list(args), kwargs=dict(kwargs))
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._ask("getitem", key=key)
 
     def __contains__(self, key: Any) -> bool:
         return self._ask("contains", key=key) is True
@@ -1022,23 +989,23 @@ def run_unittest(source: str, tests: str, test_class: str, nonce: str, result_fd
     """Program and unittest tests in one process; one report line carrying `nonce`."""
     _reset_stdio()
     namespace = _fresh_main()
+
+    def report(**fields: Any) -> int:
+        send(result_fd, {"nonce": nonce, **fields})
+        _flush()
+        return 0
+
     try:
         compiled_tests = compile(tests, "<tests>", "exec")
     except SyntaxError as err:
-        send(
-            result_fd,
-            {"nonce": nonce, "error": "the test code does not compile: " + describe(err, "<tests>", tests)},
-        )
-        return 0
+        return report(error="the test code does not compile: " + describe(err, "<tests>", tests))
     # What tests rely on, saved before the candidate runs and put back before the tests do: a program
     # that patches builtins or unittest's asserts at load time does not fake a pass.
     saved_builtins = dict(builtins.__dict__)
     classes = (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.TestLoader)
     saved_classes = [(cls, dict(vars(cls))) for cls in classes]
     if error := _exec(source, "<program>", namespace):
-        send(result_fd, {"nonce": nonce, "failed": f"the program does not load: {error}"})
-        _flush()
-        return 0
+        return report(failed=f"the program does not load: {error}")
     builtins.__dict__.update(saved_builtins)
     for cls, saved in saved_classes:
         for name, attr in saved.items():
@@ -1050,24 +1017,11 @@ def run_unittest(source: str, tests: str, test_class: str, nonce: str, result_fd
         exec(compiled_tests, namespace)
         suite = test_loader().loadTestsFromTestCase(namespace[test_class])
     except BaseException as err:
-        send(
-            result_fd,
-            {"nonce": nonce, "error": "the test code does not run: " + describe(err, "<tests>", tests)},
-        )
-        return 0
+        return report(error="the test code does not run: " + describe(err, "<tests>", tests))
     result = test_result()
     try:
         suite.run(result)
     except BaseException as err:  # SystemExit from the program inside a test, for instance
-        send(
-            result_fd,
-            {"nonce": nonce, "failed": "the tests were interrupted: " + describe(err, "<program>", source)},
-        )
-        return 0
+        return report(failed="the tests were interrupted: " + describe(err, "<program>", source))
     problems = [_unittest_problem(test, trace) for test, trace in result.failures + result.errors]
-    send(
-        result_fd,
-        {"nonce": nonce, "tests": result.testsRun, "problems": problems[:20], "n_problems": len(problems)},
-    )
-    _flush()
-    return 0
+    return report(tests=result.testsRun, problems=problems[:20], n_problems=len(problems))

@@ -32,7 +32,6 @@ from leaklab.rundir import cache_root
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
-CLONE_NEWTIME = 0x00000080
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -695,20 +694,10 @@ def seccomp_program() -> bytes:
     # clone3 passes its flags in memory a filter cannot read: refuse it as unknown, and libc falls back
     # to clone (threads and subprocesses still work), whose flags the rule above sees.
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    r, w = os.pipe()
-    try:
-        with os.fdopen(w, "wb", closefd=False) as out:
-            f.export_bpf(out)
-        os.close(w)
-        w = -1
-        chunks = []
-        while chunk := os.read(r, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
-    return b"".join(chunks)
+    with tempfile.TemporaryFile() as out:
+        f.export_bpf(out)
+        out.seek(0)
+        return out.read()
 
 
 class _SockFprog(ctypes.Structure):
@@ -967,12 +956,11 @@ def build_socket_guards() -> list[tuple[Any, str, Any]]:
     """The network guard where no network namespace could be made: sockets cannot connect, bind,
     listen or send to an address, and names do not resolve. `_socket` used directly or ctypes still
     reach the network; only the namespace stops those."""
-    guards: list[tuple[Any, str, Any]] = []
-    for name in ("connect", "connect_ex", "bind", "sendto", "sendmsg", "listen"):
-        guards.append((socket.socket, name, _denied(f"socket.{name}")))
-    guards.append((socket, "getaddrinfo", _denied("socket.getaddrinfo")))
-    guards.append((socket, "create_connection", _denied("socket.create_connection")))
-    return guards
+    methods = ("connect", "connect_ex", "bind", "sendto", "sendmsg", "listen")
+    guards = [(socket.socket, name, _denied(f"socket.{name}")) for name in methods]
+    return guards + [
+        (socket, name, _denied(f"socket.{name}")) for name in ("getaddrinfo", "create_connection")
+    ]
 
 
 def apply_guards(guards: list[tuple[Any, str, Any]], workdir: str) -> None:

@@ -68,19 +68,13 @@ def read_message(fd: int) -> Any:
     return None if body is None else pickle.loads(body)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def write_message(fd: int, message: Any, extras: list[bytes | memoryview] | tuple = ()) -> None:
     """A message, then raw buffers the reader knows the lengths of. The buffers are written straight
     from where they are, never copied into a new object (they may hold test code, see Worker.run)."""
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    _write_all(fd, _HEADER.pack(len(body)) + body)
+    harness.write_all(fd, _HEADER.pack(len(body)) + body)
     for extra in extras:
-        _write_all(fd, extra)
+        harness.write_all(fd, extra)
 
 
 def private_buffer(size: int) -> mmap.mmap:
