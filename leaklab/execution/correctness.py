@@ -213,24 +213,18 @@ def _plan_call(
     task: Task, program: str, reference: ExecResult | None, timeout_s: float
 ) -> _Plan | SampleResult:
     expected: list[Any] = []
-    budget = timeout_s
+    reference_calls = (reference.calls or []) if reference is not None else []
     for i, case in enumerate(task.test_cases):
         if "output" in case:
             expected.append(case["output"])
             continue
-        if (
-            reference is None
-            or reference.calls is None
-            or len(reference.calls) <= i
-            or not reference.calls[i].ok
-        ):
+        if i >= len(reference_calls) or not reference_calls[i].ok:
             why = reference.reason if reference is not None else "no canonical solution to run"
             return SampleResult(
                 task.task_id, "error", f"the canonical solution gives no output for case {i}: {why}"
             )
-        expected.append(reference.calls[i].value)
-    if reference is not None and reference.calls:
-        budget = timeout_s + REFERENCE_TIME_FACTOR * sum(c.duration_s for c in reference.calls)
+        expected.append(reference_calls[i].value)
+    budget = timeout_s + REFERENCE_TIME_FACTOR * sum(c.duration_s for c in reference_calls)
     inputs = [c["input"] for c in task.test_cases]
     job = FunctionCalls(program, task.entry_point or "", inputs, budget)
 
@@ -326,17 +320,16 @@ def _plan(
         return SampleResult(
             task.task_id, "error", f"unknown comparison {task.compare!r}; use one of {COMPARISONS}"
         )
-    if task.test_type == "function":
+    if task.test_type in ("function", "unittest"):
         if not task.tests.strip():
             return SampleResult(task.task_id, "error", "the task has no tests")
-        job: Job = CheckFunction(
-            program, task.entry_point or "", task.tests, _judge_prelude(task), timeout_s=timeout_s
-        )
-        return _Plan([job], lambda rs: _from_exec(task.task_id, rs[0]))
-    if task.test_type == "unittest":
-        if not task.tests.strip():
-            return SampleResult(task.task_id, "error", "the task has no tests")
-        job = UnitTests(program, task.tests, timeout_s=timeout_s, guard_calls=unittest_guard)
+        if task.test_type == "function":
+            prelude = _judge_prelude(task)
+            job: Job = CheckFunction(
+                program, task.entry_point or "", task.tests, prelude, timeout_s=timeout_s
+            )
+        else:
+            job = UnitTests(program, task.tests, timeout_s=timeout_s, guard_calls=unittest_guard)
         return _Plan([job], lambda rs: _from_exec(task.task_id, rs[0]))
     if task.test_type in ("call", "stdio") and not task.test_cases:
         return SampleResult(task.task_id, "error", "the task has no test cases")
@@ -378,13 +371,7 @@ def check_many(
     ]
     jobs = [job for p in plans if isinstance(p, _Plan) for job in p.jobs]
     results = iter(sandbox.run_jobs(jobs))
-    out = []
-    for plan in plans:
-        if isinstance(plan, SampleResult):
-            out.append(plan)
-        else:
-            out.append(plan.fold([next(results) for _ in plan.jobs]))
-    return out
+    return [p if isinstance(p, SampleResult) else p.fold([next(results) for _ in p.jobs]) for p in plans]
 
 
 def canonical_failures(tasks: Sequence[Task], *, workers: int = 2, timeout_s: float = 10.0) -> dict[str, str]:

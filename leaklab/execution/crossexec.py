@@ -151,7 +151,8 @@ def cross_execute(
             continue
         s_a, s_b, n_valid, note = _both_sides(s_a, n_valid, s_b, n_valid_b, bool(kept[1]), llm)
         if sources:
-            note += f" + {sum(sources.values())} generated from the signature ({_counts(sources)})"
+            counts = ", ".join(f"{n} {name}" for name, n in sources.items())
+            note += f" + {sum(sources.values())} generated from the signature ({counts})"
         clone = s_a >= threshold and s_b >= threshold
         out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
     return [out[i] for i in range(len(pairs))]
@@ -205,10 +206,6 @@ def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) ->
     return set(again)
 
 
-def _counts(sources: dict[str, int]) -> str:
-    return ", ".join(f"{n} {name}" for name, n in sources.items())
-
-
 def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[float | None, int]:
     """(share of the inputs the ground truth runs on where the generation returns the same, that count)."""
     valid = [k for k in indexes if k < len(reference) and reference[k].ok]
@@ -232,17 +229,16 @@ def _screen(llm: LLMStages, pairs, pending) -> dict[int, str]:
     }
 
 
-def input_prompt(source: str, entry_point: str, n: int) -> str:
-    return INPUTS_PROMPT.format(n=n, source=source.rstrip("\n"), name=entry_point)
-
-
 def _proposed_inputs(llm: LLMStages, pairs, pending) -> dict[int, tuple[tuple[list, list], Counter]]:
     """index -> ((inputs for A, inputs for B), proposals dropped by reason); one LLM batch for all."""
     programs = [(i, side, getattr(pairs[i], side)) for i in pending for side in ("reference", "candidate")]
     if not programs:
         return {}
     prompts = [
-        llm.render(input_prompt(source, pairs[i].entry_point, llm.n_inputs)) for i, _, source in programs
+        llm.render(
+            INPUTS_PROMPT.format(n=llm.n_inputs, source=source.rstrip("\n"), name=pairs[i].entry_point)
+        )
+        for i, _, source in programs
     ]
     replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
     found: dict[int, tuple[tuple[list, list], Counter]] = {i: (([], []), Counter()) for i in pending}

@@ -70,15 +70,6 @@ def _parses(program: str) -> bool:
     return True
 
 
-def _cut_at_stop(body: str) -> str:
-    cut = len(body)
-    for stop in STOP_SEQUENCES:
-        at = body.find(stop)
-        if at != -1:
-            cut = min(cut, at)
-    return body[:cut]
-
-
 def candidate(prompt: str, completion: Any, entry_point: str | None = None, prompt_is_code: bool = True):
     """What continues `prompt` into the program to test (see the module docstring)."""
     text = reply_text(completion)
@@ -103,7 +94,8 @@ def candidate(prompt: str, completion: Any, entry_point: str | None = None, prom
         return Candidate(None, "syntax_error")
     # A base model's continuation: the body up to where top-level code resumes; a body cut mid-line by
     # the length limit is recovered by dropping its last lines.
-    body = _cut_at_stop(text)
+    stops = [at for stop in STOP_SEQUENCES if (at := text.find(stop)) != -1]
+    body = text[: min(stops, default=len(text))]
     if not body.strip():
         return Candidate(None, "no_code")
     lines = body.split("\n")

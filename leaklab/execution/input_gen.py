@@ -52,12 +52,10 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
     task = [list(a) for a in task_inputs if required <= len(a) <= len(params)]
     pools = [_pool(p, i, task, rng) for i, p in enumerate(params)]
     candidates = {
-        "annotations": _draws(params, pools, rng, n)
-        if any(kind == "annotations" for kind, _ in pools)
-        else [],
+        "annotations": _draws(pools, "annotations", rng, n),
         "defaults": _default_calls(params, pools, rng),
         "mutated": _mutated(task, rng, n),
-        "common": _draws(params, pools, rng, n) if any(kind == "common" for kind, _ in pools) else [],
+        "common": _draws(pools, "common", rng, n),
     }
     seen = {input_key(a) for a in task_inputs}
     kept: list[list] = []
@@ -230,8 +228,11 @@ def _near(value: Any, rng: random.Random) -> list:
     return [mutate_value(value, rng)]
 
 
-def _draws(params: list[_Param], pools: list[tuple[str, list]], rng: random.Random, n: int) -> list[list]:
-    """Calls passing every parameter, each value drawn from its pool (3n: room for repeats to drop)."""
+def _draws(pools: list[tuple[str, list]], kind: str, rng: random.Random, n: int) -> list[list]:
+    """Calls passing every parameter, each value drawn from its pool (3n: room for repeats to drop);
+    none when no parameter's values come from `kind`."""
+    if all(k != kind for k, _ in pools):
+        return []
     return [[rng.choice(values) for _, values in pools] for _ in range(3 * n)]
 
 

@@ -29,16 +29,15 @@ from leaklab.execution.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-# Why a completion scored what it did. `passed` and `failed` come from the tests; the others are
-# completions that never reached them, or runs that could not be judged.
-REASONS = ("passed", "failed", "no_code", "syntax_error", "too_long", "timeout", "output_limit", "error")
 MODES = ("binary", "fraction")
 
 
 @dataclass
 class Scored:
     reward: float
-    reason: str
+    reason: (
+        str  # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
+    )
     detail: str = ""
 
 
