@@ -42,6 +42,18 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+def read_exact(fd: int, n: int) -> bytes | None:
+    """`n` bytes from `fd`, or None when it ends first."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def send(fd: int, message: dict[str, Any]) -> None:
     write_all(
         fd, (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
@@ -795,10 +807,9 @@ def _patch_target(owner: Any) -> list[str] | None:
 
 @contextlib.contextmanager
 def _forwarded_patches(link: CandidateLink):
-    """Tests patch what the program uses (`@patch('requests.get')`, `patch.dict(os.environ, ...)`):
-    each patch the judge's mock applies is applied in the candidate too, with a reference to the
-    judge's mock, and undone with it. A patch with something that cannot be sent (not plain data, not
-    a mock, not a function of the tests) stays the judge's own, and the test sees the real thing."""
+    """Each patch a test applies (`@patch('requests.get')`, `patch.dict(os.environ, ...)`) is applied
+    in the candidate too, with a reference to the judge's mock, and undone with it. One that cannot be
+    sent stays the judge's own, and the test sees the real thing."""
     patch, patch_dict = unittest.mock._patch, unittest.mock._patch_dict
     enter, exit_ = patch.__enter__, patch.__exit__
     apply_dict, undo_dict = patch_dict._patch_dict, patch_dict._unpatch_dict
@@ -951,13 +962,9 @@ def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: i
 
 
 def serve_judge(control_fd: int) -> int:
-    """A judge that serves one check after another for its worker, over a SOCK_SEQPACKET socket.
-
-    Per check it receives a header record with the two pipe ends to that check's candidate attached,
-    then the test code in records of its own, and answers with one verdict record. It runs only
-    trusted test code, under a uid the candidates do not have, and is not dumpable, so no candidate
-    can read what it holds; it saves a fork per check. The worker kills it when a check times out
-    and replaces it after a number of checks."""
+    """Serve one check after another for the worker over a SOCK_SEQPACKET socket: per check a header
+    record with the candidate's two pipe ends attached, the test code, and one verdict record back.
+    See docs/sandbox.md#judged-checks."""
     isolation.undumpable()  # matters without root, where the candidate has the judge's uid
     isolation.set_process_name(JUDGE_NAME)
     _reset_stdio()
@@ -968,16 +975,12 @@ def serve_judge(control_fd: int) -> int:
         if not header or len(fds) != 2:
             return 0
         meta = json.loads(header)
-        chunks, got = [], 0
-        while got < meta["secret_len"]:
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                return 0
-            chunks.append(chunk)
-            got += len(chunk)
+        payload = read_exact(control_fd, meta["secret_len"])  # in records of its own
+        if payload is None:
+            return 0
         replies_fd, requests_fd = fds
         try:
-            verdict = _judge_one(b"".join(chunks), meta["entry_point"], requests_fd, replies_fd)
+            verdict = _judge_one(payload, meta["entry_point"], requests_fd, replies_fd)
         finally:
             os.close(replies_fd)
             os.close(requests_fd)

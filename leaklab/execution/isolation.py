@@ -113,12 +113,6 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def sandbox_uids(worker_pid: int) -> tuple[int, int]:
-    """(candidate uid, judge uid) for the worker with this pid."""
-    uid = UID_BASE + 2 * worker_pid
-    return uid, uid + 1
-
-
 # --------------------------------------------------------------------------- the worker, once
 
 
@@ -263,13 +257,10 @@ def interpreter_paths(with_package: bool = True) -> list[str]:
 
 
 def plan_mounts(keep: list[str], world_writable: tuple[str, ...] = WORLD_WRITABLE) -> MountPlan:
-    """Which directories to cover and which of `keep` to bring back inside them.
-
-    Every world-writable directory becomes private, wherever the interpreter lives: a checkout and
-    its virtualenv under /tmp (as in a CI's fresh clone) must not leave the real /tmp open to runs.
-    A kept path inside one, or inside a directory closed to other users (pyenv's Python under /root,
-    mode 700; `mktemp -d` makes mode 700 too), is bind-mounted back read-only at the same place;
-    everything else there stays invisible. A world-writable directory itself is never kept whole."""
+    """Which directories to cover and which of `keep` to bring back inside them. Every world-writable
+    directory becomes private even when the interpreter lives there (a CI clone under /tmp); a kept
+    path inside one, or inside a directory closed to other users (pyenv under /root), comes back
+    read-only at the same place, and a world-writable directory itself is never kept whole."""
     private = []
     for d in world_writable:
         real = os.path.realpath(d)
@@ -366,10 +357,8 @@ SITE_LAYOUTS = (
 
 
 def site_dirs(paths: list[str]) -> list[str]:
-    """The directories packages are installed in that lie inside any of `paths`: the running
-    interpreter's own, as site, sysconfig and sys.path name them wherever the installation lives, and
-    those of the usual layouts (`SITE_LAYOUTS`) below each path, where another Python of the system
-    installs."""
+    """The package directories inside any of `paths`: the running interpreter's own (as site, sysconfig
+    and sys.path name them) and those of the usual layouts (`SITE_LAYOUTS`) of another Python."""
     found = {
         *site.getsitepackages(),
         site.getusersitepackages(),
@@ -405,13 +394,10 @@ DATA_VARIABLES = (
 
 
 def data_caches() -> list[str]:
-    """Files and directories outside any package that hold benchmarks, their solutions and tests:
-    leaklab's cache (`LEAKLAB_CACHE`, else ~/.cache/leaklab: the synthetic benchmark, variants,
-    perturbed sets, generations), the caches evalplus and bigcodebench download their releases into
-    (the user's cache directory, as their appdirs find it), the Hugging Face cache and every path of
-    `DATA_VARIABLES`. Read in the process that starts the sandbox: a worker's environment is clean.
-    Usually none of them is visible to a run; the minimal root covers those that are (a cache inside a
-    virtualenv, a Python installed in a home directory)."""
+    """Caches outside any package that hold benchmarks with their solutions and tests: leaklab's,
+    evalplus's and bigcodebench's (as their appdirs find them), Hugging Face's and every path of
+    `DATA_VARIABLES`. Read where the sandbox starts: a worker's environment is clean. The minimal root
+    covers those a run could see (a cache inside a virtualenv, a Python in a home directory)."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     named = ("evalplus", "bigcodebench", "huggingface")
     paths = [str(cache_root()), *(os.path.join(cache, d) for d in named)]
@@ -551,14 +537,10 @@ def _bind_read_only(source: str, target: str) -> None:
 
 
 def start_pid_namespace() -> int:
-    """Give the worker's children a PID namespace of their own, and return the pid of its init.
-
-    Every process the worker forks from now on (runs, the judge) lives in it: a run sees no process
-    of the host, not even its pid numbers, only those of its namespace, and of those only its own
-    (hidepid). The init is a fork of the worker that mounts the namespace's /proc over /proc (the
-    worker keeps the host's at PROC), then only reaps: orphans of runs are re-parented to it, and
-    their zombies must not pile up against the run uid's process limit. One namespace per worker,
-    not per run: a run's processes are all killed before the next run starts (`Worker._end_run`)."""
+    """Give the worker's children (runs, the judge) a PID namespace of their own; the pid of its init,
+    a fork that mounts the namespace's /proc over /proc (the worker keeps the host's at PROC) and then
+    only reaps orphans, so that their zombies never count against a run uid's process limit. One per
+    worker, not per run: a run's processes are all killed before the next starts (`Worker._end_run`)."""
     global PROC
     host_proc = "/run/leaklab/proc"
     os.mkdir(host_proc, 0o700)
@@ -741,11 +723,9 @@ def kill_uid(uid: int) -> None:
     reaches exactly the processes of that uid and nothing else."""
     pid = os.fork()
     if pid == 0:
-        try:
+        with contextlib.suppress(BaseException):
             become(uid)
             os.kill(-1, signal.SIGKILL)
-        except BaseException:
-            pass
         os._exit(0)
     os.waitpid(pid, 0)
 
@@ -763,11 +743,6 @@ def children(pid: int | None = None) -> list[int]:
     return kids
 
 
-def live_children() -> list[int]:
-    """The calling process's children that have not exited."""
-    return [p for p in children() if not _is_zombie(p)]
-
-
 def live_descendants(pids: list[int]) -> int:
     """How many processes below `pids` are still alive (zombies do not count)."""
     seen: set[int] = set()
@@ -777,10 +752,10 @@ def live_descendants(pids: list[int]) -> int:
             if kid not in seen:
                 seen.add(kid)
                 todo.append(kid)
-    return sum(not _is_zombie(p) for p in seen)
+    return sum(not is_zombie(p) for p in seen)
 
 
-def _is_zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     try:
         with open(f"{PROC}/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
@@ -789,7 +764,6 @@ def _is_zombie(pid: int) -> bool:
 
 
 def _reap_dead() -> None:
-    """Reap every child that has already exited, without waiting for the others."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
@@ -808,7 +782,7 @@ def reap_everything(keep: tuple[int, ...] = (), timeout_s: float = 2.0) -> int:
         if not kids or time.monotonic() > deadline:
             return alive_found
         for pid in kids:
-            if pid not in seen and not _is_zombie(pid):
+            if pid not in seen and not is_zombie(pid):
                 alive_found += 1
                 seen.add(pid)
             with contextlib.suppress(ProcessLookupError):

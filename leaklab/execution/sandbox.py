@@ -25,14 +25,15 @@ import sys
 import threading
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from leaklab.execution import values
+from leaklab.execution.harness import read_exact
 from leaklab.execution.isolation import Limits, data_caches
-from leaklab.execution.worker import read_exact, read_message, write_message
+from leaklab.execution.worker import read_message, write_message
 
 VERDICTS = ("passed", "failed", "timeout", "error")
 MAX_RESULT_BYTES = 64 << 20  # kept of the call results a run streams back; the rest is read and dropped
@@ -241,23 +242,13 @@ class Sandbox:
             "hide": data_caches(),
         }
         self._queue: queue.Queue = queue.Queue()
-        self._slots: list[_WorkerProcess | None] = [None] * workers
         self.restarts = 0
         self._closed = False
-        # Start the workers in parallel: each spends most of its start-up importing.
-        errors: list[BaseException] = []
-
-        def start(i: int) -> None:
-            try:
-                self._slots[i] = _WorkerProcess(self._config)
-            except BaseException as err:
-                errors.append(err)
-
-        starters = [threading.Thread(target=start, args=(i,)) for i in range(workers)]
-        for t in starters:
-            t.start()
-        for t in starters:
-            t.join()
+        # Started in parallel: each worker spends most of its start-up importing.
+        with ThreadPoolExecutor(workers) as pool:
+            starting = [pool.submit(_WorkerProcess, self._config) for _ in range(workers)]
+        errors = [err for f in starting if (err := f.exception()) is not None]
+        self._slots: list[_WorkerProcess | None] = [None if f.exception() else f.result() for f in starting]
         self._finalizer = weakref.finalize(self, _stop_all, self._slots)
         if errors:
             self.close()

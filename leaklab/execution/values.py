@@ -24,6 +24,9 @@ MAX_DEPTH = 100
 _MAX_DECIMAL_INT = 10**4000
 
 
+_COLLECTIONS = {"$tuple": tuple, "$frozenset": frozenset, "$set": set}  # sent as the list of their items
+
+
 class UnsupportedValue(TypeError):
     """A value that has no plain-data form (a generator, a class instance, a lambda, ...)."""
 
@@ -71,12 +74,9 @@ def encode(
         return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, list):
         return [enc(v) for v in value]
-    if isinstance(value, tuple):
-        return {"$tuple": [enc(v) for v in value]}
-    if isinstance(value, frozenset):
-        return {"$frozenset": [enc(v) for v in value]}
-    if isinstance(value, set):
-        return {"$set": [enc(v) for v in value]}
+    for tag, kind in _COLLECTIONS.items():
+        if isinstance(value, kind):
+            return {tag: [enc(v) for v in value]}
     module = type(value).__module__ or ""
     if isinstance(value, dict):
         items = [[enc(k), enc(v)] for k, v in value.items()]
@@ -155,12 +155,8 @@ def decode(
         raise ValueError(f"malformed value: {str(tree)[:80]}")
     ((tag, body),) = tree.items()
     try:
-        if tag == "$tuple":
-            return tuple(dec(v) for v in _as_list(body))
-        if tag == "$set":
-            return {dec(v) for v in _as_list(body)}
-        if tag == "$frozenset":
-            return frozenset(dec(v) for v in _as_list(body))
+        if tag in _COLLECTIONS:
+            return _COLLECTIONS[tag](dec(v) for v in _as_list(body))
         if tag == "$dict":
             return {dec(k): dec(v) for k, v in (_as_pair(p) for p in _as_list(body))}
         if tag == "$int" and type(body) is str:

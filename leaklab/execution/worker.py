@@ -48,23 +48,12 @@ DEFAULT_PRELOAD = (
 # --------------------------------------------------------------------------- framing
 
 
-def read_exact(fd: int, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
 def read_message(fd: int) -> Any:
     """The next message, or None at end of stream."""
-    head = read_exact(fd, _HEADER.size)
+    head = harness.read_exact(fd, _HEADER.size)
     if head is None:
         return None
-    body = read_exact(fd, _HEADER.unpack(head)[0])
+    body = harness.read_exact(fd, _HEADER.unpack(head)[0])
     return None if body is None else pickle.loads(body)
 
 
@@ -240,7 +229,6 @@ def _drain(streams: dict[str, _Stream], timeout_s: float = 1.0) -> None:
 class Worker:
     def __init__(self, proto_in: int, config: dict[str, Any]) -> None:
         self.proto_in = proto_in
-        self.config = config
         self.pid = os.getpid()
         # Imported before the worker pivots into its minimal root, where leaklab's checkout is no
         # longer visible.
@@ -249,10 +237,7 @@ class Worker:
                 importlib.import_module(name)
         self.uids = self._probe_uids()
         self.isolation = isolation.setup_worker(
-            config.get("tmp_size_mb", 256),
-            config.get("memory_mb", 1024),
-            tuple(config.get("disable", ())),
-            config.get("hide", []),
+            memory_mb=config["memory_mb"], disable=tuple(config["disable"]), hide=config["hide"]
         )
         self.seccomp = self.isolation.pop("seccomp_program", None)
         self.rebind = self.isolation.get("scratch_rebind", [])
@@ -277,7 +262,8 @@ class Worker:
         """Two fresh uids if this worker may switch to them (root, and setuid really works)."""
         if not isolation.is_root():
             return None
-        uids = isolation.sandbox_uids(self.pid)
+        uid = isolation.UID_BASE + 2 * self.pid
+        uids = (uid, uid + 1)  # (candidate, judge)
         pid = os.fork()
         if pid == 0:
             try:
@@ -538,7 +524,9 @@ class Worker:
         judge = (self.judge["pid"],) if self.judge else ()
         # Orphans go to this subreaper or, inside the PID namespace, to its init.
         keep = (*judge, *self.init)
-        orphans = [p for p in isolation.live_children() if p not in run_pids and p not in keep]
+        orphans = [
+            p for p in isolation.children() if p not in (*run_pids, *keep) and not isolation.is_zombie(p)
+        ]
         left = isolation.live_descendants([*run_pids, *orphans, *self.init]) + len(orphans)
         reply["leftover_processes"] = left
         for pid in run_pids:
