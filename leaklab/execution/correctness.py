@@ -66,9 +66,8 @@ def _poly(xs: Sequence[float], x: float) -> float:
 
 
 def _is_floats(value: Any) -> bool:
-    if isinstance(value, float):
-        return True
-    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, float) for v in value)
+    floats = isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, float) for v in value)
+    return isinstance(value, float) or floats
 
 
 def _as_lists(value: Any) -> Any:
@@ -115,31 +114,20 @@ def outputs_match(
         return False
 
 
-def _number(token: str) -> float | None:
+def _same_token(got: str, want: str) -> bool:
     try:
-        return float(token)
+        return got == want or math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-6)
     except ValueError:
-        return None
+        return False
 
 
 def stdout_matches(out: str, expected: str) -> bool:
     """APPS-style: the same tokens on the same non-empty lines; numbers equal within 1e-6."""
     got = [line.split() for line in out.splitlines() if line.strip()]
     want = [line.split() for line in expected.splitlines() if line.strip()]
-    if got == want:
-        return True
-    if len(got) != len(want):
+    if len(got) != len(want) or any(len(g) != len(w) for g, w in zip(got, want)):
         return False
-    for g_line, w_line in zip(got, want):
-        if len(g_line) != len(w_line):
-            return False
-        for g, w in zip(g_line, w_line):
-            if g == w:
-                continue
-            a, b = _number(g), _number(w)
-            if a is None or b is None or not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6):
-                return False
-    return True
+    return all(_same_token(g, w) for g_line, w_line in zip(got, want) for g, w in zip(g_line, w_line))
 
 
 def _text(value: Any) -> str:

@@ -130,18 +130,9 @@ def setup_worker(
     unknown = set(disable) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {LAYERS}")
-    info: dict[str, Any] = {
-        "root": is_root(),
-        "subreaper": False,
-        "network": "shared",
-        "mounts": "shared",
-        "proc": "shared",
-        "pid": "shared",
-        "scratch": "shared",
-        "ipc": "shared",
-        "seccomp": "off",
-        "disabled": sorted(disable),
-    }
+    shared = dict.fromkeys(("network", "mounts", "proc", "pid", "scratch", "ipc"), "shared")  # until set up
+    info: dict[str, Any] = {"root": is_root(), "subreaper": False, **shared, "seccomp": "off"}
+    info["disabled"] = sorted(disable)
     # A same-uid run (no root) must not ptrace the worker or open its pipes via /proc.
     undumpable()
     try:
