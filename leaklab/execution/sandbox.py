@@ -317,11 +317,9 @@ class Sandbox:
         """Run every job on the pool; the results come back in the order of `jobs`."""
         if self._closed:
             raise RuntimeError("the sandbox is closed")
-        futures = []
-        for job in jobs:
-            future: Future = Future()
+        futures: list[Future] = [Future() for _ in jobs]
+        for job, future in zip(jobs, futures):
             self._queue.put((job, future))
-            futures.append(future)
         return [f.result() for f in futures]
 
     @property

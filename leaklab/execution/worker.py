@@ -111,30 +111,23 @@ class _Stream:
 
     def read(self) -> bool:
         """Read what is there; False at end of file."""
+        room = self.cap - self.size
         try:
             if self.private:
-                room = self.cap - self.size
                 with memoryview(self.buffer if room else self.scratch) as view:
                     n = os.readv(self.fd, [view[self.size :] if room else view])
-                if room:
-                    self.size += n
-                else:
-                    self.dropped += n
-                self.eof = n == 0
-                return n > 0
-            chunk = os.read(self.fd, 1 << 16)
+            else:
+                chunk = os.read(self.fd, 1 << 16)
+                n = len(chunk)
+                self.data += chunk[:room]
         except BlockingIOError:
             return True
         except OSError:
-            self.eof = True
-            return False
-        if not chunk:
-            self.eof = True
-            return False
-        room = self.cap - len(self.data)
-        self.data += chunk[:room] if room > 0 else b""
-        self.dropped += max(0, len(chunk) - max(room, 0))
-        return True
+            n = 0
+        self.size += min(n, room)
+        self.dropped += n - min(n, room)
+        self.eof = n == 0
+        return n > 0
 
     def close(self) -> None:
         if self.private:
