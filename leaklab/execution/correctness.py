@@ -258,27 +258,22 @@ def _plan_stdio(task: Task, program: str, timeout_s: float) -> _Plan:
     jobs: list[Job] = [Program(program, _text(c["input"]), timeout_s) for c in cases]
 
     def fold(results: list[ExecResult]) -> SampleResult:
-        verdicts = []
-        for r, case in zip(results, cases):
-            if r.verdict == "passed" and not r.truncated and stdout_matches(r.stdout, _text(case["output"])):
-                verdicts.append(("passed", ""))
-            elif r.verdict == "passed":
-                why = "output too long" if r.truncated else f"wrong output {short_repr(r.stdout, 80)}"
-                verdicts.append(("failed", why))
-            else:
-                verdicts.append((r.verdict, r.reason))
-        n_ok = sum(v == "passed" for v, _ in verdicts)
+        duration = sum(r.duration_s for r in results)
         res = SampleResult(
-            task.task_id,
-            "passed",
-            cases_passed=n_ok,
-            cases_total=len(cases),
-            duration_s=sum(r.duration_s for r in results),
+            task.task_id, "passed", cases_passed=0, cases_total=len(cases), duration_s=duration
         )
-        for i, (verdict, why) in enumerate(verdicts):
-            if verdict != "passed":
+        for i, (r, case) in enumerate(zip(results, cases)):
+            if r.verdict != "passed":
+                verdict, why = r.verdict, r.reason
+            elif r.truncated:
+                verdict, why = "failed", "output too long"
+            elif not stdout_matches(r.stdout, _text(case["output"])):
+                verdict, why = "failed", f"wrong output {short_repr(r.stdout, 80)}"
+            else:
+                res.cases_passed += 1
+                continue
+            if res.verdict == "passed":  # the first case that did not pass decides
                 res.verdict, res.reason = verdict, f"case {i}: {why}"
-                break
         return res
 
     return _Plan(jobs, fold)

@@ -833,22 +833,20 @@ def _forwarded_patches(link: CandidateLink):
             link.tell({"op": "unpatch"})
         return exit_(self, *exc_info)
 
-    def send_environ(self: Any) -> None:
-        if self.in_dict is os.environ:
-            link.tell({"op": "environ", "env": link.encode(dict(os.environ))})
+    def then_send_environ(method: Any) -> Any:  # patch.dict of os.environ: the candidate's follows
+        def changed(self: Any) -> Any:
+            out = method(self)
+            if self.in_dict is os.environ:
+                link.tell({"op": "environ", "env": link.encode(dict(os.environ))})
+            return out
 
-    def dict_apply(self: Any) -> Any:
-        out = apply_dict(self)
-        send_environ(self)
-        return out
-
-    def dict_undo(self: Any) -> Any:
-        out = undo_dict(self)
-        send_environ(self)
-        return out
+        return changed
 
     patch.__enter__, patch.__exit__ = patch_enter, patch_exit
-    patch_dict._patch_dict, patch_dict._unpatch_dict = dict_apply, dict_undo
+    patch_dict._patch_dict, patch_dict._unpatch_dict = (
+        then_send_environ(apply_dict),
+        then_send_environ(undo_dict),
+    )
     try:
         yield
     finally:
