@@ -209,11 +209,11 @@ def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) ->
 def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[float | None, int]:
     """(share of the inputs the ground truth runs on where the generation returns the same, that count)."""
     valid = [k for k in indexes if k < len(reference) and reference[k].ok]
-    agree = sum(
-        1
+    same = (
+        k < len(candidate) and candidate[k].ok and outputs_match(candidate[k].value, reference[k].value)
         for k in valid
-        if k < len(candidate) and candidate[k].ok and outputs_match(candidate[k].value, reference[k].value)
     )
+    agree = sum(same)
     return (agree / len(valid) if valid else None), len(valid)
 
 

@@ -147,21 +147,16 @@ class CodeReward:
             sandbox = self.sandbox  # outside the try: a refused sandbox must stop training
             # A group of completions for one prompt often repeats itself (more so as the policy
             # converges): each distinct (task, program) runs once and its verdict is shared.
-            distinct: dict[tuple[int, str], int] = {}  # (the task object, the code) -> its index in unique
-            unique: list[tuple[Task, str]] = []
-            for _, t, code in todo:
-                if (id(t), code) not in distinct:
-                    distinct[(id(t), code)] = len(unique)
-                    unique.append((t, code))
+            unique = {(id(t), code): (t, code) for _, t, code in todo}  # (the task object, the code)
             try:
-                checked = check_many(unique, sandbox, full_program=False)
+                checked = dict(zip(unique, check_many(list(unique.values()), sandbox, full_program=False)))
             except Exception as err:  # the pool itself failed: this batch scores 0, the next gets a new pool
                 log.error("reward: the sandbox failed on a batch of %d (%s); scored 0", len(todo), err)
                 if self._own_sandbox:
                     self.close()
-                checked = [None] * len(unique)
-            results = [checked[distinct[(id(t), code)]] for _, t, code in todo]
-            for (i, _, _), result in zip(todo, results):
+                checked = dict.fromkeys(unique)
+            for i, t, code in todo:
+                result = checked[(id(t), code)]
                 scored[i] = (
                     Scored(0.0, "error", "sandbox failure") if result is None else self._from_result(result)
                 )
