@@ -1,11 +1,8 @@
 """The recipe's `execution:` section, and the check that a sandbox is strong enough for a reward.
 
-A reward is what a policy is optimised against: whatever a program can fake or read there, training
-finds. So RL reward computation calls `require_layers(sandbox.isolation, cfg.allow_weaker_sandbox)`
-before its first verdict, and refuses to run on a sandbox that lacks a layer (a machine without
-root, without libseccomp, a pool with layers disabled for a test) unless the recipe says
-`execution.allow_weaker_sandbox: true`. Evaluation alone (pass@k of a model that was never trained
-against the sandbox) does not need the check.
+Whatever a program can fake or read in a reward, training finds: RL reward computation calls
+`require_layers` before its first verdict and refuses a sandbox that lacks a layer unless the recipe
+says `execution.allow_weaker_sandbox: true`. Evaluation alone does not need the check.
 """
 
 from __future__ import annotations

@@ -3,43 +3,20 @@
     with Sandbox(workers=2) as sb:
         result = check_solution(task, completion, sb)            # one SampleResult
         results = check_many([(task, c) for c in completions], sb)  # batched, in order
-        ev = evaluate_samples(tasks, {task_id: [completion, ...]}, sb, ks=(1, 10))
-        ev.summary["pass@1"], ev.tasks[0], ev.samples[0].row()
-        check_calls(sb, code, "add", [{"input": [1, 2], "output": 3}])  # no Task needed
-        check_stdio(sb, code, [{"input": "1 2\n", "output": "3\n"}])
 
-How each kind of test decides (the sandbox child never sees an expected value):
-- "function" (HumanEval): the judge process runs `check(candidate)`; see sandbox.py.
-- "call" (HumanEval+, MBPP+, APPS call-based): the entry point runs on every input in one process,
-  the values come back as plain data and are compared here, by `Task.compare`:
-    exact          ==, or, when the expected value holds floats or the task has an atol, the same type
-                   and length and numpy.allclose(rtol=1e-7, atol=atol or 1e-6) (EvalPlus's rule)
-    set            set(out) == set(expected)
-    not_none       out == expected for a bool, else (out is not None) == expected
-    any            anything returned passes (Mbpp/164, as in EvalPlus)
-    equal_or_zero  exact, or 0 (Mbpp/295)
-    poly_root      |poly(xs, out)| <= atol for the input coefficients xs (HumanEval/32 find_zero)
-    apps           APPS's rule: tuples compare as lists, and an expected [v] also accepts v
-  A case without an expected output takes the canonical solution's output on the same input, computed
-  once per task in the sandbox (EvalPlus's differential testing).
-- "stdio" (APPS): one run per case; stdout is compared token by token per non-empty line, numbers
-  within 1e-6 (APPS's whitespace-insensitive rule, written out).
-- "unittest" (BigCodeBench): all tests of the class pass, run by the judge against the program's
-  module behind references (see harness.py).
-
-Verdicts are those of the sandbox: passed / failed / timeout / error. For multi-case tests the verdict
-is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".
+The sandbox child never sees an expected value: call outputs come back as plain data and are compared
+here (`outputs_match`, the comparison rules of docs/sandbox.md#comparing-outputs). For multi-case tests
+the verdict is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import threading
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -80,12 +57,6 @@ class SampleResult:
     def passed(self) -> bool:
         return self.verdict == "passed"
 
-    def row(self) -> dict[str, Any]:
-        row = asdict(self)
-        row.pop("details")
-        row["passed"] = self.passed
-        return row
-
 
 # --------------------------------------------------------------------------- comparing outputs
 
@@ -95,9 +66,8 @@ def _poly(xs: Sequence[float], x: float) -> float:
 
 
 def _is_floats(value: Any) -> bool:
-    if isinstance(value, float):
-        return True
-    return isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, float) for v in value)
+    floats = isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, float) for v in value)
+    return isinstance(value, float) or floats
 
 
 def _as_lists(value: Any) -> Any:
@@ -144,31 +114,20 @@ def outputs_match(
         return False
 
 
-def _number(token: str) -> float | None:
+def _same_token(got: str, want: str) -> bool:
     try:
-        return float(token)
+        return got == want or math.isclose(float(got), float(want), rel_tol=1e-6, abs_tol=1e-6)
     except ValueError:
-        return None
+        return False
 
 
 def stdout_matches(out: str, expected: str) -> bool:
     """APPS-style: the same tokens on the same non-empty lines; numbers equal within 1e-6."""
     got = [line.split() for line in out.splitlines() if line.strip()]
     want = [line.split() for line in expected.splitlines() if line.strip()]
-    if got == want:
-        return True
-    if len(got) != len(want):
+    if len(got) != len(want) or any(len(g) != len(w) for g, w in zip(got, want)):
         return False
-    for g_line, w_line in zip(got, want):
-        if len(g_line) != len(w_line):
-            return False
-        for g, w in zip(g_line, w_line):
-            if g == w:
-                continue
-            a, b = _number(g), _number(w)
-            if a is None or b is None or not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-6):
-                return False
-    return True
+    return all(_same_token(g, w) for g_line, w_line in zip(got, want) for g, w in zip(g_line, w_line))
 
 
 def _text(value: Any) -> str:
@@ -242,24 +201,18 @@ def _plan_call(
     task: Task, program: str, reference: ExecResult | None, timeout_s: float
 ) -> _Plan | SampleResult:
     expected: list[Any] = []
-    budget = timeout_s
+    reference_calls = (reference.calls or []) if reference is not None else []
     for i, case in enumerate(task.test_cases):
         if "output" in case:
             expected.append(case["output"])
             continue
-        if (
-            reference is None
-            or reference.calls is None
-            or len(reference.calls) <= i
-            or not reference.calls[i].ok
-        ):
+        if i >= len(reference_calls) or not reference_calls[i].ok:
             why = reference.reason if reference is not None else "no canonical solution to run"
             return SampleResult(
                 task.task_id, "error", f"the canonical solution gives no output for case {i}: {why}"
             )
-        expected.append(reference.calls[i].value)
-    if reference is not None and reference.calls:
-        budget = timeout_s + REFERENCE_TIME_FACTOR * sum(c.duration_s for c in reference.calls)
+        expected.append(reference_calls[i].value)
+    budget = timeout_s + REFERENCE_TIME_FACTOR * sum(c.duration_s for c in reference_calls)
     inputs = [c["input"] for c in task.test_cases]
     job = FunctionCalls(program, task.entry_point or "", inputs, budget)
 
@@ -305,27 +258,22 @@ def _plan_stdio(task: Task, program: str, timeout_s: float) -> _Plan:
     jobs: list[Job] = [Program(program, _text(c["input"]), timeout_s) for c in cases]
 
     def fold(results: list[ExecResult]) -> SampleResult:
-        verdicts = []
-        for r, case in zip(results, cases):
-            if r.verdict == "passed" and not r.truncated and stdout_matches(r.stdout, _text(case["output"])):
-                verdicts.append(("passed", ""))
-            elif r.verdict == "passed":
-                why = "output too long" if r.truncated else f"wrong output {short_repr(r.stdout, 80)}"
-                verdicts.append(("failed", why))
-            else:
-                verdicts.append((r.verdict, r.reason))
-        n_ok = sum(v == "passed" for v, _ in verdicts)
+        duration = sum(r.duration_s for r in results)
         res = SampleResult(
-            task.task_id,
-            "passed",
-            cases_passed=n_ok,
-            cases_total=len(cases),
-            duration_s=sum(r.duration_s for r in results),
+            task.task_id, "passed", cases_passed=0, cases_total=len(cases), duration_s=duration
         )
-        for i, (verdict, why) in enumerate(verdicts):
-            if verdict != "passed":
+        for i, (r, case) in enumerate(zip(results, cases)):
+            if r.verdict != "passed":
+                verdict, why = r.verdict, r.reason
+            elif r.truncated:
+                verdict, why = "failed", "output too long"
+            elif not stdout_matches(r.stdout, _text(case["output"])):
+                verdict, why = "failed", f"wrong output {short_repr(r.stdout, 80)}"
+            else:
+                res.cases_passed += 1
+                continue
+            if res.verdict == "passed":  # the first case that did not pass decides
                 res.verdict, res.reason = verdict, f"case {i}: {why}"
-                break
         return res
 
     return _Plan(jobs, fold)
@@ -355,17 +303,16 @@ def _plan(
         return SampleResult(
             task.task_id, "error", f"unknown comparison {task.compare!r}; use one of {COMPARISONS}"
         )
-    if task.test_type == "function":
+    if task.test_type in ("function", "unittest"):
         if not task.tests.strip():
             return SampleResult(task.task_id, "error", "the task has no tests")
-        job: Job = CheckFunction(
-            program, task.entry_point or "", task.tests, _judge_prelude(task), timeout_s=timeout_s
-        )
-        return _Plan([job], lambda rs: _from_exec(task.task_id, rs[0]))
-    if task.test_type == "unittest":
-        if not task.tests.strip():
-            return SampleResult(task.task_id, "error", "the task has no tests")
-        job = UnitTests(program, task.tests, timeout_s=timeout_s, guard_calls=unittest_guard)
+        if task.test_type == "function":
+            prelude = _judge_prelude(task)
+            job: Job = CheckFunction(
+                program, task.entry_point or "", task.tests, prelude, timeout_s=timeout_s
+            )
+        else:
+            job = UnitTests(program, task.tests, timeout_s=timeout_s, guard_calls=unittest_guard)
         return _Plan([job], lambda rs: _from_exec(task.task_id, rs[0]))
     if task.test_type in ("call", "stdio") and not task.test_cases:
         return SampleResult(task.task_id, "error", "the task has no test cases")
@@ -407,21 +354,13 @@ def check_many(
     ]
     jobs = [job for p in plans if isinstance(p, _Plan) for job in p.jobs]
     results = iter(sandbox.run_jobs(jobs))
-    out = []
-    for plan in plans:
-        if isinstance(plan, SampleResult):
-            out.append(plan)
-        else:
-            out.append(plan.fold([next(results) for _ in plan.jobs]))
-    return out
+    return [p if isinstance(p, SampleResult) else p.fold([next(results) for _ in p.jobs]) for p in plans]
 
 
 def canonical_failures(tasks: Sequence[Task], *, workers: int = 2, timeout_s: float = 10.0) -> dict[str, str]:
     """task id -> why, for every task whose canonical solution fails its own tests (run in a sandbox
     of its own); {} when all pass. A benchmark file of one's own can hold such tasks: a model could
     never pass them, and variants verified by them never verify."""
-    from leaklab.execution.sandbox import Sandbox
-
     with Sandbox(workers=workers, timeout_s=timeout_s) as sandbox:
         results = check_many([(t, t.solution) for t in tasks], sandbox)
     return {r.task_id: (r.reason or r.verdict) for r in results if not r.passed}
@@ -438,32 +377,6 @@ def check_solution(
     return check_many([(task, completion)], sandbox, full_program=full_program, timeout_s=timeout_s)[0]
 
 
-def check_calls(
-    sandbox: Sandbox,
-    program: str,
-    entry_point: str,
-    cases: Sequence[Mapping[str, Any]],
-    *,
-    compare: str = "exact",
-    atol: float = 0.0,
-    timeout_s: float | None = None,
-) -> SampleResult:
-    """A function-call test without a Task: `entry_point(*case["input"])` must give `case["output"]`
-    for every case (compared by `compare`, see the module docstring)."""
-    task = Task("adhoc", "adhoc", "", program, entry_point, test_type="call", compare=compare, atol=atol)
-    task = dataclasses.replace(task, test_cases=tuple(dict(c) for c in cases))
-    return check_solution(task, program, sandbox, full_program=True, timeout_s=timeout_s)
-
-
-def check_stdio(
-    sandbox: Sandbox, program: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float | None = None
-) -> SampleResult:
-    """A stdin/stdout test without a Task: the program fed `case["input"]` must print `case["output"]`
-    (APPS's whitespace-insensitive comparison)."""
-    task = Task("adhoc", "adhoc", "", program, test_cases=tuple(dict(c) for c in cases), test_type="stdio")
-    return check_solution(task, program, sandbox, full_program=True, timeout_s=timeout_s)
-
-
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimator of pass@k from n samples of which c are correct:
     1 - C(n - c, k) / C(n, k), the chance that k samples drawn without replacement hold a correct one.
@@ -474,53 +387,3 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         raise ValueError(f"pass@{k} needs at least {k} samples, got n={n}")
     # Python divides big integers exactly before rounding, so this is exact for any n.
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-@dataclass
-class Evaluation:
-    samples: list[SampleResult]
-    tasks: list[dict[str, Any]]  # one row per task: n, c, pass@k, verdict counts
-    summary: dict[str, Any]  # mean pass@k over tasks (only for k <= every task's n)
-
-
-def evaluate_samples(
-    tasks: Sequence[Task],
-    samples: Mapping[str, Sequence[str]],
-    sandbox: Sandbox,
-    ks: Sequence[int] = (1, 10, 100),
-    *,
-    full_program: bool = False,
-    timeout_s: float | None = None,
-) -> Evaluation:
-    """Check every sample of every task and estimate pass@k per task and overall."""
-    by_id = {t.task_id: t for t in tasks}
-    unknown = [task_id for task_id in samples if task_id not in by_id]
-    if unknown:
-        raise KeyError(f"samples for {len(unknown)} task(s) not in `tasks`, e.g. {unknown[0]!r}")
-    items, index = [], []
-    for task_id, completions in samples.items():
-        for i, completion in enumerate(completions):
-            items.append((by_id[task_id], completion))
-            index.append(i)
-    results = check_many(items, sandbox, full_program=full_program, timeout_s=timeout_s)
-    by_task: dict[str, list[SampleResult]] = {task_id: [] for task_id in samples}
-    for r, i in zip(results, index):
-        r.sample = i
-        by_task[r.task_id].append(r)
-    rows = []
-    for task_id, mine in by_task.items():
-        n, c = len(mine), sum(r.passed for r in mine)
-        row: dict[str, Any] = {"task_id": task_id, "benchmark": by_id[task_id].benchmark, "n": n, "c": c}
-        for k in ks:
-            row[f"pass@{k}"] = pass_at_k(n, c, k) if 1 <= k <= n else None
-        row["verdicts"] = dict(Counter(r.verdict for r in mine))
-        if any(r.base_passed is not None for r in mine):
-            row["base_c"] = sum(bool(r.base_passed) for r in mine)
-        rows.append(row)
-    summary: dict[str, Any] = {"n_tasks": len(rows), "n_samples": len(results)}
-    for k in ks:
-        values = [row[f"pass@{k}"] for row in rows]
-        if values and all(v is not None for v in values):
-            summary[f"pass@{k}"] = float(np.mean(values))
-    summary["verdicts"] = dict(Counter(r.verdict for r in results))
-    return Evaluation(samples=results, tasks=rows, summary=summary)

@@ -5,34 +5,10 @@ ground-truth function and a generated one on the same inputs in the sandbox, cou
     results = cross_execute(pairs, sandbox, llm=LLMStages(generator, screen=True, n_inputs=10))
     results = cross_execute(pairs, sandbox, generated=10)       # + inputs read from the signature
 
-For a pair (A = the ground truth, B = the generation): S_a is the fraction of A's inputs on which A runs
-and B returns the same value (`correctness.outputs_match`, exact); S_b the same over B's inputs. Every pair
-starts from one shared input set (the benchmark's own test inputs); with an LLM (`llm.n_inputs` > 0) each
-function also gets the inputs the LLM proposes for it, so S_b differs from S_a; without one S_b = S_a,
-and each result's `note` says which. With `generated` > 0 the shared set also holds up to that many inputs
-built from the ground truth's signature (`input_gen.generate_inputs`: annotations, defaults, the task's
-inputs mutated, common values; counted per source in `generated_inputs`), with or without an LLM. The
-ground truth decides which inputs are valid (an input A crashes
-on counts for neither); a generation that fails to load or crashes on a valid input disagrees there.
-A pair is a clone when both are >= `threshold` (0.8); its similarity is (S_a + S_b) / 2.
-
-Stage 1 (`llm.screen`): the judge prompt `clone_screen` (`leaklab/similarity/judges.py`) asks, for every
-pair with a generated function, whether the two could be functional clones; a "no" skips execution (reason
-"stage 1: ..."), an unreadable reply does not (the pair is executed and `screen` says why it was not
-screened).
-
-Repair (`llm.repair`, 000 App. C.2): a program that fails to load or runs on none of its inputs in the
-standard environment is shown to the LLM with its error, which is asked for a minimal preamble (imports,
-small helper definitions); the preamble goes before that program and the pair runs once more
-(`repaired` names the sides). A reply without a code block repairs nothing.
-
-LLM-proposed inputs: a prompt asks for a JSON list of argument lists for one function; the reply's last
-JSON array is read, and each proposal that is not a list, has an arity the function cannot take, or
-repeats an input already there is dropped and counted by reason in `llm_inputs_dropped`.
-
-A pair that does not reach execution has no similarity here (None) and says why: no inputs, no generated
-function (extraction failed), the stage-1 screen, or the ground truth runs on none of its inputs. The
-counterfactual evaluation scores such a pair 0, as the paper does: it is not a clone.
+S_a: the share of A's (the ground truth's) inputs on which A runs and B returns the same value; S_b the
+same over B's inputs. A clone has both >= `threshold`; its similarity is (S_a + S_b) / 2 (000 App. C.2).
+A pair that does not reach execution has similarity None and says why. The inputs, the screen and the
+repair: docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations
@@ -175,7 +151,8 @@ def cross_execute(
             continue
         s_a, s_b, n_valid, note = _both_sides(s_a, n_valid, s_b, n_valid_b, bool(kept[1]), llm)
         if sources:
-            note += f" + {sum(sources.values())} generated from the signature ({_counts(sources)})"
+            counts = ", ".join(f"{n} {name}" for name, n in sources.items())
+            note += f" + {sum(sources.values())} generated from the signature ({counts})"
         clone = s_a >= threshold and s_b >= threshold
         out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
     return [out[i] for i in range(len(pairs))]
@@ -229,18 +206,14 @@ def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) ->
     return set(again)
 
 
-def _counts(sources: dict[str, int]) -> str:
-    return ", ".join(f"{n} {name}" for name, n in sources.items())
-
-
 def _agreement(indexes: list[int], reference: list, candidate: list) -> tuple[float | None, int]:
     """(share of the inputs the ground truth runs on where the generation returns the same, that count)."""
     valid = [k for k in indexes if k < len(reference) and reference[k].ok]
-    agree = sum(
-        1
+    same = (
+        k < len(candidate) and candidate[k].ok and outputs_match(candidate[k].value, reference[k].value)
         for k in valid
-        if k < len(candidate) and candidate[k].ok and outputs_match(candidate[k].value, reference[k].value)
     )
+    agree = sum(same)
     return (agree / len(valid) if valid else None), len(valid)
 
 
@@ -256,17 +229,16 @@ def _screen(llm: LLMStages, pairs, pending) -> dict[int, str]:
     }
 
 
-def input_prompt(source: str, entry_point: str, n: int) -> str:
-    return INPUTS_PROMPT.format(n=n, source=source.rstrip("\n"), name=entry_point)
-
-
 def _proposed_inputs(llm: LLMStages, pairs, pending) -> dict[int, tuple[tuple[list, list], Counter]]:
     """index -> ((inputs for A, inputs for B), proposals dropped by reason); one LLM batch for all."""
     programs = [(i, side, getattr(pairs[i], side)) for i in pending for side in ("reference", "candidate")]
     if not programs:
         return {}
     prompts = [
-        llm.render(input_prompt(source, pairs[i].entry_point, llm.n_inputs)) for i, _, source in programs
+        llm.render(
+            INPUTS_PROMPT.format(n=llm.n_inputs, source=source.rstrip("\n"), name=pairs[i].entry_point)
+        )
+        for i, _, source in programs
     ]
     replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
     found: dict[int, tuple[tuple[list, list], Counter]] = {i: (([], []), Counter()) for i in pending}

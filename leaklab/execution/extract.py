@@ -1,16 +1,9 @@
 """The code in a model's reply, and the program it makes with the task's prompt.
 
-Models answer in two shapes, and both must be scored:
-  - a base model continues the prompt (HumanEval-style signature + docstring) with the function's body,
-    often followed by whatever it writes next (another `def`, a test, a `print`);
-  - a chat model replies with prose and a fenced block holding the whole function (and maybe imports
-    and helpers).
-
 `candidate(task_prompt, reply, entry_point)` returns the text that continues the task's prompt into a
-program, or why there is none (`no_code`, `syntax_error`, `too_long`). A whole function is appended
-after the prompt, so the prompt's imports and helpers stay in scope and the new definition replaces the
-docstring-only one. Nothing here runs code: `compile` only parses (any exception it raises on hostile
-text, deep nesting included, counts as a syntax error).
+program (a base model's body, cut at the stop sequences, or a chat model's fenced function, appended
+after the prompt), or why there is none: `no_code`, `syntax_error`, `too_long`. Nothing here runs code:
+`compile` only parses. See docs/sandbox.md#code-from-a-reply.
 """
 
 from __future__ import annotations
@@ -77,15 +70,6 @@ def _parses(program: str) -> bool:
     return True
 
 
-def _cut_at_stop(body: str) -> str:
-    cut = len(body)
-    for stop in STOP_SEQUENCES:
-        at = body.find(stop)
-        if at != -1:
-            cut = min(cut, at)
-    return body[:cut]
-
-
 def candidate(prompt: str, completion: Any, entry_point: str | None = None, prompt_is_code: bool = True):
     """What continues `prompt` into the program to test (see the module docstring)."""
     text = reply_text(completion)
@@ -110,7 +94,8 @@ def candidate(prompt: str, completion: Any, entry_point: str | None = None, prom
         return Candidate(None, "syntax_error")
     # A base model's continuation: the body up to where top-level code resumes; a body cut mid-line by
     # the length limit is recovered by dropping its last lines.
-    body = _cut_at_stop(text)
+    stops = [at for stop in STOP_SEQUENCES if (at := text.find(stop)) != -1]
+    body = text[: min(stops, default=len(text))]
     if not body.strip():
         return Candidate(None, "no_code")
     lines = body.split("\n")

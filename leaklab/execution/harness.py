@@ -1,37 +1,12 @@
-"""What runs inside a sandboxed child, after `isolation.enter_child` has locked it down.
+"""What runs inside a sandboxed child, after `isolation.enter_child` has locked it down, and the judge.
 
-One function per kind of run; each returns the child's exit code and never raises. Messages to the
-worker or to the judge are JSON lines written straight to a file descriptor.
-
-- `run_program`: exec a program as `__main__`, with stdin/stdout/stderr on fds 0-2.
-- `serve_calls`: exec a program, then call its entry point on each input and stream one result line
-  per call (fd 3). The caller compares the values: the child never sees the expected outputs.
-- `serve_candidate` / `serve_judge`: a HumanEval-style `check(candidate)` split over two processes
-  with different uids. The judge runs the trusted test code and hands it a proxy; each call of the proxy
-  is answered by the candidate process as plain data (`values`). Nothing the candidate does (exit
-  early, patch builtins or `check`, return an object equal to everything, write to any fd it holds)
-  reaches the judge's verdict, which goes to the worker on a descriptor only the judge has.
-- `serve_module` / `judge_unittest`: BigCodeBench's unittest classes, judged the same way. The judge
-  runs the TestCase (its own unittest, its own asserts, its own result object) with the candidate's
-  module behind references: every global of the program is a `RemoteObject` (or, for plain data, a
-  copy), and whatever the tests do with one (call it, read an attribute, index it, take its len,
-  iterate it, str it) is done by the candidate process, which answers with plain data, numpy arrays
-  and pandas tables rebuilt by the judge's own numpy and pandas (`values`, rich mode), or another
-  reference. A reference never compares equal to anything but itself, so `assertEqual(result, 3)` is
-  decided by the judge's ints, never by a candidate's `__eq__`. The candidate's process holds no test,
-  no result, no report channel: it cannot rebind `unittest.TestCase` for the tests, patch their
-  asserts, find a nonce in its stack, or write a verdict. What stays the candidate's word: what its
-  objects answer when asked (that is the behaviour under test) and the type name a reference reports
-  (so `isinstance(ax, plt.Axes)` holds for an object that says it is one; never for a type that
-  travels as data, such as int or DataFrame). Tests that patch what the program uses
-  (`@patch('requests.get')`, `mock_open`, `patch.dict(os.environ, ...)`) work: each patch is applied
-  in the candidate too, with a `JudgeObject`, a reference to the judge's mock, which the program may
-  use as the mocked API (calls, attributes, `with`) but whose machinery (`assert_*`, `call_args`,
-  `return_value`, anything starting with "_") it cannot read or set. A patch with something that is
-  neither plain data, a mock, nor a function of the test code is not forwarded: that test fails.
-- `run_unittest`: program and unittest tests in one process, the report carrying a nonce: the old,
-  forgeable way (code in the process can find the nonce and write the report). Kept only for
-  `UnitTests(judged=False)`, which the hostile tests use to show what judging prevents.
+One function per kind of run; each returns the child's exit code and never raises. Messages go as
+JSON lines straight to a file descriptor. `run_program` and `serve_calls` run a program (calls stream
+one result line each); `serve_candidate` / `judge_check` split HumanEval's `check(candidate)` over two
+processes with different uids, `serve_module` / `judge_unittest` do the same for BigCodeBench's unittest
+classes with the program's module behind references (`RemoteObject`, `JudgeObject` for the tests'
+mocks). `run_unittest` is the old forgeable one-process way, kept for `UnitTests(judged=False)` in the
+hostile tests. See docs/sandbox.md#judged-checks.
 """
 
 from __future__ import annotations
@@ -42,7 +17,6 @@ import contextlib
 import datetime
 import importlib
 import io
-import itertools
 import json
 import os
 import random
@@ -62,11 +36,28 @@ MAX_LINE = 64 << 20  # the longest message a judge accepts from a candidate
 JUDGE_NAME = "leaklab-judge"  # the judge's process name, as ps shows it
 
 
-def send(fd: int, message: dict[str, Any]) -> None:
-    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    """`n` bytes from `fd`, or None when it ends first."""
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def send(fd: int, message: dict[str, Any]) -> None:
+    write_all(
+        fd, (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+    )
 
 
 def _fresh_main() -> dict[str, Any]:
@@ -294,18 +285,10 @@ class JudgeError(BaseException):
 MAX_ITEMS = 100_000  # the most elements one iteration of a reference brings across
 
 
-class JudgeObject:
-    """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
-    reference. Using it (calling it, reading an attribute, entering it as a context manager) asks
-    the judge, where the mock records the call and answers as the test configured it."""
+class _Reference:
+    """An object of the other process, by reference: each use is a request (`_ask`) answered there."""
 
-    __slots__ = ("_jref",)
-
-    def __init__(self, jref: int) -> None:
-        object.__setattr__(self, "_jref", jref)
-
-    def _ask(self, op: str, **fields: Any) -> Any:
-        return _callback(op, object.__getattribute__(self, "_jref"), **fields)
+    __slots__ = ()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name.endswith("__"):
@@ -315,11 +298,25 @@ class JudgeObject:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ask("call", args=list(args), kwargs=dict(kwargs))
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._ask("setattr", name=name, value=value)
-
     def __getitem__(self, key: Any) -> Any:
         return self._ask("getitem", key=key)
+
+
+class JudgeObject(_Reference):
+    """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
+    reference. Using it asks the judge, where the mock records the call and answers as the test
+    configured it."""
+
+    __slots__ = ("_jref",)
+
+    def __init__(self, jref: int) -> None:
+        object.__setattr__(self, "_jref", jref)
+
+    def _ask(self, op: str, **fields: Any) -> Any:
+        return _callback(op, object.__getattribute__(self, "_jref"), **fields)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._ask("setattr", name=name, value=value)
 
     def __iter__(self):
         return iter(self._ask("iter"))
@@ -503,34 +500,10 @@ def _importable(value: Any) -> bool:
 # import for the tests: they reach processes, files, the interpreter. (A module under its own name,
 # `os` for `os`, is what the tests' own `import os` would give them.)
 _NOT_FOR_THE_JUDGE = frozenset(
-    [
-        "os",
-        "posix",
-        "sys",
-        "subprocess",
-        "shutil",
-        "ctypes",
-        "socket",
-        "signal",
-        "importlib",
-        "builtins",
-        "pty",
-        "multiprocessing",
-        "threading",
-        "runpy",
-        "code",
-        "codeop",
-        "pickle",
-        "marshal",
-        "io",
-        "tempfile",
-        "pathlib",
-        "gc",
-        "inspect",
-        "types",
-        "leaklab",
-    ]
-)
+    ("os", "posix", "sys", "subprocess", "shutil", "ctypes", "socket", "signal", "importlib", "builtins",
+     "pty", "multiprocessing", "threading", "runpy", "code", "codeop", "pickle", "marshal", "io",
+     "tempfile", "pathlib", "gc", "inspect", "types", "leaklab")
+)  # fmt: skip
 
 
 def _judge_import(name: str, module: str, qualname: str) -> Any:
@@ -608,28 +581,20 @@ class CandidateLink:
         try:
             obj = self.exported[message["jref"]]
             op = message["callback"]
-            if op == "call":
-                out = obj(*self.decode(message["args"]), **self.decode(message["kwargs"]))
-            elif op in ("getattr", "setattr"):
+            if op in ("getattr", "setattr"):
                 name = str(message["name"])
                 # Only what the mocked API has: not the mock's own machinery (assert_*, configure_mock,
                 # return_value, ...), which would let the candidate rewrite what the tests check.
                 if name.startswith("_") or name in _MOCK_API:
                     raise AttributeError(f"{name} (a mock's own attribute, not the candidate's to use)")
-                if op == "getattr":
-                    out = getattr(obj, name)
-                else:
-                    out = setattr(obj, name, self.decode(message["value"]))
-            elif op == "getitem":
-                out = obj[self.decode(message["key"])]
-            elif op == "iter":
-                out = list(itertools.islice(iter(obj), MAX_ITEMS))
-            elif op in ("len", "bool", "str"):
-                out = {"len": len, "bool": bool, "str": str}[op](obj)
+            if op == "setattr":
+                out = setattr(obj, name, self.decode(message["value"]))
             elif op == "enter":
                 out = obj.__enter__()
             elif op == "exit":
                 out = obj.__exit__(None, None, None)
+            elif op in ("call", "getattr", "getitem", "iter", "len", "bool", "str"):
+                out = _serve_request(obj, op, message, self.decode)
             else:
                 raise ValueError(f"unknown callback {op!r}")
             answer = {"cb_ok": self.encode(out)}
@@ -737,7 +702,7 @@ def _exception(name: str, module: str, message: str) -> BaseException:
     return CandidateFailed(f"the candidate raised {name}: {message}")
 
 
-class RemoteObject:
+class RemoteObject(_Reference):
     """A candidate's object that has no plain-data form (its function, a plot, an instance of its
     class). It stays in the candidate process; what the tests ask of it crosses as plain data. It is
     equal only to itself and hashes by identity: no comparison is ever delegated to the candidate."""
@@ -751,17 +716,6 @@ class RemoteObject:
 
     def _ask(self, op: str, **fields: Any) -> Any:
         return object.__getattribute__(self, "_link").ask(op, object.__getattribute__(self, "_ref"), **fields)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        return self._ask("getattr", name=name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._ask("call", args=list(args), kwargs=dict(kwargs))
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._ask("getitem", key=key)
 
     def __contains__(self, key: Any) -> bool:
         return self._ask("contains", key=key) is True
@@ -853,10 +807,9 @@ def _patch_target(owner: Any) -> list[str] | None:
 
 @contextlib.contextmanager
 def _forwarded_patches(link: CandidateLink):
-    """Tests patch what the program uses (`@patch('requests.get')`, `patch.dict(os.environ, ...)`):
-    each patch the judge's mock applies is applied in the candidate too, with a reference to the
-    judge's mock, and undone with it. A patch with something that cannot be sent (not plain data, not
-    a mock, not a function of the tests) stays the judge's own, and the test sees the real thing."""
+    """Each patch a test applies (`@patch('requests.get')`, `patch.dict(os.environ, ...)`) is applied
+    in the candidate too, with a reference to the judge's mock, and undone with it. One that cannot be
+    sent stays the judge's own, and the test sees the real thing."""
     patch, patch_dict = unittest.mock._patch, unittest.mock._patch_dict
     enter, exit_ = patch.__enter__, patch.__exit__
     apply_dict, undo_dict = patch_dict._patch_dict, patch_dict._unpatch_dict
@@ -880,22 +833,20 @@ def _forwarded_patches(link: CandidateLink):
             link.tell({"op": "unpatch"})
         return exit_(self, *exc_info)
 
-    def send_environ(self: Any) -> None:
-        if self.in_dict is os.environ:
-            link.tell({"op": "environ", "env": link.encode(dict(os.environ))})
+    def then_send_environ(method: Any) -> Any:  # patch.dict of os.environ: the candidate's follows
+        def changed(self: Any) -> Any:
+            out = method(self)
+            if self.in_dict is os.environ:
+                link.tell({"op": "environ", "env": link.encode(dict(os.environ))})
+            return out
 
-    def dict_apply(self: Any) -> Any:
-        out = apply_dict(self)
-        send_environ(self)
-        return out
-
-    def dict_undo(self: Any) -> Any:
-        out = undo_dict(self)
-        send_environ(self)
-        return out
+        return changed
 
     patch.__enter__, patch.__exit__ = patch_enter, patch_exit
-    patch_dict._patch_dict, patch_dict._unpatch_dict = dict_apply, dict_undo
+    patch_dict._patch_dict, patch_dict._unpatch_dict = (
+        then_send_environ(apply_dict),
+        then_send_environ(undo_dict),
+    )
     try:
         yield
     finally:
@@ -1009,13 +960,9 @@ def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: i
 
 
 def serve_judge(control_fd: int) -> int:
-    """A judge that serves one check after another for its worker, over a SOCK_SEQPACKET socket.
-
-    Per check it receives a header record with the two pipe ends to that check's candidate attached,
-    then the test code in records of its own, and answers with one verdict record. It runs only
-    trusted test code, under a uid the candidates do not have, and is not dumpable, so no candidate
-    can read what it holds; it saves a fork per check. The worker kills it when a check times out
-    and replaces it after a number of checks."""
+    """Serve one check after another for the worker over a SOCK_SEQPACKET socket: per check a header
+    record with the candidate's two pipe ends attached, the test code, and one verdict record back.
+    See docs/sandbox.md#judged-checks."""
     isolation.undumpable()  # matters without root, where the candidate has the judge's uid
     isolation.set_process_name(JUDGE_NAME)
     _reset_stdio()
@@ -1026,16 +973,12 @@ def serve_judge(control_fd: int) -> int:
         if not header or len(fds) != 2:
             return 0
         meta = json.loads(header)
-        chunks, got = [], 0
-        while got < meta["secret_len"]:
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                return 0
-            chunks.append(chunk)
-            got += len(chunk)
+        payload = read_exact(control_fd, meta["secret_len"])  # in records of its own
+        if payload is None:
+            return 0
         replies_fd, requests_fd = fds
         try:
-            verdict = _judge_one(b"".join(chunks), meta["entry_point"], requests_fd, replies_fd)
+            verdict = _judge_one(payload, meta["entry_point"], requests_fd, replies_fd)
         finally:
             os.close(replies_fd)
             os.close(requests_fd)
@@ -1047,23 +990,23 @@ def run_unittest(source: str, tests: str, test_class: str, nonce: str, result_fd
     """Program and unittest tests in one process; one report line carrying `nonce`."""
     _reset_stdio()
     namespace = _fresh_main()
+
+    def report(**fields: Any) -> int:
+        send(result_fd, {"nonce": nonce, **fields})
+        _flush()
+        return 0
+
     try:
         compiled_tests = compile(tests, "<tests>", "exec")
     except SyntaxError as err:
-        send(
-            result_fd,
-            {"nonce": nonce, "error": "the test code does not compile: " + describe(err, "<tests>", tests)},
-        )
-        return 0
+        return report(error="the test code does not compile: " + describe(err, "<tests>", tests))
     # What tests rely on, saved before the candidate runs and put back before the tests do: a program
     # that patches builtins or unittest's asserts at load time does not fake a pass.
     saved_builtins = dict(builtins.__dict__)
     classes = (unittest.TestCase, unittest.TestResult, unittest.TestSuite, unittest.TestLoader)
     saved_classes = [(cls, dict(vars(cls))) for cls in classes]
     if error := _exec(source, "<program>", namespace):
-        send(result_fd, {"nonce": nonce, "failed": f"the program does not load: {error}"})
-        _flush()
-        return 0
+        return report(failed=f"the program does not load: {error}")
     builtins.__dict__.update(saved_builtins)
     for cls, saved in saved_classes:
         for name, attr in saved.items():
@@ -1075,24 +1018,11 @@ def run_unittest(source: str, tests: str, test_class: str, nonce: str, result_fd
         exec(compiled_tests, namespace)
         suite = test_loader().loadTestsFromTestCase(namespace[test_class])
     except BaseException as err:
-        send(
-            result_fd,
-            {"nonce": nonce, "error": "the test code does not run: " + describe(err, "<tests>", tests)},
-        )
-        return 0
+        return report(error="the test code does not run: " + describe(err, "<tests>", tests))
     result = test_result()
     try:
         suite.run(result)
     except BaseException as err:  # SystemExit from the program inside a test, for instance
-        send(
-            result_fd,
-            {"nonce": nonce, "failed": "the tests were interrupted: " + describe(err, "<program>", source)},
-        )
-        return 0
+        return report(failed="the tests were interrupted: " + describe(err, "<program>", source))
     problems = [_unittest_problem(test, trace) for test, trace in result.failures + result.errors]
-    send(
-        result_fd,
-        {"nonce": nonce, "tests": result.testsRun, "problems": problems[:20], "n_problems": len(problems)},
-    )
-    _flush()
-    return 0
+    return report(tests=result.testsRun, problems=problems[:20], n_problems=len(problems))

@@ -4,23 +4,10 @@
     found.inputs     # up to n new argument lists (none repeats a task input or another)
     found.sources    # how many came from each source: annotations, defaults, mutated, common
 
-The function is read with `ast` and never imported or run here (it may be model-generated). Four sources,
-taken in turn so that each contributes when the cap `n` is small:
-
-  annotations  small typical values of each annotated parameter's type (int, float, str, bool, None,
-               list/tuple/set/dict of those, Optional and unions; `typing` spellings and string
-               annotations too)
-  defaults     a call that leaves the defaulted parameters out, and calls passing a nearby value of a
-               default (same type)
-  mutated      the task's own inputs, each value changed a little keeping its type
-               (`leaklab.perturb.examples.mutate_value`)
-  common       for a parameter with no annotation, no default and no task input to learn from: a few
-               values of common types (int, str, list)
-
-A parameter's values come, in this order of preference, from its annotation, its default, the task's
-inputs at its position, or the common values. Calls are positional: a function that needs a keyword-only
-argument gets no inputs, *args and **kwargs get nothing. Everything is drawn from one `random.Random`
-seeded with (seed, entry point), so the same source gives the same inputs.
+The function is read with `ast`, never imported or run (it may be model-generated). The sources are
+taken in turn so that each contributes when `n` is small; a parameter's values come from its
+annotation, else its default, the task's inputs at its position, or common values. Calls are
+positional. See docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations
@@ -65,12 +52,10 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
     task = [list(a) for a in task_inputs if required <= len(a) <= len(params)]
     pools = [_pool(p, i, task, rng) for i, p in enumerate(params)]
     candidates = {
-        "annotations": _draws(params, pools, rng, n)
-        if any(kind == "annotations" for kind, _ in pools)
-        else [],
+        "annotations": _draws(pools, "annotations", rng, n),
         "defaults": _default_calls(params, pools, rng),
         "mutated": _mutated(task, rng, n),
-        "common": _draws(params, pools, rng, n) if any(kind == "common" for kind, _ in pools) else [],
+        "common": _draws(pools, "common", rng, n),
     }
     seen = {input_key(a) for a in task_inputs}
     kept: list[list] = []
@@ -243,8 +228,11 @@ def _near(value: Any, rng: random.Random) -> list:
     return [mutate_value(value, rng)]
 
 
-def _draws(params: list[_Param], pools: list[tuple[str, list]], rng: random.Random, n: int) -> list[list]:
-    """Calls passing every parameter, each value drawn from its pool (3n: room for repeats to drop)."""
+def _draws(pools: list[tuple[str, list]], kind: str, rng: random.Random, n: int) -> list[list]:
+    """Calls passing every parameter, each value drawn from its pool (3n: room for repeats to drop);
+    none when no parameter's values come from `kind`."""
+    if all(k != kind for k, _ in pools):
+        return []
     return [[rng.choice(values) for _, values in pools] for _ in range(3 * n)]
 
 

@@ -1,50 +1,9 @@
-"""Operating-system isolation for sandboxed programs (Linux).
+"""Operating-system isolation for sandboxed programs (Linux): the layers uid, network, minimal_root,
+run_scratch and seccomp, and the Python-level guards on top. See docs/sandbox.md#layers.
 
-Where the pool runs as root, each run is contained by these layers (`Sandbox.isolation` names the ones
-in force, `require_layers` refuses a reward computed without them):
-
-- uid          every run has an unprivileged uid of its own (and the judge another);
-- network      the worker lives in a network namespace with no interface but a dead loopback;
-- minimal_root the worker pivots into a root of its own (`build_root`): a small tmpfs that holds, read-only,
-               only what `visible_paths` lists (the Python installation with its stdlib and
-               site-packages, /usr, a few files of /etc, five devices) with every benchmark answer key
-               under it covered: the data files of benchmark packages in any site directory, found
-               from the installation wherever it lives (`answer_keys`), by an unreadable empty file,
-               and benchmark caches (`data_caches`: leaklab's, evalplus's, bigcodebench's, Hugging
-               Face's) by an empty directory nobody may enter. No checkout, no home directory, no
-               /work, no /opt.
-               The worker's children live in a PID namespace of their own (`start_pid_namespace`),
-               whose /proc shows a run only its own processes (hidepid=invisible): no process of
-               the host, not even its pid numbers, no other command line or environment;
-- run_scratch  every run gets a fresh size-capped tmpfs at /tmp (/var/tmp, /dev/shm and /run/lock lead
-               there), mounted before it starts and detached when its processes are dead; and the
-               System V objects and message queues of the worker's IPC namespace (whose shared-memory
-               limit is the pool's memory limit) are removed after every run. Nothing a run leaves
-               reaches the next one, and nothing stays pinned in the host's memory;
-- seccomp      a filter (libseccomp, through the pyseccomp binding, compiled once per worker) that
-               refuses namespace creation (unshare, setns, clone with CLONE_NEW*), mount and its new
-               API, pivot_root, chroot, ptrace and process_vm_*, keyctl, bpf, perf_event_open,
-               userfaultfd, io_uring (whose requests would bypass the filter), module loading, kexec,
-               reboot and the like.
-
-Unix sockets need no filter of their own: a path-bound socket is reachable only through the run's
-filesystem view, where no socket of the host exists; the abstract namespace belongs to the worker's
-network namespace, which no other program shares, and every process of a previous run is dead.
-
-Two places call into this module: a worker, once at start (`setup_worker`) and around each run
-(`mount_scratch`, `drop_scratch`, `clear_ipc`), and each run's child, right after fork (`enter_child`:
-a new session, resource limits, an unprivileged uid/gid, no way to gain privileges back, the seccomp
-filter, death with the worker).
-
-`build_guards` / `apply_guards` add Python-level guards on top (os.system, subprocess, os.kill,
-deletions outside the working directory; sockets when there is no network namespace). They are a
-second line that makes intent visible in the verdict; the operating-system layer is what holds when
-a program uses ctypes or a C extension to get around them.
-
-Without root there is no uid of its own for a run and no namespace but (where user namespaces are
-allowed) the network one: a run runs as the user, under the same limits, and only the Python guards
-stand between it and the user's files and processes (ctypes gets past them). `Sandbox.isolation`
-says so.
+A worker calls in once at start (`setup_worker`) and around each run (`mount_scratch`, `drop_scratch`,
+`clear_ipc`); each run's child calls `enter_child` right after fork. Without root only the network
+namespace (where user namespaces are allowed) and the Python guards remain; `Sandbox.isolation` says so.
 """
 
 from __future__ import annotations
@@ -73,7 +32,6 @@ from leaklab.rundir import cache_root
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
-CLONE_NEWTIME = 0x00000080
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -155,12 +113,6 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-def sandbox_uids(worker_pid: int) -> tuple[int, int]:
-    """(candidate uid, judge uid) for the worker with this pid."""
-    uid = UID_BASE + 2 * worker_pid
-    return uid, uid + 1
-
-
 # --------------------------------------------------------------------------- the worker, once
 
 
@@ -178,18 +130,9 @@ def setup_worker(
     unknown = set(disable) - set(LAYERS)
     if unknown:
         raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {LAYERS}")
-    info: dict[str, Any] = {
-        "root": is_root(),
-        "subreaper": False,
-        "network": "shared",
-        "mounts": "shared",
-        "proc": "shared",
-        "pid": "shared",
-        "scratch": "shared",
-        "ipc": "shared",
-        "seccomp": "off",
-        "disabled": sorted(disable),
-    }
+    shared = dict.fromkeys(("network", "mounts", "proc", "pid", "scratch", "ipc"), "shared")  # until set up
+    info: dict[str, Any] = {"root": is_root(), "subreaper": False, **shared, "seccomp": "off"}
+    info["disabled"] = sorted(disable)
     # A same-uid run (no root) must not ptrace the worker or open its pipes via /proc.
     undumpable()
     try:
@@ -305,13 +248,10 @@ def interpreter_paths(with_package: bool = True) -> list[str]:
 
 
 def plan_mounts(keep: list[str], world_writable: tuple[str, ...] = WORLD_WRITABLE) -> MountPlan:
-    """Which directories to cover and which of `keep` to bring back inside them.
-
-    Every world-writable directory becomes private, wherever the interpreter lives: a checkout and
-    its virtualenv under /tmp (as in a CI's fresh clone) must not leave the real /tmp open to runs.
-    A kept path inside one, or inside a directory closed to other users (pyenv's Python under /root,
-    mode 700; `mktemp -d` makes mode 700 too), is bind-mounted back read-only at the same place;
-    everything else there stays invisible. A world-writable directory itself is never kept whole."""
+    """Which directories to cover and which of `keep` to bring back inside them. Every world-writable
+    directory becomes private even when the interpreter lives there (a CI clone under /tmp); a kept
+    path inside one, or inside a directory closed to other users (pyenv under /root), comes back
+    read-only at the same place, and a world-writable directory itself is never kept whole."""
     private = []
     for d in world_writable:
         real = os.path.realpath(d)
@@ -408,10 +348,8 @@ SITE_LAYOUTS = (
 
 
 def site_dirs(paths: list[str]) -> list[str]:
-    """The directories packages are installed in that lie inside any of `paths`: the running
-    interpreter's own, as site, sysconfig and sys.path name them wherever the installation lives, and
-    those of the usual layouts (`SITE_LAYOUTS`) below each path, where another Python of the system
-    installs."""
+    """The package directories inside any of `paths`: the running interpreter's own (as site, sysconfig
+    and sys.path name them) and those of the usual layouts (`SITE_LAYOUTS`) of another Python."""
     found = {
         *site.getsitepackages(),
         site.getusersitepackages(),
@@ -447,13 +385,10 @@ DATA_VARIABLES = (
 
 
 def data_caches() -> list[str]:
-    """Files and directories outside any package that hold benchmarks, their solutions and tests:
-    leaklab's cache (`LEAKLAB_CACHE`, else ~/.cache/leaklab: the synthetic benchmark, variants,
-    perturbed sets, generations), the caches evalplus and bigcodebench download their releases into
-    (the user's cache directory, as their appdirs find it), the Hugging Face cache and every path of
-    `DATA_VARIABLES`. Read in the process that starts the sandbox: a worker's environment is clean.
-    Usually none of them is visible to a run; the minimal root covers those that are (a cache inside a
-    virtualenv, a Python installed in a home directory)."""
+    """Caches outside any package that hold benchmarks with their solutions and tests: leaklab's,
+    evalplus's and bigcodebench's (as their appdirs find them), Hugging Face's and every path of
+    `DATA_VARIABLES`. Read where the sandbox starts: a worker's environment is clean. The minimal root
+    covers those a run could see (a cache inside a virtualenv, a Python in a home directory)."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     named = ("evalplus", "bigcodebench", "huggingface")
     paths = [str(cache_root()), *(os.path.join(cache, d) for d in named)]
@@ -593,14 +528,10 @@ def _bind_read_only(source: str, target: str) -> None:
 
 
 def start_pid_namespace() -> int:
-    """Give the worker's children a PID namespace of their own, and return the pid of its init.
-
-    Every process the worker forks from now on (runs, the judge) lives in it: a run sees no process
-    of the host, not even its pid numbers, only those of its namespace, and of those only its own
-    (hidepid). The init is a fork of the worker that mounts the namespace's /proc over /proc (the
-    worker keeps the host's at PROC), then only reaps: orphans of runs are re-parented to it, and
-    their zombies must not pile up against the run uid's process limit. One namespace per worker,
-    not per run: a run's processes are all killed before the next run starts (`Worker._end_run`)."""
+    """Give the worker's children (runs, the judge) a PID namespace of their own; the pid of its init,
+    a fork that mounts the namespace's /proc over /proc (the worker keeps the host's at PROC) and then
+    only reaps orphans, so that their zombies never count against a run uid's process limit. One per
+    worker, not per run: a run's processes are all killed before the next starts (`Worker._end_run`)."""
     global PROC
     host_proc = "/run/leaklab/proc"
     os.mkdir(host_proc, 0o700)
@@ -736,20 +667,10 @@ def seccomp_program() -> bytes:
     # clone3 passes its flags in memory a filter cannot read: refuse it as unknown, and libc falls back
     # to clone (threads and subprocesses still work), whose flags the rule above sees.
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    r, w = os.pipe()
-    try:
-        with os.fdopen(w, "wb", closefd=False) as out:
-            f.export_bpf(out)
-        os.close(w)
-        w = -1
-        chunks = []
-        while chunk := os.read(r, 1 << 16):
-            chunks.append(chunk)
-    finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
-    return b"".join(chunks)
+    with tempfile.TemporaryFile() as out:
+        f.export_bpf(out)
+        out.seek(0)
+        return out.read()
 
 
 class _SockFprog(ctypes.Structure):
@@ -793,11 +714,9 @@ def kill_uid(uid: int) -> None:
     reaches exactly the processes of that uid and nothing else."""
     pid = os.fork()
     if pid == 0:
-        try:
+        with contextlib.suppress(BaseException):
             become(uid)
             os.kill(-1, signal.SIGKILL)
-        except BaseException:
-            pass
         os._exit(0)
     os.waitpid(pid, 0)
 
@@ -815,11 +734,6 @@ def children(pid: int | None = None) -> list[int]:
     return kids
 
 
-def live_children() -> list[int]:
-    """The calling process's children that have not exited."""
-    return [p for p in children() if not _is_zombie(p)]
-
-
 def live_descendants(pids: list[int]) -> int:
     """How many processes below `pids` are still alive (zombies do not count)."""
     seen: set[int] = set()
@@ -829,10 +743,10 @@ def live_descendants(pids: list[int]) -> int:
             if kid not in seen:
                 seen.add(kid)
                 todo.append(kid)
-    return sum(not _is_zombie(p) for p in seen)
+    return sum(not is_zombie(p) for p in seen)
 
 
-def _is_zombie(pid: int) -> bool:
+def is_zombie(pid: int) -> bool:
     try:
         with open(f"{PROC}/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
@@ -841,7 +755,6 @@ def _is_zombie(pid: int) -> bool:
 
 
 def _reap_dead() -> None:
-    """Reap every child that has already exited, without waiting for the others."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
@@ -860,7 +773,7 @@ def reap_everything(keep: tuple[int, ...] = (), timeout_s: float = 2.0) -> int:
         if not kids or time.monotonic() > deadline:
             return alive_found
         for pid in kids:
-            if pid not in seen and not _is_zombie(pid):
+            if pid not in seen and not is_zombie(pid):
                 alive_found += 1
                 seen.add(pid)
             with contextlib.suppress(ProcessLookupError):
@@ -1008,12 +921,11 @@ def build_socket_guards() -> list[tuple[Any, str, Any]]:
     """The network guard where no network namespace could be made: sockets cannot connect, bind,
     listen or send to an address, and names do not resolve. `_socket` used directly or ctypes still
     reach the network; only the namespace stops those."""
-    guards: list[tuple[Any, str, Any]] = []
-    for name in ("connect", "connect_ex", "bind", "sendto", "sendmsg", "listen"):
-        guards.append((socket.socket, name, _denied(f"socket.{name}")))
-    guards.append((socket, "getaddrinfo", _denied("socket.getaddrinfo")))
-    guards.append((socket, "create_connection", _denied("socket.create_connection")))
-    return guards
+    methods = ("connect", "connect_ex", "bind", "sendto", "sendmsg", "listen")
+    guards = [(socket.socket, name, _denied(f"socket.{name}")) for name in methods]
+    return guards + [
+        (socket, name, _denied(f"socket.{name}")) for name in ("getaddrinfo", "create_connection")
+    ]
 
 
 def apply_guards(guards: list[tuple[Any, str, Any]], workdir: str) -> None:

@@ -5,20 +5,10 @@
     reward.counts                                               # Counter of reasons over all calls
     reward.close()
 
-TRL calls a reward function with the batch's prompts and completions and every other dataset column as
-a keyword argument (one value per completion). The `rl` stage puts each task, serialised by
-`task_to_json`, in a `task` column, so the function needs no table of its own and veRL's reward module
-can rebuild the same task from its `ground_truth` string. A `task_id` column is looked up in the
-`tasks` given at construction instead.
-
-Every completion of a call is checked in one batch over one pool of sandbox workers, kept for the life
-of the object (starting workers per call would cost more than the checks). Nothing a completion does
-stops training: no code, code that does not parse, a hang, megabytes of output or a sandbox failure
-all score 0 and are counted by reason (`counts`, `take_counts()` for logging).
-
-A reward is what a policy is optimised against, so before the first verdict the pool's isolation is
-checked with `execution.config.require_layers`: a sandbox without its layers (no root, no seccomp)
-refuses to score unless `allow_weaker_sandbox` says otherwise.
+TRL passes every dataset column as a keyword argument: the `rl` stage puts each task, serialised by
+`task_to_json`, in a `task` column (veRL rebuilds it from `ground_truth`); a `task_id` column is looked
+up in `tasks` instead. One pool serves every call. Nothing a completion does stops training: it scores 0
+and is counted by reason. Before the first verdict `config.require_layers` checks the pool's isolation.
 """
 
 from __future__ import annotations
@@ -39,16 +29,15 @@ from leaklab.execution.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-# Why a completion scored what it did. `passed` and `failed` come from the tests; the others are
-# completions that never reached them, or runs that could not be judged.
-REASONS = ("passed", "failed", "no_code", "syntax_error", "too_long", "timeout", "output_limit", "error")
 MODES = ("binary", "fraction")
 
 
 @dataclass
 class Scored:
     reward: float
-    reason: str
+    reason: (
+        str  # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
+    )
     detail: str = ""
 
 
@@ -158,21 +147,16 @@ class CodeReward:
             sandbox = self.sandbox  # outside the try: a refused sandbox must stop training
             # A group of completions for one prompt often repeats itself (more so as the policy
             # converges): each distinct (task, program) runs once and its verdict is shared.
-            distinct: dict[tuple[int, str], int] = {}  # (the task object, the code) -> its index in unique
-            unique: list[tuple[Task, str]] = []
-            for _, t, code in todo:
-                if (id(t), code) not in distinct:
-                    distinct[(id(t), code)] = len(unique)
-                    unique.append((t, code))
+            unique = {(id(t), code): (t, code) for _, t, code in todo}  # (the task object, the code)
             try:
-                checked = check_many(unique, sandbox, full_program=False)
+                checked = dict(zip(unique, check_many(list(unique.values()), sandbox, full_program=False)))
             except Exception as err:  # the pool itself failed: this batch scores 0, the next gets a new pool
                 log.error("reward: the sandbox failed on a batch of %d (%s); scored 0", len(todo), err)
                 if self._own_sandbox:
                     self.close()
-                checked = [None] * len(unique)
-            results = [checked[distinct[(id(t), code)]] for _, t, code in todo]
-            for (i, _, _), result in zip(todo, results):
+                checked = dict.fromkeys(unique)
+            for i, t, code in todo:
+                result = checked[(id(t), code)]
                 scored[i] = (
                     Scored(0.0, "error", "sandbox failure") if result is None else self._from_result(result)
                 )

@@ -5,46 +5,12 @@
         r.verdict, r.stdout                      # "passed", "3\\n"
         r = sb.call_function(code, "add", [[1, 2], [3, 4]])
         [c.value for c in r.calls]               # [3, 7]
-        sb.check_function(prompt + completion, "add", humaneval_test, prelude=prompt + canonical)
-        sb.eval_value(code, "solve(10)").value   # a value computed by the code, as plain data
         sb.run_jobs([Program(...), FunctionCalls(...), ...])   # batched, results in order
 
-A pool of worker processes (`worker.py`) each forks one child per run. A run gets its own session,
-unprivileged uid (when the pool runs as root), address-space, CPU-time, process and file-size limits,
-a wall-clock deadline, no network (a network namespace, or a Python socket guard where none can be
-made), capped stdout/stderr, and is killed together with everything it started. As root it also gets
-a minimal read-only view of the machine (the Python installation and /usr, no checkout, no home, no
-benchmark answer keys), a PID namespace whose /proc shows only its own processes, a fresh size-capped
-/tmp (with /var/tmp, /dev/shm, /run/lock) and IPC state that vanish after it, and a seccomp filter
-against namespaces, mount, ptrace, keyctl, bpf and the like (isolation.py). `Sandbox.isolation` says
-which layers the machine allowed; `config.require_layers` refuses an RL reward without them.
-
-Verdicts are "passed", "failed" (the program is wrong: a failed test, an exception, a crash, code
-that does not parse, a missing entry point), "timeout" (wall clock or CPU time) and "error" (the run
-could not be judged: the tests themselves are broken, the sandbox failed). Nothing a program does
-raises out of this module.
-
-Who decides a verdict, by kind of run:
-- `Program`: the exit status (it is the program's own statement; use it to run code, not to test it).
-- `FunctionCalls`: the values the entry point returned, as plain data; callers such as
-  `correctness.py` compare them with expected outputs the child never sees.
-- `CheckFunction` (HumanEval's `check(candidate)`): the worker's judge, a process with another uid,
-  runs the test code; the candidate process only answers calls with plain data, and the verdict
-  travels on a socket only the judge holds. The test code is never in the candidate's memory.
-  Unforgeable. (The judge lives across checks to save a fork; test code that changes a module's
-  global state could affect later checks on the same worker, which benchmark tests do not do.)
-- `UnitTests` (BigCodeBench): judged the same way. The judge runs the TestCase with its own unittest;
-  the program's module stays in the candidate process, each of its globals a reference that answers
-  calls, attribute reads, indexing, len and iteration with plain data (numpy arrays and pandas tables
-  included, rebuilt by the judge) or further references, never with a comparison. The candidate holds
-  no test, no result and no report channel, so rebinding `unittest.TestCase`, patching asserts,
-  returning an object equal to everything, or walking its stack to a harness frame finds nothing to
-  forge. A test's `mock.patch` reaches the program as a reference to the judge's mock, usable as the
-  mocked API but not as a mock (see harness.py). The old in-process way survives only as
-  `UnitTests(judged=False)`, for the hostile tests.
-
-Whatever a program writes is read defensively: a malformed report of any size or depth is `failed`
-with a reason, never `error`, and never takes the judge or the pool down.
+A pool of worker processes (`worker.py`) forks one child per run under the layers of `isolation.py`.
+Verdicts are passed / failed / timeout / error; nothing a program does raises out of here, and what it
+writes is read defensively (a malformed report is `failed`, never `error`). Who decides a verdict for
+each kind of job: see docs/sandbox.md#verdicts.
 """
 
 from __future__ import annotations
@@ -59,16 +25,19 @@ import sys
 import threading
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from leaklab.execution import values
+from leaklab.execution.harness import read_exact
 from leaklab.execution.isolation import Limits, data_caches
-from leaklab.execution.worker import read_exact, read_message, write_message
+from leaklab.execution.worker import read_message, write_message
 
 VERDICTS = ("passed", "failed", "timeout", "error")
+MAX_RESULT_BYTES = 64 << 20  # kept of the call results a run streams back; the rest is read and dropped
+WORKER_START_TIMEOUT_S = 60.0  # a worker's imports and set-up, before the pool gives up on it
 
 
 @dataclass
@@ -92,7 +61,6 @@ class ExecResult:
     duration_s: float = 0.0
     truncated: bool = False
     calls: list[CallOutcome] | None = None
-    value: Any = None
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -176,7 +144,7 @@ def _worker_env() -> dict[str, str]:
 
 
 class _WorkerProcess:
-    def __init__(self, config: dict[str, Any], start_timeout_s: float) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "leaklab.execution.worker"],
             stdin=subprocess.PIPE,
@@ -189,7 +157,7 @@ class _WorkerProcess:
         self.to_fd = self.proc.stdin.fileno()
         self.from_fd = self.proc.stdout.fileno()
         write_message(self.to_fd, config)
-        self.hello = self.receive(start_timeout_s)
+        self.hello = self.receive(WORKER_START_TIMEOUT_S)
         if self.hello is None or "start_error" in self.hello:
             self.kill()
             why = self.hello["start_error"] if self.hello else "no answer"
@@ -240,25 +208,13 @@ def _stop_all(slots: list[_WorkerProcess | None]) -> None:
 class Sandbox:
     """A pool of sandbox workers; use as a context manager (or call `close`).
 
-    workers          processes that run programs in parallel, one run each at a time
-    timeout_s        wall-clock limit per run (jobs may set their own); CPU time is capped just above
-    memory_mb        address-space limit of each process of a run
-    max_procs        processes and threads a run may have at once (a fork bomb's ceiling)
-    max_file_mb      largest file a run may write
-    scratch_mb       size of the run's own tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock (as root)
-    max_output_bytes stdout and stderr kept per run; the rest is read and dropped (`truncated`)
-    max_result_bytes bytes kept of the call results a run streams back (`call_function`'s values);
-                     the rest is read and dropped
-    guard_calls      Python-level guards on os.system, subprocess, os.kill, os.fork, deletions outside
-                     the run's directory, ...; the operating-system layer holds without them, so
-                     programs that legitimately spawn processes can run with False. The socket guard
-                     applies whenever there is no network namespace, whatever this says.
-    preload          modules the workers import up front (children fork with them loaded)
-    start_timeout_s  how long a worker may take to start (its imports and preload) before the pool, or
-                     the replacement of a dead worker, gives up
-    disable          layers to leave out, from `isolation.LAYERS` ("minimal_root", "run_scratch",
-                     "seccomp"): only for tests that show an attack working without a layer.
-                     `isolation` reports them, and `require_layers` refuses such a pool for rewards.
+    `timeout_s` is the wall-clock limit per run (a job may set its own; CPU time is capped just
+    above), `memory_mb` each process's address space, `max_procs` the processes and threads a run
+    may have at once, `scratch_mb` the run's own /tmp (as root), `max_output_bytes` the stdout and
+    stderr kept per run (`truncated` says more was dropped). `guard_calls=False` drops the Python
+    guards (os.system, subprocess, deletions outside the run's directory) for programs that spawn
+    processes legitimately; the operating-system layers hold without them. `disable` names layers of
+    `isolation.LAYERS` to leave out, only for tests that show an attack working without one.
     """
 
     def __init__(
@@ -267,60 +223,38 @@ class Sandbox:
         timeout_s: float = 5.0,
         memory_mb: int = 1024,
         max_procs: int = 32,
-        max_file_mb: int = 64,
         scratch_mb: int = 256,
         max_output_bytes: int = 1 << 20,
-        max_result_bytes: int = 64 << 20,
         guard_calls: bool = True,
-        preload: Sequence[str] = (),
-        start_timeout_s: float = 60.0,
         disable: Sequence[str] = (),
     ) -> None:
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.limits = Limits(
-            timeout_s=timeout_s,
-            memory_mb=memory_mb,
-            max_procs=max_procs,
-            max_file_mb=max_file_mb,
-            scratch_mb=scratch_mb,
+            timeout_s=timeout_s, memory_mb=memory_mb, max_procs=max_procs, scratch_mb=scratch_mb
         )
         self.max_output_bytes = max_output_bytes
-        self.max_result_bytes = max_result_bytes
         self.guard_calls = guard_calls
         self._config = {
-            "preload": tuple(preload),
             "disable": tuple(disable),
             "memory_mb": memory_mb,
             # Found here, with the caller's environment (LEAKLAB_CACHE, HF_HOME, ...): the worker's is clean.
             "hide": data_caches(),
         }
-        self._start_timeout_s = start_timeout_s
         self._queue: queue.Queue = queue.Queue()
-        self._slots: list[_WorkerProcess | None] = [None] * workers
         self.restarts = 0
         self._closed = False
-        # Start the workers in parallel: each spends most of its start-up importing.
-        errors: list[BaseException] = []
-
-        def start(i: int) -> None:
-            try:
-                self._slots[i] = _WorkerProcess(self._config, start_timeout_s)
-            except BaseException as err:
-                errors.append(err)
-
-        starters = [threading.Thread(target=start, args=(i,)) for i in range(workers)]
-        for t in starters:
-            t.start()
-        for t in starters:
-            t.join()
+        # Started in parallel: each worker spends most of its start-up importing.
+        with ThreadPoolExecutor(workers) as pool:
+            starting = [pool.submit(_WorkerProcess, self._config) for _ in range(workers)]
+        errors = [err for f in starting if (err := f.exception()) is not None]
+        self._slots: list[_WorkerProcess | None] = [None if f.exception() else f.result() for f in starting]
         self._finalizer = weakref.finalize(self, _stop_all, self._slots)
         if errors:
             self.close()
             raise RuntimeError(f"the sandbox could not start: {errors[0]}") from errors[0]
         first = self._slots[0].hello
         self.isolation: dict[str, Any] = dict(first["isolation"])
-        self.preload_errors: dict[str, str] = first["preload_errors"]
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True) for i in range(workers)]
         for t in self._threads:
             t.start()
@@ -379,23 +313,13 @@ class Sandbox:
     ) -> ExecResult:
         return self.run_jobs([UnitTests(source, tests, test_class, timeout_s, guard_calls, judged)])[0]
 
-    def eval_value(self, source: str, expression: str, *, timeout_s: float | None = None) -> ExecResult:
-        """Run `source`, then evaluate `expression` in its namespace; `result.value` is the value."""
-        body = f"{source}\n\ndef __leaklab_value__():\n    return (\n{expression}\n)\n"
-        result = self.call_function(body, "__leaklab_value__", [[]], timeout_s=timeout_s)
-        if result.passed and result.calls:
-            result.value = result.calls[0].value
-        return result
-
     def run_jobs(self, jobs: Sequence[Job]) -> list[ExecResult]:
         """Run every job on the pool; the results come back in the order of `jobs`."""
         if self._closed:
             raise RuntimeError("the sandbox is closed")
-        futures = []
-        for job in jobs:
-            future: Future = Future()
+        futures: list[Future] = [Future() for _ in jobs]
+        for job, future in zip(jobs, futures):
             self._queue.put((job, future))
-            futures.append(future)
         return [f.result() for f in futures]
 
     @property
@@ -454,7 +378,7 @@ class Sandbox:
             if w is not None:
                 w.kill()
                 self.restarts += 1
-            w = self._slots[slot] = _WorkerProcess(self._config, self._start_timeout_s)
+            w = self._slots[slot] = _WorkerProcess(self._config)
         return w
 
     def _execute(self, slot: int, job: Job) -> ExecResult:
@@ -482,7 +406,7 @@ class Sandbox:
         message: dict[str, Any] = {
             "limits": asdict(self.limits) | {"timeout_s": float(timeout)},
             "max_output_bytes": self.max_output_bytes,
-            "max_result_bytes": self.max_result_bytes,
+            "max_result_bytes": MAX_RESULT_BYTES,
             "guard": self.guard_calls if guard is None else guard,
             "program": job.source,
         }

@@ -1,20 +1,10 @@
-"""Plain data across the sandbox boundary: a tagged-JSON codec.
+"""Plain data across the sandbox boundary: a tagged-JSON codec (docs/sandbox.md#plain-data-across-the-boundary).
 
-Values computed by untrusted code (return values of a candidate function, outputs of a canonical
-solution on new inputs) cross into trusted processes through this codec and nothing else. The trusted
-side only ever runs `json.loads` and rebuilds builtin containers of builtin scalars, so a hostile value
-cannot bring its own `__eq__`, `__hash__` or `__reduce__` along: an object that claims to equal
-everything arrives, at best, as the plain data it really holds. pickle and marshal are never used on
-this path because both trust their input.
-
-JSON keeps None, bool, int, float (NaN and infinities included, as Python's json writes them), str
-and list; every other type is an object with one `$tag` key, so a user dict can never be mistaken for
-a tagged value (dicts themselves are tagged).
-
-With `rich=True` (the judged unittest path, whose tests look at arrays and tables) numpy arrays,
-pandas Series and DataFrames and datetimes travel as their data, dtype and labels, and are rebuilt on
-the trusted side by numpy's and pandas' own constructors; anything else may become a reference
-(`$ref`, see `harness.RemoteObject`) through the `other` hook: the object stays where it was made.
+The trusted side only runs `json.loads` and rebuilds builtin containers of builtin scalars, so a hostile
+value cannot bring its own `__eq__`, `__hash__` or `__reduce__`; pickle and marshal trust their input and
+are never used on this path. Every type but None, bool, int, float, str and list is an object with one
+`$tag` key (dicts too). `rich=True` (judged unittests) adds numpy, pandas, paths and dates, rebuilt by
+their own constructors, and references through the `other` hook.
 """
 
 from __future__ import annotations
@@ -22,7 +12,6 @@ from __future__ import annotations
 import base64
 import collections
 import datetime
-import json
 import pathlib
 import re
 from collections.abc import Callable
@@ -33,6 +22,9 @@ MAX_DEPTH = 100
 # Python refuses to print ints of more than 4300 digits (sys.int_info.str_digits_check_threshold);
 # bigger ones travel as hexadecimal, which has no such limit.
 _MAX_DECIMAL_INT = 10**4000
+
+
+_COLLECTIONS = {"$tuple": tuple, "$frozenset": frozenset, "$set": set}  # sent as the list of their items
 
 
 class UnsupportedValue(TypeError):
@@ -82,12 +74,9 @@ def encode(
         return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, list):
         return [enc(v) for v in value]
-    if isinstance(value, tuple):
-        return {"$tuple": [enc(v) for v in value]}
-    if isinstance(value, frozenset):
-        return {"$frozenset": [enc(v) for v in value]}
-    if isinstance(value, set):
-        return {"$set": [enc(v) for v in value]}
+    for tag, kind in _COLLECTIONS.items():
+        if isinstance(value, kind):
+            return {tag: [enc(v) for v in value]}
     module = type(value).__module__ or ""
     if isinstance(value, dict):
         items = [[enc(k), enc(v)] for k, v in value.items()]
@@ -134,11 +123,6 @@ def _rich_tree(value: Any, module: str, enc: Callable[[Any], Any]) -> Any:
     return _NO_FORM
 
 
-def dumps(value: Any) -> str:
-    """One line of JSON (no raw newlines, so it can be streamed line by line)."""
-    return json.dumps(encode(value), ensure_ascii=False, separators=(",", ":"))
-
-
 # dtype names as numpy and pandas print them ("int64", "<U5", "datetime64[ns]", "category");
 # anything else is rebuilt as object.
 _DTYPE = re.compile(r"[<>|=]?[a-zA-Z]{1,16}[0-9]{0,3}(\[[a-z]{1,3}\])?")
@@ -171,12 +155,8 @@ def decode(
         raise ValueError(f"malformed value: {str(tree)[:80]}")
     ((tag, body),) = tree.items()
     try:
-        if tag == "$tuple":
-            return tuple(dec(v) for v in _as_list(body))
-        if tag == "$set":
-            return {dec(v) for v in _as_list(body)}
-        if tag == "$frozenset":
-            return frozenset(dec(v) for v in _as_list(body))
+        if tag in _COLLECTIONS:
+            return _COLLECTIONS[tag](dec(v) for v in _as_list(body))
         if tag == "$dict":
             return {dec(k): dec(v) for k, v in (_as_pair(p) for p in _as_list(body))}
         if tag == "$int" and type(body) is str:
@@ -267,14 +247,6 @@ def _as_pair(body: Any) -> list:
     if type(body) is not list or len(body) != 2:
         raise ValueError("expected a pair")
     return body
-
-
-def loads(text: str | bytes) -> Any:
-    """Parse one `dumps` line; ValueError (never anything else) when it is not a well-formed value."""
-    try:
-        return decode(json.loads(text))
-    except Exception as err:  # RecursionError from deep nesting, MemoryError, ...: all malformed
-        raise ValueError(f"malformed value: {type(err).__name__}: {err}") from None
 
 
 def short_repr(value: Any, limit: int = 200) -> str:

@@ -1,22 +1,11 @@
 """A sandbox worker: a lean Python process that forks one isolated child per run.
 
-Started by `Sandbox` as `python -m leaklab.execution.worker`, with a clean environment. At start it
-imports the modules programs commonly use (so children forked from it start in about a millisecond),
-then sets up its layers (`isolation.setup_worker`: namespaces, its minimal root, the PID namespace of
-its children, the seccomp filter). Then it serves jobs over its stdin/stdout: length-prefixed pickles
-from and to the parent, which is trusted; nothing a child writes is ever unpickled.
-
-For each job it mounts a fresh scratch tmpfs at /tmp with the run's working directory in it, forks
-the child, feeds stdin, collects stdout and stderr up to a cap and the result channel, enforces the
-wall-clock deadline, kills whatever the run left behind, detaches the scratch, removes the run's
-System V objects and message queues (`_clean_state`) and replies with raw bytes and exit statuses.
-The parent decides the verdict.
-
-A judged check (HumanEval's `check(candidate)`, or a BigCodeBench unittest class) forks only the
-candidate; the test code runs in the worker's judge, a long-lived child with a uid of its own
-(`harness.serve_judge`), which gets the candidate's pipe ends over a socket. It is replaced when a check times out, when it dies, and every
-JUDGE_CHECKS checks. The test code and the verdict (which quotes it) only ever pass through memory
-that later forks see as zeros (`private_buffer`), so no candidate finds them in its address space.
+Started by `Sandbox` as `python -m leaklab.execution.worker`, with a clean environment; it preloads
+common modules, sets up its layers (`isolation.setup_worker`), then serves jobs as length-prefixed
+pickles from the trusted parent (nothing a child writes is ever unpickled). A judged check forks only
+the candidate; the tests run in the worker's long-lived judge (`harness.serve_judge`), and they and the
+verdict only pass through memory later forks see as zeros (`private_buffer`).
+See docs/sandbox.md#workers-and-runs.
 """
 
 from __future__ import annotations
@@ -59,39 +48,22 @@ DEFAULT_PRELOAD = (
 # --------------------------------------------------------------------------- framing
 
 
-def read_exact(fd: int, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
 def read_message(fd: int) -> Any:
     """The next message, or None at end of stream."""
-    head = read_exact(fd, _HEADER.size)
+    head = harness.read_exact(fd, _HEADER.size)
     if head is None:
         return None
-    body = read_exact(fd, _HEADER.unpack(head)[0])
+    body = harness.read_exact(fd, _HEADER.unpack(head)[0])
     return None if body is None else pickle.loads(body)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def write_message(fd: int, message: Any, extras: list[bytes | memoryview] | tuple = ()) -> None:
     """A message, then raw buffers the reader knows the lengths of. The buffers are written straight
     from where they are, never copied into a new object (they may hold test code, see Worker.run)."""
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    _write_all(fd, _HEADER.pack(len(body)) + body)
+    harness.write_all(fd, _HEADER.pack(len(body)) + body)
     for extra in extras:
-        _write_all(fd, extra)
+        harness.write_all(fd, extra)
 
 
 def private_buffer(size: int) -> mmap.mmap:
@@ -139,30 +111,23 @@ class _Stream:
 
     def read(self) -> bool:
         """Read what is there; False at end of file."""
+        room = self.cap - self.size
         try:
             if self.private:
-                room = self.cap - self.size
                 with memoryview(self.buffer if room else self.scratch) as view:
                     n = os.readv(self.fd, [view[self.size :] if room else view])
-                if room:
-                    self.size += n
-                else:
-                    self.dropped += n
-                self.eof = n == 0
-                return n > 0
-            chunk = os.read(self.fd, 1 << 16)
+            else:
+                chunk = os.read(self.fd, 1 << 16)
+                n = len(chunk)
+                self.data += chunk[:room]
         except BlockingIOError:
             return True
         except OSError:
-            self.eof = True
-            return False
-        if not chunk:
-            self.eof = True
-            return False
-        room = self.cap - len(self.data)
-        self.data += chunk[:room] if room > 0 else b""
-        self.dropped += max(0, len(chunk) - max(room, 0))
-        return True
+            n = 0
+        self.size += min(n, room)
+        self.dropped += n - min(n, room)
+        self.eof = n == 0
+        return n > 0
 
     def close(self) -> None:
         if self.private:
@@ -257,22 +222,15 @@ def _drain(streams: dict[str, _Stream], timeout_s: float = 1.0) -> None:
 class Worker:
     def __init__(self, proto_in: int, config: dict[str, Any]) -> None:
         self.proto_in = proto_in
-        self.config = config
         self.pid = os.getpid()
-        # Imported before the worker pivots into its minimal root, where leaklab's checkout (and
-        # anything a caller preloads from it) is no longer visible.
-        self.preload_errors = {}
-        for name in (*DEFAULT_PRELOAD, *config.get("preload", ())):
-            try:
+        # Imported before the worker pivots into its minimal root, where leaklab's checkout is no
+        # longer visible.
+        for name in DEFAULT_PRELOAD:
+            with contextlib.suppress(Exception):  # a missing optional module only costs a lazy import later
                 importlib.import_module(name)
-            except Exception as err:  # a missing optional module only costs a lazy import later
-                self.preload_errors[name] = f"{type(err).__name__}: {err}"
         self.uids = self._probe_uids()
         self.isolation = isolation.setup_worker(
-            config.get("tmp_size_mb", 256),
-            config.get("memory_mb", 1024),
-            tuple(config.get("disable", ())),
-            config.get("hide", []),
+            memory_mb=config["memory_mb"], disable=tuple(config["disable"]), hide=config["hide"]
         )
         self.seccomp = self.isolation.pop("seccomp_program", None)
         self.rebind = self.isolation.get("scratch_rebind", [])
@@ -297,7 +255,8 @@ class Worker:
         """Two fresh uids if this worker may switch to them (root, and setuid really works)."""
         if not isolation.is_root():
             return None
-        uids = isolation.sandbox_uids(self.pid)
+        uid = isolation.UID_BASE + 2 * self.pid
+        uids = (uid, uid + 1)  # (candidate, judge)
         pid = os.fork()
         if pid == 0:
             try:
@@ -331,7 +290,6 @@ class Worker:
             "pid": self.pid,
             "isolation": self.isolation,
             "uids": self.uids,
-            "preload_errors": self.preload_errors,
         }
 
     # ------------------------------------------------------------------ children
@@ -559,7 +517,9 @@ class Worker:
         judge = (self.judge["pid"],) if self.judge else ()
         # Orphans go to this subreaper or, inside the PID namespace, to its init.
         keep = (*judge, *self.init)
-        orphans = [p for p in isolation.live_children() if p not in run_pids and p not in keep]
+        orphans = [
+            p for p in isolation.children() if p not in (*run_pids, *keep) and not isolation.is_zombie(p)
+        ]
         left = isolation.live_descendants([*run_pids, *orphans, *self.init]) + len(orphans)
         reply["leftover_processes"] = left
         for pid in run_pids:

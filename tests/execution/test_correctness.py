@@ -10,11 +10,8 @@ import pytest
 from leaklab.data.benchmarks import load_humaneval
 from leaklab.data.tasks import Task
 from leaklab.execution.correctness import (
-    check_calls,
     check_many,
     check_solution,
-    check_stdio,
-    evaluate_samples,
     outputs_match,
     pass_at_k,
     stdout_matches,
@@ -64,31 +61,12 @@ def test_pass_at_k_rejects_impossible_counts():
             pass_at_k(n, c, k)
 
 
-def test_evaluate_samples_rows_and_summary(sandbox):
-    mul = dataclasses.replace(
-        ADD,
-        task_id="toy/mul",
-        prompt="def mul(a, b):\n",
-        solution="    return a * b\n",
-        entry_point="mul",
-        tests="def check(candidate):\n    assert candidate(2, 3) == 6\n",
-    )
-    samples = {
-        "toy/add": ["    return a + b\n", "    return a - b\n", "    return b + a\n"],
-        "toy/mul": ["    return a + b\n", "    while True:\n        pass\n", "    return a ** b\n"],
-    }
-    ev = evaluate_samples([ADD, mul], samples, sandbox, ks=(1, 2, 5), timeout_s=1.0)
-    add_row, mul_row = ev.tasks
-    assert (add_row["n"], add_row["c"], mul_row["c"]) == (3, 2, 0)
-    assert math.isclose(add_row["pass@1"], 2 / 3) and add_row["pass@2"] == 1.0 and add_row["pass@5"] is None
-    assert mul_row["verdicts"] == {"failed": 2, "timeout": 1}
-    assert math.isclose(ev.summary["pass@1"], 1 / 3) and "pass@5" not in ev.summary
-    assert [r.sample for r in ev.samples] == [0, 1, 2, 0, 1, 2]
-    row = ev.samples[1].row()
-    assert row["task_id"] == "toy/add" and row["passed"] is False and row["verdict"] == "failed"
-    assert "line 2" in row["reason"]
-    with pytest.raises(KeyError):
-        evaluate_samples([ADD], {"nope": ["x"]}, sandbox)
+def test_check_many_verdicts_in_order_with_the_failing_line(sandbox):
+    completions = ["    return a + b\n", "    return a - b\n", "    while True:\n        pass\n"]
+    results = check_many([(ADD, c) for c in completions], sandbox, timeout_s=1.0)
+    assert [r.verdict for r in results] == ["passed", "failed", "timeout"]
+    assert results[1].task_id == "toy/add" and not results[1].passed
+    assert "line 2" in results[1].reason
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -212,13 +190,21 @@ def test_all_humaneval_canonical_solutions_pass_and_return_none_fails(sandbox):
     assert [r.task_id for r in broken if r.verdict != "failed"] == []
 
 
-def test_adhoc_call_and_stdio_tests(sandbox):
+def test_call_and_stdio_tests_without_a_benchmark(sandbox):
     code = "def add(a, b):\n    return a + b\n"
-    assert check_calls(sandbox, code, "add", [{"input": [1, 2], "output": 3}]).passed
-    r = check_calls(
-        sandbox, code, "add", [{"input": [0.1, 0.2], "output": 0.3}, {"input": [1, 1], "output": 3}]
-    )
+
+    def calls(*cases):
+        task = Task("adhoc", "adhoc", "", code, "add", test_type="call", test_cases=cases)
+        return check_solution(task, code, sandbox, full_program=True)
+
+    assert calls({"input": [1, 2], "output": 3}).passed
+    r = calls({"input": [0.1, 0.2], "output": 0.3}, {"input": [1, 1], "output": 3})
     assert (r.verdict, r.cases_passed) == ("failed", 1)
     echo = "import sys\nprint(sys.stdin.read().upper())\n"
-    assert check_stdio(sandbox, echo, [{"input": "ab\n", "output": "AB"}]).passed
-    assert not check_stdio(sandbox, echo, [{"input": "ab\n", "output": "ab"}]).passed
+
+    def stdio(case):
+        task = Task("adhoc", "adhoc", "", echo, test_cases=(case,), test_type="stdio")
+        return check_solution(task, echo, sandbox, full_program=True)
+
+    assert stdio({"input": "ab\n", "output": "AB"}).passed
+    assert not stdio({"input": "ab\n", "output": "ab"}).passed
