@@ -397,12 +397,10 @@ def yaml_load(text: str) -> Any:
 
 def recipe_dirs() -> list[Path]:
     """Where recipe names are looked up: ./recipes first, then the package's own copy."""
-    dirs = [Path.cwd() / "recipes", PACKAGE_RECIPES]
-    unique: list[Path] = []
-    for d in dirs:
-        if d.is_dir() and all(d.resolve() != u.resolve() for u in unique):
-            unique.append(d)
-    return unique
+    local = Path.cwd() / "recipes"
+    if not local.is_dir():
+        return [PACKAGE_RECIPES]
+    return [local] if local.resolve() == PACKAGE_RECIPES.resolve() else [local, PACKAGE_RECIPES]
 
 
 def available_recipes() -> dict[str, Path]:
@@ -552,18 +550,10 @@ def _build(cls, raw: Any, prefix: str, problems: list[str]):
             full = [prefix + name for name in fields]
             problems.append(f"{prefix}{key}: unknown key{closest(prefix + str(key), full)}")
             continue
-        value = OLD_VALUES.get(f"{prefix}{key}", {}).get(value, value) if isinstance(value, bool) else value
         if f"{prefix}{key}" == "evaluate.detectors" and isinstance(value, list):
             value = regroup_specs(value)  # [ppl,srdetection_gray:n=1,3,5,10]: two specs, not five
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
     return cls(**kwargs)
-
-
-# Values that earlier leaklab versions wrote into a run's recipe.yaml, read as today's equivalent so that
-# `leaklab evaluate` / `report` still load old run directories.
-OLD_VALUES: dict[str, dict[bool, str]] = {
-    "evaluate.srdetection.verify": {True: "tests", False: "none"},
-}
 
 
 def _convert(tp, value: Any, key: str, problems: list[str]):
@@ -821,11 +811,8 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
 
 def parse_ratio(ratio: str) -> tuple[float, float]:
     """ "1:5" -> (1.0, 5.0): code tokens to web tokens."""
-    parts = str(ratio).split(":")
-    if len(parts) != 2:
-        raise ValueError(f"expected code:web such as '1:5', got {ratio!r}")
     try:
-        code, web = float(parts[0]), float(parts[1])
+        code, web = (float(part) for part in str(ratio).split(":"))
     except ValueError:
         raise ValueError(f"expected code:web such as '1:5', got {ratio!r}") from None
     if code <= 0 or web < 0:
