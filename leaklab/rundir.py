@@ -189,29 +189,28 @@ def append_rows(path: str | Path, rows: Iterable[dict[str, Any]], key=row_key) -
     # The lock is taken on the file itself (created here as open() would, under the umask): no lock file
     # appears beside the run's files.
     with locked(path):
-        return _append_unlocked(path, rows, key)
-
-
-def _append_unlocked(path: Path, rows: Iterable[dict[str, Any]], key) -> int:
-    _repair_tail(path)
-    seen = {key(r) for r in read_rows(path)}
-    fresh = []
-    for row in rows:
-        k = key(row)
-        if k in seen:
-            continue
-        seen.add(k)
-        fresh.append(json.dumps(row, default=_jsonable) + "\n")
-    if fresh:
-        with path.open("ab") as f:
-            f.write("".join(fresh).encode())
-            f.flush()
-            os.fsync(f.fileno())
-    return len(fresh)
+        _repair_tail(path)
+        seen = {key(r) for r in read_rows(path)}
+        fresh = []
+        for row in rows:
+            if key(row) not in seen:
+                seen.add(key(row))
+                fresh.append(json.dumps(row, default=_jsonable) + "\n")
+        if fresh:
+            with path.open("ab") as f:
+                f.write("".join(fresh).encode())
+                f.flush()
+                os.fsync(f.fileno())
+        return len(fresh)
 
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _in_root(name: str) -> property:
+    """A path inside the run directory (or evaluation folder), as an attribute: `run.results`."""
+    return property(lambda self: self.root / name)
 
 
 class RunDir:
@@ -225,53 +224,24 @@ class RunDir:
         in_run = self.root.parent.name == EVALUATIONS_DIR and (above / "recipe.yaml").exists()
         self.training_root = above if in_run else self.root  # where the checkpoints are
 
-    @property
-    def recipe(self) -> Path:
-        return self.root / "recipe.yaml"
-
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def mixture(self) -> Path:
-        return self.root / "mixture.json"
+    recipe = _in_root("recipe.yaml")
+    manifest = _in_root("manifest.json")
+    mixture = _in_root("mixture.json")
+    # The settings each evaluation's rows in results.jsonl were computed with (leaklab.evaluate).
+    evaluation_settings = _in_root("evaluations.json")
+    results = _in_root("results.jsonl")
+    report = _in_root("report")
+    variants = _in_root("variants.jsonl")
+    variants_summary = _in_root("variants_summary.json")
+    generation_cache = _in_root("cache/generations")
+    execution_cache = _in_root("cache/executions")
 
     @property
     def checkpoints(self) -> Path:
         return self.training_root / "checkpoints"
 
-    @property
-    def evaluation_settings(self) -> Path:
-        """The settings each evaluation's rows in results.jsonl were computed with (leaklab.evaluate)."""
-        return self.root / "evaluations.json"
-
     def evaluation_folder(self, name: str) -> Path:
         return self.root / EVALUATIONS_DIR / name
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.jsonl"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def variants(self) -> Path:
-        return self.root / "variants.jsonl"
-
-    @property
-    def variants_summary(self) -> Path:
-        return self.root / "variants_summary.json"
-
-    @property
-    def generation_cache(self) -> Path:
-        return self.root / "cache" / "generations"
-
-    @property
-    def execution_cache(self) -> Path:
-        return self.root / "cache" / "executions"
 
     def scores(self, step: int, evaluation: str) -> Path:
         return self.root / "scores" / f"step-{step}" / f"{evaluation}.jsonl"
@@ -384,13 +354,19 @@ def member_doses(run_dir: str | Path) -> dict[str, int]:
     }
 
 
-def environment_info() -> dict[str, Any]:
+def _versions(packages: Iterable[str]) -> dict[str, str | None]:
+    """package -> its installed version (None: not installed)."""
     versions = {}
-    for package in ("leaklab", "torch", "transformers", "peft", "trl", "accelerate", "datasets"):
+    for package in packages:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    return versions
+
+
+def environment_info() -> dict[str, Any]:
+    versions = _versions(("leaklab", "torch", "transformers", "peft", "trl", "accelerate", "datasets"))
     try:
         git = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
@@ -412,12 +388,7 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "nu
 
 def provenance() -> dict[str, Any]:
     """The thread count and library versions of this process, as the manifest records them."""
-    versions = {}
-    for package in PROVENANCE_PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
+    versions = _versions(PROVENANCE_PACKAGES)
     torch = sys.modules.get("torch")  # not imported here: a run that trains has it loaded already
     threads = torch.get_num_threads() if torch is not None else None
     return {"cpu_threads": threads, "python": platform.python_version(), "versions": versions}
