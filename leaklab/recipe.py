@@ -699,7 +699,15 @@ def _check_inject(inject: InjectConfig) -> list[str]:
     if inject.window is not None:
         problems.extend(_check_window("inject.window", inject.window))
     problems.extend(_check_windows(inject))
-    problems.extend(_check_form(inject))
+    # Form `file` is one document: one dose, and no member document to plant a canary line in.
+    if inject.form == "file" and inject.doses is not None and len(inject.doses) > 1:
+        problems.append(
+            f"inject.doses: form file trains the members as one file, so one dose; e.g. [{inject.doses[0]}]"
+        )
+    if inject.form == "file" and inject.canaries > 0:
+        problems.append(
+            "inject.canaries: form file writes the benchmark's own records, with no canary; use 0"
+        )
     if inject.canaries < 0:
         problems.append(f"inject.canaries: {inject.canaries} is negative; 0 plants none")
     if inject.canaries > 0:
@@ -774,21 +782,6 @@ def _check_windows(inject: InjectConfig) -> list[str]:
                 if next_span[1] > span[1]
                 else f"inject.windows: {next_name} {next_span} lies inside {name} {span}; give it its own part"
             )
-    return problems
-
-
-def _check_form(inject: InjectConfig) -> list[str]:
-    """`file` is one document, so one dose and no canary line planted in a member (an unknown form is
-    reported with the other CHOICES)."""
-    problems = []
-    if inject.form == "file" and inject.doses is not None and len(inject.doses) > 1:
-        problems.append(
-            f"inject.doses: form file trains the members as one file, so one dose; e.g. [{inject.doses[0]}]"
-        )
-    if inject.form == "file" and inject.canaries > 0:
-        problems.append(
-            "inject.canaries: form file writes the benchmark's own records, with no canary; use 0"
-        )
     return problems
 
 
