@@ -1,26 +1,9 @@
 """The run directory: every stage reads what the previous one wrote here, so each can be re-run alone.
 
-    <run>/recipe.yaml              the resolved recipe
-    <run>/manifest.json            member / non-member ids, seeds, data hashes (the ground truth), and the
-                                   provenance of each training process: thread count, library versions
-    <run>/mixture.json             what the training stream holds (tokens per source, achieved ratio)
-    <run>/checkpoints/checkpoint-N HF Trainer checkpoints (adapter or full weights)
-    <run>/results.jsonl            one metric a line (see `append_results`)
-    <run>/scores/step-N/<evaluation>.jsonl   per-sample scores
-    <run>/variants.jsonl           SrDetection's variant sets, see leaklab.perturb.store
-    <run>/variants_summary.json    how many variants were built and verified, and why some are missing
-    <run>/cache/generations/       greedy continuations per model fingerprint (leaklab.signals.continuations)
-    <run>/cache/executions/        sandbox verdicts of generated programs, per model fingerprint
-    <run>/report/                  markdown, CSV and PNG built from the files above
-
-A result row is `{"step", "epoch", "evaluation", "detector", "params", "column", "metric", "value", ...}`:
-`detector` is the family (e.g. "srdetection_gray"), `params` its parameters ({"n": 10}), `column` the
-display name ("srdetection_gray@n=10"); rows that belong to no detector (training loss, done markers)
-have `detector` and `column` null.
-
-Writes are atomic: whole files go through a temporary file and `os.replace`; result rows are appended
-with one `write` per batch, a torn tail left by a crash is cut off before the next append, and rows
-whose key is already present are skipped, so re-running never duplicates a row.
+What each file holds (recipe.yaml, manifest.json, mixture.json, checkpoints/, results.jsonl, scores/,
+the variant sets, the caches, report/): docs/outputs.md#what-a-run-writes. Writes are atomic (a
+temporary file and `os.replace`; rows appended in one `write`, a torn tail cut before the next append,
+rows already present skipped), so re-running never tears or duplicates anything.
 """
 
 from __future__ import annotations
@@ -248,13 +231,11 @@ class RunDir:
 
     def checkpoint_dirs(self) -> list[tuple[int, Path]]:
         """(step, path) of every complete HF checkpoint, oldest first."""
-        found = []
-        if self.checkpoints.is_dir():
-            for p in self.checkpoints.glob("checkpoint-*"):
-                suffix = p.name.split("-")[-1]
-                if suffix.isdigit() and (p / "trainer_state.json").exists():
-                    found.append((int(suffix), p))
-        return sorted(found)
+        return sorted(
+            (int(p.name.removeprefix("checkpoint-")), p)
+            for p in self.checkpoints.glob("checkpoint-*")  # none when the folder is missing
+            if p.name.removeprefix("checkpoint-").isdigit() and (p / "trainer_state.json").exists()
+        )
 
     def append_results(self, rows: Iterable[dict[str, Any]]) -> int:
         return append_rows(self.results, rows)
