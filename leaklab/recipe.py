@@ -346,12 +346,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     },
 }
 
-# A run's identity is its training: the run directory's hash and the check that an existing run
-# directory holds the same run cover only what changes the trained weights. Left out: where and how
-# results are shown (name, description, output_dir, run_name, tracking) and every `evaluate.*` key, so a
-# new detector or evaluation is added to a finished run's checkpoints (`leaklab evaluate RUN_DIR
-# evaluate.detectors=[...]`) instead of training again. `execution` stays in: the rl stage's reward runs
-# programs in the sandbox, so its limits change what is learned.
+# A run's identity is its training: what changes the trained weights (`execution` too: the rl stage's
+# reward runs in the sandbox), never how results are shown or evaluated, so a finished run is evaluated
+# again rather than retrained. See docs/recipes.md#a-runs-identity-is-its-training.
 SHOWN_ONLY = ("name", "description", "output_dir", "run_name", "tracking", "plugins")
 NOT_IDENTITY = (*SHOWN_ONLY, "evaluate")
 # ...except that SrDetection's pre-filter (data.prefilter) picks the tasks with the srdetection
