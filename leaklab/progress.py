@@ -122,8 +122,3 @@ def say_once(logger: logging.Logger, message: str, *args) -> bool:
         logger.warning("%s (said once; repeats are counted, not shown)", text)
         return True
     return False
-
-
-def repeats() -> dict[str, int]:
-    """How often each warning said once was raised again."""
-    return {text: n - 1 for text, n in _said.items() if n > 1}
