@@ -192,7 +192,6 @@ def run_stage(run_dir: str | Path) -> str:
 
 def describe(sel: Selection) -> str:
     lines = [f"checkpoints ({sel.side}; * on the accuracy–MRI front, criterion {sel.criterion}):"]
-    names = {step: name for name, step in sel.stages.items()}
     by_reward = sel.criterion == "val_reward"
     lines.append(
         f"  {'step':>7} {'accuracy':>9} {'MRI':>8} {'val_reward' if by_reward else 'val_loss':>9}  stage"
@@ -203,7 +202,7 @@ def describe(sel: Selection) -> str:
         val = p.val_reward if by_reward else p.val_loss
         loss = "–" if val is None else f"{val:.4f}"
         star = "*" if p.step in sel.front else " "
-        stage = ", ".join(n for n, s in sel.stages.items() if s == p.step) or names.get(p.step, "")
+        stage = ", ".join(n for n, s in sel.stages.items() if s == p.step)
         lines.append(f" {star}{p.step:>7} {acc:>9} {mri:>9} {loss:>9}  {stage}")
     if any(p.mri_unchecked for p in sel.points):
         lines.append("  † below the competence rule: MRI shown without it")
