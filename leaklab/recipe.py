@@ -577,31 +577,27 @@ def _convert(tp, value: Any, key: str, problems: list[str]):
             problems.append(f"{key}: expected a list, got {value!r}")
             return []
         return [_convert(item_tp, v, key, problems) for v in value]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        problems.append(f"{key}: expected true or false, got {value!r}")
-        return False
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        problems.append(f"{key}: expected an integer, got {value!r}")
-        return 0
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        problems.append(f"{key}: expected a number, got {value!r}")
-        return 0.0
-    if tp is str:
-        if isinstance(value, bool):
-            # YAML reads `true` as a boolean; a string key whose values include "true" / "false" (a switch
-            # such as train.rl.use_vllm: auto | true | false) means the word; the choices check the rest.
-            return str(value).lower()
-        if isinstance(value, (str, int, float)):
-            return str(value)
-        problems.append(f"{key}: expected a string, got {value!r}")
-        return ""
+    if tp is str and isinstance(value, bool):
+        # YAML reads `true` as a boolean; a string key whose values include "true" / "false" (a switch
+        # such as train.rl.use_vllm: auto | true | false) means the word; the choices check the rest.
+        return str(value).lower()
+    if tp in _SCALARS:
+        accepts, expected, placeholder = _SCALARS[tp]
+        if accepts(value):
+            return tp(value)
+        problems.append(f"{key}: expected {expected}, got {value!r}")
+        return placeholder
     return value
+
+
+# A scalar field: what it accepts (a bool is an int in Python, so the numbers exclude it), what the
+# problem line says it expected, and the placeholder the rest of the check goes on with.
+_SCALARS: dict[type, tuple[Any, str, Any]] = {
+    bool: (lambda v: isinstance(v, bool), "true or false", False),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", 0),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number", 0.0),
+    str: (lambda v: isinstance(v, (str, int, float)), "a string", ""),
+}
 
 
 def _validate(recipe: Recipe) -> list[str]:
