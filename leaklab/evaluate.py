@@ -439,9 +439,7 @@ def _run_to_evaluate(
 ) -> tuple[RunDir, Recipe]:
     """The run (or its evaluation folder `into`) and its recipe with `overrides`, checked against the
     settings of the rows already written."""
-    run = RunDir(run_dir)
-    if not run.recipe.exists():
-        raise FileNotFoundError(f"{run.root} is not a leaklab run directory (no recipe.yaml)")
+    run = RunDir(run_dir)  # a run directory: `leaklab evaluate` and training checked it has its recipe.yaml
     check_overrides(overrides)
     recipe = load_recipe(str(run.recipe), list(overrides))  # a bad key or value fails here, before writing
     if into is not None:
