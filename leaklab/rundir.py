@@ -396,12 +396,9 @@ def check_or_write_run_files(
     manifest: dict[str, Any],
     identity_changes: Callable[[Path], list[str]] | None = None,
 ) -> None:
-    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist it is the same run.
-
-    The same run means the same training (`recipe.run_identity`): `identity_changes(old recipe.yaml)`
-    lists what differs from the recipe being run ('key: old -> new'), and evaluation settings are not
-    among it, so the same run with other detectors passes. recipe_yaml / run_hash: `recipe.to_yaml(r)`
-    and `recipe.run_hash(r)` (passed in, so this module stays below the recipe module)."""
+    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist it is the same run:
+    the same manifest and the same training (`identity_changes(old recipe.yaml)`, 'key: old -> new'
+    lines, names none). The recipe's text and hash are passed in, so this module stays below recipe."""
     old = read_json(run.manifest) if run.manifest.exists() else None
     if old is not None:
         # The provenance (threads, versions) is not the run's identity: a resume may differ there.
