@@ -9,6 +9,7 @@ rows already present skipped), so re-running never tears or duplicates anything.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -124,14 +125,10 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-_warned: set[str] = set()
-
-
+@functools.cache
 def _warn_once(message: str) -> None:
     """A damaged line is read many times per command; say so once per process."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"leaklab: warning: {message}", file=sys.stderr)
+    print(f"leaklab: warning: {message}", file=sys.stderr)
 
 
 def _repair_tail(path: Path) -> None:
