@@ -165,9 +165,8 @@ def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in without_dose(rows) if r.get("evaluation") == "detection" and column_of(r) is not None]
 
 
-DoseTable = dict[
-    int, dict[str, dict[int, dict[str, float | None]]]
-]  # step -> column -> dose -> metric -> value
+# step -> column -> dose -> metric -> value
+DoseTable = dict[int, dict[str, dict[int, dict[str, float | None]]]]
 
 
 def dose_table(rows: list[dict[str, Any]], evaluation: str = "detection") -> DoseTable:
