@@ -9,10 +9,12 @@ stderr (`leaklab.errors`), with the traceback only under --debug or LEAKLAB_DEBU
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
-from leaklab.errors import closest
+from leaklab.errors import InputError, closest, debug_requested, guarded, strip_debug
+from leaklab.progress import quiet_library_bars
 
 USAGE = """usage: leaklab COMMAND [ARGS]
 
@@ -48,7 +50,7 @@ USAGE = """usage: leaklab COMMAND [ARGS]
 """
 
 
-def _recipes() -> int:
+def _recipes(_args: list[str]) -> int:
     from leaklab.recipe import available_recipes, describe
 
     known = available_recipes()
@@ -159,7 +161,6 @@ contain it (or match it, with * ? []): `leaklab keys recipe=apps_cpt srdetection
 def _detectors(args: list[str]) -> int:
     import leaklab.recipe  # noqa: F401  (its import joins installed plug-ins to the registries)
     from leaklab.detectors import describe_detectors
-    from leaklab.errors import InputError
 
     described = describe_detectors()
     if args:
@@ -184,7 +185,6 @@ def _detectors(args: list[str]) -> int:
 
 
 def _keys(args: list[str]) -> int:
-    from leaklab.errors import InputError
     from leaklab.keys import describe_keys, filter_keys, format_keys
     from leaklab.recipe import Recipe, load_recipe
     from leaklab.train import parse_command_line
@@ -216,7 +216,6 @@ def _build_tiny(args: list[str]) -> int:
 
 def _audit(args: list[str]) -> int:
     from leaklab.audit import audit_model, audit_overrides, clean_set_of
-    from leaklab.errors import InputError
     from leaklab.recipe import load_recipe
     from leaklab.train import preflight
 
@@ -235,7 +234,6 @@ def _audit(args: list[str]) -> int:
 
 
 def _mia(args: list[str]) -> int:
-    from leaklab.errors import InputError
     from leaklab.mia import parse_mia_args, run_mia
     from leaklab.recipe import load_recipe
     from leaklab.train import preflight
@@ -255,7 +253,6 @@ def _mia(args: list[str]) -> int:
 
 
 def _select(args: list[str]) -> int:
-    from leaklab.errors import InputError
     from leaklab.selection import SIDES, describe, select_run
 
     parser = argparse.ArgumentParser(prog="leaklab select", add_help=False)
@@ -270,8 +267,7 @@ def _select(args: list[str]) -> int:
         ) from err
     if ns.side not in SIDES:
         raise InputError(f"select: --side must be one of {', '.join(SIDES)}, got {ns.side!r}")
-    if not (Path(ns.run_dir) / "recipe.yaml").exists():
-        raise InputError(f"{ns.run_dir} is not a leaklab run directory (no recipe.yaml)")
+    _require_run(ns.run_dir)
     sel = select_run(ns.run_dir, ns.side, ns.tolerance)
     print(describe(sel))
     if sel.recommended is None:
@@ -280,11 +276,14 @@ def _select(args: list[str]) -> int:
     return 0
 
 
-def _run_dir(command: str, args: list[str]) -> int:
-    from leaklab.errors import InputError
+def _require_run(run_dir: str) -> None:
+    if not (Path(run_dir) / "recipe.yaml").exists():
+        raise InputError(f"{run_dir} is not a leaklab run directory (no recipe.yaml)")
 
+
+def _report(args: list[str]) -> int:
     out_dir = None
-    if command == "report" and "--out" in args:
+    if "--out" in args:
         at = args.index("--out")
         if at + 1 >= len(args) or args[at + 1].startswith("-"):
             raise InputError("report: --out takes a directory (see `leaklab report --help`)")
@@ -293,18 +292,13 @@ def _run_dir(command: str, args: list[str]) -> int:
         if Path(out_dir).exists() and not Path(out_dir).is_dir():
             raise InputError(f"report: --out {out_dir} is a file; name a directory (created if missing)")
     if len(args) != 1 or args[0].startswith("-"):
-        raise InputError(
-            f"{command}: expected one argument, the run directory (see `leaklab {command} --help`)"
-        )
-    run_dir = args[0]
-    if not (Path(run_dir) / "recipe.yaml").exists():
-        raise InputError(f"{run_dir} is not a leaklab run directory (no recipe.yaml)")
-    return _summary(run_dir, out_dir)
+        raise InputError("report: expected one argument, the run directory (see `leaklab report --help`)")
+    _require_run(args[0])
+    return _summary(args[0], out_dir)
 
 
 def _evaluate(args: list[str]) -> int:
     """`leaklab evaluate RUN_DIR [--into NAME] [evaluate.key=value ...]`, then the report."""
-    from leaklab.errors import InputError
     from leaklab.evaluate import evaluate_run
     from leaklab.rundir import RunDir
 
@@ -321,8 +315,7 @@ def _evaluate(args: list[str]) -> int:
             "evaluate: expected one run directory, then evaluate.* keys (see `leaklab evaluate --help`)"
         )
     run_dir = positional[0]
-    if not (Path(run_dir) / "recipe.yaml").exists():
-        raise InputError(f"{run_dir} is not a leaklab run directory (no recipe.yaml)")
+    _require_run(run_dir)
     evaluate_run(run_dir, overrides=[a for a in args if "=" in a], into=into)
     return _summary(str(RunDir(run_dir).evaluation_folder(into)) if into else run_dir, None)
 
@@ -338,22 +331,31 @@ def _summary(run_dir: str, out_dir: str | None) -> int:
     return 0
 
 
-COMMANDS = (
-    "train",
-    "evaluate",
-    "audit",
-    "mia",
-    "report",
-    "compare",
-    "select",
-    "recipes",
-    "keys",
-    "detectors",
-    "build-tiny",
-    "counterfactual",
-    "sweep",
-    "study",
-)
+def _lazy(module: str, name: str):
+    """A command whose module is imported only when it runs, so `leaklab recipes` needs no torch."""
+
+    def run(args: list[str]) -> int:
+        return getattr(importlib.import_module(module), name)(args)
+
+    return run
+
+
+COMMANDS = {
+    "train": _lazy("leaklab.train", "command"),
+    "evaluate": _evaluate,
+    "audit": _audit,
+    "mia": _mia,
+    "report": _report,
+    "compare": _lazy("leaklab.sweep", "compare_command"),
+    "select": _select,
+    "recipes": _recipes,
+    "keys": _keys,
+    "detectors": _detectors,
+    "build-tiny": _build_tiny,
+    "counterfactual": _lazy("leaklab.memorization.standalone", "main"),
+    "sweep": _lazy("leaklab.sweep", "command"),
+    "study": _lazy("leaklab.study", "command"),
+}
 
 
 def dispatch(argv: list[str]) -> int:
@@ -370,45 +372,8 @@ def dispatch(argv: list[str]) -> int:
     if command in HELP and any(a in ("-h", "--help") for a in args):
         print(HELP[command], end="")
         return 0
-    if command == "train":
-        from leaklab.train import command as train_command
-
-        return train_command(args)
-    if command == "audit":
-        return _audit(args)
-    if command == "mia":
-        return _mia(args)
-    if command == "recipes":
-        return _recipes()
-    if command == "keys":
-        return _keys(args)
-    if command == "detectors":
-        return _detectors(args)
-    if command == "build-tiny":
-        return _build_tiny(args)
-    if command == "evaluate":
-        return _evaluate(args)
-    if command == "report":
-        return _run_dir(command, args)
-    if command == "select":
-        return _select(args)
-    if command == "compare":
-        from leaklab.sweep import compare_command
-
-        return compare_command(args)
-    if command == "sweep":
-        from leaklab.sweep import command as sweep_command
-
-        return sweep_command(args)
-    if command == "study":
-        from leaklab.study import command as study_command
-
-        return study_command(args)
-    if command == "counterfactual":
-        from leaklab.memorization.standalone import main as counterfactual_main
-
-        return counterfactual_main(args)
-
+    if command in COMMANDS:
+        return COMMANDS[command](args)
     hint = closest(command, COMMANDS, cutoff=0.6)
     print(f"leaklab: unknown command {command!r}{hint}\n\n{USAGE}", file=sys.stderr)
     return 2
@@ -416,9 +381,6 @@ def dispatch(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The boundary: every error leaklab raises is printed here, once (`leaklab.errors.guarded`)."""
-    from leaklab.errors import debug_requested, guarded, strip_debug
-    from leaklab.progress import quiet_library_bars
-
     quiet_library_bars()
     argv = sys.argv[1:] if argv is None else argv
     return guarded(lambda: dispatch(strip_debug(argv)), debug=debug_requested(argv))

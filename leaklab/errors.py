@@ -1,19 +1,11 @@
 """leaklab's own errors for what a user can fix, and the one place they become a message and an exit code.
 
-Two kinds, by what the user does next:
-  - `InputError` (exit 2): the input is wrong (a recipe key or value, a benchmark file's contents, a
-    detector setting, a run directory that holds another run); the message names the input.
-  - `UnavailableError` (exit 1): the input is fine but something it names cannot be had here (weights or
-    a dataset that is neither local nor reachable, a missing optional extra, a checkpoint that is gone);
-    the message says what to download or install and which recipe key takes a local path.
-
-`guarded(fn)` is the boundary: the command line (`leaklab ...` and `accelerate launch leaklab/train.py`)
-calls its command through it, so every error above is printed once, as `leaklab: <line>` lines on stderr,
-with no traceback unless `--debug` or LEAKLAB_DEBUG=1 asks for one. Errors of the machine (a full disk,
-a directory that cannot be written) are OSErrors and are printed the same way with exit 1; an interrupt
-exits 130. Anything else is a bug and keeps its traceback.
-
-This module imports nothing from leaklab, so every layer may raise these.
+`InputError` (exit 2): the input is wrong, and the message names it. `UnavailableError` (exit 1): the
+input is fine but something it names cannot be had here (weights, a dataset, an optional extra), and
+the message says how to get it. `guarded(fn)` is the boundary every command runs through: these errors
+and the machine's (OSError, exit 1) are printed once as `leaklab: <line>` on stderr, with a traceback
+only under --debug or LEAKLAB_DEBUG=1; an interrupt exits 130; anything else is a bug and keeps its
+traceback. A leaf module: it imports nothing from leaklab, so every layer may raise these.
 """
 
 from __future__ import annotations
@@ -50,9 +42,7 @@ class InputError(LeaklabError, ValueError):
 
 
 class UnavailableError(LeaklabError, RuntimeError):
-    """Something the input names cannot be had here; the message says how to get it."""
-
-    exit_code = 1
+    """Something the input names cannot be had here; the message says how to get it (exit 1)."""
 
 
 def debug_requested(argv: list[str] | None = None) -> bool:

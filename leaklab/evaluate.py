@@ -1,43 +1,27 @@
 """The evaluation driver: every registered evaluation of the recipe, on every checkpoint, resumably.
 
-Called two ways, with the same code underneath:
-  - during training, by `training/callbacks.py` after every checkpoint save, on the model in memory;
-  - afterwards, by `leaklab evaluate RUN_DIR`, which loads every checkpoint that has no results yet (and
-    the base model as step 0).
-
-The evaluations themselves (`leaklab/evaluations/`) compute; this module owns what they share:
-  - one `EvalContext` per run (evaluation set, accelerator, signal and generation caches, the
-    reference model loaded once on first use), and `prepare` called once per run;
-  - done markers: an evaluation at a step is complete when its closing "done" row is present and lists
-    every spec it would compute now, so a run killed mid-write is simply evaluated again, and rows
-    already present are never written twice (`rundir.append_rows`);
-  - rank agreement: the main process decides what is pending and broadcasts it, all ranks compute,
-    only the main process writes;
-  - writing: rows to results.jsonl (with step / epoch / evaluation added), per-sample records to
-    scores/step-N/<evaluation>.jsonl (merged by task id with what a step already has), the same rows to
-    W&B;
-  - the settings each evaluation's rows were computed with (`row_settings`), recorded in
-    evaluations.json when its first rows are written. A run's identity is its training, so `leaklab
-    evaluate RUN_DIR evaluate.detectors=[...]` adds detectors (new specs are new columns) or evaluations
-    to its checkpoints; a value of a recorded setting other than the recorded one would change the
-    meaning of rows already written, and is refused with the way to a fresh evaluation folder
-    (`--into NAME`: <run>/evaluations/NAME/, its own results on the run's checkpoints).
+Called during training (`training/callbacks.py`, after each save) and by `leaklab evaluate RUN_DIR`
+(every checkpoint without results, and the base model as step 0). The evaluations compute; this module
+owns what they share: one `EvalContext` per run, done markers (a step is complete when its "done" rows
+list every spec it would compute now, so an interrupted write is simply redone), one writer among the
+ranks, and the settings each evaluation's rows were computed with (evaluations.json): a later value
+that would change their meaning is refused, with `--into NAME` (a fresh evaluation folder) as the way.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from leaklab import claims, tracking
-from leaklab.data.load import load_tasks, tests_needed_by
+from leaklab.data.load import load_tasks, tests_needed_by  # noqa: F401 - re-exported (train, audit)
 from leaklab.detectors import DETECTORS
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
@@ -49,17 +33,6 @@ from leaklab.rundir import RunDir, locked, read_json, read_rows, row_key, write_
 from leaklab.training.stages import get_stage, learned_prompt_boundary
 
 DONE_METRIC = "done"
-
-# load_tasks and tests_needed_by live in leaklab.data.load; training and the audit import them from here.
-__all__ = [
-    "DONE_METRIC",
-    "EvalSet",
-    "Evaluator",
-    "build_eval_set",
-    "evaluate_run",
-    "load_tasks",
-    "tests_needed_by",
-]
 
 
 def load_reference(recipe: Recipe, base_path: str | None):
@@ -87,10 +60,6 @@ def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
         ):
             specs = (specs or set()) | set(row.get("specs", []))
     return specs
-
-
-def _sorted_or_none(specs: set[str] | None) -> list[str] | None:
-    return None if specs is None else sorted(specs)
 
 
 # --------------------------------------------------------------------------- what rows mean
@@ -236,19 +205,12 @@ class Evaluator:
         self.recipe = recipe
         self.run = run
         self.evaluations = [EVALUATIONS[name].load()() for name in recipe.evaluate.evaluations]
-        self._reference: list[Any] = []  # loaded on first use, then kept
-
-        def reference():
-            if not self._reference:
-                self._reference.append(load_reference(recipe, base_path))
-            return self._reference[0]
-
         self.ctx = EvalContext(
             recipe=recipe,
             run=run,
             eval_set=eval_set,
             accelerator=accelerator,
-            reference=reference,
+            reference=functools.cache(lambda: load_reference(recipe, base_path)),  # loaded on first use
             signal_cache=signal_cache,
             generation_cache=generation_cache or GenerationCache(run.generation_cache),
             log=log,
@@ -277,15 +239,15 @@ class Evaluator:
         """Names of the evaluations with no complete results at `step` (read from results.jsonl)."""
         return pending_at(self.run, self.recipe, self.evaluations, step)
 
-    def _todo(self, step: int) -> list[tuple[str, list[str] | None]]:
-        """(name, the specs already done or None) of every pending evaluation at `step`."""
-        return [(name, _sorted_or_none(done_specs(self.run, step, name))) for name in self.pending(step)]
-
     def _agreed_pending(self, step: int) -> list[tuple[str, list[str] | None]]:
-        """`_todo`, as decided by the main process, on every rank."""
+        """(name, the specs already done or None) of every pending evaluation at `step`, as the main
+        process decides it, on every rank."""
         acc = self.ctx.accelerator
         world = getattr(acc, "num_processes", 1) if acc is not None else 1
-        todo = [self._todo(step) if self.ctx.is_main_process else None]
+        todo: list[Any] = [None]
+        if self.ctx.is_main_process:
+            done = {name: done_specs(self.run, step, name) for name in self.pending(step)}
+            todo = [[(name, None if specs is None else sorted(specs)) for name, specs in done.items()]]
         if world > 1:
             from accelerate.utils import broadcast_object_list
 
@@ -392,19 +354,13 @@ def evaluate_run(
     stale_s: float = claims.STALE_S,
     poll_s: float = 5.0,
 ) -> int:
-    """Evaluate the base model (step 0) and every checkpoint of a run that has no complete results.
+    """Evaluate the base model (step 0) and every checkpoint of a run that has no complete results;
+    returns how many (step, evaluation) pairs this worker evaluated.
 
-    Several workers (processes on one machine, Slurm array tasks) may run this on one run at once: each
-    claims one (checkpoint, evaluation) at a time (leaklab/claims.py), so none evaluates what another
-    does, and a claim left by a dead worker is taken over once its heartbeat is `stale_s` old. A worker
-    returns when nothing is pending; while the rest is claimed by live workers it waits (polling every
-    `poll_s`) so that it can take over from one that dies. Returns how many (step, evaluation) pairs it
-    evaluated.
-
-    `overrides`: evaluate.* keys over the run's recipe (others are refused: they change the weights);
-    settings that would change the meaning of rows already written are refused (`check_settings`).
-    `into`: write to the evaluation folder <run>/evaluations/<into>/ instead of the run's own files.
-    `say_when_done`: log that nothing is pending (a user's `leaklab evaluate`; not after training)."""
+    Several workers may share a run: each claims one (checkpoint, evaluation) at a time
+    (leaklab/claims.py), takes over a claim whose heartbeat is `stale_s` old, and while the rest is
+    claimed by live workers polls every `poll_s` to take over from one that dies. `overrides`: evaluate.*
+    keys (`check_overrides`, `check_settings`); `into`: <run>/evaluations/<into>/ instead of the run."""
     from leaklab.models.load import load_tokenizer
 
     run, recipe = _run_to_evaluate(run_dir, overrides, into)
@@ -483,9 +439,7 @@ def _run_to_evaluate(
 ) -> tuple[RunDir, Recipe]:
     """The run (or its evaluation folder `into`) and its recipe with `overrides`, checked against the
     settings of the rows already written."""
-    run = RunDir(run_dir)
-    if not run.recipe.exists():
-        raise FileNotFoundError(f"{run.root} is not a leaklab run directory (no recipe.yaml)")
+    run = RunDir(run_dir)  # a run directory: `leaklab evaluate` and training checked it has its recipe.yaml
     check_overrides(overrides)
     recipe = load_recipe(str(run.recipe), list(overrides))  # a bad key or value fails here, before writing
     if into is not None:
@@ -529,12 +483,9 @@ def nothing_pending(run: RunDir, recipe: Recipe) -> bool:
 
 def _steps_to_evaluate(run: RunDir, recipe: Recipe) -> list[tuple[int, float, Path | None]]:
     """(step, epoch, checkpoint) of the base model (path None, if evaluate.base_model) and every checkpoint."""
-    steps: list[tuple[int, float, Path | None]] = []
-    if recipe.evaluate.base_model:
-        steps.append((0, 0.0, None))
-    for step, path in run.checkpoint_dirs():
-        steps.append((step, read_json(path / "trainer_state.json").get("epoch") or 0.0, path))
-    return steps
+    base: list[tuple[int, float, Path | None]] = [(0, 0.0, None)] if recipe.evaluate.base_model else []
+    checkpoints = run.checkpoint_dirs()
+    return base + [(s, read_json(p / "trainer_state.json").get("epoch") or 0.0, p) for s, p in checkpoints]
 
 
 def _model_at(path: Path | None, base_path: str, recipe: Recipe):
@@ -547,16 +498,3 @@ def _model_at(path: Path | None, base_path: str, recipe: Recipe):
         model = load_checkpoint(path, base_path, recipe.model)
     model.eval()
     return model
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m leaklab.evaluate RUN_DIR", file=sys.stderr)
-        return 2
-    evaluate_run(argv[0])  # `leaklab evaluate` takes overrides and --into
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

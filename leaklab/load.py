@@ -122,9 +122,7 @@ def load_run(path: str | Path) -> RunResults:
         plan = read_json(root / "sweep.json")
         runs, points = {}, {}
         for run in plan.get("runs", []):
-            directory = Path(run["run_dir"])
-            if not directory.is_absolute():
-                directory = root / directory
+            directory = root / run["run_dir"]  # an absolute run_dir stays as it is
             if (directory / "results.jsonl").exists():
                 runs[run["name"]] = directory
                 points[run["name"]] = {

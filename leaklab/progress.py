@@ -1,14 +1,9 @@
 """Progress of long phases, readable on a terminal and in a log file; repeated warnings said once.
 
-On a terminal `Progress` is a tqdm bar. Anywhere else (stderr redirected to a file, a batch job) a bar
-would be one line rewritten with carriage returns, or nothing at all, so instead it prints a plain line
-once the phase has run `every_s` seconds, and then every `every_s` seconds or every 10% of the work,
-whichever comes first, plus a closing line. A phase shorter than `every_s` prints nothing.
-
-`say_once` keeps a warning that a phase would repeat (the same "N of M texts were longer than the
-context" for every detector of every checkpoint) to one line per distinct message and counts the rest.
-
-A leaf module: it imports nothing from leaklab, so every layer may use it (transformers only lazily).
+On a terminal `Progress` is a tqdm bar. Elsewhere (a log file, a batch job) a bar would be carriage-return
+noise, so it prints a plain line once the phase has run `every_s` seconds, then every `every_s` seconds or
+10% of the work, and a closing line. `say_once` says a repeated warning once and counts the rest. A leaf
+module: it imports nothing from leaklab, so every layer may use it.
 """
 
 from __future__ import annotations
@@ -127,8 +122,3 @@ def say_once(logger: logging.Logger, message: str, *args) -> bool:
         logger.warning("%s (said once; repeats are counted, not shown)", text)
         return True
     return False
-
-
-def repeats() -> dict[str, int]:
-    """How often each warning said once was raised again."""
-    return {text: n - 1 for text, n in _said.items() if n > 1}

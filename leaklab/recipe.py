@@ -346,12 +346,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     },
 }
 
-# A run's identity is its training: the run directory's hash and the check that an existing run
-# directory holds the same run cover only what changes the trained weights. Left out: where and how
-# results are shown (name, description, output_dir, run_name, tracking) and every `evaluate.*` key, so a
-# new detector or evaluation is added to a finished run's checkpoints (`leaklab evaluate RUN_DIR
-# evaluate.detectors=[...]`) instead of training again. `execution` stays in: the rl stage's reward runs
-# programs in the sandbox, so its limits change what is learned.
+# A run's identity is its training: what changes the trained weights (`execution` too: the rl stage's
+# reward runs in the sandbox), never how results are shown or evaluated, so a finished run is evaluated
+# again rather than retrained. See docs/recipes.md#a-runs-identity-is-its-training.
 SHOWN_ONLY = ("name", "description", "output_dir", "run_name", "tracking", "plugins")
 NOT_IDENTITY = (*SHOWN_ONLY, "evaluate")
 # ...except that SrDetection's pre-filter (data.prefilter) picks the tasks with the srdetection
@@ -397,12 +394,10 @@ def yaml_load(text: str) -> Any:
 
 def recipe_dirs() -> list[Path]:
     """Where recipe names are looked up: ./recipes first, then the package's own copy."""
-    dirs = [Path.cwd() / "recipes", PACKAGE_RECIPES]
-    unique: list[Path] = []
-    for d in dirs:
-        if d.is_dir() and all(d.resolve() != u.resolve() for u in unique):
-            unique.append(d)
-    return unique
+    local = Path.cwd() / "recipes"
+    if not local.is_dir():
+        return [PACKAGE_RECIPES]
+    return [local] if local.resolve() == PACKAGE_RECIPES.resolve() else [local, PACKAGE_RECIPES]
 
 
 def available_recipes() -> dict[str, Path]:
@@ -552,18 +547,10 @@ def _build(cls, raw: Any, prefix: str, problems: list[str]):
             full = [prefix + name for name in fields]
             problems.append(f"{prefix}{key}: unknown key{closest(prefix + str(key), full)}")
             continue
-        value = OLD_VALUES.get(f"{prefix}{key}", {}).get(value, value) if isinstance(value, bool) else value
         if f"{prefix}{key}" == "evaluate.detectors" and isinstance(value, list):
             value = regroup_specs(value)  # [ppl,srdetection_gray:n=1,3,5,10]: two specs, not five
         kwargs[key] = _convert(hints[key], value, f"{prefix}{key}", problems)
     return cls(**kwargs)
-
-
-# Values that earlier leaklab versions wrote into a run's recipe.yaml, read as today's equivalent so that
-# `leaklab evaluate` / `report` still load old run directories.
-OLD_VALUES: dict[str, dict[bool, str]] = {
-    "evaluate.srdetection.verify": {True: "tests", False: "none"},
-}
 
 
 def _convert(tp, value: Any, key: str, problems: list[str]):
@@ -590,31 +577,27 @@ def _convert(tp, value: Any, key: str, problems: list[str]):
             problems.append(f"{key}: expected a list, got {value!r}")
             return []
         return [_convert(item_tp, v, key, problems) for v in value]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        problems.append(f"{key}: expected true or false, got {value!r}")
-        return False
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        problems.append(f"{key}: expected an integer, got {value!r}")
-        return 0
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        problems.append(f"{key}: expected a number, got {value!r}")
-        return 0.0
-    if tp is str:
-        if isinstance(value, bool):
-            # YAML reads `true` as a boolean; a string key whose values include "true" / "false" (a switch
-            # such as train.rl.use_vllm: auto | true | false) means the word; the choices check the rest.
-            return str(value).lower()
-        if isinstance(value, (str, int, float)):
-            return str(value)
-        problems.append(f"{key}: expected a string, got {value!r}")
-        return ""
+    if tp is str and isinstance(value, bool):
+        # YAML reads `true` as a boolean; a string key whose values include "true" / "false" (a switch
+        # such as train.rl.use_vllm: auto | true | false) means the word; the choices check the rest.
+        return str(value).lower()
+    if tp in _SCALARS:
+        accepts, expected, placeholder = _SCALARS[tp]
+        if accepts(value):
+            return tp(value)
+        problems.append(f"{key}: expected {expected}, got {value!r}")
+        return placeholder
     return value
+
+
+# A scalar field: what it accepts (a bool is an int in Python, so the numbers exclude it), what the
+# problem line says it expected, and the placeholder the rest of the check goes on with.
+_SCALARS: dict[type, tuple[Any, str, Any]] = {
+    bool: (lambda v: isinstance(v, bool), "true or false", False),
+    int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer", 0),
+    float: (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number", 0.0),
+    str: (lambda v: isinstance(v, (str, int, float)), "a string", ""),
+}
 
 
 def _validate(recipe: Recipe) -> list[str]:
@@ -709,7 +692,15 @@ def _check_inject(inject: InjectConfig) -> list[str]:
     if inject.window is not None:
         problems.extend(_check_window("inject.window", inject.window))
     problems.extend(_check_windows(inject))
-    problems.extend(_check_form(inject))
+    # Form `file` is one document: one dose, and no member document to plant a canary line in.
+    if inject.form == "file" and inject.doses is not None and len(inject.doses) > 1:
+        problems.append(
+            f"inject.doses: form file trains the members as one file, so one dose; e.g. [{inject.doses[0]}]"
+        )
+    if inject.form == "file" and inject.canaries > 0:
+        problems.append(
+            "inject.canaries: form file writes the benchmark's own records, with no canary; use 0"
+        )
     if inject.canaries < 0:
         problems.append(f"inject.canaries: {inject.canaries} is negative; 0 plants none")
     if inject.canaries > 0:
@@ -787,21 +778,6 @@ def _check_windows(inject: InjectConfig) -> list[str]:
     return problems
 
 
-def _check_form(inject: InjectConfig) -> list[str]:
-    """`file` is one document, so one dose and no canary line planted in a member (an unknown form is
-    reported with the other CHOICES)."""
-    problems = []
-    if inject.form == "file" and inject.doses is not None and len(inject.doses) > 1:
-        problems.append(
-            f"inject.doses: form file trains the members as one file, so one dose; e.g. [{inject.doses[0]}]"
-        )
-    if inject.form == "file" and inject.canaries > 0:
-        problems.append(
-            "inject.canaries: form file writes the benchmark's own records, with no canary; use 0"
-        )
-    return problems
-
-
 def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
     """The `inject` part of a hash: gone when unset, and without the canary keys when there are no
     canaries, so recipes from before either existed keep their hashes (and run directories)."""
@@ -821,11 +797,8 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
 
 def parse_ratio(ratio: str) -> tuple[float, float]:
     """ "1:5" -> (1.0, 5.0): code tokens to web tokens."""
-    parts = str(ratio).split(":")
-    if len(parts) != 2:
-        raise ValueError(f"expected code:web such as '1:5', got {ratio!r}")
     try:
-        code, web = float(parts[0]), float(parts[1])
+        code, web = (float(part) for part in str(ratio).split(":"))
     except ValueError:
         raise ValueError(f"expected code:web such as '1:5', got {ratio!r}") from None
     if code <= 0 or web < 0:

@@ -37,9 +37,8 @@ def families() -> dict[str, Family]:
             rule = record.kind == "rule"
             for column, display in ((record.name, record.title), *record.columns):
                 out[column] = Family(display, record.group, rule)
-                if (
-                    rule
-                ):  # a rule's margin used as a score, with a cross-validated threshold (`margin_column`)
+                # A rule's margin used as a score, with a cross-validated threshold (`margin_column`).
+                if rule:
                     out[column + MARGIN] = Family(f"{display}: margin as a score", record.group, False)
 
     add(r for r in DETECTORS.values() if r.kind != "model")
@@ -49,9 +48,8 @@ def families() -> dict[str, Family]:
     return out
 
 
-MARGIN = (
-    "_margin"  # a rule family's margin-as-a-score family: "srdetection_gray" -> "srdetection_gray_margin"
-)
+# A rule family's margin-as-a-score family: "srdetection_gray" -> "srdetection_gray_margin".
+MARGIN = "_margin"
 
 
 def margin_column(column: str) -> str:
@@ -140,27 +138,25 @@ def rows_per_dose(
     """The per-dose rows every evaluation writes in a run with inject.doses: for each dose d
     of the members, the rows `rows_of(index)` computes on the samples `index` (the members of dose d
     and all the non-members, in their order), those `keep` accepts, each with `"dose": d`."""
-    labels = [int(y) for y in labels]
-    doses = [int(d) for d in doses]
-    rows = []
-    for dose in sorted({d for d, y in zip(doses, labels) if y == 1}):
-        index = [i for i, (d, y) in enumerate(zip(doses, labels)) if y == 0 or d == dose]
-        rows += [{**r, "dose": dose} for r in rows_of(index) if keep is None or keep(r)]
-    return rows
+    return _rows_per_group("dose", labels, [int(d) for d in doses], rows_of, keep)
 
 
 def rows_per_form(
     labels: Sequence, forms: Sequence, rows_of: Callable[[list[int]], list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """The per-form rows of a run with `inject.form: rephrased`: for each form f the members were trained
-    in (verbatim, rephrased), the rows `rows_of(index)` computes on the members of form f and all the
-    non-members (in their order), each with `"form": f`. `forms`: each sample's form ("" for a
-    non-member)."""
+    """The per-form rows of a run with `inject.form: rephrased`, as `rows_per_dose` with each member's
+    form (verbatim, rephrased; "" for a non-member) for its dose."""
+    return _rows_per_group("form", labels, forms, rows_of)
+
+
+def _rows_per_group(
+    name: str, labels: Sequence, groups: Sequence, rows_of, keep=None
+) -> list[dict[str, Any]]:
     labels = [int(y) for y in labels]
     rows = []
-    for form in sorted({f for f, y in zip(forms, labels) if y == 1}):
-        index = [i for i, (f, y) in enumerate(zip(forms, labels)) if y == 0 or f == form]
-        rows += [{**r, "form": form} for r in rows_of(index)]
+    for group in sorted({g for g, y in zip(groups, labels) if y == 1}):
+        index = [i for i, (g, y) in enumerate(zip(groups, labels)) if y == 0 or g == group]
+        rows += [{**r, name: group} for r in rows_of(index) if keep is None or keep(r)]
     return rows
 
 
@@ -169,9 +165,8 @@ def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in without_dose(rows) if r.get("evaluation") == "detection" and column_of(r) is not None]
 
 
-DoseTable = dict[
-    int, dict[str, dict[int, dict[str, float | None]]]
-]  # step -> column -> dose -> metric -> value
+# step -> column -> dose -> metric -> value
+DoseTable = dict[int, dict[str, dict[int, dict[str, float | None]]]]
 
 
 def dose_table(rows: list[dict[str, Any]], evaluation: str = "detection") -> DoseTable:
@@ -232,13 +227,12 @@ def largest_n_only(table: Table) -> Table:
         family, _, n = column.partition("@n=")
         if _by_n(column):
             largest[epoch, family] = max(largest.get((epoch, family), 0), int(n))
-    keep = {}
-    for (epoch, column), metrics in table.items():
+
+    def kept(epoch: float, column: str) -> bool:
         family, _, n = column.partition("@n=")
-        if _by_n(column) and int(n) != largest[epoch, family]:
-            continue
-        keep[epoch, column] = metrics
-    return keep
+        return not _by_n(column) or int(n) == largest[epoch, family]
+
+    return {key: metrics for key, metrics in table.items() if kept(*key)}
 
 
 DELAY_LEVELS = (0.5, 0.8)

@@ -1,31 +1,15 @@
 """The run directory: every stage reads what the previous one wrote here, so each can be re-run alone.
 
-    <run>/recipe.yaml              the resolved recipe
-    <run>/manifest.json            member / non-member ids, seeds, data hashes (the ground truth), and the
-                                   provenance of each training process: thread count, library versions
-    <run>/mixture.json             what the training stream holds (tokens per source, achieved ratio)
-    <run>/checkpoints/checkpoint-N HF Trainer checkpoints (adapter or full weights)
-    <run>/results.jsonl            one metric a line (see `append_results`)
-    <run>/scores/step-N/<evaluation>.jsonl   per-sample scores
-    <run>/variants.jsonl           SrDetection's variant sets, see leaklab.perturb.store
-    <run>/variants_summary.json    how many variants were built and verified, and why some are missing
-    <run>/cache/generations/       greedy continuations per model fingerprint (leaklab.signals.continuations)
-    <run>/cache/executions/        sandbox verdicts of generated programs, per model fingerprint
-    <run>/report/                  markdown, CSV and PNG built from the files above
-
-A result row is `{"step", "epoch", "evaluation", "detector", "params", "column", "metric", "value", ...}`:
-`detector` is the family (e.g. "srdetection_gray"), `params` its parameters ({"n": 10}), `column` the
-display name ("srdetection_gray@n=10"); rows that belong to no detector (training loss, done markers)
-have `detector` and `column` null.
-
-Writes are atomic: whole files go through a temporary file and `os.replace`; result rows are appended
-with one `write` per batch, a torn tail left by a crash is cut off before the next append, and rows
-whose key is already present are skipped, so re-running never duplicates a row.
+What each file holds (recipe.yaml, manifest.json, mixture.json, checkpoints/, results.jsonl, scores/,
+the variant sets, the caches, report/): docs/outputs.md#what-a-run-writes. Writes are atomic (a
+temporary file and `os.replace`; rows appended in one `write`, a torn tail cut before the next append,
+rows already present skipped), so re-running never tears or duplicates anything.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -141,14 +125,10 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-_warned: set[str] = set()
-
-
+@functools.cache
 def _warn_once(message: str) -> None:
     """A damaged line is read many times per command; say so once per process."""
-    if message not in _warned:
-        _warned.add(message)
-        print(f"leaklab: warning: {message}", file=sys.stderr)
+    print(f"leaklab: warning: {message}", file=sys.stderr)
 
 
 def _repair_tail(path: Path) -> None:
@@ -189,29 +169,28 @@ def append_rows(path: str | Path, rows: Iterable[dict[str, Any]], key=row_key) -
     # The lock is taken on the file itself (created here as open() would, under the umask): no lock file
     # appears beside the run's files.
     with locked(path):
-        return _append_unlocked(path, rows, key)
-
-
-def _append_unlocked(path: Path, rows: Iterable[dict[str, Any]], key) -> int:
-    _repair_tail(path)
-    seen = {key(r) for r in read_rows(path)}
-    fresh = []
-    for row in rows:
-        k = key(row)
-        if k in seen:
-            continue
-        seen.add(k)
-        fresh.append(json.dumps(row, default=_jsonable) + "\n")
-    if fresh:
-        with path.open("ab") as f:
-            f.write("".join(fresh).encode())
-            f.flush()
-            os.fsync(f.fileno())
-    return len(fresh)
+        _repair_tail(path)
+        seen = {key(r) for r in read_rows(path)}
+        fresh = []
+        for row in rows:
+            if key(row) not in seen:
+                seen.add(key(row))
+                fresh.append(json.dumps(row, default=_jsonable) + "\n")
+        if fresh:
+            with path.open("ab") as f:
+                f.write("".join(fresh).encode())
+                f.flush()
+                os.fsync(f.fileno())
+        return len(fresh)
 
 
 def text_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _in_root(name: str) -> property:
+    """A path inside the run directory (or evaluation folder), as an attribute: `run.results`."""
+    return property(lambda self: self.root / name)
 
 
 class RunDir:
@@ -225,66 +204,35 @@ class RunDir:
         in_run = self.root.parent.name == EVALUATIONS_DIR and (above / "recipe.yaml").exists()
         self.training_root = above if in_run else self.root  # where the checkpoints are
 
-    @property
-    def recipe(self) -> Path:
-        return self.root / "recipe.yaml"
-
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def mixture(self) -> Path:
-        return self.root / "mixture.json"
+    recipe = _in_root("recipe.yaml")
+    manifest = _in_root("manifest.json")
+    mixture = _in_root("mixture.json")
+    # The settings each evaluation's rows in results.jsonl were computed with (leaklab.evaluate).
+    evaluation_settings = _in_root("evaluations.json")
+    results = _in_root("results.jsonl")
+    report = _in_root("report")
+    variants = _in_root("variants.jsonl")
+    variants_summary = _in_root("variants_summary.json")
+    generation_cache = _in_root("cache/generations")
+    execution_cache = _in_root("cache/executions")
 
     @property
     def checkpoints(self) -> Path:
         return self.training_root / "checkpoints"
 
-    @property
-    def evaluation_settings(self) -> Path:
-        """The settings each evaluation's rows in results.jsonl were computed with (leaklab.evaluate)."""
-        return self.root / "evaluations.json"
-
     def evaluation_folder(self, name: str) -> Path:
         return self.root / EVALUATIONS_DIR / name
-
-    @property
-    def results(self) -> Path:
-        return self.root / "results.jsonl"
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def variants(self) -> Path:
-        return self.root / "variants.jsonl"
-
-    @property
-    def variants_summary(self) -> Path:
-        return self.root / "variants_summary.json"
-
-    @property
-    def generation_cache(self) -> Path:
-        return self.root / "cache" / "generations"
-
-    @property
-    def execution_cache(self) -> Path:
-        return self.root / "cache" / "executions"
 
     def scores(self, step: int, evaluation: str) -> Path:
         return self.root / "scores" / f"step-{step}" / f"{evaluation}.jsonl"
 
     def checkpoint_dirs(self) -> list[tuple[int, Path]]:
         """(step, path) of every complete HF checkpoint, oldest first."""
-        found = []
-        if self.checkpoints.is_dir():
-            for p in self.checkpoints.glob("checkpoint-*"):
-                suffix = p.name.split("-")[-1]
-                if suffix.isdigit() and (p / "trainer_state.json").exists():
-                    found.append((int(suffix), p))
-        return sorted(found)
+        return sorted(
+            (int(p.name.removeprefix("checkpoint-")), p)
+            for p in self.checkpoints.glob("checkpoint-*")  # none when the folder is missing
+            if p.name.removeprefix("checkpoint-").isdigit() and (p / "trainer_state.json").exists()
+        )
 
     def append_results(self, rows: Iterable[dict[str, Any]]) -> int:
         return append_rows(self.results, rows)
@@ -384,13 +332,19 @@ def member_doses(run_dir: str | Path) -> dict[str, int]:
     }
 
 
-def environment_info() -> dict[str, Any]:
+def _versions(packages: Iterable[str]) -> dict[str, str | None]:
+    """package -> its installed version (None: not installed)."""
     versions = {}
-    for package in ("leaklab", "torch", "transformers", "peft", "trl", "accelerate", "datasets"):
+    for package in packages:
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    return versions
+
+
+def environment_info() -> dict[str, Any]:
+    versions = _versions(("leaklab", "torch", "transformers", "peft", "trl", "accelerate", "datasets"))
     try:
         git = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent, timeout=5
@@ -412,12 +366,7 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "nu
 
 def provenance() -> dict[str, Any]:
     """The thread count and library versions of this process, as the manifest records them."""
-    versions = {}
-    for package in PROVENANCE_PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
+    versions = _versions(PROVENANCE_PACKAGES)
     torch = sys.modules.get("torch")  # not imported here: a run that trains has it loaded already
     threads = torch.get_num_threads() if torch is not None else None
     return {"cpu_threads": threads, "python": platform.python_version(), "versions": versions}
@@ -444,12 +393,9 @@ def check_or_write_run_files(
     manifest: dict[str, Any],
     identity_changes: Callable[[Path], list[str]] | None = None,
 ) -> None:
-    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist it is the same run.
-
-    The same run means the same training (`recipe.run_identity`): `identity_changes(old recipe.yaml)`
-    lists what differs from the recipe being run ('key: old -> new'), and evaluation settings are not
-    among it, so the same run with other detectors passes. recipe_yaml / run_hash: `recipe.to_yaml(r)`
-    and `recipe.run_hash(r)` (passed in, so this module stays below the recipe module)."""
+    """Write recipe.yaml / manifest.json for a new run; for an existing one, insist it is the same run:
+    the same manifest and the same training (`identity_changes(old recipe.yaml)`, 'key: old -> new'
+    lines, names none). The recipe's text and hash are passed in, so this module stays below recipe."""
     old = read_json(run.manifest) if run.manifest.exists() else None
     if old is not None:
         # The provenance (threads, versions) is not the run's identity: a resume may differ there.

@@ -1,31 +1,14 @@
 """Checkpoint selection by the accuracy–MRI trade-off (Memorize or generalize?, §3.3, §5.2, Table 2).
 
     points = checkpoint_points(rows, side="non_members")   # accuracy, MRI, validation loss / reward
-    sel = select(points, tolerance=0.05, stage="sft")        # front, stages, recommendation + why
-    write_selection(run_dir, sel)                            # <run>/selection.json
+    sel = select(points, tolerance=0.05, stage="sft")        # front, stages, both rules + why
 
-Per trained checkpoint (step > 0; the base model is shown, never recommended):
-  accuracy    the mri evaluation's acc_ori on `side`, else the accuracy evaluation's pass@1
-  mri         MRI on `side`; when the competence rule made it N/A, the unchecked value, flagged
-  val_loss    the training rows' eval_loss at that step (the sft stage's loss on non-members)
-  val_reward  the binary all-tests-pass reward averaged over the held-out split: the non-members'
-              pass@1 (the accuracy evaluation's, else the mri evaluation's acc_ori), whatever `side`
-Two rules, named apart:
-  paper (`paper_checkpoint`, the checkpoint the paper evaluates, §3.3): sft / cpt: Best-Val, the
-            checkpoint immediately before the validation loss first rises ("the epoch immediately prior
-            to observed overfitting", App. J.1.1, Table 22; the last one if it never rises; without a
-            logged loss, the highest accuracy); rl: the highest validation reward (the earlier on a tie).
-            This is what reproduces the paper's numbers.
-  practitioner (`recommended`, §5.2's advice, not the paper's own selection): sft / cpt: among
-            checkpoints "comparable" to the best one (validation loss within `tolerance` (relative) of
-            the lowest, or accuracy within `tolerance` (absolute) of the highest when no loss was logged),
-            prefer the lower MRI (then the higher accuracy, then the earlier step); rl: the paper's.
-The accuracy–MRI Pareto front (no other checkpoint with accuracy >= and MRI <=, one of them strictly)
-is reported beside it. Stages as in Table 2: Early = the first trained checkpoint, Best-Val = the
-paper's checkpoint above, Late = the last checkpoint.
-
-The default side is non_members: the paper evaluates on the held-out test split; members (what was
-trained on) are the leak leaklab can see, selectable with `side`.
+Two rules, named apart: `paper_checkpoint` (§3.3: sft / cpt, Best-Val, the checkpoint right before the
+validation loss first rises, App. J.1.1; rl, the highest validation reward, the non-members' pass@1) and
+`recommended` (§5.2's practitioner advice: the lowest MRI among checkpoints whose validation loss, or
+accuracy without one, is within `tolerance` of the best; rl: the paper's). Stages as in Table 2: Early,
+Best-Val, Late. The base model (step 0) is shown, never chosen. See
+docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri.
 """
 
 from __future__ import annotations
@@ -207,15 +190,8 @@ def run_stage(run_dir: str | Path) -> str:
     return stage_of(yaml.safe_load(path.read_text()) if path.exists() else None)
 
 
-def write_selection(run_dir: str | Path, sel: Selection) -> Path:
-    path = Path(run_dir) / SELECTION_FILE
-    write_json(path, asdict(sel))
-    return path
-
-
 def describe(sel: Selection) -> str:
     lines = [f"checkpoints ({sel.side}; * on the accuracy–MRI front, criterion {sel.criterion}):"]
-    names = {step: name for name, step in sel.stages.items()}
     by_reward = sel.criterion == "val_reward"
     lines.append(
         f"  {'step':>7} {'accuracy':>9} {'MRI':>8} {'val_reward' if by_reward else 'val_loss':>9}  stage"
@@ -226,7 +202,7 @@ def describe(sel: Selection) -> str:
         val = p.val_reward if by_reward else p.val_loss
         loss = "–" if val is None else f"{val:.4f}"
         star = "*" if p.step in sel.front else " "
-        stage = ", ".join(n for n, s in sel.stages.items() if s == p.step) or names.get(p.step, "")
+        stage = ", ".join(n for n, s in sel.stages.items() if s == p.step)
         lines.append(f" {star}{p.step:>7} {acc:>9} {mri:>9} {loss:>9}  {stage}")
     if any(p.mri_unchecked for p in sel.points):
         lines.append("  † below the competence rule: MRI shown without it")
@@ -250,5 +226,5 @@ def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float 
     stage = run_stage(run.training_root)
     sel = select(checkpoint_points(run.results_rows(), side), tolerance, side, stage)
     if sel.recommended is not None:
-        write_selection(run.root, sel)
+        write_json(run.root / SELECTION_FILE, asdict(sel))
     return sel

@@ -1,20 +1,9 @@
-"""`leaklab sweep`: a grid of runs from one recipe, run here one after another or as a Slurm job array.
+"""`leaklab sweep`: a grid of runs from one recipe, run here one after another or as a Slurm job array,
+and `leaklab compare SWEEP_DIR`: mean and 95% t-interval over seeds per grid point and detector.
 
-    leaklab sweep recipe=tiny_cpt mix.ratio=1:1,1:5,1:10 train.epochs=1,3,5 seeds=0,1,2 --local
-    leaklab sweep recipe=apps_cpt mix.ratio=1:1,1:5,1:10 seeds=0,1,2 --slurm [--gpus 8] [--time 24:00:00]
-    leaklab compare SWEEP_DIR          # mean and 95% t-interval over seeds, per grid point and detector
-
-A `key=a,b,c` argument is an axis; `key=value` (or a YAML list, `evaluate.detectors=[ppl,zlib]`) applies to
-every run. `seeds=0,1,2` sets `seed`, `train.seed` and `mix.seed` together (the member split, data.seed,
-stays fixed so that every run injects the same members, and so do the evaluation's seeds: each is passed
-at its value without the sweep's seed, `pinned_seeds`; make `data.seed=0,1` an axis to vary it).
-
-The sweep directory (`--out`, default `<output_dir>/sweeps/<recipe>-<hash of the grid>`) holds
-`sweep.json` (the grid and every run's overrides) and `runs/<run name>/`, one ordinary run directory per
-grid point; every run carries `tracking.wandb.group=<sweep name>`. Every grid point is validated before
-any run starts (a bad value exits 2 naming the key and the value). A directory holding another sweep is
-refused, and so is a second `--local` process on the same sweep while one runs; running the same sweep
-command again resumes it (finished runs are skipped by the training's own resume).
+The sweep directory holds sweep.json (the grid and every run's overrides) and runs/<run name>/, one
+ordinary run directory per grid point. A seeds axis varies the training's randomness only: the member
+split and the evaluation's seeds stay pinned (`pinned_seeds`). Usage and guarantees: docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -91,9 +80,7 @@ def parse_sweep_args(argv: list[str]) -> dict[str, Any]:
                 recipe = raw
                 continue
             values = split_values(raw)
-            if key == "seeds":
-                axes["seeds"] = values
-            elif len(values) > 1:
+            if key == "seeds" or len(values) > 1:
                 axes[key] = values
             else:
                 fixed.append(arg)
@@ -147,25 +134,21 @@ def grid_id(spec: dict[str, Any]) -> str:
 def validate(spec: dict[str, Any]) -> None:
     """Every axis value alone, then every grid point, through the recipe loader: a bad value exits 2
     with the key and the value before any run starts."""
-    base = spec["fixed"]
-    try:
-        load_recipe(spec["recipe"], base)
-    except RecipeError as err:
-        raise InputError(f"sweep: {err.problems[0]}") from None
+
+    def load(overrides: list[str], where: str) -> None:
+        try:
+            load_recipe(spec["recipe"], [*spec["fixed"], *overrides])
+        except RecipeError as err:
+            raise InputError(f"sweep: {where}{err.problems[0]}") from None
+
+    load([], "")
     pinned = pinned_seeds(spec)
     for key, values in spec["axes"].items():
         for value in values:
-            overrides = point_overrides({key: value}, pinned)
-            try:
-                load_recipe(spec["recipe"], [*base, *overrides])
-            except RecipeError as err:
-                raise InputError(f"sweep: {key}={value}: {err.problems[0]}") from None
+            load(point_overrides({key: value}, pinned), f"{key}={value}: ")
     for point in expand(spec):
-        try:
-            load_recipe(spec["recipe"], [*base, *point_overrides(point, pinned)])
-        except RecipeError as err:
-            combo = " ".join(f"{k}={v}" for k, v in point.items())
-            raise InputError(f"sweep: the combination {combo}: {err.problems[0]}") from None
+        combo = " ".join(f"{k}={v}" for k, v in point.items())
+        load(point_overrides(point, pinned), f"the combination {combo}: ")
 
 
 # --------------------------------------------------------------------------- the sweep directory
@@ -321,10 +304,6 @@ def command(argv: list[str], log=print) -> int:
 # --------------------------------------------------------------------------- compare a sweep
 
 
-def is_sweep(path: str | Path) -> bool:
-    return (Path(path) / "sweep.json").is_file()
-
-
 def last_detection(run_dir: str | Path) -> dict[str, dict[str, float]]:
     """column -> metric -> value at the run's last evaluated checkpoint (detection rows)."""
     rows = detection_rows(read_rows(Path(run_dir) / "results.jsonl"))
@@ -341,12 +320,9 @@ def last_detection(run_dir: str | Path) -> dict[str, dict[str, float]]:
 
 def t_quantile(df: int) -> float:
     """The 97.5% point of Student's t (two-sided 95% interval of a mean)."""
-    try:
-        from scipy.stats import t
+    from scipy.stats import t  # scipy comes with scikit-learn
 
-        return float(t.ppf(0.975, df))
-    except ImportError:  # scipy comes with scikit-learn; the normal value is the large-df limit
-        return 1.96
+    return float(t.ppf(0.975, df))
 
 
 # The sweep's interval: a Student-t interval of the mean over seeds, which assumes the seeds' values are
@@ -480,7 +456,7 @@ def positional_args(argv: list[str], takes_value: tuple[str, ...]) -> list[str]:
 def compare_command(argv: list[str]) -> int:
     """`leaklab compare`: a sweep directory gets the seed-pooled summary; run directories go as before."""
     dirs = positional_args(argv, takes_value=("--out", "--step"))
-    if len(dirs) == 1 and is_sweep(dirs[0]):
+    if len(dirs) == 1 and (Path(dirs[0]) / "sweep.json").is_file():
         out = argv[argv.index("--out") + 1] if "--out" in argv[:-1] else None
         return compare_sweep(dirs[0], out)
 

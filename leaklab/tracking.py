@@ -1,15 +1,10 @@
 """Experiment tracking: W&B (offline unless the recipe says otherwise) next to the local files.
 
-The local files (`results.jsonl`, `scores/`) are the record; W&B is a view of them. Runs are offline by
-default so nothing reaches the network; `wandb sync <run>/wandb/offline-run-*` uploads them later.
-The W&B run id is kept in the run directory, so a resumed run continues the same W&B run. Metrics are
-logged against `train/global_step`, the same step axis the HF Trainer uses for the training loss.
-
-Offline, W&B cannot resume: every start writes a new `offline-run-*` directory whose history begins again
-at _step 0, and `wandb sync` of several of them does not merge them (wandb/wandb#3841). So a resumed
-offline run keeps one directory: the earlier ones move to `wandb/superseded/` (kept, not synced by
-`wandb sync <run>/wandb/offline-run-*`), and the new one first replays every row of results.jsonl, so it
-holds the whole history.
+The local files (results.jsonl, scores/) are the record; W&B is a view of them, logged against
+`train/global_step` like the Trainer's loss, under a run id kept in the run directory. Offline W&B
+cannot resume (every start is a new `offline-run-*` from _step 0, and `wandb sync` does not merge them:
+wandb/wandb#3841), so a resumed offline run moves its earlier directories to wandb/superseded/ and
+replays results.jsonl into the new one, which then holds the whole history.
 """
 
 from __future__ import annotations
@@ -38,10 +33,8 @@ def start(recipe: Recipe, run_dir: Path, is_main_process: bool = True):
     if not is_main_process or not cfg.enabled or cfg.mode == "disabled":
         os.environ["WANDB_DISABLED"] = "true"
         return None
-    try:
-        import wandb
-    except ImportError:
-        return None
+    import wandb
+
     os.environ.setdefault("WANDB_SILENT", "true")
     id_file = run_dir / "wandb_id.txt"
     run_id = id_file.read_text().strip() if id_file.exists() else _new_run_id()
@@ -181,10 +174,7 @@ def log_leaderboard(board: dict[str, Any], root: Path, cfg) -> Path | None:
     Returns the W&B run's directory; None when W&B is off (`cfg`: the recipe's tracking.wandb)."""
     if not cfg.enabled or cfg.mode == "disabled":
         return None
-    try:
-        import wandb
-    except ImportError:
-        return None
+    import wandb
 
     metrics = ("auroc", "auroc_ci_low", "auroc_ci_high", "tpr@1%fpr", "tpr@1%fpr_ci_low", "tpr@1%fpr_ci_high")
     cells = wandb.Table(columns=["cell", "detector", *metrics])
