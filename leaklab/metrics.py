@@ -55,9 +55,7 @@ def _binary_from_counts(tp, fp, fn, tn) -> dict[str, np.ndarray]:
 def binary_metrics(labels, predictions) -> dict[str, float]:
     """Accuracy, macro precision / recall / F1 and member-class precision / recall of 0/1 decisions."""
     y = np.asarray(labels).astype(bool)
-    p = np.asarray(predictions).astype(bool)
-    counts = (np.sum(y & p), np.sum(~y & p), np.sum(y & ~p), np.sum(~y & ~p))
-    return {k: float(v) for k, v in _binary_from_counts(*counts).items()}
+    return {k: float(v) for k, v in _binary_draws(y, predictions, np.ones(len(y))).items()}
 
 
 def _candidates(scores: np.ndarray) -> np.ndarray:
@@ -170,8 +168,7 @@ def detection_metrics(
         "n_nan": float(np.isnan(raw).sum()),
         "auroc": auroc(s, y),
     }
-    for name, level in FPR_LEVELS.items():
-        out[name] = tpr_at_fpr(s, y, level)
+    out.update({name: tpr_at_fpr(s, y, level) for name, level in FPR_LEVELS.items()})
 
     decisions, thresholds = cv_decisions(s, y, folds=cv_folds, seed=seed)
     if decisions is None:
