@@ -502,17 +502,13 @@ def _delay_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     delays = detection_delays(rows)
     if not delays:
         return None
-    table_rows = []
-    for column in ordered(delays):
-        cells = [
-            "not reached"
-            if s is None
-            else "before training (step 0)"
-            if s == 0
-            else f"step {s} (epoch {run.epoch_of(s):g})"
-            for s in delays[column]
-        ]
-        table_rows.append([display_name(column), *cells])
+
+    def reached(s: int | None) -> str:
+        if s is None:
+            return "not reached"
+        return "before training (step 0)" if s == 0 else f"step {s} (epoch {run.epoch_of(s):g})"
+
+    table_rows = [[display_name(column), *map(reached, delays[column])] for column in ordered(delays)]
     return Table(
         "Detection delay",
         ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
