@@ -134,10 +134,8 @@ def _names(runs: list[RunData]) -> list[str]:
 
 def _chosen_step(run: RunData, step: str) -> int | None:
     steps = run.steps()
-    if not steps:
-        return None
     if step == "last":
-        return steps[-1]
+        return steps[-1] if steps else None
     return int(step) if int(step) in steps else None
 
 
