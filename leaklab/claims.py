@@ -1,15 +1,9 @@
 """Claims: several `leaklab evaluate RUN_DIR` workers share one run, one (checkpoint, evaluation) each.
 
-A worker claims a piece of work by creating `<run>/claims/step-<N>.<evaluation>.claim` with O_EXCL: the
-file system lets exactly one create succeed, on one machine or on a shared (NFS) directory that Slurm
-array tasks see. The holder touches the file every `heartbeat_s` from a background thread; a claim whose
-file has not been touched for `stale_s` belongs to a worker that died (killed job, lost node) and is
-taken over. Takeovers are decided under an exclusive lock (`claims/.lock`) so two workers never both
-replace one stale claim; a claim is released (its file removed) once its rows are in results.jsonl.
-
-The claim only prevents duplicated work. Rows stay correct without it: `rundir.append_rows` appends
-under a lock and skips rows whose key is already present, so even a holder wrongly judged dead (a
-machine frozen longer than `stale_s`) and its successor write each row once.
+A claim file created with O_EXCL (one create succeeds, NFS included) marks the work taken; its holder
+touches it every `heartbeat_s`, and one untouched for `stale_s` is taken over, under `claims/.lock`. The
+claim only saves duplicated work: `rundir.append_rows` writes each row once whatever happens. See
+docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -57,7 +51,7 @@ class Claim:
 
     def still_mine(self) -> bool:
         """False once another worker took the claim over (this worker was judged dead)."""
-        return _token_of(self.path) == self.token
+        return _holder(self.path).get("token") == self.token
 
     def release(self) -> None:
         self._stop.set()
@@ -74,11 +68,13 @@ class Claim:
         self.release()
 
 
-def _token_of(path: Path) -> str | None:
+def _holder(path: Path) -> dict:
+    """The claim file's holder; {} when missing, or caught between create and write (so not ours)."""
     try:
-        return json.loads(path.read_text()).get("token")
-    except (OSError, ValueError, AttributeError):
-        return None  # missing, or caught between create and write: unreadable counts as not ours
+        holder = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return holder if isinstance(holder, dict) else {}
 
 
 def _create(path: Path, heartbeat_s: float) -> Claim | None:
@@ -93,10 +89,10 @@ def _create(path: Path, heartbeat_s: float) -> Claim | None:
     return Claim(path, token, heartbeat_s)
 
 
-def is_stale(path: Path, stale_s: float, now: float | None = None) -> bool:
+def is_stale(path: Path, stale_s: float) -> bool:
     """True when the claim's heartbeat is older than `stale_s` (False when the file is gone)."""
     try:
-        age = (time.time() if now is None else now) - path.stat().st_mtime
+        age = time.time() - path.stat().st_mtime
     except FileNotFoundError:
         return False
     return age > stale_s
@@ -120,10 +116,7 @@ def try_claim(
     with locked(path.parent / ".lock"):
         if not is_stale(path, stale_s):
             return _create(path, heartbeat_s)  # released meanwhile: free to claim; taken: None
-        try:
-            holder = json.loads(path.read_text())
-        except (OSError, ValueError):
-            holder = {}
+        holder = _holder(path)
         path.unlink(missing_ok=True)
         log(
             f"[leaklab] {path.name}: taking over the claim of {holder.get('host', '?')} "

@@ -1,35 +1,10 @@
 """The study's leaderboard: detectors x conditions on known ground truth, and the pre-registered findings.
 
-Every number is computed here from the per-sample scores of each run's last evaluated checkpoint
-(<run>/scores/step-N/detection.jsonl), so that every cell is resampled the same way:
-  - a cell is one run (or, in a run with several exposure doses, the members of one dose against all the
-    non-members: `dose@16`); per detector its AUROC and TPR at 1% FPR, each with a bootstrap 95% interval
-    (members and non-members resampled apart, `metrics.resample_weights`, the report's own resample);
-  - per cell the best detector, and whether its lead over the second is significant: the difference of
-    their AUROCs on the same resamples (paired), significant when its interval lies above 0;
-  - per detector its detection dose, the smallest dose whose AUROC interval lies above 0.5 (inf when none
-    does); for a rule detector the smallest dose whose members' flag rate interval lies above the
-    non-members' flag rate;
-  - the control condition (`control:` in the study, no member trained): every interval, and each rule's
-    flag rate against its nominal level (`nominal_levels:`);
-  - each finding: its statistic with a bootstrap interval and the verdict of its pre-registered criterion.
-
-Finding kinds (the study file's `findings:`; `expect` is `greater` or `less`, `than` a number):
-  difference   AUROC of `detector` in cell `a` minus in cell `b` (paired when both score the same texts)
-  versus_best  AUROC of `detector` in `cell` minus the best other score column there (paired)
-  chance       how many of the control condition's AUROC intervals exclude 0.5 (expect: equal, than 0)
-  chance_holm  how many of the control condition's (cell, detector) AUROCs differ from 0.5 at a
-               family-wise 5% level: each one's two-sided Mann-Whitney p-value, Holm-adjusted over all
-               of them (expect: equal, than 0). At 95% each, some of dozens of intervals exclude 0.5 by
-               chance alone; this says which exclusions survive the multiplicity
-  p_value      a set-level test's p-value in run `a` minus in run `b` (`test`: "column:set", e.g.
-               "sharded_likelihood:members"); a p-value is its own test, so the statistic has no interval
-Cells: a run's name (`dilution/1_8`), a dose group (`dose@16`, `dose@max`, `dose@min`), a form group of a
-run with `inject.form: rephrased` (`rephrased@verbatim`, `rephrased@rephrased`), a window group of a run
-with `inject.windows` (`timing@early`, `timing@late`).
-Verdict: "reproduced" when the interval lies on the claimed side of `than`, "not reproduced" when it
-lies entirely on the other side, "inconclusive" when it contains `than`; "not measured" when a cell is
-missing (a failed or absent condition), with the reason.
+Every number is computed here from the per-sample scores of each run's last evaluated checkpoint, every
+cell resampled the same way (members and non-members apart, `metrics.resample_weights`): each cell's
+AUROC and TPR at 1% FPR with intervals, its best detector, each detector's detection dose, the control
+condition, and each finding's statistic and verdict. See docs/study.md#what-the-leaderboard-holds and
+docs/study.md#findings-pre-registered (the finding kinds and verdicts).
 """
 
 from __future__ import annotations
@@ -45,9 +20,9 @@ from leaklab.metrics import (
     auroc_chance_pvalue,
     flag_rates,
     holm_adjusted,
+    leak_rate,
     percentile_intervals,
     resample_weights,
-    resampled_mean,
     threshold_free_draws,
     tpr_at_fpr,
 )
@@ -68,12 +43,11 @@ LEAK = ":leak"
 
 def scored_steps(run_dir: str | Path) -> dict[int, Path]:
     """step -> the file of the run's per-sample detection scores at that step."""
-    steps = {}
-    for path in (Path(run_dir) / "scores").glob("step-*/detection.jsonl"):
-        suffix = path.parent.name.split("-")[-1]
-        if suffix.isdigit():
-            steps[int(suffix)] = path
-    return steps
+    paths = {
+        p.parent.name.removeprefix("step-"): p
+        for p in (Path(run_dir) / "scores").glob("step-*/detection.jsonl")
+    }
+    return {int(step): path for step, path in paths.items() if step.isdigit()}
 
 
 def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,13 +68,10 @@ def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """The run's cell, and with several doses one cell per dose (its members against every non-member);
-    in a run with `inject.form: rephrased` one cell per form group (`rephrased@verbatim`,
-    `rephrased@rephrased`: the members trained in that form against every non-member), and with
-    `inject.windows` one cell per window group (`timing@early`, `timing@late`). A run scored at
-    step 0 as well (`evaluate.base_model: true`) adds `<run>@base`: the model the run started from (the
-    untrained model; for RL the checkpoint it starts from) on the same texts, so that a split the
-    starting model already tells apart is seen as the split's, not the training's."""
+    """The run's cell, and one per group of its members against every non-member: per dose (`dose@16`,
+    with several doses), form (`rephrased@verbatim`) and window (`timing@early`). A run also scored at
+    step 0 adds `<run>@base`, the model it started from on the same texts, so that a split the starting
+    model already tells apart is seen as the split's, not the training's."""
     steps = scored_steps(run_dir)
     if not steps:
         return {}
@@ -110,26 +81,17 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     cells = {name: {**make_cell(records), "step": step, "tests": tests}}
     if step > 0 and 0 in steps:
         cells[f"{name}@base"] = {**make_cell(read_rows(steps[0])), "step": 0, "run": name, "base": True}
+    # Groups of members within one run, each against every non-member: the manifest maps task id -> group.
     manifest = read_json(Path(run_dir) / "manifest.json")
-    doses = manifest.get("doses") or {}
-    if len(set(doses.values())) > 1:
-        for dose in sorted(set(doses.values())):
-            chosen = [r for r in records if not r["label"] or doses.get(r["task_id"]) == dose]
-            cell = make_cell(chosen)
-            cells[f"{name}@{dose}"] = {
-                **cell,
-                "step": step,
-                "dose": dose,
-                "run": name,
-                "tests": dose_tests(cell),
-            }
-    # Groups of members within one run (forms: "form"; window groups: "window"), each against every
-    # non-member: the manifest's mapping of task id -> group.
-    for key, kind in (("forms", "form"), ("windows", "window")):
+    for key, kind in (("doses", "dose"), ("forms", "form"), ("windows", "window")):
         group_of = manifest.get(key) or {}
+        if kind == "dose" and len(set(group_of.values())) < 2:
+            continue  # one dose: the run's own cell
         for group in sorted(set(group_of.values())):
             chosen = [r for r in records if not r["label"] or group_of.get(r["task_id"]) == group]
             cells[f"{name}@{group}"] = {**make_cell(chosen), "step": step, kind: group, "run": name}
+            if kind == "dose":
+                cells[f"{name}@{group}"]["tests"] = dose_tests(cells[f"{name}@{group}"])
     return cells
 
 
@@ -157,10 +119,8 @@ def tests_by_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None
 
 
 def dose_tests(cell: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """The set-level tests that read per-sample scores (dataset inference on every score column,
-    CoDeC's and PaCoST's tests on theirs) on one dose's members against all the non-members, computed
-    by the detection evaluation's own functions: each test at every dose. (The sharded test reads the
-    model, not the scores: it has no per-dose cell.)"""
+    """The set-level tests that read per-sample scores (dataset inference, CoDeC's and PaCoST's tests) on
+    one dose's cell, by the detection evaluation's own functions (the sharded test reads the model: none)."""
     from leaklab.dataset_tests.rows import dataset_test_rows
     from leaklab.evaluations.detection import BLIND, dataset_inference_rows
 
@@ -231,9 +191,8 @@ def measure(plan: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
     best: dict[str, dict[str, Any]] = {}
     for label, cell in cells.items():
         weights = weights_for(cell)
-        stats = {c: cell_stats(cell, c, weights) for c in cell["columns"]}
-        table[label] = stats
-        best[label] = best_of(cell, stats, weights)
+        table[label] = {c: cell_stats(cell, c, weights) for c in cell["columns"]}
+        best[label] = best_of(cell, table[label], weights)
     return {
         "cells": cells,
         "table": table,
@@ -315,16 +274,15 @@ def control_report(
                 }
             )
         for column, flags in cell["flags"].items():
-            # One group: no sample was trained on here, so every flag is a false positive.
-            weights = resample_weights([np.arange(len(flags))], len(flags), n=N_BOOTSTRAP, seed=SEED)
-            interval = percentile_intervals({"rate": resampled_mean(weights, flags.astype(float))})
+            # No sample was trained on here, so every flag is a false positive: the rate of one group.
+            rate = leak_rate(flags, n_bootstrap=N_BOOTSTRAP, seed=SEED)
             out["flag_rates"].append(
                 {
                     "cell": label,
                     "column": column,
-                    "flag_rate": float(flags.mean()),
-                    "ci_low": interval["rate_ci_low"],
-                    "ci_high": interval["rate_ci_high"],
+                    "flag_rate": rate["leak_rate"],
+                    "ci_low": rate["leak_rate_ci_low"],
+                    "ci_high": rate["leak_rate_ci_high"],
                     "nominal": nominal.get(column.partition("@")[0]),
                 }
             )
@@ -404,7 +362,7 @@ def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[s
 
 
 def verdict(finding: dict[str, Any], low: float, high: float) -> str:
-    """The pre-registered criterion (see the module doc) on the statistic's interval."""
+    """The pre-registered criterion on the statistic's interval (docs/study.md#findings-pre-registered)."""
     than, expect = float(finding.get("than", 0)), finding.get("expect", "greater")
     if expect == "equal":
         return "reproduced" if low == high == than else "not reproduced"

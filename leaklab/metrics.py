@@ -1,39 +1,10 @@
-"""Detection metrics: how well one score column separates members from non-members.
+"""Detection metrics: how well one score column separates members (label 1) from non-members (0).
 
-Conventions (DESIGN.md "Decisions"):
-
-- `scores`: higher means member. `labels`: 1 = member (injected), 0 = non-member.
-- NaN scores: a sample the detector could not score (an empty text, say) is treated as the least
-  member-like: it ranks below every scored sample (ties with other NaNs) and is never called a member.
-  Their number is reported as `n_nan`.
-- A threshold t calls a sample a member when score >= t. Thresholds are chosen to maximise macro-F1;
-  candidates lie halfway between consecutive distinct scores, and among equally good candidates the
-  middle one is taken (deterministic, and away from the edges of the plateau).
-- "F1" is macro-F1, and precision / recall are macro-averaged too, as in SrDetection's tables
-  (a detector that calls everything a member gets precision ~0.25 + 0.5 * member share, recall 0.5).
-  The member-class precision and recall are reported as `precision_member` / `recall_member`.
-  0/0 counts as 0 (no predicted members: member precision 0).
-
-Threshold metrics, two ways:
-
-- honest (`accuracy`, `precision`, `recall`, `f1`, ...): stratified k-fold cross-validation on the
-  evaluation set (shuffled with `seed`). For each fold the threshold is fitted on the other k-1 folds and
-  applied to the held-out fold; the metrics are computed once over the pooled held-out decisions, so no
-  sample is decided by a threshold that saw its label. k is reduced to the size of the smaller class
-  when that is below `cv_folds`; with fewer than 2 samples in a class the CV metrics are NaN.
-  `threshold_cv` is the mean of the fold thresholds, `threshold_cv_fold<i>` each of them.
-- oracle (`*_oracle`, `threshold_oracle`): the threshold fitted on all labels, which is what the
-  papers report; an upper bound, not an estimate.
-
-Threshold-free: `auroc` (ties count one half), `tpr@1%fpr`, `tpr@5%fpr` (the highest TPR among
-thresholds whose FPR is at most 1% / 5%).
-
-Bootstrap (n_bootstrap > 0): members and non-members are resampled separately with replacement
-(keeping both counts), seeded by `seed`. For each resample AUROC and TPR@FPR are recomputed, the CV
-metrics are recomputed on the resampled held-out decisions (the thresholds are not refitted), and the
-oracle metrics are refitted. `<metric>_ci_low` / `_ci_high` are the 2.5th / 97.5th percentiles.
-The same resample gives the intervals of per-task means (`group_mean_intervals`: accuracy, and the gap
-members - non-members) and of MRI's quantities (`mri_draws`).
+Higher scores mean member; a NaN score (a sample the detector could not score) ranks below every scored
+sample and is never called a member. Threshold metrics (macro-averaged, as in SrDetection's tables) come
+cross-validated, so no sample is decided by a threshold that saw its label, and as `*_oracle`, fitted on
+all labels as the papers do. Intervals come from one stratified bootstrap, vectorised over resamples.
+See docs/results.md#how-the-metrics-are-computed.
 """
 
 from __future__ import annotations
@@ -84,9 +55,7 @@ def _binary_from_counts(tp, fp, fn, tn) -> dict[str, np.ndarray]:
 def binary_metrics(labels, predictions) -> dict[str, float]:
     """Accuracy, macro precision / recall / F1 and member-class precision / recall of 0/1 decisions."""
     y = np.asarray(labels).astype(bool)
-    p = np.asarray(predictions).astype(bool)
-    counts = (np.sum(y & p), np.sum(~y & p), np.sum(y & ~p), np.sum(~y & ~p))
-    return {k: float(v) for k, v in _binary_from_counts(*counts).items()}
+    return {k: float(v) for k, v in _binary_draws(y, predictions, np.ones(len(y))).items()}
 
 
 def _candidates(scores: np.ndarray) -> np.ndarray:
@@ -188,13 +157,9 @@ def cv_decisions(scores, labels, *, folds: int = 5, seed: int = 0) -> tuple[np.n
 def detection_metrics(
     scores, labels, *, cv_folds: int = 5, seed: int = 0, n_bootstrap: int = 0
 ) -> dict[str, float]:
-    """Every detection metric of one score column, as a flat name -> float dict (see the module doc).
-
-    Keys: n, n_members, n_nan, auroc, tpr@1%fpr, tpr@5%fpr, accuracy, precision, recall, f1,
-    precision_member, recall_member, threshold_cv, threshold_cv_fold<i>, cv_folds, the same six binary
-    metrics with an `_oracle` suffix, threshold_oracle, and with n_bootstrap > 0 `<metric>_ci_low` /
-    `<metric>_ci_high` for auroc, the TPRs, the six CV metrics and f1_oracle.
-    """
+    """Every detection metric of one score column, name -> float: the counts, the threshold-free ones, the
+    six binary ones at the CV threshold (each fold's threshold too) and at the oracle one (`_oracle`),
+    and with n_bootstrap > 0 the `_ci_low` / `_ci_high` of auroc, the TPRs, the CV metrics and f1_oracle."""
     raw = np.asarray(scores, dtype=np.float64).reshape(-1)
     s, y = _prepare(scores, labels)
     out: dict[str, float] = {
@@ -203,8 +168,7 @@ def detection_metrics(
         "n_nan": float(np.isnan(raw).sum()),
         "auroc": auroc(s, y),
     }
-    for name, level in FPR_LEVELS.items():
-        out[name] = tpr_at_fpr(s, y, level)
+    out.update({name: tpr_at_fpr(s, y, level) for name, level in FPR_LEVELS.items()})
 
     decisions, thresholds = cv_decisions(s, y, folds=cv_folds, seed=seed)
     if decisions is None:
@@ -282,11 +246,9 @@ def resampled_mean(weights: np.ndarray, values, where=None) -> np.ndarray:
 
 
 def group_mean_intervals(values, labels, *, n_bootstrap: int, seed: int = 0) -> dict[str, float]:
-    """Bootstrap 95% intervals of the mean of a per-sample value (pass@1 of each task, say) on members,
-    on non-members, on both, and of the gap members - non-members. Members and non-members are resampled
-    apart, each keeping its size (the resample of `detection_metrics`), so the two means of the gap vary
-    independently. Keys `<side>_ci_low` / `_ci_high` for side in members, non_members, all, gap (NaN for
-    a side without samples, and for the gap then); {} when n_bootstrap is 0."""
+    """Bootstrap 95% intervals (`<side>_ci_low` / `_ci_high`) of the mean of a per-sample value (each
+    task's pass@1, say) on members, non_members, all, and of the gap members - non-members, from the
+    resample of `detection_metrics`; NaN for a side without samples, {} when n_bootstrap is 0."""
     if n_bootstrap <= 0:
         return {}
     y = np.asarray(labels).astype(bool)
@@ -356,16 +318,10 @@ def _binary_draws(y: np.ndarray, predictions: np.ndarray, weights: np.ndarray) -
 def rule_metrics(
     leak, labels, *, margin=None, decided=None, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
-    """Metrics of a rule detector (one that decides leak / not leak itself, e.g. SrDetection).
-
-    leak: bool per sample (the rule's decision; undecided samples count as "not a leak").
-    margin: how far each sample is from the rule's boundary (> 0 iff leak, NaN when undecided); gives
-        the threshold-free auroc / tpr@fpr. decided: bool per sample (None: all decided).
-    Keys: n, n_members, n_leaks, n_undecided, the binary metrics of the decisions, both flag rates
-    (`flag_rates`), auroc and tpr@fpr of the margin (NaN without one), and with n_bootstrap > 0
-    `<metric>_ci_low` / `_ci_high` of each of those, from the same stratified bootstrap as
-    `detection_metrics`.
-    """
+    """Metrics of a rule detector (one that decides leak / not leak itself, e.g. SrDetection): counts,
+    the binary metrics of its decisions (undecided: not a leak), both flag rates, the AUROC and TPR@FPR of
+    its `margin` (> 0 iff leak, NaN when undecided; NaN without one), and with n_bootstrap > 0 their
+    intervals from the resample of `detection_metrics`."""
     y = np.asarray(labels).astype(bool)
     p = np.asarray(leak).astype(bool)
     d = np.ones(len(y), dtype=bool) if decided is None else np.asarray(decided).astype(bool)
@@ -395,11 +351,9 @@ def rule_metrics(
 
 
 def flag_rates(leak, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-    """A rule's two error rates, each on its own side: `flag_rate_members` (the share of members it
-    flags, its true-positive rate) and `flag_rate_non_members` (the share of non-members it flags, its
-    false-positive rate), undecided samples counting as not flagged. F1 or AUROC alone hide a rule that
-    flags most non-members too. With n_bootstrap > 0, `_ci_low` / `_ci_high` from the same stratified
-    bootstrap (and seed) as `rule_metrics`. NaN for a side with no samples."""
+    """A rule's two error rates: the share of members it flags (TPR) and of non-members (FPR), undecided
+    samples not flagged; F1 or AUROC alone hide a rule that flags most non-members too. With n_bootstrap
+    > 0 their intervals from the resample of `rule_metrics`. NaN for a side with no samples."""
     y = np.asarray(labels).astype(bool)
     p = np.asarray(leak).astype(bool)
     out = {
@@ -507,20 +461,6 @@ def precision_at_k(
     return out
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n with ties given their average rank."""
-    order = np.argsort(x, kind="stable")
-    sorted_x = x[order]
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(1, len(x) + 1)
-    # Average the ranks within each group of equal values.
-    _, first, counts = np.unique(sorted_x, return_index=True, return_counts=True)
-    for start, count in zip(first, counts):
-        if count > 1:
-            ranks[order[start : start + count]] = start + (count + 1) / 2
-    return ranks
-
-
 def pearson(x, y) -> float:
     """Pearson correlation; NaN with fewer than 2 pairs or a constant side."""
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
@@ -531,10 +471,12 @@ def pearson(x, y) -> float:
 
 def spearman(x, y) -> float:
     """Spearman rank correlation (Pearson of average ranks)."""
+    from scipy.stats import rankdata
+
     a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if len(a) < 2:
         return math.nan
-    return pearson(_ranks(a), _ranks(b))
+    return pearson(rankdata(a), rankdata(b))
 
 
 # --------------------------------------------------------------------------- MRI (Memorize or generalize?)
@@ -658,13 +600,9 @@ def holm_adjusted(p_values) -> np.ndarray:
 
 
 def welch_t_test(a, b) -> dict[str, float]:
-    """One-sided Welch t-test of "mean(a) > mean(b)" with unequal variances.
-
-    t = (mean_a - mean_b) / sqrt(var_a / n_a + var_b / n_b) with sample variances (ddof 1), degrees of
-    freedom by Welch-Satterthwaite, p = P(T_df >= t). Keys: t, df, p_value, n_a, n_b. NaN values are
-    dropped; with fewer than 2 values on a side everything but the counts is NaN. When both variances
-    are 0 the t statistic is +-inf (p 0 or 1) if the means differ, NaN if they do not.
-    """
+    """One-sided Welch t-test of "mean(a) > mean(b)": t = (mean_a - mean_b) / sqrt(var_a / n_a + var_b /
+    n_b) (ddof 1), Welch-Satterthwaite degrees of freedom, p = P(T_df >= t). NaNs are dropped; under 2
+    values on a side all but the counts are NaN; both variances 0: t = +-inf if the means differ."""
     from scipy.stats import t as student_t
 
     a = np.asarray(a, dtype=np.float64).reshape(-1)

@@ -1,14 +1,9 @@
 """What a plug-in is: one registry record, and the interface its object satisfies.
 
-Every detector (`leaklab/detectors/__init__.py`, DETECTORS), evaluation (`leaklab/evaluations/__init__.py`,
-EVALUATIONS) and training stage (`leaklab/training/stages.py`, STAGES) is described once, by a `Record`:
-where its object lives (a lazy "module:Object" path), its kind, the dataclass of its recipe section, and how
-reports show it. The recipe loader builds and validates `evaluate.*` and `train.*` from the records' config
-dataclasses; the driver, the report and `compare` read names, kinds and groups from them. Nothing imports a
-plug-in's module until it is used, so listing the registries imports no torch.
-
-The interfaces are Protocols below; `tests/test_plugins.py` walks every registry and checks each record's
-object against the Protocol of its kind.
+Every detector (DETECTORS), evaluation (EVALUATIONS) and training stage (STAGES) is described once, by a
+`Record`: a lazy "module:Object" path, its kind, the dataclass of its recipe section, and how reports show
+it; nothing imports a plug-in's module until it is used, so listing the registries imports no torch. The
+interfaces are the Protocols below (`tests/test_plugins.py` checks every record against its kind's).
 """
 
 from __future__ import annotations
@@ -123,14 +118,6 @@ class ModelDetector(Protocol):
     def run(self, inputs: ModelInputs) -> dict[str, Any]: ...
 
 
-class Decisions(Protocol):
-    """A rule's per-sample verdicts for one column."""
-
-    leak: Any  # bool [samples]; False where undecided
-    decided: Any  # bool [samples]
-    margin: Any  # float [samples]: > 0 iff leak, NaN where undecided; its AUROC is reported
-
-
 @dataclass
 class RuleScores:
     """What a rule detector's `decide` returns: per column its margin and its decisions."""
@@ -229,10 +216,8 @@ class Stage(Protocol):
 
 # --------------------------------------------------------------------------- plug-ins from outside leaklab
 
-# Installed packages declare their plug-in modules under this entry-point group, e.g. in pyproject.toml:
-#   [project.entry-points."leaklab.plugins"]
-#   my_lab = "my_lab.detectors"
-# A recipe names modules to import with its `plugins` key: `plugins: [my_lab.detectors]`.
+# Installed packages declare plug-in modules under this entry-point group; a recipe names others with its
+# `plugins` key (docs/plugins.md#telling-leaklab-where-it-is).
 ENTRY_POINT_GROUP = "leaklab.plugins"
 _imported: set[str] = set()  # modules already imported as plug-ins (each once per process)
 # The registries by the kinds of record they hold; each registry module adds itself here when imported
@@ -256,7 +241,7 @@ def register(*records: Record) -> None:
         registry[record.name] = record
 
 
-def import_plugins(modules: Sequence[str], key: str = "plugins") -> None:
+def import_plugins(modules: Sequence[str]) -> None:
     """Import the modules a recipe's `plugins` key names (each registers its records when imported). A
     module that cannot be found is bad input: one line naming it (`leaklab.errors.InputError`)."""
     from leaklab.errors import InputError
@@ -265,13 +250,13 @@ def import_plugins(modules: Sequence[str], key: str = "plugins") -> None:
         if name in _imported:
             continue
         if not isinstance(name, str) or not name:
-            raise InputError(f"{key}: expected module names, e.g. plugins=[my_lab.detectors], got {name!r}")
+            raise InputError(f"plugins: expected module names, e.g. plugins=[my_lab.detectors], got {name!r}")
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as err:
             if err.name and name.startswith(err.name):  # the module named, not one it imports
                 raise InputError(
-                    f"{key}: no module named {name!r} (an importable module: install its package, or "
+                    f"plugins: no module named {name!r} (an importable module: install its package, or "
                     f"put its folder on PYTHONPATH)"
                 ) from None
             raise

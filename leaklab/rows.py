@@ -2,16 +2,9 @@
 
 A row says which metric of which score column (a detector's column, a side such as "members", a dose
 group) took which value at which checkpoint. Every producer builds its rows here, so the fields, their
-order in the file and the JSON form of a missing value are decided once:
-
-    step, epoch, evaluation, <context>, detector, params, column, metric, value, <extra>, dose
-
-`step` / `epoch` / `evaluation` are added by whoever writes the row (the evaluation driver, the training
-callback, an audit); an evaluation leaves them unset. `context` holds fields that describe the whole
-run before the detector (an audit's benchmark), `extra` the fields of a bookkeeping row after its value
-(a done marker's specs and sizes). A field that is None is left out, except `detector`, `column` and
-`value`, which every row has. Rows travel as plain dicts (`Row.as_dict`) from here on: that is what the
-file holds and what reports and summaries read back.
+order in the file and the JSON form of a missing value are decided once (`Row.as_dict`). The writer
+adds `step` / `epoch` / `evaluation`; `context` (an audit's benchmark) goes before the detector, `extra`
+(a done marker's specs and sizes) after the value. See docs/outputs.md#what-a-run-writes.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ class Row:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        """The row as results.jsonl holds it (the field order of the module doc)."""
+        """The row as results.jsonl holds it; a None field is left out, but for detector, column, value."""
         out: dict[str, Any] = {}
         for key in ("step", "epoch", "evaluation"):
             if getattr(self, key) is not None:

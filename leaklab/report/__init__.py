@@ -1,15 +1,10 @@
-"""Reports built from a run's files only, so they can be rebuilt at any time (`leaklab report RUN_DIR`).
+"""Reports built from a run's files only, so they can be rebuilt at any time (`leaklab report RUN_DIR`):
+report/index.html (with vega-bundle.js beside it), report.md, results.csv and the figures
+detection_<metric>.png / .pdf and training_loss.png / .pdf. See docs/outputs.md#reports.
 
-    report/index.html        the interactive page (sections: run, detection, training, one per other
-                             evaluation), with report/vega-bundle.js beside it: opens offline from disk
-    report/report.md         the metric tables with intervals, for a terminal or a pull request
-    report/results.csv       every row
-    report/detection_<metric>.png / .pdf, training_loss.png / .pdf   figures for a paper
-
-Modules: `rundata` (reading a run, tolerant of missing files), `section` (the interface evaluations use
-to contribute a section), `sections` (the built-in sections and the registry), `charts` (Vega-Lite
-specs and series styles), `html` (the page), `figures` (matplotlib), `tables` (markdown / CSV),
-`compare` (several runs side by side).
+Modules: `rundata` (reading a run), `section` (the interface evaluations use to contribute a section),
+`sections` (the built-in sections), `charts` (Vega-Lite specs and series styles), `html` (the page),
+`figures` (matplotlib), `tables` (markdown / CSV), `compare` (several runs side by side).
 """
 
 from __future__ import annotations
@@ -58,16 +53,15 @@ def _markdown(
         "cross-validation; *_oracle uses the best threshold on all labels (what papers usually report).\n"
     )
     parts += [f"**{line}**\n" for line in shift_warnings(det)]
-    for metric in HEADLINE_METRICS:
+    flagged = {"flag_rate_members": "members", "flag_rate_non_members": "non-members"}
+    for metric in [*HEADLINE_METRICS, *flagged]:
         if any(r["metric"] == metric for r in det):
-            parts += [f"## {metric}\n", metric_table(det, metric)]
-    for metric, side in (("flag_rate_members", "members"), ("flag_rate_non_members", "non-members")):
-        if any(r["metric"] == metric for r in det):
-            parts += [
-                f"## {metric}\n",
-                f"Rule detectors: the share of {side} flagged (undecided: not flagged).\n",
-                metric_table(det, metric),
-            ]
+            parts.append(f"## {metric}\n")
+            if metric in flagged:
+                parts.append(
+                    f"Rule detectors: the share of {flagged[metric]} flagged (undecided: not flagged).\n"
+                )
+            parts.append(metric_table(det, metric))
     header, body = dataset_inference_cells(det)
     if body:
         parts += [

@@ -1,14 +1,8 @@
 """Vega-Lite specs for the report's panels, and the series styles shared with the paper figures.
 
-Every spec carries its data inline, so a page opens from disk with no server. Rates are drawn on a
-fixed 0..1 axis with chance marked; a row's bootstrap interval (`<metric>_ci_low` / `_ci_high`) is drawn
-as a band around its line; hovering a point shows the value and its interval.
-
-Styles: detectors are grouped by the `group` of their registry record (likelihood baselines, SrDetection,
-other detectors), each group with its own palette, line dash and point shape, so 15+ series stay
-distinguishable; a rule detector's columns (its n sweep) are ramps of one hue; a `blind` detector is drawn
-as a grey reference line, not as a contender. Clicking a legend entry
-highlights that series.
+Every spec carries its data inline, so a page opens from disk with no server; a bootstrap interval is a
+band around its line. Each registry `group` has its own palette, dash and point shape, so 15+ series stay
+distinguishable; a rule's n sweep is a ramp of one hue; a `blind` detector is a grey reference line.
 """
 
 from __future__ import annotations
@@ -41,6 +35,10 @@ OTHER_COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02"
 RAMPS = [("#c9b8e6", "#3f007d"), ("#b5e0b0", "#00441b"), ("#fdd0a2", "#7f2704")]
 DASHES = [[1, 0], [6, 3], [2, 2], [8, 3, 2, 3]]
 SHAPES = ["circle", "triangle-up", "square", "diamond", "cross"]
+CI_TOOLTIP = [
+    {"field": "low", "format": ".3f", "title": "95% CI low"},
+    {"field": "high", "format": ".3f", "title": "95% CI high"},
+]
 
 
 @dataclass(frozen=True)
@@ -68,16 +66,14 @@ def series_styles(columns) -> dict[str, Style]:
     styles: dict[str, Style] = {}
     baselines = [c for c in columns if group_of(c) == BASELINES and not is_rule(c)]
     others = [c for c in columns if group_of(c) not in (BASELINES, BLIND) and not is_rule(c)]
-    for i, c in enumerate(baselines):
-        lap = i // len(BASELINE_COLORS)
-        styles[c] = Style(
-            BASELINE_COLORS[i % len(BASELINE_COLORS)], tuple(DASHES[lap % 4]), "circle", group_of(c)
-        )
-    for i, c in enumerate(others):
-        lap = i // len(OTHER_COLORS)
-        styles[c] = Style(
-            OTHER_COLORS[i % len(OTHER_COLORS)], tuple(DASHES[(2 + lap) % 4]), "square", group_of(c)
-        )
+    # Past the end of its palette a group starts over with the next dash.
+    for group, palette, first_dash, shape in (
+        (baselines, BASELINE_COLORS, 0, "circle"),
+        (others, OTHER_COLORS, 2, "square"),
+    ):
+        for i, c in enumerate(group):
+            dash = DASHES[(first_dash + i // len(palette)) % 4]
+            styles[c] = Style(palette[i % len(palette)], tuple(dash), shape, group_of(c))
     families = ordered({c.partition("@")[0] for c in columns if is_rule(c)})
     for f_index, family in enumerate(families):
         members = [c for c in columns if c.partition("@")[0] == family]
@@ -153,20 +149,12 @@ def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> 
 def _x_encoding(values: list[dict[str, Any]], x: str) -> dict[str, Any]:
     """The checkpoint axis of a per-checkpoint panel: a tick at every checkpoint drawn. x="dose": the
     exposure dose on a log axis, a tick at every dose."""
+    axis = {"values": sorted({p["x"] for p in values}), "format": "~g"}
     if x == "dose":
-        return {
-            "field": "x",
-            "type": "quantitative",
-            "title": "exposure dose (copies per epoch, log scale)",
-            "scale": {"type": "log"},
-            "axis": {"values": sorted({p["x"] for p in values}), "format": "~g"},
-        }
-    return {
-        "field": "x",
-        "type": "quantitative",
-        "title": "epoch" if x == "epoch" else "step",
-        "axis": {"values": sorted({p["x"] for p in values}), "format": "~g", "labelOverlap": True},
-    }
+        title = "exposure dose (copies per epoch, log scale)"
+        return {"field": "x", "type": "quantitative", "title": title, "scale": {"type": "log"}, "axis": axis}
+    title = "epoch" if x == "epoch" else "step"
+    return {"field": "x", "type": "quantitative", "title": title, "axis": {**axis, "labelOverlap": True}}
 
 
 def metric_panel_spec(
@@ -193,11 +181,9 @@ def metric_panel_spec(
         {"field": "epoch", "format": ".2f"},
         *([{"field": "dose"}] if x == "dose" else []),
         {"field": "value", "format": ".3f", "title": y_title},
-        {"field": "low", "format": ".3f", "title": "95% CI low"},
-        {"field": "high", "format": ".3f", "title": "95% CI high"},
+        *CI_TOOLTIP,
     ]
     enc = _scale(styles, contenders)
-    pick = {"param": "pick", "empty": True}
     main = [p for p in values if p["column"] in contenders]
     layers: list[dict[str, Any]] = []
     # The band's series sits in its own field, so its scale (and absent legend) stay apart from the lines'.
@@ -205,33 +191,25 @@ def metric_panel_spec(
         {**p, "band": p["series"]} for p in main if p.get("low") is not None and p.get("high") is not None
     ]
     if bands:
-        layers.append(_band_layer(bands, x_enc, y, enc["color"]))
+        # Faint until a detector is picked in the legend; then only its band shows.
+        opacity = {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04}
+        layers.append(_band_layer(bands, x_enc, y, {**enc["color"], "field": "band"}, {}, opacity=opacity))
+    # Lines and points fade together while another detector is picked in the legend.
+    shared = {"x": x_enc, "y": y, "color": enc["color"]}
+    opacity = {"condition": {"param": "pick", "empty": True, "value": 1}, "value": 0.12}
     layers.append(
         {
             "data": {"values": main},
             "mark": {"type": "line", "strokeWidth": 2, "point": False},
             "params": [{"name": "pick", "select": {"type": "point", "fields": ["series"]}, "bind": "legend"}],
-            "encoding": {
-                "x": x_enc,
-                "y": y,
-                "color": enc["color"],
-                "strokeDash": enc["strokeDash"],
-                "opacity": {"condition": {**pick, "value": 1}, "value": 0.12},
-            },
+            "encoding": {**shared, "strokeDash": enc["strokeDash"], "opacity": opacity},
         }
     )
     layers.append(
         {
             "data": {"values": main},
             "mark": {"type": "point", "filled": True, "size": 45},
-            "encoding": {
-                "x": x_enc,
-                "y": y,
-                "color": enc["color"],
-                "shape": enc["shape"],
-                "opacity": {"condition": {**pick, "value": 1}, "value": 0.12},
-                "tooltip": tooltip,
-            },
+            "encoding": {**shared, "shape": enc["shape"], "opacity": opacity, "tooltip": tooltip},
         }
     )
     if blind:
@@ -247,19 +225,20 @@ def metric_panel_spec(
     }
 
 
-def _band_layer(bands: list[dict[str, Any]], x_enc: dict, y: dict, color: dict) -> dict[str, Any]:
-    """The bootstrap bands of a metric panel's lines."""
+def _band_layer(
+    bands: list[dict[str, Any]], x_enc: dict, y: dict, fill: dict, mark: dict, **encoding
+) -> dict:
+    """Bootstrap bands from each point's `low` to its `high`, filled by `fill` (its own scale, with no
+    legend, so the legend shows lines only)."""
     return {
         "data": {"values": bands},
-        "mark": {"type": "area"},
+        "mark": {"type": "area", **mark},
         "encoding": {
             "x": x_enc,
             "y": {"field": "low", "type": "quantitative", "scale": y.get("scale")},
             "y2": {"field": "high"},
-            # `fill`, not `color`: its own scale with no legend, so the legend shows lines only.
-            "fill": {**color, "field": "band", "legend": None},
-            # Faint until a detector is picked in the legend; then only its band shows.
-            "opacity": {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04},
+            "fill": {**fill, "legend": None},
+            **encoding,
         },
     }
 
@@ -305,26 +284,25 @@ def _chance_layer(chance: float) -> dict[str, Any]:
 FLAG_SIDES = (("flag_rate_members", "members"), ("flag_rate_non_members", "non-members"))
 
 
-def flag_rate_spec(rows: list[dict[str, Any]], *, x: str = "epoch") -> dict[str, Any] | None:
+def flag_rate_spec(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Rule detectors' two error rates per checkpoint: one panel per rule family, one colour per column
     (its n), members solid and non-members dashed, each with its bootstrap band; the dotted grey line is
     the non-members' rate expected under exchangeable variants (`null_flag_rate`) where the rows have it.
     None when no rule column has flag-rate rows."""
     values = []
     for metric, side in FLAG_SIDES:
-        values += [{**p, "side": side} for p in metric_values(rows, metric, x) if is_rule(p["column"])]
+        values += [{**p, "side": side} for p in metric_values(rows, metric) if is_rule(p["column"])]
     if not values:
         return None
-    null = [p for p in metric_values(rows, "null_flag_rate", x) if is_rule(p["column"])]
-    x_enc = _x_encoding(values, x)
+    null = [p for p in metric_values(rows, "null_flag_rate") if is_rule(p["column"])]
+    x_enc = _x_encoding(values, "epoch")
     y = {"field": "value", "type": "quantitative", "title": "share flagged", "scale": {"domain": [0, 1]}}
     tooltip = [
         {"field": "series", "title": "detector"},
         {"field": "side"},
         {"field": "step"},
         {"field": "value", "format": ".3f", "title": "share flagged"},
-        {"field": "low", "format": ".3f", "title": "95% CI low"},
-        {"field": "high", "format": ".3f", "title": "95% CI high"},
+        *CI_TOOLTIP,
     ]
     views = []
     for family in dict.fromkeys(family_of(c).display for c in ordered(p["column"] for p in values)):
@@ -359,19 +337,7 @@ def _flag_rate_layers(
     bands = [p for p in mine if p.get("low") is not None and p.get("high") is not None]
     layers: list[dict[str, Any]] = []
     if bands:
-        layers.append(
-            {
-                "data": {"values": bands},
-                "mark": {"type": "area", "opacity": 0.08},
-                "encoding": {
-                    "x": x_enc,
-                    "y": {"field": "low", "type": "quantitative", "scale": y["scale"]},
-                    "y2": {"field": "high"},
-                    "fill": {**color, "legend": None},
-                    "detail": {"field": "side"},
-                },
-            }
-        )
+        layers.append(_band_layer(bands, x_enc, y, color, {"opacity": 0.08}, detail={"field": "side"}))
     layers.append(
         {
             "data": {"values": mine},

@@ -1,26 +1,25 @@
 """Several runs side by side: `leaklab compare RUN_DIR... [--step N|last] [--out DIR]`.
 
-For a mixing-ratio sweep, two models or two seeds: a table of each detector's AUROC and macro-F1 at each
-run's chosen checkpoint (the last by default), a page with each detector's curves overlaid (one small
-chart per detector, one colour per run), and, when the runs differ in their code:web ratio, the
-F1-vs-ratio figure of SrDetection's Fig. 3 (baselines: F1 at the cross-validated threshold, or the
-oracle one; SrDetection: its own rule at its largest n). `analysis/ratio_figure.py` is a thin call to
-`ratio_points` / `ratio_table` / `figures.plot_ratio` here.
+Each detector's AUROC and macro-F1 at each run's chosen checkpoint, its curves overlaid (one colour per
+run), and for runs that differ in their code:web ratio the F1-vs-ratio figure of SrDetection's Fig. 3
+(also drawn by `analysis/ratio_figure.py` from `ratio_points` / `ratio_table` here).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import leaklab.report.charts as charts
+from leaklab.errors import InputError
 from leaklab.recipe import yaml_load
 from leaklab.report.html import write_page
 from leaklab.report.rundata import RunData, load_run
-from leaklab.report.section import Panel, Section, Table
+from leaklab.report.section import Panel, Section, Table, fmt_interval
+from leaklab.report.sections import is_mia
+from leaklab.report.tables import markdown_table, metric_cells
 from leaklab.results import Table as ResultTable
 from leaklab.results import (
     column_of,
@@ -87,11 +86,11 @@ def ratio_points(run_dirs: list[str], epoch: str, oracle: bool) -> dict[str, dic
 def ratio_table(points: dict[str, dict[str, float]]) -> str:
     ratios = sorted(points, key=web_share)
     columns = sorted({c for values in points.values() for c in values}, key=column_sort_key)
-    lines = ["| Method | " + " | ".join(ratios) + " |", "|---|" + "---|" * len(ratios)]
-    for c in columns:
-        cells = [f"{100 * points[r][c]:.2f}" if c in points[r] else "–" for r in ratios]
-        lines.append(f"| {display_name(c)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    body = [
+        [display_name(c), *(f"{100 * points[r][c]:.2f}" if c in points[r] else "–" for r in ratios)]
+        for c in columns
+    ]
+    return markdown_table(["Method", *ratios], body).rstrip("\n")
 
 
 def _ratio_panel(points: dict[str, dict[str, float]], what: str) -> Panel | None:
@@ -135,25 +134,9 @@ def _names(runs: list[RunData]) -> list[str]:
 
 def _chosen_step(run: RunData, step: str) -> int | None:
     steps = run.steps()
-    if not steps:
-        return None
     if step == "last":
-        return steps[-1]
+        return steps[-1] if steps else None
     return int(step) if int(step) in steps else None
-
-
-def _cell(rows: list[dict[str, Any]], step: int, column: str, metric: str) -> str:
-    got = {
-        r["metric"]: r.get("value")
-        for r in rows
-        if r.get("step") == step and column_of(r) == column and str(r.get("metric", "")).startswith(metric)
-    }
-    v, lo, hi = got.get(metric), got.get(f"{metric}_ci_low"), got.get(f"{metric}_ci_high")
-    if not isinstance(v, (int, float)) or not math.isfinite(v):
-        return "–"
-    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
-        return f"{v:.3f} [{lo:.2f}, {hi:.2f}]"
-    return f"{v:.3f}"
 
 
 def _overlay_spec(runs: list[RunData], names: list[str], metric: str) -> dict[str, Any] | None:
@@ -216,20 +199,14 @@ def compare_runs(
         if column_of(r) and r.get("metric") in COMPARED
     )
     for metric in COMPARED:
+        by_run = {n: metric_cells(run.rows_of("detection"), metric)[0] for run, n in zip(runs, names)}
         rows = []
         for column in columns:
-            cells = [
-                "–" if chosen[n] is None else _cell(run.rows_of("detection"), chosen[n], column, metric)
-                for run, n in zip(runs, names)
-            ]
+            cells = [fmt_interval(*by_run[n].get((chosen[n], column), [None] * 3)) for n in names]
             rows.append([display_name(column), *cells])
         title = f"{charts.METRIC_TITLES.get(metric, metric)} at each run's {'last' if step == 'last' else 'chosen'} checkpoint"
         section.items.append(Table(title, ["detector", *names], rows, "[bootstrap 95% interval]"))
-        markdown.append(
-            f"## {title}\n\n| detector | " + " | ".join(names) + " |\n|---|" + "---|" * len(names)
-        )
-        markdown += ["| " + " | ".join(r) + " |" for r in rows]
-        markdown.append("")
+        markdown.append(f"## {title}\n\n{markdown_table(['detector', *names], rows)}")
     curves = Section("curves", "Curves per detector, runs overlaid")
     for metric in COMPARED:
         spec = _overlay_spec(runs, names, metric)
@@ -260,17 +237,13 @@ def _overview_section(runs: list, names: list[str], step: str) -> tuple[Section,
         n_pos, n_neg = run.sample_counts()
         model = (run.recipe.get("model") or {}).get("name_or_path", "?")
         ratio = (run.recipe.get("mix") or {}).get("ratio", "?")
-        if run.manifest.get("mode") == "mia":
+        if is_mia(run):
             ratio = "– (mia)"  # nothing was trained, so no mixture
         overview.append([name, str(model), str(ratio), str(run.recipe.get("seed", "?")), f"{n_pos} / {n_neg}",
                          "none" if s is None else f"step {s} (epoch {run.epoch_of(s):g})"])  # fmt: skip
         if s is None:
-            why = (
-                "no detection results"
-                if not run.steps()
-                else f"no step {step} (has {', '.join(map(str, run.steps()))})"
-            )
-            notes.append(f"{name}: {why}")
+            has = ", ".join(map(str, run.steps()))
+            notes.append(f"{name}: " + (f"no step {step} (has {has})" if has else "no detection results"))
         notes += [f"{name}: {p}" for p in run.problems if "results.jsonl" in p]
     section = Section("runs", "Runs compared", notes=notes)
     section.items.append(
@@ -283,32 +256,24 @@ def _ratio_section(runs: list, step: str, out_dir, notes: list[str], markdown: l
     """Runs that differ only in their code:web ratio: macro-F1 against the ratio (a panel, ratio_f1.png
     and a markdown table); None when the runs are not such a sweep."""
     ratios = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
-    if len(runs) > 1 and len(ratios) == len(runs) and all(":" in x for x in ratios):
-        try:
-            points = ratio_points(
-                [str(r.run.root) for r in runs],
-                "last" if step == "last" else str(runs[0].epoch_of(int(step))),
-                False,
-            )
-        except (ValueError, FileNotFoundError) as err:
-            notes.append(f"no F1-vs-ratio figure: {err}")
-        else:
-            panel = _ratio_panel(
-                points,
-                "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n",
-            )
-            if panel is not None:
-                from leaklab.report.figures import plot_ratio
+    if len(runs) < 2 or len(ratios) < len(runs) or not all(":" in x for x in ratios):
+        return None
+    epoch = "last" if step == "last" else str(runs[0].epoch_of(int(step)))
+    try:
+        points = ratio_points([str(r.run.root) for r in runs], epoch, False)
+    except (ValueError, FileNotFoundError) as err:
+        notes.append(f"no F1-vs-ratio figure: {err}")
+        return None
+    panel = _ratio_panel(
+        points, "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n"
+    )
+    if panel is None:
+        return None
+    from leaklab.report.figures import plot_ratio
 
-                plot_ratio(
-                    points,
-                    sorted(points, key=web_share),
-                    Path(out_dir) / "ratio_f1.png",
-                    "F1 vs mixing ratio",
-                )
-                markdown += ["## macro-F1 (%) by code:web ratio", "", ratio_table(points), ""]
-                return Section("ratio", "Mixing-ratio sweep", items=[panel])
-    return None
+    plot_ratio(points, sorted(points, key=web_share), Path(out_dir) / "ratio_f1.png", "F1 vs mixing ratio")
+    markdown += ["## macro-F1 (%) by code:web ratio", "", ratio_table(points), ""]
+    return Section("ratio", "Mixing-ratio sweep", items=[panel])
 
 
 def main(argv: list[str]) -> int:
@@ -325,25 +290,19 @@ def main(argv: list[str]) -> int:
     # land in the user's git tree.
     args.out = args.out or str(Path(args.run_dirs[0]).absolute().parent / "compare")
     if args.step != "last" and not args.step.isdigit():
-        print(f"leaklab: --step takes a step number or 'last', not {args.step!r}", file=sys.stderr)
-        return 2
+        raise InputError(f"--step takes a step number or 'last', not {args.step!r}")
     missing = [d for d in args.run_dirs if not Path(d).is_dir()]
     if missing:
-        print(f"leaklab: not a directory: {missing[0]}", file=sys.stderr)
-        return 2
+        raise InputError(f"not a directory: {missing[0]}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
-        print(
-            f"leaklab: compare: --out {args.out} is a file; name a directory (created if missing)",
-            file=sys.stderr,
-        )
-        return 2
+        raise InputError(f"compare: --out {args.out} is a file; name a directory (created if missing)")
     if args.step != "last":
         steps = sorted({s for d in args.run_dirs for s in load_run(d).steps()})
         if int(args.step) not in steps:
-            have = ", ".join(map(str, steps)) or "none"
-            print(f"leaklab: compare: no run has results at step {args.step} (steps with results: {have}); "
-                  "use one of them or --step last", file=sys.stderr)  # fmt: skip
-            return 2
+            raise InputError(
+                f"compare: no run has results at step {args.step} (steps with results: "
+                f"{', '.join(map(str, steps)) or 'none'}); use one of them or --step last"
+            )
     text, index = compare_runs(args.run_dirs, args.step, args.out)
     print(text)
     print(f"compare: {index}")

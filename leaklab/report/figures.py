@@ -34,12 +34,10 @@ def file_stem(metric: str) -> str:
     return metric.replace("%", "pct").replace("@", "_at_")
 
 
-def plot_metric(
-    rows: list[dict[str, Any]], metric: str, path: Path, evaluation: str = "detection", caption: str = ""
-) -> list[Path]:
+def plot_metric(rows: list[dict[str, Any]], metric: str, path: Path, caption: str = "") -> list[Path]:
     """One line per detector against epoch, with its band; rates on 0..1 with chance marked. Writes
     `path` (PNG) and the same figure as PDF beside it; [] when there is nothing to plot."""
-    values = charts.metric_values([r for r in rows if r.get("evaluation") == evaluation], metric)
+    values = charts.metric_values([r for r in rows if r.get("evaluation") == "detection"], metric)
     if not values:
         return []
     plt = _pyplot()
@@ -49,38 +47,20 @@ def plot_metric(
     for column in columns:
         points = sorted((p for p in values if p["column"] == column), key=lambda p: p["epoch"])
         st = styles[column]
-        xs = [p["epoch"] for p in points]
-        dash = (0, st.dash) if len(st.dash) > 1 and st.dash != (1, 0) else (0, ())
-        kw = {"color": st.color, "linestyle": dash, "lw": 1.8 if st.group != "blind baseline" else 1.2}
-        ax.plot(
-            xs,
-            [p["value"] for p in points],
-            marker=_MARKERS.get(st.shape, "o"),
-            ms=4,
-            label=display_name(column),
-            **kw,
-        )
-        band = [
-            (p["epoch"], p["low"], p["high"])
-            for p in points
-            if p.get("low") is not None and p.get("high") is not None
-        ]
+        lw = 1.8 if st.group != "blind baseline" else 1.2
+        xs, ys = [p["epoch"] for p in points], [p["value"] for p in points]
+        ax.plot(xs, ys, ms=4, lw=lw, label=display_name(column), **_line_style(st))
+        band = [p for p in points if p.get("low") is not None and p.get("high") is not None]
         if band and st.group != "blind baseline":
-            ax.fill_between(
-                [b[0] for b in band],
-                [b[1] for b in band],
-                [b[2] for b in band],
-                color=st.color,
-                alpha=0.1,
-                lw=0,
-            )
+            edges = ([p[k] for p in band] for k in ("epoch", "low", "high"))
+            ax.fill_between(*edges, color=st.color, alpha=0.1, lw=0)
     if metric in charts.RATE_METRICS:
         ax.set_ylim(0, 1)
         if metric in charts.CHANCE:
             ax.axhline(charts.CHANCE[metric], color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xlabel("epoch")
     ax.set_ylabel(charts.METRIC_TITLES.get(metric, metric))
-    ax.set_title(f"{evaluation}: {charts.METRIC_TITLES.get(metric, metric)} per checkpoint", fontsize=10)
+    ax.set_title(f"detection: {charts.METRIC_TITLES.get(metric, metric)} per checkpoint", fontsize=10)
     ax.grid(alpha=0.3)
     # Outside the axes, so the legend never covers a curve.
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
@@ -92,6 +72,12 @@ def plot_metric(
 
 
 _MARKERS = {"circle": "o", "triangle-up": "^", "square": "s", "diamond": "D", "cross": "x"}
+
+
+def _line_style(style: charts.Style) -> dict[str, Any]:
+    """A series' colour, dash and marker as on the page, for matplotlib."""
+    dash = (0, style.dash) if style.dash != (1, 0) else (0, ())
+    return {"color": style.color, "linestyle": dash, "marker": _MARKERS.get(style.shape, "o")}
 
 
 def plot_training_loss(rows: list[dict[str, Any]], path: Path) -> list[Path]:
@@ -147,10 +133,8 @@ def plot_ratio(points: dict[str, dict[str, float]], ratios: list[str], path: Pat
     fig, ax = plt.subplots(figsize=(7.5, 4.2), dpi=130)
     for c in columns:
         xs = [i for i, r in enumerate(ratios) if c in points[r]]
-        st = styles[c]
-        dash = (0, st.dash) if st.dash != (1, 0) else (0, ())
-        ax.plot(xs, [100 * points[ratios[i]][c] for i in xs], color=st.color, linestyle=dash,
-                marker=_MARKERS.get(st.shape, "o"), lw=2.2 if is_rule(c) else 1.2, label=display_name(c))  # fmt: skip
+        ys = [100 * points[ratios[i]][c] for i in xs]
+        ax.plot(xs, ys, lw=2.2 if is_rule(c) else 1.2, label=display_name(c), **_line_style(styles[c]))
     ax.axhline(50, color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xticks(range(len(ratios)), ratios)
     ax.set_xlabel("code : web mixing ratio")

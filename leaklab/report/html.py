@@ -1,12 +1,7 @@
 """The report page: `report/index.html` plus the plotting library written once beside it.
 
-Plotting library: Vega-Lite (declarative JSON specs, rendered by Vega in the browser). Its JavaScript
-(Vega + Vega-Lite + vega-embed with its tooltip handler, ~0.9 MB) comes from the `vl-convert-python`
-package, which bundles it for offline use, and is written once to `report/vega-bundle.js`; the page
-loads it with a relative <script src>, so it opens from disk with no network and no server. (Plotly's
-single bundle is 4.8 MB, nearly all of the 5 MB page budget on its own.) The specs are plain dicts, so
-Python tests can check what each panel holds.
-
+Vega-Lite's JavaScript comes bundled from `vl-convert-python` and is written to `report/vega-bundle.js`,
+loaded by a relative <script src>, so the page opens from disk with no network (docs/outputs.md#reports).
 The page records how its panels rendered in <pre id="render-status"> (JSON: errors, marks drawn per
 panel), which is what the browser test reads.
 """
@@ -123,8 +118,8 @@ def _table_html(table: Table, facts: bool = False) -> str:
     return f'<div class="panel">{out}</div>' if not facts else out
 
 
-def render_page(title: str, sections: list[Section], footer: str = "") -> tuple[str, dict[str, dict]]:
-    """The page's HTML and its specs by panel id (the specs are embedded in the page)."""
+def render_page(title: str, sections: list[Section], footer: str = "") -> str:
+    """The page's HTML, with every panel's spec embedded by panel id."""
     specs: dict[str, dict] = {}
     body = [f"<h1>{html.escape(title)}</h1>"]
     nav = " ".join(f'<a href="#{html.escape(s.key)}">{html.escape(s.title)}</a>' for s in sections)
@@ -152,21 +147,19 @@ def render_page(title: str, sections: list[Section], footer: str = "") -> tuple[
         body.append(f"<footer>{footer}</footer>")
     # JSON inside <script>: "</" would end the element early.
     data = json.dumps(_clean(specs), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    page = (
+    return (
         f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
         f'<style>{CSS}</style><script src="{BUNDLE}"></script></head><body>\n'
         + "\n".join(body)
         + f'\n<pre id="render-status" hidden></pre>'
         f'<script type="application/json" id="specs">{data}</script><script>{SCRIPT}</script></body></html>\n'
     )
-    return page, specs
 
 
 def write_page(report_dir: Path, title: str, sections: list[Section], footer: str = "") -> Path:
     problem = write_bundle(report_dir)
     if problem:
         sections[0].notes.append(problem)
-    page, _ = render_page(title, sections, footer)
     path = report_dir / "index.html"
-    write_atomic(path, page)
+    write_atomic(path, render_page(title, sections, footer))
     return path

@@ -27,7 +27,7 @@ class RunData:
     mixture: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)  # what is missing or unreadable, one line each
-    _scores: dict[tuple[int, str], list[dict[str, Any]]] = field(default_factory=dict)
+    _scores: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # step -> detection records
 
     @property
     def name(self) -> str:
@@ -40,8 +40,9 @@ class RunData:
         """Evaluations with rows, in order of first appearance."""
         return list(dict.fromkeys(str(r.get("evaluation")) for r in self.rows if r.get("evaluation")))
 
-    def steps(self, evaluation: str = "detection") -> list[int]:
-        return sorted({int(r["step"]) for r in self.rows_of(evaluation) if column_of(r) is not None})
+    def steps(self) -> list[int]:
+        """The checkpoints with detection rows."""
+        return sorted({int(r["step"]) for r in self.rows_of("detection") if column_of(r) is not None})
 
     def epoch_of(self, step: int) -> float:
         for r in self.rows:
@@ -58,21 +59,20 @@ class RunData:
                 return r.get("n_members"), r.get("n_non_members")
         return None, None
 
-    def scores(self, step: int, evaluation: str = "detection") -> list[dict[str, Any]]:
-        """Per-sample records of `evaluation` at `step` (complete lines only); [] when there are none."""
-        key = (step, evaluation)
-        if key not in self._scores:
-            self._scores[key] = read_rows(self.run.scores(step, evaluation))
-        return self._scores[key]
+    def scores(self, step: int) -> list[dict[str, Any]]:
+        """Per-sample detection records at `step` (complete lines only); [] when there are none."""
+        if step not in self._scores:
+            self._scores[step] = read_rows(self.run.scores(step, "detection"))
+        return self._scores[step]
 
 
-def _read_json(path: Path, problems: list[str], what: str) -> dict[str, Any]:
+def _read_file(path: Path, problems: list[str], what: str, parse=json.loads) -> dict[str, Any]:
     if not path.exists():
         problems.append(f"no {path.name} ({what} not shown)")
         return {}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        data = parse(path.read_text())
+    except Exception as err:  # a damaged file must not stop the report; say so instead
         problems.append(f"{path.name} is unreadable ({err.__class__.__name__}); {what} not shown")
         return {}
     return data if isinstance(data, dict) else {}
@@ -98,21 +98,11 @@ def load_run(run_dir: str | Path) -> RunData:
         problems.append("no results.jsonl yet: nothing has been evaluated")
     every = [r for r in run.results_rows() if isinstance(r, dict) and "step" in r and "metric" in r]
     rows, per_dose = without_dose(every), dose_rows(every)
-    recipe: dict[str, Any] = {}
-    if run.recipe.exists():
-        try:
-            from leaklab.recipe import yaml_load
+    from leaklab.recipe import yaml_load
 
-            loaded = yaml_load(run.recipe.read_text())
-            recipe = loaded if isinstance(loaded, dict) else {}
-        except Exception as err:  # a damaged recipe must not stop the report; say so instead
-            problems.append(
-                f"recipe.yaml is unreadable ({err.__class__.__name__}); model and stage not shown"
-            )
-    else:
-        problems.append("no recipe.yaml (model and stage not shown)")
+    recipe = _read_file(run.recipe, problems, "model and stage", parse=yaml_load)
     _import_run_plugins(recipe.get("plugins"), problems)
-    manifest = _read_json(run.manifest, problems, "members and non-members")
+    manifest = _read_file(run.manifest, problems, "members and non-members")
     # `leaklab mia` trains nothing (its labels came with the data), so it has no mixture to miss.
     trained = manifest.get("mode") != "mia"
     return RunData(
@@ -121,7 +111,7 @@ def load_run(run_dir: str | Path) -> RunData:
         dose_rows=per_dose,
         recipe=recipe,
         manifest=manifest,
-        mixture=_read_json(run.mixture, problems, "training mixture") if trained else {},
-        environment=_read_json(run.root / "environment.json", problems, "versions and git commit"),
+        mixture=_read_file(run.mixture, problems, "training mixture") if trained else {},
+        environment=_read_file(run.root / "environment.json", problems, "versions and git commit"),
         problems=problems,
     )

@@ -1,20 +1,10 @@
 """What a report section is: the one small interface between the report and the evaluations.
 
-A section is a title, a short text, and a list of items, each either a `Panel` (one interactive chart:
-a Vega-Lite spec with its data inline) or a `Table` (text cells), plus `notes` that say what is missing.
-The report page (`html.py`) draws sections in order; it knows nothing about any evaluation.
-
-An evaluation contributes its section with an optional method on the class its record names in
-`leaklab.evaluations.EVALUATIONS`:
-
-    def report_section(self, rows: list[dict], run: RunData) -> Section | None
-
-`rows` are that evaluation's result rows (never empty: an evaluation without rows gets no section);
-`run` (`leaklab.report.rundata.RunData`) gives the run's other files (manifest, per-sample scores).
-Return None to leave the section out. `leaklab.report.charts` has builders for the usual panels
-(`metric_panel`: one line per column with its bootstrap band, y from 0 to 1, chance marked).
-Evaluations without the method get a generic section: each metric per checkpoint, one line per column.
-This module imports nothing from leaklab, so an evaluation can import it without a cycle.
+A section is a title, a short text, items (each a `Panel`, one Vega-Lite chart with its data inline, or
+a `Table`) and `notes` saying what is missing; `html.py` draws sections in order and knows no evaluation.
+An evaluation contributes its own with an optional `report_section(self, rows, run) -> Section | None`
+on its class (see docs/outputs.md#reports). This module imports nothing from leaklab, so an evaluation
+can import it without a cycle.
 """
 
 from __future__ import annotations
@@ -70,3 +60,10 @@ def panel_values(panel: Panel) -> int:
 def fmt(v: Any, digits: int = 3) -> str:
     """A number as a table cell: `digits` decimals, "–" for a missing or non-finite value."""
     return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def fmt_interval(v: Any, low: Any = None, high: Any = None) -> str:
+    """`fmt(v)`, followed by its interval ` [low, high]` (2 decimals) where both ends are numbers."""
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)) and fmt(v) != "–":
+        return f"{fmt(v)} [{fmt(low, 2)}, {fmt(high, 2)}]"
+    return fmt(v)

@@ -20,7 +20,7 @@ from leaklab.evaluations import EVALUATIONS
 from leaklab.metrics import roc_curve
 from leaklab.plugins import ReportsSection, resolve
 from leaklab.report.rundata import RunData
-from leaklab.report.section import Panel, Section, Table, panel_values
+from leaklab.report.section import Panel, Section, Table, fmt_interval, panel_values
 from leaklab.report.section import fmt as _fmt
 from leaklab.report.tables import dataset_inference_cells, shift_warnings
 from leaklab.results import (
@@ -39,6 +39,10 @@ from leaklab.results import (
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
 THRESHOLD_FREE = ("auroc", "tpr@1%fpr", "tpr@5%fpr")
 HIST_BINS = 20
+
+
+def _pct(v: Any) -> str:
+    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
 
 
 def _counts_caption(run: RunData) -> str:
@@ -78,11 +82,10 @@ def header_section(run: RunData) -> Section:
     facts: list[list[str]] = []
     model = (recipe.get("model") or {}).get("name_or_path")
     stage = (recipe.get("train") or {}).get("stage")
-    mia = m.get("mode") == "mia"  # `leaklab mia`: a given model on labelled data, nothing trained
+    mia = is_mia(run)
     if model:
-        facts.append(
-            ["model", f"{model} (" + ("no training: leaklab mia" if mia else f"stage {stage}") + ")"]
-        )
+        trained = "no training: leaklab mia" if mia else f"stage {stage}"
+        facts.append(["model", f"{model} ({trained})"])
     if m:
         facts.append(["data" if mia else "benchmark", f"{m.get('benchmark')} ({m.get('data_source', '?')})"])
         facts.append(["members / non-members", f"{m.get('n_members')} / {m.get('n_non_members')}"])
@@ -90,24 +93,16 @@ def header_section(run: RunData) -> Section:
             facts.append(["split seed", str(m.get("seed"))])
         left_out = m.get("left_out") or []
         if left_out:
-            facts.append(
-                [
-                    "left out",
-                    f"{len(left_out)} task(s) whose canonical solution fails its own tests "
-                    f"(first: {left_out[0].get('task_id')}: {str(left_out[0].get('reason', ''))[:120]})",
-                ]
-            )
+            first = f"{left_out[0].get('task_id')}: {str(left_out[0].get('reason', ''))[:120]}"
+            why = "task(s) whose canonical solution fails its own tests"
+            facts.append(["left out", f"{len(left_out)} {why} (first: {first})"])
     elif run.sample_counts()[0] is not None:
         n_pos, n_neg = run.sample_counts()
         facts.append(["members / non-members", f"{n_pos} / {n_neg}"])
     if mix:
-        facts.append(
-            [
-                "mixture (code:web)",
-                f"requested {mix.get('requested_ratio')}, achieved 1:{mix.get('achieved_ratio', float('nan')):g} "
-                f"({mix.get('member_tokens', 0):,} member + {mix.get('web_tokens', 0):,} corpus tokens)",
-            ]
-        )
+        achieved = f"achieved 1:{mix.get('achieved_ratio', float('nan')):g}"
+        tokens = f"{mix.get('member_tokens', 0):,} member + {mix.get('web_tokens', 0):,} corpus tokens"
+        facts.append(["mixture (code:web)", f"requested {mix.get('requested_ratio')}, {achieved} ({tokens})"])
     if recipe.get("seed") is not None:
         sections = {k: (recipe.get(k) or {}).get("seed") for k in ("train", "mix", "evaluate")}
         given = ", ".join(f"{k} {v}" for k, v in sections.items() if v is not None)
@@ -116,13 +111,8 @@ def header_section(run: RunData) -> Section:
     if steps:
         facts.append(["checkpoints evaluated", ", ".join(f"{s} (epoch {run.epoch_of(s):g})" for s in steps)])
     if env:
-        versions = env.get("versions") or {}
-        facts.append(
-            [
-                "versions",
-                ", ".join(f"{k} {v}" for k, v in versions.items() if v) + f", python {env.get('python')}",
-            ]
-        )
+        versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
+        facts.append(["versions", f"{versions}, python {env.get('python')}"])
         facts.append(["git commit", str(env.get("git") or "unknown")])
     times = _phase_times(run)
     for phase, seconds in times:
@@ -247,15 +237,13 @@ def _histograms(run: RunData, steps: list[int], columns: list[str]) -> list[dict
 def _best_step(rows: list[dict[str, Any]]) -> int | None:
     """The checkpoint with the highest AUROC of any detector (ties: the earliest); the blind baseline,
     which never sees the model, does not count."""
-    best: tuple[float, int] | None = None
-    for r in rows:
-        v = r.get("value")
-        if r.get("metric") != "auroc" or column_of(r) == "blind":
-            continue
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            cand = (v, -int(r["step"]))
-            best = cand if best is None or cand > best else best
-    return None if best is None else -best[1]
+    aurocs = [
+        (v, -int(r["step"]))
+        for r in rows
+        if r.get("metric") == "auroc" and column_of(r) != "blind"
+        if isinstance(v := r.get("value"), (int, float)) and math.isfinite(v)
+    ]
+    return -max(aurocs)[1] if aurocs else None
 
 
 def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
@@ -273,10 +261,7 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
         return undecided_note({m: value.get((column, m)) for m in ("n", "n_undecided")})
 
     def cell(column: str, metric: str) -> str:
-        v, low, high = (value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high"))
-        if not isinstance(v, (int, float)):
-            return "–"
-        return f"{_fmt(v)} [{_fmt(low, 2)}, {_fmt(high, 2)}]" if isinstance(low, (int, float)) else _fmt(v)
+        return fmt_interval(*(value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high")))
 
     return Table(
         f"Last checkpoint (step {step}, epoch {run.epoch_of(step):g}) with bootstrap 95% intervals",
@@ -299,12 +284,9 @@ def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 
     def cell(column: str, metric: str) -> str:
         v, low, high = (value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high"))
-        if not isinstance(v, (int, float)) or not math.isfinite(v):
-            return "–"
-        text = f"{100 * v:.1f}%"
-        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
-            text += f" [{100 * low:.1f}, {100 * high:.1f}]"
-        return text
+        if _pct(v) != "–" and isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            return f"{_pct(v)} [{100 * low:.1f}, {100 * high:.1f}]"
+        return _pct(v)
 
     return Table(
         f"Rule detectors' flag rates at the last checkpoint (step {step}, epoch {run.epoch_of(step):g})",
@@ -341,23 +323,19 @@ def _rule_rates_per_checkpoint(rows: list[dict[str, Any]], run: RunData) -> Tabl
     if not columns:
         return None
 
-    def pct(v: Any) -> str:
-        return f"{100 * v:.1f}%" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
-
     body = []
     for step in run.steps():
         cells = [f"{step} (epoch {run.epoch_of(step):g})"]
         for c in columns:
             tpr, fpr = (
-                value.get((step, c, "flag_rate_members")),
-                value.get((step, c, "flag_rate_non_members")),
+                _pct(value.get((step, c, f"flag_rate_{side}"))) for side in ("members", "non_members")
             )
             f1, f1_margin = value.get((step, c, "f1")), value.get((step, margin_column(c), "f1"))
-            cells += [f"{pct(tpr)} / {pct(fpr)}", f"{_fmt(f1)} / {_fmt(f1_margin)}"]
+            cells += [f"{tpr} / {fpr}", f"{_fmt(f1)} / {_fmt(f1_margin)}"]
         body.append(cells)
-    header = ["step"]
-    for c in columns:
-        header += [f"{display_name(c)}: TPR / FPR", f"{display_name(c)}: F1 rule / margin as a score"]
+    header = ["step"] + [
+        f"{display_name(c)}: {what}" for c in columns for what in ("TPR / FPR", "F1 rule / margin as a score")
+    ]
     return Table(
         "Rule detectors per checkpoint: members flagged (TPR) / non-members flagged (FPR), and F1 of the rule "
         "beside F1 of its margin as a score",
@@ -397,15 +375,14 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
     _add_metric_panels(section, rows, run, scored_once)
     section.notes += _checkpoint_notes(run, scored_once)
     _add_score_panels(section, rows, run, scored_once)
-    for table in (
+    tables = (
         _interval_table(rows, run),
         _flag_rate_table(rows, run),
         _rule_rates_per_checkpoint(rows, run),
         _dataset_inference_table(rows),
         _delay_table(rows, run),
-    ):
-        if table is not None:
-            section.items.append(table)
+    )
+    section.items += [table for table in tables if table is not None]
     if not detection_delays(rows):
         section.notes.append("no AUROC intervals: no detection-delay table (evaluate.n_bootstrap = 0?)")
     return section
@@ -525,17 +502,13 @@ def _delay_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     delays = detection_delays(rows)
     if not delays:
         return None
-    table_rows = []
-    for column in ordered(delays):
-        cells = [
-            "not reached"
-            if s is None
-            else "before training (step 0)"
-            if s == 0
-            else f"step {s} (epoch {run.epoch_of(s):g})"
-            for s in delays[column]
-        ]
-        table_rows.append([display_name(column), *cells])
+
+    def reached(s: int | None) -> str:
+        if s is None:
+            return "not reached"
+        return "before training (step 0)" if s == 0 else f"step {s} (epoch {run.epoch_of(s):g})"
+
+    table_rows = [[display_name(column), *map(reached, delays[column])] for column in ordered(delays)]
     return Table(
         "Detection delay",
         ["detector", *[f"AUROC interval above {level}" for level in DELAY_LEVELS]],
@@ -642,15 +615,9 @@ def training_section(rows: list[dict[str, Any]], run: RunData) -> Section | None
     spec = charts.step_lines_spec([("training loss", loss), ("learning rate", lr)], markers)
     if spec is None:
         return None
-    section = Section(
-        "training",
-        "Training",
-        intro="Loss and learning rate as the Trainer logged them; dotted: saved checkpoints.",
-    )
-    section.items.append(
-        Panel("Loss and learning rate per optimizer step", spec, f"{len(loss)} logged steps")
-    )
-    return section
+    intro = "Loss and learning rate as the Trainer logged them; dotted: saved checkpoints."
+    panel = Panel("Loss and learning rate per optimizer step", spec, f"{len(loss)} logged steps")
+    return Section("training", "Training", intro=intro, items=[panel])
 
 
 # --------------------------------------------------------------------------- other evaluations

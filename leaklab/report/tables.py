@@ -7,39 +7,35 @@ import csv
 import io
 import json
 
+from leaklab.report.section import fmt_interval
 from leaklab.results import column_of, is_margin, ordered
 
 
-def metric_table(rows: list[dict], metric: str, intervals: bool = True) -> str:
-    """Markdown: a row per checkpoint, a column per detector (in `results.ordered` order), for one
-    metric; with `intervals`, each cell also shows its bootstrap 95% interval when the rows have one."""
-    value, low, high = {}, {}, {}
+def metric_cells(rows: list[dict], metric: str, keep=None) -> tuple[dict, dict]:
+    """(step, column) -> [value, ci_low, ci_high] of one metric, over the rows whose column `keep` accepts
+    (None: every column), and step -> epoch."""
+    names = (metric, f"{metric}_ci_low", f"{metric}_ci_high")
+    cells: dict[tuple[int, str], list] = {}
     epochs = {}
     for r in rows:
         column = column_of(r)
-        if column is None:
+        if column is None or r.get("metric") not in names or (keep and not keep(column)):
             continue
-        if r.get("metric") == metric:
-            value[(r["step"], column)] = r.get("value")
+        cells.setdefault((r["step"], column), [None, None, None])[names.index(r["metric"])] = r.get("value")
+        if r["metric"] == metric:
             epochs[r["step"]] = r.get("epoch", 0.0)
-        elif r.get("metric") == f"{metric}_ci_low":
-            low[(r["step"], column)] = r.get("value")
-        elif r.get("metric") == f"{metric}_ci_high":
-            high[(r["step"], column)] = r.get("value")
-    columns = ordered(c for _, c in value)
+    return cells, epochs
 
-    def cell(key) -> str:
-        v = value.get(key)
-        if v is None:
-            return "–"
-        if intervals and low.get(key) is not None and high.get(key) is not None:
-            return f"{v:.3f} [{low[key]:.2f}, {high[key]:.2f}]"
-        return f"{v:.3f}"
 
+def metric_table(rows: list[dict], metric: str) -> str:
+    """Markdown: a row per checkpoint, a column per detector (in `results.ordered` order), for one
+    metric, each cell with its bootstrap 95% interval when the rows have one."""
+    cells, epochs = metric_cells(rows, metric)
+    columns = ordered(c for _, c in cells)
     lines = ["| step | epoch | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
     for step in sorted(epochs):
-        cells = [cell((step, c)) for c in columns]
-        lines.append(f"| {step} | {epochs[step] or 0:g} | " + " | ".join(cells) + " |")
+        shown = [fmt_interval(*cells.get((step, c), [None] * 3)) for c in columns]
+        lines.append(f"| {step} | {epochs[step] or 0:g} | " + " | ".join(shown) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -47,29 +43,15 @@ def console_table(rows: list[dict], metric: str) -> str:
     """The terminal's version of `metric_table`: a row per detector and a column per checkpoint, so its
     width grows with the checkpoints (a few), not the detectors (twenty or more). For a threshold-free
     metric a rule's margin column is left out: its AUROC is the rule's own, on the line above it."""
-    value, low, high, steps = {}, {}, {}, set()
-    for r in rows:
-        column = column_of(r)
-        if column is None or (metric in ("auroc", "tpr@1%fpr", "tpr@5%fpr") and is_margin(column)):
-            continue
-        key = (column, r["step"])
-        if r.get("metric") == metric and isinstance(r.get("value"), (int, float)):
-            value[key], _ = r["value"], steps.add(r["step"])
-        elif r.get("metric") == f"{metric}_ci_low":
-            low[key] = r.get("value")
-        elif r.get("metric") == f"{metric}_ci_high":
-            high[key] = r.get("value")
-    columns, steps = ordered(c for c, _ in value), sorted(steps)
-
-    def cell(key) -> str:
-        if key not in value:
-            return "–"
-        if low.get(key) is not None and high.get(key) is not None:
-            return f"{value[key]:.3f} [{low[key]:.2f}, {high[key]:.2f}]"
-        return f"{value[key]:.3f}"
-
+    threshold_free = metric in ("auroc", "tpr@1%fpr", "tpr@5%fpr")
+    cells, _ = metric_cells(rows, metric, keep=lambda column: not (threshold_free and is_margin(column)))
+    cells = {key: cell for key, cell in cells.items() if isinstance(cell[0], (int, float))}
+    columns, steps = ordered(c for _, c in cells), sorted({s for s, _ in cells})
     lines = ["| detector | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
-    lines += [f"| {c} | " + " | ".join(cell((c, s)) for s in steps) + " |" for c in columns]
+    lines += [
+        f"| {c} | " + " | ".join(fmt_interval(*cells.get((s, c), [None] * 3)) for s in steps) + " |"
+        for c in columns
+    ]
     return "\n".join(lines) + "\n"
 
 

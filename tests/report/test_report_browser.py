@@ -80,7 +80,7 @@ def test_the_browser_check_catches_a_broken_panel_and_a_missing_library(tmp_path
     out.mkdir()
     write_bundle(out)
     bad = Section("x", "x", items=[Panel("bad", {"mark": "no-such-mark", "data": {"values": [{"a": 1}]}})])
-    page, _ = render_page("broken", [bad])
+    page = render_page("broken", [bad])
     (out / "index.html").write_text(page)
     status, _, _ = _render(out / "index.html", tmp_path)
     assert status["done"] and status["errors"] and status["panels"] == {}
