@@ -58,11 +58,11 @@ def build_dataset(
     member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
     blocks, stats = build_mixture(member_texts, corpus, tokenizer, **packing)
     log(
-        f"[leaklab] mixture: {stats.member_tokens:,} member + {stats.web_tokens:,} corpus tokens "
-        f"in {stats.blocks} blocks of {stats.block_len}; code:web requested {stats.requested_ratio}, "
-        f"achieved 1:{stats.achieved_ratio:g}"
+        f"[leaklab] mixture: {stats['member_tokens']:,} member + {stats['web_tokens']:,} corpus tokens "
+        f"in {stats['blocks']} blocks of {stats['block_len']}; code:web requested {stats['requested_ratio']}, "
+        f"achieved 1:{stats['achieved_ratio']:g}"
     )
-    return StageData(PackedBlocks(blocks), stats.as_dict())
+    return StageData(PackedBlocks(blocks), stats)
 
 
 def _dosed_dataset(
