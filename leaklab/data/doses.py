@@ -35,6 +35,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from leaklab.errors import InputError
+
 
 def assign_doses(member_ids: Sequence[str], doses: Sequence[int], seed: int) -> dict[str, int]:
     """task id -> dose: members shuffled with `seed`, then dealt in turn to the dose groups, so the
@@ -135,6 +137,21 @@ def plan_groups(
 
 class LayoutError(ValueError):
     """The doses do not fit the stream (the caller says which recipe key to change)."""
+
+
+def plan_rows(
+    doses: dict[str, int], n_rows: int, inject, window_of: dict[str, str] | None, seed: int, note: str
+):
+    """row -> task id of every member copy in one epoch of `n_rows` rows (sft examples, rl prompts), laid
+    out as the recipe's `inject` section asks. A layout that does not fit is the user's error, naming
+    the key to change and `note` (what else the stage has to fill the stream)."""
+    try:
+        plan = plan_groups(layout_groups(doses, inject.window, inject.windows, window_of), n_rows, seed)
+    except LayoutError as err:
+        window_key = "inject.windows" if inject.windows else "inject.window"
+        key = window_key if "do not fit" in str(err) else "inject.doses"
+        raise InputError(f"{key}: {err}; {note}") from None
+    return {row: task_id for task_id, rows in plan.items() for row in rows}
 
 
 def plan_positions(

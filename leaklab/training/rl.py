@@ -19,7 +19,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from leaklab.data.doses import LayoutError, layout_groups, plan_groups
+from leaklab.data.doses import plan_rows
 from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
 from leaklab.data.tasks import Task
 from leaklab.execution.config import WeakerSandboxError
@@ -168,18 +168,8 @@ def prompt_schedule(
     by_id = {t.task_id: t for t in members}
     chosen = {t.task_id: doses[t.task_id] for t in members}
     n_rows = sum(chosen.values())
-    inject = recipe.inject
-    try:
-        plan = plan_groups(
-            layout_groups(chosen, inject.window, inject.windows, window_of), n_rows, recipe.mix.seed
-        )
-    except LayoutError as err:
-        window_key = "inject.windows" if inject.windows else "inject.window"
-        key = window_key if "do not fit" in str(err) else "inject.doses"
-        raise RecipeError(
-            [f"{key}: {err}; the rl stage has only member prompts (no other data to fill the stream)"]
-        ) from None
-    member_at = {row: task_id for task_id, rows in plan.items() for row in rows}
+    note = "the rl stage has only member prompts (no other data to fill the stream)"
+    member_at = plan_rows(chosen, n_rows, recipe.inject, window_of, recipe.mix.seed, note)
     return [by_id[member_at[row]] for row in range(n_rows)]
 
 

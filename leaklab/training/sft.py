@@ -16,17 +16,16 @@ evaluation are `train.py`'s, as for every stage.
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leaklab.data.benchmarks import _located_rows
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
-from leaklab.data.doses import LayoutError, layout_groups, plan_groups
+from leaklab.data.doses import plan_rows
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
-from leaklab.errors import InputError
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir
 from leaklab.training.stages import StageData
@@ -68,14 +67,7 @@ def _other_rows(source: str, split: str) -> list[dict[str, Any]]:
     path = Path(source).expanduser()
     if path.exists():
         files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*.json")) if path.is_dir() else [path]
-        rows: list[dict[str, Any]] = []
-        for file in files:
-            text = file.read_text(encoding="utf-8")
-            if file.suffix == ".json":
-                rows.extend(json.loads(text))
-            else:
-                rows.extend(json.loads(line) for line in text.splitlines() if line.strip())
-        return rows
+        return [row for file in files for _, row in _located_rows(file)]
     if source.startswith(("/", "./", "../", "~")):
         raise FileNotFoundError(
             f"train.sft.mix_with: {source} does not exist (a local JSONL file or directory)"
@@ -223,18 +215,11 @@ def dosed_pairs(
     group, the manifest's `windows`); the other instruction data fills the rest, in the order it was
     drawn."""
     n_rows = sum(doses.values()) + len(others)
-    inject = recipe.inject
-    try:
-        groups = layout_groups(doses, inject.window, inject.windows, window_of)
-        plan = plan_groups(groups, n_rows, seed=recipe.mix.seed)
-    except LayoutError as err:
-        window_key = "inject.windows" if inject.windows else "inject.window"
-        key = window_key if "do not fit" in str(err) else "inject.doses"
-        raise InputError(
-            f"{key}: {err}; sft has {len(others)} other examples to place around the members "
-            f"(more with train.sft.mix_with and train.sft.mix_ratio)"
-        ) from None
-    member_at = {row: task_id for task_id, rows in plan.items() for row in rows}
+    note = (
+        f"sft has {len(others)} other examples to place around the members "
+        "(more with train.sft.mix_with and train.sft.mix_ratio)"
+    )
+    member_at = plan_rows(doses, n_rows, recipe.inject, window_of, recipe.mix.seed, note)
     rest = iter(others)
     ordered = [pair_of[member_at[row]] if row in member_at else next(rest) for row in range(n_rows)]
     return [pair_of[member_at[row]] for row in sorted(member_at)], ordered

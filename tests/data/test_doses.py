@@ -395,7 +395,7 @@ def test_rl_prompt_schedule_follows_the_plan_and_needs_the_whole_stream():
     first, second = (row for row, task_id in enumerate(schedule) if task_id == "t/0")
     assert second - first >= 2
     late = load_recipe("tiny_cpt", ["inject.doses=[1,2]", "inject.window=[0.5,1]"])
-    with pytest.raises(RecipeError, match=r"inject\.window: .* only member prompts"):
+    with pytest.raises(InputError, match=r"inject\.window: .* only member prompts"):
         prompt_schedule(late, tasks, doses)
 
 
@@ -530,5 +530,5 @@ def test_sft_rows_and_rl_prompts_of_window_groups_and_a_stream_they_do_not_fit_n
     assert sorted(window_of[t] for t in schedule[:4]) == ["a"] * 4 and len(schedule) == 8
     # ... a stream with quarters of nothing does not
     quarters = load_recipe("tiny_cpt", ["inject.doses=[2]", "inject.windows={a: [0, 0.25], b: [0.75, 1]}"])
-    with pytest.raises(RecipeError, match=r"inject\.windows: .* only member prompts"):
+    with pytest.raises(InputError, match=r"inject\.windows: .* only member prompts"):
         prompt_schedule(quarters, _tasks(4), doses, window_of)
