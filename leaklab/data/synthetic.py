@@ -3,26 +3,19 @@
     tasks = load_synthetic(seed=0, max_samples=600)     # HumanEval-shaped Tasks, built once, cached
     other = rewrite(tasks[0], random.Random(1))         # the same family with another constant/operator
 
-Each task instantiates one of the FAMILIES (counting, filtering, clipping, string shifts, running
-sums, ...). A family fixes the *kind* of function; a task draws its *logic* (constants, operators:
-`draw`) and its *surface* (function name, wording of the docstring: `Surface`). Every name the
-canonical solution uses is in the prompt or fixed (argument names per kind: ARG_NAMES; loop variables:
-LOOP_VAR, WORD_LOOP_VAR, `i`, `c`, `a, b`), so a task is solvable from its prompt alone. Task i uses
-family i mod len(FAMILIES), so every family appears in members and non-members alike while their
-constants and wording differ: solving a non-member needs reading its docstring, and a model that
-memorised a member reproduces that member's constant.
+Task i instantiates family i mod len(FAMILIES) (counting, filtering, clipping, string shifts, ...),
+so every family appears among members and non-members alike. A task draws its *logic* (constants,
+operators: `draw`) and its *surface* (function name, docstring wording: `Surface`); every other name
+the solution uses is fixed (ARG_NAMES, LOOP_VAR, ...), so a task is solvable from its prompt alone, and
+a model that memorised a member reproduces that member's constant.
 
-Shape (as HumanEval, but the description follows the examples): the prompt is a signature and a
-docstring with two examples, the solution a one-line body, the tests a `check(candidate)` of asserts.
-The outputs in the examples and the asserts
-are never written by hand: the canonical solution runs on the inputs in the sandbox
-(`leaklab.execution`), and those values are used. Built tasks are cached under
-`<LEAKLAB_CACHE>/synthetic/`, keyed by seed, size and a hash of this file, so a change to a family
-never serves stale tasks.
+The prompt is a signature and a docstring with two examples then the description, the solution a
+one-line body, the tests a `check(candidate)` of asserts. Outputs are never written by hand: the
+canonical solution runs in the sandbox. Built tasks are cached under `<LEAKLAB_CACHE>/synthetic/`,
+keyed by seed, size and a hash of this file.
 
-`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): same family, surface
-(names, wording template, test inputs), one logic choice changed (a constant swap or an operator change),
-docstring and tests rebuilt from the new solution in the sandbox. Its metadata names what changed.
+`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic
+choice changed, surface and inputs kept, docstring and tests rebuilt in the sandbox.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leaklab.data.tasks import Task
+from leaklab.data.tasks import Task, task_from_dict, task_to_dict
 from leaklab.rundir import cache_root, read_rows, write_atomic
 
 BENCHMARK = "synthetic"
@@ -128,14 +121,13 @@ def _words(rng: random.Random, min_len: int = 0) -> list[str]:
 # The first N_EXAMPLES inputs go into the docstring: they are kept long enough to show what happens.
 
 
-def int_list_inputs(logic: dict, rng: random.Random) -> list[list]:
+def int_list_inputs(logic: dict, rng: random.Random, min_len: int = 0) -> list[list]:
     hi = 2 * max(abs(int(logic.get("k", 10))), 5) + 3
-    return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else 0)] for i in range(N_TESTS)]
+    return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else min_len)] for i in range(N_TESTS)]
 
 
 def nonempty_int_list_inputs(logic: dict, rng: random.Random) -> list[list]:
-    hi = 2 * max(abs(int(logic.get("k", 10))), 5) + 3
-    return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else 1)] for i in range(N_TESTS)]
+    return int_list_inputs(logic, rng, min_len=1)
 
 
 def str_inputs(logic: dict, rng: random.Random) -> list[list]:
@@ -845,21 +837,6 @@ def cache_file(seed: int, size: int, cache_dir: str | Path | None = None) -> Pat
     return root / "synthetic" / f"seed{seed}-n{size}-{code_version()}.jsonl"
 
 
-def _to_json(task: Task) -> dict[str, Any]:
-    return {
-        "task_id": task.task_id,
-        "prompt": task.prompt,
-        "solution": task.solution,
-        "entry_point": task.entry_point,
-        "tests": task.tests,
-        "metadata": task.metadata,
-    }
-
-
-def _from_json(row: dict[str, Any]) -> Task:
-    return Task(benchmark=BENCHMARK, test_type="function", **row)
-
-
 def build_synthetic(seed: int = 0, size: int = DEFAULT_SIZE, sandbox=None) -> list[Task]:
     """`size` tasks drawn with `seed`, their outputs computed in the sandbox (no cache)."""
     todo = drafts(seed, size)
@@ -886,9 +863,9 @@ def load_synthetic(
         raise ValueError(f"the synthetic benchmark needs at least one task, got max_samples={size}")
     file = cache_file(seed, size, cache_dir)
     if file.exists():
-        return [_from_json(row) for row in read_rows(file)]
+        return [task_from_dict(row) for row in read_rows(file)]
     tasks = build_synthetic(seed, size)
-    write_atomic(file, "".join(json.dumps(_to_json(t)) + "\n" for t in tasks))
+    write_atomic(file, "".join(json.dumps(task_to_dict(t)) + "\n" for t in tasks))
     return tasks
 
 
