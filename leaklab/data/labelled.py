@@ -1,17 +1,8 @@
-"""Labelled text for membership inference: texts, each marked member (1) or non-member (0).
+"""Labelled text for membership inference (`leaklab mia`): texts, each member (1) or non-member (0).
 
-`leaklab mia` scores any such set, not only a benchmark with tests (MIMIR- or WikiMIA-style data, or
-a user's own member / non-member files). Three ways to give it, each read by `load_labelled`:
-
-  - one file with a text and a label column: `data=FILE` (.jsonl, .jsonl.gz, .json array, .csv,
-    .parquet); labels 0 / 1 (also true / false), 1 = member;
-  - two files of texts: `members=FILE non_members=FILE` (the same formats, a text column each);
-  - a hub dataset: `data=hub:NAME` with `split=` (default train), read with `datasets`.
-The columns are `text` and `label` unless `text_column=` / `label_column=` name others.
-
-Every problem is one line that names the file, line (or row) and column: a missing column (with the
-columns found), a label other than 0 / 1, a text that is not text, only one class, an unknown file
-extension, a missing file, a text labelled both ways.
+Given as one file with text and label columns (`data=FILE`: .jsonl, .jsonl.gz, .json array, .csv,
+.parquet), two files of texts (`members=FILE non_members=FILE`) or a hub dataset (`data=hub:NAME`),
+all read by `load_labelled`. Every problem is one line naming the file, line (or row) and column.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Stage `rl`: reinforcement learning on the member tasks with the sandbox's verdict as the reward.
 
-`build_dataset` turns each member task into a prompt (the task's own prompt for a base model, a chat
-turn asking for the function for a chat model) plus the task itself as a JSON column, which TRL hands
-to the reward function (`execution/rewards.py`). `build_trainer` builds TRL's GRPOTrainer or
-RLOOTrainer (`train.rl.algorithm`), in process, with vLLM generation when it is installed and a GPU
-is present. Checkpoints are saved like every stage's, so the evaluation callback sees each one.
-`algorithm: ppo` is veRL's (`training/verl.py`): this module hands over to it.
-
-Where training starts: `model.name_or_path`, or `train.rl.init_from` (a checkpoint or model
-directory, a run directory, or `recipe:NAME`), resolved by `resolve_base` before the model loads. A
-LoRA checkpoint is merged into its base once and saved in the run directory, so the rl run starts
-from (and its step 0 evaluates) exactly the model the earlier stage produced.
+`build_dataset`: one prompt per member task (as sft trains and accuracy asks) plus the task as JSON,
+which TRL hands to the reward (`execution/rewards.py`). `build_trainer`: TRL's GRPOTrainer or
+RLOOTrainer in process, or for `algorithm: ppo` veRL (`training/verl.py`). Training starts from
+`model.name_or_path` or `train.rl.init_from` (`resolve_base`); a LoRA checkpoint is merged into its
+base once, so step 0 evaluates exactly the model the earlier stage produced. See docs/rl.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Stage `sft`: supervised fine-tuning on the member tasks with TRL's SFTTrainer (prompt -> solution).
 
-Each member becomes one example: the prompt the model will be asked at evaluation time and the
-answer it should give (`leaklab/data/prompting.py`, shared with the `accuracy` evaluation): a base
-model continues the prompt with the body, a chat model answers the chat-templated instruction with
-the whole function. The loss is on the answer only (`completion_mask`). Examples are tokenized here,
-prompt and answer separately, exactly as the generation engine encodes a prompt (`tokenizer(prompt)`),
-so training never sees a token merged across the prompt/answer boundary that generation cannot produce.
-
-Optional: other instruction data mixed in at `train.sft.mix_ratio` examples per member (a local JSONL
-with prompt/completion or instruction/output fields, or a hub dataset), and a validation loss on the
-non-members at every save. Checkpoints every epoch (or every N steps), resume and the per-checkpoint
-evaluation are `train.py`'s, as for every stage.
+Each member is one example: the prompt the model is asked at evaluation time and the answer it should
+give (`data/prompting.py`, shared with the `accuracy` evaluation), the loss on the answer only. Prompt
+and answer are tokenized apart, the prompt as the generation engine encodes it (`tokenizer(prompt)`),
+so training never sees a token merged across the boundary that generation cannot produce. Optional:
+other instruction data (`train.sft.mix_with`, `mix_ratio` examples per member) and a validation loss
+on the non-members at every save.
 """
 
 from __future__ import annotations
