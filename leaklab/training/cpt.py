@@ -138,23 +138,22 @@ def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) ->
     return micro
 
 
-def training_arguments(
-    recipe: Recipe, output_dir: Path, world_size: int, report_to: list[str], cls=None, **extra
-):
+def training_arguments(recipe: Recipe, output_dir: Path, report_to: list[str], cls=None, **extra):
     """The recipe's `train` settings as `cls` (TrainingArguments, or a TRL config such as GRPOConfig,
-    given its own settings in `extra`)."""
+    given its own settings in `extra`), for this run's number of processes."""
     from transformers import TrainingArguments
 
     cls = cls or TrainingArguments
     t = recipe.train
-    micro = per_device_batch(t.batch_size, t.micro_batch_size, world_size)
+    processes = world_size()
+    micro = per_device_batch(t.batch_size, t.micro_batch_size, processes)
     save_by_epoch = t.save_every == "epoch"
     return cls(
         output_dir=str(output_dir),
         num_train_epochs=t.epochs,
         max_steps=t.max_steps,
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=t.batch_size // (micro * world_size),
+        gradient_accumulation_steps=t.batch_size // (micro * processes),
         learning_rate=t.learning_rate,
         lr_scheduler_type=t.lr_scheduler,
         warmup_steps=t.warmup_steps,
@@ -199,7 +198,7 @@ def build_trainer(
 ):
     from transformers import Trainer, default_data_collator
 
-    args = training_arguments(recipe, output_dir, world_size(), report_to)
+    args = training_arguments(recipe, output_dir, report_to)
     return Trainer(
         model=model,
         args=args,

@@ -221,7 +221,6 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
         return VerlRun(recipe, dataset, output_dir, model_path)
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-    from leaklab.training.callbacks import world_size
     from leaklab.training.cpt import training_arguments
 
     config_cls, trainer_cls = (
@@ -231,7 +230,6 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
     args = training_arguments(
         recipe,
         output_dir,
-        world_size(),
         report_to,
         cls=config_cls,
         num_generations=rl.num_generations,

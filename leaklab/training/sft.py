@@ -270,7 +270,6 @@ def _full_loss_trainer():
 def build_trainer(model, tokenizer, dataset: SftData, recipe: Recipe, output_dir: Path, callbacks, report_to):
     from trl import SFTConfig, SFTTrainer
 
-    from leaklab.training.callbacks import world_size
     from leaklab.training.cpt import training_arguments
 
     extra: dict[str, Any] = {}
@@ -283,7 +282,6 @@ def build_trainer(model, tokenizer, dataset: SftData, recipe: Recipe, output_dir
     args = training_arguments(
         recipe,
         output_dir,
-        world_size(),
         report_to,
         cls=SFTConfig,
         completion_only_loss=True,

@@ -268,7 +268,7 @@ def _trainer_order(recipe, dataset, tmp_path):
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
-    args = training_arguments(recipe, tmp_path, 1, "none")
+    args = training_arguments(recipe, tmp_path, "none")
     trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator)
     return [int(x) for batch in trainer.get_train_dataloader() for x in batch["input_ids"][:, 0]]
 
@@ -314,7 +314,7 @@ def test_a_window_is_a_share_of_each_epoch_and_every_epoch_replays_the_same_posi
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
-    args = training_arguments(recipe, tmp_path, 1, "none")
+    args = training_arguments(recipe, tmp_path, "none")
     Trainer(
         model=model, args=args, train_dataset=PackedBlocks(blocks), data_collator=recording_collator
     ).train()
