@@ -37,7 +37,7 @@ def test_manifest_is_byte_identical_for_the_same_seed():
 
 def test_builtin_corpus_excludes_tests_and_is_ordered():
     files = stdlib_source_files()
-    assert files == sorted(files, key=lambda p: p.as_posix().split("/lib/python")[-1])
+    assert list(files) == sorted(files, key=lambda p: p.as_posix().split("/lib/python")[-1])
     assert not any("/test/" in p.as_posix() or p.name.startswith("test_") for p in files)
     texts = builtin_corpus_texts()
     assert any("def " in t for t in texts[:50])
