@@ -107,8 +107,6 @@ class Packing:
     seed: int = 0
 
 
-# Kept whole: sizing the epoch, placing the copies and filling the blocks share one corpus-token stream
-# and the sizes computed first; split, they would travel through every helper.
 def build_dosed_mixture(
     member_texts: dict[str, str],
     doses: dict[str, int],

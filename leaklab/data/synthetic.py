@@ -40,13 +40,10 @@ N_TESTS = 8  # inputs tested, examples included
 
 # --------------------------------------------------------------------------- surface: names and words
 
-# Argument names are fixed per kind of argument, as loop variables are. Drawn ones (8 names for a list)
-# were the tiny model's main failure: ~60% of its wrong replies used another task's name instead of
-# copying the signature's, a lesson in copying that SFT on 2000 tasks did not teach. Tasks still differ
-# in function name, wording, constants and operators, which is what a non-member must be read for.
+# Argument names are fixed per kind: drawn ones were the tiny model's main failure (~60% of its wrong
+# replies used another task's name; SFT on 2000 tasks did not teach it to copy the signature's).
 ARG_NAMES = {"list": "nums", "str": "text", "words": "words", "int": "n"}
-# Loop variables are fixed per type of item, never drawn: the prompt cannot show them, so a drawn one
-# made a task unsolvable from its prompt alone (a model guessing another name fails with NameError).
+# Loop variables are fixed too: the prompt cannot show them, so a drawn one made a task unsolvable.
 LOOP_VAR = "x"  # over numbers
 WORD_LOOP_VAR = "w"  # over words
 
