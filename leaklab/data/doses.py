@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -204,6 +204,16 @@ def plan_positions(
         positions[task_id].append(slot + pushed)
         pushed += spans.get(task_id, 1) - 1
     return positions
+
+
+def row_exposures(member_ids: Iterable[str], owners: Iterable[str | None]) -> dict:
+    """The exposures read back from the rows built (sft examples, rl prompts): `owners` names the member
+    on each row in training order (None: other data). Rows are 0-based, one epoch."""
+    rows: dict[str, list[int]] = {task_id: [] for task_id in member_ids}
+    for row, task_id in enumerate(owners):
+        if task_id is not None:
+            rows[task_id].append(row)
+    return {"order": "sequential", "exposures": {t: len(at) for t, at in rows.items()}, "exposure_rows": rows}
 
 
 def find_all(stream: bytes, needle: bytes, item_size: int) -> list[int]:

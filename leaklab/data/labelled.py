@@ -179,18 +179,17 @@ def _one_source(spec: DataSpec) -> LabelledSet:
         rows = read_rows(spec.data, "data")
         source, label = spec.data, stem_of(Path(spec.data))
     out = LabelledSet(name=label, source=source)
-    labels, first_at = [], {}
+    labels = []
     for n, (where, row) in enumerate(rows):
-        text = _text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column)
-        value = _label(_column(row, spec.label_column, where, "label_column"), where, spec.label_column)
-        first_at.setdefault(value, where)
+        out.texts.append(_text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column))
+        labels.append(
+            _label(_column(row, spec.label_column, where, "label_column"), where, spec.label_column)
+        )
         out.ids.append(_row_id(row, spec.id_column, f"{label}/{n}"))
-        out.texts.append(text)
-        labels.append(value)
     out.labels = np.asarray(labels, dtype=int)
     _check_unique_ids(out, f"data={spec.data}", spec.id_column)
-    if len(first_at) < 2:
-        only = "no rows" if not first_at else f"every {spec.label_column} is {next(iter(first_at))}"
+    if len(set(labels)) < 2:
+        only = f"every {spec.label_column} is {labels[0]}" if labels else "no rows"
         raise InputError(
             f"data={spec.data}: {only}; membership inference needs members (1) and non-members (0)"
         )

@@ -13,7 +13,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from leaklab.data.doses import plan_rows
+from leaklab.data.doses import plan_rows, row_exposures
 from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
 from leaklab.data.tasks import Task
 from leaklab.execution.config import WeakerSandboxError
@@ -138,17 +138,8 @@ def build_dataset(
     )
     info = {"stage": "rl", "algorithm": rl.algorithm, "prompts": len(members), "prompt_format": fmt}
     if recipe.inject.active:
-        # Read back from the schedule itself: the rows (0-based, one epoch) each member's prompt is on;
-        # members past train.rl.max_prompts are listed with none.
-        at: dict[str, list[int]] = {task_id: [] for task_id in manifest["member_ids"]}
-        for row, task_id in enumerate(rows["task_id"]):
-            at[task_id].append(row)
-        info |= {
-            "inject": manifest["inject"],
-            "order": "sequential",
-            "exposures": {k: len(v) for k, v in at.items()},
-            "exposure_rows": at,
-        }
+        # Read back from the schedule itself; members past train.rl.max_prompts are listed with none.
+        info |= {"inject": manifest["inject"], **row_exposures(manifest["member_ids"], rows["task_id"])}
     return StageData(Dataset.from_dict(rows), info)
 
 

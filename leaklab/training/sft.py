@@ -18,7 +18,7 @@ from typing import Any
 
 from leaklab.data.benchmarks import _located_rows
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
-from leaklab.data.doses import plan_rows
+from leaklab.data.doses import plan_rows, row_exposures
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
 from leaklab.recipe import Recipe
@@ -226,16 +226,7 @@ def count_member_rows(
     """The exposures read back from the training rows: each member's encoded example, found row by row."""
     encoded, _ = _dataset(list(pair_of.values()), tokenizer, fmt, max_length)
     task_of = {tuple(ids): task_id for task_id, ids in zip(pair_of, encoded["input_ids"], strict=True)}
-    rows: dict[str, list[int]] = {task_id: [] for task_id in pair_of}
-    for row, ids in enumerate(train["input_ids"]):
-        task_id = task_of.get(tuple(ids))
-        if task_id is not None:
-            rows[task_id].append(row)
-    return {
-        "order": "sequential",
-        "exposures": {task_id: len(at) for task_id, at in rows.items()},
-        "exposure_rows": rows,  # 0-based rows of one epoch, in training order
-    }
+    return row_exposures(pair_of, [task_of.get(tuple(ids)) for ids in train["input_ids"]])
 
 
 def _full_loss_trainer():
