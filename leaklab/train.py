@@ -318,12 +318,9 @@ def settle_rephrased(manifest: dict, tasks, log) -> None:
 
 
 def train(launch: Launch, model, tokenizer, data, tasks, manifest: dict, base_path: str):
-    """Train from the newest complete checkpoint, each saved checkpoint evaluated by the callback; returns
-    the report built for W&B (None when none was built).
-
-    What the evaluations need once per run (SrDetection's variants, say) is prepared here, by the main
-    process first; the others read its copy. With evaluate.during_training false, training only saves;
-    `leaklab evaluate` workers do the rest."""
+    """Train from the newest complete checkpoint, each saved checkpoint evaluated by the callback (what
+    the evaluations need once per run is prepared by the main process first); returns the report built
+    for W&B, or None."""
     from leaklab import tracking
     from leaklab.evaluate import Evaluator, build_eval_set
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows, plain_progress

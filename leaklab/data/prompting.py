@@ -141,13 +141,10 @@ class Extracted:
 
 
 def extract_code(task: Task, reply: str, fmt: str) -> Extracted:
-    """The code in a model's reply, read by the same extractor the RL rewards use
-    (`leaklab.execution.extract.candidate`), so pass@1 and reward judge the same program.
-
-    It reads both formats from the reply itself: a fenced block or a restated `def <entry point>(` is a
-    whole function; otherwise the reply is a body, cut before the next top-level statement (and cut by
-    whole lines when the generation limit left it unparseable). `fmt` is accepted for symmetry with
-    `model_prompt` and checked, but the reply's shape decides."""
+    """The code in a model's reply, read by the extractor the RL rewards use
+    (`leaklab.execution.extract.candidate`), so pass@1 and reward judge the same program. The reply's
+    shape decides (a fenced block or a restated `def` is a whole function, else a body); `fmt` only
+    says whether the prompt opened the fence."""
     if fmt not in ("completion", "chat", "evalplus"):
         raise ValueError(f"format: {fmt!r} is not completion, chat or evalplus")
     if fmt == "evalplus":

@@ -114,22 +114,17 @@ def member_documents(
     return texts, manifest["doses"]
 
 
-def trained_variants(
-    tasks: Sequence[Task], log: Callable[[str], Any] = print, cache_dir: str | None = None
-) -> dict[str, Task]:
+def trained_variants(tasks: Sequence[Task], log: Callable[[str], Any] = print) -> dict[str, Task]:
     """task id -> the variant each task is trained as: the first of its verified variants, built with
     SrDetection's default settings (fixed, so the trained text never depends on evaluate.* keys, and
     shared with `srdetection_gray:n=10`'s cached variants); tasks with none are left out."""
-    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), cache_dir=cache_dir, log=log)
+    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), log=log)
     return {t.task_id: vs.variants[0].task for t, vs in zip(tasks, sets) if vs.variants}
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:
-    """The largest per-process batch <= micro_batch_size that keeps the global batch exact.
-
-    `train.batch_size` is the global batch the recipe promises (e.g. 32 in the SrDetection testbed), so
-    it stays fixed when the number of processes changes; the per-process batch shrinks to fit.
-    """
+    """The largest per-process batch <= micro_batch_size that keeps `train.batch_size`, the global batch
+    the recipe promises, exact whatever the number of processes."""
     if batch_size % world_size:
         raise ValueError(f"train.batch_size={batch_size} cannot be split evenly over {world_size} processes")
     micro = min(micro_batch_size, batch_size // world_size)
