@@ -8,6 +8,7 @@ truth leaklab/memorization/canaries.py measures against. See docs/evaluations.md
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import string
 from collections.abc import Callable, Sequence
@@ -100,14 +101,11 @@ def assign_canaries(canaries: list[Canary], doses: dict[str, int], seed: int) ->
     for members in groups.values():
         rng.shuffle(members)
     order = sorted(groups)
-    dealt: dict[int, int] = dict.fromkeys(order, 0)
     out = []
     for i, canary in enumerate(canaries):
         dose = order[i % len(order)]
-        members = groups[dose]
-        member = members[dealt[dose] % len(members)]
-        dealt[dose] += 1
-        out.append(Canary(canary.id, canary.format, canary.prefix, canary.secret, member, dose))
+        members = groups[dose]  # the (i // len(order))-th canary this group is dealt
+        out.append(dataclasses.replace(canary, member=members[i // len(order) % len(members)], dose=dose))
     return out
 
 
