@@ -799,13 +799,13 @@ class SyntheticBuildError(RuntimeError):
     """A family whose canonical solution did not run (a bug in this module, never in user data)."""
 
 
-def run_drafts(drafts: Sequence[Draft], sandbox=None, workers: int = 2) -> list[list[Any]]:
+def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
     """The canonical solutions' outputs on their inputs, computed in the sandbox (one job per draft)."""
     from leaklab.execution.sandbox import FunctionCalls, Sandbox
 
     jobs = [FunctionCalls(d.signature + d.solution, d.surface.fn, d.inputs, 10.0) for d in drafts]
     if sandbox is None:
-        with Sandbox(workers=workers, timeout_s=10.0) as sb:
+        with Sandbox(workers=2, timeout_s=10.0) as sb:
             results = sb.run_jobs(jobs)
     else:
         results = sandbox.run_jobs(jobs)
@@ -874,13 +874,9 @@ def _surface_of(task: Task) -> Surface:
 
 
 def rewrite(task: Task, rng: random.Random, sandbox=None, max_tries: int = 50) -> Task:
-    """The same family with other logic: one logic choice of `task` (a constant or an operator) drawn
-    anew, everything else kept (function and argument names, wording template, test inputs); the
-    docstring and tests come from the new solution's outputs in the sandbox (opened when None).
-
-    The returned task's id is `<id>/rewrite`, its metadata `rewrite_of` (the original id) and `changed`
-    (the logic key that changed, e.g. "k" or "op"). Raises ValueError for a task that is not synthetic.
-    """
+    """The same family with one logic choice of `task` (a constant or an operator) drawn anew, names,
+    wording template and test inputs kept, docstring and tests rebuilt in the sandbox (opened when
+    None). Its id is `<id>/rewrite`; metadata `rewrite_of` and `changed` (the logic key, e.g. "op")."""
     meta = task.metadata
     if task.benchmark != BENCHMARK or "family" not in meta:
         raise ValueError(f"{task.task_id} is not a synthetic task: only those can be rewritten exactly")
