@@ -77,8 +77,6 @@ def _hub_texts(name: str, split: str, text_field: str) -> Iterator[str]:
         ds = datasets.load_dataset(name, split=split, streaming=True)
         for row in ds:
             yield row[text_field]
-    except DataUnavailableError:
-        raise
     except Exception as err:
         raise DataUnavailableError(
             f"could not stream the corpus {name!r} (split {split!r}) from the hub: {type(err).__name__}: {err}\n"
