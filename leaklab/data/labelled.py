@@ -157,12 +157,7 @@ def load_labelled(spec: DataSpec, limit: int | None = None) -> LabelledSet:
     if limit is not None:
         if limit < 1:
             raise InputError(f"mia: --limit must be a positive number, got {limit}")
-        seen = {0: 0, 1: 0}
-        keep = []
-        for i, label in enumerate(out.labels):
-            if seen[int(label)] < limit:
-                seen[int(label)] += 1
-                keep.append(i)
+        keep = sorted(i for label in (0, 1) for i in np.flatnonzero(out.labels == label)[:limit])
         out.ids = [out.ids[i] for i in keep]
         out.texts = [out.texts[i] for i in keep]
         out.labels = out.labels[keep]
@@ -240,10 +235,8 @@ def _check_unique_ids(out: LabelledSet, where: str, column: str) -> None:
 
 def _check_disjoint(out: LabelledSet, where: str) -> None:
     """A text both member and non-member has no answer; an error, not a silent coin flip."""
-    by_label: dict[int, set[str]] = {0: set(), 1: set()}
-    for text, label in zip(out.texts, out.labels):
-        by_label[int(label)].add(text)
-    both = by_label[0] & by_label[1]
+    members = {text for text, label in zip(out.texts, out.labels) if label == 1}
+    both = members & {text for text, label in zip(out.texts, out.labels) if label == 0}
     if both:
         first = next(i for i, t in zip(out.ids, out.texts) if t in both)
         raise InputError(
