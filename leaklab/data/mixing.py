@@ -117,14 +117,11 @@ def build_dosed_mixture(
     window_of: dict[str, str] | None = None,
 ) -> tuple[np.ndarray, dict]:
     """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
-
-    `plan_groups` places the copies: a member's planned block holds one copy (a longer member takes
-    consecutive blocks), corpus text fills the rest and every other block, as many as code:web asks
-    (more when the window needs room). The exposures are counted back from the packed blocks.
-    `member_texts` are the documents as trained (leaklab/data/forms.py); of `inject` (None: defaults)
-    this reads `window`, `windows` (with `window_of`, the manifest's `windows`) and `withhold`: every
-    copy's tokens replaced by as many corpus tokens, the same layout with no member (the clean control).
-    """
+    A member's planned block holds one copy (a longer member takes consecutive blocks), corpus text
+    fills the rest and every other block, as many as code:web asks (more when the window needs room);
+    the exposures are counted back from the blocks. `member_texts`: the documents as trained (forms.py).
+    Of `inject` (None: defaults) this reads `window`, `windows` (with `window_of`) and `withhold`: every
+    copy's tokens replaced by as many corpus tokens, the same layout with no member (the clean control)."""
     window, windows, withhold = (
         (inject.window, inject.windows, inject.withhold) if inject else (None, None, False)
     )
