@@ -427,16 +427,14 @@ def _libs(value: Any) -> list[str]:
 
 def missing_libraries(libs: list[str]) -> list[str]:
     """The top-level modules of `libs` that this interpreter cannot import."""
-    missing = []
-    for lib in libs:
-        top = lib.split(".")[0]
-        try:
-            found = importlib.util.find_spec(top) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(lib)
-    return missing
+    return [lib for lib in libs if not _importable(lib.split(".")[0])]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def load_bigcodebench(
