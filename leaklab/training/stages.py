@@ -30,10 +30,6 @@ class Stage:
 
     record: Record
 
-    @property
-    def name(self) -> str:
-        return self.record.name
-
     def builders(self) -> ModuleType:
         return resolve(self.record.path)
 
