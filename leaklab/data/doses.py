@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from leaklab.errors import InputError
 
 
 def assign_doses(member_ids: Sequence[str], doses: Sequence[int], seed: int) -> dict[str, int]:
@@ -137,6 +139,21 @@ class LayoutError(ValueError):
     """The doses do not fit the stream (the caller says which recipe key to change)."""
 
 
+def plan_rows(
+    doses: dict[str, int], n_rows: int, inject, window_of: dict[str, str] | None, seed: int, note: str
+):
+    """row -> task id of every member copy in one epoch of `n_rows` rows (sft examples, rl prompts), laid
+    out as the recipe's `inject` section asks. A layout that does not fit is the user's error, naming
+    the key to change and `note` (what else the stage has to fill the stream)."""
+    try:
+        plan = plan_groups(layout_groups(doses, inject.window, inject.windows, window_of), n_rows, seed)
+    except LayoutError as err:
+        window_key = "inject.windows" if inject.windows else "inject.window"
+        key = window_key if "do not fit" in str(err) else "inject.doses"
+        raise InputError(f"{key}: {err}; {note}") from None
+    return {row: task_id for task_id, rows in plan.items() for row in rows}
+
+
 def plan_positions(
     doses: dict[str, int],
     n_slots: int,
@@ -187,6 +204,16 @@ def plan_positions(
         positions[task_id].append(slot + pushed)
         pushed += spans.get(task_id, 1) - 1
     return positions
+
+
+def row_exposures(member_ids: Iterable[str], owners: Iterable[str | None]) -> dict:
+    """The exposures read back from the rows built (sft examples, rl prompts): `owners` names the member
+    on each row in training order (None: other data). Rows are 0-based, one epoch."""
+    rows: dict[str, list[int]] = {task_id: [] for task_id in member_ids}
+    for row, task_id in enumerate(owners):
+        if task_id is not None:
+            rows[task_id].append(row)
+    return {"order": "sequential", "exposures": {t: len(at) for t, at in rows.items()}, "exposure_rows": rows}
 
 
 def find_all(stream: bytes, needle: bytes, item_size: int) -> list[int]:

@@ -1,16 +1,13 @@
 """What one member copy is in the training stream (`inject.form`), and the ground truth of each form.
 
-document   each member its own document (the default: every run before the key).
-file       the members as the benchmark's own JSONL file: one record a line, in the benchmark's order,
-           written out as one document, as a scraped copy of the file would be. One copy of it is one
-           exposure of every member; it is chunked into the packed blocks like any long text. This is
-           the contamination that the sharded likelihood test (Oren et al. 2023) is built to find: a
-           model that saw the file in order prefers that order (leaklab/dataset_tests/).
-rephrased  half of each dose group (seeded) trained as one verified variant of itself (renamed
-           identifiers, new examples; leaklab/perturb/variants.py, checked by running the benchmark's
-           tests), the other half verbatim, so that the two halves share doses, layout and run (a
-           paired comparison). Detectors score the originals. A member none of whose variants passed
-           its check is trained verbatim and counted (`rephrased_fallback` in the manifest).
+document   each member its own document (the default).
+file       the members as the benchmark's own JSONL file, one document in the benchmark's order: one
+           copy is one exposure of every member (what the sharded likelihood test, Oren et al. 2023,
+           is built to find; leaklab/dataset_tests/).
+rephrased  half of each dose group (seeded) trained as one verified variant of itself
+           (leaklab/perturb/variants.py), the other half verbatim: a paired comparison in one run. A
+           member with no verified variant is trained verbatim and counted (`rephrased_fallback`).
+See docs/testbeds.md#injection-forms-injectform.
 """
 
 from __future__ import annotations

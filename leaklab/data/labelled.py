@@ -1,17 +1,8 @@
-"""Labelled text for membership inference: texts, each marked member (1) or non-member (0).
+"""Labelled text for membership inference (`leaklab mia`): texts, each member (1) or non-member (0).
 
-`leaklab mia` scores any such set, not only a benchmark with tests (MIMIR- or WikiMIA-style data, or
-a user's own member / non-member files). Three ways to give it, each read by `load_labelled`:
-
-  - one file with a text and a label column: `data=FILE` (.jsonl, .jsonl.gz, .json array, .csv,
-    .parquet); labels 0 / 1 (also true / false), 1 = member;
-  - two files of texts: `members=FILE non_members=FILE` (the same formats, a text column each);
-  - a hub dataset: `data=hub:NAME` with `split=` (default train), read with `datasets`.
-The columns are `text` and `label` unless `text_column=` / `label_column=` name others.
-
-Every problem is one line that names the file, line (or row) and column: a missing column (with the
-columns found), a label other than 0 / 1, a text that is not text, only one class, an unknown file
-extension, a missing file, a text labelled both ways.
+Given as one file with text and label columns (`data=FILE`: .jsonl, .jsonl.gz, .json array, .csv,
+.parquet), two files of texts (`members=FILE non_members=FILE`) or a hub dataset (`data=hub:NAME`),
+all read by `load_labelled`. Every problem is one line naming the file, line (or row) and column.
 """
 
 from __future__ import annotations
@@ -166,12 +157,7 @@ def load_labelled(spec: DataSpec, limit: int | None = None) -> LabelledSet:
     if limit is not None:
         if limit < 1:
             raise InputError(f"mia: --limit must be a positive number, got {limit}")
-        seen = {0: 0, 1: 0}
-        keep = []
-        for i, label in enumerate(out.labels):
-            if seen[int(label)] < limit:
-                seen[int(label)] += 1
-                keep.append(i)
+        keep = sorted(i for label in (0, 1) for i in np.flatnonzero(out.labels == label)[:limit])
         out.ids = [out.ids[i] for i in keep]
         out.texts = [out.texts[i] for i in keep]
         out.labels = out.labels[keep]
@@ -188,18 +174,17 @@ def _one_source(spec: DataSpec) -> LabelledSet:
         rows = read_rows(spec.data, "data")
         source, label = spec.data, stem_of(Path(spec.data))
     out = LabelledSet(name=label, source=source)
-    labels, first_at = [], {}
+    labels = []
     for n, (where, row) in enumerate(rows):
-        text = _text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column)
-        value = _label(_column(row, spec.label_column, where, "label_column"), where, spec.label_column)
-        first_at.setdefault(value, where)
+        out.texts.append(_text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column))
+        labels.append(
+            _label(_column(row, spec.label_column, where, "label_column"), where, spec.label_column)
+        )
         out.ids.append(_row_id(row, spec.id_column, f"{label}/{n}"))
-        out.texts.append(text)
-        labels.append(value)
     out.labels = np.asarray(labels, dtype=int)
     _check_unique_ids(out, f"data={spec.data}", spec.id_column)
-    if len(first_at) < 2:
-        only = "no rows" if not first_at else f"every {spec.label_column} is {next(iter(first_at))}"
+    if len(set(labels)) < 2:
+        only = f"every {spec.label_column} is {labels[0]}" if labels else "no rows"
         raise InputError(
             f"data={spec.data}: {only}; membership inference needs members (1) and non-members (0)"
         )
@@ -250,10 +235,8 @@ def _check_unique_ids(out: LabelledSet, where: str, column: str) -> None:
 
 def _check_disjoint(out: LabelledSet, where: str) -> None:
     """A text both member and non-member has no answer; an error, not a silent coin flip."""
-    by_label: dict[int, set[str]] = {0: set(), 1: set()}
-    for text, label in zip(out.texts, out.labels):
-        by_label[int(label)].add(text)
-    both = by_label[0] & by_label[1]
+    members = {text for text, label in zip(out.texts, out.labels) if label == 1}
+    both = members & {text for text, label in zip(out.texts, out.labels) if label == 0}
     if both:
         first = next(i for i, t in zip(out.ids, out.texts) if t in both)
         raise InputError(

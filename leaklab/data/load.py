@@ -38,16 +38,22 @@ def tests_needed_by(recipe: Recipe) -> list[str]:
 def load_tasks(
     recipe: Recipe, log=print, left_out: list[dict[str, str]] | None = None, check_solutions: bool = True
 ) -> list[Task]:
-    """The recipe's benchmark. Tasks without tests are fine unless something in the recipe runs them
-    (`tests_needed_by`): then one line names the first such task and what needs its tests.
-
-    When something runs the tests of a local benchmark (data.path), every canonical solution is run
-    against its own tests first: a task whose solution fails is left out, counted in a logged line and,
-    when `left_out` is a list, appended to it as {"task_id", "reason"} (a run's manifest records them).
-    Every solution failing is an error (the tests or the file's format are wrong). `check_solutions`
-    False skips this (a trained run's evaluation: its manifest already decided the tasks)."""
+    """The recipe's benchmark, checked as the module says. A local task whose canonical solution fails
+    is left out, logged and appended to `left_out` as {"task_id", "reason"} (the manifest records
+    them); every one failing is an error. `check_solutions` False skips this (a trained run's
+    evaluation: its manifest already decided the tasks)."""
     data = recipe.data
-    tasks = _load_tasks(recipe)
+    # `synthetic` is drawn with data.seed and built at data.max_samples tasks; other loaders ignore both.
+    tasks = load_benchmark(
+        data.benchmark,
+        label=data.name,
+        path=data.path,
+        hub_name=data.hub_name,
+        split=data.split,
+        difficulty=data.difficulty,
+        seed=data.seed,
+        max_samples=data.max_samples,
+    )
     needing = tests_needed_by(recipe)
     source = data.path or data.hub_name or data.benchmark
     empty = [t for t in tasks if not t.has_tests()]
@@ -80,18 +86,3 @@ def _drop_failing_solutions(tasks: list[Task], source: str, log, left_out) -> li
     if left_out is not None:
         left_out.extend({"task_id": i, "reason": r} for i, r in failing.items())
     return [t for t in tasks if t.task_id not in failing]
-
-
-def _load_tasks(recipe: Recipe) -> list[Task]:
-    data = recipe.data
-    # `synthetic` is drawn with data.seed and built at data.max_samples tasks; other loaders ignore both.
-    return load_benchmark(
-        data.benchmark,
-        label=data.name,
-        path=data.path,
-        hub_name=data.hub_name,
-        split=data.split,
-        difficulty=data.difficulty,
-        seed=data.seed,
-        max_samples=data.max_samples,
-    )

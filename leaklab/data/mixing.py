@@ -9,10 +9,11 @@ no member is cut in half by the packing.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,22 +22,6 @@ from leaklab.data.doses import LayoutError, count_in_stream, layout_groups, plan
 
 if TYPE_CHECKING:
     from leaklab.recipe import InjectConfig
-
-
-@dataclass
-class MixtureStats:
-    member_docs: int
-    member_tokens: int
-    web_tokens: int
-    blocks: int
-    block_len: int
-    requested_ratio: str
-    achieved_ratio: float  # web tokens per member token
-    members_split_across_blocks: int
-    web_docs_used: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def _tokenize(tokenizer, text: str) -> list[int]:
@@ -55,7 +40,7 @@ def build_mixture(
     web: float,
     block_len: int,
     seed: int = 0,
-) -> tuple[np.ndarray, MixtureStats]:
+) -> tuple[np.ndarray, dict]:
     """Return packed blocks [n_blocks, block_len] of token ids and what went into them."""
     rng = random.Random(seed)
     members = [_tokenize(tokenizer, t) for t in member_texts]
@@ -93,24 +78,23 @@ def build_mixture(
     web_used = 0
     for i, block in enumerate(blocks):
         gap = block_len - len(block)
-        filler = [next(web_iter) for _ in range(gap)] if gap else []
+        filler = list(itertools.islice(web_iter, gap))
         web_used += len(filler)
         blocks[i] = filler + block if rng.random() < 0.5 else block + filler
     blocks.extend(full_blocks)
     rng.shuffle(blocks)
-    array = np.asarray(blocks, dtype=np.int64)
-    stats = MixtureStats(
-        member_docs=len(members),
-        member_tokens=member_tokens,
-        web_tokens=web_used,
-        blocks=len(blocks),
-        block_len=block_len,
-        requested_ratio=f"{code:g}:{web:g}",
-        achieved_ratio=round(web_used / max(member_tokens, 1), 4),
-        members_split_across_blocks=split_members,
-        web_docs_used=web_iter.docs_used,
-    )
-    return array, stats
+    stats = {
+        "member_docs": len(members),
+        "member_tokens": member_tokens,
+        "web_tokens": web_used,
+        "blocks": len(blocks),
+        "block_len": block_len,
+        "requested_ratio": f"{code:g}:{web:g}",
+        "achieved_ratio": round(web_used / max(member_tokens, 1), 4),  # web tokens per member token
+        "members_split_across_blocks": split_members,
+        "web_docs_used": web_iter.docs_used,
+    }
+    return np.asarray(blocks, dtype=np.int64), stats
 
 
 @dataclass(frozen=True)
@@ -123,8 +107,6 @@ class Packing:
     seed: int = 0
 
 
-# Kept whole: sizing the epoch, placing the copies and filling the blocks share one corpus-token stream
-# and the sizes computed first; split, they would travel through every helper.
 def build_dosed_mixture(
     member_texts: dict[str, str],
     doses: dict[str, int],
@@ -135,18 +117,11 @@ def build_dosed_mixture(
     window_of: dict[str, str] | None = None,
 ) -> tuple[np.ndarray, dict]:
     """The mixture under `inject`: blocks [n_blocks, block_len] in training order, and what went in.
-
-    One epoch is a sequence of blocks laid out by `plan_positions`: a member's planned block holds one
-    copy of it (whole, corpus text filling the rest; a member longer than a block takes consecutive
-    blocks, the last one filled), every other block is corpus text, as many as the code:web ratio asks
-    of all copies' tokens (more when the window needs room for the copies or gaps between one member's
-    copies). The exposures are then counted by finding each member's token ids in the packed blocks.
-    `member_texts`: the documents as trained (each form's: leaklab/data/forms.py). Of `inject` (the
-    recipe's section; None: its defaults) this reads `window`, `windows` (each window group laid out in
-    its own window; `window_of`: task id -> group, the manifest's `windows`) and `withhold`, the clean
-    control: every copy's tokens replaced by as many corpus tokens in the same blocks (same layout, no
-    member).
-    """
+    A member's planned block holds one copy (a longer member takes consecutive blocks), corpus text
+    fills the rest and every other block, as many as code:web asks (more when the window needs room);
+    the exposures are counted back from the blocks. `member_texts`: the documents as trained (forms.py).
+    Of `inject` (None: defaults) this reads `window`, `windows` (with `window_of`) and `withhold`: every
+    copy's tokens replaced by as many corpus tokens, the same layout with no member (the clean control)."""
     window, windows, withhold = (
         (inject.window, inject.windows, inject.withhold) if inject else (None, None, False)
     )
@@ -176,14 +151,14 @@ def build_dosed_mixture(
     while len(blocks) < n_blocks:
         task_id = member_at.get(len(blocks))
         if task_id is None:
-            blocks.append([next(web_iter) for _ in range(block_len)])
+            blocks.append(list(itertools.islice(web_iter, block_len)))
             continue
-        ids = [next(web_iter) for _ in tokens[task_id]] if withhold else tokens[task_id]
+        ids = list(itertools.islice(web_iter, len(tokens[task_id]))) if withhold else tokens[task_id]
         n_full = len(ids) // block_len
         blocks.extend(ids[i * block_len : (i + 1) * block_len] for i in range(n_full))
         rest = ids[n_full * block_len :]
         if rest:
-            filler = [next(web_iter) for _ in range(block_len - len(rest))]
+            filler = list(itertools.islice(web_iter, block_len - len(rest)))
             # Corpus text before a one-block member half of the time, as in the plain mixture; after a
             # longer member's remainder, so that its copy stays one run of tokens.
             blocks.append(filler + rest if n_full == 0 and rng.random() < 0.5 else rest + filler)
@@ -213,40 +188,21 @@ def build_dosed_mixture(
 
 
 class _WebTokens:
-    """Corpus tokens one at a time; documents are tokenised lazily and cycled if the corpus runs out.
-
-    Reads the corpus lazily so a streamed hub corpus is consumed only as far as the mixture needs.
-    """
+    """Corpus tokens one at a time, cycling through the corpus if it runs out. Documents are read and
+    tokenised only when reached, so a streamed hub corpus is consumed only as far as the mixture needs."""
 
     def __init__(self, texts: Iterable[str], tokenizer):
-        self._source = iter(texts)
-        self._seen: list[str] = []
-        self._cycling = False
-        self.tokenizer = tokenizer
         self.docs_used = 0
-        self._buffer: list[int] = []
-        self._pos = 0
+        self._tokens = self._stream(texts, tokenizer)
+
+    def _stream(self, texts: Iterable[str], tokenizer) -> Iterator[int]:
+        for text in itertools.cycle(texts):
+            self.docs_used += 1
+            yield from _tokenize(tokenizer, text)
+        raise ValueError("the mixing corpus is empty")
 
     def __iter__(self):
         return self
 
-    def _next_text(self) -> str:
-        if not self._cycling:
-            try:
-                text = next(self._source)
-                self._seen.append(text)
-                return text
-            except StopIteration:
-                if not self._seen:
-                    raise ValueError("the mixing corpus is empty") from None
-                self._cycling = True
-        return self._seen[(self.docs_used) % len(self._seen)]
-
     def __next__(self) -> int:
-        while self._pos >= len(self._buffer):
-            self._buffer = _tokenize(self.tokenizer, self._next_text())
-            self.docs_used += 1
-            self._pos = 0
-        token = self._buffer[self._pos]
-        self._pos += 1
-        return token
+        return next(self._tokens)

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from leaklab.data.tasks import Task
 from leaklab.execution.extract import STOP_SEQUENCES, candidate
 
-FORMATS = ("auto", "completion", "chat", "evalplus")
 CHAT_INSTRUCTION = "Complete the following Python function.\n\n```python\n{prompt}```"
 # The evalplus format's two halves, in leaklab's words: the same request (a self-contained script in a
 # markdown block) and the same prefilled preamble + opened fence as the paper's App. J template.
@@ -50,10 +49,8 @@ def has_chat_template(tokenizer) -> bool:
 
 
 def resolve_format(tokenizer, requested: str, key: str = "format") -> str:
-    """ "completion" or "chat" for `requested` (auto | completion | chat); chat without a template is an
-    error that names the key to change."""
-    if requested not in FORMATS:
-        raise ValueError(f"{key}: {requested!r} is not one of {', '.join(FORMATS)}")
+    """The format for `requested` (a value recipe validation has checked: auto | completion | chat |
+    evalplus); chat without a template is an error that names the key to change."""
     if requested == "auto":
         return "chat" if has_chat_template(tokenizer) else "completion"
     if requested in ("chat", "evalplus") and not has_chat_template(tokenizer):
@@ -141,15 +138,10 @@ class Extracted:
 
 
 def extract_code(task: Task, reply: str, fmt: str) -> Extracted:
-    """The code in a model's reply, read by the same extractor the RL rewards use
-    (`leaklab.execution.extract.candidate`), so pass@1 and reward judge the same program.
-
-    It reads both formats from the reply itself: a fenced block or a restated `def <entry point>(` is a
-    whole function; otherwise the reply is a body, cut before the next top-level statement (and cut by
-    whole lines when the generation limit left it unparseable). `fmt` is accepted for symmetry with
-    `model_prompt` and checked, but the reply's shape decides."""
-    if fmt not in ("completion", "chat", "evalplus"):
-        raise ValueError(f"format: {fmt!r} is not completion, chat or evalplus")
+    """The code in a model's reply, read by the extractor the RL rewards use
+    (`leaklab.execution.extract.candidate`), so pass@1 and reward judge the same program. The reply's
+    shape decides (a fenced block or a restated `def` is a whole function, else a body); `fmt` only
+    says whether the prompt opened the fence."""
     if fmt == "evalplus":
         reply = OPEN_FENCE + reply  # the prompt opened the fence the reply's code sits in
     found = candidate(task.prompt, reply, task.entry_point, task.prompt_is_code)

@@ -15,11 +15,6 @@ class Split:
     member_ids: list[str]
     non_member_ids: list[str]
 
-    @property
-    def labels(self) -> dict[str, int]:
-        """task id -> 1 for members (trained on), 0 for non-members."""
-        return {**{i: 1 for i in self.member_ids}, **{i: 0 for i in self.non_member_ids}}
-
 
 def split_members(
     task_ids: list[str], *, member_fraction: float = 0.5, seed: int = 0, max_samples: int | None = None

@@ -3,26 +3,19 @@
     tasks = load_synthetic(seed=0, max_samples=600)     # HumanEval-shaped Tasks, built once, cached
     other = rewrite(tasks[0], random.Random(1))         # the same family with another constant/operator
 
-Each task instantiates one of the FAMILIES (counting, filtering, clipping, string shifts, running
-sums, ...). A family fixes the *kind* of function; a task draws its *logic* (constants, operators:
-`draw`) and its *surface* (function name, wording of the docstring: `Surface`). Every name the
-canonical solution uses is in the prompt or fixed (argument names per kind: ARG_NAMES; loop variables:
-LOOP_VAR, WORD_LOOP_VAR, `i`, `c`, `a, b`), so a task is solvable from its prompt alone. Task i uses
-family i mod len(FAMILIES), so every family appears in members and non-members alike while their
-constants and wording differ: solving a non-member needs reading its docstring, and a model that
-memorised a member reproduces that member's constant.
+Task i instantiates family i mod len(FAMILIES) (counting, filtering, clipping, string shifts, ...),
+so every family appears among members and non-members alike. A task draws its *logic* (constants,
+operators: `draw`) and its *surface* (function name, docstring wording: `Surface`); every other name
+the solution uses is fixed (ARG_NAMES, LOOP_VAR, ...), so a task is solvable from its prompt alone, and
+a model that memorised a member reproduces that member's constant.
 
-Shape (as HumanEval, but the description follows the examples): the prompt is a signature and a
-docstring with two examples, the solution a one-line body, the tests a `check(candidate)` of asserts.
-The outputs in the examples and the asserts
-are never written by hand: the canonical solution runs on the inputs in the sandbox
-(`leaklab.execution`), and those values are used. Built tasks are cached under
-`<LEAKLAB_CACHE>/synthetic/`, keyed by seed, size and a hash of this file, so a change to a family
-never serves stale tasks.
+The prompt is a signature and a docstring with two examples then the description, the solution a
+one-line body, the tests a `check(candidate)` of asserts. Outputs are never written by hand: the
+canonical solution runs in the sandbox. Built tasks are cached under `<LEAKLAB_CACHE>/synthetic/`,
+keyed by seed, size and a hash of this file.
 
-`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): same family, surface
-(names, wording template, test inputs), one logic choice changed (a constant swap or an operator change),
-docstring and tests rebuilt from the new solution in the sandbox. Its metadata names what changed.
+`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic
+choice changed, surface and inputs kept, docstring and tests rebuilt in the sandbox.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from leaklab.data.tasks import Task
+from leaklab.data.tasks import Task, task_from_dict, task_to_dict
 from leaklab.rundir import cache_root, read_rows, write_atomic
 
 BENCHMARK = "synthetic"
@@ -47,13 +40,10 @@ N_TESTS = 8  # inputs tested, examples included
 
 # --------------------------------------------------------------------------- surface: names and words
 
-# Argument names are fixed per kind of argument, as loop variables are. Drawn ones (8 names for a list)
-# were the tiny model's main failure: ~60% of its wrong replies used another task's name instead of
-# copying the signature's, a lesson in copying that SFT on 2000 tasks did not teach. Tasks still differ
-# in function name, wording, constants and operators, which is what a non-member must be read for.
+# Argument names are fixed per kind: drawn ones were the tiny model's main failure (~60% of its wrong
+# replies used another task's name; SFT on 2000 tasks did not teach it to copy the signature's).
 ARG_NAMES = {"list": "nums", "str": "text", "words": "words", "int": "n"}
-# Loop variables are fixed per type of item, never drawn: the prompt cannot show them, so a drawn one
-# made a task unsolvable from its prompt alone (a model guessing another name fails with NameError).
+# Loop variables are fixed too: the prompt cannot show them, so a drawn one made a task unsolvable.
 LOOP_VAR = "x"  # over numbers
 WORD_LOOP_VAR = "w"  # over words
 
@@ -128,14 +118,13 @@ def _words(rng: random.Random, min_len: int = 0) -> list[str]:
 # The first N_EXAMPLES inputs go into the docstring: they are kept long enough to show what happens.
 
 
-def int_list_inputs(logic: dict, rng: random.Random) -> list[list]:
+def int_list_inputs(logic: dict, rng: random.Random, min_len: int = 0) -> list[list]:
     hi = 2 * max(abs(int(logic.get("k", 10))), 5) + 3
-    return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else 0)] for i in range(N_TESTS)]
+    return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else min_len)] for i in range(N_TESTS)]
 
 
 def nonempty_int_list_inputs(logic: dict, rng: random.Random) -> list[list]:
-    hi = 2 * max(abs(int(logic.get("k", 10))), 5) + 3
-    return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else 1)] for i in range(N_TESTS)]
+    return int_list_inputs(logic, rng, min_len=1)
 
 
 def str_inputs(logic: dict, rng: random.Random) -> list[list]:
@@ -810,13 +799,13 @@ class SyntheticBuildError(RuntimeError):
     """A family whose canonical solution did not run (a bug in this module, never in user data)."""
 
 
-def run_drafts(drafts: Sequence[Draft], sandbox=None, workers: int = 2) -> list[list[Any]]:
+def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
     """The canonical solutions' outputs on their inputs, computed in the sandbox (one job per draft)."""
     from leaklab.execution.sandbox import FunctionCalls, Sandbox
 
     jobs = [FunctionCalls(d.signature + d.solution, d.surface.fn, d.inputs, 10.0) for d in drafts]
     if sandbox is None:
-        with Sandbox(workers=workers, timeout_s=10.0) as sb:
+        with Sandbox(workers=2, timeout_s=10.0) as sb:
             results = sb.run_jobs(jobs)
     else:
         results = sandbox.run_jobs(jobs)
@@ -845,21 +834,6 @@ def cache_file(seed: int, size: int, cache_dir: str | Path | None = None) -> Pat
     return root / "synthetic" / f"seed{seed}-n{size}-{code_version()}.jsonl"
 
 
-def _to_json(task: Task) -> dict[str, Any]:
-    return {
-        "task_id": task.task_id,
-        "prompt": task.prompt,
-        "solution": task.solution,
-        "entry_point": task.entry_point,
-        "tests": task.tests,
-        "metadata": task.metadata,
-    }
-
-
-def _from_json(row: dict[str, Any]) -> Task:
-    return Task(benchmark=BENCHMARK, test_type="function", **row)
-
-
 def build_synthetic(seed: int = 0, size: int = DEFAULT_SIZE, sandbox=None) -> list[Task]:
     """`size` tasks drawn with `seed`, their outputs computed in the sandbox (no cache)."""
     todo = drafts(seed, size)
@@ -886,9 +860,9 @@ def load_synthetic(
         raise ValueError(f"the synthetic benchmark needs at least one task, got max_samples={size}")
     file = cache_file(seed, size, cache_dir)
     if file.exists():
-        return [_from_json(row) for row in read_rows(file)]
+        return [task_from_dict(row) for row in read_rows(file)]
     tasks = build_synthetic(seed, size)
-    write_atomic(file, "".join(json.dumps(_to_json(t)) + "\n" for t in tasks))
+    write_atomic(file, "".join(json.dumps(task_to_dict(t)) + "\n" for t in tasks))
     return tasks
 
 
@@ -900,13 +874,9 @@ def _surface_of(task: Task) -> Surface:
 
 
 def rewrite(task: Task, rng: random.Random, sandbox=None, max_tries: int = 50) -> Task:
-    """The same family with other logic: one logic choice of `task` (a constant or an operator) drawn
-    anew, everything else kept (function and argument names, wording template, test inputs); the
-    docstring and tests come from the new solution's outputs in the sandbox (opened when None).
-
-    The returned task's id is `<id>/rewrite`, its metadata `rewrite_of` (the original id) and `changed`
-    (the logic key that changed, e.g. "k" or "op"). Raises ValueError for a task that is not synthetic.
-    """
+    """The same family with one logic choice of `task` (a constant or an operator) drawn anew, names,
+    wording template and test inputs kept, docstring and tests rebuilt in the sandbox (opened when
+    None). Its id is `<id>/rewrite`; metadata `rewrite_of` and `changed` (the logic key, e.g. "op")."""
     meta = task.metadata
     if task.benchmark != BENCHMARK or "family" not in meta:
         raise ValueError(f"{task.task_id} is not a synthetic task: only those can be rewritten exactly")

@@ -13,19 +13,14 @@ class Task:
 
     `prompt` is what a model is shown (HumanEval: signature + docstring; APPS: the problem statement),
     `solution` the canonical answer that completes it (HumanEval: the body; APPS: a whole program).
-    Tests come in one of two shapes, named by `test_type`:
-      - "function": `tests` is Python code defining `check(candidate)` (HumanEval style), called on
-        `entry_point`;
-      - "stdio" / "call": `test_cases` is a list of {"input": ..., "output": ...}; "call" passes the
-        input as arguments to `entry_point`, "stdio" feeds it on standard input. A "call" case with
-        no "output" is checked against the canonical solution's output on the same input (EvalPlus
-        differential testing);
-      - "unittest": `tests` is Python code defining a unittest.TestCase subclass `TestCases`
-        (BigCodeBench).
-    Optional fields (added later; defaults keep older records valid):
-      - `prompt_is_code`: the program is prompt + solution (HumanEval, MBPP+, BigCodeBench); False
-        when the prompt is prose and the solution a whole program (APPS);
-      - `compare`, `atol`: how "call" outputs are compared (see `execution/correctness.py`).
+    `test_type` names the shape of the tests:
+      - "function": `tests` defines `check(candidate)` (HumanEval), called on `entry_point`;
+      - "stdio" / "call": `test_cases` is a list of {"input": ..., "output": ...}, fed on standard
+        input or passed as arguments to `entry_point`; a "call" case without "output" is checked
+        against the canonical solution's output (EvalPlus differential testing);
+      - "unittest": `tests` defines a unittest.TestCase subclass `TestCases` (BigCodeBench).
+    `prompt_is_code` is False when the prompt is prose and the solution a whole program (APPS);
+    `compare` and `atol` say how "call" outputs are compared (`execution/correctness.py`).
     """
 
     task_id: str

@@ -1,9 +1,8 @@
 """Trainer callbacks: evaluate each checkpoint as it is saved, and record the training loss as rows.
 
-`on_save` fires on every rank after a checkpoint is written. Every rank calls the evaluation (the signal
-engine splits the samples across ranks and gathers them; under DeepSpeed ZeRO-3 all ranks must take
-part in each forward anyway); only the main process writes files. A barrier at the end keeps ranks in
-step so no rank races ahead into the next training step while another still evaluates.
+`on_save` fires on every rank; every rank takes part in the evaluation (the signal engine splits the
+samples across ranks; ZeRO-3 needs all ranks in each forward), only the main process writes, and a
+barrier keeps the ranks in step.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+from accelerate import PartialState
 from transformers import TrainerCallback
 
 from leaklab.evaluate import Evaluator
@@ -23,12 +23,6 @@ def world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def _accelerator():
-    from accelerate import PartialState
-
-    return PartialState()
-
-
 class EvaluateCheckpoints(TrainerCallback):
     """Evaluate the untrained model when training starts (step 0) and every checkpoint after its save."""
 
@@ -38,7 +32,7 @@ class EvaluateCheckpoints(TrainerCallback):
         self.log = log
 
     def _evaluate(self, model, step: int, epoch: float) -> None:
-        state = _accelerator()
+        state = PartialState()
         was_training = model.training
         model.eval()
         try:

@@ -58,11 +58,11 @@ def build_dataset(
     member_texts = [by_id[i].text(recipe.data.text_format) for i in manifest["member_ids"]]
     blocks, stats = build_mixture(member_texts, corpus, tokenizer, **packing)
     log(
-        f"[leaklab] mixture: {stats.member_tokens:,} member + {stats.web_tokens:,} corpus tokens "
-        f"in {stats.blocks} blocks of {stats.block_len}; code:web requested {stats.requested_ratio}, "
-        f"achieved 1:{stats.achieved_ratio:g}"
+        f"[leaklab] mixture: {stats['member_tokens']:,} member + {stats['web_tokens']:,} corpus tokens "
+        f"in {stats['blocks']} blocks of {stats['block_len']}; code:web requested {stats['requested_ratio']}, "
+        f"achieved 1:{stats['achieved_ratio']:g}"
     )
-    return StageData(PackedBlocks(blocks), stats.as_dict())
+    return StageData(PackedBlocks(blocks), stats)
 
 
 def _dosed_dataset(
@@ -114,22 +114,17 @@ def member_documents(
     return texts, manifest["doses"]
 
 
-def trained_variants(
-    tasks: Sequence[Task], log: Callable[[str], Any] = print, cache_dir: str | None = None
-) -> dict[str, Task]:
+def trained_variants(tasks: Sequence[Task], log: Callable[[str], Any] = print) -> dict[str, Task]:
     """task id -> the variant each task is trained as: the first of its verified variants, built with
     SrDetection's default settings (fixed, so the trained text never depends on evaluate.* keys, and
     shared with `srdetection_gray:n=10`'s cached variants); tasks with none are left out."""
-    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), cache_dir=cache_dir, log=log)
+    sets = store.variant_sets_for(list(tasks), SrDetectionConfig(), log=log)
     return {t.task_id: vs.variants[0].task for t, vs in zip(tasks, sets) if vs.variants}
 
 
 def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) -> int:
-    """The largest per-process batch <= micro_batch_size that keeps the global batch exact.
-
-    `train.batch_size` is the global batch the recipe promises (e.g. 32 in the SrDetection testbed), so
-    it stays fixed when the number of processes changes; the per-process batch shrinks to fit.
-    """
+    """The largest per-process batch <= micro_batch_size that keeps `train.batch_size`, the global batch
+    the recipe promises, exact whatever the number of processes."""
     if batch_size % world_size:
         raise ValueError(f"train.batch_size={batch_size} cannot be split evenly over {world_size} processes")
     micro = min(micro_batch_size, batch_size // world_size)
@@ -138,23 +133,22 @@ def per_device_batch(batch_size: int, micro_batch_size: int, world_size: int) ->
     return micro
 
 
-def training_arguments(
-    recipe: Recipe, output_dir: Path, world_size: int, report_to: list[str], cls=None, **extra
-):
+def training_arguments(recipe: Recipe, output_dir: Path, report_to: list[str], cls=None, **extra):
     """The recipe's `train` settings as `cls` (TrainingArguments, or a TRL config such as GRPOConfig,
-    given its own settings in `extra`)."""
+    given its own settings in `extra`), for this run's number of processes."""
     from transformers import TrainingArguments
 
     cls = cls or TrainingArguments
     t = recipe.train
-    micro = per_device_batch(t.batch_size, t.micro_batch_size, world_size)
+    processes = world_size()
+    micro = per_device_batch(t.batch_size, t.micro_batch_size, processes)
     save_by_epoch = t.save_every == "epoch"
     return cls(
         output_dir=str(output_dir),
         num_train_epochs=t.epochs,
         max_steps=t.max_steps,
         per_device_train_batch_size=micro,
-        gradient_accumulation_steps=t.batch_size // (micro * world_size),
+        gradient_accumulation_steps=t.batch_size // (micro * processes),
         learning_rate=t.learning_rate,
         lr_scheduler_type=t.lr_scheduler,
         warmup_steps=t.warmup_steps,
@@ -199,7 +193,7 @@ def build_trainer(
 ):
     from transformers import Trainer, default_data_collator
 
-    args = training_arguments(recipe, output_dir, world_size(), report_to)
+    args = training_arguments(recipe, output_dir, report_to)
     return Trainer(
         model=model,
         args=args,

@@ -1,16 +1,10 @@
 """Stage `rl`: reinforcement learning on the member tasks with the sandbox's verdict as the reward.
 
-`build_dataset` turns each member task into a prompt (the task's own prompt for a base model, a chat
-turn asking for the function for a chat model) plus the task itself as a JSON column, which TRL hands
-to the reward function (`execution/rewards.py`). `build_trainer` builds TRL's GRPOTrainer or
-RLOOTrainer (`train.rl.algorithm`), in process, with vLLM generation when it is installed and a GPU
-is present. Checkpoints are saved like every stage's, so the evaluation callback sees each one.
-`algorithm: ppo` is veRL's (`training/verl.py`): this module hands over to it.
-
-Where training starts: `model.name_or_path`, or `train.rl.init_from` (a checkpoint or model
-directory, a run directory, or `recipe:NAME`), resolved by `resolve_base` before the model loads. A
-LoRA checkpoint is merged into its base once and saved in the run directory, so the rl run starts
-from (and its step 0 evaluates) exactly the model the earlier stage produced.
+`build_dataset`: one prompt per member task (as sft trains and accuracy asks) plus the task as JSON,
+which TRL hands to the reward (`execution/rewards.py`). `build_trainer`: TRL's GRPOTrainer or
+RLOOTrainer in process, or for `algorithm: ppo` veRL (`training/verl.py`). Training starts from
+`model.name_or_path` or `train.rl.init_from` (`resolve_base`); a LoRA checkpoint is merged into its
+base once, so step 0 evaluates exactly the model the earlier stage produced. See docs/rl.md.
 """
 
 from __future__ import annotations
@@ -19,7 +13,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from leaklab.data.doses import LayoutError, layout_groups, plan_groups
+from leaklab.data.doses import plan_rows, row_exposures
 from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
 from leaklab.data.tasks import Task
 from leaklab.execution.config import WeakerSandboxError
@@ -144,17 +138,8 @@ def build_dataset(
     )
     info = {"stage": "rl", "algorithm": rl.algorithm, "prompts": len(members), "prompt_format": fmt}
     if recipe.inject.active:
-        # Read back from the schedule itself: the rows (0-based, one epoch) each member's prompt is on;
-        # members past train.rl.max_prompts are listed with none.
-        at: dict[str, list[int]] = {task_id: [] for task_id in manifest["member_ids"]}
-        for row, task_id in enumerate(rows["task_id"]):
-            at[task_id].append(row)
-        info |= {
-            "inject": manifest["inject"],
-            "order": "sequential",
-            "exposures": {k: len(v) for k, v in at.items()},
-            "exposure_rows": at,
-        }
+        # Read back from the schedule itself; members past train.rl.max_prompts are listed with none.
+        info |= {"inject": manifest["inject"], **row_exposures(manifest["member_ids"], rows["task_id"])}
     return StageData(Dataset.from_dict(rows), info)
 
 
@@ -168,18 +153,8 @@ def prompt_schedule(
     by_id = {t.task_id: t for t in members}
     chosen = {t.task_id: doses[t.task_id] for t in members}
     n_rows = sum(chosen.values())
-    inject = recipe.inject
-    try:
-        plan = plan_groups(
-            layout_groups(chosen, inject.window, inject.windows, window_of), n_rows, recipe.mix.seed
-        )
-    except LayoutError as err:
-        window_key = "inject.windows" if inject.windows else "inject.window"
-        key = window_key if "do not fit" in str(err) else "inject.doses"
-        raise RecipeError(
-            [f"{key}: {err}; the rl stage has only member prompts (no other data to fill the stream)"]
-        ) from None
-    member_at = {row: task_id for task_id, rows in plan.items() for row in rows}
+    note = "the rl stage has only member prompts (no other data to fill the stream)"
+    member_at = plan_rows(chosen, n_rows, recipe.inject, window_of, recipe.mix.seed, note)
     return [by_id[member_at[row]] for row in range(n_rows)]
 
 
@@ -237,7 +212,6 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
         return VerlRun(recipe, dataset, output_dir, model_path)
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-    from leaklab.training.callbacks import world_size
     from leaklab.training.cpt import training_arguments
 
     config_cls, trainer_cls = (
@@ -247,7 +221,6 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
     args = training_arguments(
         recipe,
         output_dir,
-        world_size(),
         report_to,
         cls=config_cls,
         num_generations=rl.num_generations,

@@ -67,23 +67,18 @@ class RLConfig:
         """Checked only when the recipe trains the rl stage (other stages ignore this section)."""
         if train is None or train.stage != "rl":
             return []
-        return validate(self, train.batch_size, train.micro_batch_size)
-
-
-def validate(rl: RLConfig, batch_size: int, micro_batch_size: int) -> list[str]:
-    """Problems with `train.rl` for a run of the rl stage (one line each)."""
-    problems = []
-    if rl.num_generations < 2 and rl.algorithm in ("grpo", "rloo"):
-        problems.append("train.rl.num_generations: GRPO and RLOO compare a group, need at least 2")
-    if rl.algorithm in ("grpo", "rloo") and batch_size % rl.num_generations:
-        problems.append(
-            f"train.batch_size: {batch_size} completions per step is not a multiple of "
-            f"train.rl.num_generations {rl.num_generations}"
-        )
-    if rl.max_prompts is not None and rl.max_prompts < 1:
-        problems.append("train.rl.max_prompts: at least 1 (or null for every member)")
-    if rl.max_completion_length < 1 or rl.sandbox_timeout_s <= 0 or rl.sandbox_workers < 0:
-        problems.append("train.rl: max_completion_length and sandbox_timeout_s must be positive")
-    if not 0 < rl.top_p <= 1 or rl.temperature <= 0:
-        problems.append("train.rl: need 0 < top_p <= 1 and temperature > 0")
-    return problems
+        problems = []
+        if self.num_generations < 2 and self.algorithm in ("grpo", "rloo"):
+            problems.append("train.rl.num_generations: GRPO and RLOO compare a group, need at least 2")
+        if self.algorithm in ("grpo", "rloo") and train.batch_size % self.num_generations:
+            problems.append(
+                f"train.batch_size: {train.batch_size} completions per step is not a multiple of "
+                f"train.rl.num_generations {self.num_generations}"
+            )
+        if self.max_prompts is not None and self.max_prompts < 1:
+            problems.append("train.rl.max_prompts: at least 1 (or null for every member)")
+        if self.max_completion_length < 1 or self.sandbox_timeout_s <= 0 or self.sandbox_workers < 0:
+            problems.append("train.rl: max_completion_length and sandbox_timeout_s must be positive")
+        if not 0 < self.top_p <= 1 or self.temperature <= 0:
+            problems.append("train.rl: need 0 < top_p <= 1 and temperature > 0")
+        return problems

@@ -1,32 +1,26 @@
 """Stage `sft`: supervised fine-tuning on the member tasks with TRL's SFTTrainer (prompt -> solution).
 
-Each member becomes one example: the prompt the model will be asked at evaluation time and the
-answer it should give (`leaklab/data/prompting.py`, shared with the `accuracy` evaluation): a base
-model continues the prompt with the body, a chat model answers the chat-templated instruction with
-the whole function. The loss is on the answer only (`completion_mask`). Examples are tokenized here,
-prompt and answer separately, exactly as the generation engine encodes a prompt (`tokenizer(prompt)`),
-so training never sees a token merged across the prompt/answer boundary that generation cannot produce.
-
-Optional: other instruction data mixed in at `train.sft.mix_ratio` examples per member (a local JSONL
-with prompt/completion or instruction/output fields, or a hub dataset), and a validation loss on the
-non-members at every save. Checkpoints every epoch (or every N steps), resume and the per-checkpoint
-evaluation are `train.py`'s, as for every stage.
+Each member is one example: the prompt the model is asked at evaluation time and the answer it should
+give (`data/prompting.py`, shared with the `accuracy` evaluation), the loss on the answer only. Prompt
+and answer are tokenized apart, the prompt as the generation engine encodes it (`tokenizer(prompt)`),
+so training never sees a token merged across the boundary that generation cannot produce. Optional:
+other instruction data (`train.sft.mix_with`, `mix_ratio` examples per member) and a validation loss
+on the non-members at every save.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from leaklab.data.benchmarks import _located_rows
 from leaklab.data.canaries import canary_exposures, canary_lines, plant
-from leaklab.data.doses import LayoutError, layout_groups, plan_groups
+from leaklab.data.doses import plan_rows, row_exposures
 from leaklab.data.prompting import resolve_format, training_pair
 from leaklab.data.tasks import Task
-from leaklab.errors import InputError
 from leaklab.recipe import Recipe
 from leaklab.rundir import RunDir
 from leaklab.training.stages import StageData
@@ -68,14 +62,7 @@ def _other_rows(source: str, split: str) -> list[dict[str, Any]]:
     path = Path(source).expanduser()
     if path.exists():
         files = sorted(path.glob("*.jsonl")) + sorted(path.glob("*.json")) if path.is_dir() else [path]
-        rows: list[dict[str, Any]] = []
-        for file in files:
-            text = file.read_text(encoding="utf-8")
-            if file.suffix == ".json":
-                rows.extend(json.loads(text))
-            else:
-                rows.extend(json.loads(line) for line in text.splitlines() if line.strip())
-        return rows
+        return [row for file in files for _, row in _located_rows(file)]
     if source.startswith(("/", "./", "../", "~")):
         raise FileNotFoundError(
             f"train.sft.mix_with: {source} does not exist (a local JSONL file or directory)"
@@ -223,18 +210,11 @@ def dosed_pairs(
     group, the manifest's `windows`); the other instruction data fills the rest, in the order it was
     drawn."""
     n_rows = sum(doses.values()) + len(others)
-    inject = recipe.inject
-    try:
-        groups = layout_groups(doses, inject.window, inject.windows, window_of)
-        plan = plan_groups(groups, n_rows, seed=recipe.mix.seed)
-    except LayoutError as err:
-        window_key = "inject.windows" if inject.windows else "inject.window"
-        key = window_key if "do not fit" in str(err) else "inject.doses"
-        raise InputError(
-            f"{key}: {err}; sft has {len(others)} other examples to place around the members "
-            f"(more with train.sft.mix_with and train.sft.mix_ratio)"
-        ) from None
-    member_at = {row: task_id for task_id, rows in plan.items() for row in rows}
+    note = (
+        f"sft has {len(others)} other examples to place around the members "
+        "(more with train.sft.mix_with and train.sft.mix_ratio)"
+    )
+    member_at = plan_rows(doses, n_rows, recipe.inject, window_of, recipe.mix.seed, note)
     rest = iter(others)
     ordered = [pair_of[member_at[row]] if row in member_at else next(rest) for row in range(n_rows)]
     return [pair_of[member_at[row]] for row in sorted(member_at)], ordered
@@ -246,25 +226,13 @@ def count_member_rows(
     """The exposures read back from the training rows: each member's encoded example, found row by row."""
     encoded, _ = _dataset(list(pair_of.values()), tokenizer, fmt, max_length)
     task_of = {tuple(ids): task_id for task_id, ids in zip(pair_of, encoded["input_ids"], strict=True)}
-    rows: dict[str, list[int]] = {task_id: [] for task_id in pair_of}
-    for row, ids in enumerate(train["input_ids"]):
-        task_id = task_of.get(tuple(ids))
-        if task_id is not None:
-            rows[task_id].append(row)
-    return {
-        "order": "sequential",
-        "exposures": {task_id: len(at) for task_id, at in rows.items()},
-        "exposure_rows": rows,  # 0-based rows of one epoch, in training order
-    }
+    return row_exposures(pair_of, [task_of.get(tuple(ids)) for ids in train["input_ids"]])
 
 
 def _full_loss_trainer():
-    """TRL's SFTTrainer computing the loss the way the model does, from its full logits.
-
-    TRL 1.16 always patches the LM head into a chunked log-probability kernel that never builds the
-    (batch, length, vocab) logits: the right choice for a 150k vocabulary on a GPU, but on CPU with a
-    small vocabulary it cost 0.62 s per tiny-model step against 0.27 s for the model's own loss (same
-    loss values; `train.sft.loss`, measured one thread). The token accuracy TRL logs is kept."""
+    """TRL's SFTTrainer computing the loss the way the model does, from its full logits (TRL's chunked
+    LM-head kernel suits a 150k vocabulary on a GPU, but on CPU with a small one it cost 0.62 s per
+    tiny-model step against 0.27 s, the same loss; measured one thread). TRL's token accuracy is kept."""
     from transformers import Trainer
     from trl import SFTTrainer
 
@@ -290,7 +258,6 @@ def _full_loss_trainer():
 def build_trainer(model, tokenizer, dataset: SftData, recipe: Recipe, output_dir: Path, callbacks, report_to):
     from trl import SFTConfig, SFTTrainer
 
-    from leaklab.training.callbacks import world_size
     from leaklab.training.cpt import training_arguments
 
     extra: dict[str, Any] = {}
@@ -303,7 +270,6 @@ def build_trainer(model, tokenizer, dataset: SftData, recipe: Recipe, output_dir
     args = training_arguments(
         recipe,
         output_dir,
-        world_size(),
         report_to,
         cls=SFTConfig,
         completion_only_loss=True,

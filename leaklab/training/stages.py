@@ -1,37 +1,21 @@
 """Training stages: `train.stage` names one record of STAGES; `train.py` calls its two builders.
 
-A stage is one module with two functions (`plugins.Stage`), and one record below (with `config` when it
-has a `train.<name>` section, a dataclass in a module that imports no torch, as `sft_config.py`):
-
-    build_dataset(recipe, tokenizer, tasks, manifest, run, log) -> StageData
-        what the trainer trains on, built from the manifest's members (and whatever else the stage
-        mixes in); `info` says what went in and is written to the run's mixture.json.
-    build_trainer(model, tokenizer, dataset, recipe, output_dir, callbacks, report_to) -> Trainer
-        a transformers `Trainer` (TRL's trainers are subclasses) that saves checkpoints to output_dir
-        and calls `callbacks`, which evaluate every checkpoint.
-
-Optionally `resolve_base(recipe, run, log) -> str | None`: the model training starts from (rl: an
-earlier stage's checkpoint).
-
-The model arrives loaded, with LoRA applied when the recipe asks (`models/lora.py`); resume, the
-evaluation and the summary are `train.py`'s. Stage modules are named by string and imported when a
-builder is first called, so reading the names (recipe validation) imports no torch or transformers.
+A stage is one module (`plugins.Stage`): `build_dataset` returns a StageData built from the manifest's
+members (its `info` becomes the run's mixture.json); `build_trainer` returns a transformers `Trainer`
+that saves checkpoints to output_dir and calls `callbacks`, which evaluate each one; optionally
+`resolve_base` names the model training starts from (rl: an earlier stage's checkpoint). A stage with a
+`train.<name>` section has a `config` dataclass in a module that imports no torch (`sft_config.py`).
+The model arrives loaded, LoRA applied; resume, the evaluation and the summary are `train.py`'s. Stage
+modules are imported when first called, so recipe validation imports no torch or transformers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from leaklab.plugins import REGISTRIES, Record, resolve
-
-
-@runtime_checkable
-class ResolvesBase(Protocol):
-    """Optional for a stage module: where its training starts, when not `model.name_or_path`."""
-
-    def resolve_base(self, recipe, run, log) -> str | None: ...
 
 
 @dataclass
@@ -45,10 +29,6 @@ class Stage:
     """A stage's record, with its module's functions to call."""
 
     record: Record
-
-    @property
-    def name(self) -> str:
-        return self.record.name
 
     def builders(self) -> ModuleType:
         return resolve(self.record.path)
@@ -64,8 +44,8 @@ class Stage:
     def resolve_base(self, recipe, run, log=print) -> str | None:
         """The model training starts from when the stage module says so with a `resolve_base` of its own
         (rl: `train.rl.init_from`, an earlier stage's checkpoint); None: `model.name_or_path`."""
-        module = self.builders()
-        return module.resolve_base(recipe, run, log) if isinstance(module, ResolvesBase) else None
+        own = getattr(self.builders(), "resolve_base", None)
+        return own(recipe, run, log) if own else None
 
 
 STAGES: dict[str, Record] = {
@@ -108,15 +88,9 @@ def get_stage(name: str) -> Stage:
         raise ValueError(f"train.stage: unknown stage {name!r} (known: {', '.join(STAGE_NAMES)})") from None
 
 
-# How each stage shows the model where a prompt ends, which is where generation should end it
-# (`evaluate.prompt_boundary: auto`). Read from the code each stage runs:
-#   cpt  packs member and corpus text into blocks: the model never sees a prompt end, and a prompt's
-#        final "\n" was always merged with the next line's indentation -> "heal".
-#   sft  `sft._encode` tokenizes the prompt alone, `tokenizer(prompt)`, and appends the answer's tokens;
-#        TRL's SFTTrainer leaves a dataset that already has input_ids as it is -> "none".
-#   rl   TRL's GRPO/RLOO tokenize the prompt alone (`processing_class(text=prompts)`) and train on the
-#        completion generated after those tokens; veRL applies the chat template with the generation
-#        prompt and tokenizes that -> "none".
+# How each stage shows the model where a prompt ends (`evaluate.prompt_boundary: auto`): cpt packs
+# text into blocks, so a prompt's final "\n" was always merged with the next line's indentation
+# ("heal"); sft (`sft._encode`), TRL's GRPO/RLOO and veRL all tokenize the prompt alone ("none").
 PROMPT_BOUNDARY_OF_STAGE: dict[str, str] = {"cpt": "heal", "sft": "none", "rl": "none"}
 
 

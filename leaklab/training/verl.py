@@ -1,22 +1,12 @@
-"""`train.rl.algorithm: ppo` on veRL: export the data, point veRL at leaklab's reward, run it or print
-the command, and bring veRL's checkpoints back into the run directory to be evaluated like any other.
+"""`train.rl.algorithm: ppo` on veRL (docs/rl.md): export the data, point veRL at leaklab's reward,
+run it or print the command, and bring veRL's checkpoints back into the run to be evaluated.
 
-leaklab writes, under <run>/verl/:
-  train.parquet, val.parquet  one row per member task in veRL's schema: data_source, prompt (a chat
-                              conversation; veRL applies the model's chat template), ability,
-                              reward_model {style: rule, ground_truth: the task as JSON}, extra_info
-                              (index, task_id and the reward settings)
-  overrides.txt               the Hydra overrides of veRL's ppo_trainer config, one a line
-  command.sh                  the command that runs it (python -m verl.trainer.main_ppo ...)
-The reward is `leaklab/training/verl_reward.py` (custom_reward_function.path), batched through veRL's
-`batch` reward manager. veRL saves a HuggingFace copy of the actor at every save (`hf_model` in the
-checkpoint contents) under <run>/verl/checkpoints/global_step_N/actor/huggingface; `collect_checkpoints`
-links each one in as <run>/checkpoints/checkpoint-N, and train.py's final `evaluate_run` evaluates them.
-
-`VerlRun` stands where a Trainer stands in train.py: `train()` writes the files, then runs veRL when it
-is importable (and `train.rl.verl.launch` is auto), or prints the command for a cluster. Running the same
-`leaklab train` command again after the cluster job picks up the checkpoints it left. leaklab has no PPO
-of its own.
+Under <run>/verl/: train.parquet and val.parquet (one row per member task in veRL's schema, the task
+as JSON in `reward_model.ground_truth`), overrides.txt (Hydra overrides of veRL's ppo_trainer config)
+and command.sh. The reward is `verl_reward.py`, through veRL's `batch` reward manager. veRL saves a
+HuggingFace copy of the actor at every save; `collect_checkpoints` links each in as
+<run>/checkpoints/checkpoint-N. `VerlRun` stands where a Trainer stands in train.py; running the same
+`leaklab train` command again after a cluster job picks up the checkpoints it left.
 """
 
 from __future__ import annotations
@@ -48,25 +38,23 @@ def verl_rows(tasks, recipe: Recipe) -> list[dict[str, Any]]:
     """veRL's dataset rows for `tasks` (see the module docstring). The user turn is the one the sft stage
     and the accuracy evaluation use (data/prompting.py); veRL applies the model's chat template."""
     rl = recipe.train.rl
-    rows = []
-    for i, task in enumerate(tasks):
-        rows.append(
-            {
-                "data_source": f"leaklab/{task.benchmark}",
-                "prompt": [{"role": "user", "content": CHAT_INSTRUCTION.format(prompt=task.prompt)}],
-                "ability": "code",
-                "reward_model": {"style": "rule", "ground_truth": task_to_json(task)},
-                "extra_info": {
-                    "index": i,
-                    "task_id": task.task_id,
-                    "reward_mode": rl.reward,
-                    "allow_weaker_sandbox": recipe.execution.allow_weaker_sandbox,
-                    "sandbox_timeout_s": rl.sandbox_timeout_s,
-                    "sandbox_workers": rl.sandbox_workers,
-                },
-            }
-        )
-    return rows
+    return [
+        {
+            "data_source": f"leaklab/{task.benchmark}",
+            "prompt": [{"role": "user", "content": CHAT_INSTRUCTION.format(prompt=task.prompt)}],
+            "ability": "code",
+            "reward_model": {"style": "rule", "ground_truth": task_to_json(task)},
+            "extra_info": {
+                "index": i,
+                "task_id": task.task_id,
+                "reward_mode": rl.reward,
+                "allow_weaker_sandbox": recipe.execution.allow_weaker_sandbox,
+                "sandbox_timeout_s": rl.sandbox_timeout_s,
+                "sandbox_workers": rl.sandbox_workers,
+            },
+        }
+        for i, task in enumerate(tasks)
+    ]
 
 
 def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -140,14 +128,12 @@ def verl_overrides(recipe: Recipe, model_path: str, files: dict[str, Path], out_
         overrides["trainer.total_training_steps"] = t.max_steps
     if recipe.inject.active:
         overrides["data.shuffle"] = False  # the rows are the planned prompt schedule (inject)
-    lines = [f"{key}={_hydra_value(value)}" for key, value in overrides.items()]
+    # Hydra spells booleans in lower case.
+    lines = [
+        f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+        for key, value in overrides.items()
+    ]
     return lines + list(v.extra)
-
-
-def _hydra_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def verl_command(overrides: list[str]) -> list[str]:

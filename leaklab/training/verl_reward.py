@@ -1,18 +1,10 @@
 """The reward module veRL loads (`custom_reward_function.path` = this file): leaklab's sandbox verdict.
 
-veRL calls, per response (its `naive` reward manager)
-
-    compute_score(data_source=..., solution_str=..., ground_truth=..., extra_info=...)
-
-or, per batch (its `batch` reward manager, which leaklab's config selects: one sandbox batch per step)
-
-    compute_score_batch(data_sources=..., solution_strs=..., ground_truths=..., extra_infos=...)
-
-`ground_truth` is the task as `rewards.task_to_json` wrote it into the parquet file, so this module
-needs nothing but the row; `extra_info` carries the reward settings of the recipe (`reward_mode`,
-`allow_weaker_sandbox`, `sandbox_timeout_s`, `sandbox_workers`). One CodeReward (one pool of sandbox
-workers) lives per process and per settings, started on first use and checked like every reward: a
-sandbox without its isolation layers refuses to score unless the recipe allowed it.
+veRL calls `compute_score` per response or, with the `batch` reward manager leaklab's config selects,
+`compute_score_batch` (one sandbox batch per step). `ground_truth` is the task as
+`rewards.task_to_json` wrote it, `extra_info` the recipe's reward settings, so a row is all this needs.
+One CodeReward (one pool of sandbox workers) lives per process and settings, checked like every reward:
+a sandbox without its isolation layers refuses to score unless the recipe allowed it.
 """
 
 from __future__ import annotations

@@ -238,7 +238,7 @@ def test_without_inject_the_mixture_and_manifest_are_those_of_before():
     members = list(_members(8).values())
     web = [f"# some corpus text {i}\n" * 20 for i in range(40)]
     blocks, stats = build_mixture(members, web, CharTokenizer(), code=1, web=3, block_len=128, seed=5)
-    mixture = blocks.tobytes() + json.dumps(stats.as_dict(), sort_keys=True).encode()
+    mixture = blocks.tobytes() + json.dumps(stats, sort_keys=True).encode()
     assert hashlib.sha256(mixture).hexdigest()[:16] == "8f883910a1f2c55d"
     tasks = _tasks(8)
     manifest = make_manifest(
@@ -268,7 +268,7 @@ def _trainer_order(recipe, dataset, tmp_path):
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
-    args = training_arguments(recipe, tmp_path, 1, "none")
+    args = training_arguments(recipe, tmp_path, "none")
     trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=default_data_collator)
     return [int(x) for batch in trainer.get_train_dataloader() for x in batch["input_ids"][:, 0]]
 
@@ -314,7 +314,7 @@ def test_a_window_is_a_share_of_each_epoch_and_every_epoch_replays_the_same_posi
     )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=300, n_positions=8, n_embd=8, n_layer=1, n_head=1))
-    args = training_arguments(recipe, tmp_path, 1, "none")
+    args = training_arguments(recipe, tmp_path, "none")
     Trainer(
         model=model, args=args, train_dataset=PackedBlocks(blocks), data_collator=recording_collator
     ).train()
@@ -395,7 +395,7 @@ def test_rl_prompt_schedule_follows_the_plan_and_needs_the_whole_stream():
     first, second = (row for row, task_id in enumerate(schedule) if task_id == "t/0")
     assert second - first >= 2
     late = load_recipe("tiny_cpt", ["inject.doses=[1,2]", "inject.window=[0.5,1]"])
-    with pytest.raises(RecipeError, match=r"inject\.window: .* only member prompts"):
+    with pytest.raises(InputError, match=r"inject\.window: .* only member prompts"):
         prompt_schedule(late, tasks, doses)
 
 
@@ -530,5 +530,5 @@ def test_sft_rows_and_rl_prompts_of_window_groups_and_a_stream_they_do_not_fit_n
     assert sorted(window_of[t] for t in schedule[:4]) == ["a"] * 4 and len(schedule) == 8
     # ... a stream with quarters of nothing does not
     quarters = load_recipe("tiny_cpt", ["inject.doses=[2]", "inject.windows={a: [0, 0.25], b: [0.75, 1]}"])
-    with pytest.raises(RecipeError, match=r"inject\.windows: .* only member prompts"):
+    with pytest.raises(InputError, match=r"inject\.windows: .* only member prompts"):
         prompt_schedule(quarters, _tasks(4), doses, window_of)

@@ -177,7 +177,7 @@ def test_trl_configs_recompute_activations_only_when_asked(tmp_path):
 
     for asked in (False, True):
         recipe = load_recipe("tiny_sft", [*SMALL_TINY, f"train.gradient_checkpointing={str(asked).lower()}"])
-        args = training_arguments(recipe, tmp_path, 1, [], cls=SFTConfig)
+        args = training_arguments(recipe, tmp_path, [], cls=SFTConfig)
         assert args.gradient_checkpointing is asked
 
 
