@@ -288,14 +288,6 @@ def _convert(tp, values: list[str], where: str):
         raise ValueError(f"detector parameter {where}: cannot use {','.join(values)!r} ({err})") from None
 
 
-def columns_of(specs: Sequence[str]) -> list[str]:
-    """The score columns the specs produce, in order (validates the specs)."""
-    out: list[str] = []
-    for spec in specs:
-        out.extend(c for c in build_detector(spec).columns() if c not in out)
-    return out
-
-
 def run_detectors(
     specs: Sequence[str], inputs: ModelInputs, info: dict[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
@@ -394,7 +386,6 @@ __all__ = [
     "Signals",
     "build_detector",
     "describe_detectors",
-    "columns_of",
     "kind_of",
     "record_of",
     "needs_of",

@@ -42,21 +42,9 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.likelihood import TARGET
-from leaklab.detectors.recall import join_prefix, prefix_texts
+from leaklab.detectors.recall import join_prefix, prefix_texts, recall_ratio
 from leaklab.detectors.srdetection import CLEAN
 from leaklab.errors import InputError
-
-
-def conrecall_scores(
-    nonmember_nll: np.ndarray, member_nll: np.ndarray, plain_nll: np.ndarray, gamma: float
-) -> np.ndarray:
-    """(NLL(x | P_n) - gamma * NLL(x | P_m)) / NLL(x) per sample; NaN where NLL(x) is not positive."""
-    nonmember_nll = np.asarray(nonmember_nll, dtype=np.float64)
-    member_nll = np.asarray(member_nll, dtype=np.float64)
-    plain_nll = np.asarray(plain_nll, dtype=np.float64)
-    ok = np.isfinite(plain_nll) & (plain_nll > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, (nonmember_nll - gamma * member_nll) / np.where(ok, plain_nll, 1.0), np.nan)
 
 
 def cross_fitted_shots(
@@ -178,6 +166,6 @@ class ConRecall:
             cond[kind] = values
         inputs.info[self.name] = {"no_room": len(inputs.texts) - len(fitted)}
         return {
-            f"conrecall@gamma={g:g}": conrecall_scores(cond["non_member"], cond["member"], plain, g)
+            f"conrecall@gamma={g:g}": recall_ratio(cond["non_member"] - g * cond["member"], plain)
             for g in self.gamma
         }

@@ -83,16 +83,12 @@ class ModelInputs:
         scoring.check()
         return scoring
 
-    def nlls(
-        self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None
-    ) -> np.ndarray:
-        """Mean NLL of each text under the target model, through the shared signal engine and cache (so a
-        text another detector scored already is a cache hit); `settings`: the `ScoringSettings` to use."""
-        import numpy as np
-
+    def token_stats(self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None):
+        """Token statistics of `texts` under the target model, through the shared signal engine and cache
+        (a text another detector scored already is a cache hit); `settings`: the `ScoringSettings`."""
         from leaklab.signals.logprobs import compute_token_stats
 
-        stats = compute_token_stats(
+        return compute_token_stats(
             self.model,
             self.tokenizer,
             texts,
@@ -103,7 +99,14 @@ class ModelInputs:
             cache=self.cache,
             info=info,
         )
-        return np.array([s.nll() for s in stats], dtype=np.float64)
+
+    def nlls(
+        self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None
+    ) -> np.ndarray:
+        """Mean NLL of each text under the target model (`token_stats`)."""
+        import numpy as np
+
+        return np.array([s.nll() for s in self.token_stats(texts, prompts, settings, info)], dtype=np.float64)
 
     def variant_nlls(self, detector: str) -> tuple[np.ndarray, np.ndarray]:
         """(originals [N], variants [N, width]) mean NLLs of the samples and their verified variants, in

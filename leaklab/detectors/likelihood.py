@@ -56,13 +56,25 @@ def nll(logprob: np.ndarray) -> float:
     return float(-np.mean(logprob, dtype=np.float64)) if len(logprob) else math.nan
 
 
-def lowest_k_mean(values: np.ndarray, k: float) -> float:
-    """Mean of the ceil(k n) smallest values (at least one); NaN for no values."""
+def region_mean(values: np.ndarray, share: float, highest: bool = False) -> float:
+    """Mean of the ceil(share n) lowest (or highest) values, at least one; NaN for no values."""
     n = len(values)
     if n == 0:
         return math.nan
-    count = max(1, math.ceil(k * n - 1e-9))  # 1e-9: 0.07 * 100 is 7.000000000000001 in floating point
-    return float(np.mean(np.sort(values.astype(np.float64))[:count]))
+    count = max(1, math.ceil(share * n - 1e-9))  # 1e-9: 0.07 * 100 is 7.000000000000001 in floating point
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    return float(np.mean(ordered[-count:] if highest else ordered[:count]))
+
+
+def neighbour_gap(original: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+    """Mean of each row's finite neighbour scores minus the original's; NaN when a row has none."""
+    neighbours = np.asarray(neighbours, dtype=np.float64)
+    finite = np.isfinite(neighbours)
+    count = finite.sum(axis=1)
+    total = np.where(finite, neighbours, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return mean - np.asarray(original, dtype=np.float64)
 
 
 def minkpp_z(logprob: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
@@ -160,7 +172,7 @@ class MinK:
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         return {
             _k_column("mink", k): np.array(
-                [lowest_k_mean(s.logprob, k) for s in signals.target], dtype=np.float64
+                [region_mean(s.logprob, k) for s in signals.target], dtype=np.float64
             )
             for k in self.k
         }
@@ -181,7 +193,7 @@ class MinKPlusPlus:
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         zs = [minkpp_z(s.logprob, s.mean, s.var) for s in signals.target]
         return {
-            _k_column("minkpp", k): np.array([lowest_k_mean(z, k) for z in zs], dtype=np.float64)
+            _k_column("minkpp", k): np.array([region_mean(z, k) for z in zs], dtype=np.float64)
             for k in self.k
         }
 

@@ -26,17 +26,8 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.inputs import ModelInputs
+from leaklab.detectors.likelihood import neighbour_gap
 from leaklab.detectors.srdetection import VARIANTS, first_n_scores
-
-
-def neighbourhood_scores(original_nll: np.ndarray, variant_nll: np.ndarray, n: int) -> np.ndarray:
-    """Mean NLL of each row's first n finite variant scores minus the original's; NaN without any."""
-    chosen = first_n_scores(variant_nll, n)
-    count = np.isfinite(chosen).sum(axis=1)
-    total = np.where(np.isfinite(chosen), chosen, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    return mean - np.asarray(original_nll, dtype=np.float64)
 
 
 @dataclass
@@ -62,6 +53,6 @@ class Neighbourhood:
 
     def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
         original, variants = inputs.variant_nlls("neighbourhood")
-        scores = neighbourhood_scores(original, variants, self.n)
+        scores = neighbour_gap(original, first_n_scores(variants, self.n))
         inputs.info[self.name] = {"undefined": int(np.isnan(scores).sum())}
         return {"neighbourhood": scores}

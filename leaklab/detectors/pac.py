@@ -32,7 +32,6 @@ of the signal engine over m times the texts.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,17 +39,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.likelihood import TARGET
-
-
-def region_mean(values: np.ndarray, share: float, highest: bool) -> float:
-    """Mean of the ceil(share * n) highest (or lowest) values, at least one; NaN for no values."""
-    n = len(values)
-    if n == 0:
-        return math.nan
-    count = max(1, math.ceil(share * n - 1e-9))  # 1e-9: 0.3 * 10 is 3.0000000000000004 in floating point
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    return float(np.mean(ordered[-count:] if highest else ordered[:count]))
+from leaklab.detectors.likelihood import TARGET, neighbour_gap, region_mean
 
 
 def polarized_distance(values: np.ndarray, far: float, local: float) -> float:
@@ -75,17 +64,6 @@ def augmented_copies(text: str, alpha: float, count: int, seed: int) -> list[str
     digest = hashlib.sha256(f"{seed}\0{text}".encode()).hexdigest()
     rng = random.Random(int(digest[:16], 16))
     return [swap_words(text, alpha, rng) for _ in range(count)]
-
-
-def pac_scores(original: np.ndarray, augmented: np.ndarray) -> np.ndarray:
-    """Mean of each row's finite augmented distances minus the original's; NaN when a row has none."""
-    augmented = np.asarray(augmented, dtype=np.float64)
-    finite = np.isfinite(augmented)
-    count = finite.sum(axis=1)
-    total = np.where(finite, augmented, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    return mean - np.asarray(original, dtype=np.float64)
 
 
 def confidences(logprob: np.ndarray, space: str) -> np.ndarray:
@@ -130,23 +108,12 @@ class Pac:
         )
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.logprobs import compute_token_stats
-
         scoring = inputs.scoring()
         solution = scoring.scoring_span == "solution"
         contexts = inputs.contexts() if solution else [""] * len(inputs.texts)
 
         def stats(texts, prompts):
-            return compute_token_stats(
-                inputs.model,
-                inputs.tokenizer,
-                texts,
-                prompts=prompts if solution else None,
-                settings=scoring,
-                distribution=False,
-                accelerator=inputs.accelerator,
-                cache=inputs.cache,
-            )
+            return inputs.token_stats(texts, prompts if solution else None, scoring)
 
         original = self.distances(stats(inputs.texts, contexts))
         copy_texts, copy_prompts = [], []
@@ -155,6 +122,6 @@ class Pac:
             copy_texts += [context + c for c in augmented_copies(span, self.alpha, self.copies, self.seed)]
             copy_prompts += [context] * self.copies
         augmented = self.distances(stats(copy_texts, copy_prompts)).reshape(len(inputs.texts), self.copies)
-        scores = pac_scores(original, augmented)
+        scores = neighbour_gap(original, augmented)
         inputs.info[self.name] = {"undefined": int(np.isnan(scores).sum())}
         return {self.column: scores}

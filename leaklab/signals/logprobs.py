@@ -319,11 +319,6 @@ class SignalCache:
 _DEFAULT_CACHE = SignalCache()
 
 
-def default_cache() -> SignalCache:
-    """The process-wide in-memory cache used when no cache is passed."""
-    return _DEFAULT_CACHE
-
-
 def as_cache(cache: SignalCache | str | Path | None) -> SignalCache:
     if cache is None:
         return _DEFAULT_CACHE
