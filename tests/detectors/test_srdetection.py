@@ -98,13 +98,12 @@ def test_split_prefix_suffix():
     assert split_prefix_suffix([], 0.5) == ([], [])
 
 
-def test_score_matrix_pads_missing_variants_with_nan():
-    from leaklab.detectors.srdetection import score_matrix
+def test_unflatten_pads_missing_variants_with_nan():
+    from leaklab.detectors.srdetection import SrInputs
 
-    scores = {"a": 1.0, "a#v0": 2.0, "a#v1": 3.0, "b": 4.0, "b#v0": 5.0}
-    original, variants = score_matrix(
-        ["a", "b", "c"], [["a#v0", "a#v1"], ["b#v0", "b#v9"], []], scores, width=3
-    )
+    rows = [["a0", "a1", "a2"], ["b0"], []]
+    inputs = SrInputs(["a", "b", "c"], ["", "", ""], rows, [[""] * len(r) for r in rows])
+    original, variants = inputs.unflatten(np.array([1.0, 4.0, np.nan, 2.0, 3.0, np.nan, 5.0]))
     assert original[:2].tolist() == [1.0, 4.0] and np.isnan(original[2])
     assert variants[0, :2].tolist() == [2.0, 3.0] and np.isnan(variants[0, 2])
     assert variants[1, 0] == 5.0 and np.isnan(variants[1, 1:]).all()
