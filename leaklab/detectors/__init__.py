@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import Signals
 from leaklab.detectors.signals import SOURCES, compute_signals
 from leaklab.detectors.srdetection import VARIANTS
 from leaklab.errors import closest
@@ -241,14 +240,9 @@ def run_detectors(
 
     info: when given, filled with per-signal counts (texts, cached, windowed, truncated, empty, ...).
     """
-    rules = [spec for spec in specs if kind_of(spec) == "rule"]
-    if rules:
-        raise ValueError(f"{rules[0]!r} is a rule detector: score it with score_detectors")
-    model_level = [spec for spec in specs if kind_of(spec) == "model"]
-    if model_level:
-        raise ValueError(
-            f"{model_level[0]!r} reads more than token statistics: score it with score_detectors"
-        )
+    others = [spec for spec in specs if kind_of(spec) != "score"]
+    if others:
+        raise ValueError(f"{others[0]!r} is a {kind_of(others[0])} detector: score it with score_detectors")
     detectors = [build_detector(spec) for spec in specs]
     signals = compute_signals(inputs, set().union(*(d.needs for d in detectors)), info)
     columns: dict[str, np.ndarray] = {}
@@ -322,22 +316,3 @@ def score_detectors(
         for column, params in detector.columns().items():
             out.params[column] = (detector.name, params)
     return out
-
-
-__all__ = [
-    "DETECTORS",
-    "KINDS",
-    "DetectorScores",
-    "Signals",
-    "build_detector",
-    "describe_detectors",
-    "kind_of",
-    "record_of",
-    "needs_of",
-    "needs_variants",
-    "parse_spec",
-    "regroup_specs",
-    "run_detectors",
-    "score_detectors",
-    "validate_specs",
-]

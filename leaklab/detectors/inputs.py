@@ -1,12 +1,6 @@
-"""What a model-level score detector reads: the model itself and the run's shared services.
-
-Most score detectors read only token statistics (`likelihood.Signals`, one engine pass shared by all of
-them). The detectors of `recall`, `cdd`, `ngram` and `neighbourhood` (kind "model") need more: a second
-pass with a prefix, generations, or the samples' variants. Each has a `run(inputs) -> {column: scores}`
-method instead of `score(signals)`, and `score_detectors` hands them the `ModelInputs` it was given;
-rule detectors get the same one in `decide(inputs)`. They still go through
-the shared engines (`signals.logprobs.compute_token_stats`, `signals.continuations`) and caches, so
-what another detector computed already is a cache hit.
+"""What a detector that reads more than token statistics gets: the model itself and the run's shared
+services (`ModelInputs`). "model" detectors get it in `run(inputs)`, rule detectors in `decide(inputs)`;
+both still go through the shared engines and caches, so what another detector computed is a cache hit.
 """
 
 from __future__ import annotations
@@ -29,21 +23,13 @@ if TYPE_CHECKING:  # the registry is read at recipe load: these stay out of that
 
 @dataclass
 class ModelInputs:
-    """One model's evaluation set and services: everything a detector may read.
+    """One model's evaluation set and services: everything a detector may read. None means: no
+    prompts (texts have no context), no variants, this process alone, the process-wide caches, an
+    HFGenerator on `model`, no reference model, no sample known clean, `settings.dcpdd_corpus`.
 
-    settings: the recipe's `evaluate` section (`EvaluateConfig()` for its defaults); the signal
-        engine's settings are derived from it (`scoring`).
-    prompts: prompts[i] is the part of texts[i] before its solution ("" where there is none).
-    rule_inputs: the originals and their verified variants, for detectors that need variants.
-    accelerator: the processes sharing the work (None: this process alone).
-    cache / generation_cache: the shared signal and generation caches (None: the process-wide ones).
-    generator: what decodes (None: an HFGenerator on `model`).
-    reference: (model, tokenizer) of the reference model, or None.
-    known_clean: bool per sample, True for samples known not to be in the model's training (a run's
-        non-members), whose margins measure a rule's null (`srdetection_clean_null`, which never decides
-        a sample by a threshold its own margin entered); None: no sample is known clean.
-    corpus_texts: DC-PDD's reference corpus (None: `settings.dcpdd_corpus`).
-    info: per detector, counts of its samples (without a score and why), filled by the detectors.
+    prompts[i] is the part of texts[i] before its solution. known_clean[i] is True for a sample known
+    not to be in the model's training (a run's non-members): `srdetection_clean_null` measures its null on
+    them. info: per detector, counts of its samples (without a score and why), filled by the detectors.
     """
 
     model: PreTrainedModel

@@ -1,27 +1,18 @@
-"""Gray-box membership detectors (docs/detectors.md#gray-box-detectors): token statistics in, one score out.
-
-Every score is oriented so that HIGHER MEANS MORE LIKELY A MEMBER; the golden tests pin each sign.
-With l_t = log p(x_t | x_<t) over the scored tokens of a text and NLL = -mean_t l_t:
+"""Gray-box membership detectors (docs/detectors.md#gray-box-detectors): token statistics in, one score
+out, HIGHER MEANS MORE LIKELY A MEMBER (the golden tests pin each sign). With l_t = log p(x_t | x_<t) over
+the scored tokens of a text and NLL = -mean_t l_t:
 
   ppl        -exp(NLL)                                   (minus the perplexity)
   zlib       -NLL / len(zlib.compress(span))             (Carlini et al. 2021; bytes of the scored span)
   lowercase  -NLL(text) / NLL(text.lower())              (Carlini et al. 2021)
   mink@k     mean of the ceil(k n) smallest l_t          (Min-K% Prob, Shi et al. 2024)
   minkpp@k   mean of the ceil(k n) smallest z_t,         (Min-K%++, Zhang et al. 2025)
-             z_t = (l_t - mu_t) / sigma_t
+             z_t = (l_t - mu_t) / sigma_t, sigma_t floored at SIGMA_FLOOR
   dcpdd      mean over first occurrences of min(p(x_t) log(1 / f(x_t)), a)   (DC-PDD, Zhang et al. 2024)
   ref        -NLL_target / NLL_reference                 (log-perplexity ratio; reference re-tokenises)
   ref_diff   NLL_reference - NLL_target                  (the difference form)
 
-Defined edge cases: a text with no scored token scores NaN in every detector; Min-K% takes at least one
-token (ceil(k n) >= 1 whenever n >= 1, so k n < 1 means "the single lowest token"); Min-K%++ floors
-sigma_t at SIGMA_FLOOR so a (numerically) deterministic next-token distribution gives a finite z_t;
-ratio detectors give NaN when the denominator NLL is 0 (a perfectly predicted text).
-
-A detector is a small dataclass (`plugins.ScoreDetector`): `name`, the `needs` it reads from `Signals`,
-its parameters as fields (set from a spec such as "mink:k=0.05,0.1,0.2"), `columns()` (score column ->
-the parameters that produced it, which result rows carry) and `score(signals)`. Register it with a
-record of kind "score" in `leaklab/detectors/__init__.py` and give it a golden test.
+No scored token: NaN in every detector; a ratio whose denominator NLL is 0: NaN.
 """
 
 from __future__ import annotations

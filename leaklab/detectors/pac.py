@@ -1,32 +1,14 @@
 """PAC, Polarized Augment Calibration (Ye et al., 2024, "Data Contamination Calibration for Black-box
-LLMs"): how far a sample's token confidences spread apart, compared with copies of it whose words
-were shuffled a little.
-
-The polarized distance of a text looks at its two extreme regions of token confidence: with v_t the
-confidence of each scored token (its probability, or its log-probability with `space=logprob`), sorted,
+LLMs"). With v_t the confidence of each scored token (its probability; its log-probability under
+`space=logprob`, column `pac_log`) and x~_1..x~_m copies of x with max(1, floor(alpha * words)) random
+swaps of two words (words split on single spaces, so indentation survives):
 
     PD(x)  =  mean of the ceil(far * n) highest v_t  -  mean of the ceil(local * n) lowest v_t
+    pac    =  (1/m) * sum_j PD(x~_j)  -  PD(x)                  HIGHER MEANS MORE LIKELY A MEMBER
 
-(at least one token in each region). The augmented copies x~_1..x~_m each swap two random words
-max(1, floor(alpha * words)) times (the paper's "random swap" of easy data augmentation; words are the
-text split on single spaces, so indentation survives). The paper's observation is that a trained-on
-sample sits in a local peak of the model's confidence that its neighbours do not share: its own
-distance is smaller than its neighbours', where a sample the model never saw moves less. So
-
-    pac  =  (1/m) * sum_j PD(x~_j)  -  PD(x)                  HIGHER MEANS MORE LIKELY A MEMBER
-
-(the paper's calibrated distance, negated to leaklab's sign, as the authors' own scoring does).
-NaN when x or all of its copies have no scored token.
-
-Choices the paper leaves open: confidences as probabilities (the paper's words, default) or
-log-probabilities (what a public implementation, Fast-MIA, computes: `space=logprob`, column
-`pac_log`); the rounding of
-the region sizes (ceil, as leaklab's Min-K%); the copies are seeded per text (its SHA-256 and `seed`), so
-a sample's copies do not depend on which other samples are scored. Under `scoring_span: solution` only
-the solution's words are swapped and scored; the prompt stays as it is, as context.
-
-Cost: the text's own statistics are the pass `ppl` made (a cache hit); the m copies are one batched pass
-of the signal engine over m times the texts.
+A trained-on sample sits in a local peak of confidence that its copies do not share. NaN when x or all
+of its copies have no scored token. The choices the paper leaves open:
+docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations

@@ -128,16 +128,6 @@ def gray_box_decisions(
     return _decide(original_ppl, variant_ppl, n, min_variants, lower_is_leak=True)
 
 
-def black_box_decisions(
-    original_ngo: np.ndarray | Sequence[float],
-    variant_ngo: np.ndarray | Sequence[Sequence[float]],
-    n: int | None = None,
-    min_variants: int = 0,
-) -> Decisions:
-    """Leak iff NGO(original) > max over the first n variants' NGO (strict: ties are not leaks)."""
-    return _decide(original_ngo, variant_ngo, n, min_variants, lower_is_leak=False)
-
-
 def decisions_by_n(
     original: np.ndarray | Sequence[float],
     variant_scores: np.ndarray | Sequence[Sequence[float]],
@@ -145,11 +135,11 @@ def decisions_by_n(
     ns: Iterable[int] = PAPER_NS,
     min_variants: int = 0,
 ) -> dict[int, Decisions]:
-    """Decisions for several n from one array of scores (mode "gray": PPL, "black": NGO)."""
-    rules = {"gray": gray_box_decisions, "black": black_box_decisions}
-    if mode not in rules:
+    """Decisions for several n from one array of scores (mode "gray": lower PPL leaks, "black": higher
+    NGO leaks; strict, so ties are not leaks)."""
+    if mode not in ("gray", "black"):
         raise ValueError(f"mode must be 'gray' or 'black', got {mode!r}")
-    return {n: rules[mode](original, variant_scores, n=n, min_variants=min_variants) for n in ns}
+    return {n: _decide(original, variant_scores, n, min_variants, lower_is_leak=mode == "gray") for n in ns}
 
 
 def calibrated_decisions(
@@ -221,8 +211,6 @@ def cross_fitted_thresholds(
     other sample gets that of all clean margins. Clean samples without a margin stay undecided."""
     m = np.asarray(margin, dtype=float)
     clean = np.asarray(known_clean).astype(bool)
-    if clean.shape != m.shape:
-        raise ValueError(f"{len(clean)} known-clean flags for {len(m)} margins")
     pool = np.flatnonzero(clean & np.isfinite(m))
     thresholds = np.full(len(m), null_threshold(m[pool], alpha))
     k = min(folds, len(pool))
@@ -342,23 +330,6 @@ def column_name(detector: str, n: int) -> str:
     return f"{detector}@n={n}"
 
 
-def null_rates(decisions: Decisions) -> dict[str, float]:
-    """What an audit (no labels) reports of SrDetection's decisions beside the leak rate: the null rate,
-    the mean over decided samples of 1/(m+1) (alpha for the clean-null rule), what the rule flags on data
-    no model saw when each original is exchangeable with its m variants; `excess_pvalue`: the chance of at
-    least this many leaks under that null. The calibrated rule adds its per-sample p-values' median and how
-    many are <= 0.05."""
-    out: dict[str, float] = {}
-    null = decisions.null_rate[decisions.decided]
-    out["null_rate"] = float(null.mean()) if len(null) else float("nan")
-    out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
-    if decisions.pvalue is not None:
-        p = decisions.pvalue[decisions.decided]
-        out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
-        out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
-    return out
-
-
 @dataclass
 class SrRule:
     """What SrDetection's four rules share: their n values (numbers of variants compared), one score
@@ -396,7 +367,19 @@ class SrRule:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
 
     def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return null_rates(decisions)
+        """What an audit (no labels) reports beside the leak rate: `null_rate`, the mean over decided
+        samples of 1/(m+1) (alpha for the clean-null rule), the flag rate on data no model saw when the
+        originals are exchangeable with their variants; `excess_pvalue`, the chance of at least this many
+        leaks under it; for the calibrated rule its p-values' median and how many are <= 0.05."""
+        out: dict[str, float] = {}
+        null = decisions.null_rate[decisions.decided]
+        out["null_rate"] = float(null.mean()) if len(null) else float("nan")
+        out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
+        if decisions.pvalue is not None:
+            p = decisions.pvalue[decisions.decided]
+            out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
+            out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
+        return out
 
 
 @dataclass

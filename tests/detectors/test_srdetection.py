@@ -4,7 +4,6 @@ import pytest
 from leaklab.detectors.srdetection import (
     PAPER_NS,
     SrDetectionConfig,
-    black_box_decisions,
     decisions_by_n,
     first_n_scores,
     gray_box_decisions,
@@ -34,13 +33,13 @@ def test_gray_box_golden():
 def test_black_box_golden():
     original = [0.9, 0.2, 0.5, nan]
     variants = [[0.1, 0.3, 0.0], [0.1, 0.6, 0.2], [0.5, 0.4, 0.1], [0.1, 0.2, 0.3]]
-    d = black_box_decisions(original, variants)
+    d = decisions_by_n(original, variants, mode="black", ns=(3,))[3]
     assert d.leak.tolist() == [True, False, False, False]  # third row is a tie
     assert d.decided.tolist() == [True, True, True, False]  # the original's NaN makes it undecided
 
 
 def test_all_zero_overlap_is_not_a_leak():
-    d = black_box_decisions([0.0, 0.0], [[0.0] * 10, [0.0] * 10])
+    d = decisions_by_n([0.0, 0.0], [[0.0] * 10, [0.0] * 10], mode="black", ns=(10,))[10]
     assert not d.leak.any() and d.decided.all()
 
 
