@@ -57,10 +57,6 @@ class ModelInputs:
             raise ValueError(f"got {len(self.prompts)} prompts for {len(self.texts)} texts")
         return [p if t.startswith(p) else "" for t, p in zip(self.texts, self.prompts)]
 
-    def prompt_boundary(self) -> str:
-        """Where a prompt ends for the model in this run's generations (`evaluate.prompt_boundary`)."""
-        return self.settings.prompt_boundary
-
     def scoring(self) -> ScoringSettings:
         """The signal engine's settings, as the recipe's `evaluate` section sets them (checked)."""
         from leaklab.signals.logprobs import ScoringSettings

@@ -118,7 +118,7 @@ class Samia:
             sources=sources,
         )
         # A healed prompt boundary makes the first token re-generate the prompt's last characters.
-        boundary = boundary_setting(inputs.generator, inputs.prompt_boundary())
+        boundary = boundary_setting(inputs.generator, inputs.settings.prompt_boundary)
         healed = [prepare_prompt(inputs.tokenizer, p, boundary, s).healed for p, s in zip(prompts, sources)]
         decode = inputs.tokenizer.decode
         texts = [

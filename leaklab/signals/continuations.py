@@ -170,7 +170,7 @@ class Decoding:
             inputs.generator,
             inputs.generation_cache,
             inputs.accelerator,
-            inputs.prompt_boundary(),
+            inputs.settings.prompt_boundary,
             batch_size,
         )
 
@@ -196,15 +196,10 @@ def greedy_continuations(
     info: dict[str, Any] | None = None,
     sources: Sequence[str | None] | None = None,
 ) -> list[tuple[int, ...]]:
-    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached.
-
-    Where the prompt was healed or cut inside a token, the first id also covers the prompt's last
-    characters (`Completion.healed`); callers that compare ids with a text's own tokens pass the text
-    as the source and cut their prompts at its token boundaries, where nothing is left out.
-
-    Missing rows are sorted by length and decoded in groups of `batch_size` (a group decodes as many
-    steps as its longest row needs, so similar lengths waste little). Under several processes the
-    groups are spread over the ranks and gathered; call it on every rank.
+    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached. Where a prompt
+    was healed, the first id also covers its last characters; callers that compare ids with a text's own
+    tokens pass the text as the source. Missing rows are decoded in groups of similar length, spread
+    over the ranks under several processes (call it on every rank).
     """
     model, model_fp, cache, boundary = decoding.unpacked()
     tokenizer, batch_size = decoding.tokenizer, decoding.batch_size
@@ -252,13 +247,10 @@ def greedy_replies(
     sources: Sequence[str | None] | None = None,
 ) -> list[str]:
     """The greedy reply (text, cut at the first `stop`) to every prompt, cached: the accuracy and MRI
-    evaluations ask a checkpoint the same original tasks and share one decoding of them.
-
-    The cache holds the reply's token ids (up to the stop, as the generator returns them) under the
-    prompt and the stop sequences; a cached reply is read back exactly as the generator wrote it
-    (decode without special tokens, drop the healed characters, then cut at the stop). `model_fp`: what identifies the weights
-    (the caller's; default `model_fingerprint`). A back-end without token ids is not cached. Under
-    several processes the missing prompts are spread over the ranks and gathered; call it on every rank.
+    evaluations ask a checkpoint the same tasks and share one decoding. The cache holds the reply's
+    token ids under the prompt and the stop sequences, read back as the generator wrote them (decoded,
+    healed characters dropped, cut at the stop); a back-end without ids is not cached. `model_fp`: the
+    caller's fingerprint of the weights (default `model_fingerprint`). Call it on every rank.
     """
     model, own_fp, cache, boundary = decoding.unpacked()
     model_fp, tokenizer = model_fp or own_fp, decoding.tokenizer

@@ -257,9 +257,7 @@ _DEFAULT_CACHE = SignalCache()
 def as_cache(cache: SignalCache | str | Path | None) -> SignalCache:
     if cache is None:
         return _DEFAULT_CACHE
-    if isinstance(cache, SignalCache):
-        return cache
-    return SignalCache(cache)
+    return cache if isinstance(cache, SignalCache) else SignalCache(cache)
 
 
 # --------------------------------------------------------------------------- segments
