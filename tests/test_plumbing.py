@@ -103,7 +103,7 @@ def test_the_detector_inputs_are_typed_and_carry_the_recipe_settings():
         ModelInputs(None, None, ["a"])  # the recipe's settings are always handed in
     settings = EvaluateConfig(prompt_boundary="none", batch_tokens=64)
     inputs = ModelInputs(None, None, ["a"], settings)
-    assert inputs.prompt_boundary() == "none" and inputs.scoring().batch_tokens == 64
+    assert inputs.scoring().batch_tokens == 64
 
 
 def test_no_detector_restates_a_recipe_default_through_getattr():

@@ -1,26 +1,15 @@
 """The detector registry: one table of every detector, and the functions that run them.
 
 A spec is a registry name, optionally with parameters: "ppl", "mink:k=0.05,0.1,0.2", "dcpdd:a=0.02",
-"ref:forms=diff", "srdetection_gray:n=1,3,5,10". A parameter takes every comma-separated value up to the
-next `key=`; in a list, a spec keeps the values after its `key=` up to the next item that starts a spec
-(`regroup_specs`: `[ppl,srdetection_gray:n=1,3,5,10]` is two specs). Every spec of a recipe is built (and so checked) when the recipe loads.
+"srdetection_gray:n=1,3,5,10". A parameter takes every comma-separated value up to the next `key=`
+(`regroup_specs` puts a comma-split list back together). Every spec of a recipe is built, and so
+checked, when the recipe loads.
 
-Each detector is one record in DETECTORS (`plugins.Record`): where its class is, its kind, its display
-name and group in reports, and its recipe section if it has one. The kind says which interface the
-class has (`plugins.ScoreDetector`, `ModelDetector`, `RuleDetector`):
-  - "score": one number per sample from the shared token statistics, `score(signals)` (higher = more
-    likely a member; metrics need a threshold or none, as AUROC),
-  - "model": one number per sample that reads the model itself, `run(inputs)`,
-  - "rule": decides leak / not leak itself, `decide(inputs)`, and scores its decisions, `metrics(...)`.
-Every class declares `needs` (the signals it reads: token statistics of the target, lowercase,
-reference, corpus token frequencies; variants and generations), `columns()` (score column -> the
-parameters that produced it; result rows carry both) and optionally `check(evaluate_settings)`.
-
-`score_detectors` runs any mix of specs on one `ModelInputs` (the model, its evaluation set, the
-recipe's `evaluate` settings, variants, caches): score detectors share one batched pass of the signal
-engine (`run_detectors`, `signals.SOURCES`), the others read the inputs themselves. Adding a detector:
-one class in a module here, one record in DETECTORS, one golden test (and, for a new signal, one
-`Source` in `signals.py`).
+Each detector is one `plugins.Record` in DETECTORS; its kind says which interface its class has
+(`plugins.ScoreDetector`, `ModelDetector`, `RuleDetector`): "score" detectors share one batched pass of
+the signal engine (`run_detectors`, `signals.SOURCES`), "model" ones read the model through
+`run(inputs)`, and "rule" ones decide leak / not leak themselves. Adding a detector: one class in a
+module here, one record in DETECTORS, one golden test (and, for a new signal, one `Source`).
 """
 
 from __future__ import annotations
@@ -34,110 +23,65 @@ from typing import Any
 import numpy as np
 
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import Signals
 from leaklab.detectors.signals import SOURCES, compute_signals
 from leaklab.detectors.srdetection import VARIANTS
 from leaklab.errors import closest
 from leaklab.plugins import REGISTRIES, ChecksSettings, Record
 
-_LIKELIHOOD = "likelihood baselines"
-_SR = "SrDetection"
-_OTHER = "other detectors"
-_SR_CONFIG = "leaklab.detectors.srdetection:SrDetectionConfig"
+
+def _likelihood(name: str, cls: str, title: str, cost: str, **more: Any) -> Record:
+    return Record(
+        name, f"leaklab.detectors.likelihood:{cls}", "score", title, "likelihood baselines", cost=cost, **more
+    )
+
+
+def _srdetection(name: str, cls: str, title: str, cost: str, **more: Any) -> Record:
+    path, config = f"leaklab.detectors.srdetection:{cls}", "leaklab.detectors.srdetection:SrDetectionConfig"
+    return Record(name, path, "rule", title, "SrDetection", config, "srdetection", cost=cost, **more)
+
+
+def _other(name: str, path: str, cost: str) -> Record:
+    return Record(name, f"leaklab.{path}", "model", "", "other detectors", cost=cost)
+
 
 # Every detector, in the order reports show them (the rest of a report's columns follow by name).
 DETECTORS: dict[str, Record] = {
     r.name: r
     for r in [
-        Record("ppl", "leaklab.detectors.likelihood:Ppl", "score", "PPL", _LIKELIHOOD, cost="cheap"),
-        Record(
-            "lowercase",
-            "leaklab.detectors.likelihood:Lowercase",
-            "score",
-            "Lowercase",
-            _LIKELIHOOD,
-            cost="moderate",
+        _likelihood("ppl", "Ppl", "PPL", "cheap"),
+        _likelihood("lowercase", "Lowercase", "Lowercase", "moderate"),
+        _likelihood("zlib", "Zlib", "Zlib", "cheap"),
+        _likelihood("mink", "MinK", "Min-K% Prob", "cheap"),
+        _likelihood("minkpp", "MinKPlusPlus", "Min-K%++ Prob", "cheap"),
+        _likelihood("dcpdd", "DcPdd", "DC-PDD", "cheap"),
+        _likelihood(
+            "ref", "ReferenceRatio", "Ref. ratio", "moderate", columns=(("ref_diff", "Ref. difference"),)
         ),
-        Record("zlib", "leaklab.detectors.likelihood:Zlib", "score", "Zlib", _LIKELIHOOD, cost="cheap"),
-        Record(
-            "mink", "leaklab.detectors.likelihood:MinK", "score", "Min-K% Prob", _LIKELIHOOD, cost="cheap"
-        ),
-        Record(
-            "minkpp",
-            "leaklab.detectors.likelihood:MinKPlusPlus",
-            "score",
-            "Min-K%++ Prob",
-            _LIKELIHOOD,
-            cost="cheap",
-        ),
-        Record("dcpdd", "leaklab.detectors.likelihood:DcPdd", "score", "DC-PDD", _LIKELIHOOD, cost="cheap"),
-        Record(
-            "ref",
-            "leaklab.detectors.likelihood:ReferenceRatio",
-            "score",
-            "Ref. ratio",
-            _LIKELIHOOD,
-            columns=(("ref_diff", "Ref. difference"),),
-            cost="moderate",
-        ),
-        Record(
-            "srdetection_gray",
-            "leaklab.detectors.srdetection:SrDetectionGray",
-            "rule",
-            "SrDetection gray box",
-            _SR,
-            config=_SR_CONFIG,
-            section="srdetection",
-            cost="moderate",
-        ),
-        Record(
-            "srdetection_black",
-            "leaklab.detectors.srdetection:SrDetectionBlack",
-            "rule",
-            "SrDetection black box",
-            _SR,
-            config=_SR_CONFIG,
-            section="srdetection",
-            cost="costly",
-        ),
-        Record(
+        _srdetection("srdetection_gray", "SrDetectionGray", "SrDetection gray box", "moderate"),
+        _srdetection("srdetection_black", "SrDetectionBlack", "SrDetection black box", "costly"),
+        _srdetection(
             "srdetection_calibrated",
-            "leaklab.detectors.srdetection:SrDetectionCalibrated",
-            "rule",
+            "SrDetectionCalibrated",
             "SrDetection calibrated (vs reference)",
-            _SR,
-            config=_SR_CONFIG,
-            section="srdetection",
-            cost="moderate",
+            "moderate",
         ),
-        Record(
+        _srdetection(
             "srdetection_clean_null",
-            "leaklab.detectors.srdetection:SrDetectionCleanNull",
-            "rule",
+            "SrDetectionCleanNull",
             "SrDetection clean null (gray box)",
-            _SR,
-            config=_SR_CONFIG,
-            section="srdetection",
+            "moderate",
             columns=(("srdetection_clean_null_black", "SrDetection clean null (black box)"),),
-            cost="moderate",
         ),
-        Record("cdd", "leaklab.detectors.cdd:Cdd", "model", "", _OTHER, cost="costly"),
-        Record(
-            "neighbourhood",
-            "leaklab.detectors.neighbourhood:Neighbourhood",
-            "model",
-            "",
-            _OTHER,
-            cost="moderate",
-        ),
-        Record("ngram_acc", "leaklab.detectors.ngram:NgramAccuracy", "model", "", _OTHER, cost="costly"),
-        Record("recall", "leaklab.detectors.recall:Recall", "model", "", _OTHER, cost="moderate"),
-        Record("pac", "leaklab.detectors.pac:Pac", "model", "", _OTHER, cost="moderate"),
-        Record("conrecall", "leaklab.detectors.conrecall:ConRecall", "model", "", _OTHER, cost="moderate"),
-        Record("samia", "leaklab.detectors.samia:Samia", "model", "", _OTHER, cost="costly"),
-        Record("gradnorm", "leaklab.detectors.gradnorm:GradNorm", "model", "", _OTHER, cost="moderate"),
-        Record("codec", "leaklab.dataset_tests.codec:Codec", "model", "", _OTHER, cost="moderate"),
-        Record("pacost", "leaklab.dataset_tests.pacost:Pacost", "model", "", _OTHER, cost="moderate"),
+        _other("cdd", "detectors.cdd:Cdd", "costly"),
+        _other("neighbourhood", "detectors.neighbourhood:Neighbourhood", "moderate"),
+        _other("ngram_acc", "detectors.ngram:NgramAccuracy", "costly"),
+        _other("recall", "detectors.recall:Recall", "moderate"),
+        _other("pac", "detectors.pac:Pac", "moderate"),
+        _other("conrecall", "detectors.conrecall:ConRecall", "moderate"),
+        _other("samia", "detectors.samia:Samia", "costly"),
+        _other("gradnorm", "detectors.gradnorm:GradNorm", "moderate"),
+        _other("codec", "dataset_tests.codec:Codec", "moderate"),
+        _other("pacost", "dataset_tests.pacost:Pacost", "moderate"),
     ]
 }
 KINDS = ("score", "model", "rule")  # see plugins.Record
@@ -288,14 +232,6 @@ def _convert(tp, values: list[str], where: str):
         raise ValueError(f"detector parameter {where}: cannot use {','.join(values)!r} ({err})") from None
 
 
-def columns_of(specs: Sequence[str]) -> list[str]:
-    """The score columns the specs produce, in order (validates the specs)."""
-    out: list[str] = []
-    for spec in specs:
-        out.extend(c for c in build_detector(spec).columns() if c not in out)
-    return out
-
-
 def run_detectors(
     specs: Sequence[str], inputs: ModelInputs, info: dict[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
@@ -304,14 +240,9 @@ def run_detectors(
 
     info: when given, filled with per-signal counts (texts, cached, windowed, truncated, empty, ...).
     """
-    rules = [spec for spec in specs if kind_of(spec) == "rule"]
-    if rules:
-        raise ValueError(f"{rules[0]!r} is a rule detector: score it with score_detectors")
-    model_level = [spec for spec in specs if kind_of(spec) == "model"]
-    if model_level:
-        raise ValueError(
-            f"{model_level[0]!r} reads more than token statistics: score it with score_detectors"
-        )
+    others = [spec for spec in specs if kind_of(spec) != "score"]
+    if others:
+        raise ValueError(f"{others[0]!r} is a {kind_of(others[0])} detector: score it with score_detectors")
     detectors = [build_detector(spec) for spec in specs]
     signals = compute_signals(inputs, set().union(*(d.needs for d in detectors)), info)
     columns: dict[str, np.ndarray] = {}
@@ -385,23 +316,3 @@ def score_detectors(
         for column, params in detector.columns().items():
             out.params[column] = (detector.name, params)
     return out
-
-
-__all__ = [
-    "DETECTORS",
-    "KINDS",
-    "DetectorScores",
-    "Signals",
-    "build_detector",
-    "describe_detectors",
-    "columns_of",
-    "kind_of",
-    "record_of",
-    "needs_of",
-    "needs_variants",
-    "parse_spec",
-    "regroup_specs",
-    "run_detectors",
-    "score_detectors",
-    "validate_specs",
-]

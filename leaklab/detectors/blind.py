@@ -1,29 +1,14 @@
-"""The blind baseline: a membership "detector" that never looks at the model.
-
-After Das et al. (2024), "Blind baselines beat membership inference attacks for foundation models", and
-Duan et al. (2024): when members and non-members differ in their text (length, dates, topics, style), a
-classifier on the text alone separates them, and so does every detector, whether or not the model saw
-anything. On a random split of one benchmark (what leaklab's manifest draws) the blind baseline scores
-AUROC about 0.5; a higher value says the split itself is shifted and the other detectors' numbers
-measure the shift as much as the exposure.
-
-Features of a text (no tokenizer, no model): size (characters, words, lines; log scale), line shape
-(mean / longest line, indented share), character classes (digits, upper case, punctuation, white space,
-non-ASCII), zlib compression ratio, date-like tokens (years 1900-2099, ISO dates, month names) and
-hashed word 1-2-gram and character 3-gram counts. The classifier is a regularised logistic regression.
-
-Scores are out-of-fold: stratified k-fold with the same folds the detection metrics use for their
-cross-validated thresholds (`leaklab.metrics.cv_decisions`: k = min(cv_folds, smaller class), shuffled
-with the seed), fitted on k-1 folds and applied to the held-out one, so no sample is scored by a
-classifier that saw its label. Higher = more member-like, like every detector.
-
-Whether a split is shifted is decided by a test, not by a point estimate: a one-sided permutation test of
-the blind AUROC (`shift_pvalue`) at level SHIFT_ALPHA, each permutation refitting the classifier. An AUROC
-cut-off (the old rule, AUROC > 0.6) fired on a fifth of random 20/20 halvings of HumanEval. A rank test
-on the pooled out-of-fold scores (Mann-Whitney) is not valid either: near-duplicate texts in different
-folds (HumanEval's encode/decode pairs share their code) make the folds' scores depend on each other's
-labels, and it fired on as many. The permutation test is exact under a random split; its false-alarm
-rate on random splits is measured in tests/test_blind_baseline.py.
+"""The blind baseline (Das et al., 2024, "Blind baselines beat membership inference attacks for
+foundation models"; Duan et al., 2024): a membership "detector" that never looks at the model. A
+regularised logistic regression on the text alone (size, line shape, character classes, zlib ratio,
+date-like tokens, hashed word 1-2-grams and character 3-grams), scored out-of-fold on the folds of the
+CV thresholds (`leaklab.metrics.cv_decisions`), so no sample is scored by a classifier that saw its
+label. On a random split it scores AUROC about 0.5; higher says the split itself is shifted, and the
+detectors measure the shift as much as the exposure. Whether it is shifted is a one-sided permutation
+test of that AUROC (`shift_pvalue`), each permutation refitting the classifier: exact under a random
+split, where an AUROC cut-off or a rank test on the pooled scores fires too often (near-duplicate texts
+in different folds). Its false-alarm rate is measured in tests/detectors/test_blind.py; see
+docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
 """
 
 from __future__ import annotations

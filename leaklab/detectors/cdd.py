@@ -1,21 +1,12 @@
-"""CDD (Dong et al., 2024, "Generalization or Memorization"): how peaked the model's output
-distribution is on a sample's prompt, from sampled outputs alone (black box, made for code generation).
-
-For a prompt, take the greedy output g and N sampled outputs s_1..s_N (token ids, at most
-`max_new_tokens` each), and the token-level edit distance d_i = ED(s_i, g). With l the length of the
-longest of the N + 1 outputs (the paper's l; the outputs are compared at their own lengths):
+"""CDD (Dong et al., 2024, "Generalization or Memorization"): how peaked the output distribution is on a
+sample's prompt, from sampled outputs alone. With g the greedy output, s_1..s_N sampled ones (token ids),
+d_i their token edit distance to g and l the length of the longest of the N + 1 outputs:
 
     cdd@alpha  =  (1/N) * #{ i : d_i <= alpha * l }          (the paper's Peak(M; x) = F(alpha * l))
 
-A model that memorised the sample keeps sampling (nearly) its greedy output, so HIGHER MEANS MORE LIKELY
-A MEMBER. The paper flags contamination when the score exceeds a small xi; leaklab fits its threshold
-by cross-validation like every score. Defaults follow the paper where it is explicit (alpha = 0.05,
-temperature 0.8); N = 20 rather than its 50 keeps a CPU checkpoint affordable (a parameter).
-When all outputs are empty (l = 0) every sample equals the greedy output and the score is 1.
-
-The prompt is the sample's context (its text before the solution); a sample without one is cut like the
-SrDetection black box (`srdetection.cut_text`, at half its tokens). The greedy outputs come from the shared
-greedy generation cache, the samples from one `sampled_continuations` call for all prompts.
+HIGHER MEANS MORE LIKELY A MEMBER; all outputs empty (l = 0) scores 1. Defaults follow the paper
+(alpha = 0.05, temperature 0.8) except N = 20 rather than 50, for a CPU. The prompt is the sample's
+context; a sample without one is cut like SrDetection's black box (`srdetection.cut_text`).
 """
 
 from __future__ import annotations

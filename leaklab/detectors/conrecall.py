@@ -1,35 +1,14 @@
 """Con-ReCall (Wang et al., 2024, "Con-ReCall: Detecting Pre-training Data in LLMs via Contrastive
-Decoding"): ReCaLL's conditional likelihood, with a prefix of known members contrasted against a prefix
-of known non-members.
+Decoding"): ReCaLL's conditional likelihood with a prefix P_m of k known members contrasted against a
+prefix P_n of k known non-members (texts joined by blank lines, as ReCaLL's):
 
-With NLL the mean negative log-likelihood of the scored tokens of x (its solution under
-`scoring_span: solution`, else the whole text), P_m a prefix of k known members and P_n one of k known
-non-members (the texts joined by blank lines, as ReCaLL's):
+    conrecall@gamma=g  =  ( NLL(x | P_n) - g * NLL(x | P_m) ) / NLL(x)     HIGHER MEANS MORE LIKELY A MEMBER
 
-    conrecall@gamma=g  =  ( NLL(x | P_n) - g * NLL(x | P_m) ) / NLL(x)
-
-(the paper writes it with log-likelihoods, LL = -NLL; the signs cancel in the ratio.) The paper's
-reading: a non-member prefix moves a member's likelihood relatively more than a non-member's (ReCaLL),
-and a member prefix moves them the other way, so HIGHER MEANS MORE LIKELY A MEMBER. NaN when x has no
-scored token, NLL(x) is 0, or no shot fits (below).
-
-Where the shots come from. They are never the sample being scored and never chosen with its label:
-  - `members=FILE,non_members=FILE` (JSONL files of {"text": ...}): texts the user knows the model saw
-    and did not see; `shots` of each are drawn, seeded, and used for every sample. This is the only
-    source in an audit (there are no labels there); without the files it is refused with one line.
-  - otherwise, labels the evaluation knows (`ModelInputs.known_clean`: a run's or an mia set's
-    non-members; the rest are members), CROSS-FITTED: the samples are split in `folds` seeded folds,
-    and a sample of fold f gets shots drawn from the members and non-members of the other folds only.
-
-Prefix + text always stay inside the model's context: per sample, each kind's candidates are tried in
-their drawn order and kept while the prefix + x still fits (tokenised as the engine tokenises them; a
-candidate too long is skipped), up to `shots`; both prefixes then use the same number k of shots, the
-smaller count. A sample for which not even one shot of each kind fits scores NaN and is counted
-(`no_room`), never scored with a prefix the context cannot hold. Choices the paper leaves open: gamma (a parameter; several values share
-the passes), the number of shots (5), and the shot order (the draw's).
-
-Cost: NLL(x) is `ppl`'s pass (a cache hit); NLL(x | P_m) and NLL(x | P_n) are one batched pass each
-over texts longer by their prefixes.
+(the paper writes it with LL = -NLL; the signs cancel in the ratio). The shots are never the scored
+sample nor chosen with its label: `members=FILE,non_members=FILE`, else the evaluation's labels
+cross-fitted over `folds` (a sample's shots come from the other folds). Per sample both prefixes hold the
+same number of shots that still fit the context with x; none fitting is NaN, counted as `no_room`.
+See docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations
@@ -42,21 +21,9 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.likelihood import TARGET
-from leaklab.detectors.recall import join_prefix, prefix_texts
+from leaklab.detectors.recall import join_prefix, prefix_texts, recall_ratio
 from leaklab.detectors.srdetection import CLEAN
 from leaklab.errors import InputError
-
-
-def conrecall_scores(
-    nonmember_nll: np.ndarray, member_nll: np.ndarray, plain_nll: np.ndarray, gamma: float
-) -> np.ndarray:
-    """(NLL(x | P_n) - gamma * NLL(x | P_m)) / NLL(x) per sample; NaN where NLL(x) is not positive."""
-    nonmember_nll = np.asarray(nonmember_nll, dtype=np.float64)
-    member_nll = np.asarray(member_nll, dtype=np.float64)
-    plain_nll = np.asarray(plain_nll, dtype=np.float64)
-    ok = np.isfinite(plain_nll) & (plain_nll > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, (nonmember_nll - gamma * member_nll) / np.where(ok, plain_nll, 1.0), np.nan)
 
 
 def cross_fitted_shots(
@@ -178,6 +145,6 @@ class ConRecall:
             cond[kind] = values
         inputs.info[self.name] = {"no_room": len(inputs.texts) - len(fitted)}
         return {
-            f"conrecall@gamma={g:g}": conrecall_scores(cond["non_member"], cond["member"], plain, g)
+            f"conrecall@gamma={g:g}": recall_ratio(cond["non_member"] - g * cond["member"], plain)
             for g in self.gamma
         }

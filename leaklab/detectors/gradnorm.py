@@ -1,22 +1,13 @@
-"""GradNorm (MIMIR's gradient-norm attack, Duan et al., 2024): how steep the loss is at a sample.
-
-A trained-on sample sits near a minimum of the loss, so the gradient of its loss is small. With L(x)
-the mean negative log-likelihood of the scored tokens (the whole text, or the solution under
-`scoring_span: solution`, the prompt as context) and g_P = dL/dP for each parameter tensor P that
-requires a gradient:
+"""GradNorm (MIMIR's gradient-norm attack, Duan et al., 2024): a trained-on sample sits near a minimum of
+the loss, so its gradient is small. With L(x) the mean NLL of the scored tokens and g_P = dL/dP for each
+parameter tensor P that requires a gradient (the adapter's alone under LoRA):
 
     gradnorm  =  -(1/|P|) * sum_P ||g_P||_2                   HIGHER MEANS MORE LIKELY A MEMBER
 
-The parameters: every tensor of the model that requires a gradient (all of them for a full model; the
-adapter's alone under LoRA), each tensor's L2 norm averaged over tensors, as MIMIR does (one big
-tensor, such as the embedding, weighs as much as one small one). The gradients come from
-`torch.autograd.grad`, so the model's own `.grad` buffers (a trainer's) are never touched.
-
-One forward and one backward per sample: per-sample gradients of a batch would need a per-sample
-gradient transform that HF models do not all support. A text longer than the model's context is
-scored on its first `max_length` tokens (counted in the info as truncated). A sample whose backward
-runs out of memory, or a model with no parameter that requires a gradient, gives NaN with the reason
-in the info (and, once, in the log).
+One forward and backward per sample (`torch.autograd.grad`, so a trainer's `.grad` is never touched); a
+text past the context is scored on its first `max_length` tokens; out of memory or no trainable
+parameter is NaN, counted in the info. See
+docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations

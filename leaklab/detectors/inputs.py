@@ -1,12 +1,6 @@
-"""What a model-level score detector reads: the model itself and the run's shared services.
-
-Most score detectors read only token statistics (`likelihood.Signals`, one engine pass shared by all of
-them). The detectors of `recall`, `cdd`, `ngram` and `neighbourhood` (kind "model") need more: a second
-pass with a prefix, generations, or the samples' variants. Each has a `run(inputs) -> {column: scores}`
-method instead of `score(signals)`, and `score_detectors` hands them the `ModelInputs` it was given;
-rule detectors get the same one in `decide(inputs)`. They still go through
-the shared engines (`signals.logprobs.compute_token_stats`, `signals.continuations`) and caches, so
-what another detector computed already is a cache hit.
+"""What a detector that reads more than token statistics gets: the model itself and the run's shared
+services (`ModelInputs`). "model" detectors get it in `run(inputs)`, rule detectors in `decide(inputs)`;
+both still go through the shared engines and caches, so what another detector computed is a cache hit.
 """
 
 from __future__ import annotations
@@ -29,21 +23,13 @@ if TYPE_CHECKING:  # the registry is read at recipe load: these stay out of that
 
 @dataclass
 class ModelInputs:
-    """One model's evaluation set and services: everything a detector may read.
+    """One model's evaluation set and services: everything a detector may read. None means: no
+    prompts (texts have no context), no variants, this process alone, the process-wide caches, an
+    HFGenerator on `model`, no reference model, no sample known clean, `settings.dcpdd_corpus`.
 
-    settings: the recipe's `evaluate` section (`EvaluateConfig()` for its defaults); the signal
-        engine's settings are derived from it (`scoring`).
-    prompts: prompts[i] is the part of texts[i] before its solution ("" where there is none).
-    rule_inputs: the originals and their verified variants, for detectors that need variants.
-    accelerator: the processes sharing the work (None: this process alone).
-    cache / generation_cache: the shared signal and generation caches (None: the process-wide ones).
-    generator: what decodes (None: an HFGenerator on `model`).
-    reference: (model, tokenizer) of the reference model, or None.
-    known_clean: bool per sample, True for samples known not to be in the model's training (a run's
-        non-members), whose margins measure a rule's null (`srdetection_clean_null`, which never decides
-        a sample by a threshold its own margin entered); None: no sample is known clean.
-    corpus_texts: DC-PDD's reference corpus (None: `settings.dcpdd_corpus`).
-    info: per detector, counts of its samples (without a score and why), filled by the detectors.
+    prompts[i] is the part of texts[i] before its solution. known_clean[i] is True for a sample known
+    not to be in the model's training (a run's non-members): `srdetection_clean_null` measures its null on
+    them. info: per detector, counts of its samples (without a score and why), filled by the detectors.
     """
 
     model: PreTrainedModel
@@ -71,10 +57,6 @@ class ModelInputs:
             raise ValueError(f"got {len(self.prompts)} prompts for {len(self.texts)} texts")
         return [p if t.startswith(p) else "" for t, p in zip(self.texts, self.prompts)]
 
-    def prompt_boundary(self) -> str:
-        """Where a prompt ends for the model in this run's generations (`evaluate.prompt_boundary`)."""
-        return self.settings.prompt_boundary
-
     def scoring(self) -> ScoringSettings:
         """The signal engine's settings, as the recipe's `evaluate` section sets them (checked)."""
         from leaklab.signals.logprobs import ScoringSettings
@@ -83,16 +65,12 @@ class ModelInputs:
         scoring.check()
         return scoring
 
-    def nlls(
-        self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None
-    ) -> np.ndarray:
-        """Mean NLL of each text under the target model, through the shared signal engine and cache (so a
-        text another detector scored already is a cache hit); `settings`: the `ScoringSettings` to use."""
-        import numpy as np
-
+    def token_stats(self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None):
+        """Token statistics of `texts` under the target model, through the shared signal engine and cache
+        (a text another detector scored already is a cache hit); `settings`: the `ScoringSettings`."""
         from leaklab.signals.logprobs import compute_token_stats
 
-        stats = compute_token_stats(
+        return compute_token_stats(
             self.model,
             self.tokenizer,
             texts,
@@ -103,7 +81,14 @@ class ModelInputs:
             cache=self.cache,
             info=info,
         )
-        return np.array([s.nll() for s in stats], dtype=np.float64)
+
+    def nlls(
+        self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None
+    ) -> np.ndarray:
+        """Mean NLL of each text under the target model (`token_stats`)."""
+        import numpy as np
+
+        return np.array([s.nll() for s in self.token_stats(texts, prompts, settings, info)], dtype=np.float64)
 
     def variant_nlls(self, detector: str) -> tuple[np.ndarray, np.ndarray]:
         """(originals [N], variants [N, width]) mean NLLs of the samples and their verified variants, in

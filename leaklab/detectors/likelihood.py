@@ -1,27 +1,18 @@
-"""Gray-box membership detectors (docs/detectors.md#gray-box-detectors): token statistics in, one score out.
-
-Every score is oriented so that HIGHER MEANS MORE LIKELY A MEMBER; the golden tests pin each sign.
-With l_t = log p(x_t | x_<t) over the scored tokens of a text and NLL = -mean_t l_t:
+"""Gray-box membership detectors (docs/detectors.md#gray-box-detectors): token statistics in, one score
+out, HIGHER MEANS MORE LIKELY A MEMBER (the golden tests pin each sign). With l_t = log p(x_t | x_<t) over
+the scored tokens of a text and NLL = -mean_t l_t:
 
   ppl        -exp(NLL)                                   (minus the perplexity)
   zlib       -NLL / len(zlib.compress(span))             (Carlini et al. 2021; bytes of the scored span)
   lowercase  -NLL(text) / NLL(text.lower())              (Carlini et al. 2021)
   mink@k     mean of the ceil(k n) smallest l_t          (Min-K% Prob, Shi et al. 2024)
   minkpp@k   mean of the ceil(k n) smallest z_t,         (Min-K%++, Zhang et al. 2025)
-             z_t = (l_t - mu_t) / sigma_t
+             z_t = (l_t - mu_t) / sigma_t, sigma_t floored at SIGMA_FLOOR
   dcpdd      mean over first occurrences of min(p(x_t) log(1 / f(x_t)), a)   (DC-PDD, Zhang et al. 2024)
   ref        -NLL_target / NLL_reference                 (log-perplexity ratio; reference re-tokenises)
   ref_diff   NLL_reference - NLL_target                  (the difference form)
 
-Defined edge cases: a text with no scored token scores NaN in every detector; Min-K% takes at least one
-token (ceil(k n) >= 1 whenever n >= 1, so k n < 1 means "the single lowest token"); Min-K%++ floors
-sigma_t at SIGMA_FLOOR so a (numerically) deterministic next-token distribution gives a finite z_t;
-ratio detectors give NaN when the denominator NLL is 0 (a perfectly predicted text).
-
-A detector is a small dataclass (`plugins.ScoreDetector`): `name`, the `needs` it reads from `Signals`,
-its parameters as fields (set from a spec such as "mink:k=0.05,0.1,0.2"), `columns()` (score column ->
-the parameters that produced it, which result rows carry) and `score(signals)`. Register it with a
-record of kind "score" in `leaklab/detectors/__init__.py` and give it a golden test.
+No scored token: NaN in every detector; a ratio whose denominator NLL is 0: NaN.
 """
 
 from __future__ import annotations
@@ -56,13 +47,25 @@ def nll(logprob: np.ndarray) -> float:
     return float(-np.mean(logprob, dtype=np.float64)) if len(logprob) else math.nan
 
 
-def lowest_k_mean(values: np.ndarray, k: float) -> float:
-    """Mean of the ceil(k n) smallest values (at least one); NaN for no values."""
+def region_mean(values: np.ndarray, share: float, highest: bool = False) -> float:
+    """Mean of the ceil(share n) lowest (or highest) values, at least one; NaN for no values."""
     n = len(values)
     if n == 0:
         return math.nan
-    count = max(1, math.ceil(k * n - 1e-9))  # 1e-9: 0.07 * 100 is 7.000000000000001 in floating point
-    return float(np.mean(np.sort(values.astype(np.float64))[:count]))
+    count = max(1, math.ceil(share * n - 1e-9))  # 1e-9: 0.07 * 100 is 7.000000000000001 in floating point
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    return float(np.mean(ordered[-count:] if highest else ordered[:count]))
+
+
+def neighbour_gap(original: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+    """Mean of each row's finite neighbour scores minus the original's; NaN when a row has none."""
+    neighbours = np.asarray(neighbours, dtype=np.float64)
+    finite = np.isfinite(neighbours)
+    count = finite.sum(axis=1)
+    total = np.where(finite, neighbours, 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    return mean - np.asarray(original, dtype=np.float64)
 
 
 def minkpp_z(logprob: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
@@ -160,7 +163,7 @@ class MinK:
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         return {
             _k_column("mink", k): np.array(
-                [lowest_k_mean(s.logprob, k) for s in signals.target], dtype=np.float64
+                [region_mean(s.logprob, k) for s in signals.target], dtype=np.float64
             )
             for k in self.k
         }
@@ -181,7 +184,7 @@ class MinKPlusPlus:
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         zs = [minkpp_z(s.logprob, s.mean, s.var) for s in signals.target]
         return {
-            _k_column("minkpp", k): np.array([lowest_k_mean(z, k) for z in zs], dtype=np.float64)
+            _k_column("minkpp", k): np.array([region_mean(z, k) for z in zs], dtype=np.float64)
             for k in self.k
         }
 

@@ -1,21 +1,12 @@
-"""A neighbourhood attack (Mattern et al., 2023) with leaklab's own variants as the neighbours.
-
-Mattern et al. compare a sample's loss with the losses of neighbours (slightly changed copies that
-mean the same): a trained-on sample sits in a dip of the loss that its neighbours do not share.
-leaklab already builds such neighbours for SrDetection: semantics-preserving variants (renamed
-identifiers, replaced examples), verified by the benchmark's tests in the sandbox
-(`leaklab.perturb.variants`, cached per benchmark). With NLL the mean negative log-likelihood of the
-scored tokens and v_1..v_m the sample's first m = min(n, verified) variants:
+"""A neighbourhood attack (Mattern et al., 2023) with SrDetection's verified variants as the neighbours:
+a trained-on sample sits in a dip of the loss its neighbours do not share. With v_1..v_m the sample's
+first m = min(n, verified) variants:
 
     neighbourhood  =  (1/m) * sum_i NLL(v_i)  -  NLL(x)        HIGHER MEANS MORE LIKELY A MEMBER
 
-(Mattern's L(x) - mean L(neighbour), negated to leaklab's sign.) NaN when the sample has no verified
-variant or no scored token. The losses come from `srdetection.gray_scores`: one signal-engine call over
-originals and variants with the same cache, so next to `srdetection_gray` it costs nothing.
-
-Unlike SrDetection's rule this is a score, thresholded by cross-validation: variants that are less
-likely than their originals by the same amount for every task (the bias the untrained model shows) shift all
-scores alike and are not read as leaks; a bias that differs from task to task is noise in the score.
+NaN without a verified variant or a scored token. The NLLs are `srdetection.gray_scores`' (a cache hit
+next to `srdetection_gray`). A score thresholded by cross-validation, so a bias shared by every task's
+variants shifts all scores alike and is not read as a leak.
 """
 
 from __future__ import annotations
@@ -26,17 +17,8 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.inputs import ModelInputs
+from leaklab.detectors.likelihood import neighbour_gap
 from leaklab.detectors.srdetection import VARIANTS, first_n_scores
-
-
-def neighbourhood_scores(original_nll: np.ndarray, variant_nll: np.ndarray, n: int) -> np.ndarray:
-    """Mean NLL of each row's first n finite variant scores minus the original's; NaN without any."""
-    chosen = first_n_scores(variant_nll, n)
-    count = np.isfinite(chosen).sum(axis=1)
-    total = np.where(np.isfinite(chosen), chosen, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    return mean - np.asarray(original_nll, dtype=np.float64)
 
 
 @dataclass
@@ -62,6 +44,6 @@ class Neighbourhood:
 
     def run(self, inputs: ModelInputs) -> dict[str, np.ndarray]:
         original, variants = inputs.variant_nlls("neighbourhood")
-        scores = neighbourhood_scores(original, variants, self.n)
+        scores = neighbour_gap(original, first_n_scores(variants, self.n))
         inputs.info[self.name] = {"undefined": int(np.isnan(scores).sum())}
         return {"neighbourhood": scores}

@@ -1,22 +1,12 @@
-"""n-gram accuracy (Xu et al., 2024, "Benchmarking Benchmark Leakage in Large Language Models"):
-can the model continue a sample, exactly, from several places in it? (black box)
-
-A sample's token ids x_1..x_L (no special tokens) are split at K starting points spread evenly over
-the scored region (its solution under `scoring_span: solution`, else the whole text). At a start s the
-model sees the text before token s and greedily predicts n tokens; a hit is an exact match with
-x_s..x_{s+n-1}. With S the starts actually used:
+"""n-gram accuracy (Xu et al., 2024, "Benchmarking Benchmark Leakage in Large Language Models"): can the
+model continue a sample exactly from K places spread evenly over its scored region? At a start s it sees
+the text before token s and greedily predicts n tokens; a hit matches x_s..x_{s+n-1} exactly:
 
     ngram_acc@n  =  #hits / |S|                      HIGHER MEANS MORE LIKELY A MEMBER
 
-Starts: the candidates are the token positions s of the region with a non-empty text before them and
-n true tokens after them (s >= 1, s + n <= L). With m candidates and K <= m, the starts are the
-candidates at indices floor(j (m - 1) / (K - 1) + 1/2), j = 0..K-1 (first and last included); with K > m
-all m are used. A sample with no candidate scores NaN (counted in the info). Several n share one
-generation of max(n) tokens per start (a hit at n compares its first n tokens).
-
-All starts of all samples go to the shared greedy generation cache in ONE call (sorted by length and
-batched by the engine). The prefix is re-tokenised by the generator as a prompt, as in SrDetection's
-black box; the continuation is compared token by token with the sample's own tokenisation.
+The candidates are the positions s with text before them and n true tokens after (s >= 1, s + n <= L);
+of m candidates the starts are those at indices floor(j (m - 1) / (K - 1) + 1/2), j = 0..K-1 (all when
+K > m). No candidate: NaN. Several n share one generation of max(n) tokens per start.
 """
 
 from __future__ import annotations

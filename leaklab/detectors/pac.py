@@ -1,38 +1,19 @@
 """PAC, Polarized Augment Calibration (Ye et al., 2024, "Data Contamination Calibration for Black-box
-LLMs"): how far a sample's token confidences spread apart, compared with copies of it whose words
-were shuffled a little.
-
-The polarized distance of a text looks at its two extreme regions of token confidence: with v_t the
-confidence of each scored token (its probability, or its log-probability with `space=logprob`), sorted,
+LLMs"). With v_t the confidence of each scored token (its probability; its log-probability under
+`space=logprob`, column `pac_log`) and x~_1..x~_m copies of x with max(1, floor(alpha * words)) random
+swaps of two words (words split on single spaces, so indentation survives):
 
     PD(x)  =  mean of the ceil(far * n) highest v_t  -  mean of the ceil(local * n) lowest v_t
+    pac    =  (1/m) * sum_j PD(x~_j)  -  PD(x)                  HIGHER MEANS MORE LIKELY A MEMBER
 
-(at least one token in each region). The augmented copies x~_1..x~_m each swap two random words
-max(1, floor(alpha * words)) times (the paper's "random swap" of easy data augmentation; words are the
-text split on single spaces, so indentation survives). The paper's observation is that a trained-on
-sample sits in a local peak of the model's confidence that its neighbours do not share: its own
-distance is smaller than its neighbours', where a sample the model never saw moves less. So
-
-    pac  =  (1/m) * sum_j PD(x~_j)  -  PD(x)                  HIGHER MEANS MORE LIKELY A MEMBER
-
-(the paper's calibrated distance, negated to leaklab's sign, as the authors' own scoring does).
-NaN when x or all of its copies have no scored token.
-
-Choices the paper leaves open: confidences as probabilities (the paper's words, default) or
-log-probabilities (what a public implementation, Fast-MIA, computes: `space=logprob`, column
-`pac_log`); the rounding of
-the region sizes (ceil, as leaklab's Min-K%); the copies are seeded per text (its SHA-256 and `seed`), so
-a sample's copies do not depend on which other samples are scored. Under `scoring_span: solution` only
-the solution's words are swapped and scored; the prompt stays as it is, as context.
-
-Cost: the text's own statistics are the pass `ppl` made (a cache hit); the m copies are one batched pass
-of the signal engine over m times the texts.
+A trained-on sample sits in a local peak of confidence that its copies do not share. NaN when x or all
+of its copies have no scored token. The choices the paper leaves open:
+docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,17 +21,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.likelihood import TARGET
-
-
-def region_mean(values: np.ndarray, share: float, highest: bool) -> float:
-    """Mean of the ceil(share * n) highest (or lowest) values, at least one; NaN for no values."""
-    n = len(values)
-    if n == 0:
-        return math.nan
-    count = max(1, math.ceil(share * n - 1e-9))  # 1e-9: 0.3 * 10 is 3.0000000000000004 in floating point
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    return float(np.mean(ordered[-count:] if highest else ordered[:count]))
+from leaklab.detectors.likelihood import TARGET, neighbour_gap, region_mean
 
 
 def polarized_distance(values: np.ndarray, far: float, local: float) -> float:
@@ -75,17 +46,6 @@ def augmented_copies(text: str, alpha: float, count: int, seed: int) -> list[str
     digest = hashlib.sha256(f"{seed}\0{text}".encode()).hexdigest()
     rng = random.Random(int(digest[:16], 16))
     return [swap_words(text, alpha, rng) for _ in range(count)]
-
-
-def pac_scores(original: np.ndarray, augmented: np.ndarray) -> np.ndarray:
-    """Mean of each row's finite augmented distances minus the original's; NaN when a row has none."""
-    augmented = np.asarray(augmented, dtype=np.float64)
-    finite = np.isfinite(augmented)
-    count = finite.sum(axis=1)
-    total = np.where(finite, augmented, 0.0).sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(count > 0, total / np.maximum(count, 1), np.nan)
-    return mean - np.asarray(original, dtype=np.float64)
 
 
 def confidences(logprob: np.ndarray, space: str) -> np.ndarray:
@@ -130,23 +90,12 @@ class Pac:
         )
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.logprobs import compute_token_stats
-
         scoring = inputs.scoring()
         solution = scoring.scoring_span == "solution"
         contexts = inputs.contexts() if solution else [""] * len(inputs.texts)
 
         def stats(texts, prompts):
-            return compute_token_stats(
-                inputs.model,
-                inputs.tokenizer,
-                texts,
-                prompts=prompts if solution else None,
-                settings=scoring,
-                distribution=False,
-                accelerator=inputs.accelerator,
-                cache=inputs.cache,
-            )
+            return inputs.token_stats(texts, prompts if solution else None, scoring)
 
         original = self.distances(stats(inputs.texts, contexts))
         copy_texts, copy_prompts = [], []
@@ -155,6 +104,6 @@ class Pac:
             copy_texts += [context + c for c in augmented_copies(span, self.alpha, self.copies, self.seed)]
             copy_prompts += [context] * self.copies
         augmented = self.distances(stats(copy_texts, copy_prompts)).reshape(len(inputs.texts), self.copies)
-        scores = pac_scores(original, augmented)
+        scores = neighbour_gap(original, augmented)
         inputs.info[self.name] = {"undefined": int(np.isnan(scores).sum())}
         return {self.column: scores}

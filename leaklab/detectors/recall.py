@@ -1,23 +1,12 @@
 """ReCaLL (Xie et al., 2024): how much a sample's likelihood moves when known non-members come first.
 
-    recall@shots=k  =  LL(x | P_k) / LL(x)  =  NLL(x | P_k) / NLL(x)
+    recall@shots=k  =  LL(x | P_k) / LL(x)  =  NLL(x | P_k) / NLL(x)      HIGHER MEANS MORE LIKELY A MEMBER
 
-LL is the mean log-likelihood of the scored tokens of x (its solution under `scoring_span: solution`,
-else the whole text) and P_k the first k prefix texts joined by blank lines. The paper's observation:
-a non-member prefix lowers a member's log-likelihood relatively more than a non-member's, so the
-ratio (both LLs are negative) is larger for members: HIGHER MEANS MORE LIKELY A MEMBER, as every
-leaklab score. NaN when x has no scored token or NLL(x) is 0.
-
-The prefix must be text the model never trained on, and it must never be chosen with the labels of the
-scored samples. leaklab's default ("builtin") is the fixed set of short Python functions below, written
-for leaklab and found in no benchmark or training corpus that leaklab ships; `prefix=PATH` reads a JSONL
-file of {"text": ...} rows instead (texts you know the audited model never saw). Scored samples are
-never used as a prefix, so the prefix carries no ground truth.
-
-Cost: LL(x) is the pass `ppl` already made (a cache hit); LL(x | P_k) is one more batched pass of the
-signal engine per value of k over texts that are longer by the prefix. A text plus its prefix longer
-than the context is scored in sliding windows like any long text (the prefix then conditions only the
-first window).
+P_k is the first k prefix texts joined by blank lines: by default ("builtin") the short functions below,
+written for leaklab and in no benchmark or corpus it ships; `prefix=PATH` reads a JSONL file of
+{"text": ...} rows instead. A non-member prefix lowers a member's likelihood relatively more. Scored
+samples are never the prefix, so it carries no ground truth. NaN when NLL(x) is 0 or undefined; a
+prefix + text past the context conditions only the first window.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """SaMIA (Kaneko et al., 2024, "Sampling-based Pseudo-Likelihood for Membership Inference Attacks"):
-black box, from sampled text alone. Give the model the first part of a sample, sample continuations,
-and count how much of the true rest they reproduce.
+black box, from sampled text alone. The scored span is split in words (runs of non-space characters);
+the prompt is the context plus its first floor(prefix * words) words (at least one word on each side),
+the reference r the words after. Each of N sampled continuations, cut to its first |r| words, is c_j:
 
-The scored span (the whole text, or its solution under `scoring_span: solution`) is split in words
-(runs of non-space characters). The prompt is the context plus the span up to the end of its first
-floor(prefix * words) words (at least one word stays on each side); the reference r is the words
-after it. Each of the N sampled continuations (temperature 1) is decoded and cut to its first |r|
-words, c_j. With ROUGE-N recall the share of r's n-grams that c_j holds (multiset overlap over the
-count of r's n-grams):
+    samia@n       =  (1/N) * sum_j ROUGE-N(c_j, r)                          (recall over r's n-grams)
+    samia_zlib@n  =  (1/N) * sum_j ROUGE-N(c_j, r) * len(zlib(c_j))         (the paper's SaMIA*zlib)
 
-    samia@n       =  (1/N) * sum_j ROUGE-N(c_j, r)
-    samia_zlib@n  =  (1/N) * sum_j ROUGE-N(c_j, r) * len(zlib(c_j))      (the paper's SaMIA*zlib)
-
-A model that memorised the sample keeps sampling its rest, so HIGHER MEANS MORE LIKELY A MEMBER. The
-zlib form weighs a candidate by the compressed size of its text (bytes of c_j joined by single
-spaces), so a sample that repeats a few words cannot score high by repeating them. NaN when the span
-has fewer than two words, or fewer than n words after the prompt.
-
-Choices the paper leaves open: the n (1 by default, the paper's best; 2 is a parameter value), the
-number of samples (10), the prefix share (0.5), how long each sample runs (max_new_tokens, 128 by
-default: enough for the reference of most HumanEval solutions, cut to |r| words after), and the word
-split of code (whitespace runs). A public implementation (Fast-MIA) divides ROUGE-2's overlap by the
-number of reference words rather than of reference bigrams; leaklab follows ROUGE's definition.
-
-Cost: one `sampled_continuations` call of the generation engine for all prompts (cached per model).
+HIGHER MEANS MORE LIKELY A MEMBER. NaN when the span has fewer than two words, or fewer than n words
+after the prompt. Choices and where leaklab and Fast-MIA differ:
+docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations
@@ -110,7 +95,7 @@ class Samia:
         return out
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.continuations import Decoding, sampled_continuations
+        from leaklab.signals.continuations import Decoding, boundary_setting, sampled_continuations
         from leaklab.signals.generation import after_healed, prepare_prompt
 
         solution = inputs.scoring().scoring_span == "solution"
@@ -133,9 +118,7 @@ class Samia:
             sources=sources,
         )
         # A healed prompt boundary makes the first token re-generate the prompt's last characters.
-        boundary = inputs.prompt_boundary()
-        if inputs.generator is not None:  # the generator's own setting wins (see continuations)
-            boundary = getattr(inputs.generator, "prompt_boundary", "none")
+        boundary = boundary_setting(inputs.generator, inputs.settings.prompt_boundary)
         healed = [prepare_prompt(inputs.tokenizer, p, boundary, s).healed for p, s in zip(prompts, sources)]
         decode = inputs.tokenizer.decode
         texts = [

@@ -13,7 +13,7 @@ plus the detector that reads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,21 +92,15 @@ def _reference(run: SignalPass) -> list[TokenStats]:
 
 
 def _frequencies(run: SignalPass):
+    """DC-PDD's corpus counts: the texts given, else `evaluate.dcpdd_corpus` ("builtin": the engine's)."""
     from leaklab.signals.logprobs import token_frequencies
 
-    corpus = run.inputs.corpus_texts
-    if corpus is None:
-        corpus = _corpus(run.inputs.settings.dcpdd_corpus)
+    corpus, source = run.inputs.corpus_texts, run.inputs.settings.dcpdd_corpus
+    if corpus is None and source != "builtin":
+        from leaklab.data.corpora import corpus_texts
+
+        corpus = corpus_texts(source)
     return token_frequencies(run.inputs.tokenizer, corpus, cache_dir=run.cache.directory)
-
-
-def _corpus(source: str) -> Iterable[str] | None:
-    """DC-PDD's corpus by name: "builtin" (None here: the signal module loads it) or a corpus source."""
-    if source == "builtin":
-        return None
-    from leaklab.data.corpora import corpus_texts
-
-    return corpus_texts(source)
 
 
 @dataclass(frozen=True)

@@ -1,48 +1,24 @@
 """SrDetection (SrDetection §3.1, Algorithm 1): the self-referential decision rules and the detectors
-that run them on a model.
-
-A sample x_0 is compared only with its own semantics-preserving variants x_1..x_n (built and verified
-by `leaklab.perturb.variants`, kept by `leaklab.perturb.store`), so no threshold is fitted:
+that run them. A sample x_0 is compared only with its own verified semantics-preserving variants
+x_1..x_n (`leaklab.perturb.variants`), so no threshold is fitted:
 
   gray box:  leak  iff  PPL(x_0) < min_i PPL(x_i)      (the original is the easiest to predict)
   black box: leak  iff  NGO(x_0) > max_i NGO(x_i)      (the original's suffix is reproduced best)
 
-Choices fixed here (the paper is silent on them):
-  - Ties are not leaks: both comparisons are strict, so an original that merely equals its best
-    variant (e.g. every NGO is 0 for an untrained model) is not flagged.
-  - Missing scores are NaN. Variants that failed verification are dropped upstream; a row of variant
-    scores is padded with NaN to a common width. "The first n variants" of a sample are its first n
-    finite scores, so decisions for n in {1, 3, 5, 10} come from one computation of 10 variants.
-  - A decision at n needs n verified variants, as the paper always compares n: a sample left with fewer
-    is *undecided*, reported as not-a-leak and counted per n (`n_undecided`), so each n column's null is
-    1/(n+1) for every sample it decides. `min_variants` (0, the default: all n) relaxes this to
-    min(n, min_variants), which mixes comparisons with fewer variants into a column (its null then lies
-    between 1/(n+1) and 1/(min_variants+1)). An original whose own score is NaN is undecided.
-  - The gray box compares log perplexities (mean NLL): exp is strictly increasing, so the decisions are
-    the paper's, and the margin min_i log PPL(x_i) - log PPL(x_0) is a log-ratio, > 0 iff leak.
-  - The black box cuts each text at `prefix_fraction` of the tokens of its solution (or of the whole
-    text), asks for a greedy continuation as long as the true suffix (at most `max_new_tokens`; a longer
-    suffix is compared on its first `max_new_tokens` tokens) and scores NGO over the model's token ids.
-    Its margin is NGO(x_0) - max_i NGO(x_i), > 0 iff leak.
-
-After training on half of a benchmark the raw rules flag the other half too (the model learns the
-benchmark's style, so its originals beat their variants whether seen or not); `srdetection_clean_null`
-measures the null instead: leak iff the raw margin exceeds the (1 - alpha) quantile of the margins of
-samples known to be clean under the same model (`null_threshold`, `cross_fitted_thresholds`).
-
-The decision rules at the top are pure functions of score arrays. `score_srdetection` gets the scores:
-PPL from the same signal engine and cache as the gray-box baselines (originals and all variants in one
-call, so the originals that `ppl` already scored cost nothing), NGO from greedy generations
-(`leaklab.signals.continuations`), cached per (model, prompt). The metrics of the rule are
-`leaklab.metrics.rule_metrics`. This module owns its recipe section (`SrDetectionConfig`,
-`evaluate.srdetection`); importing it does not import torch (recipe validation reads the registry).
+Choices the paper is silent on: ties are not leaks (both comparisons are strict); a decision at n needs
+the first n finite variant scores of its row, a sample with fewer is undecided and reported as not a
+leak (`min_variants` relaxes this); the gray box compares log perplexities (the same decisions), margin
+min_i log PPL(x_i) - log PPL(x_0); the black box cuts at `prefix_fraction` of the solution's tokens and
+scores NGO over token ids, margin NGO(x_0) - max_i NGO(x_i). Both margins are > 0 iff leak. The
+calibrated and clean-null rules, and why they exist: docs/detectors.md#srdetection-001-31. Importing
+this module does not import torch (recipe validation reads the registry).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -50,7 +26,6 @@ import numpy as np
 
 from leaklab.data.tasks import context_of
 from leaklab.metrics import excess_rate_pvalue, rule_metrics
-from leaklab.metrics import leak_rate as _leak_rate
 from leaklab.plugins import RuleScores
 from leaklab.similarity.text import ngram_overlap
 
@@ -97,10 +72,6 @@ class Decisions:
 def first_n_scores(variant_scores: np.ndarray | Sequence[Sequence[float]], n: int) -> np.ndarray:
     """[samples, n] array holding each row's first n finite scores, NaN-padded on the right."""
     scores = np.asarray(variant_scores, dtype=float)
-    if scores.ndim != 2:
-        raise ValueError(f"variant scores must be 2-D [samples, variants], got shape {scores.shape}")
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
     out = np.full((scores.shape[0], n), np.nan)
     for row, values in enumerate(scores):
         finite = values[np.isfinite(values)][:n]
@@ -157,16 +128,6 @@ def gray_box_decisions(
     return _decide(original_ppl, variant_ppl, n, min_variants, lower_is_leak=True)
 
 
-def black_box_decisions(
-    original_ngo: np.ndarray | Sequence[float],
-    variant_ngo: np.ndarray | Sequence[Sequence[float]],
-    n: int | None = None,
-    min_variants: int = 0,
-) -> Decisions:
-    """Leak iff NGO(original) > max over the first n variants' NGO (strict: ties are not leaks)."""
-    return _decide(original_ngo, variant_ngo, n, min_variants, lower_is_leak=False)
-
-
 def decisions_by_n(
     original: np.ndarray | Sequence[float],
     variant_scores: np.ndarray | Sequence[Sequence[float]],
@@ -174,11 +135,11 @@ def decisions_by_n(
     ns: Iterable[int] = PAPER_NS,
     min_variants: int = 0,
 ) -> dict[int, Decisions]:
-    """Decisions for several n from one array of scores (mode "gray": PPL, "black": NGO)."""
-    rules = {"gray": gray_box_decisions, "black": black_box_decisions}
-    if mode not in rules:
+    """Decisions for several n from one array of scores (mode "gray": lower PPL leaks, "black": higher
+    NGO leaks; strict, so ties are not leaks)."""
+    if mode not in ("gray", "black"):
         raise ValueError(f"mode must be 'gray' or 'black', got {mode!r}")
-    return {n: rules[mode](original, variant_scores, n=n, min_variants=min_variants) for n in ns}
+    return {n: _decide(original, variant_scores, n, min_variants, lower_is_leak=mode == "gray") for n in ns}
 
 
 def calibrated_decisions(
@@ -190,23 +151,11 @@ def calibrated_decisions(
     min_variants: int = 0,
     alpha: float = 0.0,
 ) -> Decisions:
-    """The calibrated gray box: does the target rank the original higher among its texts than a
-    reference model (one that did not see the benchmark: the base model of a run) does?
-
-    For sample s take the original and its first m <= n variants scored by both models (m + 1 texts,
-    text 0 the original), rank them by log PPL under each model (rank 1 = lowest, ties share mid-ranks)
-    and let D_j = rank_reference(j) - rank_target(j): how many places the target moves text j towards
-    "most likely". The score (margin) is D_0, higher = more member-like.
-
-    Null hypothesis: the original is exchangeable with its variants under the pair of models (which text
-    is the original tells nothing about the pair of scores; true when neither model saw the task, even
-    if both find the original more natural than its variants). Given the m + 1 pairs of scores, the
-    original is then equally likely to be any of them, so the exact p-value is
-        p = #{j : D_j >= D_0} / (m + 1),
-    and P(p <= k/(m+1)) <= k/(m+1) for every k. Leak iff p <= max(alpha, 1/(m+1)) and D_0 > 0; with the
-    default alpha = 0 that is "the original gains strictly more ranks than every variant", whose rate on
-    non-members is at most 1/(m+1) whatever the variants' style. When target and reference agree
-    (step 0 of a run) every D_j is 0, p = 1 and nothing is flagged.
+    """The calibrated gray box (docs/detectors.md#srdetection-001-31): does the target rank the original
+    higher among its m + 1 texts (the original and its first m <= n variants scored by both models) than
+    a reference model that did not see the benchmark? Ranks by log PPL (ties share mid-ranks); D_j =
+    rank_reference(j) - rank_target(j); the margin is D_0 and the exact p-value under exchangeability
+    #{j : D_j >= D_0} / (m + 1). Leak iff D_0 > 0 and p <= max(alpha, 1/(m+1)).
     """
     from scipy.stats import rankdata
 
@@ -214,14 +163,7 @@ def calibrated_decisions(
     r0 = np.asarray(reference_original, dtype=float)
     tv = np.asarray(target_variants, dtype=float)
     rv = np.asarray(reference_variants, dtype=float)
-    if tv.ndim != 2 or tv.shape != rv.shape or t0.shape != r0.shape or tv.shape[0] != t0.shape[0]:
-        raise ValueError(
-            f"need originals [samples] and variants [samples, variants] under both models; got "
-            f"{t0.shape}, {tv.shape}, {r0.shape}, {rv.shape}"
-        )
     n = tv.shape[1] if n is None else n
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
     samples = t0.shape[0]
     leak = np.zeros(samples, dtype=bool)
     decided = np.zeros(samples, dtype=bool)
@@ -263,17 +205,12 @@ def cross_fitted_thresholds(
     folds: int = 5,
     seed: int = 0,
 ) -> np.ndarray:
-    """Per sample, the threshold its margin is compared with when some samples are known to be clean
-    (a run's non-members): the clean samples with a margin are split into `folds` folds (seeded,
-    balanced; fewer folds when there are fewer such samples); a clean sample in fold k gets the
-    `null_threshold` of the clean margins of the other folds, so its own margin (and its fold's) never
-    enters its threshold, and the clean samples' flag rate is an honest estimate of the rule's
-    false-positive rate; every other sample (a member) gets the threshold of all clean margins, none of
-    which is being decided then. Clean samples without a margin take no part (they are undecided)."""
+    """Per sample, the threshold its margin is compared with, from the margins of the samples known to be
+    clean (a run's non-members). A clean sample gets the `null_threshold` of the clean margins of the
+    other seeded folds, never its own, so the clean flag rate is an honest false-positive rate; every
+    other sample gets that of all clean margins. Clean samples without a margin stay undecided."""
     m = np.asarray(margin, dtype=float)
     clean = np.asarray(known_clean).astype(bool)
-    if clean.shape != m.shape:
-        raise ValueError(f"{len(clean)} known-clean flags for {len(m)} margins")
     pool = np.flatnonzero(clean & np.isfinite(m))
     thresholds = np.full(len(m), null_threshold(m[pool], alpha))
     k = min(folds, len(pool))
@@ -319,23 +256,6 @@ def clean_null_against_set(
     return clean_null_decisions(raw, threshold, alpha)
 
 
-def score_matrix(
-    original_ids: Sequence[str],
-    variant_ids: Sequence[Sequence[str]],
-    scores: Mapping[str, float],
-    width: int = max(PAPER_NS),
-) -> tuple[np.ndarray, np.ndarray]:
-    """Arrange a flat id -> score map (as a signal computes it over all texts at once) into the
-    original scores [samples] and the variant scores [samples, width], NaN where a score or a verified
-    variant is missing. `variant_ids[s]` lists sample s's verified variants in order."""
-    original = np.array([scores.get(i, np.nan) for i in original_ids], dtype=float)
-    variants = np.full((len(original_ids), width), np.nan)
-    for row, ids in enumerate(variant_ids):
-        values = [scores.get(i, np.nan) for i in ids][:width]
-        variants[row, : len(values)] = values
-    return original, variants
-
-
 def split_prefix_suffix(
     token_ids: Sequence[int], prefix_fraction: float = 0.5
 ) -> tuple[list[int], list[int]]:
@@ -344,8 +264,6 @@ def split_prefix_suffix(
     (the suffix always keeps at least one token, so NGO is defined; the prefix too when there are
     two or more)."""
     ids = list(token_ids)
-    if not 0.0 < prefix_fraction < 1.0:
-        raise ValueError(f"prefix_fraction must be in (0, 1), got {prefix_fraction}")
     cut = min(max(round(len(ids) * prefix_fraction), 1), len(ids) - 1) if ids else 0
     return ids[:cut], ids[cut:]
 
@@ -412,39 +330,6 @@ def column_name(detector: str, n: int) -> str:
     return f"{detector}@n={n}"
 
 
-def _check_ns(name: str, ns: tuple[int, ...]) -> None:
-    if not ns or any(n < 1 for n in ns) or len(set(ns)) != len(ns):
-        raise ValueError(f"{name}: n must be distinct positive integers, got {list(ns)}")
-
-
-def _check_against_settings(detector, settings) -> list[str]:
-    """Problems of a spec under the recipe's evaluate settings (n may not exceed the variants built)."""
-    sr = settings.srdetection
-    if max(detector.n) > sr.n_variants:
-        return [
-            f"{detector.name!r} compares up to n={max(detector.n)} variants but "
-            f"evaluate.srdetection.n_variants is {sr.n_variants}"
-        ]
-    return []
-
-
-def null_rates(decisions: Decisions) -> dict[str, float]:
-    """What an audit (no labels) reports of SrDetection's decisions beside the leak rate: the null rate,
-    the mean over decided samples of 1/(m+1) (alpha for the clean-null rule), what the rule flags on data
-    no model saw when each original is exchangeable with its m variants; `excess_pvalue`: the chance of at
-    least this many leaks under that null. The calibrated rule adds its per-sample p-values' median and how
-    many are <= 0.05."""
-    out: dict[str, float] = {}
-    null = decisions.null_rate[decisions.decided]
-    out["null_rate"] = float(null.mean()) if len(null) else float("nan")
-    out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
-    if decisions.pvalue is not None:
-        p = decisions.pvalue[decisions.decided]
-        out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
-        out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
-    return out
-
-
 @dataclass
 class SrRule:
     """What SrDetection's four rules share: their n values (numbers of variants compared), one score
@@ -458,22 +343,43 @@ class SrRule:
     n: tuple[int, ...] = PAPER_NS
 
     def __post_init__(self) -> None:
-        _check_ns(self.name, self.n)
+        if not self.n or any(n < 1 for n in self.n) or len(set(self.n)) != len(self.n):
+            raise ValueError(f"{self.name}: n must be distinct positive integers, got {list(self.n)}")
 
     def columns(self) -> dict[str, dict]:
         return {column_name(self.name, n): {"n": n} for n in self.n}
 
     def check(self, settings) -> list[str]:
-        return _check_against_settings(self, settings)
+        """n may not exceed the variants the recipe builds."""
+        built = settings.srdetection.n_variants
+        if max(self.n) > built:
+            return [
+                f"{self.name!r} compares up to n={max(self.n)} variants but evaluate.srdetection.n_variants is {built}"
+            ]
+        return []
 
     def decide(self, inputs: ModelInputs) -> RuleScores:
-        return _decide_with(self, inputs)
+        """This rule on the shared `ModelInputs` (`detectors.score_detectors`)."""
+        sr = score_srdetection([self], inputs)
+        return RuleScores(sr.columns, sr.decisions, sr.info)
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
 
     def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return null_rates(decisions)
+        """What an audit (no labels) reports beside the leak rate: `null_rate`, the mean over decided
+        samples of 1/(m+1) (alpha for the clean-null rule), the flag rate on data no model saw when the
+        originals are exchangeable with their variants; `excess_pvalue`, the chance of at least this many
+        leaks under it; for the calibrated rule its p-values' median and how many are <= 0.05."""
+        out: dict[str, float] = {}
+        null = decisions.null_rate[decisions.decided]
+        out["null_rate"] = float(null.mean()) if len(null) else float("nan")
+        out["excess_pvalue"] = excess_rate_pvalue(decisions.leak[decisions.decided], null)
+        if decisions.pvalue is not None:
+            p = decisions.pvalue[decisions.decided]
+            out["pvalue_median"] = float(np.median(p)) if len(p) else float("nan")
+            out["n_pvalue_le_0.05"] = float((p <= 0.05).sum())
+        return out
 
 
 @dataclass
@@ -548,7 +454,7 @@ class SrDetectionCleanNull(SrRule):
 
     def decide(self, inputs: ModelInputs) -> RuleScores:
         raw = self.raw_rule()
-        scored = _decide_with(raw, inputs)
+        scored = raw.decide(inputs)
         known, folds, seed = inputs.known_clean, inputs.settings.cv_folds, inputs.settings.seed
         columns, decisions = {}, {}
         for n in self.n:
@@ -592,17 +498,18 @@ class SrInputs:
 
     def unflatten(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-text values in `flat()` order -> (originals [N], variants [N, width] NaN-padded)."""
-        ids = iter(range(len(self.texts), len(values)))
-        variant_ids = [[next(ids) for _ in row] for row in self.variant_texts]
-        return score_matrix(range(len(self.texts)), variant_ids, dict(enumerate(values)), self.width)
+        values, start = np.asarray(values, dtype=float), len(self.texts)
+        variants = np.full((start, self.width), np.nan)
+        for row, texts in enumerate(self.variant_texts):
+            variants[row, : len(texts)] = values[start : start + len(texts)]
+            start += len(texts)
+        return values[: len(self.texts)].copy(), variants
 
 
 def inputs_from_tasks(tasks: Sequence[Any], variant_sets: Sequence[Any], text_format: str) -> SrInputs:
     """SrInputs from Task objects and their `VariantSet`s (same order)."""
-    if len(tasks) != len(variant_sets):
-        raise ValueError(f"{len(tasks)} tasks but {len(variant_sets)} variant sets")
     texts, contexts, v_texts, v_contexts = [], [], [], []
-    for task, vs in zip(tasks, variant_sets):
+    for task, vs in zip(tasks, variant_sets, strict=True):
         if vs.task_id != task.task_id:
             raise ValueError(f"variant set of {vs.task_id!r} given for task {task.task_id!r}")
         text = task.text(text_format)
@@ -669,8 +576,6 @@ def cut_text(
     is the text up to that token's first character, the truth the token ids from there on (at most
     `max_new_tokens`).
     """
-    if split not in ("solution", "text"):
-        raise ValueError(f"split must be 'solution' or 'text', got {split!r}")
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("the black box needs a fast tokenizer (character offsets of tokens)")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -721,14 +626,6 @@ def _rule_inputs(inputs: ModelInputs) -> SrInputs:
     return inputs.rule_inputs
 
 
-def _decide_with(detector, inputs: ModelInputs) -> RuleScores:
-    """One SrDetection detector on the shared `ModelInputs` (`detectors.score_detectors`)."""
-    if inputs.rule_inputs is None:
-        raise ValueError(f"{detector.name!r} needs each sample's variants (rule_inputs)")
-    sr = score_srdetection([detector], inputs)
-    return RuleScores(sr.columns, sr.decisions, sr.info)
-
-
 # --------------------------------------------------------------------------- the pipeline entry point
 
 
@@ -751,50 +648,48 @@ def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores
     (default: HFGenerator on the model), and the calibrated rule compares with `inputs.reference`.
     Every rank calls it under several processes; all get the full result.
     """
-    sr, settings, rule_inputs = inputs.settings.srdetection, inputs.settings, _rule_inputs(inputs)
-    model, tokenizer, reference = inputs.model, inputs.tokenizer, inputs.reference
-    accelerator, cache = inputs.accelerator, inputs.cache
+    sr, rule_inputs = inputs.settings.srdetection, _rule_inputs(inputs)
     unknown = [d for d in detectors if getattr(d, "mode", None) not in ("gray", "black", "calibrated")]
     if unknown:
         raise ValueError(f"not an SrDetection spec: {unknown[0].name!r}")
     result = SrScores()
+
+    def gray(model, tokenizer, info):
+        return gray_scores(
+            model,
+            tokenizer,
+            rule_inputs,
+            inputs.settings,
+            accelerator=inputs.accelerator,
+            cache=inputs.cache,
+            info=info,
+        )
+
     for mode in ("gray", "black", "calibrated"):
         mine = [d for d in detectors if d.mode == mode]
         if not mine:
             continue
         info: dict[str, Any] = {}
         if mode == "calibrated":
-            if reference is None:
+            if inputs.reference is None:
                 raise ValueError(
                     "srdetection_calibrated needs a reference model (the run's base model, or "
                     "evaluate.reference_model in an audit)"
                 )
             # The target's scores are the gray box's (a cache hit when srdetection_gray ran too).
-            target = result.raw.get("gray") or gray_scores(
-                model, tokenizer, rule_inputs, settings, accelerator=accelerator, cache=cache, info=info
-            )
-            ref = gray_scores(
-                *reference, rule_inputs, settings, accelerator=accelerator, cache=cache, info=info
-            )
-            result.raw[mode], result.info[mode] = (*target, *ref), info
-            for detector in mine:
-                for n in detector.n:
-                    decisions = calibrated_decisions(
-                        *target, *ref, n=n, min_variants=sr.min_variants, alpha=detector.alpha
-                    )
-                    name = column_name(detector.name, n)
-                    result.columns[name] = decisions.margin
-                    result.decisions[name] = decisions
-            continue
-        if mode == "gray":
-            raw = gray_scores(
-                model, tokenizer, rule_inputs, settings, accelerator=accelerator, cache=cache, info=info
-            )
+            target = result.raw.get("gray") or gray(inputs.model, inputs.tokenizer, info)
+            raw = (*target, *gray(*inputs.reference, info))
         else:
-            raw = black_scores(inputs, info)
+            raw = gray(inputs.model, inputs.tokenizer, info) if mode == "gray" else black_scores(inputs, info)
         result.raw[mode], result.info[mode] = raw, info
         for detector in mine:
-            by_n = decisions_by_n(*raw, mode=mode, ns=detector.n, min_variants=sr.min_variants)
+            if mode == "calibrated":
+                by_n = {
+                    n: calibrated_decisions(*raw, n=n, min_variants=sr.min_variants, alpha=detector.alpha)
+                    for n in detector.n
+                }
+            else:
+                by_n = decisions_by_n(*raw, mode=mode, ns=detector.n, min_variants=sr.min_variants)
             for n, decisions in by_n.items():
                 name = column_name(detector.name, n)
                 result.columns[name] = decisions.margin
@@ -827,8 +722,3 @@ def srdetection_metrics(
     null = np.nan_to_num(decisions.null_rate[clean], nan=0.0)
     out["null_flag_rate"] = float(null.mean()) if clean.any() else float("nan")
     return out
-
-
-def leak_rate(decisions: Decisions, *, n_bootstrap: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Audit (§5.3): the fraction of decided samples the rule flags, with its bootstrap 95% interval."""
-    return _leak_rate(decisions.leak, decisions.decided, n_bootstrap=n_bootstrap, seed=seed)

@@ -1,12 +1,8 @@
-"""Greedy continuations, cached: the generation service that evaluations share.
-
-SrDetection's black box asks for them now; MRI, counterfactual similarity and extraction will too.
-`greedy_continuations` decodes only the prompts the cache does not hold, sorted by length and batched
-through the generation engine (`leaklab.signals.generation`), split over ranks under several processes.
-
-Every function takes `prompt_boundary` ("heal" | "none" | "auto": `generation.prepare_prompt`) and, where
-the caller knows them, `sources` (sources[i]: the text prompts[i] is a prefix of). A generator passed in
-decides by its own `prompt_boundary`. Under "heal" the cache keys name it (and the source), so
+"""Continuations, cached: the generation service detectors and evaluations share. Each function decodes
+only the prompts the cache does not hold, through the generation engine (`leaklab.signals.generation`),
+split over ranks under several processes. `prompt_boundary` (`generation.prepare_prompt`) and, where
+the caller knows them, `sources` (the text each prompt is a prefix of) decide where a prompt ends; a
+generator passed in decides by its own setting. Under "heal" the cache keys name it and the source, so
 generations made either way never mix; `info["prompt_boundary"]` counts what each prompt got.
 """
 
@@ -23,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from leaklab.distributed import world
 from leaklab.rundir import append_rows, read_rows
 from leaklab.signals.generation import after_healed, cut_at_stop, prepare_prompt, resolve_prompt_boundary
-from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+from leaklab.signals.logprobs import all_gather, model_fingerprint, tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from accelerate import Accelerator
@@ -44,7 +40,6 @@ class GenerationCache:
         self.directory = Path(directory) if directory is not None else None
         self._memory: dict[tuple[str, str], tuple[int, ...]] = {}
         self._loaded: set[str] = set()
-        self.hits = 0
         self.misses = 0
 
     @staticmethod
@@ -66,10 +61,7 @@ class GenerationCache:
     def get(self, model_fp: str, key: str) -> tuple[int, ...] | None:
         self._load(model_fp)
         ids = self._memory.get((model_fp, key))
-        if ids is None:
-            self.misses += 1
-        else:
-            self.hits += 1
+        self.misses += ids is None
         return ids
 
     def put_many(self, model_fp: str, entries: dict[str, tuple[int, ...]], write: bool = True) -> None:
@@ -84,7 +76,7 @@ class GenerationCache:
 _GENERATIONS = GenerationCache()
 
 
-def _boundary_setting(generator, prompt_boundary: str) -> str:
+def boundary_setting(generator, prompt_boundary: str) -> str:
     """What the prompts get: the generator's own setting when one is given (vLLM and OpenAI: "none");
     "auto" that nothing resolved (no training known) is "heal", so its cache keys are heal's."""
     if generator is not None:
@@ -114,11 +106,41 @@ def _prompt_key(prompt: str, boundary: str, source: str | None) -> str:
     return prompt if boundary == "none" else json.dumps(["prompt_boundary", boundary, prompt, source])
 
 
-def _count_boundaries(tokenizer, prompts, boundary: str, sources, info: dict[str, Any] | None) -> None:
+def _count(
+    info: dict | None, tokenizer, prompts, boundary: str, sources, missing: int, **counts: int
+) -> None:
+    """Fill `info`: the prompts, how many were cached, `counts`, and what each prompt boundary got."""
     if info is not None:
         from leaklab.signals.generation import prompt_boundaries
 
+        info.update(prompts=len(prompts), cached=len(prompts) - missing, **counts)
         info["prompt_boundary"] = dict(Counter(prompt_boundaries(tokenizer, prompts, boundary, sources)))
+
+
+def _ids(tokenizer, completion, limit: int) -> tuple[int, ...]:
+    """A completion's token ids, at most `limit` (a back-end that returns text only: its text's ids)."""
+    ids = completion.token_ids
+    if ids is None:
+        ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
+    return tuple(int(t) for t in ids[:limit])
+
+
+def _generate_mine(decoding: Decoding, model, boundary: str, prompts, sources, missing: list[int], **kwargs):
+    """This rank's share of the `missing` prompts and their completions (`_generate` with `kwargs`)."""
+    rank, n_ranks = world(decoding.accelerator)
+    mine = missing[rank::n_ranks]
+    if not mine:
+        return mine, []
+    chosen, chosen_sources = [prompts[i] for i in mine], [sources[i] for i in mine]
+    return mine, _generate(
+        decoding.generator_for(model, boundary), boundary, chosen, chosen_sources, **kwargs
+    )
+
+
+def _gather_ranks(fresh: dict, accelerator) -> None:
+    """Merge every rank's freshly generated entries into `fresh` (call on every rank)."""
+    for part in all_gather(fresh, accelerator):
+        fresh.update(part)
 
 
 @dataclass(frozen=True)
@@ -148,7 +170,7 @@ class Decoding:
             inputs.generator,
             inputs.generation_cache,
             inputs.accelerator,
-            inputs.prompt_boundary(),
+            inputs.settings.prompt_boundary,
             batch_size,
         )
 
@@ -156,7 +178,7 @@ class Decoding:
         """(the model without its distributed wrapper, its fingerprint, the cache, the prompt boundary)."""
         model = self.model if self.accelerator is None else self.accelerator.unwrap_model(self.model)
         cache = _GENERATIONS if self.cache is None else self.cache
-        return model, model_fingerprint(model), cache, _boundary_setting(self.generator, self.prompt_boundary)
+        return model, model_fingerprint(model), cache, boundary_setting(self.generator, self.prompt_boundary)
 
     def generator_for(self, model: Any, boundary: str) -> Generator:
         if self.generator is not None:
@@ -174,15 +196,10 @@ def greedy_continuations(
     info: dict[str, Any] | None = None,
     sources: Sequence[str | None] | None = None,
 ) -> list[tuple[int, ...]]:
-    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached.
-
-    Where the prompt was healed or cut inside a token, the first id also covers the prompt's last
-    characters (`Completion.healed`); callers that compare ids with a text's own tokens pass the text
-    as the source and cut their prompts at its token boundaries, where nothing is left out.
-
-    Missing rows are sorted by length and decoded in groups of `batch_size` (a group decodes as many
-    steps as its longest row needs, so similar lengths waste little). Under several processes the
-    groups are spread over the ranks and gathered; call it on every rank.
+    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached. Where a prompt
+    was healed, the first id also covers its last characters; callers that compare ids with a text's own
+    tokens pass the text as the source. Missing rows are decoded in groups of similar length, spread
+    over the ranks under several processes (call it on every rank).
     """
     model, model_fp, cache, boundary = decoding.unpacked()
     tokenizer, batch_size = decoding.tokenizer, decoding.batch_size
@@ -209,27 +226,14 @@ def greedy_continuations(
                 temperature=0.0,
             )
             for i, (completion, *_) in zip(group, completions):
-                ids = completion.token_ids
-                if ids is None:  # a back-end that returns text only
-                    ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
-                fresh[i] = tuple(int(t) for t in ids[: lengths[i]])
+                fresh[i] = _ids(tokenizer, completion, lengths[i])
         if n_ranks > 1:
-            _gather_ranks(fresh)
+            _gather_ranks(fresh, decoding.accelerator)
         cache.put_many(model_fp, {keys[i]: ids for i, ids in fresh.items()}, write=rank == 0)
         for i, ids in fresh.items():
             out[i] = ids
-    if info is not None:
-        info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
-    _count_boundaries(tokenizer, prompts, boundary, sources, info)
+    _count(info, tokenizer, prompts, boundary, sources, len(missing), generated=len(missing))
     return [tuple(r) for r in out]
-
-
-def _gather_ranks(fresh: dict) -> None:
-    """Merge every rank's freshly generated entries into `fresh` (call on every rank)."""
-    from accelerate.utils import gather_object
-
-    for part in gather_object([fresh]):
-        fresh.update(part)
 
 
 def greedy_replies(
@@ -243,13 +247,10 @@ def greedy_replies(
     sources: Sequence[str | None] | None = None,
 ) -> list[str]:
     """The greedy reply (text, cut at the first `stop`) to every prompt, cached: the accuracy and MRI
-    evaluations ask a checkpoint the same original tasks and share one decoding of them.
-
-    The cache holds the reply's token ids (up to the stop, as the generator returns them) under the
-    prompt and the stop sequences; a cached reply is read back exactly as the generator wrote it
-    (decode without special tokens, drop the healed characters, then cut at the stop). `model_fp`: what identifies the weights
-    (the caller's; default `model_fingerprint`). A back-end without token ids is not cached. Under
-    several processes the missing prompts are spread over the ranks and gathered; call it on every rank.
+    evaluations ask a checkpoint the same tasks and share one decoding. The cache holds the reply's
+    token ids under the prompt and the stop sequences, read back as the generator wrote them (decoded,
+    healed characters dropped, cut at the stop); a back-end without ids is not cached. `model_fp`: the
+    caller's fingerprint of the weights (default `model_fingerprint`). Call it on every rank.
     """
     model, own_fp, cache, boundary = decoding.unpacked()
     model_fp, tokenizer = model_fp or own_fp, decoding.tokenizer
@@ -273,30 +274,19 @@ def greedy_replies(
         )
     missing = [i for i, text in enumerate(out) if text is None]
     rank, n_ranks = world(decoding.accelerator)
+    greedy = dict(max_new_tokens=max_new_tokens, stop=stop, temperature=0.0)
+    mine, completions = _generate_mine(decoding, model, boundary, prompts, sources, missing, **greedy)
     fresh: dict[int, tuple[str, tuple[int, ...] | None]] = {}
-    mine = missing[rank::n_ranks]
-    if mine:
-        completions = _generate(
-            decoding.generator_for(model, boundary),
-            boundary,
-            [prompts[i] for i in mine],
-            [sources[i] for i in mine],
-            max_new_tokens,
-            stop,
-            0.0,
-        )
-        for i, (completion, *_) in zip(mine, completions):
-            ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
-            fresh[i] = (completion.text, ids)
+    for i, (completion, *_) in zip(mine, completions):
+        ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
+        fresh[i] = (completion.text, ids)
     if missing and n_ranks > 1:
-        _gather_ranks(fresh)
+        _gather_ranks(fresh, decoding.accelerator)
     entries = {keys[i]: ids for i, (_, ids) in fresh.items() if ids is not None}
     cache.put_many(model_fp, entries, write=rank == 0)
     for i, (text, _) in fresh.items():
         out[i] = text
-    if info is not None:
-        info.update(prompts=len(prompts), cached=len(prompts) - len(missing), generated=len(missing))
-    _count_boundaries(tokenizer, prompts, boundary, sources, info)
+    _count(info, tokenizer, prompts, boundary, sources, len(missing), generated=len(missing))
     return [str(text) for text in out]
 
 
@@ -340,34 +330,14 @@ def sampled_continuations(
     out = [[cache.get(model_fp, k) for k in row] for row in keys]
     missing = [i for i, row in enumerate(out) if any(ids is None for ids in row)]
     rank, n_ranks = world(decoding.accelerator)
-    fresh: dict[int, list[tuple[int, ...]]] = {}
-    mine = missing[rank::n_ranks]
-    if mine:
-        results = _generate(
-            decoding.generator_for(model, boundary),
-            boundary,
-            [prompts[i] for i in mine],
-            [sources[i] for i in mine],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            n=n,
-            seed=seed,
-        )
-        for i, completions in zip(mine, results):
-            rows = []
-            for completion in completions:
-                ids = completion.token_ids
-                if ids is None:  # a back-end that returns text only
-                    ids = tokenizer(completion.text, add_special_tokens=False)["input_ids"]
-                rows.append(tuple(int(t) for t in ids[:max_new_tokens]))
-            fresh[i] = rows
+    sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, n=n, seed=seed)
+    mine, results = _generate_mine(decoding, model, boundary, prompts, sources, missing, **sampling)
+    fresh = {i: [_ids(tokenizer, c, max_new_tokens) for c in row] for i, row in zip(mine, results)}
     if missing and n_ranks > 1:
-        _gather_ranks(fresh)
+        _gather_ranks(fresh, decoding.accelerator)
     entries = {keys[i][j]: ids for i, rows in fresh.items() for j, ids in enumerate(rows)}
     cache.put_many(model_fp, entries, write=rank == 0)
     for i, rows in fresh.items():
         out[i] = rows
-    if info is not None:
-        info.update(prompts=len(prompts), cached=len(prompts) - len(missing), sampled=len(missing) * n)
-    _count_boundaries(tokenizer, prompts, boundary, sources, info)
+    _count(info, tokenizer, prompts, boundary, sources, len(missing), sampled=len(missing) * n)
     return [[tuple(ids) for ids in row] for row in out]

@@ -1,43 +1,20 @@
-"""Batched text generation behind one interface, for the detectors that need a model's completions
-(SrDetection's black box, extraction audits, counterfactual memorization).
+"""Batched text generation behind one interface, for the detectors and evaluations that need a model's
+completions:
 
-    generator.generate(prompts, max_new_tokens, stop, temperature, n, seed) -> list[list[Completion]]
+    generator.generate(prompts, max_new_tokens, stop, temperature, n, seed, sources) -> list[list[Completion]]
 
-One list per prompt, `n` completions each (greedy decoding, temperature 0, is deterministic, so its
-`n` copies are computed once). `texts(...)` turns the result into plain strings. Three back-ends:
+`n` completions per prompt (greedy decoding computes its n copies once). Back-ends: HFGenerator (a
+transformers causal LM in this process; greedy outputs equal per-sample `model.generate` in fp32),
+VLLMGenerator (the `vllm` extra, not tested here) and OpenAIGenerator (an OpenAI-compatible
+`/v1/completions` server). Where a prompt ends is decided in one place, `prepare_prompt`
+(docs/evaluations.md#where-a-prompt-ends); only HFGenerator heals or cuts prompts, the others record
+"none". Stop sequences cut the text before their first occurrence (as the OpenAI API does); token ids
+run up to the token that completed it; an EOS ends a completion and is not part of it.
 
-  HFGenerator      a transformers causal LM in this process. Greedy outputs equal those of
-                   per-sample `model.generate` (fp32; see the test), just faster.
-  VLLMGenerator    vLLM, when the `vllm` extra is installed (imported lazily; not tested here).
-  OpenAIGenerator  any server with an OpenAI-compatible `/v1/completions` endpoint.
-
-Where a prompt ends (`prompt_boundary`, one place: `prepare_prompt`). A byte-level BPE tokenizer merges a
-newline with the next line's indentation into one token, so a model trained on packed text has never
-seen a prompt that ends in a bare "\n" (HumanEval's prompts do) and continues it badly. With "heal"
-(the default) the prompt is made to end where a token of its own text ends:
-  - cut: where the caller knows the text the prompt comes from (`sources`, e.g. a member's prompt and
-    solution), at the last token boundary of that text's tokenization at or before the prompt's end;
-  - heal: otherwise, by backing off the prompt's last token (token healing);
-and the first generated token is then restricted to tokens whose text begins with the characters left
-out. A completion's text always starts right after the original prompt (those characters are dropped
-from it); its token ids are the generated ones, so where characters were left out the first id also
-covers them (`Completion.healed` says which). "none" tokenizes the prompt as it is. Only HFGenerator
-can do this; the vLLM and OpenAI back-ends send the prompt text to an engine that tokenizes it and
-offers no constraint on the first token's text here, and record "none".
-
-Stop sequences: the text is cut before the first occurrence of any of them (as the OpenAI API
-does); token ids, where a back-end returns them, run up to and including the token that completed
-the stop sequence (ids cannot be cut inside a token). An EOS token ends a completion and is not part
-of it. `finish_reason` is "stop" (stop sequence or EOS) or "length".
-
-How HFGenerator is fast on a CPU (each lever measured in `bench/bench_generation.py`):
-  - rows are sorted by prompt length and decoded in large batches, so each decode step reads the
-    weights once for many rows;
-  - the prompt pass (prefill) runs in smaller chunks of similar length, so little compute is spent
-    on padding, and the chunks' key/value caches are merged into one left-padded cache for decoding;
-  - that cache is pre-allocated for the whole generation, so a decode step writes one position
-    instead of copying the whole cache (what `torch.cat` in HF's DynamicCache does every step);
-  - finished rows leave the batch.
+HFGenerator's levers on a CPU, each measured in `bench/bench_generation.py`: rows sorted by prompt length
+and decoded in large batches; the prefill run in smaller chunks merged into one left-padded KV cache,
+pre-allocated for the whole generation (a step writes one position instead of copying the cache, as
+`torch.cat` in HF's DynamicCache does); finished rows leave the batch.
 """
 
 from __future__ import annotations
@@ -64,10 +41,7 @@ def _cache_kwarg(model: Any) -> str:
     warns that `past_key_values` is removed in 5.40), `past_key_values` in earlier 5.x releases. Read
     from the model under any PEFT wrapper, whose own forward passes keyword arguments through."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    try:
-        return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-    except (TypeError, ValueError):
-        return "past_key_values"
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 @dataclass(frozen=True)
@@ -91,10 +65,6 @@ class Generator(Protocol):
         seed: int = 0,
         sources: Sequence[str | None] | None = None,
     ) -> list[list[Completion]]: ...
-
-
-def texts(results: list[list[Completion]]) -> list[list[str]]:
-    return [[c.text for c in completions] for completions in results]
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
@@ -128,14 +98,8 @@ def resolve_prompt_boundary(setting: str, learned: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class PreparedPrompt:
-    """A prompt as the model reads it.
-
-    ids       the token ids the model is given;
-    healed    the prompt's last characters that `ids` leave out ("" : none): the first generated token
-              must begin with them, and the completion's text starts after them;
-    boundary  what was done: "cut" (at a token boundary of the text the prompt comes from), "heal"
-              (the prompt's own last token backed off) or "none" (tokenized as it is).
-    """
+    """A prompt as the model reads it: its token ids; `healed`, the prompt's last characters the ids
+    leave out (the first generated token must begin with them); `boundary`, "cut", "heal" or "none"."""
 
     ids: tuple[int, ...]
     healed: str = ""
@@ -171,13 +135,10 @@ _TOKEN_TEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def token_texts(tokenizer: Any) -> TokenTexts:
     """The tokenizer's `TokenTexts`, built on first use and kept while the tokenizer lives."""
-    try:
-        table = _TOKEN_TEXTS.get(tokenizer)
-        if table is None:
-            table = _TOKEN_TEXTS[tokenizer] = TokenTexts(tokenizer)
-        return table
-    except TypeError:  # a tokenizer that cannot be weakly referenced: built each time
-        return TokenTexts(tokenizer)
+    table = _TOKEN_TEXTS.get(tokenizer)
+    if table is None:
+        table = _TOKEN_TEXTS[tokenizer] = TokenTexts(tokenizer)
+    return table
 
 
 def prepare_prompt(
@@ -312,56 +273,38 @@ def _merged_cache(
     return DynamicCache(ddp_cache_data=layers)
 
 
+@dataclass(eq=False)
 class HFGenerator:
     """Batched greedy / sampled decoding with a transformers causal LM (any device, any dtype).
 
-    batch_size      rows decoded together (a decode step costs about the same for 1 or 32 rows on
-                    a CPU: it is bound by reading the weights);
-    prefill_tokens  padded tokens per prefill chunk (bounds activation memory);
-    preallocate, drop_finished, sort_by_length: the levers described in the module docstring,
-                    switchable so the benchmark can measure each.
-    top_p           sample among the most likely tokens whose probabilities sum to p (nucleus
-                    sampling; 1.0: all);
-    top_k           sample among the k most likely tokens only (0: all; extraction audits use 5-40);
-    logits_processor  `f(step, logits) -> logits` applied before each sampling step (step 0 = the first
-                    new token), e.g. a temperature that decays over the first tokens.
-    prompt_boundary "heal" | "none" ("auto" with nothing known of the training: "heal"): where a prompt
-                    ends for the model (`prepare_prompt`); with "heal",
-                    step 0 samples only among the tokens that begin with the prompt's left-out characters.
+    batch_size: rows decoded together (on a CPU a decode step costs about the same for 1 or 32 rows);
+    prefill_tokens: padded tokens per prefill chunk; preallocate, drop_finished, sort_by_length: the
+    levers of the module docstring, switchable for the benchmark; top_p / top_k: nucleus / top-k
+    sampling (1.0 / 0: off); logits_processor: `f(step, logits) -> logits` before each sampling step;
+    prompt_boundary: where a prompt ends (`prepare_prompt`).
     """
 
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        batch_size: int = 32,
-        prefill_tokens: int = 2048,
-        top_p: float = 1.0,
-        preallocate: bool = True,
-        drop_finished: bool = True,
-        sort_by_length: bool = True,
-        top_k: int = 0,
-        logits_processor: Callable[[int, torch.Tensor], torch.Tensor] | None = None,
-        prompt_boundary: str = "heal",
-    ):
-        self.prompt_boundary = resolve_prompt_boundary(prompt_boundary)
-        self.model = model.eval()
-        self._cache_kwarg = _cache_kwarg(model)
-        self.top_k = top_k
-        self.logits_processor = logits_processor
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.prefill_tokens = prefill_tokens
-        self.top_p = top_p
-        self.preallocate = preallocate
-        self.drop_finished = drop_finished
-        self.sort_by_length = sort_by_length
-        self.device = next(model.parameters()).device
-        self.eos_ids = _eos_ids(model, tokenizer)
-        self.pad_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos_ids or [0])[0]
-        )
-        self.max_length = getattr(model.config, "max_position_embeddings", None)
+    model: Any
+    tokenizer: Any
+    batch_size: int = 32
+    prefill_tokens: int = 2048
+    top_p: float = 1.0
+    preallocate: bool = True
+    drop_finished: bool = True
+    sort_by_length: bool = True
+    top_k: int = 0
+    logits_processor: Callable[[int, torch.Tensor], torch.Tensor] | None = None
+    prompt_boundary: str = "heal"
+
+    def __post_init__(self) -> None:
+        self.prompt_boundary = resolve_prompt_boundary(self.prompt_boundary)
+        self.model.eval()
+        self._cache_kwarg = _cache_kwarg(self.model)
+        self.device = next(self.model.parameters()).device
+        self.eos_ids = _eos_ids(self.model, self.tokenizer)
+        pad_id = self.tokenizer.pad_token_id
+        self.pad_id = pad_id if pad_id is not None else (self.eos_ids or [0])[0]
+        self.max_length = getattr(self.model.config, "max_position_embeddings", None)
 
     def prepare(self, prompt: str, max_new_tokens: int, source: str | None = None) -> PreparedPrompt:
         """The prompt as the model reads it (`prepare_prompt`, special tokens included); prompts too long
@@ -607,6 +550,7 @@ class VLLMGenerator:
 # --------------------------------------------------------------------------- OpenAI-compatible HTTP
 
 
+@dataclass(eq=False)
 class OpenAIGenerator:
     """Completions from a server speaking the OpenAI `/v1/completions` API (vLLM serve, TGI, llama.cpp,
     OpenAI). Prompts are sent `batch_size` at a time; transient failures (HTTP 429 / 5xx, refused
@@ -616,23 +560,16 @@ class OpenAIGenerator:
 
     prompt_boundary = "none"
 
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        batch_size: int = 16,
-        timeout: float = 300.0,
-        max_retries: int = 3,
-        max_stop_sequences: int = 4,  # the OpenAI API accepts at most four; the rest are applied here
-    ):
-        self.url = base_url.rstrip("/") + "/completions"
-        self.model = model
-        self.api_key = api_key
-        self.batch_size = batch_size
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.max_stop_sequences = max_stop_sequences
+    base_url: str
+    model: str
+    api_key: str | None = None
+    batch_size: int = 16
+    timeout: float = 300.0
+    max_retries: int = 3
+
+    @property
+    def url(self) -> str:
+        return self.base_url.rstrip("/") + "/completions"
 
     def generate(
         self,
@@ -656,7 +593,7 @@ class OpenAIGenerator:
                 "seed": seed,
             }
             if stop:
-                body["stop"] = list(stop)[: self.max_stop_sequences]
+                body["stop"] = list(stop)[:4]  # the API takes at most four; the rest are applied here
             choices = self._post(body)["choices"]
             per_prompt: list[list[tuple[int, Completion]]] = [[] for _ in chunk]
             for position, choice in enumerate(choices):

@@ -1,54 +1,11 @@
 """Token statistics of a causal LM over a list of texts: the one signal pass every gray-box detector reads.
 
-For each scored token x_t of a text the engine returns
-
-    logprob_t = log p(x_t | x_<t)
-    mean_t    = E_{v ~ p_t}[log p_t(v)]       (Min-K%++'s mu_t;      only when `distribution=True`)
-    var_t     = Var_{v ~ p_t}[log p_t(v)]     (Min-K%++'s sigma_t^2; only when `distribution=True`)
-
-where p_t is the model's next-token distribution at position t. How the work is kept small:
-
-- Texts are cut into forward segments (one per text unless it is longer than the context), sorted by
-  length and packed into batches under a token budget (`batch_tokens` counts padded tokens), so padding
-  stays small and a batch never exceeds the budget unless one segment alone does. Padding is on the
-  right and no attention mask is passed: under causal attention a real token only attends to earlier,
-  real tokens, and the attention stays on its fast causal path. (On CPU, budgets of 1-2k tokens keep
-  activations in cache and are faster than large ones; on a GPU larger budgets pay.)
-- The transformer body runs once per batch; the output head is applied only to the hidden states that
-  predict a scored token (no padding, no last position, no prompt tokens when scoring the solution).
-- The softmax statistics are computed on the model's device in blocks of at most `row_chunk` tokens x
-  `logit_chunk / row_chunk` vocabulary entries, merging running (max, sum, first and second moment)
-  across vocabulary blocks like an online softmax. No [tokens x vocab] array is ever built, so memory does
-  not grow with the vocabulary. Block sizes follow the device unless set: on a CPU 512 rows and 4 MiB of
-  logits (smaller blocks fit a cache better, but every block costs a dozen parallel kernels, which is what
-  dominates on a CPU shared with other jobs); on a GPU 2,048 rows and up to 2 GiB, i.e. the whole
-  vocabulary of a 150k-token model at once (with 4 MiB blocks on an H200 the pass was launch-bound: 11k
-  tokens/s on both 0.5B and 7B models, 0.05x a bare forward). This needs the head to be a plain `nn.Linear` applied to the body's
-  last hidden state; that is checked once per call against the model's own logits on a short input, and
-  a model that fails it (logit soft-capping, scaled logits, a LoRA-wrapped head) is scored from its full
-  logits instead, still in row blocks.
-- Results are cached by (model fingerprint, tokenizer fingerprint, text, prompt, settings): in memory
-  always, on disk when the cache has a directory. A second detector or a re-run costs a dictionary lookup.
-
-Decisions that change numbers, fixed here:
-
-- Tokens are what the tokenizer produces with its own special tokens (`add_special_tokens=True`).
-  Special tokens (BOS, EOS) are context, never scored; the first token of a sequence has no prediction
-  and is never scored (a tokenizer that adds BOS therefore has every text token scored).
-- `scoring_span="solution"`: `texts[i]` is the whole text and `prompts[i]` must be a prefix of it. The
-  prompt (with the tokenizer's special tokens) and the rest (without) are tokenised apart and joined,
-  and only the rest is scored: the tokens a model produces when it is given the prompt, which is how
-  the generation engine encodes a prompt and how the sft stage trains. (Tokenising the whole text once
-  merged tokens across the boundary that the model never sees after a prompt: on tiny_sft's step-1000
-  checkpoint the solution-span AUROC was 0.516 that way, 0.591 with the two parts apart.)
-- Texts longer than the model's context (`max_length`, default the model's `max_position_embeddings`)
-  are scored in sliding windows by default (`long_texts="window"`): every token is scored exactly once,
-  each window after the first re-reads the previous `max_length // 2` tokens as context. With
-  `long_texts="truncate"` tokens past the context are dropped and counted in `TokenStats.n_dropped`.
-- A text with no scored token (empty, or a lone first token) gets empty arrays; detectors turn that
-  into NaN.
-- `dtype="bfloat16"`/`"float16"` runs the forward under autocast; statistics are always accumulated in
-  float32. A model loaded in low precision stays as loaded.
+For each scored token x_t: logprob_t = log p(x_t | x_<t) and, with `distribution=True`, mean_t and var_t,
+the mean and variance of log p_t(v) under the model's next-token distribution p_t (Min-K%++'s mu_t and
+sigma_t^2). Texts are packed into token-budget batches; the output head runs only where a scored token is
+predicted, in blocks whose softmax statistics are merged across vocabulary slices (an online softmax), so
+no [tokens x vocab] array is built; results are cached by model, tokenizer, text, prompt and settings.
+Which tokens are scored, long texts, block sizes and precision: docs/detectors.md#the-signal-engine.
 """
 
 from __future__ import annotations
@@ -75,8 +32,6 @@ from leaklab.progress import Progress, say_once
 from leaklab.rundir import cache_root, write_atomic
 
 log = logging.getLogger(__name__)
-
-DISTRIBUTION_EPS = 0.0  # variances are clamped at zero; detectors decide how to divide by them
 
 
 # --------------------------------------------------------------------------- records
@@ -106,12 +61,7 @@ class ScoringSettings:
         return cls(**values)
 
     def check(self) -> None:
-        if self.scoring_span not in ("text", "solution"):
-            raise ValueError(f"scoring_span must be 'text' or 'solution', got {self.scoring_span!r}")
-        if self.long_texts not in ("window", "truncate"):
-            raise ValueError(f"long_texts must be 'window' or 'truncate', got {self.long_texts!r}")
-        if self.dtype not in _AUTOCAST:
-            raise ValueError(f"dtype must be one of {', '.join(_AUTOCAST)}, got {self.dtype!r}")
+        """The sizes; the recipe checks the choices (evaluate.scoring_span, dtype, long_texts)."""
         if self.batch_tokens < 1 or any(v is not None and v < 1 for v in (self.row_chunk, self.logit_chunk)):
             raise ValueError("batch_tokens, row_chunk and logit_chunk must be positive")
         if self.max_length is not None and self.max_length < 2:
@@ -190,23 +140,12 @@ OUTPUT_NEUTRAL_CONFIG = frozenset(
 
 
 def model_fingerprint(model: torch.nn.Module, sample: int = 4096) -> str:
-    """A content fingerprint of a model (not a cryptographic hash): the one key under which the signal
-    cache, the generation cache and the accuracy / MRI verdict caches store what a model produced.
-
-    It hashes the architecture (the class name), the config fields that can change an output (every
-    field except `OUTPUT_NEUTRAL_CONFIG`: rope settings, norm epsilon, activation, ... stay in, so two
-    models with equal weights but a different rope base never share a cache entry), every parameter's
-    name, shape and dtype, `sample` evenly spaced values of each parameter, and for LoRA layers whether
-    adapters are active (toggling an adapter changes outputs, not parameters). It leaves out the config
-    fields that change no output (where the weights came from, `use_cache`, the pad id), so the model in
-    training and the same checkpoint reloaded from disk get the same fingerprint and share cached
-    replies. A DDP / DeepSpeed wrapper is looked through.
-
-    Sampling keeps it cheap for large models (a full reduction over 60M weights takes about a second on
-    CPU); an optimizer step moves (nearly) every weight of a tensor it trains, so a sample tells
-    checkpoints apart. Pass `fingerprint=` to `compute_token_stats` when weights may change in only a few
-    places. Parameters that are not materialised here (DeepSpeed ZeRO-3 shards) make the fingerprint a
-    fresh random value: no reuse.
+    """A content fingerprint of a model (not a cryptographic hash): the key under which the signal,
+    generation and verdict caches store what a model produced (docs/detectors.md#the-signal-engine).
+    Config fields in `OUTPUT_NEUTRAL_CONFIG` are left out, so a model in training and its checkpoint
+    reloaded from disk share it. `sample` evenly spaced values per parameter keep it cheap, and an
+    optimizer step moves (nearly) every weight of a tensor it trains. Unmaterialised (sharded) parameters
+    give a fresh random value: no reuse.
     """
     if hasattr(model, "module"):  # a DDP / DeepSpeed wrapper
         model = model.module
@@ -250,7 +189,6 @@ class SignalCache:
         self.max_bytes = max_bytes
         self._memory: OrderedDict[str, TokenStats] = OrderedDict()
         self._bytes = 0
-        self.hits = 0
         self.misses = 0
 
     def get(self, key: str, need_distribution: bool) -> TokenStats | None:
@@ -263,7 +201,6 @@ class SignalCache:
             self.misses += 1
             return None
         self._memory.move_to_end(key)
-        self.hits += 1
         return stats
 
     def put(self, key: str, stats: TokenStats, write_disk: bool = True) -> None:
@@ -291,9 +228,7 @@ class SignalCache:
         arrays["counts"] = np.array([stats.n_windows, stats.n_dropped], dtype=np.int64)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, buf.getvalue())
+        write_atomic(self._path(key), buf.getvalue())
 
     def _read(self, key: str) -> TokenStats | None:
         path = self._path(key)
@@ -319,17 +254,10 @@ class SignalCache:
 _DEFAULT_CACHE = SignalCache()
 
 
-def default_cache() -> SignalCache:
-    """The process-wide in-memory cache used when no cache is passed."""
-    return _DEFAULT_CACHE
-
-
 def as_cache(cache: SignalCache | str | Path | None) -> SignalCache:
     if cache is None:
         return _DEFAULT_CACHE
-    if isinstance(cache, SignalCache):
-        return cache
-    return SignalCache(cache)
+    return cache if isinstance(cache, SignalCache) else SignalCache(cache)
 
 
 # --------------------------------------------------------------------------- segments
@@ -357,27 +285,19 @@ def _plan_text(
 ) -> _TextPlan:
     """Cut one tokenised text into windows so that every scorable position (>= 1) is scored once."""
     n = len(ids)
-    windows: list[tuple[int, int, int]] = []  # (start, end, first position scored)
-    if n <= max_length:
-        windows.append((0, n, 1))
-    else:
-        windows.append((0, max_length, 1))
-        if long_texts == "window":
-            stride = max(1, max_length // 2)
-            done = max_length
-            while done < n:
-                end = min(done + stride, n)
-                windows.append((end - max_length, end, done))
-                done = end
-    plan = _TextPlan(n_windows=len(windows))
-    covered_to = 0
+    windows = [(0, min(n, max_length), 1)]  # (start, end, first position scored)
+    if long_texts == "window":
+        stride = max(1, max_length // 2)
+        done = max_length
+        while done < n:
+            end = min(done + stride, n)
+            windows.append((end - max_length, end, done))
+            done = end
+    plan = _TextPlan(n_windows=len(windows), n_dropped=int(scorable[windows[-1][1] :].sum()))
     for w, (start, end, first) in enumerate(windows):
-        absolute = np.arange(first, end)
-        absolute = absolute[scorable[first:end]]
-        covered_to = end
+        absolute = np.arange(first, end)[scorable[first:end]]
         if len(absolute):
             plan.segments.append(_Segment(index, w, ids[start:end], absolute - start))
-    plan.n_dropped = int(scorable[covered_to:].sum())
     return plan
 
 
@@ -492,15 +412,21 @@ class _VocabMoments:
         if not self.distribution:
             return logprob, None, None
         mean_shifted = self.A / self.S
-        var = (self.B / self.S - mean_shifted * mean_shifted).clamp_min(DISTRIBUTION_EPS)
+        # Clamped at zero against rounding; the detectors decide how to divide by it.
+        var = (self.B / self.S - mean_shifted * mean_shifted).clamp_min(0.0)
         return logprob, mean_shifted - log_s, var
 
 
-def _linear_parts(head: torch.nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """Weight and bias of a plain, materialised nn.Linear head (which can be sliced by vocabulary)."""
-    if type(head) is not torch.nn.Linear or head.weight.numel() == 0:
-        return None
-    return head.weight, head.bias
+def _blockwise(targets: torch.Tensor, rows: int, distribution: bool, fold) -> list[torch.Tensor | None]:
+    """The statistics of `targets` in blocks of `rows`; `fold(moments, r0, r1)` adds the block's logits."""
+    pieces: list[list[torch.Tensor]] = [[], [], []]
+    for r0 in range(0, targets.shape[0], rows):
+        moments = _VocabMoments(targets[r0 : r0 + rows], distribution)
+        fold(moments, r0, r0 + rows)
+        for piece, value in zip(pieces, moments.result()):
+            if value is not None:
+                piece.append(value)
+    return [torch.cat(p) if p else None for p in pieces]
 
 
 def _head_stats(
@@ -511,29 +437,21 @@ def _head_stats(
     distribution: bool,
 ) -> list[torch.Tensor | None]:
     """Statistics of the tokens `targets` predicted from `hidden` [N, H], in blocks (see module doc)."""
-    parts = _linear_parts(head)
     rows, logit_chunk = settings.blocks(hidden.device)
-    if parts is not None:
-        weight, bias = parts
-        vocab = weight.shape[0]
-        cols = max(1, logit_chunk // rows)
-    else:
-        vocab = None
+    if type(head) is not torch.nn.Linear or head.weight.numel() == 0:  # not sliceable by vocabulary
         rows = max(1, logit_chunk // max(1, _out_features(head)))
-    pieces: list[list[torch.Tensor]] = [[], [], []]
-    for r0 in range(0, hidden.shape[0], rows):
-        h = hidden[r0 : r0 + rows]
-        moments = _VocabMoments(targets[r0 : r0 + rows], distribution)
-        if vocab is None:
-            moments.add(0, head(h).float())
-        else:
-            for v0 in range(0, vocab, cols):
-                b = None if bias is None else bias[v0 : v0 + cols]
-                moments.add(v0, F.linear(h, weight[v0 : v0 + cols], b).float())
-        for piece, value in zip(pieces, moments.result()):
-            if value is not None:
-                piece.append(value)
-    return [torch.cat(p) if p else None for p in pieces]
+        return _blockwise(
+            targets, rows, distribution, lambda m, r0, r1: m.add(0, head(hidden[r0:r1]).float())
+        )
+    weight, bias = head.weight, head.bias
+    cols = max(1, logit_chunk // rows)
+
+    def fold(moments: _VocabMoments, r0: int, r1: int) -> None:
+        for v0 in range(0, weight.shape[0], cols):
+            b = None if bias is None else bias[v0 : v0 + cols]
+            moments.add(v0, F.linear(hidden[r0:r1], weight[v0 : v0 + cols], b).float())
+
+    return _blockwise(targets, rows, distribution, fold)
 
 
 def _logit_stats(
@@ -541,14 +459,7 @@ def _logit_stats(
 ) -> list[torch.Tensor | None]:
     """The same statistics from already computed logits [N, V] (models whose head is not a plain Linear)."""
     rows = max(1, settings.blocks(logits.device)[1] // logits.shape[1])
-    pieces: list[list[torch.Tensor]] = [[], [], []]
-    for r0 in range(0, logits.shape[0], rows):
-        moments = _VocabMoments(targets[r0 : r0 + rows], distribution)
-        moments.add(0, logits[r0 : r0 + rows].float())  # .float() copies, so the logits are not modified
-        for piece, value in zip(pieces, moments.result()):
-            if value is not None:
-                piece.append(value)
-    return [torch.cat(p) if p else None for p in pieces]
+    return _blockwise(targets, rows, distribution, lambda m, r0, r1: m.add(0, logits[r0:r1].float()))
 
 
 def _out_features(head: torch.nn.Module) -> int:
@@ -630,7 +541,7 @@ def _forward_batch(
 # --------------------------------------------------------------------------- distributed helpers
 
 
-def _all_gather(obj: Any, accelerator) -> list[Any]:
+def all_gather(obj: Any, accelerator) -> list[Any]:
     """Every rank's `obj`, in rank order (just [obj] in a single process)."""
     if world(accelerator)[1] == 1:
         return [obj]
@@ -642,8 +553,6 @@ def _all_gather(obj: Any, accelerator) -> list[Any]:
 # --------------------------------------------------------------------------- the entry point
 
 
-# Kept whole: it reads in the order it runs (cache lookup, the union of what every rank misses, the
-# longest-first split of segments across ranks, gather, assembly, counts); each step is already a helper.
 def compute_token_stats(
     model: torch.nn.Module,
     tokenizer,
@@ -654,7 +563,6 @@ def compute_token_stats(
     distribution: bool = True,
     accelerator=None,
     cache: SignalCache | str | Path | None = None,
-    fingerprint: str | None = None,
     info: dict[str, Any] | None = None,
 ) -> list[TokenStats]:
     """Token statistics of every text (see the module doc); one `TokenStats` per text, in order.
@@ -665,7 +573,6 @@ def compute_token_stats(
     accelerator: under `accelerate launch` with several processes, segments are split across ranks and
         the results gathered, so every rank returns the full list. Call it on every rank.
     cache: a `SignalCache`, a directory for an on-disk one, or None for the process-wide in-memory cache.
-    fingerprint: identifies the weights for the cache; default `model_fingerprint(model)`.
     info: when given, filled with counts (texts, cached, windowed, truncated, empty, tokens scored).
     """
     settings = ScoringSettings.from_config(settings)
@@ -680,7 +587,7 @@ def compute_token_stats(
     max_length = settings.max_length or model_context_length(model) or 2048
 
     key_fields = {
-        "model": fingerprint or model_fingerprint(model),
+        "model": model_fingerprint(model),
         "tokenizer": tokenizer_fingerprint(tokenizer),
         "dtype": settings.dtype,
         # "solution-apart": the solution span tokenised apart from its prompt (older caches joined them).
@@ -695,9 +602,9 @@ def compute_token_stats(
     results: list[TokenStats | None] = [cache.get(k, distribution) for k in keys]
     local_missing = [i for i, r in enumerate(results) if r is None]
     # Ranks may hold different caches; compute the union so all of them run the same plan.
-    missing = sorted(set().union(*_all_gather(local_missing, accelerator)))
+    missing = sorted(set().union(*all_gather(local_missing, accelerator)))
 
-    n_windowed = n_truncated = 0
+    plans: dict[int, _TextPlan] = {}
     if missing:
         encoded = _tokenise(
             tokenizer,
@@ -713,36 +620,40 @@ def compute_token_stats(
         mine = segments[rank::n_ranks]  # longest-first striding balances the ranks
         computed = _run_segments(mine, model, tokenizer, device, settings, distribution)
         by_segment: dict[tuple[int, int], list[np.ndarray | None]] = {}
-        for part in _all_gather(computed, accelerator):
+        for part in all_gather(computed, accelerator):
             by_segment.update(part)
         for i, plan in plans.items():
-            n_windowed += plan.n_windows > 1 and settings.long_texts == "window"
-            n_truncated += plan.n_dropped > 0
             stats = _assemble(plan, by_segment, distribution)
             cache.put(keys[i], stats, write_disk=rank == 0)
             results[i] = stats
-    n_empty = sum(r.n == 0 for r in results)
+    _report(info, results, plans, len(missing), settings.long_texts, max_length)
+    return results
+
+
+def _report(info, results: list, plans: dict, n_missing: int, long_texts: str, max_length: int) -> None:
+    """Log texts longer than the context (once: every detector of every checkpoint scores the same texts)
+    and fill `info` with the counts."""
+    n_windowed = sum(plan.n_windows > 1 for plan in plans.values()) if long_texts == "window" else 0
+    n_truncated = sum(plan.n_dropped > 0 for plan in plans.values())
     if n_windowed or n_truncated:
-        # Every detector of every checkpoint scores the same texts: the same line once, not 28 times.
         say_once(
             log,
             "%d of %d texts were longer than the context (%d tokens): %s",
             n_windowed + n_truncated,
-            len(texts),
+            len(results),
             max_length,
-            "scored in sliding windows" if settings.long_texts == "window" else "truncated",
+            "scored in sliding windows" if long_texts == "window" else "truncated",
         )
     if info is not None:
         info.update(
-            texts=len(texts),
-            cached=len(texts) - len(missing),
+            texts=len(results),
+            cached=len(results) - n_missing,
             windowed=n_windowed,
             truncated=n_truncated,
-            empty=n_empty,
+            empty=sum(r.n == 0 for r in results),
             tokens_scored=sum(r.n for r in results),
             max_length=max_length,
         )
-    return results
 
 
 def _check_prompts(texts: list[str], prompts: Sequence[str] | None, span: str) -> list[str] | None:
@@ -896,7 +807,6 @@ def token_frequencies(
         table = TokenFrequencies(counts)
         buf = io.BytesIO()
         np.save(buf, counts)
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, buf.getvalue())
     _FREQUENCY_CACHE[key] = table
     return table

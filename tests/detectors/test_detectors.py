@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 import torch
 
-from leaklab.detectors import DETECTORS, build_detector, columns_of, parse_spec, run_detectors
+from leaklab.detectors import DETECTORS, build_detector, parse_spec, run_detectors
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import (
     SIGMA_FLOOR,
     Signals,
     dcpdd_score,
-    lowest_k_mean,
     minkpp_z,
+    region_mean,
 )
 from leaklab.recipe import EvaluateConfig
 from leaklab.signals.logprobs import SignalCache, TokenFrequencies, TokenStats
@@ -244,13 +244,13 @@ def test_lowercase_signal_is_the_lowercased_text():
 
 def test_min_k_counts_and_guard():
     values = np.array([-5.0, -1.0, -3.0, -2.0, -4.0])
-    assert lowest_k_mean(values, 0.2) == -5.0
-    assert lowest_k_mean(values, 0.4) == -4.5
-    assert lowest_k_mean(values, 0.5) == -4.0  # ceil(2.5) = 3 tokens
-    assert lowest_k_mean(values, 0.1) == -5.0  # k n = 0.5 < 1: the single lowest token
-    assert lowest_k_mean(values, 1.0) == -3.0
-    assert lowest_k_mean(np.arange(100.0), 0.07) == 3.0  # exactly 7 tokens, although 0.07 * 100 > 7 in floats
-    assert np.isnan(lowest_k_mean(np.array([]), 0.2))
+    assert region_mean(values, 0.2) == -5.0
+    assert region_mean(values, 0.4) == -4.5
+    assert region_mean(values, 0.5) == -4.0  # ceil(2.5) = 3 tokens
+    assert region_mean(values, 0.1) == -5.0  # k n = 0.5 < 1: the single lowest token
+    assert region_mean(values, 1.0) == -3.0
+    assert region_mean(np.arange(100.0), 0.07) == 3.0  # exactly 7 tokens, although 0.07 * 100 > 7 in floats
+    assert np.isnan(region_mean(np.array([]), 0.2))
 
 
 def test_minkpp_sigma_floor_gives_finite_z():
@@ -341,7 +341,6 @@ def test_spec_parsing_and_errors():
     assert parse_spec("ppl") == ("ppl", {})
     assert build_detector("mink:k=0.05,0.1").columns() == {"mink@0.05": {"k": 0.05}, "mink@0.1": {"k": 0.1}}
     assert build_detector("ref:forms=diff").columns() == {"ref_diff": {"form": "diff"}}
-    assert columns_of(["ppl", "mink:k=0.1", "mink:k=0.1,0.2"]) == ["ppl", "mink@0.1", "mink@0.2"]
     with pytest.raises(ValueError, match="did you mean 'mink'"):
         build_detector("minkk")
     with pytest.raises(ValueError, match="did you mean 'k'"):
@@ -404,7 +403,6 @@ def test_evaluate_config_defaults_are_valid_specs():
     defaults = EvaluateConfig()
     assert [parse_spec(s) for s in defaults.detectors] == [("ppl", {})]
     assert [build_detector(s) for s in defaults.detectors] == [Ppl()]
-    assert columns_of(defaults.detectors) == ["ppl"]
     scores = golden_run(defaults.detectors)
     assert list(scores) == ["ppl"] and scores["ppl"][0] == pytest.approx(GOLDEN["ppl"], abs=1e-5)
     assert defaults.evaluations == ["detection"] and "detection" in EVALUATIONS

@@ -15,11 +15,13 @@ from test_detectors import TARGET_TABLE
 from test_model_detectors import ScriptedGenerator, bigram
 from test_signals import tiny_model, tiny_tokenizer
 
-from leaklab.detectors import build_detector, columns_of, score_detectors
-from leaklab.detectors.conrecall import conrecall_scores, cross_fitted_shots, fitting_shots
+from leaklab.detectors import build_detector, score_detectors
+from leaklab.detectors.conrecall import cross_fitted_shots, fitting_shots
 from leaklab.detectors.gradnorm import gradnorm_score
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.pac import augmented_copies, pac_scores, polarized_distance, swap_words
+from leaklab.detectors.likelihood import neighbour_gap
+from leaklab.detectors.pac import augmented_copies, polarized_distance, swap_words
+from leaklab.detectors.recall import recall_ratio
 from leaklab.detectors.samia import rouge_recall, samia_score, split_prompt
 from leaklab.errors import InputError
 from leaklab.recipe import EvaluateConfig
@@ -55,7 +57,7 @@ def test_polarized_distance_by_hand():
 
 def test_pac_scores_by_hand():
     """Mean of the copies' distances minus the original's; NaN copies are left out, none at all is NaN."""
-    got = pac_scores(np.array([0.7, 0.2, 0.1]), np.array([[0.9, 0.8], [np.nan, 0.4], [np.nan, np.nan]]))
+    got = neighbour_gap(np.array([0.7, 0.2, 0.1]), np.array([[0.9, 0.8], [np.nan, 0.4], [np.nan, np.nan]]))
     np.testing.assert_allclose(got[:2], [0.15, 0.2])
     assert np.isnan(got[2])
 
@@ -211,7 +213,7 @@ def test_conrecall_by_hand(tmp_path):
     )
     np.testing.assert_allclose(scores.columns["conrecall@gamma=0.5"], [5 / 12, np.nan], atol=1e-6)
     np.testing.assert_allclose(scores.columns["conrecall@gamma=1"], [-1 / 6, np.nan], atol=1e-6)
-    assert conrecall_scores([1.0], [1.0], [0.0], 0.5)[0] != conrecall_scores([1.0], [1.0], [0.0], 0.5)[0]
+    assert np.isnan(recall_ratio(np.array([1.0]), np.array([0.0]))[0])  # NLL(x) = 0: no ratio
 
 
 def test_conrecall_keeps_prefix_and_text_inside_the_context(tmp_path):
@@ -278,7 +280,7 @@ def test_all_four_on_a_tiny_llama_reuse_their_caches():
     generations, signals = GenerationCache(), SignalCache()
     args = dict(generation_cache=generations, cache=signals, known_clean=known_clean)
     scores = score_detectors(specs, ModelInputs(model, tok, texts, settings=EvaluateConfig(), **args))
-    assert list(scores.columns) == columns_of(specs)
+    assert list(scores.columns) == [c for spec in specs for c in build_detector(spec).columns()]
     for column, values in scores.columns.items():
         assert values.shape == (4,) and np.isfinite(values).all(), column
     misses = generations.misses

@@ -19,13 +19,13 @@ from test_detectors import bigram
 from test_signals import tiny_model, tiny_tokenizer
 
 from conftest import SMALL_RUN, SMALL_TINY
-from leaklab.detectors import build_detector, columns_of, run_detectors, score_detectors
+from leaklab.detectors import build_detector, run_detectors, score_detectors
 from leaklab.detectors.cdd import edit_distances, peakedness
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.neighbourhood import neighbourhood_scores
+from leaklab.detectors.likelihood import neighbour_gap
 from leaklab.detectors.ngram import probes, start_points
 from leaklab.detectors.recall import join_prefix, prefix_texts
-from leaklab.detectors.srdetection import SrInputs
+from leaklab.detectors.srdetection import SrInputs, first_n_scores
 from leaklab.recipe import EvaluateConfig
 from leaklab.rundir import RunDir
 from leaklab.signals.continuations import GenerationCache
@@ -288,7 +288,8 @@ def test_neighbourhood_by_hand():
         assert np.isnan(scores.columns["neighbourhood"][1])
     with pytest.raises(ValueError, match="rule_inputs"):
         score_detectors(["neighbourhood"], ModelInputs(model, tok, ["a"], settings=EvaluateConfig()))
-    got = neighbourhood_scores(np.array([1.0, np.nan]), np.array([[2.0, np.nan, 4.0], [1.0, 1.0, 1.0]]), 2)
+    variants = np.array([[2.0, np.nan, 4.0], [1.0, 1.0, 1.0]])
+    got = neighbour_gap(np.array([1.0, np.nan]), first_n_scores(variants, 2))
     assert got[0] == pytest.approx(2.0) and np.isnan(got[1])
 
 
@@ -329,7 +330,7 @@ def test_all_four_on_a_tiny_llama_share_the_caches():
         ),
         info=info,
     )
-    assert list(scores.columns) == columns_of(specs)
+    assert list(scores.columns) == [c for spec in specs for c in build_detector(spec).columns()]
     for column, values in scores.columns.items():
         assert values.shape == (3,) and np.isfinite(values).all(), column
     assert {"cdd", "ngram_acc", "neighbourhood"} <= set(info["model_level"])

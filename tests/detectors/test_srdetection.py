@@ -4,7 +4,6 @@ import pytest
 from leaklab.detectors.srdetection import (
     PAPER_NS,
     SrDetectionConfig,
-    black_box_decisions,
     decisions_by_n,
     first_n_scores,
     gray_box_decisions,
@@ -34,13 +33,13 @@ def test_gray_box_golden():
 def test_black_box_golden():
     original = [0.9, 0.2, 0.5, nan]
     variants = [[0.1, 0.3, 0.0], [0.1, 0.6, 0.2], [0.5, 0.4, 0.1], [0.1, 0.2, 0.3]]
-    d = black_box_decisions(original, variants)
+    d = decisions_by_n(original, variants, mode="black", ns=(3,))[3]
     assert d.leak.tolist() == [True, False, False, False]  # third row is a tie
     assert d.decided.tolist() == [True, True, True, False]  # the original's NaN makes it undecided
 
 
 def test_all_zero_overlap_is_not_a_leak():
-    d = black_box_decisions([0.0, 0.0], [[0.0] * 10, [0.0] * 10])
+    d = decisions_by_n([0.0, 0.0], [[0.0] * 10, [0.0] * 10], mode="black", ns=(10,))[10]
     assert not d.leak.any() and d.decided.all()
 
 
@@ -98,13 +97,12 @@ def test_split_prefix_suffix():
     assert split_prefix_suffix([], 0.5) == ([], [])
 
 
-def test_score_matrix_pads_missing_variants_with_nan():
-    from leaklab.detectors.srdetection import score_matrix
+def test_unflatten_pads_missing_variants_with_nan():
+    from leaklab.detectors.srdetection import SrInputs
 
-    scores = {"a": 1.0, "a#v0": 2.0, "a#v1": 3.0, "b": 4.0, "b#v0": 5.0}
-    original, variants = score_matrix(
-        ["a", "b", "c"], [["a#v0", "a#v1"], ["b#v0", "b#v9"], []], scores, width=3
-    )
+    rows = [["a0", "a1", "a2"], ["b0"], []]
+    inputs = SrInputs(["a", "b", "c"], ["", "", ""], rows, [[""] * len(r) for r in rows])
+    original, variants = inputs.unflatten(np.array([1.0, 4.0, np.nan, 2.0, 3.0, np.nan, 5.0]))
     assert original[:2].tolist() == [1.0, 4.0] and np.isnan(original[2])
     assert variants[0, :2].tolist() == [2.0, 3.0] and np.isnan(variants[0, 2])
     assert variants[1, 0] == 5.0 and np.isnan(variants[1, 1:]).all()

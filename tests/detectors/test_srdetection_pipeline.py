@@ -30,10 +30,10 @@ from leaklab.detectors.srdetection import (
     SrInputs,
     cut_text,
     decisions_by_n,
-    leak_rate,
     score_srdetection,
     srdetection_metrics,
 )
+from leaklab.metrics import leak_rate
 from leaklab.perturb.variants import Variant, VariantSet
 from leaklab.recipe import EvaluateConfig, RecipeError, load_recipe
 from leaklab.signals.continuations import GenerationCache
@@ -222,10 +222,10 @@ def test_leak_rate_and_interval():
         variants_used=np.array([3, 3, 3, 3, 0]),
         margin=np.array([0.1, -0.1, 0.2, -0.3, np.nan]),
     )
-    rate = leak_rate(d, n_bootstrap=200, seed=0)
+    rate = leak_rate(d.leak, d.decided, n_bootstrap=200, seed=0)
     assert rate["leak_rate"] == 0.5 and rate["n_decided"] == 4 and rate["n_undecided"] == 1
     assert 0.0 <= rate["leak_rate_ci_low"] <= 0.5 <= rate["leak_rate_ci_high"] <= 1.0
-    nothing = leak_rate(dataclasses.replace(d, decided=np.zeros(5, bool), leak=np.zeros(5, bool)))
+    nothing = leak_rate(np.zeros(5, bool), np.zeros(5, bool))
     assert math.isnan(nothing["leak_rate"]) and nothing["n_decided"] == 0
 
 

@@ -18,7 +18,6 @@ from leaklab.signals.generation import (
     VLLMGenerator,
     cut_at_stop,
     make_generator,
-    texts,
 )
 
 PROMPTS = [
@@ -172,7 +171,7 @@ def test_greedy_n_copies_and_zero_tokens(tiny):
     model, tokenizer = tiny
     results = HFGenerator(model, tokenizer).generate(PROMPTS[:2], max_new_tokens=5, n=2)
     assert [len(r) for r in results] == [2, 2] and results[0][0] == results[0][1]
-    assert texts(results)[1] == [results[1][0].text] * 2
+    assert [c.text for c in results[1]] == [results[1][0].text] * 2
     empty = HFGenerator(model, tokenizer, prompt_boundary="none").generate(PROMPTS[:2], max_new_tokens=0)
     assert empty == [[Completion("", (), "length")], [Completion("", (), "length")]]
 
@@ -253,7 +252,11 @@ def test_openai_backend_batches_and_cuts_at_stop(server):
     results = generator.generate(
         ["p0", "p1", "p2"], max_new_tokens=7, stop=["STOP"], temperature=0.5, n=2, seed=3
     )
-    assert texts(results) == [["<p0:0> ", "<p0:1> "], ["<p1:0> ", "<p1:1> "], ["<p2:0> ", "<p2:1> "]]
+    assert [[c.text for c in row] for row in results] == [
+        ["<p0:0> ", "<p0:1> "],
+        ["<p1:0> ", "<p1:1> "],
+        ["<p2:0> ", "<p2:1> "],
+    ]
     assert all(c.finish_reason == "stop" and c.token_ids is None for r in results for c in r)
     assert [r["body"]["prompt"] for r in FakeCompletions.requests] == [["p0", "p1"], ["p2"]]
     first = FakeCompletions.requests[0]
