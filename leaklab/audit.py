@@ -1,16 +1,12 @@
 """Audit: score a model that leaklab did not train on a whole benchmark.
 
-There is no ground truth, so the output is per-sample scores and their distribution per score column
-(count, mean, spread, quantiles, a histogram). Rule detectors (SrDetection) decide leak / no leak per
-sample without a threshold, so for them the audit gives the benchmark's leakage rate (leaks among
-decided samples) with a bootstrap 95% interval (SrDetection §5.3).
-
     leaklab audit model=Qwen/Qwen2.5-7B benchmark=humaneval detectors=[minkpp,srdetection_gray]
 
-With `clean=C`, a set known not to be in the model's training, there is a comparison after all
-(`against_clean`): each score column's AUROC benchmark vs C with its interval, the blind baseline beside
-them (a text-only classifier; it warns when the sets differ in their text, which every detector would
-pick up too) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
+With no ground truth the output is each score column's distribution, and for rule detectors, which
+decide per sample, the benchmark's leakage rate with a bootstrap 95% interval (SrDetection §5.3). With
+`clean=C`, a set known not to be in the model's training, `against_clean` compares: each score
+column's AUROC benchmark vs C, the blind baseline beside them (a warning when the sets differ in their
+text alone) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
 """
 
 from __future__ import annotations

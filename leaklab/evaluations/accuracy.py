@@ -1,21 +1,10 @@
 """Accuracy: pass@1 (greedy) and pass@k (sampled) of every checkpoint, on members and non-members apart.
 
-The model is asked each task as the sft stage taught it (`leaklab/data/prompting.py`: a base model
-continues the prompt, a chat model gets the chat template), through the batched generation engine
-(`leaklab/signals/generation.py`); the code is read back from the reply (`extract_code`) and run against
-the task's tests in the sandbox. A reply with no code to read is counted (`n_extraction_failed`), never
-raised, and fails its task.
-
-The rows (pass@1; pass@k by the unbiased estimator 1 - C(n-c, k) / C(n, k) over n samples; bootstrap
-intervals; counts; per dose with `inject.doses`) are described in
-docs/evaluations.md#sft-and-accuracy-tiny_sft; `gap` = members - non_members is the accuracy leakage
-inflates. Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was
-extracted, its verdict and reason, and the sampled n / c.
-
-Generations and verdicts are cached under <run>/cache/executions/accuracy/, one file per model
-fingerprint and settings, so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither
-generates nor executes anything. The cache, the extraction and the sandbox run are the pipeline MRI
-shares (`leaklab/evaluations/replies.py`).
+Each task is asked as the sft stage taught it (`leaklab/data/prompting.py`), through the batched
+generation engine; the code read back from each reply (a reply without code fails its task and is
+counted) runs against the task's tests in the sandbox, through the cached pipeline MRI shares
+(`leaklab/evaluations/replies.py`). pass@k is the unbiased 1 - C(n-c, k) / C(n, k); `gap` = members -
+non_members is the accuracy leakage inflates. Rows: docs/evaluations.md#sft-and-accuracy-tiny_sft.
 """
 
 from __future__ import annotations
@@ -36,8 +25,6 @@ from leaklab.report import charts
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
-
-SIDES = ("members", "non_members", "all")
 
 
 @dataclass
@@ -60,22 +47,17 @@ class AccuracyConfig:
     seed: int = 0  # seeds the sampled completions
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: AccuracyConfig) -> list[str]:
-    """Problems with the settings, one line each (recipe validation)."""
-    problems = []
-    for key in ("max_new_tokens", "batch_size", "sandbox_workers"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.accuracy.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if cfg.n_samples < 0 or any(k < 1 for k in cfg.ks):
-        problems.append("evaluate.accuracy: n_samples must be >= 0 and every k >= 1")
-    if cfg.n_samples and cfg.temperature <= 0:
-        problems.append("evaluate.accuracy.temperature: sampling for pass@k needs a temperature > 0")
-    if cfg.max_tasks is not None and cfg.max_tasks < 1:
-        problems.append(f"evaluate.accuracy.max_tasks: must be at least 1, got {cfg.max_tasks}")
-    return problems
+        problems = []
+        for key in ("max_new_tokens", "batch_size", "sandbox_workers"):
+            if getattr(self, key) < 1:
+                problems.append(f"evaluate.accuracy.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.n_samples < 0 or any(k < 1 for k in self.ks):
+            problems.append("evaluate.accuracy: n_samples must be >= 0 and every k >= 1")
+        if self.n_samples and self.temperature <= 0:
+            problems.append("evaluate.accuracy.temperature: sampling for pass@k needs a temperature > 0")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            problems.append(f"evaluate.accuracy.max_tasks: must be at least 1, got {self.max_tasks}")
+        return problems
 
 
 def _syntax_ok(program: str) -> bool:

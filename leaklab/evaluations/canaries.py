@@ -29,12 +29,11 @@ from leaklab.memorization.canaries import (
     TOP_K,
     by_dose,
     canaries_in_outputs,
+    canary_exposure,
     canary_prompt,
     candidates_for,
-    exposure_from_logprobs,
     extract_canaries,
     mean_with_interval,
-    secret_logprobs,
 )
 from leaklab.rows import Row, float_or_none
 from leaklab.rundir import read_json
@@ -141,13 +140,11 @@ class Canaries:
         ctx.log(f"[leaklab] canaries: {len(self.canaries)} canaries, each ranked against {m} candidates")
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        exposures = []
-        for canary in self.canaries:  # one scoring pass per canary: its prefix is the prompt of all
-            scores = secret_logprobs(
-                model, tokenizer, canary.prefix, [canary.secret, *self.candidates[canary.id]],
-                settings=ctx.recipe.evaluate, accelerator=ctx.accelerator, cache=ctx.signal_cache,
-            )  # fmt: skip
-            exposures.append(exposure_from_logprobs(canary.id, scores[0], scores[1:]))
+        exposures = [  # one scoring pass per canary: its prefix is the prompt of all
+            canary_exposure(model, tokenizer, canary, self.candidates[canary.id], settings=ctx.recipe.evaluate,
+                            accelerator=ctx.accelerator, cache=ctx.signal_cache)
+            for canary in self.canaries
+        ]  # fmt: skip
         documents = training_documents(ctx, self.canaries, tokenizer)
         prompts = {c.id: canary_prompt(c, documents[c.member]) for c in self.canaries}
         generate = self.generator(ctx, model, tokenizer)

@@ -1,20 +1,12 @@
-"""Counterfactual functional memorization (docs/evaluations.md): functions, prompts, extraction, criterion.
+"""Counterfactual functional memorization (000 §3): functions, prompts, extraction, criterion.
 
-A *sample* is one Python function from a corpus, split into
-  - context: the source before the function (the prompt keeps at most P tokens of it),
-  - signature: decorators excluded, the `def` line(s) up to the colon, its docstring removed,
-  - ground truth: the whole continuation of the signature, docstring included (000 §3, App. E.1): the
-    prompt leaves the docstring out, so a model that reproduces it is reproducing the ground truth.
-The paper keeps functions whose body has 10–50 lines and ≥ 500 characters and drops `__init__`;
-`FunctionFilter` holds those thresholds so a corpus of short functions (HumanEval) can relax them.
-
-A generation continues the prompt; `extract_function` keeps the lines that belong to the function's body
-(indented deeper than its `def`) and then the longest prefix of them that parses as one function. What
-cannot be made into a function is returned with a reason, counted by the caller, never raised.
-
-The criterion: a sample is counterfactually memorized under a functional metric when
+A sample is one Python function split into its context (the source before it; the prompt keeps at
+most P tokens), its signature (the `def` line(s), decorators and docstring left out) and its ground
+truth (all after the signature, docstring included: 000 App. E.1). `FunctionFilter` holds the paper's
+filter (10-50 body lines, >= 500 characters, not `__init__`) so a corpus of short functions can relax
+it. `extract_function` reads one function out of a generation, or says why it cannot. The criterion,
+with T the target and R the reference (docs/evaluations.md#counterfactual-memorization-000-3):
     SIM_text(x, x_T) < tau_text,  SIM_func(x, x_T) >= tau_func,  SIM_func(x, x_R) < tau_func
-(T = target, the model exposed to x; R = reference, not exposed; tau = 0.75 in the paper, SIM_text = BLEU).
 """
 
 from __future__ import annotations
@@ -252,6 +244,23 @@ def score_unparsed_as_zero(scores: list[dict], functions: list[dict]) -> None:
             if math.isnan(row[metric]) and reason.startswith("candidate"):
                 row[metric] = 0.0
                 row["missing"][metric] = reason + " (no function: scored 0)"
+
+
+def score_functions(samples, target: list[dict], reference: list[dict], workers: int):
+    """(target scores, reference scores): the similarity suite on each side's functions against the
+    ground truth, a failed extraction compared as text (its raw continuation), structure then scored 0."""
+    from leaklab.similarity.suite import Pair, score_pairs
+
+    pairs = [
+        Pair(f["body"] if f["body"] is not None else f["raw"], s.ground_truth, prefix=s.signature)
+        for functions in (target, reference)
+        for s, f in zip(samples, functions)
+    ]
+    scores = score_pairs(pairs, workers=workers)
+    t_scores, r_scores = scores[: len(samples)], scores[len(samples) :]
+    score_unparsed_as_zero(t_scores, target)
+    score_unparsed_as_zero(r_scores, reference)
+    return t_scores, r_scores
 
 
 # --------------------------------------------------------------------------- criterion and tables

@@ -218,15 +218,10 @@ def sample(
     takes `prompts[0]` (the snippet) for all `n`; discoverable samples once from each of `prompts` (the
     tasks' first lines), whatever `n`.
 
-    From `decoding`: the model, tokenizer, batch_size and prompt_boundary. Top-k sampling and a
-    temperature that decays step by step need leaklab's own decoder on the model, so another back-end
-    (`decoding.generator`) is refused rather than ignored."""
+    From `decoding`: the model, tokenizer, batch_size and prompt_boundary (top-k and a decaying
+    temperature need leaklab's own decoder, `HFGenerator`)."""
     from leaklab.signals.generation import HFGenerator
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown sampling strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
-    if decoding.generator is not None:
-        raise ValueError("extraction samples with the model's own HFGenerator; leave decoding.generator None")
     processor = TemperatureDecay() if strategy == "temperature_decay" else None
     tokenizer = decoding.tokenizer
     generator = HFGenerator(

@@ -17,7 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from leaklab.errors import InputError
-from leaklab.memorization.counterfactual import generate_functions, score_unparsed_as_zero
+from leaklab.memorization.counterfactual import generate_functions, score_functions
 from leaklab.rundir import write_atomic
 
 
@@ -105,7 +105,7 @@ def main(argv: list[str]) -> int:
         table1,
         table2,
     )
-    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, Pair, provenance, score_pairs
+    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, provenance
 
     args = parser().parse_args(argv)
     keep = FunctionFilter(args.min_body_lines, args.max_body_lines, args.min_chars)
@@ -113,17 +113,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     target = _generate(args.target, samples, args, out / "cache")
     reference = _generate(args.reference, samples, args, out / "cache")
-
-    def pairs(functions):
-        return [
-            Pair(f["body"] if f["body"] is not None else f["raw"], s.ground_truth, prefix=s.signature)
-            for s, f in zip(samples, functions)
-        ]
-
-    scores = score_pairs(pairs(target) + pairs(reference), workers=args.workers)
-    t_scores, r_scores = scores[: len(samples)], scores[len(samples) :]
-    score_unparsed_as_zero(t_scores, target)
-    score_unparsed_as_zero(r_scores, reference)
+    t_scores, r_scores = score_functions(samples, target, reference, args.workers)
     lines = []
     for s, tf, rf, ts, rs in zip(samples, target, reference, t_scores, r_scores):
         flags = [
