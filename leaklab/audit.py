@@ -535,15 +535,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
     blind_texts = [*texts[0], *texts[1]]
     columns["blind"] = blind_scores(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed)
     shift_p = shift_pvalue(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed, scores=columns["blind"])
-    keep = (
-        "n",
-        "auroc",
-        "auroc_ci_low",
-        "auroc_ci_high",
-        "tpr@5%fpr",
-        "tpr@5%fpr_ci_low",
-        "tpr@5%fpr_ci_high",
-    )
+    keep = ["n", *(m + tail for m in ("auroc", "tpr@5%fpr") for tail in ("", "_ci_low", "_ci_high"))]
     rows, auroc = [], {}
     for column, values in columns.items():
         m = detection_metrics(

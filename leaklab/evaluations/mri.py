@@ -205,13 +205,9 @@ class Mri:
         items = []
         for task in tasks:
             ps = self._sets[task.task_id]
-            items.append((f"ori:{task.task_id}", task, task))
-            if ps.rewrite is not None:
-                items.append((f"rew:{task.task_id}", ps.rewrite, task))
-            if cfg.mutation and ps.mutation is not None:
-                items.append((f"mut:{task.task_id}", ps.mutation, task))
-            if ps.paraphrase is not None:
-                items.append((f"par:{task.task_id}", ps.paraphrase, task))
+            mutation = ps.mutation if cfg.mutation else None
+            asked = {"ori": task, "rew": ps.rewrite, "mut": mutation, "par": ps.paraphrase}
+            items += [(f"{kind}:{task.task_id}", t, task) for kind, t in asked.items() if t is not None]
         return items
 
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str, items):
@@ -364,16 +360,8 @@ def _mean(values) -> float | None:
 
 
 # MRI's quantities that get bootstrap intervals, with the name of their draw in `metrics.mri_draws`.
-INTERVALS = {
-    "acc_ori_rew": "acc_ori_rew",
-    "acc_rew": "acc_rew",
-    "sim": "sim",
-    "rad_rew": "rad_rew",
-    "mri": "mri",
-    "imri": "imri",
-    "rad_rew_unchecked": "rad_rew",
-    "mri_unchecked": "mri",
-    "imri_unchecked": "imri",
+INTERVALS = {m: m for m in ("acc_ori_rew", "acc_rew", "sim", "rad_rew", "mri", "imri")} | {
+    f"{m}_unchecked": m for m in ("rad_rew", "mri", "imri")
 }
 
 

@@ -16,7 +16,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -27,12 +27,10 @@ class FunctionFilter:
     min_body_lines: int = 10
     max_body_lines: int = 50
     min_chars: int = 500  # of the whole function, signature and docstring included
-    exclude_names: list[str] = field(default_factory=lambda: ["__init__"])
 
     def describe(self) -> str:
         return (
-            f"body {self.min_body_lines}-{self.max_body_lines} lines, >= {self.min_chars} chars, "
-            f"not {', '.join(self.exclude_names) or '-'}"
+            f"body {self.min_body_lines}-{self.max_body_lines} lines, >= {self.min_chars} chars, not __init__"
         )
 
 
@@ -67,7 +65,7 @@ def extract_functions(
         offsets.append(offsets[-1] + len(line))
     samples = []
     for qualname, node in _functions(tree):
-        if node.name in keep.exclude_names:
+        if node.name == "__init__":
             skipped["excluded name"] += 1
             continue
         body = node.body
@@ -131,23 +129,18 @@ def _functions(tree: ast.AST, prefix: str = ""):
             yield from _functions(node, prefix)
 
 
-def build_prompt(
-    sample: FunctionSample, max_context_tokens: int, count_tokens: Callable[[str], list] | None
-) -> str:
-    """Up to `max_context_tokens` tokens of the context (its end), then the signature without docstring.
-
-    `count_tokens(text) -> token list` is the model's tokenizer; without one, whitespace-separated words
-    stand in. The context is cut at a line start so the prompt never opens mid-token.
-    """
+def build_prompt(sample: FunctionSample, max_context_tokens: int, count_tokens: Callable[[str], list]) -> str:
+    """Up to `max_context_tokens` tokens of the context (its end; `count_tokens(text)` -> the tokens), then
+    the signature without docstring. The context is cut at a line start, never mid-token."""
     context = sample.context
     if max_context_tokens <= 0:
         return sample.signature
-    tokens = (count_tokens or str.split)(context)
+    tokens = count_tokens(context)
     if len(tokens) > max_context_tokens:
         lines = context.splitlines(keepends=True)
         kept: list[str] = []
         for line in reversed(lines):
-            if len((count_tokens or str.split)("".join([line, *kept]))) > max_context_tokens:
+            if len(count_tokens("".join([line, *kept]))) > max_context_tokens:
                 break
             kept.insert(0, line)
         context = "".join(kept)
@@ -315,7 +308,6 @@ def table2(
     metrics: Sequence[str],
     tau_text: float = TAU,
     tau_func: float = TAU,
-    text_metric: str = TEXT_METRIC,
     exclude: str | None = None,
 ) -> dict:
     """Counts of counterfactually memorized samples per functional metric, and unique over them: over
@@ -327,17 +319,17 @@ def table2(
     """
     flagged: dict[str, set[int]] = {}
     for metric in metrics:
-        if metric == text_metric:
+        if metric == TEXT_METRIC:
             continue
         flagged[metric] = {
             i
             for i, (t, r) in enumerate(zip(target, reference))
-            if counterfactually_memorized(t[text_metric], t[metric], r[metric], tau_text, tau_func)
+            if counterfactually_memorized(t[TEXT_METRIC], t[metric], r[metric], tau_text, tau_func)
         }
     verbatim = {
         i
         for i, (t, r) in enumerate(zip(target, reference))
-        if t[text_metric] >= tau_text and r[text_metric] < tau_text
+        if t[TEXT_METRIC] >= tau_text and r[TEXT_METRIC] < tau_text
     }
     # The paper's exact-match count (000 §4): the target reproduces x exactly, the reference does not.
     exact = {
@@ -353,7 +345,7 @@ def table2(
         "unique_over_metrics": len(union),
         "unique_excluding": len(kept),
         "excluded": exclude,
-        f"near_verbatim_{text_metric}": len(verbatim),
+        f"near_verbatim_{TEXT_METRIC}": len(verbatim),
         "exact_verbatim": len(exact),
         "flagged": {m: sorted(s) for m, s in flagged.items()},
     }

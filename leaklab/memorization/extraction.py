@@ -114,14 +114,8 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
                     row = json.loads(line) if line.strip() else None
                 except json.JSONDecodeError:
                     row = None
-                value = next(
-                    (
-                        row[k]
-                        for k in ("text", "content", "code")
-                        if isinstance(row, dict) and isinstance(row.get(k), str)
-                    ),
-                    None,
-                )
+                keys = ("text", "content", "code") if isinstance(row, dict) else ()
+                value = next((row[k] for k in keys if isinstance(row.get(k), str)), None)
                 if value is None:
                     skipped["jsonl line without text"] += bool(line.strip())
                     continue
@@ -141,16 +135,11 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
 
 
 class TemperatureDecay:
-    """Logits processor: divide by temperature `start` at the first new token and `decrement` less at each
-    one after, never below `end`: max(1, 20 - t) at new token t (0-based) by default, as Unveiling §4.3
-    does (20 at the first token, lowered by 1.0 per generated token until it reaches 1.0 after 20
-    tokens). The sampler then applies temperature 1."""
-
-    def __init__(self, start: float = 20.0, end: float = 1.0, decrement: float = 1.0):
-        self.start, self.end, self.decrement = start, end, decrement
+    """Logits processor: temperature max(1, 20 - t) at new token t (0-based), as Unveiling §4.3 does
+    (20 at the first token, lowered by 1 per token until 1). The sampler then applies temperature 1."""
 
     def temperature(self, step: int) -> float:
-        return max(self.end, self.start - self.decrement * step)
+        return max(1.0, 20.0 - step)
 
     def __call__(self, step: int, logits):
         return logits / self.temperature(step)
@@ -293,10 +282,6 @@ def window_ppl(
     return float(np.exp(w_sum[keep] / w_cnt[keep]).mean())
 
 
-def zlib_bytes(text: str) -> int:
-    return len(zlib.compress(text.encode("utf-8")))
-
-
 def ranking_scores(
     stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None, small_stats=None
 ) -> dict[str, np.ndarray]:
@@ -306,7 +291,7 @@ def ranking_scores(
     nll = np.array([s.nll() for s in stats])
     out = {
         "ppl": -np.exp(nll),
-        "ppl_zlib": -nll / np.array([max(1, zlib_bytes(t)) for t in texts]),
+        "ppl_zlib": -nll / np.array([max(1, len(zlib.compress(t.encode("utf-8")))) for t in texts]),
         "window_ppl": -np.array([window_ppl(s.logprob, s.token_ids, newlines) for s in stats]),
     }
     for name, other in (("ppl_ratio", small_stats), ("ppl_reference_ratio", reference_stats)):
