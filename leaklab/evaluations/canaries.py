@@ -1,16 +1,10 @@
 """Canaries (`inject.canaries`): exposure of each planted secret per checkpoint, by dose.
 
-Per checkpoint, every canary of the run's manifest is ranked against `inject.canary_candidates` random
-secrets of its format (seeded by evaluate.seed, the same candidates at every checkpoint) and its exposure
-computed (leaklab/memorization/canaries.py: exposure = log2(M + 1) - log2(rank), after Carlini et al.
-2019). It needs no sampling, so it is cheap next to the extraction audit.
-
-Rows, one set per dose group (`column` "dose=<d>"), are described in docs/evaluations.md#canaries:
-exposure, rank-1 share and the targeted extraction rates (The Secret Sharer's, prompted with the text
-before the secret as trained; leaklab/memorization/canaries.py).
-Records (scores/step-N/canaries.jsonl): one per canary with its member, dose, format, log-probability,
-rank and exposure, its prompt, greedy output and `extracted_by` (greedy | sampled | null) (the secrets
-are synthetic, so they are written as they are).
+Every canary of the run's manifest is ranked against `inject.canary_candidates` random secrets of its
+format (the same at every checkpoint; `leaklab/memorization/canaries.py`), and extracted, targeted, as
+The Secret Sharer does. Rows, one set per dose group (`column` "dose=<d>"): docs/evaluations.md#canaries.
+Records (scores/step-N/canaries.jsonl) hold each canary with its rank, exposure, prompt, greedy output
+and `extracted_by`; the secrets are synthetic, so they are written as they are.
 """
 
 from __future__ import annotations

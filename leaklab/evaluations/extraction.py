@@ -463,7 +463,7 @@ def cell_rows(index, column, rows_of_cell, samples, clones, scores, settings, pa
         )
         if not ranked or np.isnan(scores[metric][rows_of_cell]).all():
             # Too few outputs to rank, or no score at all (a ratio without its second model): no ranking.
-            p = {key: math.nan for key in p}
+            p = dict.fromkeys(p, math.nan)
         name = f"precision_at_{precision_k}.{metric}"
         out += [
             _row(column, name, p["precision_at_k"], k=precision_k, **params),

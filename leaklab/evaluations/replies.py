@@ -4,13 +4,9 @@ cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluat
     cache = verdict_cache(ctx, "accuracy", [model_fp, tokenizer_fp, fmt, settings])
     judged = cached_judgements(ctx, "accuracy", cache, keys, "tasks", generate, judge)
 
-    readings = read_replies(asked, replies, fmt)                  # the code of each reply, or why none
-    results = run_readings(asked, readings, open_sandbox, timeout_s)   # sandbox verdicts (None: no code)
-
-Each evaluation keeps what is its own: how it decodes (accuracy also samples, MRI asks the perturbed
-sets) and what it records per reply. The verdicts are cached under <run>/cache/executions/<name>/, one
-JSONL file per model fingerprint, tokenizer and settings with one `{"key", "judged"}` row per prompt,
-so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither generates nor executes.
+`judge` uses `read_replies` (the code of each reply, or why none) and `run_readings` (sandbox
+verdicts). The verdicts are cached under <run>/cache/executions/<name>/, one JSONL file per model,
+tokenizer and settings, so evaluating a checkpoint again neither generates nor executes.
 """
 
 from __future__ import annotations

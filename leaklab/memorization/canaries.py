@@ -38,7 +38,7 @@ def candidates_for(canary: Canary, m: int, seed: int) -> list[str]:
     """M random secrets of the canary's format, none equal to its secret, seeded per canary so that
     every checkpoint ranks the secret against the same candidates."""
     rng = random.Random(f"canary.candidates:{seed}:{canary.id}")
-    out = []
+    out: list[str] = []
     while len(out) < m:
         secret = draw_secret(canary.format, rng)
         if secret != canary.secret:
@@ -139,7 +139,7 @@ def extract_canaries(
     `prompts`: canary id -> its prompt (`canary_prompt`). `generate(prompts, temperature=, n=, seed=)`
     returns, per prompt, its n output texts (temperature 0: greedy, one output). Canaries whose prompts
     are the same text (same format, same text before it) share that prompt's outputs."""
-    distinct = sorted(set(prompts[c.id] for c in canaries))
+    distinct = sorted({prompts[c.id] for c in canaries})
     greedy = generate(distinct, temperature=0.0, n=1, seed=seed)
     sampled = (
         generate(distinct, temperature=1.0, n=n_samples, seed=seed) if n_samples > 0 else [[]] * len(distinct)
@@ -148,14 +148,9 @@ def extract_canaries(
         "greedy": dict(zip(distinct, greedy, strict=True)),
         "sampled": dict(zip(distinct, sampled, strict=True)),
     }
-    found: dict[str, str | None] = {}
-    for canary in canaries:
-        found[canary.id] = next(
-            (
-                strategy
-                for strategy in STRATEGIES
-                if any(canary.secret in text for text in outputs[strategy].get(prompts[canary.id], []))
-            ),
-            None,
-        )
-    return found
+
+    def found_by(canary: Canary) -> str | None:
+        prompt = prompts[canary.id]  # one of `distinct`: every strategy has its outputs
+        return next((s for s in STRATEGIES if any(canary.secret in t for t in outputs[s][prompt])), None)
+
+    return {canary.id: found_by(canary) for canary in canaries}

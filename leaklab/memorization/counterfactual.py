@@ -60,9 +60,6 @@ def extract_functions(
         skipped["source does not parse"] += 1
         return [], skipped
     lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
     samples = []
     for qualname, node in _functions(tree):
         if node.name == "__init__":

@@ -1,18 +1,14 @@
-"""Extraction audit (003; the strategies, rankings and taxonomy are described in
+"""Extraction audit (003; strategies, rankings and taxonomy:
 docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction): sample a model,
-find what it copies of its corpus, rank, classify. Each piece is a function the evaluation plug-in
-(`leaklab/evaluations/extraction.py`) strings together: corpora (`load_corpus`; the clone index is
-`leaklab.memorization.clones`), sampling strategies through the shared generation engine, rankings
-without the corpus from one batched token-statistics pass, sensitive content and a rule taxonomy.
+find what it copies of its corpus, rank, classify; `leaklab/evaluations/extraction.py` strings these
+functions together.
 
-- Every ranking score is oriented so that higher means "more likely memorised" (the negated quantity:
-  memorised text has low perplexity). `ppl_ratio` is the paper's PPL-PPL ratio to a smaller model
-  trained on the same data (Unveiling §3.3); `ppl_reference_ratio`, to the run's reference model, which
-  never saw the data, is a membership test, not the paper's ratio.
-- The discoverable strategy searches only the continuation, so a clone is text the model wrote.
-- Sensitive content is found by patterns, not the `detect-secrets` library: patterns keep the
-  dependency list short and the matches explainable. A value counts only when the same string occurs
-  in the corpus, and it is never written out: `mask` replaces it by its kind, length and a short hash.
+- Every ranking score is oriented so that higher means "more likely memorised". `ppl_ratio` is the
+  paper's PPL-PPL ratio to a smaller model trained on the same data (Unveiling §3.3);
+  `ppl_reference_ratio`, to a reference model that never saw the data, is a membership test instead.
+- Clones are searched in the continuation only (also under `discoverable`): text the model wrote.
+- Sensitive content is found by patterns (short dependency list, explainable matches); a value counts
+  only when it also occurs in the corpus, and is never written out (`mask`).
 """
 
 from __future__ import annotations
@@ -323,11 +319,11 @@ SECRET_PATTERNS = {
 
 def find_secrets(text: str) -> list[tuple[str, str]]:
     """(kind, value) of every pattern match in a text (the value is the group when the pattern has one)."""
-    out = []
-    for kind, pattern in SECRET_PATTERNS.items():
-        for m in pattern.finditer(text):
-            out.append((kind, m.group(1) if pattern.groups else m.group(0)))
-    return out
+    return [
+        (kind, m.group(1) if pattern.groups else m.group(0))
+        for kind, pattern in SECRET_PATTERNS.items()
+        for m in pattern.finditer(text)
+    ]
 
 
 def corpus_secrets(documents: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
