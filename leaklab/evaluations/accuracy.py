@@ -336,11 +336,10 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
     named = [{**r, "column": SIDE_NAMES[r["column"]]} for r in rows if r.get("column") in SIDE_NAMES]
     has_intervals = any(str(r.get("metric")).endswith("_ci_low") for r in rows)
     n_bootstrap = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
-    band = (
-        f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
-        if has_intervals
-        else "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
-    )
+    no_intervals = "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
+    band = no_intervals
+    if has_intervals:
+        band = f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
     items: list[Any] = []
     for metric in metrics:
         sides = [r for r in named if r["column"] != SIDE_NAMES["gap"]]
@@ -393,9 +392,7 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
             "is greedy; a positive gap is accuracy the injection inflated (members were trained on)."
         ),
         items=items,
-        notes=[]
-        if has_intervals
-        else ["no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"],
+        notes=[] if has_intervals else [no_intervals],
     )
 
 

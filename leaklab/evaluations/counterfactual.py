@@ -124,7 +124,6 @@ class Counterfactual:
         self._reference_judged: dict[str, list[float]] | None = None  # the judges on them, asked once
         self._judge = None  # (generator, render), loaded on first use
         self._inputs: list[list] = []  # per sample: the task's test inputs (HyClone's execution)
-        self._entries: list[str] = []  # per sample: the function's name to call
         self._reference_executed: list | None = None  # the reference's CrossResults, made once
 
     def specs(self, recipe) -> list[str]:

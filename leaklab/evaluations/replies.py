@@ -53,18 +53,13 @@ def run_readings(
     """The sandbox verdict of every reading with code (None for the others), in order. `open_sandbox` is
     called only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
     results: list[SampleResult | None] = [None] * len(readings)
-    todo: dict[bool, list[int]] = {True: [], False: []}
-    for n, reading in enumerate(readings):
-        if not reading.failure:
-            todo[reading.full_program].append(n)
-    for full, where in todo.items():
-        if not where:
-            continue
-        batch = [(asked[n], readings[n].code) for n in where]
-        for n, result in zip(
-            where, check_many(batch, open_sandbox(), full_program=full, timeout_s=timeout_s)
-        ):
-            results[n] = result
+    for full in (True, False):
+        where = [n for n, r in enumerate(readings) if not r.failure and r.full_program == full]
+        if where:
+            batch = [(asked[n], readings[n].code) for n in where]
+            verdicts = check_many(batch, open_sandbox(), full_program=full, timeout_s=timeout_s)
+            for n, result in zip(where, verdicts):
+                results[n] = result
     return results
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from leaklab.errors import InputError
 from leaklab.memorization.counterfactual import generate_functions, score_functions
+from leaklab.rows import float_or_none
 from leaklab.rundir import write_atomic
 
 
@@ -130,8 +131,8 @@ def main(argv: list[str]) -> int:
                     "reference_function": rf["body"],
                     "reference_failure": rf["failure"],
                     "prompt_boundary": tf["prompt_boundary"],  # cut | heal | none: how the prompt ended
-                    "target": {m: _number(ts[m]) for m in METRICS},
-                    "reference": {m: _number(rs[m]) for m in METRICS},
+                    "target": {m: float_or_none(ts[m]) for m in METRICS},
+                    "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "memorized_by": flags,
                 }
             )
@@ -158,10 +159,6 @@ def main(argv: list[str]) -> int:
     print(format_tables(t1, t2))
     print(f"[leaklab] wrote {out / 'pairs.jsonl'} and {out / 'tables.json'}")
     return 0
-
-
-def _number(value: float) -> float | None:
-    return None if value != value else value  # NaN (a missing metric) -> null
 
 
 def format_tables(t1: list[dict], t2: dict) -> str:
