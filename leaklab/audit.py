@@ -268,14 +268,12 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
     as originals to a model that never saw them, which nothing here measured."""
     value = {(r.get("column"), r["metric"]): r.get("value") for r in rows}
     columns = list(dict.fromkeys(r.get("column") for r in rows))
+    against = (
+        f", against the clean set {tested['clean']} ({tested['n_clean']} tasks)" if tested["clean"] else ""
+    )
     parts = [
         f"Tested: {tested['model']} on {tested['n_tasks']} {tested['benchmark']} tasks with "
-        f"{', '.join(tested['detectors'])}"
-        + (
-            f", against the clean set {tested['clean']} ({tested['n_clean']} tasks)."
-            if tested["clean"]
-            else "."
-        )
+        f"{', '.join(tested['detectors'])}{against}."
     ]
     parts += _dataset_inference_verdict(value, columns)
     if value.get(("blind", "distribution_shift")) == 1.0:

@@ -32,6 +32,7 @@ from leaklab.evaluations.canaries import extraction_rows as canary_extraction_ro
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
     RANKINGS,
+    SECRET_PATTERNS,
     STRATEGIES,
     TAGS,
     corpus_secrets,
@@ -156,12 +157,9 @@ class Extraction:
 
     def prepare(self, ctx: EvalContext) -> None:
         cfg = ctx.recipe.evaluate.extraction
-        source = ctx.recipe.mix.corpus if cfg.corpus == "auto" else cfg.corpus
-        key = (
-            "mix.corpus (evaluate.extraction.corpus=auto)"
-            if cfg.corpus == "auto"
-            else "evaluate.extraction.corpus"
-        )
+        source, key = cfg.corpus, "evaluate.extraction.corpus"
+        if cfg.corpus == "auto":
+            source, key = ctx.recipe.mix.corpus, "mix.corpus (evaluate.extraction.corpus=auto)"
         try:
             corpus = load_corpus(source, key)
         except InputError as err:
@@ -298,10 +296,7 @@ class Extraction:
         found = {x for s in samples for x in find_secrets(s.text)}
         in_corpus = found & self.secrets
         kinds = Counter(kind for kind, _ in in_corpus)
-        rows += [
-            _row("all", f"secrets.{kind}", kinds.get(kind, 0))
-            for kind in ("email", "ipv4", "aws_key", "private_key", "assigned_secret", "hex_key")
-        ]
+        rows += [_row("all", f"secrets.{kind}", kinds.get(kind, 0)) for kind in SECRET_PATTERNS]
         rows.append(_row("all", "secrets_not_in_corpus", len(found - in_corpus)))
 
         records: list[dict[str, Any]] = []

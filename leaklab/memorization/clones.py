@@ -2,7 +2,7 @@
 
 A snippet is memorised when at least `min_lines` consecutive whitespace-normalised lines of an output
 occur consecutively in one corpus document, blank lines dropped on both sides, with at least
-`min_informative` lines that are not trivial (punctuation, a bare `pass`): the definition of
+MIN_INFORMATIVE lines that are not trivial (punctuation, a bare `pass`): the definition of
 docs/evaluations.md#extraction-003-3-5, after "Unveiling memorization in code models".
 
 How it is fast: every line gets a 64-bit hash and every in-document window of `min_lines` line hashes
@@ -85,7 +85,6 @@ class CorpusIndex:
     texts: list[str]  # each document as given (references, not copies): for `source`
     source_line: np.ndarray  # int32 [n_lines]: each normalised line's line number in its document
     min_lines: int = MIN_LINES
-    min_informative: int = MIN_INFORMATIVE
     n_skipped: Counter = field(default_factory=Counter)  # documents left out, by reason
 
     @property
@@ -106,12 +105,9 @@ class CorpusIndex:
         return self.window_pos[lo:hi]
 
 
-def build_index(
-    documents: Iterable[tuple[str, str]], min_lines: int = MIN_LINES, min_informative: int = MIN_INFORMATIVE
-) -> CorpusIndex:
-    """Index (name, text) documents. Texts that are empty after normalisation are counted, not indexed."""
-    if min_lines < 2 or not 0 <= min_informative <= min_lines:
-        raise ValueError(f"min_lines must be >= 2 and 0 <= min_informative <= min_lines ({min_lines})")
+def build_index(documents: Iterable[tuple[str, str]], min_lines: int = MIN_LINES) -> CorpusIndex:
+    """Index (name, text) documents (min_lines >= 2: evaluate.extraction.min_lines is checked so).
+    Texts that are empty after normalisation are counted, not indexed."""
     names: list[str] = []
     texts: list[str] = []
     lines: list[str] = []
@@ -150,7 +146,6 @@ def build_index(
         texts=texts,
         source_line=np.asarray(source_line, dtype=np.int32),
         min_lines=min_lines,
-        min_informative=min_informative,
         n_skipped=skipped,
     )
 
@@ -206,7 +201,7 @@ def find_clones(index: CorpusIndex, outputs: Sequence[str]) -> list[list[Clone]]
             if n < width:
                 continue  # a hash collision of the window: the lines differ
             run = lines[start : start + n]
-            if sum(not is_trivial(line) for line in run) < index.min_informative:
+            if sum(not is_trivial(line) for line in run) < MIN_INFORMATIVE:
                 continue
             # Corpus frequency of the whole run: every location of its first window, not only the first few.
             frequency = int((_occurrences(index, locs, hashes[start : start + n]) >= n).sum())
