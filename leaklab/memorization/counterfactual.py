@@ -378,6 +378,14 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
     metrics = list(records[0]["target"])
     colour = {1: "tab:red", 0: "tab:blue"}
 
+    paths: list[Path] = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        paths.append(out / name)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
     def value(record, side, metric):
         v = record[side].get(metric)
         return math.nan if v is None else v
@@ -398,10 +406,7 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    paths = [out / "target_vs_reference.png"]
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "target_vs_reference.png")
 
     from leaklab.similarity.suite import TEXT_METRICS
 
@@ -416,10 +421,7 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
         ax.axhline(0, color="grey", lw=0.8)
         ax.axvline(0.75, color="grey", lw=0.8, ls="--")
         ax.set(title=f"{metric} delta", xlabel="target BLEU", ylabel="target - reference")
-    fig.tight_layout()
-    paths.append(out / "delta_vs_bleu.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "delta_vs_bleu.png")
 
     table = np.array([[value(r, "target", m) for m in metrics] for r in records], dtype=float)
     corr = np.full((len(metrics), len(metrics)), np.nan)
@@ -433,8 +435,5 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
     ax.set_xticks(range(len(metrics)), metrics, rotation=90, fontsize=7)
     ax.set_yticks(range(len(metrics)), metrics, fontsize=7)
     fig.colorbar(image, ax=ax, label="Pearson r of the target scores (blank: constant, or < 3 pairs)")
-    fig.tight_layout()
-    paths.append(out / "metric_correlations.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "metric_correlations.png")
     return paths
