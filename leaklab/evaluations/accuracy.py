@@ -156,12 +156,8 @@ class Accuracy:
             entry = {"reply": reading.reply, "code": reading.code, "full_program": reading.full_program}
             if reading.failure == "syntax_error":  # code was there but does not parse: a syntax error
                 entry |= {"verdict": "failed", "reason": "syntax_error", "extraction": "", "syntax_ok": False}
-            elif reading.failure:
-                entry |= {
-                    "verdict": "failed",
-                    "reason": f"extraction: {reading.failure}",
-                    "extraction": reading.failure,
-                }
+            elif failure := reading.failure:
+                entry |= {"verdict": "failed", "reason": f"extraction: {failure}", "extraction": failure}
             else:
                 entry |= {"extraction": "", "syntax_ok": _syntax_ok(reading.program)}
                 entry |= {"verdict": result.verdict, "reason": result.reason}
