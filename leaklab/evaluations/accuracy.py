@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
 from leaklab.distributed import world
-from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.correctness import pass_at_k
 from leaklab.metrics import group_mean_intervals
@@ -224,11 +224,6 @@ def accuracy_rows(
     95% interval over tasks, members and non-members resampled apart (`metrics.group_mean_intervals`)."""
 
     ks = sorted({k for k in cfg.ks if 1 < k <= cfg.n_samples} | ({1} if cfg.n_samples else set()))
-    sides = {
-        "members": [i for i, y in enumerate(labels) if y == 1],
-        "non_members": [i for i, y in enumerate(labels) if y == 0],
-        "all": list(range(len(labels))),
-    }
     # Per task, every pass@ metric: greedy pass@1 is 0 / 1, the sampled ones the unbiased estimate.
     per_task: dict[str, list[float]] = {"pass@1": [float(j[0]["verdict"] == "passed") for j in judged]}
     for k in ks:
@@ -255,7 +250,7 @@ def accuracy_rows(
                 add(side, metric + tail, None if math.isnan(bound) else bound, **extra)
 
     means: dict[tuple[str, str], float | None] = {}
-    for side, index in sides.items():
+    for side, index in side_indices(labels).items():
         for metric, values in per_task.items():
             value = sum(values[i] for i in index) / len(index) if index else None
             means[(side, metric)] = value

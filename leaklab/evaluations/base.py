@@ -100,6 +100,15 @@ class EvalOutput:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
+def side_indices(labels) -> dict[str, list[int]]:
+    """The indices of the members, of the non-members and of all samples, by their rows' column."""
+    return {
+        "members": [i for i, y in enumerate(labels) if y == 1],
+        "non_members": [i for i, y in enumerate(labels) if y == 0],
+        "all": list(range(len(labels))),
+    }
+
+
 def first_per_side(eval_set: EvalSet, max_tasks: int | None) -> tuple[list[Task], list[int]]:
     """The first `max_tasks` members and the first `max_tasks` non-members (all when None), in order,
     with their labels: the tasks an evaluation that asks the model to solve them works on."""

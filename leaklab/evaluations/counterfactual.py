@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EvalContext, EvalOutput
+from leaklab.evaluations.base import EvalContext, EvalOutput, side_indices
 from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
@@ -460,12 +460,7 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
     lenient = most_lenient(table2(t_scores, r_scores, judges, cfg.tau_text, cfg.tau_func)["counts"], judges)
 
     rows: list[dict[str, Any]] = []
-    sides = {
-        "members": [i for i, y in enumerate(labels) if y == 1],
-        "non_members": [i for i, y in enumerate(labels) if y == 0],
-        "all": list(range(len(labels))),
-    }
-    for side, index in sides.items():
+    for side, index in side_indices(labels).items():
 
         def add(metric: str, value, **params) -> None:
             rows.append(_row(side, metric, value, **params))  # noqa: B023 - called within this iteration

@@ -25,11 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
-from leaklab.evaluations.base import (
-    EvalContext,
-    EvalOutput,
-    first_per_side,
-)
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.sandbox import Sandbox
 from leaklab.metrics import (
@@ -412,12 +408,8 @@ def mri_rows(
             for tail in ("_ci_low", "_ci_high"):
                 add(side, metric + tail, intervals[side][metric + tail], **params)
 
-    sides = {
-        "members": [o for o in outcomes if o["label"] == 1],
-        "non_members": [o for o in outcomes if o["label"] == 0],
-        "all": outcomes,
-    }
-    for side, group in sides.items():
+    for side, index in side_indices([o["label"] for o in outcomes]).items():
+        group = [outcomes[i] for i in index]
         rewritten = [o for o in group if o["passed_rew"] is not None]
         mutated = [o for o in group if o["passed_mut"] is not None]
         acc_ori = _mean(o["passed_ori"] for o in group)
