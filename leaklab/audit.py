@@ -1,16 +1,12 @@
 """Audit: score a model that leaklab did not train on a whole benchmark.
 
-There is no ground truth, so the output is per-sample scores and their distribution per score column
-(count, mean, spread, quantiles, a histogram). Rule detectors (SrDetection) decide leak / no leak per
-sample without a threshold, so for them the audit gives the benchmark's leakage rate (leaks among
-decided samples) with a bootstrap 95% interval (SrDetection §5.3).
-
     leaklab audit model=Qwen/Qwen2.5-7B benchmark=humaneval detectors=[minkpp,srdetection_gray]
 
-With `clean=C`, a set known not to be in the model's training, there is a comparison after all
-(`against_clean`): each score column's AUROC benchmark vs C with its interval, the blind baseline beside
-them (a text-only classifier; it warns when the sets differ in their text, which every detector would
-pick up too) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
+With no ground truth the output is each score column's distribution, and for rule detectors, which
+decide per sample, the benchmark's leakage rate with a bootstrap 95% interval (SrDetection §5.3). With
+`clean=C`, a set known not to be in the model's training, `against_clean` compares: each score
+column's AUROC benchmark vs C, the blind baseline beside them (a warning when the sets differ in their
+text alone) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
 """
 
 from __future__ import annotations
@@ -272,14 +268,12 @@ def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
     as originals to a model that never saw them, which nothing here measured."""
     value = {(r.get("column"), r["metric"]): r.get("value") for r in rows}
     columns = list(dict.fromkeys(r.get("column") for r in rows))
+    against = (
+        f", against the clean set {tested['clean']} ({tested['n_clean']} tasks)" if tested["clean"] else ""
+    )
     parts = [
         f"Tested: {tested['model']} on {tested['n_tasks']} {tested['benchmark']} tasks with "
-        f"{', '.join(tested['detectors'])}"
-        + (
-            f", against the clean set {tested['clean']} ({tested['n_clean']} tasks)."
-            if tested["clean"]
-            else "."
-        )
+        f"{', '.join(tested['detectors'])}{against}."
     ]
     parts += _dataset_inference_verdict(value, columns)
     if value.get(("blind", "distribution_shift")) == 1.0:
@@ -539,15 +533,7 @@ def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str,
     blind_texts = [*texts[0], *texts[1]]
     columns["blind"] = blind_scores(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed)
     shift_p = shift_pvalue(blind_texts, labels, folds=cfg.cv_folds, seed=cfg.seed, scores=columns["blind"])
-    keep = (
-        "n",
-        "auroc",
-        "auroc_ci_low",
-        "auroc_ci_high",
-        "tpr@5%fpr",
-        "tpr@5%fpr_ci_low",
-        "tpr@5%fpr_ci_high",
-    )
+    keep = ["n", *(m + tail for m in ("auroc", "tpr@5%fpr") for tail in ("", "_ci_low", "_ci_high"))]
     rows, auroc = [], {}
     for column, values in columns.items():
         m = detection_metrics(

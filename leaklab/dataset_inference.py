@@ -1,22 +1,14 @@
-"""Dataset inference: "was this set of samples in the model's training?", answered with a p-value.
+"""Dataset inference (Maini et al., 2024, "LLM Dataset Inference: Did you train on my dataset?"): was a
+suspect set S, as a whole, trained on, against a clean set C known not to be? A p-value.
 
-After Maini et al. (2024), "LLM Dataset Inference: Did you train on my dataset?". One detector's score
-decides badly about one sample, but a whole set shifts every score a little, and a test over the set can
-see that. The procedure, with a suspect set S (maybe trained on) and a clean set C (known not to be):
+  1. split S and C at random into fit and test halves (seeded);
+  2. on the fit halves, fit a regularised logistic regression (suspect = 1) on the standardised
+     per-sample score features (a NaN filled with the feature's fit median; a feature NaN everywhere
+     or constant there dropped), so separating detectors weigh more and noisy ones less;
+  3. one-sided Welch t-test that the combined score is higher on S's test half than on C's.
 
-  1. split S and C at random into halves: S_fit / S_test and C_fit / C_test (seeded);
-  2. on the fit halves, learn a linear combination of the per-sample score features (a regularised
-     logistic regression, suspect = 1, after standardising each feature on the fit halves), so the
-     detectors that separate the sets are weighted up and the noisy ones down;
-  3. score the test halves with that combination and run a one-sided Welch t-test of
-     mean(S_test) > mean(C_test) (`leaklab.metrics.welch_t_test`).
-
-The test halves never influence the weights, so under the null (S and C drawn alike) the t-test's p-value
-is (close to) uniform: `null_rejection_rate` checks this on the clean set split against itself.
-
-Features come as a sample x feature matrix per set (the score columns of the detectors, higher = member
-or not: the learned weight takes care of the sign). A feature that is NaN for a sample is filled with the
-feature's median over the fit halves; a feature NaN everywhere or constant on the fit halves is dropped.
+The test halves never set the weights, so under the null the p-value is about uniform:
+`null_rejection_rate` measures that on the clean set split against itself.
 """
 
 from __future__ import annotations

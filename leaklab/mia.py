@@ -1,23 +1,17 @@
 """Membership inference on any labelled text: `leaklab mia model=M data=FILE`.
 
-A run's detection evaluation needs a benchmark with tests only where a detector needs variants verified
-by them (SrDetection, neighbourhood). Everything else reads plain text, so any member / non-member set
-can be scored without training (MIMIR, WikiMIA, a user's own files, `leaklab.data.labelled`).
-
-The labelled set becomes the evaluation set of a one-checkpoint run (step 0, the given model) and goes
-through the same driver as a training run (`evaluate.Evaluator` with the detection evaluation): the same
-rows (AUROC, TPR@1% / 5% FPR, CV and oracle F1, bootstrap intervals; the blind baseline; dataset
-inference), the same per-sample scores, report and W&B. So `leaklab report` and `leaklab compare` read
-an mia folder as they read a run, and running the same command again (with more detectors, say)
-computes only what the folder lacks.
+Detectors that read plain text need no benchmark, so any member / non-member set (MIMIR, WikiMIA, a
+user's own files: `leaklab.data.labelled`) is scored without training: it becomes the evaluation set of
+a one-checkpoint run (step 0) through the same driver and detection evaluation as a training run. So
+the rows, per-sample scores, report and W&B are a run's, `leaklab report` and `leaklab compare` read
+the folder, and the same command again (with more detectors, say) computes only what it lacks.
 
     leaklab mia model=Qwen/Qwen2.5-1.5B data=wikimia.jsonl
     leaklab mia model=builtin:tiny members=seen.jsonl non_members=unseen.jsonl detectors=[ppl,mink]
     leaklab mia model=M data=hub:swj0419/WikiMIA split=WikiMIA_length64 text_column=input
 
-Detectors: the recipe's (tiny_cpt's) or those `detectors=` names. Those that need variants verified by a
-benchmark's tests do not apply to plain text: left out with a logged reason, refused when named; `ref`
-(and any detector reading a reference model) needs evaluate.reference_model, likewise.
+Detectors needing variants verified by a benchmark's tests, or a reference model the recipe does not
+name, are left out with a logged reason, or refused when named.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from test_detectors_2026 import word_probs
 from test_model_detectors import bigram
 
 from leaklab.dataset_tests.codec import codec_score, codec_vs_clean, context_nlls, context_shots
-from leaklab.dataset_tests.pacost import null_rejection_rate, pacost_test, paired_differences
+from leaklab.dataset_tests.pacost import confidence_gaps, gap_null_rate, gap_test
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.metrics import two_rate_pvalue
 from leaklab.recipe import EvaluateConfig
@@ -59,8 +59,9 @@ def test_pacost_by_hand():
     one degree of freedom p = 1/2 - atan(1) / pi = 1/4."""
     original = -np.log([0.5, 0.4, 0.3])
     variants = -np.log(np.array([[0.25, 0.35], [0.4, np.nan], [np.nan, np.nan]]))
-    np.testing.assert_allclose(paired_differences(original, variants), [0.2, 0.0], atol=1e-12)
-    got = pacost_test(original, variants)
+    gaps = confidence_gaps(original, variants)
+    np.testing.assert_allclose(gaps, [0.2, 0.0, np.nan], atol=1e-12)
+    got = gap_test(gaps)
     assert got["t"] == pytest.approx(1.0) and got["p_value"] == pytest.approx(0.25)
     assert got["n"] == 2.0 and got["mean_difference"] == pytest.approx(0.1)
 
@@ -71,9 +72,10 @@ def test_pacost_null_rate_sees_a_variant_bias():
     original = -np.log(np.full(8, 0.5))
     variants = -np.log(np.full((8, 2), 0.4))
     variants[::2] = -np.log(0.3)  # two spreads so a half has a non-zero spread when it mixes them
-    got = null_rejection_rate(original, variants, halvings=20, alpha=0.05)
+    gaps = confidence_gaps(original, variants)
+    got = gap_null_rate(gaps, halvings=20, alpha=0.05)
     assert got["null_rejection_rate"] == 1.0 and got["null_halvings"] == 20.0
-    assert math.isnan(null_rejection_rate(original[:3], variants[:3])["null_rejection_rate"])
+    assert math.isnan(gap_null_rate(gaps[:3])["null_rejection_rate"])
 
 
 def test_rows_say_which_set_and_carry_the_tests_metrics():
@@ -91,10 +93,6 @@ def test_rows_say_which_set_and_carry_the_tests_metrics():
     assert members == pytest.approx(direct, nan_ok=True)
     assert {r["params"]["set"] for r in got} == {"members", "non_members"}
     assert all(r["detector"] == r["column"] == "sharded_likelihood" for r in got)
-
-    codec_rows = {r["metric"]: r["value"] for r in rows.codec_rows(model, tok, texts, labels, k=1)}
-    assert {"codec", "codec_clean", "p_value", "n", "n_clean"} == set(codec_rows)
-    assert codec_rows["n"] == codec_rows["n_clean"] == 5.0
 
     pacost_rows = {r["metric"]: r["value"] for r in rows.pacost_rows(np.full(10, 0.25), labels)}
     assert pacost_rows["mean_difference"] == pytest.approx(0.25) and pacost_rows["null_rejection_rate"] == 1.0

@@ -1,23 +1,14 @@
 """CoDeC (Zawalski et al., 2025, "Detecting Data Contamination in LLMs via In-Context Learning"): does
 context from the same benchmark help the model, or get in its way?
 
-For a model that never saw a benchmark, other samples of it in context teach its style, and the
-samples become more likely. For a model that memorised the benchmark they teach nothing and disturb
-what it memorised, and the samples become less likely. Per sample x, with LL the mean log-likelihood
-of its scored tokens and C_x the joined texts of k other samples of the same set (seeded, never x):
+Other samples in context teach an unseen benchmark's style (x becomes likelier) but disturb what a
+model memorised (x becomes less likely). Per sample x, with LL the mean log-likelihood of its scored
+tokens and C_x up to k other samples of the same set that fit (seeded order, never x):
 
-    delta(x)  =  LL(x | C_x) - LL(x)
-    codec     =  share of the samples with delta(x) < 0        (the contamination score, in [0, 1])
+    delta(x) = LL(x | C_x) - LL(x),    codec = share of the samples with delta(x) < 0
 
-The paper reads the score against sets known to be clean. leaklab does so when it has one (a run's
-non-members, an audit's clean= set): the one-sided exact test (Fisher's, `metrics.two_rate_pvalue`) that
-the suspect set's share of drops is larger than the clean set's. Each set draws its context from
-itself. The clean set's own share is its measured false-positive baseline.
-
-Choices the paper leaves open here: k (3; the other samples are tried in a seeded order and kept while
-context + x still fits the model's context, as Con-ReCall's shots; a sample for which none fits is left
-out and counted), and the join (blank lines).
-Cost: LL(x) is `ppl`'s pass; LL(x | C_x) one more batched pass over longer texts.
+read against a clean set's share by a one-sided exact test (`metrics.two_rate_pvalue`). Rows and the
+choices this adaptation makes: docs/detectors.md#dataset-level-tests-one-p-value-for-the-set-each-with-its-measured-false-positive-rate.
 """
 
 from __future__ import annotations

@@ -1,21 +1,14 @@
 """PaCoST (Zhang et al., 2024, "PaCoST: Paired Confidence Significance Testing for Benchmark
 Contamination Detection in Large Language Models"): is the model more confident on the benchmark's own
-wording than on a rephrasing that means the same?
+wording than on rephrasings that mean the same (leaklab's sandbox-verified variants)?
 
-A model that trained on a benchmark is more confident on its exact samples than on rephrased ones; a
-model that did not has no reason to prefer either. Per sample x with rephrasings v_1..v_m (leaklab's
-verified variants: renamed identifiers, replaced examples, each checked by the benchmark's tests in the
-sandbox) and confidence c = exp(-NLL), the geometric-mean probability of the scored tokens:
+With confidence c = exp(-NLL) of the scored tokens and variants v_1..v_m of sample x:
 
-    d(x)  =  c(x) - (1/m) * sum_j c(v_j)
+    d(x) = c(x) - (1/m) * sum_j c(v_j),   then a one-sided paired t-test of mean(d) > 0
 
-and a one-sided paired t-test of mean(d) > 0 over the samples with a verified variant (t with n - 1
-degrees of freedom). The paper asks the model for its confidence in an answer; leaklab's samples are
-code with their solutions, so the confidence is the model's probability of the solution itself (the
-choice this adaptation makes). The measured false-positive rate comes from the clean condition: the
-same test on the known-clean samples (a run's non-members), over `halvings` random halves of them, the
-share with p < alpha. A rephrasing that is less likely than the original to every model (a bias of
-the variants, not a leak) shows up there as a rate above alpha.
+Its false-positive rate is measured on random halves of known-clean samples, where variants that are
+less likely than their originals to every model (a bias, not a leak) show as a rate above alpha. Rows
+and the choices this adaptation makes: docs/detectors.md#dataset-level-tests-one-p-value-for-the-set-each-with-its-measured-false-positive-rate.
 """
 
 from __future__ import annotations
@@ -28,16 +21,6 @@ import numpy as np
 
 from leaklab.dataset_tests.sharded_likelihood import one_sided_t
 from leaklab.detectors.srdetection import VARIANTS
-
-
-def paired_differences(original_nll, variant_nll) -> np.ndarray:
-    """d per sample with a finite original and at least one finite variant (the others left out)."""
-    d = confidence_gaps(original_nll, variant_nll)
-    return d[np.isfinite(d)]
-
-
-def pacost_test(original_nll, variant_nll) -> dict[str, float]:
-    return gap_test(paired_differences(original_nll, variant_nll))
 
 
 def gap_test(gaps) -> dict[str, float]:
@@ -53,17 +36,9 @@ def gap_test(gaps) -> dict[str, float]:
     }
 
 
-def null_rejection_rate(
-    original_nll, variant_nll, *, halvings: int = 100, alpha: float = 0.05, seed: int = 0
-) -> dict[str, float]:
-    """The share of random halves of known-clean samples whose test gives p < alpha."""
-    return gap_null_rate(
-        paired_differences(original_nll, variant_nll), halvings=halvings, alpha=alpha, seed=seed
-    )
-
-
 def gap_null_rate(gaps, *, halvings: int = 100, alpha: float = 0.05, seed: int = 0) -> dict[str, float]:
-    """`null_rejection_rate` from the known-clean samples' gaps d(x) (NaN gaps left out)."""
+    """The share of random halves of the known-clean samples' gaps d(x) (NaN gaps left out) whose test
+    gives p < alpha."""
     d = np.asarray(gaps, dtype=np.float64)
     d = d[np.isfinite(d)]
     out = {"null_rejection_rate": math.nan, "null_halvings": 0.0, "null_alpha": float(alpha)}
@@ -94,7 +69,7 @@ class Pacost:
     """PaCoST's per-sample ingredient as a score column: pacost_gap = d(x), the confidence on the original
     minus the mean confidence on its verified variants (HIGHER MEANS MORE LIKELY A MEMBER). Its originals
     and variants are the one engine pass that srdetection_gray and neighbourhood read (cache hits next
-    to them). The set's test is `pacost_test` on the gaps."""
+    to them). The set's test is `gap_test` on the gaps (rows: `pacost_test`)."""
 
     name: ClassVar[str] = "pacost"
     needs: ClassVar[frozenset[str]] = frozenset({VARIANTS})

@@ -64,22 +64,6 @@ def file_order_rows(model, tokenizer, tasks, labels, *, seed: int = 0, **engine)
     )
 
 
-def codec_rows(
-    model, tokenizer, texts, labels, *, k: int = 3, seed: int = 0, **engine
-) -> list[dict[str, Any]]:
-    """CoDeC of the members against the non-members (each set's context drawn from itself)."""
-    y = np.asarray(labels).astype(bool)
-    members = [t for t, m in zip(texts, y) if m]
-    clean = [t for t, m in zip(texts, y) if not m]
-    if len(members) < 2 or len(clean) < 2:
-        return []
-    scores = [
-        codec.codec_score(*codec.context_nlls(model, tokenizer, s, k=k, seed=seed, **engine))
-        for s in (members, clean)
-    ]
-    return _rows("codec_test", {"k": k, "set": "members_vs_non_members"}, codec.codec_vs_clean(*scores))
-
-
 def codec_column_rows(drop, labels) -> list[dict[str, Any]]:
     """CoDeC from the `codec_drop` score column: the members' share of drops against the non-members'."""
     y = np.asarray(labels).astype(bool)

@@ -1,36 +1,17 @@
 """The sharded likelihood comparison test of Oren et al. (2023, "Proving Test Set Contamination in Black
-Box Language Models"): is the benchmark's own order of examples more likely than shuffled orders?
+Box Language Models"): is the benchmark's own order of examples likelier than shuffles of it?
 
-If the examples of a benchmark are exchangeable (nothing about them fixes their order), a model that
-never saw the benchmark as a file finds its canonical order no more likely than any shuffle of it. A
-model trained on the file, in order, prefers the order it saw. The test:
-
-  1. cut the n examples, in canonical order, into r contiguous shards of (nearly) equal size;
-  2. for each shard k: LL_k, the log-likelihood (the sum over all tokens) of its examples joined in
-     canonical order, and LL_k,j for j = 1..m random permutations of the same examples (seeded);
-  3. the shard statistic s_k = LL_k - (1/m) sum_j LL_k,j (mean 0 under exchangeability);
-  4. a one-sided t-test of mean(s_k) > 0 over the r shards: t = mean(s) / (sd(s) / sqrt(r)), df r - 1.
-
-That t-test is the paper's sharded test (valid as r grows). Beside it, the exact permutation p-value of
-the unsharded statistic: with S_0 = sum_k LL_k and S_j = sum_k LL_k,j (the j-th draw of every shard is
-one permutation of the whole set),
-
-    p_exact = (1 + #{ j : S_j >= S_0 }) / (m + 1)
-
-whose false-positive rate is at most alpha for every alpha and every n under exchangeability (at the
-price of a floor 1 / (m + 1)). The measured false-positive rate of the t-test comes free from the same
-passes (`null_rejection_rate`): each permutation j in turn plays the canonical order against the other
-m - 1, which is the clean condition by construction (a random order is exchangeable).
-
-Choices the paper leaves open here: r (10) and m (20) by default, the separator between examples (a
-blank line), and the examples' text (what the caller passes: the benchmark's task texts, or its
-JSONL lines to match a benchmark trained on as a file).
+Exchangeable examples give a model that never saw the file no reason to prefer their canonical order.
+Per contiguous shard k: s_k = LL_k - mean_j LL_k,j (log-likelihood of the shard in canonical order
+minus that of its j-th of m seeded shuffles), then a one-sided t-test of mean(s_k) > 0 over the r
+shards (the paper's test). Beside it the exact whole-set permutation p = (1 + #{j : S_j >= S_0}) /
+(m + 1), S the sums over shards, and the t-test's false-positive rate measured on the shuffles
+themselves. Rows, defaults (r 10, m 20) and choices: docs/detectors.md#dataset-level-tests-one-p-value-for-the-set-each-with-its-measured-false-positive-rate.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -74,32 +55,16 @@ def one_sided_t(values: np.ndarray) -> tuple[float, float]:
     return float(t), float(student_t.sf(t, len(values) - 1))
 
 
-@dataclass
-class ShardedResult:
-    t: float
-    p_value: float  # the sharded t-test's
-    p_value_exact: float  # the whole-set permutation test's
-    shards: int
-    permutations: int
-
-    def as_metrics(self) -> dict[str, float]:
-        return {
-            "t": self.t,
-            "p_value": self.p_value,
-            "p_value_exact": self.p_value_exact,
-            "shards": float(self.shards),
-            "permutations": float(self.permutations),
-        }
-
-
-def sharded_test(canonical: np.ndarray, permuted: np.ndarray) -> ShardedResult:
-    """The test from the log-likelihoods: canonical[k] = LL_k, permuted[k, j] = LL_k,j."""
+def sharded_test(canonical: np.ndarray, permuted: np.ndarray) -> dict[str, float]:
+    """The test's metrics from the log-likelihoods: canonical[k] = LL_k, permuted[k, j] = LL_k,j.
+    p_value is the sharded t-test's, p_value_exact the whole-set permutation test's."""
     canonical = np.asarray(canonical, dtype=np.float64)
     permuted = np.asarray(permuted, dtype=np.float64)
     t, p = one_sided_t(canonical - permuted.mean(axis=1))
     whole, draws = canonical.sum(), permuted.sum(axis=0)
     exact = (1 + int(np.sum(draws >= whole))) / (len(draws) + 1)
-    return ShardedResult(t, p, float(exact), len(canonical), permuted.shape[1])
+    shape = {"shards": float(len(canonical)), "permutations": float(permuted.shape[1])}
+    return {"t": t, "p_value": p, "p_value_exact": float(exact), **shape}
 
 
 def null_rejection_rate(permuted: np.ndarray, alpha: float = 0.05) -> dict[str, float]:
@@ -161,4 +126,4 @@ def run_sharded_test(
     canonical_texts, permuted_texts = shard_texts(examples, bounds, orders, separator)
     ll = log_likelihoods(model, tokenizer, canonical_texts + permuted_texts, **engine)
     canonical, permuted = ll[: len(bounds)], ll[len(bounds) :].reshape(len(bounds), permutations)
-    return {**sharded_test(canonical, permuted).as_metrics(), **null_rejection_rate(permuted)}
+    return {**sharded_test(canonical, permuted), **null_rejection_rate(permuted)}

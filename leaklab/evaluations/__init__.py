@@ -1,21 +1,15 @@
-"""Per-checkpoint evaluations, one module each, registered here (see `base.py` for the interface).
+"""Per-checkpoint evaluations, one module each, registered here (the interface: `base.py`).
 
-  detection   every detector of `evaluate.detectors` against the manifest's ground truth
-  accuracy    pass@1 (greedy) and pass@k (sampled) on members and non-members, run in the sandbox
+  detection       every detector of `evaluate.detectors` against the manifest's ground truth
+  accuracy        pass@1 (greedy) and pass@k (sampled) on members and non-members, run in the sandbox
   counterfactual  target vs reference generations of each function scored by the similarity suite
-              (the paper's Tables 1 and 2, members and non-members apart)
-  extraction  sample the model (4 strategies x top-k), Type-1 clones against the training corpus, corpus-free
-              rankings with precision@100, secrets (masked), taxonomy, members vs non-members extracted
-  mri         Memorization Risk Index: original / rewritten / mutated tasks, Sim, RAD, MRI, iMRI per side
-  canaries    exposure of each planted canary (inject.canaries) against random same-format secrets, by dose
+  extraction      sampled outputs' Type-1 clones of the training corpus, corpus-free rankings, secrets
+  mri             Memorization Risk Index: original / rewritten / mutated tasks, Sim, RAD, MRI, iMRI
+  canaries        exposure of each planted canary (inject.canaries) against random secrets, by dose
 
-Shared by accuracy and mri (not an evaluation): `replies.py`, the cache -> generate -> extract -> judge
-pipeline. A recipe picks them with `evaluate.evaluations`; `leaklab/evaluate.py` runs them. Adding one: a module
-here with a class that satisfies `plugins.Evaluation` (as `detection.Detection`), one record in
-EVALUATIONS (with `config` when it has an `evaluate.<name>` section, and `requires` when it measures
-what a key of another section sets, as `canaries` does `inject.canaries`), and a test. Its rows are
-built by `leaklab.rows` (`metric_rows`, `side_row`). Records name their
-class by path, so reading this table imports no evaluation; the recipe imports only their settings.
+`replies.py` is the pipeline accuracy and mri share, not an evaluation. Records name their class by
+path, so reading this table imports no evaluation. Adding one:
+docs/development.md#adding-a-detector-an-evaluation-or-a-stage-step-by-step.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Accuracy: pass@1 (greedy) and pass@k (sampled) of every checkpoint, on members and non-members apart.
 
-The model is asked each task as the sft stage taught it (`leaklab/data/prompting.py`: a base model
-continues the prompt, a chat model gets the chat template), through the batched generation engine
-(`leaklab/signals/generation.py`); the code is read back from the reply (`extract_code`) and run against
-the task's tests in the sandbox. A reply with no code to read is counted (`n_extraction_failed`), never
-raised, and fails its task.
-
-The rows (pass@1; pass@k by the unbiased estimator 1 - C(n-c, k) / C(n, k) over n samples; bootstrap
-intervals; counts; per dose with `inject.doses`) are described in
-docs/evaluations.md#sft-and-accuracy-tiny_sft; `gap` = members - non_members is the accuracy leakage
-inflates. Records (scores/step-N/accuracy.jsonl): per task the greedy reply, what was
-extracted, its verdict and reason, and the sampled n / c.
-
-Generations and verdicts are cached under <run>/cache/executions/accuracy/, one file per model
-fingerprint and settings, so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither
-generates nor executes anything. The cache, the extraction and the sandbox run are the pipeline MRI
-shares (`leaklab/evaluations/replies.py`).
+Each task is asked as the sft stage taught it (`leaklab/data/prompting.py`), through the batched
+generation engine; the code read back from each reply (a reply without code fails its task and is
+counted) runs against the task's tests in the sandbox, through the cached pipeline MRI shares
+(`leaklab/evaluations/replies.py`). pass@k is the unbiased 1 - C(n-c, k) / C(n, k); `gap` = members -
+non_members is the accuracy leakage inflates. Rows: docs/evaluations.md#sft-and-accuracy-tiny_sft.
 """
 
 from __future__ import annotations
@@ -28,7 +17,7 @@ from typing import Any, ClassVar
 
 from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
 from leaklab.distributed import world
-from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.correctness import pass_at_k
 from leaklab.metrics import group_mean_intervals
@@ -36,8 +25,6 @@ from leaklab.report import charts
 from leaklab.report.section import Panel, Section, Table
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
-
-SIDES = ("members", "non_members", "all")
 
 
 @dataclass
@@ -60,22 +47,17 @@ class AccuracyConfig:
     seed: int = 0  # seeds the sampled completions
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: AccuracyConfig) -> list[str]:
-    """Problems with the settings, one line each (recipe validation)."""
-    problems = []
-    for key in ("max_new_tokens", "batch_size", "sandbox_workers"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.accuracy.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if cfg.n_samples < 0 or any(k < 1 for k in cfg.ks):
-        problems.append("evaluate.accuracy: n_samples must be >= 0 and every k >= 1")
-    if cfg.n_samples and cfg.temperature <= 0:
-        problems.append("evaluate.accuracy.temperature: sampling for pass@k needs a temperature > 0")
-    if cfg.max_tasks is not None and cfg.max_tasks < 1:
-        problems.append(f"evaluate.accuracy.max_tasks: must be at least 1, got {cfg.max_tasks}")
-    return problems
+        problems = []
+        for key in ("max_new_tokens", "batch_size", "sandbox_workers"):
+            if getattr(self, key) < 1:
+                problems.append(f"evaluate.accuracy.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.n_samples < 0 or any(k < 1 for k in self.ks):
+            problems.append("evaluate.accuracy: n_samples must be >= 0 and every k >= 1")
+        if self.n_samples and self.temperature <= 0:
+            problems.append("evaluate.accuracy.temperature: sampling for pass@k needs a temperature > 0")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            problems.append(f"evaluate.accuracy.max_tasks: must be at least 1, got {self.max_tasks}")
+        return problems
 
 
 def _syntax_ok(program: str) -> bool:
@@ -174,12 +156,8 @@ class Accuracy:
             entry = {"reply": reading.reply, "code": reading.code, "full_program": reading.full_program}
             if reading.failure == "syntax_error":  # code was there but does not parse: a syntax error
                 entry |= {"verdict": "failed", "reason": "syntax_error", "extraction": "", "syntax_ok": False}
-            elif reading.failure:
-                entry |= {
-                    "verdict": "failed",
-                    "reason": f"extraction: {reading.failure}",
-                    "extraction": reading.failure,
-                }
+            elif failure := reading.failure:
+                entry |= {"verdict": "failed", "reason": f"extraction: {failure}", "extraction": failure}
             else:
                 entry |= {"extraction": "", "syntax_ok": _syntax_ok(reading.program)}
                 entry |= {"verdict": result.verdict, "reason": result.reason}
@@ -246,11 +224,6 @@ def accuracy_rows(
     95% interval over tasks, members and non-members resampled apart (`metrics.group_mean_intervals`)."""
 
     ks = sorted({k for k in cfg.ks if 1 < k <= cfg.n_samples} | ({1} if cfg.n_samples else set()))
-    sides = {
-        "members": [i for i, y in enumerate(labels) if y == 1],
-        "non_members": [i for i, y in enumerate(labels) if y == 0],
-        "all": list(range(len(labels))),
-    }
     # Per task, every pass@ metric: greedy pass@1 is 0 / 1, the sampled ones the unbiased estimate.
     per_task: dict[str, list[float]] = {"pass@1": [float(j[0]["verdict"] == "passed") for j in judged]}
     for k in ks:
@@ -277,7 +250,7 @@ def accuracy_rows(
                 add(side, metric + tail, None if math.isnan(bound) else bound, **extra)
 
     means: dict[tuple[str, str], float | None] = {}
-    for side, index in sides.items():
+    for side, index in side_indices(labels).items():
         for metric, values in per_task.items():
             value = sum(values[i] for i in index) / len(index) if index else None
             means[(side, metric)] = value
@@ -354,11 +327,10 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
     named = [{**r, "column": SIDE_NAMES[r["column"]]} for r in rows if r.get("column") in SIDE_NAMES]
     has_intervals = any(str(r.get("metric")).endswith("_ci_low") for r in rows)
     n_bootstrap = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
-    band = (
-        f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
-        if has_intervals
-        else "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
-    )
+    no_intervals = "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
+    band = no_intervals
+    if has_intervals:
+        band = f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
     items: list[Any] = []
     for metric in metrics:
         sides = [r for r in named if r["column"] != SIDE_NAMES["gap"]]
@@ -411,9 +383,7 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
             "is greedy; a positive gap is accuracy the injection inflated (members were trained on)."
         ),
         items=items,
-        notes=[]
-        if has_intervals
-        else ["no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"],
+        notes=[] if has_intervals else [no_intervals],
     )
 
 

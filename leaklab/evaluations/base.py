@@ -1,20 +1,11 @@
 """What every evaluation works with: the evaluation set, the run's shared services, and its output.
 
-An evaluation (one module in this package, one record in `EVALUATIONS`) is a small class with (the
-Protocol `plugins.Evaluation`, checked by tests/test_plugins.py)
-  - `name`: its `evaluation` field in result rows and the file name of its per-sample records,
-  - `specs(recipe)`: what its "done" marker records; a step is evaluated again when this grows
-    (e.g. a detector added to the recipe),
-  - `prepare(ctx)`: once per run, before any checkpoint (build or read perturbed sets, say),
-  - `evaluate(ctx, model, tokenizer, step) -> EvalOutput`: once per checkpoint, on every rank under
-    several processes (the services split the work and gather it); only the main process's output is
-    written.
-  - optionally `summary(rows) -> str`, the line logged after each checkpoint (`plugins.Summarises`),
-    and `report_section(rows, run) -> Section | None`, its section of the HTML report (see
-    `leaklab/report/section.py`, `plugins.ReportsSection`); without it the report draws each of its
-    metrics per checkpoint.
-The driver (`leaklab/evaluate.py`) owns everything else: done markers, resume, rank agreement, writing
-rows and records, W&B. An evaluation never imports the recipe module: it reads the recipe it is given.
+An evaluation is a small class satisfying `plugins.Evaluation` (optionally `Summarises`,
+`ReportsSection`), checked by tests/test_plugins.py: `specs(recipe)` is what its "done" marker
+records, `prepare(ctx)` runs once per run, `evaluate(...)` once per checkpoint on every rank (only the
+main process's output is written). The driver (`leaklab/evaluate.py`) owns done markers, resume, rank
+agreement, writing rows and records, and W&B. An evaluation reads the recipe it is given, never the
+recipe module.
 """
 
 from __future__ import annotations
@@ -107,6 +98,15 @@ class EvalOutput:
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def side_indices(labels) -> dict[str, list[int]]:
+    """The indices of the members, of the non-members and of all samples, by their rows' column."""
+    return {
+        "members": [i for i, y in enumerate(labels) if y == 1],
+        "non_members": [i for i, y in enumerate(labels) if y == 0],
+        "all": list(range(len(labels))),
+    }
 
 
 def first_per_side(eval_set: EvalSet, max_tasks: int | None) -> tuple[list[Task], list[int]]:

@@ -1,16 +1,10 @@
 """Canaries (`inject.canaries`): exposure of each planted secret per checkpoint, by dose.
 
-Per checkpoint, every canary of the run's manifest is ranked against `inject.canary_candidates` random
-secrets of its format (seeded by evaluate.seed, the same candidates at every checkpoint) and its exposure
-computed (leaklab/memorization/canaries.py: exposure = log2(M + 1) - log2(rank), after Carlini et al.
-2019). It needs no sampling, so it is cheap next to the extraction audit.
-
-Rows, one set per dose group (`column` "dose=<d>"), are described in docs/evaluations.md#canaries:
-exposure, rank-1 share and the targeted extraction rates (The Secret Sharer's, prompted with the text
-before the secret as trained; leaklab/memorization/canaries.py).
-Records (scores/step-N/canaries.jsonl): one per canary with its member, dose, format, log-probability,
-rank and exposure, its prompt, greedy output and `extracted_by` (greedy | sampled | null) (the secrets
-are synthetic, so they are written as they are).
+Every canary of the run's manifest is ranked against `inject.canary_candidates` random secrets of its
+format (the same at every checkpoint; `leaklab/memorization/canaries.py`), and extracted, targeted, as
+The Secret Sharer does. Rows, one set per dose group (`column` "dose=<d>"): docs/evaluations.md#canaries.
+Records (scores/step-N/canaries.jsonl) hold each canary with its rank, exposure, prompt, greedy output
+and `extracted_by`; the secrets are synthetic, so they are written as they are.
 """
 
 from __future__ import annotations
@@ -29,12 +23,11 @@ from leaklab.memorization.canaries import (
     TOP_K,
     by_dose,
     canaries_in_outputs,
+    canary_exposure,
     canary_prompt,
     candidates_for,
-    exposure_from_logprobs,
     extract_canaries,
     mean_with_interval,
-    secret_logprobs,
 )
 from leaklab.rows import Row, float_or_none
 from leaklab.rundir import read_json
@@ -141,13 +134,11 @@ class Canaries:
         ctx.log(f"[leaklab] canaries: {len(self.canaries)} canaries, each ranked against {m} candidates")
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        exposures = []
-        for canary in self.canaries:  # one scoring pass per canary: its prefix is the prompt of all
-            scores = secret_logprobs(
-                model, tokenizer, canary.prefix, [canary.secret, *self.candidates[canary.id]],
-                settings=ctx.recipe.evaluate, accelerator=ctx.accelerator, cache=ctx.signal_cache,
-            )  # fmt: skip
-            exposures.append(exposure_from_logprobs(canary.id, scores[0], scores[1:]))
+        exposures = [  # one scoring pass per canary: its prefix is the prompt of all
+            canary_exposure(model, tokenizer, canary, self.candidates[canary.id], settings=ctx.recipe.evaluate,
+                            accelerator=ctx.accelerator, cache=ctx.signal_cache)
+            for canary in self.canaries
+        ]  # fmt: skip
         documents = training_documents(ctx, self.canaries, tokenizer)
         prompts = {c.id: canary_prompt(c, documents[c.member]) for c in self.canaries}
         generate = self.generator(ctx, model, tokenizer)

@@ -1,19 +1,13 @@
-"""Counterfactual functional memorization per checkpoint, members and non-members apart (000 §3; the
-rows, the judges and HyClone's stages are described in
-docs/evaluations.md#counterfactual-memorization-and-the-similarity-suite-tiny_counterfactual).
+"""Counterfactual functional memorization per checkpoint, members and non-members apart (000 §3; rows,
+judges and HyClone's stages: docs/evaluations.md#counterfactual-memorization-and-the-similarity-suite-tiny_counterfactual).
 
-Each task's function (`leaklab/memorization/counterfactual.py` splits it) is prompted with the code that
-precedes it and its signature, greedily continued by the checkpoint (the target) and by the reference
-model (the base model, step 0, unless `evaluate.reference_model` names another); one function is extracted
-from each continuation and the similarity suite compares both with the ground truth (all that follows the
-signature, docstring included: 000 App. E.1). The reference's generations are made once per run (at step
-0 the base model *is* the reference, so nothing is generated twice). Inside a run the paper's question
-gets its ground truth: non-members were never trained on, so the fraction of them the criterion flags is
-its false-positive rate.
-
-A generation without a parsable function scores 0 on the structural metrics, and a HyClone pair that
-never ran scores 0 (no clone), as the paper's Table 1 averages over all samples; unreadable judge replies
-are a missing score, counted per side.
+Each task's function (`leaklab/memorization/counterfactual.py`) is prompted with the code before it and
+its signature and continued greedily by the checkpoint (the target) and by the reference model (the
+base model unless `evaluate.reference_model` names another; generated once per run). The similarity
+suite compares each extracted function with the ground truth. Non-members were never trained on, so
+the share of them the criterion flags is its false-positive rate. As the paper's Table 1 averages over
+all samples, a generation without a function scores 0 on the structural metrics and a HyClone pair
+that never ran scores 0; an unreadable judge reply is a missing score, counted per side.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EvalContext, EvalOutput
+from leaklab.evaluations.base import EvalContext, EvalOutput, side_indices
 from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
@@ -32,7 +26,7 @@ from leaklab.memorization.counterfactual import (
     extract_functions,
     generate_functions,
     most_lenient,
-    score_unparsed_as_zero,
+    score_functions,
     table1,
     table2,
 )
@@ -42,7 +36,6 @@ from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import float_or_none, side_row
 from leaklab.similarity.judges import judge_pairs, make_backend
 
-SIDES = ("members", "non_members", "all")
 JUDGES = ("structural", "rating", "equivalence")  # the similarity judges (clone_screen is HyClone's stage 1)
 RAW_CHARS = 2000  # of each raw continuation kept in the records, to see why extraction failed
 HYCLONE_EXECUTED_ONLY = "hyclone_executed_only"  # HyClone over executed pairs only: a diagnostic
@@ -120,10 +113,6 @@ def validate_config(cfg: CounterfactualConfig) -> list[str]:
     return problems
 
 
-def function_filter(cfg: CounterfactualConfig):
-    return FunctionFilter(cfg.min_body_lines, cfg.max_body_lines, cfg.min_chars)
-
-
 class Counterfactual:
     name: ClassVar[str] = "counterfactual"
 
@@ -135,7 +124,6 @@ class Counterfactual:
         self._reference_judged: dict[str, list[float]] | None = None  # the judges on them, asked once
         self._judge = None  # (generator, render), loaded on first use
         self._inputs: list[list] = []  # per sample: the task's test inputs (HyClone's execution)
-        self._entries: list[str] = []  # per sample: the function's name to call
         self._reference_executed: list | None = None  # the reference's CrossResults, made once
 
     def specs(self, recipe) -> list[str]:
@@ -156,7 +144,7 @@ class Counterfactual:
         """The function of every task that passes the filter (the relaxation, if any, is printed)."""
 
         cfg = ctx.recipe.evaluate.counterfactual
-        keep = function_filter(cfg)
+        keep = FunctionFilter(cfg.min_body_lines, cfg.max_body_lines, cfg.min_chars)
         if keep != FunctionFilter():
             ctx.log(
                 f"[leaklab] counterfactual: function filter relaxed to {keep.describe()} "
@@ -221,8 +209,6 @@ class Counterfactual:
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
-        from leaklab.similarity.suite import Pair, score_pairs
-
         cfg = ctx.recipe.evaluate.counterfactual
         if not self._samples:
             return EvalOutput(rows=[_row("all", "n_samples", 0.0)])
@@ -230,19 +216,7 @@ class Counterfactual:
         reference = self._reference_functions(ctx, model, tokenizer, step, target)
         if not ctx.is_main_process:
             return EvalOutput()
-
-        def pairs(functions):
-            # A failed extraction is still compared as text (its raw continuation); structure is then missing.
-            return [
-                Pair(f["body"] if f["body"] is not None else f["raw"], s.ground_truth, prefix=s.signature)
-                for s, f in zip(self._samples, functions)
-            ]
-
-        scores = score_pairs(pairs(target) + pairs(reference), workers=cfg.workers)
-        n = len(self._samples)
-        t_scores, r_scores = scores[:n], scores[n:]
-        for scored, functions in ((t_scores, target), (r_scores, reference)):
-            score_unparsed_as_zero(scored, functions)
+        t_scores, r_scores = score_functions(self._samples, target, reference, cfg.workers)
         if cfg.judges:
             if self._reference_judged is None:
                 self._reference_judged = self._ask_judges(ctx, reference)
@@ -486,54 +460,34 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
     lenient = most_lenient(table2(t_scores, r_scores, judges, cfg.tau_text, cfg.tau_func)["counts"], judges)
 
     rows: list[dict[str, Any]] = []
-    sides = {
-        "members": [i for i, y in enumerate(labels) if y == 1],
-        "non_members": [i for i, y in enumerate(labels) if y == 0],
-        "all": list(range(len(labels))),
-    }
-    for side, index in sides.items():
+    for side, index in side_indices(labels).items():
+
+        def add(metric: str, value, **params) -> None:
+            rows.append(_row(side, metric, value, **params))  # noqa: B023 - called within this iteration
+
         ts, rs = [t_scores[i] for i in index], [r_scores[i] for i in index]
-        rows.append(_row(side, "n_samples", float(len(index))))
-        rows.append(
-            _row(side, "n_extraction_failed_target", float(sum(target[i]["body"] is None for i in index)))
-        )
-        rows.append(
-            _row(
-                side, "n_extraction_failed_reference", float(sum(reference[i]["body"] is None for i in index))
-            )
-        )
-        rows.append(_row(side, "n_structure_missing_target", float(sum("tsed" in t["missing"] for t in ts))))
+        add("n_samples", float(len(index)))
+        add("n_extraction_failed_target", float(sum(target[i]["body"] is None for i in index)))
+        add("n_extraction_failed_reference", float(sum(reference[i]["body"] is None for i in index)))
+        add("n_structure_missing_target", float(sum("tsed" in t["missing"] for t in ts)))
         for entry in table1(ts, rs, METRICS):
             # Structural scores depend on the grammar: their rows name it.
             extra = {"grammar": grammar} if entry["metric"] in SUITE_STRUCTURE else {}
             for stat in ("target_mean", "target_std", "reference_mean", "reference_std", "delta"):
-                value = float_or_none(entry.get(stat, math.nan))
-                rows.append(_row(side, f"{entry['metric']}.{stat}", value, **extra))
+                add(f"{entry['metric']}.{stat}", float_or_none(entry.get(stat, math.nan)), **extra)
         counts = table2(ts, rs, FUNCTIONAL, cfg.tau_text, cfg.tau_func, exclude=lenient)
         executed_only = table2(ts, rs, diagnostic, cfg.tau_text, cfg.tau_func)["counts"]
+        thresholds = {"tau_text": cfg.tau_text, "tau_func": cfg.tau_func}
         for metric, count in {**counts["counts"], **executed_only}.items():
-            rows.append(
-                _row(
-                    side,
-                    f"{metric}.memorized",
-                    float(count),
-                    tau_text=cfg.tau_text,
-                    tau_func=cfg.tau_func,
-                    **_metric_params(metric, grammar, cfg),
-                )
-            )
+            add(f"{metric}.memorized", float(count), **thresholds, **_metric_params(metric, grammar, cfg))
         for metric in unreadable:
             missing = sum(math.isnan(t[metric]) for t in ts)
-            rows.append(_row(side, f"{metric}.n_unreadable_target", float(missing), judge=cfg.judge_model))
+            add(f"{metric}.n_unreadable_target", float(missing), judge=cfg.judge_model)
         # Table 2's two unions: over every functional metric, and without the most lenient judge.
-        rows.append(
-            _row(side, "memorized_any", float(counts["unique_over_metrics"]), metrics=list(FUNCTIONAL))
-        )
-        rows.append(
-            _row(side, "memorized_any_excl_lenient", float(counts["unique_excluding"]), excluded=lenient)
-        )
-        rows.append(_row(side, "near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text))
-        rows.append(_row(side, "exact_verbatim", float(counts["exact_verbatim"])))
+        add("memorized_any", float(counts["unique_over_metrics"]), metrics=list(FUNCTIONAL))
+        add("memorized_any_excl_lenient", float(counts["unique_excluding"]), excluded=lenient)
+        add("near_verbatim", float(counts["near_verbatim_bleu"]), tau_text=cfg.tau_text)
+        add("exact_verbatim", float(counts["exact_verbatim"]))
     rows += membership_rows(t_scores, r_scores, labels, METRICS)
     return rows
 

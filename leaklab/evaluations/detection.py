@@ -1,23 +1,14 @@
 """Detection: every detector of the recipe on every checkpoint, scored against the manifest (the rows:
 docs/detectors.md#metrics).
 
-Score detectors give one number per sample, scored by `metrics.detection_metrics`. Rule detectors
-(SrDetection) decide themselves and are scored by their own `metrics`, plus both error rates
-(`flag_rate_members` / `flag_rate_non_members`, `metrics.flag_rates`) where that lacks them. Each rule
-column's margin is also scored as a score column (`results.margin_column`), so its F1 stands
-like-for-like beside ppl's: after training on half a benchmark a raw rule flags most non-members too (its
-fixed threshold 0 is far from the best one), while its margin still ranks members above non-members.
-
-With exposure doses (`inject.doses`) the same rows come per dose, on the members of dose d against all
-the non-members (`dose_rows`), and with `inject.form: rephrased` per form group; the all-members rows
-carry no `dose` field, so a run without doses writes exactly the rows it wrote before. Beside the
-detectors at every checkpoint stand the blind baseline (`detectors/blind.py`: a `distribution_shift` row
-when the split itself is shifted) and dataset inference (`leaklab/dataset_inference.py`), the rigour
-checks of docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
-
-Detectors that need variants (SrDetection) get them in `prepare`: the run's own copy
-(<run>/variants.jsonl) when it has one, else built once per benchmark (sandbox-verified, cached) and
-copied into the run, so every checkpoint compares against the same variants.
+Score columns are scored by `metrics.detection_metrics`; rule detectors (SrDetection) by their own
+`metrics` plus both flag rates. A rule's margin is also scored as a score column
+(`results.margin_column`): after training on half a benchmark a raw rule flags most non-members too,
+while its margin still ranks members first. With `inject.doses` (or `inject.form: rephrased`) the rows
+come per dose (form) group too, members of the group against all non-members. Beside them stand the
+blind baseline and dataset inference, the rigour checks of
+docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
+Variants for SrDetection come from the run's copy, else are built once per benchmark and copied in.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Extraction audit of every checkpoint (docs/evaluations.md): what the model reproduces of its training data.
 
-Strategies, rankings, rows and the corpus (003) are described in
+Strategies, rankings, rows and the corpus (003):
 docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction.
 
-Per checkpoint: sample `n_outputs` continuations for each sampling strategy x top-k
-(`leaklab/memorization/extraction.py`), find their Type-1 clones in the corpus with the line-hash index
-(`leaklab/memorization/clones.py`, built once per run), rank the outputs without the corpus and measure
-how many of each ranking's top `precision_k` are real clones.
-
-In a run the benchmark's tasks are also indexed on their own, so each checkpoint reports how many members
-were extracted verbatim vs non-members. Non-members are not in the training corpus: a non-member match
-must be text that also occurs in the corpus (`n_unexplained` counts those that do not, which would be a
-bug), except under the targeted `discoverable` strategy, where it is a false discovery (code predictable
-from its first lines). With exposure doses the `members` rows come per dose too, and `exposure_spearman`
-correlates each member's training exposures with the number of outputs that reproduce it. Records
-(scores/step-N/extraction.jsonl) mask every secret-like value.
+Per checkpoint: `n_outputs` samples per sampling strategy x top-k (`leaklab/memorization/extraction.py`),
+their Type-1 clones in the corpus (`leaklab/memorization/clones.py`, indexed once per run), and each
+corpus-free ranking's precision on its top `precision_k`. In a run the benchmark's tasks are indexed
+too, so members extracted verbatim stand beside non-members; a non-member match must also be corpus
+text (`n_unexplained` counts those that are not: a bug), except under the targeted `discoverable`
+strategy, where it is a false discovery. Records mask every secret-like value.
 """
 
 from __future__ import annotations
@@ -38,6 +32,7 @@ from leaklab.evaluations.canaries import extraction_rows as canary_extraction_ro
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
     RANKINGS,
+    SECRET_PATTERNS,
     STRATEGIES,
     TAGS,
     corpus_secrets,
@@ -60,9 +55,6 @@ from leaklab.results import without_dose
 from leaklab.rows import float_or_none, side_row
 from leaklab.rundir import read_json
 
-# The sampling strategies and rankings are the memorization module's; named once there.
-STRATEGY_NAMES = STRATEGIES
-RANKING_NAMES = RANKINGS
 TEXT_CHARS = 2000  # of each output kept in the records
 
 
@@ -78,7 +70,7 @@ class ExtractionConfig:
     # Sampling strategies: non_prompt, temperature_decay, prompt_conditioned, two_step (needs non_prompt),
     # and discoverable (targeted: each benchmark task prompted with its first prefix_lines lines, greedy,
     # whatever top_k; not a default, it is not the paper's untargeted audit).
-    strategies: list[str] = field(default_factory=lambda: [s for s in STRATEGY_NAMES if s != "discoverable"])
+    strategies: list[str] = field(default_factory=lambda: [s for s in STRATEGIES if s != "discoverable"])
     top_k: list[int] = field(default_factory=lambda: [5, 10, 20, 40])  # one cell per strategy and k
     n_outputs: int = 100  # samples per strategy and top-k
     max_new_tokens: int = 256  # new tokens per sample (the paper: 256-1024)
@@ -103,10 +95,8 @@ class ExtractionConfig:
 def validate_config(cfg: ExtractionConfig) -> list[str]:
     problems = []
     for s in cfg.strategies:
-        if s not in STRATEGY_NAMES:
-            problems.append(
-                f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGY_NAMES)})"
-            )
+        if s not in STRATEGIES:
+            problems.append(f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGIES)})")
     if "two_step" in cfg.strategies and "non_prompt" not in cfg.strategies:
         problems.append(
             "evaluate.extraction.strategies: two_step prompts with non_prompt's snippets; add non_prompt"
@@ -160,19 +150,16 @@ class Extraction:
     def specs(self, recipe) -> list[str]:
         cfg = recipe.evaluate.extraction
         cells = [cell(s, k) for s in cfg.strategies for k in cfg.top_k]
-        return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKING_NAMES,
+        return [*cells, f"n={cfg.n_outputs}", f"tokens={cfg.max_new_tokens}", *RANKINGS,
                 f"small_model={cfg.small_model}"]  # fmt: skip
 
     # ------------------------------------------------------------------ once per run
 
     def prepare(self, ctx: EvalContext) -> None:
         cfg = ctx.recipe.evaluate.extraction
-        source = ctx.recipe.mix.corpus if cfg.corpus == "auto" else cfg.corpus
-        key = (
-            "mix.corpus (evaluate.extraction.corpus=auto)"
-            if cfg.corpus == "auto"
-            else "evaluate.extraction.corpus"
-        )
+        source, key = cfg.corpus, "evaluate.extraction.corpus"
+        if cfg.corpus == "auto":
+            source, key = ctx.recipe.mix.corpus, "mix.corpus (evaluate.extraction.corpus=auto)"
         try:
             corpus = load_corpus(source, key)
         except InputError as err:
@@ -220,7 +207,7 @@ class Extraction:
             model, tokenizer, prompt_boundary=ctx.recipe.evaluate.prompt_boundary, batch_size=cfg.batch_size
         )
         samples = []
-        for si, strategy in enumerate(s for s in STRATEGY_NAMES if s in cfg.strategies and s != "two_step"):
+        for si, strategy in enumerate(s for s in STRATEGIES if s in cfg.strategies and s != "two_step"):
             # Discoverable extraction is greedy (top-1), as Carlini et al. define it: once, not per k.
             for k in [1] if strategy == "discoverable" else cfg.top_k:
                 samples += sample(decoding, strategy, k, cfg.n_outputs, cfg.max_new_tokens,
@@ -302,17 +289,14 @@ class Extraction:
         for column, (index, params) in cells.items():
             rows += cell_rows(self.index, column, index, samples, clones, scores, recipe.evaluate, params)
 
-        snippets = _snippets(self.index, clones)
+        snippets = unique_snippets(self.index, clones)
         tags = {s.text: taxonomy(s.text) for s in snippets}
         counts = Counter(t for s in snippets for t in tags[s.text])
         rows += [_row("all", f"taxonomy.{t}", counts.get(t, 0)) for t in TAGS]
         found = {x for s in samples for x in find_secrets(s.text)}
         in_corpus = found & self.secrets
         kinds = Counter(kind for kind, _ in in_corpus)
-        rows += [
-            _row("all", f"secrets.{kind}", kinds.get(kind, 0))
-            for kind in ("email", "ipv4", "aws_key", "private_key", "assigned_secret", "hex_key")
-        ]
+        rows += [_row("all", f"secrets.{kind}", kinds.get(kind, 0)) for kind in SECRET_PATTERNS]
         rows.append(_row("all", "secrets_not_in_corpus", len(found - in_corpus)))
 
         records: list[dict[str, Any]] = []
@@ -320,7 +304,7 @@ class Extraction:
             records.append({
                 "record": "output", "index": i, "strategy": s.strategy, "top_k": s.top_k,
                 "memorised": bool(clones[i]), "clone_lines": sum(c.n_lines for c in clones[i]),
-                "scores": {m: float_or_none(scores[m][i]) for m in RANKING_NAMES},
+                "scores": {m: float_or_none(scores[m][i]) for m in RANKINGS},
                 "prompt": mask_text(s.prompt)[:TEXT_CHARS], "text": mask_text(s.text)[:TEXT_CHARS],
                 "prompt_boundary": s.prompt_boundary,
             })  # fmt: skip
@@ -443,10 +427,6 @@ def training_exposures(run, task_doses: dict[str, int]) -> dict[str, int | None]
     return {i: task_doses[i] for i in members}
 
 
-def _snippets(index, clones):
-    return unique_snippets(index, clones)
-
-
 def cell_rows(index, column, rows_of_cell, samples, clones, scores, settings, params) -> list[dict]:
     """The rows of one cell (one strategy and top-k, or all outputs pooled); `settings`: the recipe's
     `evaluate` (its bootstrap and seed, and `extraction.precision_k`)."""
@@ -454,7 +434,7 @@ def cell_rows(index, column, rows_of_cell, samples, clones, scores, settings, pa
 
     memorised = np.array([bool(clones[i]) for i in rows_of_cell])
     texts = [samples[i].text for i in rows_of_cell]
-    snippets = _snippets(index, [clones[i] for i in rows_of_cell])
+    snippets = unique_snippets(index, [clones[i] for i in rows_of_cell])
     rate = leak_rate(memorised, n_bootstrap=n_boot, seed=seed)
     out = [
         _row(column, "n_outputs", len(rows_of_cell), **params),
@@ -472,13 +452,13 @@ def cell_rows(index, column, rows_of_cell, samples, clones, scores, settings, pa
     # every output and precision@k is the memorised fraction whatever the scores (Unveiling §5.3 ranks
     # 20,000 outputs for its top 100). Such cells get NaN; the pooled `all` usually has enough.
     ranked = len(rows_of_cell) > precision_k
-    for metric in RANKING_NAMES:
+    for metric in RANKINGS:
         p = precision_at_k(
             scores[metric][rows_of_cell], memorised, precision_k, n_bootstrap=n_boot, seed=seed
         )
         if not ranked or np.isnan(scores[metric][rows_of_cell]).all():
             # Too few outputs to rank, or no score at all (a ratio without its second model): no ranking.
-            p = {key: math.nan for key in p}
+            p = dict.fromkeys(p, math.nan)
         name = f"precision_at_{precision_k}.{metric}"
         out += [
             _row(column, name, p["precision_at_k"], k=precision_k, **params),
@@ -526,11 +506,11 @@ def extraction_section(rows: list[dict[str, Any]], run) -> Any:
         "outputs",
         "memorised",
         "unique snippets",
-        *[f"P@{pk.split('_')[-1]} {m}" for m in RANKING_NAMES],
+        *[f"P@{pk.split('_')[-1]} {m}" for m in RANKINGS],
     ]
     table = [
         [str(step), col, fmt(v.get("n_outputs"), 0), fmt(v.get("memorised_fraction")), fmt(v.get("n_unique_snippets"), 0),
-         *[fmt(v.get(f"{pk}.{m}")) for m in RANKING_NAMES]]
+         *[fmt(v.get(f"{pk}.{m}")) for m in RANKINGS]]
         for (step, col), v in sorted(got.items()) if "n_outputs" in v
     ]  # fmt: skip
     items.append(

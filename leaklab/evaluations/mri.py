@@ -1,22 +1,15 @@
 """Memorization Risk Index of every checkpoint (004), members and non-members apart: does MRI rise on what
-was injected and stay flat on what was not? The rows and their rules are described in
-docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri.
+was injected and stay flat on what was not? Rows and rules:
+docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri; formulas:
+docs/evaluations.md#mri-004-3-and-app-e.
 
-Once per run (`prepare`): the perturbed sets of the evaluated tasks (`leaklab.perturb.mri_sets`), from
-the per-benchmark cache, with the run's copy in <run>/perturbed.jsonl and the acceptance per logic type
-in <run>/perturbed_summary.json.
-
-Per checkpoint: every original, rewritten, mutated (and paraphrased) task is asked as the accuracy
-evaluation asks (`leaklab/data/prompting.py`), greedily, through the batched generation engine; the code
-is read back (`extract_code`; a reply without code is counted and fails) and judged in the sandbox. Every
-RAD and the competence rule use acc_ori, Acc(T_ori) over the whole benchmark side (004 §3.1.2, §4.1),
-also where the rewriter left tasks out; an answer with no code or code that does not parse has S_i = 0
-in Sim, in iMRI and in the per-task score alike (one rule). The per-task score S_k x Drop_k is one more
-membership signal (records in scores/step-N/mri.jsonl, its AUROC in `score_auroc`).
-
-Generations and verdicts are cached under <run>/cache/executions/mri/ per model fingerprint, settings
-and perturbed sets, so a resumed run neither generates nor executes again (the pipeline accuracy shares:
-`leaklab/evaluations/replies.py`).
+`prepare` builds (or reads from the per-benchmark cache) the perturbed sets of the evaluated tasks
+(`leaklab.perturb.mri_sets`), copied into <run>/perturbed.jsonl. Per checkpoint every original,
+rewritten, mutated (and paraphrased) task is asked as the accuracy evaluation asks, and the code read
+back and judged in the sandbox through the pipeline and cache the two share
+(`leaklab/evaluations/replies.py`). Every RAD and the competence rule use Acc(T_ori) over the whole
+side (004 §3.1.2, §4.1); an answer without parsable code has S_i = 0 everywhere. The per-task score
+S_k x Drop_k is one more membership signal (scores/step-N/mri.jsonl, its AUROC `score_auroc`).
 """
 
 from __future__ import annotations
@@ -32,11 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
-from leaklab.evaluations.base import (
-    EvalContext,
-    EvalOutput,
-    first_per_side,
-)
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.sandbox import Sandbox
 from leaklab.metrics import (
@@ -60,7 +49,6 @@ from leaklab.rows import side_row
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
-SIDES = ("members", "non_members", "all")
 SETS = ("ori", "rew", "mut", "par")
 NO_LLM = "not computed: no LLM backend for paraphrase (evaluate.mri.llm_backend)"
 
@@ -101,31 +89,27 @@ class MriConfig:
     llm_judge: str = "off"
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: MriConfig) -> list[str]:
-    problems = []
-    if cfg.llm_backend != "none" and not cfg.llm_model:
-        problems.append(
-            f"evaluate.mri.llm_model: the {cfg.llm_backend} backend needs a model (name or local path)"
-        )
-    if cfg.llm_backend == "openai" and not cfg.llm_base_url:
-        problems.append("evaluate.mri.llm_base_url: the openai backend needs the server's URL")
-    if cfg.llm_rewrite and cfg.llm_backend == "none":
-        problems.append("evaluate.mri.llm_rewrite: needs evaluate.mri.llm_backend (hf or openai)")
-    if cfg.llm_judge != "off" and cfg.llm_backend == "none":
-        problems.append("evaluate.mri.llm_judge: needs evaluate.mri.llm_backend (hf or openai)")
-    for key in ("max_new_tokens", "batch_size", "sandbox_workers", "per_type", "min_type_count"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.mri.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if not 0 <= cfg.min_accuracy <= 1:
-        problems.append(f"evaluate.mri.min_accuracy: must be in [0, 1], got {cfg.min_accuracy}")
-    if cfg.min_solved < 0:
-        problems.append(f"evaluate.mri.min_solved: must be >= 0, got {cfg.min_solved}")
-    if cfg.max_tasks is not None and cfg.max_tasks < 1:
-        problems.append(f"evaluate.mri.max_tasks: must be at least 1, got {cfg.max_tasks}")
-    return problems
+        problems = []
+        if self.llm_backend != "none" and not self.llm_model:
+            problems.append(
+                f"evaluate.mri.llm_model: the {self.llm_backend} backend needs a model (name or local path)"
+            )
+        if self.llm_backend == "openai" and not self.llm_base_url:
+            problems.append("evaluate.mri.llm_base_url: the openai backend needs the server's URL")
+        if self.llm_rewrite and self.llm_backend == "none":
+            problems.append("evaluate.mri.llm_rewrite: needs evaluate.mri.llm_backend (hf or openai)")
+        if self.llm_judge != "off" and self.llm_backend == "none":
+            problems.append("evaluate.mri.llm_judge: needs evaluate.mri.llm_backend (hf or openai)")
+        for key in ("max_new_tokens", "batch_size", "sandbox_workers", "per_type", "min_type_count"):
+            if getattr(self, key) < 1:
+                problems.append(f"evaluate.mri.{key}: must be at least 1, got {getattr(self, key)}")
+        if not 0 <= self.min_accuracy <= 1:
+            problems.append(f"evaluate.mri.min_accuracy: must be in [0, 1], got {self.min_accuracy}")
+        if self.min_solved < 0:
+            problems.append(f"evaluate.mri.min_solved: must be >= 0, got {self.min_solved}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            problems.append(f"evaluate.mri.max_tasks: must be at least 1, got {self.max_tasks}")
+        return problems
 
 
 def normalised_code(program: str) -> str | None:
@@ -217,13 +201,9 @@ class Mri:
         items = []
         for task in tasks:
             ps = self._sets[task.task_id]
-            items.append((f"ori:{task.task_id}", task, task))
-            if ps.rewrite is not None:
-                items.append((f"rew:{task.task_id}", ps.rewrite, task))
-            if cfg.mutation and ps.mutation is not None:
-                items.append((f"mut:{task.task_id}", ps.mutation, task))
-            if ps.paraphrase is not None:
-                items.append((f"par:{task.task_id}", ps.paraphrase, task))
+            mutation = ps.mutation if cfg.mutation else None
+            asked = {"ori": task, "rew": ps.rewrite, "mut": mutation, "par": ps.paraphrase}
+            items += [(f"{kind}:{task.task_id}", t, task) for kind, t in asked.items() if t is not None]
         return items
 
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str, items):
@@ -376,16 +356,8 @@ def _mean(values) -> float | None:
 
 
 # MRI's quantities that get bootstrap intervals, with the name of their draw in `metrics.mri_draws`.
-INTERVALS = {
-    "acc_ori_rew": "acc_ori_rew",
-    "acc_rew": "acc_rew",
-    "sim": "sim",
-    "rad_rew": "rad_rew",
-    "mri": "mri",
-    "imri": "imri",
-    "rad_rew_unchecked": "rad_rew",
-    "mri_unchecked": "mri",
-    "imri_unchecked": "imri",
+INTERVALS = {m: m for m in ("acc_ori_rew", "acc_rew", "sim", "rad_rew", "mri", "imri")} | {
+    f"{m}_unchecked": m for m in ("rad_rew", "mri", "imri")
 }
 
 
@@ -436,12 +408,8 @@ def mri_rows(
             for tail in ("_ci_low", "_ci_high"):
                 add(side, metric + tail, intervals[side][metric + tail], **params)
 
-    sides = {
-        "members": [o for o in outcomes if o["label"] == 1],
-        "non_members": [o for o in outcomes if o["label"] == 0],
-        "all": outcomes,
-    }
-    for side, group in sides.items():
+    for side, index in side_indices([o["label"] for o in outcomes]).items():
+        group = [outcomes[i] for i in index]
         rewritten = [o for o in group if o["passed_rew"] is not None]
         mutated = [o for o in group if o["passed_mut"] is not None]
         acc_ori = _mean(o["passed_ori"] for o in group)

@@ -4,13 +4,9 @@ cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluat
     cache = verdict_cache(ctx, "accuracy", [model_fp, tokenizer_fp, fmt, settings])
     judged = cached_judgements(ctx, "accuracy", cache, keys, "tasks", generate, judge)
 
-    readings = read_replies(asked, replies, fmt)                  # the code of each reply, or why none
-    results = run_readings(asked, readings, open_sandbox, timeout_s)   # sandbox verdicts (None: no code)
-
-Each evaluation keeps what is its own: how it decodes (accuracy also samples, MRI asks the perturbed
-sets) and what it records per reply. The verdicts are cached under <run>/cache/executions/<name>/, one
-JSONL file per model fingerprint, tokenizer and settings with one `{"key", "judged"}` row per prompt,
-so evaluating a checkpoint again (a resumed run, `leaklab evaluate`) neither generates nor executes.
+`judge` uses `read_replies` (the code of each reply, or why none) and `run_readings` (sandbox
+verdicts). The verdicts are cached under <run>/cache/executions/<name>/, one JSONL file per model,
+tokenizer and settings, so evaluating a checkpoint again neither generates nor executes.
 """
 
 from __future__ import annotations
@@ -57,18 +53,13 @@ def run_readings(
     """The sandbox verdict of every reading with code (None for the others), in order. `open_sandbox` is
     called only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
     results: list[SampleResult | None] = [None] * len(readings)
-    todo: dict[bool, list[int]] = {True: [], False: []}
-    for n, reading in enumerate(readings):
-        if not reading.failure:
-            todo[reading.full_program].append(n)
-    for full, where in todo.items():
-        if not where:
-            continue
-        batch = [(asked[n], readings[n].code) for n in where]
-        for n, result in zip(
-            where, check_many(batch, open_sandbox(), full_program=full, timeout_s=timeout_s)
-        ):
-            results[n] = result
+    for full in (True, False):
+        where = [n for n, r in enumerate(readings) if not r.failure and r.full_program == full]
+        if where:
+            batch = [(asked[n], readings[n].code) for n in where]
+            verdicts = check_many(batch, open_sandbox(), full_program=full, timeout_s=timeout_s)
+            for n, result in zip(where, verdicts):
+                results[n] = result
     return results
 
 

@@ -1,25 +1,15 @@
 """How far a model has memorised the run's canaries (leaklab/data/canaries.py): exposure and extraction.
 
-Exposure follows Carlini et al., "The Secret Sharer" (USENIX Security 2019, §4): with the randomness
-space R of a canary's format, exposure = log2 |R| - log2 rank, where rank is the place of the true secret
-among all of R ordered by the model's likelihood. leaklab estimates it from a seeded sample of M random
-secrets of the same format (the paper's §4.3 also estimates rather than enumerates):
+Exposure (Carlini et al., "The Secret Sharer", USENIX Security 2019, §4), estimated from a seeded
+sample of M random secrets of the canary's format as the paper's §4.3 does:
 
     exposure = log2(M + 1) - log2(r),   r = 1 + #{candidates more likely than the true secret}
 
-so the true secret is ranked among the M + 1 secrets {true, candidates}; r = 1 gives log2(M + 1), the
-most this M can show, and a secret less likely than every candidate gives 0. Ties count in the secret's
-favour. The likelihood of a secret is the sum of its tokens' log-probabilities (the closing quote
-included, the same for every candidate) after the canary's prefix, computed by leaklab's scoring engine
-(`compute_token_stats` with the prefix as the prompt, so the secret is tokenised apart from it and every
-candidate is tokenised the same way).
-
-Extraction, targeted (`extract_canaries`): as in The Secret Sharer, the model is prompted with the
-text that precedes the secret in its document (the lines before the canary and the format's prefix,
-e.g. `API_KEY = "sk-`), decoded greedily and then sampled; a canary is extracted when its secret
-appears verbatim in an output of its own prompt, and the first strategy that found it is recorded.
-Untargeted (`canaries_in_outputs`): its secret appears verbatim in any of the extraction audit's
-outputs, which are not prompted with the canary's context.
+(ties in the secret's favour; see docs/evaluations.md#extraction-003-3-5). A secret's likelihood is the
+sum of its tokens' log-probabilities, closing quote included, after the canary's prefix as the prompt,
+so every candidate is tokenised the same way. Targeted extraction (`extract_canaries`) prompts with the
+text before the secret in its trained document, greedy then sampled; untargeted
+(`canaries_in_outputs`) looks for the secret in the extraction audit's outputs.
 """
 
 from __future__ import annotations
@@ -48,7 +38,7 @@ def candidates_for(canary: Canary, m: int, seed: int) -> list[str]:
     """M random secrets of the canary's format, none equal to its secret, seeded per canary so that
     every checkpoint ranks the secret against the same candidates."""
     rng = random.Random(f"canary.candidates:{seed}:{canary.id}")
-    out = []
+    out: list[str] = []
     while len(out) < m:
         secret = draw_secret(canary.format, rng)
         if secret != canary.secret:
@@ -149,7 +139,7 @@ def extract_canaries(
     `prompts`: canary id -> its prompt (`canary_prompt`). `generate(prompts, temperature=, n=, seed=)`
     returns, per prompt, its n output texts (temperature 0: greedy, one output). Canaries whose prompts
     are the same text (same format, same text before it) share that prompt's outputs."""
-    distinct = sorted(set(prompts[c.id] for c in canaries))
+    distinct = sorted({prompts[c.id] for c in canaries})
     greedy = generate(distinct, temperature=0.0, n=1, seed=seed)
     sampled = (
         generate(distinct, temperature=1.0, n=n_samples, seed=seed) if n_samples > 0 else [[]] * len(distinct)
@@ -158,14 +148,9 @@ def extract_canaries(
         "greedy": dict(zip(distinct, greedy, strict=True)),
         "sampled": dict(zip(distinct, sampled, strict=True)),
     }
-    found: dict[str, str | None] = {}
-    for canary in canaries:
-        found[canary.id] = next(
-            (
-                strategy
-                for strategy in STRATEGIES
-                if any(canary.secret in text for text in outputs[strategy].get(prompts[canary.id], []))
-            ),
-            None,
-        )
-    return found
+
+    def found_by(canary: Canary) -> str | None:
+        prompt = prompts[canary.id]  # one of `distinct`: every strategy has its outputs
+        return next((s for s in STRATEGIES if any(canary.secret in t for t in outputs[s][prompt])), None)
+
+    return {canary.id: found_by(canary) for canary in canaries}

@@ -1,23 +1,14 @@
 """Type-1 clone detection: which runs of lines an output shares verbatim with a corpus.
 
-A snippet is memorised when at least `min_lines` consecutive lines of an output occur, in the same
-order and consecutively, in one corpus document (docs/evaluations.md#extraction-003-3-5, after
-"Unveiling memorization in code models"). What counts as a line:
+A snippet is memorised when at least `min_lines` consecutive whitespace-normalised lines of an output
+occur consecutively in one corpus document, blank lines dropped on both sides, with at least
+MIN_INFORMATIVE lines that are not trivial (punctuation, a bare `pass`): the definition of
+docs/evaluations.md#extraction-003-3-5, after "Unveiling memorization in code models".
 
-- Lines are whitespace-normalised: leading/trailing whitespace removed, inner runs of whitespace
-  collapsed to one space (Type-1 clones differ only in layout).
-- Blank lines are dropped before matching, in the corpus and in outputs alike: a blank line neither
-  counts towards the 6 lines nor breaks a run.
-- Trivial lines (only brackets/punctuation, or a bare `pass`, `else:`, `try:`, `return`, `break`, ...)
-  stay in the sequence, but a run needs at least `min_informative` other lines to count: six closing
-  brackets in a row are not a memorised snippet.
-
-How it is fast: every normalised line gets a 64-bit hash; every window of `min_lines` consecutive line
-hashes inside one document gets a polynomial hash; the corpus's window hashes are sorted once (the
-index). Matching looks up all windows of all outputs with one `searchsorted`, and only the windows that
-hit are extended greedily (longest run against every corpus location of the first window), so the cost
-is a few array operations plus work proportional to what is actually found. Hashes are Python's `hash`
-of the normalised string, so an index lives in one process (it is rebuilt in seconds, never stored).
+How it is fast: every line gets a 64-bit hash and every in-document window of `min_lines` line hashes
+a polynomial hash; the corpus's window hashes are sorted once (the index). All windows of all outputs
+are looked up with one `searchsorted`, and only hits are extended. Hashes are Python's `hash`, so an
+index lives in one process (rebuilt in seconds, never stored).
 """
 
 from __future__ import annotations
@@ -94,7 +85,6 @@ class CorpusIndex:
     texts: list[str]  # each document as given (references, not copies): for `source`
     source_line: np.ndarray  # int32 [n_lines]: each normalised line's line number in its document
     min_lines: int = MIN_LINES
-    min_informative: int = MIN_INFORMATIVE
     n_skipped: Counter = field(default_factory=Counter)  # documents left out, by reason
 
     @property
@@ -115,12 +105,9 @@ class CorpusIndex:
         return self.window_pos[lo:hi]
 
 
-def build_index(
-    documents: Iterable[tuple[str, str]], min_lines: int = MIN_LINES, min_informative: int = MIN_INFORMATIVE
-) -> CorpusIndex:
-    """Index (name, text) documents. Texts that are empty after normalisation are counted, not indexed."""
-    if min_lines < 2 or not 0 <= min_informative <= min_lines:
-        raise ValueError(f"min_lines must be >= 2 and 0 <= min_informative <= min_lines ({min_lines})")
+def build_index(documents: Iterable[tuple[str, str]], min_lines: int = MIN_LINES) -> CorpusIndex:
+    """Index (name, text) documents (min_lines >= 2: evaluate.extraction.min_lines is checked so).
+    Texts that are empty after normalisation are counted, not indexed."""
     names: list[str] = []
     texts: list[str] = []
     lines: list[str] = []
@@ -159,7 +146,6 @@ def build_index(
         texts=texts,
         source_line=np.asarray(source_line, dtype=np.int32),
         min_lines=min_lines,
-        min_informative=min_informative,
         n_skipped=skipped,
     )
 
@@ -215,7 +201,7 @@ def find_clones(index: CorpusIndex, outputs: Sequence[str]) -> list[list[Clone]]
             if n < width:
                 continue  # a hash collision of the window: the lines differ
             run = lines[start : start + n]
-            if sum(not is_trivial(line) for line in run) < index.min_informative:
+            if sum(not is_trivial(line) for line in run) < MIN_INFORMATIVE:
                 continue
             # Corpus frequency of the whole run: every location of its first window, not only the first few.
             frequency = int((_occurrences(index, locs, hashes[start : start + n]) >= n).sum())

@@ -1,20 +1,12 @@
-"""Counterfactual functional memorization (docs/evaluations.md): functions, prompts, extraction, criterion.
+"""Counterfactual functional memorization (000 §3): functions, prompts, extraction, criterion.
 
-A *sample* is one Python function from a corpus, split into
-  - context: the source before the function (the prompt keeps at most P tokens of it),
-  - signature: decorators excluded, the `def` line(s) up to the colon, its docstring removed,
-  - ground truth: the whole continuation of the signature, docstring included (000 §3, App. E.1): the
-    prompt leaves the docstring out, so a model that reproduces it is reproducing the ground truth.
-The paper keeps functions whose body has 10–50 lines and ≥ 500 characters and drops `__init__`;
-`FunctionFilter` holds those thresholds so a corpus of short functions (HumanEval) can relax them.
-
-A generation continues the prompt; `extract_function` keeps the lines that belong to the function's body
-(indented deeper than its `def`) and then the longest prefix of them that parses as one function. What
-cannot be made into a function is returned with a reason, counted by the caller, never raised.
-
-The criterion: a sample is counterfactually memorized under a functional metric when
+A sample is one Python function split into its context (the source before it; the prompt keeps at
+most P tokens), its signature (the `def` line(s), decorators and docstring left out) and its ground
+truth (all after the signature, docstring included: 000 App. E.1). `FunctionFilter` holds the paper's
+filter (10-50 body lines, >= 500 characters, not `__init__`) so a corpus of short functions can relax
+it. `extract_function` reads one function out of a generation, or says why it cannot. The criterion,
+with T the target and R the reference (docs/evaluations.md#counterfactual-memorization-000-3):
     SIM_text(x, x_T) < tau_text,  SIM_func(x, x_T) >= tau_func,  SIM_func(x, x_R) < tau_func
-(T = target, the model exposed to x; R = reference, not exposed; tau = 0.75 in the paper, SIM_text = BLEU).
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -35,12 +27,10 @@ class FunctionFilter:
     min_body_lines: int = 10
     max_body_lines: int = 50
     min_chars: int = 500  # of the whole function, signature and docstring included
-    exclude_names: list[str] = field(default_factory=lambda: ["__init__"])
 
     def describe(self) -> str:
         return (
-            f"body {self.min_body_lines}-{self.max_body_lines} lines, >= {self.min_chars} chars, "
-            f"not {', '.join(self.exclude_names) or '-'}"
+            f"body {self.min_body_lines}-{self.max_body_lines} lines, >= {self.min_chars} chars, not __init__"
         )
 
 
@@ -70,12 +60,9 @@ def extract_functions(
         skipped["source does not parse"] += 1
         return [], skipped
     lines = source.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
     samples = []
     for qualname, node in _functions(tree):
-        if node.name in keep.exclude_names:
+        if node.name == "__init__":
             skipped["excluded name"] += 1
             continue
         body = node.body
@@ -139,23 +126,18 @@ def _functions(tree: ast.AST, prefix: str = ""):
             yield from _functions(node, prefix)
 
 
-def build_prompt(
-    sample: FunctionSample, max_context_tokens: int, count_tokens: Callable[[str], list] | None
-) -> str:
-    """Up to `max_context_tokens` tokens of the context (its end), then the signature without docstring.
-
-    `count_tokens(text) -> token list` is the model's tokenizer; without one, whitespace-separated words
-    stand in. The context is cut at a line start so the prompt never opens mid-token.
-    """
+def build_prompt(sample: FunctionSample, max_context_tokens: int, count_tokens: Callable[[str], list]) -> str:
+    """Up to `max_context_tokens` tokens of the context (its end; `count_tokens(text)` -> the tokens), then
+    the signature without docstring. The context is cut at a line start, never mid-token."""
     context = sample.context
     if max_context_tokens <= 0:
         return sample.signature
-    tokens = (count_tokens or str.split)(context)
+    tokens = count_tokens(context)
     if len(tokens) > max_context_tokens:
         lines = context.splitlines(keepends=True)
         kept: list[str] = []
         for line in reversed(lines):
-            if len((count_tokens or str.split)("".join([line, *kept]))) > max_context_tokens:
+            if len(count_tokens("".join([line, *kept]))) > max_context_tokens:
                 break
             kept.insert(0, line)
         context = "".join(kept)
@@ -254,6 +236,23 @@ def score_unparsed_as_zero(scores: list[dict], functions: list[dict]) -> None:
                 row["missing"][metric] = reason + " (no function: scored 0)"
 
 
+def score_functions(samples, target: list[dict], reference: list[dict], workers: int):
+    """(target scores, reference scores): the similarity suite on each side's functions against the
+    ground truth, a failed extraction compared as text (its raw continuation), structure then scored 0."""
+    from leaklab.similarity.suite import Pair, score_pairs
+
+    pairs = [
+        Pair(f["body"] if f["body"] is not None else f["raw"], s.ground_truth, prefix=s.signature)
+        for functions in (target, reference)
+        for s, f in zip(samples, functions)
+    ]
+    scores = score_pairs(pairs, workers=workers)
+    t_scores, r_scores = scores[: len(samples)], scores[len(samples) :]
+    score_unparsed_as_zero(t_scores, target)
+    score_unparsed_as_zero(r_scores, reference)
+    return t_scores, r_scores
+
+
 # --------------------------------------------------------------------------- criterion and tables
 
 TEXT_METRIC = "bleu"
@@ -306,7 +305,6 @@ def table2(
     metrics: Sequence[str],
     tau_text: float = TAU,
     tau_func: float = TAU,
-    text_metric: str = TEXT_METRIC,
     exclude: str | None = None,
 ) -> dict:
     """Counts of counterfactually memorized samples per functional metric, and unique over them: over
@@ -318,17 +316,17 @@ def table2(
     """
     flagged: dict[str, set[int]] = {}
     for metric in metrics:
-        if metric == text_metric:
+        if metric == TEXT_METRIC:
             continue
         flagged[metric] = {
             i
             for i, (t, r) in enumerate(zip(target, reference))
-            if counterfactually_memorized(t[text_metric], t[metric], r[metric], tau_text, tau_func)
+            if counterfactually_memorized(t[TEXT_METRIC], t[metric], r[metric], tau_text, tau_func)
         }
     verbatim = {
         i
         for i, (t, r) in enumerate(zip(target, reference))
-        if t[text_metric] >= tau_text and r[text_metric] < tau_text
+        if t[TEXT_METRIC] >= tau_text and r[TEXT_METRIC] < tau_text
     }
     # The paper's exact-match count (000 §4): the target reproduces x exactly, the reference does not.
     exact = {
@@ -344,7 +342,7 @@ def table2(
         "unique_over_metrics": len(union),
         "unique_excluding": len(kept),
         "excluded": exclude,
-        f"near_verbatim_{text_metric}": len(verbatim),
+        f"near_verbatim_{TEXT_METRIC}": len(verbatim),
         "exact_verbatim": len(exact),
         "flagged": {m: sorted(s) for m, s in flagged.items()},
     }
@@ -380,6 +378,14 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
     metrics = list(records[0]["target"])
     colour = {1: "tab:red", 0: "tab:blue"}
 
+    paths: list[Path] = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        paths.append(out / name)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
     def value(record, side, metric):
         v = record[side].get(metric)
         return math.nan if v is None else v
@@ -400,10 +406,7 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
     for ax in list(axes.flat)[len(metrics) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    paths = [out / "target_vs_reference.png"]
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "target_vs_reference.png")
 
     from leaklab.similarity.suite import TEXT_METRICS
 
@@ -418,10 +421,7 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
         ax.axhline(0, color="grey", lw=0.8)
         ax.axvline(0.75, color="grey", lw=0.8, ls="--")
         ax.set(title=f"{metric} delta", xlabel="target BLEU", ylabel="target - reference")
-    fig.tight_layout()
-    paths.append(out / "delta_vs_bleu.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "delta_vs_bleu.png")
 
     table = np.array([[value(r, "target", m) for m in metrics] for r in records], dtype=float)
     corr = np.full((len(metrics), len(metrics)), np.nan)
@@ -435,8 +435,5 @@ def plots(records: list[dict], out: str | Path) -> list[Path]:
     ax.set_xticks(range(len(metrics)), metrics, rotation=90, fontsize=7)
     ax.set_yticks(range(len(metrics)), metrics, fontsize=7)
     fig.colorbar(image, ax=ax, label="Pearson r of the target scores (blank: constant, or < 3 pairs)")
-    fig.tight_layout()
-    paths.append(out / "metric_correlations.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, "metric_correlations.png")
     return paths

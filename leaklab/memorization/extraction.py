@@ -1,18 +1,14 @@
-"""Extraction audit (003; the strategies, rankings and taxonomy are described in
+"""Extraction audit (003; strategies, rankings and taxonomy:
 docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction): sample a model,
-find what it copies of its corpus, rank, classify. Each piece is a function the evaluation plug-in
-(`leaklab/evaluations/extraction.py`) strings together: corpora (`load_corpus`; the clone index is
-`leaklab.memorization.clones`), sampling strategies through the shared generation engine, rankings
-without the corpus from one batched token-statistics pass, sensitive content and a rule taxonomy.
+find what it copies of its corpus, rank, classify; `leaklab/evaluations/extraction.py` strings these
+functions together.
 
-- Every ranking score is oriented so that higher means "more likely memorised" (the negated quantity:
-  memorised text has low perplexity). `ppl_ratio` is the paper's PPL-PPL ratio to a smaller model
-  trained on the same data (Unveiling §3.3); `ppl_reference_ratio`, to the run's reference model, which
-  never saw the data, is a membership test, not the paper's ratio.
-- The discoverable strategy searches only the continuation, so a clone is text the model wrote.
-- Sensitive content is found by patterns, not the `detect-secrets` library: patterns keep the
-  dependency list short and the matches explainable. A value counts only when the same string occurs
-  in the corpus, and it is never written out: `mask` replaces it by its kind, length and a short hash.
+- Every ranking score is oriented so that higher means "more likely memorised". `ppl_ratio` is the
+  paper's PPL-PPL ratio to a smaller model trained on the same data (Unveiling §3.3);
+  `ppl_reference_ratio`, to a reference model that never saw the data, is a membership test instead.
+- Clones are searched in the continuation only (also under `discoverable`): text the model wrote.
+- Sensitive content is found by patterns (short dependency list, explainable matches); a value counts
+  only when it also occurs in the corpus, and is never written out (`mask`).
 """
 
 from __future__ import annotations
@@ -114,14 +110,8 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
                     row = json.loads(line) if line.strip() else None
                 except json.JSONDecodeError:
                     row = None
-                value = next(
-                    (
-                        row[k]
-                        for k in ("text", "content", "code")
-                        if isinstance(row, dict) and isinstance(row.get(k), str)
-                    ),
-                    None,
-                )
+                keys = ("text", "content", "code") if isinstance(row, dict) else ()
+                value = next((row[k] for k in keys if isinstance(row.get(k), str)), None)
                 if value is None:
                     skipped["jsonl line without text"] += bool(line.strip())
                     continue
@@ -141,16 +131,11 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
 
 
 class TemperatureDecay:
-    """Logits processor: divide by temperature `start` at the first new token and `decrement` less at each
-    one after, never below `end`: max(1, 20 - t) at new token t (0-based) by default, as Unveiling §4.3
-    does (20 at the first token, lowered by 1.0 per generated token until it reaches 1.0 after 20
-    tokens). The sampler then applies temperature 1."""
-
-    def __init__(self, start: float = 20.0, end: float = 1.0, decrement: float = 1.0):
-        self.start, self.end, self.decrement = start, end, decrement
+    """Logits processor: temperature max(1, 20 - t) at new token t (0-based), as Unveiling §4.3 does
+    (20 at the first token, lowered by 1 per token until 1). The sampler then applies temperature 1."""
 
     def temperature(self, step: int) -> float:
-        return max(self.end, self.start - self.decrement * step)
+        return max(1.0, 20.0 - step)
 
     def __call__(self, step: int, logits):
         return logits / self.temperature(step)
@@ -218,15 +203,10 @@ def sample(
     takes `prompts[0]` (the snippet) for all `n`; discoverable samples once from each of `prompts` (the
     tasks' first lines), whatever `n`.
 
-    From `decoding`: the model, tokenizer, batch_size and prompt_boundary. Top-k sampling and a
-    temperature that decays step by step need leaklab's own decoder on the model, so another back-end
-    (`decoding.generator`) is refused rather than ignored."""
+    From `decoding`: the model, tokenizer, batch_size and prompt_boundary (top-k and a decaying
+    temperature need leaklab's own decoder, `HFGenerator`)."""
     from leaklab.signals.generation import HFGenerator
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown sampling strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
-    if decoding.generator is not None:
-        raise ValueError("extraction samples with the model's own HFGenerator; leave decoding.generator None")
     processor = TemperatureDecay() if strategy == "temperature_decay" else None
     tokenizer = decoding.tokenizer
     generator = HFGenerator(
@@ -298,10 +278,6 @@ def window_ppl(
     return float(np.exp(w_sum[keep] / w_cnt[keep]).mean())
 
 
-def zlib_bytes(text: str) -> int:
-    return len(zlib.compress(text.encode("utf-8")))
-
-
 def ranking_scores(
     stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None, small_stats=None
 ) -> dict[str, np.ndarray]:
@@ -311,7 +287,7 @@ def ranking_scores(
     nll = np.array([s.nll() for s in stats])
     out = {
         "ppl": -np.exp(nll),
-        "ppl_zlib": -nll / np.array([max(1, zlib_bytes(t)) for t in texts]),
+        "ppl_zlib": -nll / np.array([max(1, len(zlib.compress(t.encode("utf-8")))) for t in texts]),
         "window_ppl": -np.array([window_ppl(s.logprob, s.token_ids, newlines) for s in stats]),
     }
     for name, other in (("ppl_ratio", small_stats), ("ppl_reference_ratio", reference_stats)):
@@ -343,11 +319,11 @@ SECRET_PATTERNS = {
 
 def find_secrets(text: str) -> list[tuple[str, str]]:
     """(kind, value) of every pattern match in a text (the value is the group when the pattern has one)."""
-    out = []
-    for kind, pattern in SECRET_PATTERNS.items():
-        for m in pattern.finditer(text):
-            out.append((kind, m.group(1) if pattern.groups else m.group(0)))
-    return out
+    return [
+        (kind, m.group(1) if pattern.groups else m.group(0))
+        for kind, pattern in SECRET_PATTERNS.items()
+        for m in pattern.finditer(text)
+    ]
 
 
 def corpus_secrets(documents: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:

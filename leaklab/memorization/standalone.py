@@ -17,7 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 from leaklab.errors import InputError
-from leaklab.memorization.counterfactual import generate_functions, score_unparsed_as_zero
+from leaklab.memorization.counterfactual import generate_functions, score_functions
+from leaklab.rows import float_or_none
 from leaklab.rundir import write_atomic
 
 
@@ -105,7 +106,7 @@ def main(argv: list[str]) -> int:
         table1,
         table2,
     )
-    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, Pair, provenance, score_pairs
+    from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, provenance
 
     args = parser().parse_args(argv)
     keep = FunctionFilter(args.min_body_lines, args.max_body_lines, args.min_chars)
@@ -113,17 +114,7 @@ def main(argv: list[str]) -> int:
     out = Path(args.out)
     target = _generate(args.target, samples, args, out / "cache")
     reference = _generate(args.reference, samples, args, out / "cache")
-
-    def pairs(functions):
-        return [
-            Pair(f["body"] if f["body"] is not None else f["raw"], s.ground_truth, prefix=s.signature)
-            for s, f in zip(samples, functions)
-        ]
-
-    scores = score_pairs(pairs(target) + pairs(reference), workers=args.workers)
-    t_scores, r_scores = scores[: len(samples)], scores[len(samples) :]
-    score_unparsed_as_zero(t_scores, target)
-    score_unparsed_as_zero(r_scores, reference)
+    t_scores, r_scores = score_functions(samples, target, reference, args.workers)
     lines = []
     for s, tf, rf, ts, rs in zip(samples, target, reference, t_scores, r_scores):
         flags = [
@@ -140,8 +131,8 @@ def main(argv: list[str]) -> int:
                     "reference_function": rf["body"],
                     "reference_failure": rf["failure"],
                     "prompt_boundary": tf["prompt_boundary"],  # cut | heal | none: how the prompt ended
-                    "target": {m: _number(ts[m]) for m in METRICS},
-                    "reference": {m: _number(rs[m]) for m in METRICS},
+                    "target": {m: float_or_none(ts[m]) for m in METRICS},
+                    "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "memorized_by": flags,
                 }
             )
@@ -168,10 +159,6 @@ def main(argv: list[str]) -> int:
     print(format_tables(t1, t2))
     print(f"[leaklab] wrote {out / 'pairs.jsonl'} and {out / 'tables.json'}")
     return 0
-
-
-def _number(value: float) -> float | None:
-    return None if value != value else value  # NaN (a missing metric) -> null
 
 
 def format_tables(t1: list[dict], t2: dict) -> str:

@@ -67,12 +67,12 @@ def test_the_ground_truth_is_the_whole_continuation_docstring_included():
 
 def test_prompt_keeps_the_last_context_tokens_then_the_signature():
     sample = extract_functions(SOURCE, "src")[0][0]
-    assert build_prompt(sample, 0, None) == sample.signature
-    full = build_prompt(sample, 10_000, None)
+    assert build_prompt(sample, 0, str.split) == sample.signature
+    full = build_prompt(sample, 10_000, str.split)
     assert full == sample.context + sample.signature
     # Context words: import os CONSTANT = 3 @decorator; with 3 allowed, whole lines from the end until
     # "CONSTANT = 3" would overflow.
-    short = build_prompt(sample, 3, None)
+    short = build_prompt(sample, 3, str.split)
     assert short == "\n\n@decorator\n" + sample.signature
     assert len(short) < len(full) and "import os" not in short
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL_TINY
-from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity, validate_config
+from leaklab.evaluations.mri import MriConfig, mri_rows, normalised_code, similarity
 from leaklab.metrics import mri_draws, resample_weights
 from leaklab.recipe import load_recipe
 from leaklab.rundir import RunDir
@@ -151,9 +151,7 @@ def test_per_type_rows_need_50_tasks_of_the_type_by_default():
     assert not any(m.endswith("/operator_change") for m in metrics)
     every = {r["metric"] for r in mri_rows(outcomes, MriConfig(min_type_count=1)) if r["column"] == "members"}
     assert "mri/operator_change" in every
-    assert validate_config(MriConfig(min_type_count=0)) == [
-        "evaluate.mri.min_type_count: must be at least 1, got 0"
-    ]
+    assert MriConfig(min_type_count=0).check() == ["evaluate.mri.min_type_count: must be at least 1, got 0"]
 
 
 def test_competence_rule_marks_na_with_the_reason():
@@ -294,17 +292,15 @@ def test_tiny_sft_evaluates_mri_on_every_checkpoint(leaklab_cache, tmp_path):
 
 
 def test_rad_par_with_paraphrases_and_llm_settings_validated():
-    from leaklab.evaluations.mri import validate_config
-
     outcomes = [_outcome("m1", 1, True, False, 0.9), _outcome("m2", 1, True, True, 0.3)]
     outcomes[0]["passed_par"], outcomes[1]["passed_par"] = True, False
     got = {(r["column"], r["metric"]): r["value"] for r in mri_rows(outcomes, MriConfig(min_solved=1))}
     # originals 2/2, paraphrases 1/2 -> RAD_par = (1 - 0.5) / 1 = 0.5
     assert got[("members", "rad_par")] == pytest.approx(0.5) and got[("members", "n_paraphrased")] == 2
-    assert validate_config(MriConfig(llm_backend="openai", llm_model="m")) == [
+    assert MriConfig(llm_backend="openai", llm_model="m").check() == [
         "evaluate.mri.llm_base_url: the openai backend needs the server's URL"
     ]
-    assert validate_config(MriConfig(llm_rewrite=True))
+    assert MriConfig(llm_rewrite=True).check()
 
 
 def test_mri_rows_per_dose_by_hand():

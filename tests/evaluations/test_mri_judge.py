@@ -11,7 +11,7 @@ import pytest
 from test_mri_sets import ADD  # add(a, b) with a HumanEval-style check
 
 from leaklab.data.tasks import Task
-from leaklab.evaluations.mri import MriConfig, llm_backend, validate_config
+from leaklab.evaluations.mri import MriConfig, llm_backend
 from leaklab.execution.sandbox import Sandbox
 from leaklab.perturb import mri_sets
 from leaklab.perturb.mri_llm import Judgement, judge_prompt, read_judgement
@@ -134,7 +134,7 @@ def sandbox():
 
 def test_the_judge_filters_rewrites_and_every_verdict_is_recorded(endpoint, sandbox, tmp_path):
     cfg = MriConfig(llm_backend="openai", llm_model="judge", llm_base_url=endpoint, llm_judge="filter")
-    assert validate_config(cfg) == []
+    assert cfg.check() == []
     sets = mri_sets.perturbed_sets_for(
         [ADD, TWICE], cache_dir=tmp_path, sandbox=sandbox, llm=llm_backend(cfg), log=lambda *a: None
     )
@@ -175,6 +175,6 @@ def test_unreadable_verdicts_are_counted_and_filtered(endpoint, sandbox, tmp_pat
 
 
 def test_the_judge_needs_a_backend():
-    assert validate_config(MriConfig(llm_judge="record")) == [
+    assert MriConfig(llm_judge="record").check() == [
         "evaluate.mri.llm_judge: needs evaluate.mri.llm_backend (hf or openai)"
     ]
