@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from leaklab.data.tasks import Task
+from leaklab.errors import InputError
 from leaklab.execution.extract import STOP_SEQUENCES, candidate
 
 CHAT_INSTRUCTION = "Complete the following Python function.\n\n```python\n{prompt}```"
@@ -40,7 +41,7 @@ _SPLIT = "\x00leaklab-prefill-end\x00"  # marks where the prefilled assistant tu
 COMPLETION_STOP = STOP_SEQUENCES
 
 
-class ChatFormatError(ValueError):
+class ChatFormatError(InputError):
     """Chat format asked of a tokenizer that has no chat template."""
 
 

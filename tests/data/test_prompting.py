@@ -55,6 +55,16 @@ def test_format_follows_the_chat_template_and_refuses_chat_without_one():
         resolve_format(FakeTokenizer(), "chat", key="train.sft.format")
 
 
+def test_chat_without_a_template_is_one_line_and_exit_2(capsys):
+    # The sft stage and the evaluations call resolve_format after the model loads: the refusal must reach
+    # the user as bad input (one line, exit 2), not as a traceback.
+    from leaklab.errors import guarded
+
+    assert guarded(lambda: resolve_format(FakeTokenizer(), "chat", key="train.sft.format")) == 2
+    said = capsys.readouterr().err.strip().splitlines()
+    assert len(said) == 1 and "set train.sft.format=completion" in said[0]
+
+
 def test_training_pairs_match_what_the_model_is_asked():
     assert training_pair(TASK, FakeTokenizer(), "completion") == (TASK.prompt, TASK.solution)
     tok = FakeTokenizer(TEMPLATE)
