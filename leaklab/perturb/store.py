@@ -31,11 +31,14 @@ from leaklab.rundir import RunDir
 # Task fields a variant may change (rename_task, replace_examples); the rest are the original's.
 CHANGED_FIELDS = ("prompt", "solution", "tests", "entry_point")
 STORE_VERSION = 1  # bump when the stored form changes
-# The modules whose source decides what variants come out (hashed into the cache file's name).
+# The modules and data whose content decides what variants come out (hashed into the cache file's name).
 VARIANT_CODE = tuple(
-    Path(__file__).with_name(f"{name}.py")
-    for name in ("identifiers", "renaming", "vocabulary", "examples", "llm", "variants")
-) + (Path(__file__).with_name("code_counts.json"), Path(__file__).with_name("prose_counts.json"))
+    Path(__file__).with_name(name)
+    for name in (
+        *("identifiers.py", "renaming.py", "vocabulary.py", "examples.py", "llm.py", "variants.py"),
+        *("code_counts.json", "prose_counts.json", "synonyms.txt"),
+    )
+)
 
 
 # --------------------------------------------------------------------------- executors (sandbox)

@@ -17,12 +17,13 @@ import pytest
 
 from leaklab.data.benchmarks import load_humaneval
 from leaklab.data.tasks import Task
+from leaklab.perturb import store
 from leaklab.perturb.examples import RunError, find_examples, format_value, mutate_value
 from leaklab.perturb.identifiers import RESERVED, NotRenamable, analyse_task, program_text
 from leaklab.perturb.llm import llm_prompt
 from leaklab.perturb.renaming import propose_renames, rename_task
 from leaklab.perturb.variants import Verification, make_variants
-from leaklab.perturb.vocabulary import SYNONYMS
+from leaklab.perturb.vocabulary import SYNONYM_GROUPS, SYNONYMS, SYNONYMS_FILE
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -301,6 +302,15 @@ def test_new_names_come_from_the_vocabulary_and_are_fresh(humaneval):
     snake = [(o, n) for o, n in styles if "_" in o.strip("_")]
     assert snake and all("_" in n for o, n in snake)
     assert "values" in SYNONYMS["nums"] and "nums" in SYNONYMS["numbers"]
+
+
+def test_synonym_groups_read_from_the_data_file_as_they_were_written():
+    # the groups were a tuple literal in vocabulary.py; their order and count decide the draws
+    assert len(SYNONYM_GROUPS) == 241 and len({w for g in SYNONYM_GROUPS for w in g}) == 708
+    assert SYNONYM_GROUPS[0][:4] == ("numbers", "nums", "values", "vals") and len(SYNONYM_GROUPS[0]) == 10
+    assert SYNONYM_GROUPS[-1] == ("N", "M", "K", "SIZE", "LIMIT")
+    assert ("w", "wd", "word", "ww") in SYNONYM_GROUPS
+    assert store.VARIANT_CODE[-1] == SYNONYMS_FILE  # editing the synonyms rebuilds the cached variants
 
 
 def test_camel_case_stays_camel_case(humaneval):
