@@ -410,11 +410,14 @@ def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
     process, so keys can cross process boundaries. Clean trees are keyed by compiled code
     (`_k_subtree_keys`); trees with ERROR or MISSING nodes, whose labels need the source, here.
     """
-    if not flat.has_error:
-        named, kind_labels, field_labels = _label_tables(flat.language)
-        keys = _k_subtree_keys(*flat.arrays, named, kind_labels, field_labels)
-        return keys.tolist()
-    return _subtree_keys_python(flat, source)
+    if flat.has_error:
+        keys = np.array(_subtree_keys_python(flat, source), dtype=np.uint64)
+    else:
+        keys = _k_subtree_keys(*flat.arrays, *_label_tables(flat.language))
+    last = flat.arrays[1]
+    with_children = last > np.arange(last.size)
+    with_children[0] = True  # the root
+    return keys[with_children].tolist()
 
 
 # A key: start from a seed (one for named nodes, one for the unnamed nodes with children that tree-sitter
@@ -433,8 +436,8 @@ def _fold(seed: int, values) -> int:
 
 
 def _subtree_keys_python(flat: _Flat, source: bytes) -> list[int]:
-    """`_subtree_keys` in Python, for any tree: tree-sitter prints a MISSING node as `MISSING type` and a
-    childless ERROR node as `UNEXPECTED c` with its first character."""
+    """Every node's key (0 for a leaf), as `_k_subtree_keys` computes it, for any tree: tree-sitter prints
+    a MISSING node as `MISSING type` and a childless ERROR node as `UNEXPECTED c` with its first character."""
     types, named, fields, kids = flat.types, flat.named, flat.fields, flat.kids
     missing = [node.is_missing for node in flat.nodes] if flat.has_error else [False] * len(types)
     keys = [0] * len(types)
@@ -456,7 +459,7 @@ def _subtree_keys_python(flat: _Flat, source: bytes) -> list[int]:
             keys[i] = _fold(_SEED_NAMED, values)
         elif children:
             keys[i] = _fold(_SEED_UNNAMED, [_label(types[i])] + [_label(types[c]) for c in children])
-    return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
+    return keys
 
 
 @lru_cache(maxsize=4)
@@ -501,18 +504,7 @@ def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  
                 h = _k_mix(h, kind_labels[kinds[c]])
                 c = last[c] + 1
             keys[i] = h
-    count = 1
-    for i in range(1, n):
-        if last[i] > i:
-            count += 1
-    out = np.empty(count, dtype=np.uint64)
-    out[0] = keys[0]
-    m = 1
-    for i in range(1, n):
-        if last[i] > i:
-            out[m] = keys[i]
-            m += 1
-    return out
+    return keys
 
 
 def _weighted_recall(candidate: list[Counter], reference: list[Counter], matched: list) -> float:
@@ -646,13 +638,8 @@ def dataflow_match(reference: Structure, candidate: Structure) -> float | None:
     """Fraction of the reference's data-flow edges matched one-to-one; None when it has none."""
     if not reference.flow:
         return None
-    available = Counter(candidate.flow)
-    matched = 0
-    for edge in reference.flow:
-        if available[edge] > 0:
-            available[edge] -= 1
-            matched += 1
-    return matched / len(reference.flow)
+    matched = Counter(reference.flow) & Counter(candidate.flow)
+    return sum(matched.values()) / len(reference.flow)
 
 
 def codebleu_parts(reference: Structure, candidate: Structure) -> dict[str, float | None]:
