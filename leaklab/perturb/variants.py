@@ -57,10 +57,6 @@ class VariantSet:
     reasons: list[str] = field(default_factory=list)  # why there are fewer than n_requested
     notes: list[str] = field(default_factory=list)  # what else happened (e.g. no examples to replace)
 
-    @property
-    def fraction_verified(self) -> float:
-        return self.n_verified / self.n_candidates if self.n_candidates else 0.0
-
 
 # --------------------------------------------------------------------------- putting it together
 
@@ -138,7 +134,6 @@ def make_variants(
     verify: Verification | None = None,
     llm: Callable[[str], str] | None = None,
     rename: bool = True,
-    max_attempts: int | None = None,
 ) -> VariantSet:
     """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed.
 
@@ -147,7 +142,7 @@ def make_variants(
     replacement (tau_t) runs when `run_solution` is given; without it only renaming is applied. `verify`
     checks each candidate (None: parsing alone). Never raises on bad input: `VariantSet.reasons` says
     why fewer than n variants came back. `rename=False` keeps every name (example replacement alone: an
-    ablation of the transformations). `max_attempts` (default 3n) bounds the candidates tried.
+    ablation of the transformations). At most 3n candidates are tried.
     """
     verify_by = verify.by if verify is not None else "none"
     result = VariantSet(
@@ -163,7 +158,7 @@ def make_variants(
         return result
     if not _can_vary(task, analysis, rename, verify_by == "tests", result):
         return result
-    attempts = max_attempts or 3 * n
+    attempts = 3 * n
     bases: list[tuple[Task, int]] = [(task, 0)] * n
     if run_solution is not None:
         bases, why = _example_tasks(task, analysis, n, seed, run_solution)

@@ -352,7 +352,6 @@ def test_verification_drops_failing_variants_and_reports_the_fraction(humaneval)
     result = make_variants(task, n=4, verify=Verification(verify))
     assert len(result.variants) == 4 and result.tests_run
     assert result.n_candidates == 7 and result.n_verified == 4
-    assert result.fraction_verified == pytest.approx(4 / 7)
     assert [v.task.task_id for v in result.variants] == [f"{task.task_id}#v{i}" for i in range(4)]
 
     def broken(candidate: Task) -> bool:
@@ -530,13 +529,13 @@ def test_llm_proposals_are_checked_and_rendered_by_leaklab(humaneval):
             + "</code>"
         )
 
-    result = make_variants(task, n=2, llm=logic_changing_llm, max_attempts=3)
+    result = make_variants(task, n=1, llm=logic_changing_llm)
     assert result.variants == [] and any("changes" in r for r in result.reasons)
 
     def builtin_renaming_llm(prompt: str) -> str:
         return "<code>\n" + re.sub(r"\babs\b", "absolute", program_text(task)[0]) + "</code>"
 
-    result = make_variants(task, n=1, llm=builtin_renaming_llm, max_attempts=2)
+    result = make_variants(task, n=1, llm=builtin_renaming_llm)
     assert result.variants == [] and any("'abs' may not be renamed" in r for r in result.reasons)
 
 
