@@ -62,9 +62,10 @@ _ASSERT = re.compile(r"^(?P<indent>[ \t]*)assert (?P<call>\w+\(.*\))\s*==\s*(?P<
 _FOR_SHOULD = re.compile(r"For (?P<args>\w+ = .+?),? the output should be (?P<out>.+?)\.?[ \t]*$", re.M)
 
 
-def _literal(text: str) -> tuple[bool, Any]:
+def literal(source: ast.AST | str) -> tuple[bool, Any]:
+    """(True, the value) of a literal's node or text; (False, None) for anything else."""
     try:
-        return True, ast.literal_eval(text.strip())
+        return True, ast.literal_eval(source.strip() if isinstance(source, str) else source)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False, None
 
@@ -79,7 +80,7 @@ def _call_example(
         return None
     if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Name) or expr.func.id != entry_point:
         return None
-    ok, _ = _literal(out_text)
+    ok, _ = literal(out_text)
     if not ok:
         return None
     nodes = list(expr.args)
@@ -91,7 +92,7 @@ def _call_example(
         return None
     values, spans, offsets = [], [], Offsets(call_text)
     for node in nodes:
-        ok, value = _literal(ast.get_source_segment(call_text, node) or "")
+        ok, value = literal(ast.get_source_segment(call_text, node) or "")
         if not ok:
             return None
         values.append(value)
@@ -477,7 +478,7 @@ def example_cost(ex: Example, prompt: str, args: tuple[Any, ...], output: Any) -
     if _failed(output) or (ex.kind == "stdio" and not (isinstance(output, str) and output.strip())):
         return None
     cost = shape_distance(shown_text(ex, prompt), shown_text(ex, prompt, args, output))
-    ok, shown_output = _literal(ex.output_text) if ex.kind == "call" else (False, None)
+    ok, shown_output = literal(ex.output_text) if ex.kind == "call" else (False, None)
     if ok and isinstance(shown_output, (bool, type(None))) and output is not shown_output:
         cost += 2.0
     return cost

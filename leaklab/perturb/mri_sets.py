@@ -208,15 +208,12 @@ def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmB
     )
 
 
-def settings_key(seed: int, per_type: int, llm: str = "") -> str:
-    code = set_store.code_digest(SET_CODE)
-    return set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
-
-
 def cache_file(
     tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None, llm: str = ""
 ) -> Path:
-    return set_store.cache_file("perturbed", tasks, settings_key(seed, per_type, llm), cache_dir)
+    code = set_store.code_digest(SET_CODE)
+    settings = set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
+    return set_store.cache_file("perturbed", tasks, settings, cache_dir)
 
 
 def perturbed_sets_for(
