@@ -139,10 +139,8 @@ def _extent(ex: Example) -> tuple[int, int]:
 
 def _stdio_examples(prompt: str) -> list[Example]:
     """APPS samples: a line `Input` (or `Sample Input`), the stdin lines, then `Output` and stdout lines."""
-    lines = prompt.split("\n")
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
+    offsets = Offsets(prompt)
+    lines, starts = offsets.lines, offsets.starts
     is_in = re.compile(r"^\s*(?:Sample |Example )?Input\s*(?:\d+\s*)?:?\s*$", re.I)
     is_out = re.compile(r"^\s*(?:Sample |Example )?Output\s*(?:\d+\s*)?:?\s*$", re.I)
 
@@ -409,13 +407,9 @@ def candidate_sets(
 
 # --------------------------------------------------------------------------- choosing among candidates
 
-# The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs and the set whose shown text
-# (inputs and outputs) is closest in shape to the original examples is kept. A single draw
-# often showed longer or stranger text than the original: floats with ten digits (0.25 -> 0.3333333333),
-# grown lists, outputs that flipped from True to False (a random input rarely satisfies a predicate the
-# author chose to show), numbers that grew; each such variant was less likely than its original under a
-# model that never saw the task. The choice reads only the text and reference counts (never a model's
-# score, which would bias the test it feeds).
+# The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs; the set whose shown text is
+# closest in shape to the original examples is kept (why: docs/perturbations.md#srdetection-variants).
+# A single draw often showed stranger text (0.25 -> 0.3333333333, grown lists, flipped True/False).
 EXAMPLE_CANDIDATES = 16
 FAMILIARITY_WEIGHT = 1.0  # per unit of log-frequency (numbers in reference code, words in its prose)
 # Per relative change of the sum of the shown numbers: a variant whose numbers grew was less likely than

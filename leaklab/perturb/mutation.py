@@ -156,9 +156,8 @@ def mutate_task(task: Task, rng: random.Random, max_tries: int = 5) -> tuple[Tas
             current = edits.get(w, task.prompt[lo:hi])
             if kind == "scramble":
                 new = _scramble(current, rng)
-                if new is None:  # a word too short to scramble: find one that is not
-                    long = [i for i in order if len(edits.get(i, task.prompt[slice(*words[i])])) >= 4]
-                    for i in long:
+                if new is None:  # a word too short to scramble (no draw made): find one that is not
+                    for i in order:
                         new = _scramble(edits.get(i, task.prompt[slice(*words[i])]), rng)
                         if new is not None:
                             w = i

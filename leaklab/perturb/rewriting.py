@@ -316,9 +316,8 @@ def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
             else:
                 new.keywords.append(ast.keyword("reverse", ast.Constant(True)))
             yield _replace(src, "logic_reversal", node, new, sentence)
-    if isinstance(node, (ast.If, ast.IfExp, ast.While)) and src.in_solution(node.test):
-        if isinstance(node, ast.While):
-            return  # a negated loop condition mostly never stops: not a meaningful rewrite
+    # not `while`: a negated loop condition mostly never stops, no meaningful rewrite
+    if isinstance(node, (ast.If, ast.IfExp)) and src.in_solution(node.test):
         test = node.test
         start, end = src.span(test)
         old = src.of(test)

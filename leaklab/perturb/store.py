@@ -196,16 +196,11 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
     )
 
 
-def settings_key(cfg) -> str:
-    """What changes the variants: the settings and the variant code itself."""
-    code = set_store.code_digest(VARIANT_CODE)
-    return set_store.settings_key(
-        [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
-    )
-
-
 def cache_file(tasks: Sequence[Task], cfg, cache_dir: str | Path | None = None) -> Path:
-    return set_store.cache_file("variants", tasks, settings_key(cfg), cache_dir)
+    """Keyed by what changes the variants: the settings and the variant code itself."""
+    code = set_store.code_digest(VARIANT_CODE)
+    settings = [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
+    return set_store.cache_file("variants", tasks, set_store.settings_key(settings), cache_dir)
 
 
 def variant_sets_for(

@@ -229,11 +229,9 @@ def candidates(
         tiers.append(swapped)
     swaps = [] if tiers or prefer == "prefix" else matched_swaps(name, rng)
     if swaps:
-        # No vocabulary word in the name (`nbrs`, `soln`, `xp`: most of a library's own names), so no
-        # synonym: prefixes were its only change, in both leans, and prefixes add easy tokens, so on code
-        # outside HumanEval the variants were likelier than their originals. A variant leaning
-        # away from prefixes now swaps one of its words for a reference word of the same case, length and
-        # frequency; swaps alone overshot the other way on sympy, so the prefix lean keeps prefixes.
+        # No vocabulary word in the name (`nbrs`, `soln`): prefixes alone made variants likelier than
+        # their originals outside HumanEval, so unless the variant leans to prefixes a word is swapped for
+        # a reference word of the same case, length and frequency (swaps alone overshot on sympy).
         return frequency_order(name, swaps, rng, context=context)
     prefixes = FUNCTION_PREFIXES if is_function else VARIABLE_PREFIXES
     core = name[len(lead) :]

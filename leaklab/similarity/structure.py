@@ -236,12 +236,10 @@ _FSTRING = re.compile(r"""(?<!\w)[rRbB]?[fF][rR]?['"]""")
 def _strip_by_scanning(source: str) -> str | None:
     """`_strip_by_tokenize`'s result for source that parses, or None where this scanner does not apply.
 
-    Where the source has no tab, form feed, carriage return or backslash continuation, tokenize's padding
-    reproduces every gap exactly, so its output is the source with the comments and the dropped strings
-    cut out. A string is dropped when it starts at column 0 or when tokenize's previous token is INDENT
-    or NEWLINE, i.e. it is the first token of its row and, outside brackets, either the row starts deeper
-    than the current block (INDENT) or the row before ended a logical line (NEWLINE: it had a token and
-    was outside brackets; after a blank or comment-only row the previous token is NL).
+    Without tabs, form feeds, carriage returns or backslash continuations, tokenize's padding reproduces
+    every gap, so the result is the source minus comments and dropped strings. A string is dropped at
+    column 0, or as its row's first token outside brackets when the row opens a deeper block (INDENT) or
+    follows a row that ended a logical line (NEWLINE; after a blank or comment-only row tokenize gives NL).
     """
     if any(ch in source for ch in "\t\r\f\v") or "\\\n" in source:
         return None
@@ -402,14 +400,10 @@ _KINDS: dict[int, tuple[str, bool]] = {}  # tree-sitter kind id -> (node type, i
 
 
 def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
-    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`).
-
-    Built bottom-up from the node's label and its printed children (named or missing ones, each with
-    its field name), as tree-sitter prints them, instead of printing every subtree (quadratic): a key
-    folds the label's hash, then each printed child's field hash and key (`_fold`), the same in every
-    process, so keys can cross process boundaries. Clean trees are keyed by compiled code
-    (`_k_subtree_keys`); trees with ERROR or MISSING nodes, whose labels need the source, here.
-    """
+    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`),
+    folded bottom-up from the label and each printed child's (field, key) instead of printing every subtree
+    (quadratic); stable across processes. Compiled for clean trees; in Python for trees with ERROR or
+    MISSING nodes, whose labels need the source."""
     if flat.has_error:
         keys = np.array(_subtree_keys_python(flat, source), dtype=np.uint64)
     else:
@@ -566,14 +560,10 @@ _TREE_SITTER_ERROR = "tree-sitter could not parse it (ERROR or MISSING node)"
 
 
 def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
-    """Parse `text` once into the structural representations `parts` need (all by default).
-
-    A snippet that does not parse (Python's parser, and tree-sitter on the raw text) carries the reason
-    in `error` and nothing else. CodeBLEU alone needs only the tree of the text without comments and
-    docstrings: when that tree has no error, the raw text is not parsed a second time. (A raw text that
-    tree-sitter rejects while it accepts the stripped one would then get CodeBLEU alone but no structure
-    with all parts; the tests find none among 200 standard-library functions.)
-    """
+    """Parse `text` once into the structural representations `parts` need (all by default); a snippet
+    that Python or tree-sitter cannot parse carries the reason in `error` and nothing else. CodeBLEU alone
+    needs only the stripped text's tree, so a clean one spares parsing the raw text (the tests find no
+    standard-library function whose raw text tree-sitter rejects while it accepts the stripped one)."""
     python_tree, error = _python_tree(text)
     if error is not None:
         return Structure(error=error)

@@ -145,13 +145,9 @@ def edit_similarity_max_len(candidate: str, reference: str) -> float:
 
 def edit_similarity_truth_len(candidate: str, reference: str) -> float:
     """The counterfactual paper's edit similarity (000, §3, after Ippolito et al. 2023):
-    1 - Levenshtein(candidate, reference) / |reference|, the ground truth's length, floored at 0.
-
-    Unlike `edit_similarity_max_len`, a generation much longer than the ground truth is not forgiven
-    by its own length: a 100-character truth against an unrelated 200-character generation scores 0,
-    not 0.5. The floor (the distance can exceed |reference|) and an empty reference (1 when the
-    candidate is empty too, else 0) are our choices; the paper's ground truths are never empty.
-    """
+    1 - Levenshtein(candidate, reference) / |reference|, floored at 0: a long generation is not forgiven
+    by its own length. The floor and an empty reference (1 when the candidate is empty too, else 0) are
+    our choices; the paper's ground truths are never empty."""
     from rapidfuzz.distance import Levenshtein
 
     if not reference:
