@@ -98,10 +98,8 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
 
     def build(run_solution, verify) -> list[VariantSet]:
         def one(task: Task) -> VariantSet:
-            # CPython before 3.11.8 / 3.12.1 (gh-106905) can fail an `ast.parse` that runs while another
-            # thread parses too, with "AST constructor recursion depth mismatch" (rare: seen once in
-            # hundreds of builds). The variants are a pure function of the task and seed, so building them
-            # again gives the same set.
+            # CPython before 3.11.8 / 3.12.1 (gh-106905) rarely fails an `ast.parse` racing another thread's
+            # ("AST constructor recursion depth mismatch"); the variants are pure, so a rebuild is the same.
             check = Verification(verify, by=verify_by) if verify is not None else None
             for attempt in range(3):
                 try:

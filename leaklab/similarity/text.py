@@ -28,11 +28,8 @@ def ngrams(seq: Sequence[Hashable], n: int) -> set[tuple]:
 
 
 def ngram_overlap(generated: Sequence[Hashable], reference: Sequence[Hashable], n: int = NGO_N) -> float:
-    """Fraction of the reference's distinct n-grams that also occur in the generation (set semantics).
-
-    Works on any sequence of hashable items: token ids for SrDetection, characters or words elsewhere.
-    See the module docstring for the short-reference and empty-reference cases.
-    """
+    """Fraction of the reference's distinct n-grams that also occur in the generation (set semantics),
+    over any hashable items (token ids for SrDetection); short and empty references: module docstring."""
     if len(reference) == 0:
         return math.nan
     n = min(n, len(reference))
