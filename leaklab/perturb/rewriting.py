@@ -205,6 +205,11 @@ class _Source:
         return (self.data[: edit.start] + edit.text.encode("utf-8") + self.data[edit.end :]).decode("utf-8")
 
 
+def _task_source(task: Task) -> _Source:
+    """The task's program; its solution starts after a code prompt."""
+    return _Source(task.program(), len(task.prompt) if task.prompt_is_code else 0)
+
+
 def _paren(node: ast.AST) -> str:
     text = ast.unparse(node)
     if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp, ast.Lambda)):
@@ -506,13 +511,11 @@ def candidate_edits(
     """Every edit each operator can make in the task's solution, per type, shuffled by `rng`.
     `first_input` / `first_output`: one test input and the original's output on it (what the data
     transformation and the added workflow stage choose by). Raises NotRewritable."""
-    program = task.program()
-    solution_start = len(task.prompt) if task.prompt_is_code else 0
+    src = _task_source(task)
     try:
-        tree = ast.parse(program)
+        tree = ast.parse(src.text)
     except (SyntaxError, ValueError) as err:
         raise NotRewritable(f"the canonical program does not parse: {err}") from err
-    src = _Source(program, solution_start)
     entry = entry_function(tree, task.entry_point)
     ctx = {
         "docstrings": _docstring_ids(tree),
@@ -540,9 +543,7 @@ def candidate_edits(
 
 def edited_task(task: Task, edit: Edit) -> tuple[str, str]:
     """(new program, new solution) of `task` after `edit`."""
-    program = task.program()
-    solution_start = len(task.prompt) if task.prompt_is_code else 0
-    new_program = _Source(program, solution_start).apply(edit)
+    new_program = _task_source(task).apply(edit)
     if task.prompt_is_code:
         if not new_program.startswith(task.prompt):
             raise NotRewritable("the edit reached into the prompt")

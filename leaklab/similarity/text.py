@@ -236,19 +236,15 @@ def minhash_signature(tokens: Sequence[str], permutations: int = MINHASH_PERMUTA
     rng = np.random.default_rng(seed)
     a = rng.integers(1, _PRIME, size=permutations, dtype=np.uint64)
     b = rng.integers(0, _PRIME, size=permutations, dtype=np.uint64)
-    x = np.array(
-        [
-            int.from_bytes(
-                hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
-            )
-            % _PRIME
-            for t in set(tokens)
-        ],
-        dtype=np.uint64,
-    )
+    x = np.array([_token_hash(t) for t in set(tokens)], dtype=np.uint64)
     if x.size == 0:
         return np.full(permutations, _PRIME, dtype=np.uint64)
     return ((a[:, None] * x[None, :] + b[:, None]) % np.uint64(_PRIME)).min(axis=1)
+
+
+def _token_hash(token: str) -> int:
+    digest = hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % _PRIME
 
 
 def minhash_similarity(sig_a, sig_b) -> float:
