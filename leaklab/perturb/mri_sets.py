@@ -25,10 +25,8 @@ from leaklab.perturb import set_store
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
 
 STORE_VERSION = 1
-SET_CODE = tuple(
-    Path(__file__).with_name(f"{name}.py")
-    for name in ("rewriting", "unittest_rewrite", "mutation", "examples", "mri_sets", "mri_llm")
-)
+SET_MODULES = ("rewriting", "unittest_rewrite", "mutation", "examples", "identifiers", "mri_sets", "mri_llm")
+SET_CODE = tuple(Path(__file__).with_name(f"{name}.py") for name in SET_MODULES)
 RUN_FILE = "perturbed.jsonl"  # <run>/perturbed.jsonl: the run's copy (its tasks only)
 RUN_SUMMARY = "perturbed_summary.json"
 NO_PARAPHRASE = "not computed: no LLM backend"  # a set's paraphrase_info; "" when the LLM made one

@@ -26,6 +26,7 @@ from leaklab.data.synthetic import rewrite as synthetic_rewrite
 from leaklab.data.tasks import Task
 from leaklab.execution.correctness import outputs_match
 from leaklab.execution.sandbox import FunctionCalls
+from leaklab.perturb.identifiers import docstring_statement
 
 LOGIC_TYPES = (
     "component_swap",
@@ -495,13 +496,7 @@ OPERATORS = {
 
 
 def _docstring_ids(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                ids.add(id(first.value))
-    return ids
+    return {id(first.value) for first in filter(None, map(docstring_statement, ast.walk(tree)))}
 
 
 def candidate_edits(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaklab.data.tasks import Task
+from leaklab.perturb import identifiers
 from leaklab.perturb.examples import (
     EXAMPLE_CANDIDATES,
     candidate_sets,
@@ -287,15 +288,9 @@ class _AlphaRename(ast.NodeTransformer):
 def _without_docstrings(tree: ast.AST) -> ast.AST:
     # Docstrings are prose and shown examples, not code: renaming and tau_t rewrite them.
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            first = node.body[0] if node.body else None
-            value = (
-                first.value.value
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                else None
-            )
-            if isinstance(value, str):
-                node.body = node.body[1:] or [ast.Pass()]
+        first = identifiers.docstring_statement(node)
+        if first is not None and isinstance(first.value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
     return tree
 
 
