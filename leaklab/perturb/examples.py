@@ -22,10 +22,8 @@ from leaklab.perturb.identifiers import Offsets
 from leaklab.perturb.renaming import apply_edits
 from leaklab.perturb.vocabulary import frequency_order, log_count, prose_counts
 
-# New example values are drawn like the originals: a few candidates of the same type and
-# magnitude, and among them the one whose reference frequency (`vocabulary.code_counts`) is closest to
-# the original's. Uniform draws made shown numbers less round than a person's (10 -> 17) and words into
-# letter soup, so variants were less likely than originals under a model that never saw the task.
+# A new example value is the one of VALUE_CANDIDATES draws (same type and magnitude) whose reference
+# frequency is closest to the original's: uniform draws read unlike a person's (10 -> 17, letter soup).
 VALUE_CANDIDATES = 10
 
 

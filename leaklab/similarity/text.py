@@ -39,10 +39,8 @@ def ngram_overlap(generated: Sequence[Hashable], reference: Sequence[Hashable], 
 
 # --------------------------------------------------------------------------- inputs
 
-# The code tokenisation used by every token-level metric here (BLEU, Jaccard, MinHash, 7-gram overlap):
-# runs of word characters (identifiers, keywords, numbers) and each other non-space character on its
-# own. `x+=1` -> ['x', '+', '=', '1']. Whitespace and indentation carry no tokens. This is finer than
-# codebleu's `str.split()`, which keeps `f(x):` as one token and so scores near-duplicates far lower.
+# Every token-level metric here tokenises code alike: `x+=1` -> ['x', '+', '=', '1'], finer than codebleu's
+# `str.split()` (which keeps `f(x):` one token, scoring near-duplicates far lower).
 _CODE_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
