@@ -22,10 +22,8 @@ from leaklab.perturb.identifiers import Offsets
 from leaklab.perturb.renaming import apply_edits
 from leaklab.perturb.vocabulary import frequency_order, log_count, prose_counts
 
-# New example values are drawn like the originals: a few candidates of the same type and
-# magnitude, and among them the one whose reference frequency (`vocabulary.code_counts`) is closest to
-# the original's. Uniform draws made shown numbers less round than a person's (10 -> 17) and words into
-# letter soup, so variants were less likely than originals under a model that never saw the task.
+# A new example value is the one of VALUE_CANDIDATES draws (same type and magnitude) whose reference
+# frequency is closest to the original's: uniform draws read unlike a person's (10 -> 17, letter soup).
 VALUE_CANDIDATES = 10
 
 
@@ -62,9 +60,10 @@ _ASSERT = re.compile(r"^(?P<indent>[ \t]*)assert (?P<call>\w+\(.*\))\s*==\s*(?P<
 _FOR_SHOULD = re.compile(r"For (?P<args>\w+ = .+?),? the output should be (?P<out>.+?)\.?[ \t]*$", re.M)
 
 
-def _literal(text: str) -> tuple[bool, Any]:
+def literal(source: ast.AST | str) -> tuple[bool, Any]:
+    """(True, the value) of a literal's node or text; (False, None) for anything else."""
     try:
-        return True, ast.literal_eval(text.strip())
+        return True, ast.literal_eval(source.strip() if isinstance(source, str) else source)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False, None
 
@@ -79,7 +78,7 @@ def _call_example(
         return None
     if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Name) or expr.func.id != entry_point:
         return None
-    ok, _ = _literal(out_text)
+    ok, _ = literal(out_text)
     if not ok:
         return None
     nodes = list(expr.args)
@@ -91,7 +90,7 @@ def _call_example(
         return None
     values, spans, offsets = [], [], Offsets(call_text)
     for node in nodes:
-        ok, value = _literal(ast.get_source_segment(call_text, node) or "")
+        ok, value = literal(ast.get_source_segment(call_text, node) or "")
         if not ok:
             return None
         values.append(value)
@@ -138,10 +137,8 @@ def _extent(ex: Example) -> tuple[int, int]:
 
 def _stdio_examples(prompt: str) -> list[Example]:
     """APPS samples: a line `Input` (or `Sample Input`), the stdin lines, then `Output` and stdout lines."""
-    lines = prompt.split("\n")
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line) + 1)
+    offsets = Offsets(prompt)
+    lines, starts = offsets.lines, offsets.starts
     is_in = re.compile(r"^\s*(?:Sample |Example )?Input\s*(?:\d+\s*)?:?\s*$", re.I)
     is_out = re.compile(r"^\s*(?:Sample |Example )?Output\s*(?:\d+\s*)?:?\s*$", re.I)
 
@@ -408,13 +405,9 @@ def candidate_sets(
 
 # --------------------------------------------------------------------------- choosing among candidates
 
-# The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs and the set whose shown text
-# (inputs and outputs) is closest in shape to the original examples is kept. A single draw
-# often showed longer or stranger text than the original: floats with ten digits (0.25 -> 0.3333333333),
-# grown lists, outputs that flipped from True to False (a random input rarely satisfies a predicate the
-# author chose to show), numbers that grew; each such variant was less likely than its original under a
-# model that never saw the task. The choice reads only the text and reference counts (never a model's
-# score, which would bias the test it feeds).
+# The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs; the set whose shown text is
+# closest in shape to the original examples is kept (why: docs/perturbations.md#srdetection-variants).
+# A single draw often showed stranger text (0.25 -> 0.3333333333, grown lists, flipped True/False).
 EXAMPLE_CANDIDATES = 16
 FAMILIARITY_WEIGHT = 1.0  # per unit of log-frequency (numbers in reference code, words in its prose)
 # Per relative change of the sum of the shown numbers: a variant whose numbers grew was less likely than
@@ -477,7 +470,7 @@ def example_cost(ex: Example, prompt: str, args: tuple[Any, ...], output: Any) -
     if _failed(output) or (ex.kind == "stdio" and not (isinstance(output, str) and output.strip())):
         return None
     cost = shape_distance(shown_text(ex, prompt), shown_text(ex, prompt, args, output))
-    ok, shown_output = _literal(ex.output_text) if ex.kind == "call" else (False, None)
+    ok, shown_output = literal(ex.output_text) if ex.kind == "call" else (False, None)
     if ok and isinstance(shown_output, (bool, type(None))) and output is not shown_output:
         cost += 2.0
     return cost

@@ -172,6 +172,16 @@ def _roles(
     return roles
 
 
+def docstring_statement(node: ast.AST) -> ast.Expr | None:
+    """The first statement of a module, function or class when it is a constant expression (a docstring
+    when the constant is a string)."""
+    if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
+        first = node.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            return first
+    return None
+
+
 def _prose_spans(tree: ast.Module, raw: list[tokenize.TokenInfo], offsets: Offsets) -> list[tuple[int, int]]:
     """Docstrings and comments: the only text outside identifiers that a rename may touch.
 
@@ -185,15 +195,7 @@ def _prose_spans(tree: ast.Module, raw: list[tokenize.TokenInfo], offsets: Offse
             spans.append((start, end))
         elif t.type == tokenize.STRING:
             strings[start] = (end, t.string)
-    for node in ast.walk(tree):
-        if (
-            not isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            or not node.body
-        ):
-            continue
-        first = node.body[0]
-        if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
-            continue
+    for first in filter(None, map(docstring_statement, ast.walk(tree))):
         start = offsets.of_node(first.lineno, first.col_offset)
         end, text = strings.get(start, (None, ""))
         whole = end == offsets.of_node(first.end_lineno, first.end_col_offset)

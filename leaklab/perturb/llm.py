@@ -39,6 +39,14 @@ def llm_prompt(task: Task, avoid: Sequence[str] = ()) -> str:
     return LLM_PROMPT.format(code=source, avoid=note)
 
 
+_LAYOUT = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+_NOT_COMPARED = (tokenize.COMMENT, tokenize.STRING, *_LAYOUT)  # what a proposal may change freely
+
+
+def _compared_tokens(source: str) -> list[tokenize.TokenInfo]:
+    return [t for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type not in _NOT_COMPARED]
+
+
 def renames_from_proposal(analysis: TaskCode, proposal: str) -> dict[str, str]:
     """Read a proposed program as a renaming of the original: token by token the two must be equal
     except identifiers (consistently mapped), comments and strings. Raises NotRenamable otherwise."""
@@ -46,25 +54,10 @@ def renames_from_proposal(analysis: TaskCode, proposal: str) -> dict[str, str]:
     text = match.group(1) if match else proposal
     fence = re.search(r"```(?:python)?\n(.*?)```", text, re.S)
     text = fence.group(1) if fence else text
-    skip = (
-        tokenize.COMMENT,
-        tokenize.STRING,
-        tokenize.NL,
-        tokenize.NEWLINE,
-        tokenize.INDENT,
-        tokenize.DEDENT,
-    )
     try:
-        ours = [
-            t
-            for t in tokenize.generate_tokens(io.StringIO(analysis.program.source).readline)
-            if t.type not in skip
-        ]
-        theirs = [t for t in tokenize.generate_tokens(io.StringIO(text).readline) if t.type not in skip]
+        ours, theirs = _compared_tokens(analysis.program.source), _compared_tokens(text)
     except (tokenize.TokenError, SyntaxError) as err:
         raise NotRenamable(f"the proposal does not tokenize: {err}") from err
-    ours = [t for t in ours if t.type != tokenize.ENDMARKER]
-    theirs = [t for t in theirs if t.type != tokenize.ENDMARKER]
     if len(ours) != len(theirs):
         raise NotRenamable("the proposal changes more than identifiers")
     renames: dict[str, str] = {}

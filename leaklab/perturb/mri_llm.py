@@ -95,10 +95,6 @@ def _example_lines(prompt: str) -> list[str]:
     return [ln.strip() for ln in prompt.splitlines() if ln.strip().startswith(">>>")]
 
 
-def paraphrase_prompt(task: Task) -> str:
-    return PARAPHRASE_PROMPT.format(prompt=task.prompt)
-
-
 def read_paraphrase(task: Task, reply: str) -> tuple[Task | None, str]:
     """(paraphrased task, "") or (None, why it was refused)."""
     text = _tagged(reply, "task")
@@ -121,14 +117,11 @@ def llm_paraphrases(
     tasks: Sequence[Task], generator, render: Callable[[str], str] = lambda t: t, max_new_tokens: int = 1024
 ) -> tuple[list[Task | None], Counter]:
     """One paraphrase per task (None where the reply was refused) and the refusals by reason."""
-    replies = ask(generator, [render(paraphrase_prompt(t)) for t in tasks], max_new_tokens)
-    out, failures = [], Counter()
-    for task, reply in zip(tasks, replies):
-        para, why = read_paraphrase(task, reply)
-        out.append(para)
-        if why:
-            failures[why] += 1
-    return out, failures
+    prompts = [render(PARAPHRASE_PROMPT.format(prompt=t.prompt)) for t in tasks]
+    read = [
+        read_paraphrase(task, reply) for task, reply in zip(tasks, ask(generator, prompts, max_new_tokens))
+    ]
+    return [paraphrase for paraphrase, _ in read], Counter(why for _, why in read if why)
 
 
 def rewrite_prompt(task: Task) -> str:

@@ -25,12 +25,11 @@ from leaklab.perturb import set_store
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
 
 STORE_VERSION = 1
-SET_CODE = tuple(
-    Path(__file__).with_name(f"{name}.py")
-    for name in ("rewriting", "unittest_rewrite", "mutation", "examples", "mri_sets", "mri_llm")
-)
+SET_MODULES = ("rewriting", "unittest_rewrite", "mutation", "examples", "identifiers", "mri_sets", "mri_llm")
+SET_CODE = tuple(Path(__file__).with_name(f"{name}.py") for name in SET_MODULES)
 RUN_FILE = "perturbed.jsonl"  # <run>/perturbed.jsonl: the run's copy (its tasks only)
 RUN_SUMMARY = "perturbed_summary.json"
+NO_PARAPHRASE = "not computed: no LLM backend"  # a set's paraphrase_info; "" when the LLM made one
 
 
 @dataclass
@@ -47,7 +46,7 @@ class PerturbedSet:
     mutation: Task | None = None
     mutation_info: dict[str, Any] = field(default_factory=dict)
     paraphrase: Task | None = None
-    paraphrase_info: str = "not computed: no LLM backend"  # "" when made, else why not
+    paraphrase_info: str = NO_PARAPHRASE  # "" when made, else why not
     judge: dict[str, Any] = field(default_factory=dict)  # the LLM judge's verdict on the rewrite, if asked
 
 
@@ -111,7 +110,7 @@ def build_perturbed_sets(
         with Sandbox(workers=settings.workers, timeout_s=settings.timeout_s) as sb:
             return build_perturbed_sets(tasks, settings, sandbox=sb, llm=llm, log=log)
     paraphrases: list[Task | None] = [None] * len(tasks)
-    reasons = ["not computed: no LLM backend"] * len(tasks)
+    reasons = [NO_PARAPHRASE] * len(tasks)
     if llm is not None:
         from leaklab.perturb.mri_llm import llm_paraphrases, llm_rewrites
 
@@ -208,15 +207,12 @@ def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmB
     )
 
 
-def settings_key(seed: int, per_type: int, llm: str = "") -> str:
-    code = set_store.code_digest(SET_CODE)
-    return set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
-
-
 def cache_file(
     tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None, llm: str = ""
 ) -> Path:
-    return set_store.cache_file("perturbed", tasks, settings_key(seed, per_type, llm), cache_dir)
+    code = set_store.code_digest(SET_CODE)
+    settings = set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
+    return set_store.cache_file("perturbed", tasks, settings, cache_dir)
 
 
 def perturbed_sets_for(
@@ -264,18 +260,13 @@ def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
         for t in LOGIC_TYPES
     }
     mutation_reasons = Counter(s.mutation_info.get("reason") for s in sets if s.mutation is None)
+    asked_llm = any(s.paraphrase_info != NO_PARAPHRASE for s in sets)
     return {
         "tasks": len(sets),
         "rewritten": sum(s.rewrite is not None for s in sets),
         "mutated": sum(s.mutation is not None for s in sets),
         "paraphrased": sum(s.paraphrase is not None for s in sets),
-        "paraphrase": (
-            "made by the LLM backend"
-            if any(
-                s.paraphrase is not None or s.paraphrase_info != "not computed: no LLM backend" for s in sets
-            )
-            else "not computed: no LLM backend"
-        ),
+        "paraphrase": "made by the LLM backend" if asked_llm else NO_PARAPHRASE,
         "types_with_accepted_rewrites": sum(1 for t in LOGIC_TYPES if accepted[t]),
         "judge": judge_summary(sets),
         "per_type": per_type,

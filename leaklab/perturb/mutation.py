@@ -28,22 +28,17 @@ NOISE_CHARACTERS = (
 _EXAMPLE_LINE = re.compile(r"^[ \t]*(>>>|assert\s|\w+\(.*\)\s*(==>|=>|➞|->)|Input|Output|Example)", re.I)
 
 
+# The field that holds the identifier of each kind of node that names something.
+_NAME_FIELD = {ast.Name: "id", ast.arg: "arg", ast.Attribute: "attr"}
+_NAME_FIELD |= dict.fromkeys((ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef), "name")
+
+
 def _identifiers(task: Task) -> set[str]:
     try:
         tree = ast.parse(task.program())
     except (SyntaxError, ValueError):
         return {task.entry_point} if task.entry_point else set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.Attribute):
-            names.add(node.attr)
-    return names
+    return {getattr(node, _NAME_FIELD[type(node)]) for node in ast.walk(tree) if type(node) in _NAME_FIELD}
 
 
 def _prose_regions(task: Task) -> list[tuple[int, int]]:
@@ -156,9 +151,8 @@ def mutate_task(task: Task, rng: random.Random, max_tries: int = 5) -> tuple[Tas
             current = edits.get(w, task.prompt[lo:hi])
             if kind == "scramble":
                 new = _scramble(current, rng)
-                if new is None:  # a word too short to scramble: find one that is not
-                    long = [i for i in order if len(edits.get(i, task.prompt[slice(*words[i])])) >= 4]
-                    for i in long:
+                if new is None:  # a word too short to scramble (no draw made): find one that is not
+                    for i in order:
                         new = _scramble(edits.get(i, task.prompt[slice(*words[i])]), rng)
                         if new is not None:
                             w = i

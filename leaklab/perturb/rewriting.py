@@ -26,6 +26,7 @@ from leaklab.data.synthetic import rewrite as synthetic_rewrite
 from leaklab.data.tasks import Task
 from leaklab.execution.correctness import outputs_match
 from leaklab.execution.sandbox import FunctionCalls
+from leaklab.perturb.identifiers import docstring_statement
 
 LOGIC_TYPES = (
     "component_swap",
@@ -205,6 +206,11 @@ class _Source:
         return (self.data[: edit.start] + edit.text.encode("utf-8") + self.data[edit.end :]).decode("utf-8")
 
 
+def _task_source(task: Task) -> _Source:
+    """The task's program; its solution starts after a code prompt."""
+    return _Source(task.program(), len(task.prompt) if task.prompt_is_code else 0)
+
+
 def _paren(node: ast.AST) -> str:
     text = ast.unparse(node)
     if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp, ast.Lambda)):
@@ -316,9 +322,8 @@ def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
             else:
                 new.keywords.append(ast.keyword("reverse", ast.Constant(True)))
             yield _replace(src, "logic_reversal", node, new, sentence)
-    if isinstance(node, (ast.If, ast.IfExp, ast.While)) and src.in_solution(node.test):
-        if isinstance(node, ast.While):
-            return  # a negated loop condition mostly never stops: not a meaningful rewrite
+    # not `while`: a negated loop condition mostly never stops, no meaningful rewrite
+    if isinstance(node, (ast.If, ast.IfExp)) and src.in_solution(node.test):
         test = node.test
         start, end = src.span(test)
         old = src.of(test)
@@ -491,13 +496,7 @@ OPERATORS = {
 
 
 def _docstring_ids(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-                ids.add(id(first.value))
-    return ids
+    return {id(first.value) for first in filter(None, map(docstring_statement, ast.walk(tree)))}
 
 
 def candidate_edits(
@@ -507,13 +506,11 @@ def candidate_edits(
     """Every edit each operator can make in the task's solution, per type, shuffled by `rng`.
     `first_input` / `first_output`: one test input and the original's output on it (what the data
     transformation and the added workflow stage choose by). Raises NotRewritable."""
-    program = task.program()
-    solution_start = len(task.prompt) if task.prompt_is_code else 0
+    src = _task_source(task)
     try:
-        tree = ast.parse(program)
+        tree = ast.parse(src.text)
     except (SyntaxError, ValueError) as err:
         raise NotRewritable(f"the canonical program does not parse: {err}") from err
-    src = _Source(program, solution_start)
     entry = entry_function(tree, task.entry_point)
     ctx = {
         "docstrings": _docstring_ids(tree),
@@ -541,9 +538,7 @@ def candidate_edits(
 
 def edited_task(task: Task, edit: Edit) -> tuple[str, str]:
     """(new program, new solution) of `task` after `edit`."""
-    program = task.program()
-    solution_start = len(task.prompt) if task.prompt_is_code else 0
-    new_program = _Source(program, solution_start).apply(edit)
+    new_program = _task_source(task).apply(edit)
     if task.prompt_is_code:
         if not new_program.startswith(task.prompt):
             raise NotRewritable("the edit reached into the prompt")

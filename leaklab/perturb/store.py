@@ -31,11 +31,14 @@ from leaklab.rundir import RunDir
 # Task fields a variant may change (rename_task, replace_examples); the rest are the original's.
 CHANGED_FIELDS = ("prompt", "solution", "tests", "entry_point")
 STORE_VERSION = 1  # bump when the stored form changes
-# The modules whose source decides what variants come out (hashed into the cache file's name).
+# The modules and data whose content decides what variants come out (hashed into the cache file's name).
 VARIANT_CODE = tuple(
-    Path(__file__).with_name(f"{name}.py")
-    for name in ("identifiers", "renaming", "vocabulary", "examples", "llm", "variants")
-) + (Path(__file__).with_name("code_counts.json"), Path(__file__).with_name("prose_counts.json"))
+    Path(__file__).with_name(name)
+    for name in (
+        *("identifiers.py", "renaming.py", "vocabulary.py", "examples.py", "llm.py", "variants.py"),
+        *("code_counts.json", "prose_counts.json", "synonyms.txt"),
+    )
+)
 
 
 # --------------------------------------------------------------------------- executors (sandbox)
@@ -95,10 +98,8 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
 
     def build(run_solution, verify) -> list[VariantSet]:
         def one(task: Task) -> VariantSet:
-            # CPython before 3.11.8 / 3.12.1 (gh-106905) can fail an `ast.parse` that runs while another
-            # thread parses too, with "AST constructor recursion depth mismatch" (rare: seen once in
-            # hundreds of builds). The variants are a pure function of the task and seed, so building them
-            # again gives the same set.
+            # CPython before 3.11.8 / 3.12.1 (gh-106905) rarely fails an `ast.parse` racing another thread's
+            # ("AST constructor recursion depth mismatch"); the variants are pure, so a rebuild is the same.
             check = Verification(verify, by=verify_by) if verify is not None else None
             for attempt in range(3):
                 try:
@@ -193,16 +194,11 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
     )
 
 
-def settings_key(cfg) -> str:
-    """What changes the variants: the settings and the variant code itself."""
-    code = set_store.code_digest(VARIANT_CODE)
-    return set_store.settings_key(
-        [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
-    )
-
-
 def cache_file(tasks: Sequence[Task], cfg, cache_dir: str | Path | None = None) -> Path:
-    return set_store.cache_file("variants", tasks, settings_key(cfg), cache_dir)
+    """Keyed by what changes the variants: the settings and the variant code itself."""
+    code = set_store.code_digest(VARIANT_CODE)
+    settings = [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
+    return set_store.cache_file("variants", tasks, set_store.settings_key(settings), cache_dir)
 
 
 def variant_sets_for(

@@ -18,6 +18,7 @@ from typing import Any
 
 from leaklab.data.tasks import Task
 from leaklab.execution.sandbox import FunctionCalls
+from leaklab.perturb.examples import literal
 from leaklab.perturb.rewriting import (
     NotRewritable,
     Rewrite,
@@ -53,14 +54,6 @@ def {RUNNER}(tests_source, test_class="TestCases"):
 '''
 
 
-def _literal(node: ast.AST | str) -> tuple[bool, Any]:
-    """(True, the value) of a literal's node or text; (False, None) for anything else."""
-    try:
-        return True, ast.literal_eval(node)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return False, None
-
-
 def literal_sites(tree: ast.AST) -> list[tuple[ast.Call, int]]:
     """Every equality assertion with exactly one literal side: (the call, which argument is literal)."""
     sites = []
@@ -74,7 +67,7 @@ def literal_sites(tree: ast.AST) -> list[tuple[ast.Call, int]]:
             and len(node.args) >= 2
         ):
             continue
-        first, second = _literal(node.args[0])[0], _literal(node.args[1])[0]
+        first, second = literal(node.args[0])[0], literal(node.args[1])[0]
         if first != second:
             sites.append((node, 0 if first else 1))
     sites.sort(key=lambda s: (s[0].lineno, s[0].col_offset))
@@ -122,7 +115,7 @@ def _values(result) -> tuple[dict[str, list[str]] | None, list[str], str]:
 def _recorded(records: dict[str, list[str]], k: int) -> tuple[bool, Any]:
     """(True, the value) when site k recorded exactly one value that reads back as a literal."""
     got = records.get(str(k), [])
-    return _literal(got[0]) if len(got) == 1 else (False, None)
+    return literal(got[0]) if len(got) == 1 else (False, None)
 
 
 def drop_examples(prompt: str) -> tuple[str, int]:
@@ -188,7 +181,7 @@ def regenerable_sites(
         keep = {}
         for k, (call, lit) in enumerate(sites):
             ok, value = _recorded(records, k)
-            if ok and value == _literal(call.args[lit])[1]:
+            if ok and value == literal(call.args[lit])[1]:
                 keep[k] = value
         if not keep:
             why = "no asserted literal is checked once with a value that reads back as a literal"

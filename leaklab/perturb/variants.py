@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from leaklab.data.tasks import Task
+from leaklab.perturb import identifiers
 from leaklab.perturb.examples import (
     EXAMPLE_CANDIDATES,
     candidate_sets,
@@ -56,10 +57,6 @@ class VariantSet:
     verified_by: str = "none"  # "tests", "alpha" (AST equal under the renaming) or "none" (parse only)
     reasons: list[str] = field(default_factory=list)  # why there are fewer than n_requested
     notes: list[str] = field(default_factory=list)  # what else happened (e.g. no examples to replace)
-
-    @property
-    def fraction_verified(self) -> float:
-        return self.n_verified / self.n_candidates if self.n_candidates else 0.0
 
 
 # --------------------------------------------------------------------------- putting it together
@@ -138,7 +135,6 @@ def make_variants(
     verify: Verification | None = None,
     llm: Callable[[str], str] | None = None,
     rename: bool = True,
-    max_attempts: int | None = None,
 ) -> VariantSet:
     """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed.
 
@@ -147,7 +143,7 @@ def make_variants(
     replacement (tau_t) runs when `run_solution` is given; without it only renaming is applied. `verify`
     checks each candidate (None: parsing alone). Never raises on bad input: `VariantSet.reasons` says
     why fewer than n variants came back. `rename=False` keeps every name (example replacement alone: an
-    ablation of the transformations). `max_attempts` (default 3n) bounds the candidates tried.
+    ablation of the transformations). At most 3n candidates are tried.
     """
     verify_by = verify.by if verify is not None else "none"
     result = VariantSet(
@@ -163,7 +159,7 @@ def make_variants(
         return result
     if not _can_vary(task, analysis, rename, verify_by == "tests", result):
         return result
-    attempts = max_attempts or 3 * n
+    attempts = 3 * n
     bases: list[tuple[Task, int]] = [(task, 0)] * n
     if run_solution is not None:
         bases, why = _example_tasks(task, analysis, n, seed, run_solution)
@@ -292,15 +288,9 @@ class _AlphaRename(ast.NodeTransformer):
 def _without_docstrings(tree: ast.AST) -> ast.AST:
     # Docstrings are prose and shown examples, not code: renaming and tau_t rewrite them.
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            first = node.body[0] if node.body else None
-            value = (
-                first.value.value
-                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                else None
-            )
-            if isinstance(value, str):
-                node.body = node.body[1:] or [ast.Pass()]
+        first = identifiers.docstring_statement(node)
+        if first is not None and isinstance(first.value.value, str):
+            node.body = node.body[1:] or [ast.Pass()]
     return tree
 
 

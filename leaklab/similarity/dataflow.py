@@ -140,9 +140,9 @@ class _ReferenceFlow:
             states[text] = [idx]
         return _by_token(edges), states
 
-    def _targets(self, node, left_field="left", right_field="right"):
+    def _targets(self, node):
         """(left, right) node pairs: element-wise when both sides list the same number of parts."""
-        left, right = self.flat.child(node, left_field), self.flat.child(node, right_field)
+        left, right = self.flat.child(node, "left"), self.flat.child(node, "right")
         # A string is one token: its start/content/end parts are never paired with a target's parts
         # (codebleu pairs them, fails the token lookup and drops the whole function's data flow).
         types = self.types

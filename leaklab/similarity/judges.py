@@ -15,12 +15,7 @@ from dataclasses import dataclass
 
 CATEGORIES = ("equivalent", "similar", "opposed", "unrelated")
 
-# The three similarity judges ask the questions of the counterfactual paper's App. C.1 (000), in
-# leaklab's words, with the same system role, criteria, delimiters and output fields: structural (after
-# Song et al.: a 0-1 score by grammar-parsing structure, [[0.777]]), rating (after Nikiema et al.:
-# similarity_rating, category, reasoning as JSON) and equivalence (the paper's own: same outputs, same
-# algorithm or approach, same edge cases; equivalence_score and reasoning as JSON). The clone screen is
-# HyClone's stage 1 (App. C.2 gives no prompt).
+# What each judge asks and after whom (000 App. C.1; HyClone, App. C.2): docs/perturbations.md#llm-judges.
 SYSTEMS = {
     "structural": "You are a system that rates how similar pieces of code are.",
     "rating": (

@@ -236,12 +236,10 @@ _FSTRING = re.compile(r"""(?<!\w)[rRbB]?[fF][rR]?['"]""")
 def _strip_by_scanning(source: str) -> str | None:
     """`_strip_by_tokenize`'s result for source that parses, or None where this scanner does not apply.
 
-    Where the source has no tab, form feed, carriage return or backslash continuation, tokenize's padding
-    reproduces every gap exactly, so its output is the source with the comments and the dropped strings
-    cut out. A string is dropped when it starts at column 0 or when tokenize's previous token is INDENT
-    or NEWLINE, i.e. it is the first token of its row and, outside brackets, either the row starts deeper
-    than the current block (INDENT) or the row before ended a logical line (NEWLINE: it had a token and
-    was outside brackets; after a blank or comment-only row the previous token is NL).
+    Without tabs, form feeds, carriage returns or backslash continuations, tokenize's padding reproduces
+    every gap, so the result is the source minus comments and dropped strings. A string is dropped at
+    column 0, or as its row's first token outside brackets when the row opens a deeper block (INDENT) or
+    follows a row that ended a logical line (NEWLINE; after a blank or comment-only row tokenize gives NL).
     """
     if any(ch in source for ch in "\t\r\f\v") or "\\\n" in source:
         return None
@@ -402,19 +400,18 @@ _KINDS: dict[int, tuple[str, bool]] = {}  # tree-sitter kind id -> (node type, i
 
 
 def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
-    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`).
-
-    Built bottom-up from the node's label and its printed children (named or missing ones, each with
-    its field name), as tree-sitter prints them, instead of printing every subtree (quadratic): a key
-    folds the label's hash, then each printed child's field hash and key (`_fold`), the same in every
-    process, so keys can cross process boundaries. Clean trees are keyed by compiled code
-    (`_k_subtree_keys`); trees with ERROR or MISSING nodes, whose labels need the source, here.
-    """
-    if not flat.has_error:
-        named, kind_labels, field_labels = _label_tables(flat.language)
-        keys = _k_subtree_keys(*flat.arrays, named, kind_labels, field_labels)
-        return keys.tolist()
-    return _subtree_keys_python(flat, source)
+    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`),
+    folded bottom-up from the label and each printed child's (field, key) instead of printing every subtree
+    (quadratic); stable across processes. Compiled for clean trees; in Python for trees with ERROR or
+    MISSING nodes, whose labels need the source."""
+    if flat.has_error:
+        keys = np.array(_subtree_keys_python(flat, source), dtype=np.uint64)
+    else:
+        keys = _k_subtree_keys(*flat.arrays, *_label_tables(flat.language))
+    last = flat.arrays[1]
+    with_children = last > np.arange(last.size)
+    with_children[0] = True  # the root
+    return keys[with_children].tolist()
 
 
 # A key: start from a seed (one for named nodes, one for the unnamed nodes with children that tree-sitter
@@ -433,8 +430,8 @@ def _fold(seed: int, values) -> int:
 
 
 def _subtree_keys_python(flat: _Flat, source: bytes) -> list[int]:
-    """`_subtree_keys` in Python, for any tree: tree-sitter prints a MISSING node as `MISSING type` and a
-    childless ERROR node as `UNEXPECTED c` with its first character."""
+    """Every node's key (0 for a leaf), as `_k_subtree_keys` computes it, for any tree: tree-sitter prints
+    a MISSING node as `MISSING type` and a childless ERROR node as `UNEXPECTED c` with its first character."""
     types, named, fields, kids = flat.types, flat.named, flat.fields, flat.kids
     missing = [node.is_missing for node in flat.nodes] if flat.has_error else [False] * len(types)
     keys = [0] * len(types)
@@ -456,7 +453,7 @@ def _subtree_keys_python(flat: _Flat, source: bytes) -> list[int]:
             keys[i] = _fold(_SEED_NAMED, values)
         elif children:
             keys[i] = _fold(_SEED_UNNAMED, [_label(types[i])] + [_label(types[c]) for c in children])
-    return [keys[0]] + [keys[i] for i in range(1, len(types)) if kids[i]]
+    return keys
 
 
 @lru_cache(maxsize=4)
@@ -501,18 +498,7 @@ def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  
                 h = _k_mix(h, kind_labels[kinds[c]])
                 c = last[c] + 1
             keys[i] = h
-    count = 1
-    for i in range(1, n):
-        if last[i] > i:
-            count += 1
-    out = np.empty(count, dtype=np.uint64)
-    out[0] = keys[0]
-    m = 1
-    for i in range(1, n):
-        if last[i] > i:
-            out[m] = keys[i]
-            m += 1
-    return out
+    return keys
 
 
 def _weighted_recall(candidate: list[Counter], reference: list[Counter], matched: list) -> float:
@@ -574,14 +560,10 @@ _TREE_SITTER_ERROR = "tree-sitter could not parse it (ERROR or MISSING node)"
 
 
 def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
-    """Parse `text` once into the structural representations `parts` need (all by default).
-
-    A snippet that does not parse (Python's parser, and tree-sitter on the raw text) carries the reason
-    in `error` and nothing else. CodeBLEU alone needs only the tree of the text without comments and
-    docstrings: when that tree has no error, the raw text is not parsed a second time. (A raw text that
-    tree-sitter rejects while it accepts the stripped one would then get CodeBLEU alone but no structure
-    with all parts; the tests find none among 200 standard-library functions.)
-    """
+    """Parse `text` once into the structural representations `parts` need (all by default); a snippet
+    that Python or tree-sitter cannot parse carries the reason in `error` and nothing else. CodeBLEU alone
+    needs only the stripped text's tree, so a clean one spares parsing the raw text (the tests find no
+    standard-library function whose raw text tree-sitter rejects while it accepts the stripped one)."""
     python_tree, error = _python_tree(text)
     if error is not None:
         return Structure(error=error)
@@ -646,13 +628,8 @@ def dataflow_match(reference: Structure, candidate: Structure) -> float | None:
     """Fraction of the reference's data-flow edges matched one-to-one; None when it has none."""
     if not reference.flow:
         return None
-    available = Counter(candidate.flow)
-    matched = 0
-    for edge in reference.flow:
-        if available[edge] > 0:
-            available[edge] -= 1
-            matched += 1
-    return matched / len(reference.flow)
+    matched = Counter(reference.flow) & Counter(candidate.flow)
+    return sum(matched.values()) / len(reference.flow)
 
 
 def codebleu_parts(reference: Structure, candidate: Structure) -> dict[str, float | None]:

@@ -28,11 +28,8 @@ def ngrams(seq: Sequence[Hashable], n: int) -> set[tuple]:
 
 
 def ngram_overlap(generated: Sequence[Hashable], reference: Sequence[Hashable], n: int = NGO_N) -> float:
-    """Fraction of the reference's distinct n-grams that also occur in the generation (set semantics).
-
-    Works on any sequence of hashable items: token ids for SrDetection, characters or words elsewhere.
-    See the module docstring for the short-reference and empty-reference cases.
-    """
+    """Fraction of the reference's distinct n-grams that also occur in the generation (set semantics),
+    over any hashable items (token ids for SrDetection); short and empty references: module docstring."""
     if len(reference) == 0:
         return math.nan
     n = min(n, len(reference))
@@ -42,10 +39,8 @@ def ngram_overlap(generated: Sequence[Hashable], reference: Sequence[Hashable], 
 
 # --------------------------------------------------------------------------- inputs
 
-# The code tokenisation used by every token-level metric here (BLEU, Jaccard, MinHash, 7-gram overlap):
-# runs of word characters (identifiers, keywords, numbers) and each other non-space character on its
-# own. `x+=1` -> ['x', '+', '=', '1']. Whitespace and indentation carry no tokens. This is finer than
-# codebleu's `str.split()`, which keeps `f(x):` as one token and so scores near-duplicates far lower.
+# Every token-level metric here tokenises code alike: `x+=1` -> ['x', '+', '=', '1'], finer than codebleu's
+# `str.split()` (which keeps `f(x):` one token, scoring near-duplicates far lower).
 _CODE_TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -145,13 +140,9 @@ def edit_similarity_max_len(candidate: str, reference: str) -> float:
 
 def edit_similarity_truth_len(candidate: str, reference: str) -> float:
     """The counterfactual paper's edit similarity (000, §3, after Ippolito et al. 2023):
-    1 - Levenshtein(candidate, reference) / |reference|, the ground truth's length, floored at 0.
-
-    Unlike `edit_similarity_max_len`, a generation much longer than the ground truth is not forgiven
-    by its own length: a 100-character truth against an unrelated 200-character generation scores 0,
-    not 0.5. The floor (the distance can exceed |reference|) and an empty reference (1 when the
-    candidate is empty too, else 0) are our choices; the paper's ground truths are never empty.
-    """
+    1 - Levenshtein(candidate, reference) / |reference|, floored at 0: a long generation is not forgiven
+    by its own length. The floor and an empty reference (1 when the candidate is empty too, else 0) are
+    our choices; the paper's ground truths are never empty."""
     from rapidfuzz.distance import Levenshtein
 
     if not reference:
@@ -243,19 +234,15 @@ def minhash_signature(tokens: Sequence[str], permutations: int = MINHASH_PERMUTA
     rng = np.random.default_rng(seed)
     a = rng.integers(1, _PRIME, size=permutations, dtype=np.uint64)
     b = rng.integers(0, _PRIME, size=permutations, dtype=np.uint64)
-    x = np.array(
-        [
-            int.from_bytes(
-                hashlib.blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
-            )
-            % _PRIME
-            for t in set(tokens)
-        ],
-        dtype=np.uint64,
-    )
+    x = np.array([_token_hash(t) for t in set(tokens)], dtype=np.uint64)
     if x.size == 0:
         return np.full(permutations, _PRIME, dtype=np.uint64)
     return ((a[:, None] * x[None, :] + b[:, None]) % np.uint64(_PRIME)).min(axis=1)
+
+
+def _token_hash(token: str) -> int:
+    digest = hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") % _PRIME
 
 
 def minhash_similarity(sig_a, sig_b) -> float:
