@@ -71,18 +71,15 @@ def _fresh_main() -> dict[str, Any]:
 
 def _reset_stdio() -> None:
     """Text streams over the new fds 0-2; the ones inherited from the worker point elsewhere."""
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape"
-    )
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape"
-    )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+
+    def text(fd: int, errors: str = "surrogateescape", **options: Any) -> io.TextIOWrapper:
+        buffered = io.BufferedReader if fd == 0 else io.BufferedWriter
+        raw = io.FileIO(fd, "r" if fd == 0 else "w", closefd=False)
+        return io.TextIOWrapper(buffered(raw), encoding="utf-8", errors=errors, **options)
+
+    sys.stdin = sys.__stdin__ = text(0)
+    sys.stdout = sys.__stdout__ = text(1)
+    sys.stderr = sys.__stderr__ = text(2, "backslashreplace", line_buffering=True)
 
 
 def _flush() -> None:
@@ -280,6 +277,14 @@ class JudgeError(BaseException):
     """The test code itself is unusable (not the candidate's fault)."""
 
 
+def _loaded(peer: Any, who: str) -> dict[str, Any]:
+    """The candidate's first message, once it says it is ready; CandidateFailed when it did not load."""
+    ready = peer.receive()
+    if not ready.get("ready"):
+        raise CandidateFailed(f"{who} does not load: {ready.get('load_error', 'no reason given')}")
+    return ready
+
+
 # --------------------------------------------------------------------------- a module behind references
 
 MAX_ITEMS = 100_000  # the most elements one iteration of a reference brings across
@@ -301,6 +306,25 @@ class _Reference:
     def __getitem__(self, key: Any) -> Any:
         return self._ask("getitem", key=key)
 
+    # Checked: what the candidate answers is not trusted (the judge's answers pass the same checks).
+    def __len__(self) -> int:
+        n = self._ask("len")
+        if type(n) is not int or n < 0:
+            raise CandidateFailed("the candidate's len() is not a non-negative int")
+        return n
+
+    def __iter__(self):
+        items = self._ask("iter")
+        if type(items) is not list:
+            raise CandidateFailed("the candidate's iteration is not a list")
+        return iter(items)
+
+    def __bool__(self) -> bool:
+        return self._ask("bool") is True
+
+    def __str__(self) -> str:
+        return str(self._ask("str"))
+
 
 class JudgeObject(_Reference):
     """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
@@ -317,18 +341,6 @@ class JudgeObject(_Reference):
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._ask("setattr", name=name, value=value)
-
-    def __iter__(self):
-        return iter(self._ask("iter"))
-
-    def __len__(self) -> int:
-        return self._ask("len")
-
-    def __bool__(self) -> bool:
-        return self._ask("bool")
-
-    def __str__(self) -> str:
-        return self._ask("str")
 
     def __enter__(self) -> Any:
         return self._ask("enter")
@@ -720,24 +732,6 @@ class RemoteObject(_Reference):
     def __contains__(self, key: Any) -> bool:
         return self._ask("contains", key=key) is True
 
-    def __len__(self) -> int:
-        n = self._ask("len")
-        if type(n) is not int or n < 0:
-            raise CandidateFailed("the candidate's len() is not a non-negative int")
-        return n
-
-    def __iter__(self):
-        items = self._ask("iter")
-        if type(items) is not list:
-            raise CandidateFailed("the candidate's iteration is not a list")
-        return iter(items)
-
-    def __bool__(self) -> bool:
-        return self._ask("bool") is True
-
-    def __str__(self) -> str:
-        return str(self._ask("str"))
-
     def __repr__(self) -> str:
         return str(self._ask("repr"))
 
@@ -766,14 +760,9 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
     """Run the trusted unittest class against the candidate's module behind references (see
     `serve_module`); the verdict, as a dict."""
     link = CandidateLink(requests_fd, replies_fd)
-    try:
-        ready = link.receive()
-    except CandidateFailed as err:
-        return {"failed": str(err)}
-    if not ready.get("ready"):
-        return {"failed": f"the program does not load: {ready.get('load_error', 'no reason given')}"}
     namespace = _fresh_main()
     try:
+        ready = _loaded(link, "the program")
         names = link.decode(ready.get("globals"))
         if type(names) is not dict:
             raise CandidateFailed("the candidate's globals are malformed")
@@ -925,11 +914,9 @@ def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int
         return {"error": f"the test code defines no {check_name}()"}
     proxy = CandidateProxy(entry_point, requests_fd, replies_fd)
     try:
-        ready = proxy.receive()
+        _loaded(proxy, "the candidate")
     except CandidateFailed as err:
         return {"failed": str(err)}
-    if not ready.get("ready"):
-        return {"failed": f"the candidate does not load: {ready.get('load_error', 'no reason given')}"}
     # Tests that call the function by name, not through `candidate`, reach the candidate too.
     namespace[entry_point] = proxy
     try:

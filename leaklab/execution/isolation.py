@@ -26,6 +26,7 @@ import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from leaklab.rundir import cache_root
@@ -207,15 +208,10 @@ def _user_network_namespace(info: dict[str, Any]) -> None:
     else:
         # Keep our own ids inside it (the creator may always map itself); a failure here would
         # leave the worker half set up, so it is not caught: the pool then refuses to start.
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
         info["network"] = "namespace"
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
 
 
 @dataclass(frozen=True)
@@ -284,10 +280,8 @@ def _private_mounts(keep: list[str], tmp_size_mb: int) -> MountPlan:
             _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=1777")
         for d in plan.closed:
             _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-        for (p, cover), fd in zip(plan.kept, fds):
-            _make_way(p, cover)
-            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
-            _mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        for (p, _), fd in zip(plan.kept, fds):
+            _bind_read_only(f"/proc/self/fd/{fd}", p)
     finally:
         for fd in fds:
             os.close(fd)
@@ -598,7 +592,7 @@ def _limit_ipc(memory_mb: int) -> None:
         ("kernel/msgmni", 16),
         ("kernel/sem", "250 4000 32 16"),
     ):
-        _write(f"/proc/sys/{name}", str(value))
+        Path(f"/proc/sys/{name}").write_text(str(value))
 
 
 _IPC_RMID = 0
@@ -725,12 +719,10 @@ def children(pid: int | None = None) -> list[int]:
     """The children of `pid` (default: the calling process), zombies included."""
     pid = pid or os.getpid()
     kids = []
-    try:
+    with contextlib.suppress(OSError):
         for tid in os.listdir(f"{PROC}/{pid}/task"):
             with open(f"{PROC}/{pid}/task/{tid}/children") as f:
                 kids += [int(p) for p in f.read().split()]
-    except OSError:
-        pass
     return kids
 
 

@@ -35,9 +35,8 @@ MODES = ("binary", "fraction")
 @dataclass
 class Scored:
     reward: float
-    reason: (
-        str  # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
-    )
+    # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
+    reason: str
     detail: str = ""
 
 

@@ -35,7 +35,6 @@ from leaklab.execution.harness import read_exact
 from leaklab.execution.isolation import Limits, data_caches
 from leaklab.execution.worker import read_message, write_message
 
-VERDICTS = ("passed", "failed", "timeout", "error")
 MAX_RESULT_BYTES = 64 << 20  # kept of the call results a run streams back; the rest is read and dropped
 WORKER_START_TIMEOUT_S = 60.0  # a worker's imports and set-up, before the pool gives up on it
 
@@ -337,13 +336,9 @@ class Sandbox:
         self._closed = True
         # Jobs not started yet are cancelled (their callers get CancelledError), so that closing after
         # an interrupt does not first run everything that was queued.
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item[1].cancel()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()[1].cancel()  # (job, future): no None is queued before this
         for _ in getattr(self, "_threads", ()):
             self._queue.put(None)
         for t in getattr(self, "_threads", ()):

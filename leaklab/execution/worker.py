@@ -286,11 +286,7 @@ class Worker:
             isolation.clear_ipc(queues=self.isolation["mounts"] == "minimal-root")
 
     def hello(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "isolation": self.isolation,
-            "uids": self.uids,
-        }
+        return {"pid": self.pid, "isolation": self.isolation, "uids": self.uids}
 
     # ------------------------------------------------------------------ children
 
