@@ -45,9 +45,8 @@ def reply_text(completion: Any) -> str:
 
 
 def _defines(code: str, entry_point: str | None) -> bool:
-    if entry_point:
-        return re.search(rf"^(async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.M) is not None
-    return re.search(r"^(async\s+)?def\s+\w+\s*\(", code, re.M) is not None
+    name = re.escape(entry_point) if entry_point else r"\w+"
+    return re.search(rf"^(async\s+)?def\s+{name}\s*\(", code, re.M) is not None
 
 
 def _fenced_code(text: str, entry_point: str | None) -> str | None:

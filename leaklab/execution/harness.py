@@ -1,12 +1,10 @@
 """What runs inside a sandboxed child, after `isolation.enter_child` has locked it down, and the judge.
 
-One function per kind of run; each returns the child's exit code and never raises. Messages go as
-JSON lines straight to a file descriptor. `run_program` and `serve_calls` run a program (calls stream
-one result line each); `serve_candidate` / `judge_check` split HumanEval's `check(candidate)` over two
-processes with different uids, `serve_module` / `judge_unittest` do the same for BigCodeBench's unittest
-classes with the program's module behind references (`RemoteObject`, `JudgeObject` for the tests'
-mocks). `run_unittest` is the old forgeable one-process way, kept for `UnitTests(judged=False)` in the
-hostile tests. See docs/sandbox.md#judged-checks.
+One function per kind of run; each returns the child's exit code, never raises, and sends JSON lines
+to a descriptor. Judged checks split the tests (judge) from the program (candidate) over two processes:
+`serve_candidate` / `judge_check` for `check(candidate)`, `serve_module` / `judge_unittest` for unittest
+classes, see docs/sandbox.md#judged-checks. `run_unittest` is the forgeable one-process way, kept for
+`UnitTests(judged=False)` in the hostile tests.
 """
 
 from __future__ import annotations
@@ -370,18 +368,16 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         handles[len(handles) + 1] = obj
         return {"$ref": len(handles)}
 
-    def encode(value: Any) -> Any:
+    def other(value: Any) -> dict[str, int]:  # a mock of the judge's goes back as itself
         if isinstance(value, JudgeObject):
             return {"$jref": object.__getattribute__(value, "_jref")}
-        return values.encode(
-            value, rich=True, other=lambda v: encode(v) if isinstance(v, JudgeObject) else keep(v)
-        )
+        return keep(value)
 
-    def handle(i: int) -> Any:
-        return handles[i]  # KeyError: the judge asked for something it was never given
+    def encode(value: Any) -> Any:
+        return values.encode(value, rich=True, other=other)
 
-    def decode(tree: Any) -> Any:
-        return values.decode(tree, rich=True, ref=handle, jref=JudgeObject)
+    def decode(tree: Any) -> Any:  # KeyError for a reference the judge was never given
+        return values.decode(tree, rich=True, ref=handles.__getitem__, jref=JudgeObject)
 
     requests = os.fdopen(requests_fd, "rb", closefd=False)
     rng = None
@@ -411,7 +407,7 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
                 _apply_setup(op, request, decode, patched)
                 out = None
             else:
-                obj = handle(request["ref"])
+                obj = handles[request["ref"]]
                 if "rng" in request:
                     _set_rng_state(decode(request["rng"]))
                 try:
@@ -850,7 +846,6 @@ def _shared_files():
     files and temporary directories open to the program's uid. The run's scratch is its alone."""
     cwd, umask = os.getcwd(), os.umask(0)
     saved = tempfile.tempdir, tempfile.mkdtemp
-    run_dir = isolation.RUN_DIR
 
     def mkdtemp(*args: Any, **kwargs: Any) -> str:
         path = saved[1](*args, **kwargs)
@@ -858,8 +853,8 @@ def _shared_files():
         return path
 
     try:
-        if os.path.isdir(run_dir):
-            os.chdir(run_dir)
+        if os.path.isdir(isolation.RUN_DIR):
+            os.chdir(isolation.RUN_DIR)
             tempfile.tempdir = "/tmp"
         tempfile.mkdtemp = mkdtemp
         yield

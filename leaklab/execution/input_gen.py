@@ -150,9 +150,7 @@ def _typed_values(node: ast.expr | None, rng: random.Random, depth: int = 0) -> 
         return _union(items, rng, depth)
     if name in ("tuple", "Tuple"):
         if len(items) == 2 and isinstance(items[1], ast.Constant) and items[1].value is Ellipsis:
-            return [
-                tuple(v) for v in _containers("list", _typed_values(items[0], rng, depth + 1) or [0], rng)
-            ]
+            return _containers("tuple", _typed_values(items[0], rng, depth + 1) or [0], rng)
         parts = [_typed_values(i, rng, depth + 1) or [0] for i in items]
         return [tuple(rng.choice(p) for p in parts) for _ in range(4)]
     if name in _MAPPINGS:

@@ -1,16 +1,9 @@
 """The isolated runner: every program, model-generated or not, runs here and nowhere else.
 
-    with Sandbox(workers=2, timeout_s=5, memory_mb=1024) as sb:
-        r = sb.run("print(sum(map(int, input().split())))", stdin="1 2")
-        r.verdict, r.stdout                      # "passed", "3\\n"
-        r = sb.call_function(code, "add", [[1, 2], [3, 4]])
-        [c.value for c in r.calls]               # [3, 7]
-        sb.run_jobs([Program(...), FunctionCalls(...), ...])   # batched, results in order
-
 A pool of worker processes (`worker.py`) forks one child per run under the layers of `isolation.py`.
 Verdicts are passed / failed / timeout / error; nothing a program does raises out of here, and what it
-writes is read defensively (a malformed report is `failed`, never `error`). Who decides a verdict for
-each kind of job: see docs/sandbox.md#verdicts.
+writes is read defensively (a malformed report is `failed`, never `error`). Usage, and who decides a
+verdict for each kind of job: docs/sandbox.md#verdicts.
 """
 
 from __future__ import annotations
@@ -396,6 +389,7 @@ class Sandbox:
         return _interpret(job, message, reply)
 
     def _message(self, job: Job) -> tuple[dict[str, Any], bytes]:
+        """The job for the worker, and the test code it reads only after forking the candidate."""
         timeout = job.timeout_s if job.timeout_s is not None else self.limits.timeout_s
         guard = getattr(job, "guard_calls", None)
         message: dict[str, Any] = {

@@ -25,6 +25,7 @@ _MAX_DECIMAL_INT = 10**4000
 
 
 _COLLECTIONS = {"$tuple": tuple, "$frozenset": frozenset, "$set": set}  # sent as the list of their items
+_BINARY = {"$bytes": bytes, "$bytearray": bytearray}  # sent as base64
 
 
 class UnsupportedValue(TypeError):
@@ -68,12 +69,11 @@ def encode(
         return str(value)
     if isinstance(value, complex):
         return {"$complex": [value.real, value.imag]}
-    if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, bytearray):
-        return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, list):
         return [enc(v) for v in value]
+    for tag, kind in _BINARY.items():
+        if isinstance(value, kind):
+            return {tag: base64.b64encode(bytes(value)).decode("ascii")}
     for tag, kind in _COLLECTIONS.items():
         if isinstance(value, kind):
             return {tag: [enc(v) for v in value]}
@@ -166,10 +166,8 @@ def decode(
             if type(re_) is not float or type(im) is not float:
                 raise ValueError("complex parts must be floats")
             return complex(re_, im)
-        if tag == "$bytes" and type(body) is str:
-            return base64.b64decode(body, validate=True)
-        if tag == "$bytearray" and type(body) is str:
-            return bytearray(base64.b64decode(body, validate=True))
+        if tag in _BINARY and type(body) is str:
+            return _BINARY[tag](base64.b64decode(body, validate=True))
         if tag == "$ref" and ref is not None and type(body) is int:
             return ref(body)
         if tag == "$jref" and jref is not None and type(body) is int:

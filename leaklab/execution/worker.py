@@ -1,11 +1,6 @@
-"""A sandbox worker: a lean Python process that forks one isolated child per run.
-
-Started by `Sandbox` as `python -m leaklab.execution.worker`, with a clean environment; it preloads
-common modules, sets up its layers (`isolation.setup_worker`), then serves jobs as length-prefixed
-pickles from the trusted parent (nothing a child writes is ever unpickled). A judged check forks only
-the candidate; the tests run in the worker's long-lived judge (`harness.serve_judge`), and they and the
-verdict only pass through memory later forks see as zeros (`private_buffer`).
-See docs/sandbox.md#workers-and-runs.
+"""A sandbox worker (`python -m leaklab.execution.worker`): a lean process that forks one isolated
+child per run. A judged check forks only the candidate; the tests run in the worker's long-lived judge
+(`harness.serve_judge`). See docs/sandbox.md#workers-and-runs.
 """
 
 from __future__ import annotations
