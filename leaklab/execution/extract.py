@@ -1,9 +1,6 @@
-"""The code in a model's reply, and the program it makes with the task's prompt.
-
-`candidate(task_prompt, reply, entry_point)` returns the text that continues the task's prompt into a
-program (a base model's body, cut at the stop sequences, or a chat model's fenced function, appended
-after the prompt), or why there is none: `no_code`, `syntax_error`, `too_long`. Nothing here runs code:
-`compile` only parses. See docs/sandbox.md#code-from-a-reply.
+"""The code in a model's reply: `candidate(task_prompt, reply, entry_point)` is the text that continues
+the prompt into a program, or why there is none. Nothing here runs code (`compile` only parses).
+See docs/sandbox.md#code-from-a-reply.
 """
 
 from __future__ import annotations

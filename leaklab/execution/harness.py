@@ -568,9 +568,7 @@ class CandidateLink:
 
     def encode(self, value: Any) -> Any:
         """A value of the judge's for the candidate: plain data, a reference back to one of its own
-        objects, or a reference to a mock (or a function of the test code, such as a side_effect).
-        Nothing else of the judge's is ever handed over: a reference to a module or a socket would
-        let the candidate act inside the judge."""
+        objects, or to a mock or test function (`_exportable`); nothing else of the judge's."""
 
         def other(v: Any) -> Any:
             if isinstance(v, RemoteObject):
@@ -703,10 +701,8 @@ def _exception(name: str, module: str, message: str) -> BaseException:
     a class the judge does not have (or cannot build from a message) fails the test instead."""
     cls = _loaded_class(module or "builtins", name) or getattr(builtins, name, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
+        with contextlib.suppress(Exception):
             return cls(message)
-        except Exception:
-            pass
     return CandidateFailed(f"the candidate raised {name}: {message}")
 
 
@@ -942,9 +938,8 @@ def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: i
 
 
 def serve_judge(control_fd: int) -> int:
-    """Serve one check after another for the worker over a SOCK_SEQPACKET socket: per check a header
-    record with the candidate's two pipe ends attached, the test code, and one verdict record back.
-    See docs/sandbox.md#judged-checks."""
+    """Serve the worker's checks over a SOCK_SEQPACKET socket: per check a header with the candidate's
+    pipe ends, the test code, and one verdict back. See docs/sandbox.md#judged-checks."""
     isolation.undumpable()  # matters without root, where the candidate has the judge's uid
     isolation.set_process_name(JUDGE_NAME)
     _reset_stdio()

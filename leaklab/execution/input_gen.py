@@ -1,13 +1,9 @@
-"""Inputs for HyClone's stage 2 when no LLM proposes them: read from the function's signature.
+"""Inputs for HyClone's stage 2 read from a function's signature with `ast` (never imported or run).
 
     found = generate_inputs(source, "f", task_inputs=[[1, "a"]], n=10, seed=0)
-    found.inputs     # up to n new argument lists (none repeats a task input or another)
-    found.sources    # how many came from each source: annotations, defaults, mutated, common
+    found.inputs, found.sources   # up to n new argument lists; how many came from each source
 
-The function is read with `ast`, never imported or run (it may be model-generated). The sources are
-taken in turn so that each contributes when `n` is small; a parameter's values come from its
-annotation, else its default, the task's inputs at its position, or common values. Calls are
-positional. See docs/sandbox.md#hyclone-cross-execution.
+The sources, taken in turn: docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations

@@ -821,11 +821,9 @@ def _count_own_processes() -> int:
     n = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
+            with contextlib.suppress(OSError):  # a process gone meanwhile
                 if os.stat(f"/proc/{entry}").st_uid == uid:
                     n += len(os.listdir(f"/proc/{entry}/task"))
-            except OSError:
-                pass
     return n
 
 

@@ -98,10 +98,8 @@ class CheckFunction:
 
 @dataclass(frozen=True)
 class UnitTests:
-    """BigCodeBench style: `tests` defines a unittest.TestCase subclass `test_class`. Judged (the
-    default): the judge runs the tests against the program's module behind references (see
-    harness.py). `judged=False` runs both in one process, which the program can fool: only for the
-    hostile tests that show what judging prevents."""
+    """BigCodeBench style: `tests` defines a unittest.TestCase subclass `test_class`, run by the judge.
+    `judged=False` runs both in one process, which the program can fool: only for the hostile tests."""
 
     source: str
     tests: str
@@ -175,11 +173,9 @@ class _WorkerProcess:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 write_message(self.to_fd, {"kind": "shutdown"})
                 self.proc.wait(timeout_s)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
         self.kill()
 
     def kill(self) -> None:
@@ -449,9 +445,8 @@ def _ended(reply: dict[str, Any]) -> str:
 
 
 def _interpret(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> ExecResult:
-    """The verdict. What a program wrote is read defensively; should reading it still raise, the
-    program is the cause: `failed`, with the reason, never `error` (which it must not be able to
-    choose) and never an exception out of here."""
+    """The verdict. Should reading what the program wrote still raise, the program is the cause:
+    `failed` with the reason, never `error` (which it must not be able to choose)."""
     try:
         return _read_reply(job, message, reply)
     except Exception as err:

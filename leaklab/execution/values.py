@@ -1,10 +1,6 @@
-"""Plain data across the sandbox boundary: a tagged-JSON codec (docs/sandbox.md#plain-data-across-the-boundary).
-
-The trusted side only runs `json.loads` and rebuilds builtin containers of builtin scalars, so a hostile
-value cannot bring its own `__eq__`, `__hash__` or `__reduce__`; pickle and marshal trust their input and
-are never used on this path. Every type but None, bool, int, float, str and list is an object with one
-`$tag` key (dicts too). `rich=True` (judged unittests) adds numpy, pandas, paths and dates, rebuilt by
-their own constructors, and references through the `other` hook.
+"""Plain data across the sandbox boundary: a tagged-JSON codec from which the trusted side rebuilds only
+builtin types (with `rich=True` also numpy, pandas, paths, dates and references); never pickle.
+See docs/sandbox.md#plain-data-across-the-boundary.
 """
 
 from __future__ import annotations

@@ -385,9 +385,8 @@ class Worker:
         return ended
 
     def _send_check(self, sock: socket.socket, job: dict[str, Any], fds: list[int]) -> None:
-        """The check's header (with the candidate's pipe ends) and its test code, to the judge. The
-        test code is read from the parent only now, after the candidate was forked, into memory that
-        later forks see as zeros, and sent from there: no candidate ever had it in its address space."""
+        """The check's header and test code to the judge; the test code is read from the parent only
+        now, after the candidate was forked, into a `private_buffer`, and sent from there."""
         n = job["secret_len"]
         secret = private_buffer(n)
         try:
