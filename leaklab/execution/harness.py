@@ -136,13 +136,12 @@ def _load(source: str, entry_point: str) -> tuple[Any, str | None]:
 def _call(fn: Any, args: list, kwargs: dict) -> dict[str, Any]:
     start = time.perf_counter()
     try:
-        out = fn(*args, **kwargs)
-        tree = values.encode(out)
+        reply = {"ok": values.encode(fn(*args, **kwargs))}
     except values.UnsupportedValue as err:
-        return {"unsupported": str(err), "t": time.perf_counter() - start}
+        reply = {"unsupported": str(err)}
     except BaseException as err:  # SystemExit and KeyboardInterrupt too: the candidate's doing
-        return {"raise": type(err).__name__, "message": str(err)[:500], "t": time.perf_counter() - start}
-    return {"ok": tree, "t": time.perf_counter() - start}
+        reply = {"raise": type(err).__name__, "message": str(err)[:500]}
+    return reply | {"t": time.perf_counter() - start}
 
 
 # --------------------------------------------------------------------------- kinds of runs

@@ -117,11 +117,10 @@ Job = Program | FunctionCalls | CheckFunction | UnitTests
 
 def _worker_env() -> dict[str, str]:
     """A clean environment: nothing of ours (API keys, tokens) reaches the programs."""
-    package_root = str(Path(__file__).resolve().parents[2])
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
-        "PYTHONPATH": package_root,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # where leaklab is imported from
         "PYTHONDONTWRITEBYTECODE": "1",
         # One hash seed for every worker: a set's iteration order must not depend on which worker
         # ran the reference solution and which the candidate.

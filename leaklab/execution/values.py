@@ -56,9 +56,7 @@ def encode(
         return bool(value)
     if isinstance(value, int):
         number = int(value)
-        if -_MAX_DECIMAL_INT < number < _MAX_DECIMAL_INT:
-            return number
-        return {"$int": hex(number)}
+        return number if -_MAX_DECIMAL_INT < number < _MAX_DECIMAL_INT else {"$int": hex(number)}
     if isinstance(value, float):
         return float(value)
     if isinstance(value, str):

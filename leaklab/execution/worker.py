@@ -262,14 +262,12 @@ class Worker:
         _, status = os.waitpid(pid, 0)
         return uids if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
 
-    def kill_leftovers(self) -> int:
+    def kill_leftovers(self) -> None:
         self._stop_judge()
-        if self.uids:
-            for uid in self.uids:
-                isolation.kill_uid(uid)
-        left = isolation.reap_everything(self.init)
+        for uid in self.uids or ():
+            isolation.kill_uid(uid)
+        isolation.reap_everything(self.init)
         self._clean_state()
-        return left
 
     def _clean_state(self) -> None:
         """What a run wrote outside its processes, gone: its /tmp (and the directories that lead
@@ -279,9 +277,6 @@ class Worker:
             self.scratch_mounted = False
         if self.fresh_scratch:
             isolation.clear_ipc(queues=self.isolation["mounts"] == "minimal-root")
-
-    def hello(self) -> dict[str, Any]:
-        return {"pid": self.pid, "isolation": self.isolation, "uids": self.uids}
 
     # ------------------------------------------------------------------ children
 
@@ -567,7 +562,7 @@ def main() -> None:
     except Exception as err:
         write_message(proto_out, {"start_error": f"{type(err).__name__}: {err}"})
         return
-    write_message(proto_out, worker.hello())
+    write_message(proto_out, {"pid": worker.pid, "isolation": worker.isolation, "uids": worker.uids})
     while True:
         job = read_message(proto_in)
         if job is None or job.get("kind") == "shutdown":
