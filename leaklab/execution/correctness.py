@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from leaklab.data.tasks import Task
+from leaklab.execution.extract import parses
 from leaklab.execution.sandbox import (
     CallOutcome,
     CheckFunction,
@@ -277,11 +278,7 @@ def _judge_prelude(task: Task) -> str:
     """Trusted code the judge runs before the tests: the task's own prompt and canonical solution
     (helpers the tests call, such as HumanEval/32's poly), when they compile."""
     prelude = task.program()
-    try:
-        compile(prelude, "<prelude>", "exec")
-    except (SyntaxError, ValueError):
-        return ""
-    return prelude
+    return prelude if parses(prelude) else ""
 
 
 def _plan(

@@ -240,8 +240,7 @@ class Sandbox:
         if errors:
             self.close()
             raise RuntimeError(f"the sandbox could not start: {errors[0]}") from errors[0]
-        first = self._slots[0].hello
-        self.isolation: dict[str, Any] = dict(first["isolation"])
+        self.isolation: dict[str, Any] = dict(self._slots[0].hello["isolation"])
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True) for i in range(workers)]
         for t in self._threads:
             t.start()
