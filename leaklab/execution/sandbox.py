@@ -494,8 +494,7 @@ def _program_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     if reply["exit_code"] == 0:
         result.verdict = "passed"
         return result
-    result.verdict = "failed"
-    result.reason = _ended(reply)
+    result.verdict, result.reason = "failed", _ended(reply)
     try:
         exceptions = [str(m["exception"])[:2000] for m in _lines(reply["channel"]) if "exception" in m]
     except ValueError:
@@ -560,8 +559,7 @@ def _check_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     except Exception:
         verdict = None
     if type(verdict) is not dict:
-        result.verdict = "error"
-        result.reason = f"the judge {_ended(reply)} without a verdict"
+        result.verdict, result.reason = "error", f"the judge {_ended(reply)} without a verdict"
         return result
     result.details["calls"] = verdict.get("calls")
     if "tests" in verdict:
