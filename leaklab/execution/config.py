@@ -39,15 +39,10 @@ class WeakerSandboxError(RuntimeError):
     """The sandbox lacks layers a reward needs, and the recipe does not allow that."""
 
 
-def missing_layers(isolation: Mapping[str, Any]) -> list[str]:
-    """What the sandbox described by `isolation` (`Sandbox.isolation`) lacks for a reward."""
-    return [why for key, wanted, why in REWARD_LAYERS if isolation.get(key) != wanted]
-
-
 def require_layers(isolation: Mapping[str, Any], allow_weaker: bool = False) -> list[str]:
-    """Raise WeakerSandboxError when a layer of REWARD_LAYERS is not in force, unless `allow_weaker`
-    (then log what is missing). Returns the missing layers (empty when all are in force)."""
-    missing = missing_layers(isolation)
+    """The layers of REWARD_LAYERS missing from `isolation` (`Sandbox.isolation`); WeakerSandboxError
+    when there are any, unless `allow_weaker` (then they are logged)."""
+    missing = [why for key, wanted, why in REWARD_LAYERS if isolation.get(key) != wanted]
     if missing and not allow_weaker:
         raise WeakerSandboxError(
             "the sandbox lacks what an RL reward needs: "

@@ -1,12 +1,6 @@
-"""Functional correctness: a candidate solution against a Task's tests, in the sandbox; pass@k.
-
-    with Sandbox(workers=2) as sb:
-        result = check_solution(task, completion, sb)            # one SampleResult
-        results = check_many([(task, c) for c in completions], sb)  # batched, in order
-
-The sandbox child never sees an expected value: call outputs come back as plain data and are compared
-here (`outputs_match`, the comparison rules of docs/sandbox.md#comparing-outputs). For multi-case tests
-the verdict is that of the first case that did not pass, so a wrong answer before a timeout reads "failed".
+"""Functional correctness: a candidate solution against a Task's tests in the sandbox (`check_solution`,
+or `check_many` in one batch); pass@k. The child never sees an expected value: outputs come back as
+plain data and are compared here, by the rules of docs/sandbox.md#comparing-outputs.
 """
 
 from __future__ import annotations
@@ -22,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from leaklab.data.tasks import Task
+from leaklab.execution.extract import parses
 from leaklab.execution.sandbox import (
     CallOutcome,
     CheckFunction,
@@ -283,11 +278,7 @@ def _judge_prelude(task: Task) -> str:
     """Trusted code the judge runs before the tests: the task's own prompt and canonical solution
     (helpers the tests call, such as HumanEval/32's poly), when they compile."""
     prelude = task.program()
-    try:
-        compile(prelude, "<prelude>", "exec")
-    except (SyntaxError, ValueError):
-        return ""
-    return prelude
+    return prelude if parses(prelude) else ""
 
 
 def _plan(
@@ -335,11 +326,8 @@ def check_many(
     full_program: bool = False,
     timeout_s: float | None = None,
 ) -> list[SampleResult]:
-    """Each (task, completion) checked against the task's tests, in one batch; results in order.
-
-    A completion continues the task's prompt (HumanEval body, MBPP+ function, BigCodeBench body) or,
-    for APPS and with `full_program=True`, is the whole program.
-    """
+    """Each (task, completion) checked in one batch; results in order. A completion continues the
+    task's prompt or, with `full_program=True`, is the whole program."""
     timeout = sandbox.limits.timeout_s if timeout_s is None else timeout_s
     references = reference_outputs(
         list({_reference_key(t): t for t, _ in items}.values()), sandbox, max(timeout, 60.0)

@@ -1,14 +1,9 @@
-"""HyClone-style functional similarity: an optional LLM screen (stage 1), then execution (stage 2) of the
-ground-truth function and a generated one on the same inputs in the sandbox, counting agreement.
+"""HyClone-style functional similarity (000 App. C.2): an optional LLM screen (stage 1), then the
+ground-truth function A and a generated one B run on the same inputs in the sandbox (stage 2).
 
-    results = cross_execute(pairs, sandbox)                     # stage 2 on the pairs' own inputs
-    results = cross_execute(pairs, sandbox, llm=LLMStages(generator, screen=True, n_inputs=10))
-    results = cross_execute(pairs, sandbox, generated=10)       # + inputs read from the signature
+    results = cross_execute(pairs, sandbox, llm=LLMStages(generator, n_inputs=10), generated=10)
 
-S_a: the share of A's (the ground truth's) inputs on which A runs and B returns the same value; S_b the
-same over B's inputs. A clone has both >= `threshold`; its similarity is (S_a + S_b) / 2 (000 App. C.2).
-A pair that does not reach execution has similarity None and says why. The inputs, the screen and the
-repair: docs/sandbox.md#hyclone-cross-execution.
+S_a, S_b, the clone rule, the inputs, the screen and the repair: docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations

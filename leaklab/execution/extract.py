@@ -1,9 +1,6 @@
-"""The code in a model's reply, and the program it makes with the task's prompt.
-
-`candidate(task_prompt, reply, entry_point)` returns the text that continues the task's prompt into a
-program (a base model's body, cut at the stop sequences, or a chat model's fenced function, appended
-after the prompt), or why there is none: `no_code`, `syntax_error`, `too_long`. Nothing here runs code:
-`compile` only parses. See docs/sandbox.md#code-from-a-reply.
+"""The code in a model's reply: `candidate(task_prompt, reply, entry_point)` is the text that continues
+the prompt into a program, or why there is none. Nothing here runs code (`compile` only parses).
+See docs/sandbox.md#code-from-a-reply.
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ def reply_text(completion: Any) -> str:
 
 
 def _defines(code: str, entry_point: str | None) -> bool:
-    if entry_point:
-        return re.search(rf"^(async\s+)?def\s+{re.escape(entry_point)}\s*\(", code, re.M) is not None
-    return re.search(r"^(async\s+)?def\s+\w+\s*\(", code, re.M) is not None
+    name = re.escape(entry_point) if entry_point else r"\w+"
+    return re.search(rf"^(async\s+)?def\s+{name}\s*\(", code, re.M) is not None
 
 
 def _fenced_code(text: str, entry_point: str | None) -> str | None:
@@ -62,7 +58,7 @@ def _fenced_code(text: str, entry_point: str | None) -> str | None:
     return (pythonic or [blocks[0][1]])[0]
 
 
-def _parses(program: str) -> bool:
+def parses(program: str) -> bool:
     try:
         compile(program, "<candidate>", "exec", dont_inherit=True)
     except Exception:  # SyntaxError, ValueError (NUL bytes), RecursionError / MemoryError from nesting
@@ -80,7 +76,7 @@ def candidate(prompt: str, completion: Any, entry_point: str | None = None, prom
     fenced = _fenced_code(text, entry_point)
     if not prompt_is_code:  # the prompt is prose (APPS): the reply is the whole program
         code = fenced if fenced is not None else text
-        return Candidate(code) if _parses(code) else Candidate(None, "syntax_error")
+        return Candidate(code) if parses(code) else Candidate(None, "syntax_error")
     restated = text.lstrip().startswith("def ") and _defines(text.lstrip(), entry_point)
     if fenced is not None or restated:
         code = fenced if fenced is not None else text
@@ -89,7 +85,7 @@ def candidate(prompt: str, completion: Any, entry_point: str | None = None, prom
         whole = _defines(code, entry_point)
         # A whole function goes after the prompt on a line of its own; a fenced body continues it.
         joined = "\n" + code if whole else code
-        if _parses(prompt + joined):
+        if parses(prompt + joined):
             return Candidate(joined, whole_function=whole)
         return Candidate(None, "syntax_error")
     # A base model's continuation: the body up to where top-level code resumes; a body cut mid-line by
@@ -101,6 +97,6 @@ def candidate(prompt: str, completion: Any, entry_point: str | None = None, prom
     lines = body.split("\n")
     for drop in range(min(MAX_TRIMMED_LINES, len(lines) - 1) + 1):
         attempt = "\n".join(lines[: len(lines) - drop])
-        if attempt.strip() and _parses(prompt + attempt):
+        if attempt.strip() and parses(prompt + attempt):
             return Candidate(attempt.rstrip() + "\n")
     return Candidate(None, "syntax_error")

@@ -1,12 +1,10 @@
 """What runs inside a sandboxed child, after `isolation.enter_child` has locked it down, and the judge.
 
-One function per kind of run; each returns the child's exit code and never raises. Messages go as
-JSON lines straight to a file descriptor. `run_program` and `serve_calls` run a program (calls stream
-one result line each); `serve_candidate` / `judge_check` split HumanEval's `check(candidate)` over two
-processes with different uids, `serve_module` / `judge_unittest` do the same for BigCodeBench's unittest
-classes with the program's module behind references (`RemoteObject`, `JudgeObject` for the tests'
-mocks). `run_unittest` is the old forgeable one-process way, kept for `UnitTests(judged=False)` in the
-hostile tests. See docs/sandbox.md#judged-checks.
+One function per kind of run; each returns the child's exit code, never raises, and sends JSON lines
+to a descriptor. Judged checks split the tests (judge) from the program (candidate) over two processes:
+`serve_candidate` / `judge_check` for `check(candidate)`, `serve_module` / `judge_unittest` for unittest
+classes, see docs/sandbox.md#judged-checks. `run_unittest` is the forgeable one-process way, kept for
+`UnitTests(judged=False)` in the hostile tests.
 """
 
 from __future__ import annotations
@@ -71,18 +69,15 @@ def _fresh_main() -> dict[str, Any]:
 
 def _reset_stdio() -> None:
     """Text streams over the new fds 0-2; the ones inherited from the worker point elsewhere."""
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape"
-    )
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape"
-    )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
+
+    def text(fd: int, errors: str = "surrogateescape", **options: Any) -> io.TextIOWrapper:
+        buffered = io.BufferedReader if fd == 0 else io.BufferedWriter
+        raw = io.FileIO(fd, "r" if fd == 0 else "w", closefd=False)
+        return io.TextIOWrapper(buffered(raw), encoding="utf-8", errors=errors, **options)
+
+    sys.stdin = sys.__stdin__ = text(0)
+    sys.stdout = sys.__stdout__ = text(1)
+    sys.stderr = sys.__stderr__ = text(2, "backslashreplace", line_buffering=True)
 
 
 def _flush() -> None:
@@ -141,13 +136,12 @@ def _load(source: str, entry_point: str) -> tuple[Any, str | None]:
 def _call(fn: Any, args: list, kwargs: dict) -> dict[str, Any]:
     start = time.perf_counter()
     try:
-        out = fn(*args, **kwargs)
-        tree = values.encode(out)
+        reply = {"ok": values.encode(fn(*args, **kwargs))}
     except values.UnsupportedValue as err:
-        return {"unsupported": str(err), "t": time.perf_counter() - start}
+        reply = {"unsupported": str(err)}
     except BaseException as err:  # SystemExit and KeyboardInterrupt too: the candidate's doing
-        return {"raise": type(err).__name__, "message": str(err)[:500], "t": time.perf_counter() - start}
-    return {"ok": tree, "t": time.perf_counter() - start}
+        reply = {"raise": type(err).__name__, "message": str(err)[:500]}
+    return reply | {"t": time.perf_counter() - start}
 
 
 # --------------------------------------------------------------------------- kinds of runs
@@ -280,6 +274,14 @@ class JudgeError(BaseException):
     """The test code itself is unusable (not the candidate's fault)."""
 
 
+def _loaded(peer: Any, who: str) -> dict[str, Any]:
+    """The candidate's first message, once it says it is ready; CandidateFailed when it did not load."""
+    ready = peer.receive()
+    if not ready.get("ready"):
+        raise CandidateFailed(f"{who} does not load: {ready.get('load_error', 'no reason given')}")
+    return ready
+
+
 # --------------------------------------------------------------------------- a module behind references
 
 MAX_ITEMS = 100_000  # the most elements one iteration of a reference brings across
@@ -301,6 +303,25 @@ class _Reference:
     def __getitem__(self, key: Any) -> Any:
         return self._ask("getitem", key=key)
 
+    # Checked: what the candidate answers is not trusted (the judge's answers pass the same checks).
+    def __len__(self) -> int:
+        n = self._ask("len")
+        if type(n) is not int or n < 0:
+            raise CandidateFailed("the candidate's len() is not a non-negative int")
+        return n
+
+    def __iter__(self):
+        items = self._ask("iter")
+        if type(items) is not list:
+            raise CandidateFailed("the candidate's iteration is not a list")
+        return iter(items)
+
+    def __bool__(self) -> bool:
+        return self._ask("bool") is True
+
+    def __str__(self) -> str:
+        return str(self._ask("str"))
+
 
 class JudgeObject(_Reference):
     """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
@@ -317,18 +338,6 @@ class JudgeObject(_Reference):
 
     def __setattr__(self, name: str, value: Any) -> None:
         self._ask("setattr", name=name, value=value)
-
-    def __iter__(self):
-        return iter(self._ask("iter"))
-
-    def __len__(self) -> int:
-        return self._ask("len")
-
-    def __bool__(self) -> bool:
-        return self._ask("bool")
-
-    def __str__(self) -> str:
-        return self._ask("str")
 
     def __enter__(self) -> Any:
         return self._ask("enter")
@@ -358,18 +367,16 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
         handles[len(handles) + 1] = obj
         return {"$ref": len(handles)}
 
-    def encode(value: Any) -> Any:
+    def other(value: Any) -> dict[str, int]:  # a mock of the judge's goes back as itself
         if isinstance(value, JudgeObject):
             return {"$jref": object.__getattribute__(value, "_jref")}
-        return values.encode(
-            value, rich=True, other=lambda v: encode(v) if isinstance(v, JudgeObject) else keep(v)
-        )
+        return keep(value)
 
-    def handle(i: int) -> Any:
-        return handles[i]  # KeyError: the judge asked for something it was never given
+    def encode(value: Any) -> Any:
+        return values.encode(value, rich=True, other=other)
 
-    def decode(tree: Any) -> Any:
-        return values.decode(tree, rich=True, ref=handle, jref=JudgeObject)
+    def decode(tree: Any) -> Any:  # KeyError for a reference the judge was never given
+        return values.decode(tree, rich=True, ref=handles.__getitem__, jref=JudgeObject)
 
     requests = os.fdopen(requests_fd, "rb", closefd=False)
     rng = None
@@ -399,7 +406,7 @@ def serve_module(source: str, requests_fd: int, replies_fd: int) -> int:
                 _apply_setup(op, request, decode, patched)
                 out = None
             else:
-                obj = handle(request["ref"])
+                obj = handles[request["ref"]]
                 if "rng" in request:
                     _set_rng_state(decode(request["rng"]))
                 try:
@@ -560,9 +567,7 @@ class CandidateLink:
 
     def encode(self, value: Any) -> Any:
         """A value of the judge's for the candidate: plain data, a reference back to one of its own
-        objects, or a reference to a mock (or a function of the test code, such as a side_effect).
-        Nothing else of the judge's is ever handed over: a reference to a module or a socket would
-        let the candidate act inside the judge."""
+        objects, or to a mock or test function (`_exportable`); nothing else of the judge's."""
 
         def other(v: Any) -> Any:
             if isinstance(v, RemoteObject):
@@ -695,10 +700,8 @@ def _exception(name: str, module: str, message: str) -> BaseException:
     a class the judge does not have (or cannot build from a message) fails the test instead."""
     cls = _loaded_class(module or "builtins", name) or getattr(builtins, name, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
+        with contextlib.suppress(Exception):
             return cls(message)
-        except Exception:
-            pass
     return CandidateFailed(f"the candidate raised {name}: {message}")
 
 
@@ -719,24 +722,6 @@ class RemoteObject(_Reference):
 
     def __contains__(self, key: Any) -> bool:
         return self._ask("contains", key=key) is True
-
-    def __len__(self) -> int:
-        n = self._ask("len")
-        if type(n) is not int or n < 0:
-            raise CandidateFailed("the candidate's len() is not a non-negative int")
-        return n
-
-    def __iter__(self):
-        items = self._ask("iter")
-        if type(items) is not list:
-            raise CandidateFailed("the candidate's iteration is not a list")
-        return iter(items)
-
-    def __bool__(self) -> bool:
-        return self._ask("bool") is True
-
-    def __str__(self) -> str:
-        return str(self._ask("str"))
 
     def __repr__(self) -> str:
         return str(self._ask("repr"))
@@ -766,14 +751,9 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
     """Run the trusted unittest class against the candidate's module behind references (see
     `serve_module`); the verdict, as a dict."""
     link = CandidateLink(requests_fd, replies_fd)
-    try:
-        ready = link.receive()
-    except CandidateFailed as err:
-        return {"failed": str(err)}
-    if not ready.get("ready"):
-        return {"failed": f"the program does not load: {ready.get('load_error', 'no reason given')}"}
     namespace = _fresh_main()
     try:
+        ready = _loaded(link, "the program")
         names = link.decode(ready.get("globals"))
         if type(names) is not dict:
             raise CandidateFailed("the candidate's globals are malformed")
@@ -861,7 +841,6 @@ def _shared_files():
     files and temporary directories open to the program's uid. The run's scratch is its alone."""
     cwd, umask = os.getcwd(), os.umask(0)
     saved = tempfile.tempdir, tempfile.mkdtemp
-    run_dir = isolation.RUN_DIR
 
     def mkdtemp(*args: Any, **kwargs: Any) -> str:
         path = saved[1](*args, **kwargs)
@@ -869,8 +848,8 @@ def _shared_files():
         return path
 
     try:
-        if os.path.isdir(run_dir):
-            os.chdir(run_dir)
+        if os.path.isdir(isolation.RUN_DIR):
+            os.chdir(isolation.RUN_DIR)
             tempfile.tempdir = "/tmp"
         tempfile.mkdtemp = mkdtemp
         yield
@@ -925,11 +904,9 @@ def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int
         return {"error": f"the test code defines no {check_name}()"}
     proxy = CandidateProxy(entry_point, requests_fd, replies_fd)
     try:
-        ready = proxy.receive()
+        _loaded(proxy, "the candidate")
     except CandidateFailed as err:
         return {"failed": str(err)}
-    if not ready.get("ready"):
-        return {"failed": f"the candidate does not load: {ready.get('load_error', 'no reason given')}"}
     # Tests that call the function by name, not through `candidate`, reach the candidate too.
     namespace[entry_point] = proxy
     try:
@@ -960,9 +937,8 @@ def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: i
 
 
 def serve_judge(control_fd: int) -> int:
-    """Serve one check after another for the worker over a SOCK_SEQPACKET socket: per check a header
-    record with the candidate's two pipe ends attached, the test code, and one verdict record back.
-    See docs/sandbox.md#judged-checks."""
+    """Serve the worker's checks over a SOCK_SEQPACKET socket: per check a header with the candidate's
+    pipe ends, the test code, and one verdict back. See docs/sandbox.md#judged-checks."""
     isolation.undumpable()  # matters without root, where the candidate has the judge's uid
     isolation.set_process_name(JUDGE_NAME)
     _reset_stdio()

@@ -1,13 +1,9 @@
-"""Inputs for HyClone's stage 2 when no LLM proposes them: read from the function's signature.
+"""Inputs for HyClone's stage 2 read from a function's signature with `ast` (never imported or run).
 
     found = generate_inputs(source, "f", task_inputs=[[1, "a"]], n=10, seed=0)
-    found.inputs     # up to n new argument lists (none repeats a task input or another)
-    found.sources    # how many came from each source: annotations, defaults, mutated, common
+    found.inputs, found.sources   # up to n new argument lists; how many came from each source
 
-The function is read with `ast`, never imported or run (it may be model-generated). The sources are
-taken in turn so that each contributes when `n` is small; a parameter's values come from its
-annotation, else its default, the task's inputs at its position, or common values. Calls are
-positional. See docs/sandbox.md#hyclone-cross-execution.
+The sources, taken in turn: docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations
@@ -150,9 +146,7 @@ def _typed_values(node: ast.expr | None, rng: random.Random, depth: int = 0) -> 
         return _union(items, rng, depth)
     if name in ("tuple", "Tuple"):
         if len(items) == 2 and isinstance(items[1], ast.Constant) and items[1].value is Ellipsis:
-            return [
-                tuple(v) for v in _containers("list", _typed_values(items[0], rng, depth + 1) or [0], rng)
-            ]
+            return _containers("tuple", _typed_values(items[0], rng, depth + 1) or [0], rng)
         parts = [_typed_values(i, rng, depth + 1) or [0] for i in items]
         return [tuple(rng.choice(p) for p in parts) for _ in range(4)]
     if name in _MAPPINGS:

@@ -26,6 +26,7 @@ import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from leaklab.rundir import cache_root
@@ -60,8 +61,8 @@ PR_SET_CHILD_SUBREAPER = 36
 
 # Directories any user may write to; inside the worker's mount namespace each becomes a private tmpfs.
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
-# Sandboxed runs get uids from here up, two per worker (candidate, judge), derived from the worker's
-# pid so that two live workers, even of different pools or processes, never share one.
+# Sandboxed runs get uids from here up, two per worker (candidate, judge), from the worker's pid: two
+# live workers never share one.
 UID_BASE = 1_000_000
 # A run's working directory, inside its own scratch tmpfs (when it has one).
 RUN_DIR = "/tmp/run"
@@ -123,12 +124,9 @@ LAYERS = ("minimal_root", "run_scratch", "seccomp")
 def setup_worker(
     tmp_size_mb: int = 256, memory_mb: int = 1024, disable: tuple[str, ...] = (), hide: list[str] = ()
 ) -> dict[str, Any]:
-    """Make the calling (single-threaded) worker process a subreaper and, where allowed, move it into
-    fresh namespaces and its minimal root. Returns what is in force, for `Sandbox.isolation` and for
-    the tests; `disable` names layers of `LAYERS` to leave out (tests only); `hide` lists answer keys
-    outside packages (`data_caches`) that the minimal root covers."""
-    unknown = set(disable) - set(LAYERS)
-    if unknown:
+    """Make the calling worker a subreaper in fresh namespaces and its minimal root, where allowed; what
+    is in force (`Sandbox.isolation`). `disable`: layers to leave out (tests only); `hide`: `data_caches`."""
+    if unknown := set(disable) - set(LAYERS):
         raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {LAYERS}")
     shared = dict.fromkeys(("network", "mounts", "proc", "pid", "scratch", "ipc"), "shared")  # until set up
     info: dict[str, Any] = {"root": is_root(), "subreaper": False, **shared, "seccomp": "off"}
@@ -207,15 +205,10 @@ def _user_network_namespace(info: dict[str, Any]) -> None:
     else:
         # Keep our own ids inside it (the creator may always map itself); a failure here would
         # leave the worker half set up, so it is not caught: the pool then refuses to start.
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", f"{uid} {uid} 1")
-        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
         info["network"] = "namespace"
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w") as f:
-        f.write(text)
 
 
 @dataclass(frozen=True)
@@ -228,10 +221,8 @@ class MountPlan:
 
 
 def interpreter_paths(with_package: bool = True) -> list[str]:
-    """The directories a sandboxed interpreter reads from: the Python installation (prefixes, stdlib,
-    the executable's directory), its site-packages and other sys.path entries, and the leaklab
-    package. Entries of sys.path that merely hold leaklab (a checkout's root, or "/", the worker's
-    working directory for `python -m`) are left out: only the package itself is needed from them."""
+    """The directories a sandboxed interpreter reads from: the Python installation, its sys.path and
+    the leaklab package (not the sys.path entries that merely hold it, a checkout's root or "/")."""
     package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     paths = {
         sys.prefix,
@@ -248,10 +239,9 @@ def interpreter_paths(with_package: bool = True) -> list[str]:
 
 
 def plan_mounts(keep: list[str], world_writable: tuple[str, ...] = WORLD_WRITABLE) -> MountPlan:
-    """Which directories to cover and which of `keep` to bring back inside them. Every world-writable
-    directory becomes private even when the interpreter lives there (a CI clone under /tmp); a kept
-    path inside one, or inside a directory closed to other users (pyenv under /root), comes back
-    read-only at the same place, and a world-writable directory itself is never kept whole."""
+    """Which directories to cover: every world-writable one (even with the interpreter inside, a CI
+    clone under /tmp); a path of `keep` inside one, or inside a directory closed to other users (pyenv
+    under /root), comes back read-only."""
     private = []
     for d in world_writable:
         real = os.path.realpath(d)
@@ -284,10 +274,8 @@ def _private_mounts(keep: list[str], tmp_size_mb: int) -> MountPlan:
             _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=1777")
         for d in plan.closed:
             _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-        for (p, cover), fd in zip(plan.kept, fds):
-            _make_way(p, cover)
-            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
-            _mount(None, p, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+        for (p, _), fd in zip(plan.kept, fds):
+            _bind_read_only(f"/proc/self/fd/{fd}", p)
     finally:
         for fd in fds:
             os.close(fd)
@@ -325,9 +313,8 @@ DATA_SUFFIXES = (
 
 
 def visible_paths() -> list[str]:
-    """The directories bound read-only into the minimal root: the system and the Python installation
-    with its site-packages. Not leaklab's package or checkout (the worker imported what runs need
-    before it pivoted), not a home directory beyond the Python installation inside it."""
+    """The directories bound read-only into the minimal root: the system and the Python installation,
+    not leaklab (the worker imported what runs need before it pivoted)."""
     paths = {p for p in SYSTEM_PATHS if os.path.isdir(p)}
     paths.update(interpreter_paths(with_package=False))
     return _outermost(paths)
@@ -338,10 +325,8 @@ def _outermost(paths: Any) -> list[str]:
     return [p for p in real if not any(q != p and _inside(p, q) for q in real)]
 
 
-# Where packages live below an installation's prefix: lib/python3.X/site-packages (CPython, venvs,
-# conda), lib/python3/dist-packages (Debian's system Python), local/lib/... (pip run as root on Debian),
-# lib64 on some distributions, pypy's lib/pypy3.X. Matched below each bound directory, so the search
-# holds however deep the installation lives.
+# Where packages live below an installation's prefix (CPython, venvs, conda, Debian's dist-packages,
+# pip as root on Debian, lib64, pypy), matched below each bound directory.
 SITE_LAYOUTS = (
     "lib*/*/site-packages", "lib*/*/dist-packages", "local/lib*/*/site-packages", "local/lib*/*/dist-packages",
 )  # fmt: skip
@@ -385,10 +370,9 @@ DATA_VARIABLES = (
 
 
 def data_caches() -> list[str]:
-    """Caches outside any package that hold benchmarks with their solutions and tests: leaklab's,
-    evalplus's and bigcodebench's (as their appdirs find them), Hugging Face's and every path of
-    `DATA_VARIABLES`. Read where the sandbox starts: a worker's environment is clean. The minimal root
-    covers those a run could see (a cache inside a virtualenv, a Python in a home directory)."""
+    """Caches outside any package that hold benchmarks with their solutions: leaklab's, evalplus's,
+    bigcodebench's, Hugging Face's and the paths of `DATA_VARIABLES`. Read where the sandbox starts:
+    a worker's environment is clean."""
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     named = ("evalplus", "bigcodebench", "huggingface")
     paths = [str(cache_root()), *(os.path.join(cache, d) for d in named)]
@@ -397,9 +381,8 @@ def data_caches() -> list[str]:
 
 
 def hidden_inside(hide: list[str], keep: list[str]) -> list[str]:
-    """The existing paths of `hide` that a run could see: those inside a kept directory. Not one that
-    holds a kept directory (a cache set to the installation itself, or above it): covering it would
-    hide Python from the runs."""
+    """The existing paths of `hide` inside a kept directory (not one holding a kept directory: covering
+    it would hide Python from the runs)."""
     found = set()
     for h in map(os.path.realpath, hide):
         seen = any(_inside(h, k) for k in keep)
@@ -410,9 +393,8 @@ def hidden_inside(hide: list[str], keep: list[str]) -> list[str]:
 
 def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[str, Any]:
     """Pivot the calling worker (root, in its own mount namespace) into a fresh tmpfs holding only
-    `keep` (read-only, at the same paths), a few files of /etc, a few devices, a /proc, and a scratch
-    tmpfs behind /tmp, /var/tmp, /dev/shm and /run/lock. Answer keys under `keep` are covered: the data
-    files of benchmark packages (`answer_keys`) and the files and directories of `hide` (`data_caches`)."""
+    `keep` read-only, a few files of /etc, devices, /proc and scratch, with `answer_keys` and `hide`
+    covered. See docs/sandbox.md#layers."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     keep = _outermost(p for p in keep if os.path.isdir(p))
     hidden = hidden_inside(hide, keep)
@@ -474,9 +456,7 @@ def build_root(keep: list[str], tmp_size_mb: int, hide: list[str] = ()) -> dict[
 
 def _cover_answer_keys(new: str, masked: list[str], hidden: list[str], hidden_dirs: set[str]) -> None:
     """Under the new root `new`: an unreadable empty file over each answer key file, an empty read-only
-    directory nobody may enter over each hidden directory."""
-    # Answer keys: an unreadable empty file over each (the mount above them is read-only, but a
-    # mount point needs no write access).
+    directory nobody may enter over each hidden directory (a mount point needs no write access)."""
     blank = new + "/.masked"
     open(blank, "w").close()
     os.chmod(blank, 0)
@@ -498,10 +478,8 @@ def _system_mounts(new: str, tmp_size_mb: int) -> None:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):  # fmt: skip
         os.symlink(target, f"{new}/dev/{name}")
-    # A run sees only its own processes: other uids' /proc entries (command lines included) are
-    # invisible to it. (A PID namespace per run would need a mount namespace per run for its /proc,
-    # which costs several milliseconds a run in the kernel's teardown; the uid of its own already
-    # confines signals and ptrace, and the seccomp filter denies ptrace.)
+    # A run sees only its own processes. (A PID namespace per run would need a mount namespace per run,
+    # milliseconds of kernel teardown each; its own uid and seccomp already confine signals and ptrace.)
     _mount_proc(new + "/proc")
     # The worker's own files (run directories when runs share a /tmp, the judge's): not in /tmp.
     _mount("tmpfs", new + "/run/leaklab", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=0711")
@@ -528,10 +506,9 @@ def _bind_read_only(source: str, target: str) -> None:
 
 
 def start_pid_namespace() -> int:
-    """Give the worker's children (runs, the judge) a PID namespace of their own; the pid of its init,
-    a fork that mounts the namespace's /proc over /proc (the worker keeps the host's at PROC) and then
-    only reaps orphans, so that their zombies never count against a run uid's process limit. One per
-    worker, not per run: a run's processes are all killed before the next starts (`Worker._end_run`)."""
+    """Give the worker's children a PID namespace of their own (one per worker, not per run); the pid of
+    its init, which mounts its /proc (the worker keeps the host's at PROC) and reaps orphans, so that
+    zombies never count against a run uid's process limit."""
     global PROC
     host_proc = "/run/leaklab/proc"
     os.mkdir(host_proc, 0o700)
@@ -598,7 +575,7 @@ def _limit_ipc(memory_mb: int) -> None:
         ("kernel/msgmni", 16),
         ("kernel/sem", "250 4000 32 16"),
     ):
-        _write(f"/proc/sys/{name}", str(value))
+        Path(f"/proc/sys/{name}").write_text(str(value))
 
 
 _IPC_RMID = 0
@@ -608,10 +585,8 @@ _libc.semctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
 
 
 def clear_ipc(queues: bool = True) -> int:
-    """Remove every System V object (and, with `queues`, POSIX message queue) of the worker's IPC
-    namespace, which only its runs use, one at a time; how many there were. Called once a run's
-    processes are all dead, so a removed segment's memory is freed at once. `queues` only where
-    /dev/mqueue is the worker's own mount (the minimal root): the host's lists the host's queues."""
+    """Remove every System V object of the worker's IPC namespace (only its runs use it) and, with
+    `queues` (where /dev/mqueue is the worker's own mount), every POSIX message queue; how many."""
     removed = 0
     for kind, remove in (
         ("shm", lambda i: _libc.shmctl(i, _IPC_RMID, None)),
@@ -725,12 +700,10 @@ def children(pid: int | None = None) -> list[int]:
     """The children of `pid` (default: the calling process), zombies included."""
     pid = pid or os.getpid()
     kids = []
-    try:
+    with contextlib.suppress(OSError):
         for tid in os.listdir(f"{PROC}/{pid}/task"):
             with open(f"{PROC}/{pid}/task/{tid}/children") as f:
                 kids += [int(p) for p in f.read().split()]
-    except OSError:
-        pass
     return kids
 
 
@@ -761,9 +734,8 @@ def _reap_dead() -> None:
 
 
 def reap_everything(keep: tuple[int, ...] = (), timeout_s: float = 2.0) -> int:
-    """Kill and reap every child of the calling subreaper except `keep`; orphans of finished runs are
-    re-parented here, so this finds them wherever they forked or double-forked to. Returns how many
-    were still alive (a process left behind)."""
+    """Kill and reap every child of the calling subreaper (orphans of runs included) except `keep`;
+    how many were still alive."""
     alive_found = 0
     deadline = time.monotonic() + timeout_s
     seen: set[int] = set()
@@ -849,11 +821,9 @@ def _count_own_processes() -> int:
     n = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            try:
+            with contextlib.suppress(OSError):  # a process gone meanwhile
                 if os.stat(f"/proc/{entry}").st_uid == uid:
                     n += len(os.listdir(f"/proc/{entry}/task"))
-            except OSError:
-                pass
     return n
 
 
@@ -918,9 +888,8 @@ def build_guards() -> list[tuple[Any, str, Any]]:
 
 
 def build_socket_guards() -> list[tuple[Any, str, Any]]:
-    """The network guard where no network namespace could be made: sockets cannot connect, bind,
-    listen or send to an address, and names do not resolve. `_socket` used directly or ctypes still
-    reach the network; only the namespace stops those."""
+    """Where no network namespace could be made: sockets cannot connect, bind, listen or send to an
+    address, names do not resolve (`_socket` or ctypes get past it; only the namespace stops those)."""
     methods = ("connect", "connect_ex", "bind", "sendto", "sendmsg", "listen")
     guards = [(socket.socket, name, _denied(f"socket.{name}")) for name in methods]
     return guards + [

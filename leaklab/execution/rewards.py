@@ -5,10 +5,9 @@
     reward.counts                                               # Counter of reasons over all calls
     reward.close()
 
-TRL passes every dataset column as a keyword argument: the `rl` stage puts each task, serialised by
-`task_to_json`, in a `task` column (veRL rebuilds it from `ground_truth`); a `task_id` column is looked
-up in `tasks` instead. One pool serves every call. Nothing a completion does stops training: it scores 0
-and is counted by reason. Before the first verdict `config.require_layers` checks the pool's isolation.
+Each task comes in a `task` column (`task_to_json`) or a `task_id` column looked up in `tasks`. Nothing
+a completion does stops training: it scores 0 and is counted by reason. Before the first verdict
+`config.require_layers` checks the pool's isolation.
 """
 
 from __future__ import annotations
@@ -35,9 +34,8 @@ MODES = ("binary", "fraction")
 @dataclass
 class Scored:
     reward: float
-    reason: (
-        str  # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
-    )
+    # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
+    reason: str
     detail: str = ""
 
 

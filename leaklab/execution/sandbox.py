@@ -1,16 +1,9 @@
 """The isolated runner: every program, model-generated or not, runs here and nowhere else.
 
-    with Sandbox(workers=2, timeout_s=5, memory_mb=1024) as sb:
-        r = sb.run("print(sum(map(int, input().split())))", stdin="1 2")
-        r.verdict, r.stdout                      # "passed", "3\\n"
-        r = sb.call_function(code, "add", [[1, 2], [3, 4]])
-        [c.value for c in r.calls]               # [3, 7]
-        sb.run_jobs([Program(...), FunctionCalls(...), ...])   # batched, results in order
-
 A pool of worker processes (`worker.py`) forks one child per run under the layers of `isolation.py`.
 Verdicts are passed / failed / timeout / error; nothing a program does raises out of here, and what it
-writes is read defensively (a malformed report is `failed`, never `error`). Who decides a verdict for
-each kind of job: see docs/sandbox.md#verdicts.
+writes is read defensively (a malformed report is `failed`, never `error`). Usage, and who decides a
+verdict for each kind of job: docs/sandbox.md#verdicts.
 """
 
 from __future__ import annotations
@@ -35,7 +28,6 @@ from leaklab.execution.harness import read_exact
 from leaklab.execution.isolation import Limits, data_caches
 from leaklab.execution.worker import read_message, write_message
 
-VERDICTS = ("passed", "failed", "timeout", "error")
 MAX_RESULT_BYTES = 64 << 20  # kept of the call results a run streams back; the rest is read and dropped
 WORKER_START_TIMEOUT_S = 60.0  # a worker's imports and set-up, before the pool gives up on it
 
@@ -106,10 +98,8 @@ class CheckFunction:
 
 @dataclass(frozen=True)
 class UnitTests:
-    """BigCodeBench style: `tests` defines a unittest.TestCase subclass `test_class`. Judged (the
-    default): the judge runs the tests against the program's module behind references (see
-    harness.py). `judged=False` runs both in one process, which the program can fool: only for the
-    hostile tests that show what judging prevents."""
+    """BigCodeBench style: `tests` defines a unittest.TestCase subclass `test_class`, run by the judge.
+    `judged=False` runs both in one process, which the program can fool: only for the hostile tests."""
 
     source: str
     tests: str
@@ -127,11 +117,10 @@ Job = Program | FunctionCalls | CheckFunction | UnitTests
 
 def _worker_env() -> dict[str, str]:
     """A clean environment: nothing of ours (API keys, tokens) reaches the programs."""
-    package_root = str(Path(__file__).resolve().parents[2])
     return {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "LANG": "C.UTF-8",
-        "PYTHONPATH": package_root,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # where leaklab is imported from
         "PYTHONDONTWRITEBYTECODE": "1",
         # One hash seed for every worker: a set's iteration order must not depend on which worker
         # ran the reference solution and which the candidate.
@@ -183,11 +172,9 @@ class _WorkerProcess:
 
     def stop(self, timeout_s: float = 5.0) -> None:
         if self.alive():
-            try:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 write_message(self.to_fd, {"kind": "shutdown"})
                 self.proc.wait(timeout_s)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
         self.kill()
 
     def kill(self) -> None:
@@ -253,8 +240,7 @@ class Sandbox:
         if errors:
             self.close()
             raise RuntimeError(f"the sandbox could not start: {errors[0]}") from errors[0]
-        first = self._slots[0].hello
-        self.isolation: dict[str, Any] = dict(first["isolation"])
+        self.isolation: dict[str, Any] = dict(self._slots[0].hello["isolation"])
         self._threads = [threading.Thread(target=self._serve, args=(i,), daemon=True) for i in range(workers)]
         for t in self._threads:
             t.start()
@@ -337,13 +323,9 @@ class Sandbox:
         self._closed = True
         # Jobs not started yet are cancelled (their callers get CancelledError), so that closing after
         # an interrupt does not first run everything that was queued.
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                item[1].cancel()
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self._queue.get_nowait()[1].cancel()  # (job, future): no None is queued before this
         for _ in getattr(self, "_threads", ()):
             self._queue.put(None)
         for t in getattr(self, "_threads", ()):
@@ -401,6 +383,7 @@ class Sandbox:
         return _interpret(job, message, reply)
 
     def _message(self, job: Job) -> tuple[dict[str, Any], bytes]:
+        """The job for the worker, and the test code it reads only after forking the candidate."""
         timeout = job.timeout_s if job.timeout_s is not None else self.limits.timeout_s
         guard = getattr(job, "guard_calls", None)
         message: dict[str, Any] = {
@@ -460,9 +443,8 @@ def _ended(reply: dict[str, Any]) -> str:
 
 
 def _interpret(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> ExecResult:
-    """The verdict. What a program wrote is read defensively; should reading it still raise, the
-    program is the cause: `failed`, with the reason, never `error` (which it must not be able to
-    choose) and never an exception out of here."""
+    """The verdict. Should reading what the program wrote still raise, the program is the cause:
+    `failed` with the reason, never `error` (which it must not be able to choose)."""
     try:
         return _read_reply(job, message, reply)
     except Exception as err:
@@ -512,8 +494,7 @@ def _program_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     if reply["exit_code"] == 0:
         result.verdict = "passed"
         return result
-    result.verdict = "failed"
-    result.reason = _ended(reply)
+    result.verdict, result.reason = "failed", _ended(reply)
     try:
         exceptions = [str(m["exception"])[:2000] for m in _lines(reply["channel"]) if "exception" in m]
     except ValueError:
@@ -578,8 +559,7 @@ def _check_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     except Exception:
         verdict = None
     if type(verdict) is not dict:
-        result.verdict = "error"
-        result.reason = f"the judge {_ended(reply)} without a verdict"
+        result.verdict, result.reason = "error", f"the judge {_ended(reply)} without a verdict"
         return result
     result.details["calls"] = verdict.get("calls")
     if "tests" in verdict:

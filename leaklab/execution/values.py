@@ -1,10 +1,6 @@
-"""Plain data across the sandbox boundary: a tagged-JSON codec (docs/sandbox.md#plain-data-across-the-boundary).
-
-The trusted side only runs `json.loads` and rebuilds builtin containers of builtin scalars, so a hostile
-value cannot bring its own `__eq__`, `__hash__` or `__reduce__`; pickle and marshal trust their input and
-are never used on this path. Every type but None, bool, int, float, str and list is an object with one
-`$tag` key (dicts too). `rich=True` (judged unittests) adds numpy, pandas, paths and dates, rebuilt by
-their own constructors, and references through the `other` hook.
+"""Plain data across the sandbox boundary: a tagged-JSON codec from which the trusted side rebuilds only
+builtin types (with `rich=True` also numpy, pandas, paths, dates and references); never pickle.
+See docs/sandbox.md#plain-data-across-the-boundary.
 """
 
 from __future__ import annotations
@@ -25,6 +21,7 @@ _MAX_DECIMAL_INT = 10**4000
 
 
 _COLLECTIONS = {"$tuple": tuple, "$frozenset": frozenset, "$set": set}  # sent as the list of their items
+_BINARY = {"$bytes": bytes, "$bytearray": bytearray}  # sent as base64
 
 
 class UnsupportedValue(TypeError):
@@ -59,21 +56,18 @@ def encode(
         return bool(value)
     if isinstance(value, int):
         number = int(value)
-        if -_MAX_DECIMAL_INT < number < _MAX_DECIMAL_INT:
-            return number
-        return {"$int": hex(number)}
+        return number if -_MAX_DECIMAL_INT < number < _MAX_DECIMAL_INT else {"$int": hex(number)}
     if isinstance(value, float):
         return float(value)
     if isinstance(value, str):
         return str(value)
     if isinstance(value, complex):
         return {"$complex": [value.real, value.imag]}
-    if isinstance(value, bytes):
-        return {"$bytes": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, bytearray):
-        return {"$bytearray": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, list):
         return [enc(v) for v in value]
+    for tag, kind in _BINARY.items():
+        if isinstance(value, kind):
+            return {tag: base64.b64encode(bytes(value)).decode("ascii")}
     for tag, kind in _COLLECTIONS.items():
         if isinstance(value, kind):
             return {tag: [enc(v) for v in value]}
@@ -166,10 +160,8 @@ def decode(
             if type(re_) is not float or type(im) is not float:
                 raise ValueError("complex parts must be floats")
             return complex(re_, im)
-        if tag == "$bytes" and type(body) is str:
-            return base64.b64decode(body, validate=True)
-        if tag == "$bytearray" and type(body) is str:
-            return bytearray(base64.b64decode(body, validate=True))
+        if tag in _BINARY and type(body) is str:
+            return _BINARY[tag](base64.b64decode(body, validate=True))
         if tag == "$ref" and ref is not None and type(body) is int:
             return ref(body)
         if tag == "$jref" and jref is not None and type(body) is int:

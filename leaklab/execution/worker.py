@@ -1,11 +1,6 @@
-"""A sandbox worker: a lean Python process that forks one isolated child per run.
-
-Started by `Sandbox` as `python -m leaklab.execution.worker`, with a clean environment; it preloads
-common modules, sets up its layers (`isolation.setup_worker`), then serves jobs as length-prefixed
-pickles from the trusted parent (nothing a child writes is ever unpickled). A judged check forks only
-the candidate; the tests run in the worker's long-lived judge (`harness.serve_judge`), and they and the
-verdict only pass through memory later forks see as zeros (`private_buffer`).
-See docs/sandbox.md#workers-and-runs.
+"""A sandbox worker (`python -m leaklab.execution.worker`): a lean process that forks one isolated
+child per run. A judged check forks only the candidate; the tests run in the worker's long-lived judge
+(`harness.serve_judge`). See docs/sandbox.md#workers-and-runs.
 """
 
 from __future__ import annotations
@@ -267,14 +262,12 @@ class Worker:
         _, status = os.waitpid(pid, 0)
         return uids if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else None
 
-    def kill_leftovers(self) -> int:
+    def kill_leftovers(self) -> None:
         self._stop_judge()
-        if self.uids:
-            for uid in self.uids:
-                isolation.kill_uid(uid)
-        left = isolation.reap_everything(self.init)
+        for uid in self.uids or ():
+            isolation.kill_uid(uid)
+        isolation.reap_everything(self.init)
         self._clean_state()
-        return left
 
     def _clean_state(self) -> None:
         """What a run wrote outside its processes, gone: its /tmp (and the directories that lead
@@ -284,13 +277,6 @@ class Worker:
             self.scratch_mounted = False
         if self.fresh_scratch:
             isolation.clear_ipc(queues=self.isolation["mounts"] == "minimal-root")
-
-    def hello(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "isolation": self.isolation,
-            "uids": self.uids,
-        }
 
     # ------------------------------------------------------------------ children
 
@@ -394,9 +380,8 @@ class Worker:
         return ended
 
     def _send_check(self, sock: socket.socket, job: dict[str, Any], fds: list[int]) -> None:
-        """The check's header (with the candidate's pipe ends) and its test code, to the judge. The
-        test code is read from the parent only now, after the candidate was forked, into memory that
-        later forks see as zeros, and sent from there: no candidate ever had it in its address space."""
+        """The check's header and test code to the judge; the test code is read from the parent only
+        now, after the candidate was forked, into a `private_buffer`, and sent from there."""
         n = job["secret_len"]
         secret = private_buffer(n)
         try:
@@ -577,7 +562,7 @@ def main() -> None:
     except Exception as err:
         write_message(proto_out, {"start_error": f"{type(err).__name__}: {err}"})
         return
-    write_message(proto_out, worker.hello())
+    write_message(proto_out, {"pid": worker.pid, "isolation": worker.isolation, "uids": worker.uids})
     while True:
         job = read_message(proto_in)
         if job is None or job.get("kind") == "shutdown":

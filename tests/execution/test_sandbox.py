@@ -17,7 +17,6 @@ from leaklab.execution.config import (
     REWARD_LAYERS,
     ExecutionConfig,
     WeakerSandboxError,
-    missing_layers,
     require_layers,
 )
 from leaklab.execution.sandbox import CheckFunction, FunctionCalls, Program, Sandbox, UnitTests
@@ -410,6 +409,6 @@ def test_rewards_refuse_a_weaker_sandbox_unless_the_recipe_allows_it(sandbox):
     assert len(require_layers(weaker, allow_weaker=True)) == 2
     # The pool says what it has: as root on Linux (with libseccomp) every layer is in force.
     if sandbox.isolation["root"] and sandbox.isolation["seccomp"] == "filter":
-        assert missing_layers(sandbox.isolation) == []
+        assert require_layers(sandbox.isolation) == []
     with Sandbox(workers=1, disable=("seccomp",)) as weak:
-        assert missing_layers(weak.isolation) == [REWARD_LAYERS[-1][2]]
+        assert require_layers(weak.isolation, allow_weaker=True) == [REWARD_LAYERS[-1][2]]
