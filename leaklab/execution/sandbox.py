@@ -231,6 +231,7 @@ class Sandbox:
         self._queue: queue.Queue = queue.Queue()
         self.restarts = 0
         self._closed = False
+        self._submit = threading.Lock()  # a job is queued wholly before close() drains, or refused
         # Started in parallel: each worker spends most of its start-up importing.
         with ThreadPoolExecutor(workers) as pool:
             starting = [pool.submit(_WorkerProcess, self._config) for _ in range(workers)]
@@ -301,11 +302,12 @@ class Sandbox:
 
     def run_jobs(self, jobs: Sequence[Job]) -> list[ExecResult]:
         """Run every job on the pool; the results come back in the order of `jobs`."""
-        if self._closed:
-            raise RuntimeError("the sandbox is closed")
         futures: list[Future] = [Future() for _ in jobs]
-        for job, future in zip(jobs, futures):
-            self._queue.put((job, future))
+        with self._submit:
+            if self._closed:
+                raise RuntimeError("the sandbox is closed")
+            for job, future in zip(jobs, futures):
+                self._queue.put((job, future))
         return [f.result() for f in futures]
 
     @property
@@ -318,14 +320,15 @@ class Sandbox:
         return [w.hello["uids"][0] for w in self._slots if w is not None and w.hello["uids"]]
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        # Jobs not started yet are cancelled (their callers get CancelledError), so that closing after
-        # an interrupt does not first run everything that was queued.
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._queue.get_nowait()[1].cancel()  # (job, future): no None is queued before this
+        with self._submit:  # a job queued after the drain below would wait forever
+            if self._closed:
+                return
+            self._closed = True
+            # Jobs not started yet are cancelled (their callers get CancelledError), so that closing after
+            # an interrupt does not first run everything that was queued.
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    self._queue.get_nowait()[1].cancel()  # (job, future): no None is queued before this
         for _ in getattr(self, "_threads", ()):
             self._queue.put(None)
         for t in getattr(self, "_threads", ()):

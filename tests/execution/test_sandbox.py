@@ -393,6 +393,9 @@ def test_closing_cancels_queued_jobs():
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     assert started.wait(timeout=60), "no run started"
+    deadline = time.monotonic() + 60  # every thread has queued its job (none is refused as too late)
+    while sb._queue.qsize() < 19 and time.monotonic() < deadline:
+        time.sleep(0.001)
     sb.close()
     for t in threads:
         t.join()
@@ -412,3 +415,38 @@ def test_rewards_refuse_a_weaker_sandbox_unless_the_recipe_allows_it(sandbox):
         assert require_layers(sandbox.isolation) == []
     with Sandbox(workers=1, disable=("seccomp",)) as weak:
         assert require_layers(weak.isolation, allow_weaker=True) == [REWARD_LAYERS[-1][2]]
+
+
+def test_a_job_queued_while_the_pool_closes_gets_an_answer():
+    # A caller that passed the "closed?" check but had not queued its job yet when close() drained the
+    # queue used to wait forever (its job sat behind the workers' stop signals).
+    sb = Sandbox(workers=1, timeout_s=5)
+    in_put, release = threading.Event(), threading.Event()
+    plain_put = sb._queue.put
+
+    def slow_put(item, *args, **kwargs):
+        if item is not None and not in_put.is_set():
+            in_put.set()
+            release.wait(10)
+        plain_put(item, *args, **kwargs)
+
+    sb._queue.put = slow_put
+    outcome: list[str] = []
+
+    def submit():
+        try:
+            outcome.append(sb.run("print(1)").verdict)
+        except BaseException as err:
+            outcome.append(type(err).__name__)
+
+    caller = threading.Thread(target=submit, daemon=True)
+    caller.start()
+    assert in_put.wait(30)
+    closer = threading.Thread(target=sb.close, daemon=True)
+    closer.start()
+    time.sleep(0.3)  # close() is under way (or waiting for the caller's job to be queued)
+    release.set()
+    caller.join(30)
+    closer.join(30)
+    # Run (a worker took it before the drain) or cancelled: either way its caller is answered.
+    assert outcome in (["passed"], ["CancelledError"])
