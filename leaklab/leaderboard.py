@@ -21,8 +21,8 @@ from leaklab.metrics import (
     flag_rates,
     holm_adjusted,
     leak_rate,
+    member_resamples,
     percentile_intervals,
-    resample_weights,
     threshold_free_draws,
     tpr_at_fpr,
 )
@@ -131,9 +131,8 @@ def dose_tests(cell: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     return tests_by_set(rows)
 
 
-def weights_for(cell: dict[str, Any], n: int = N_BOOTSTRAP, seed: int = SEED) -> np.ndarray:
-    y = cell["labels"].astype(bool)
-    return resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n, seed=seed)
+def weights_for(cell: dict[str, Any], seed: int = SEED) -> np.ndarray:
+    return member_resamples(cell["labels"], N_BOOTSTRAP, seed)
 
 
 def auroc_draws(cell: dict[str, Any], column: str, weights: np.ndarray) -> np.ndarray:
@@ -233,15 +232,12 @@ def detection_doses(cells: dict[str, Any], table: dict[str, Any]) -> dict[str, d
         if "dose" not in cell:
             continue
         run = out.setdefault(cell["run"], {})
-        for column, stats in table[label].items():
-            run.setdefault(column, math.inf)
-            if run[column] == math.inf and stats["auroc_ci_low"] > 0.5:
-                run[column] = cell["dose"]
+        cleared = {column: stats["auroc_ci_low"] > 0.5 for column, stats in table[label].items()}
         for column, flags in cell["flags"].items():
             rates = flag_rates(flags, cell["labels"], n_bootstrap=N_BOOTSTRAP, seed=SEED)
-            key = f"{column} (flags)"
-            run.setdefault(key, math.inf)
-            if run[key] == math.inf and rates["flag_rate_members_ci_low"] > rates["flag_rate_non_members"]:
+            cleared[f"{column} (flags)"] = rates["flag_rate_members_ci_low"] > rates["flag_rate_non_members"]
+        for key, above in cleared.items():
+            if run.setdefault(key, math.inf) == math.inf and above:
                 run[key] = cell["dose"]
     return out
 
