@@ -1,10 +1,7 @@
-"""The study's leaderboard: detectors x conditions on known ground truth, and the pre-registered findings.
-
-Every number is computed here from the per-sample scores of each run's last evaluated checkpoint, every
-cell resampled the same way (members and non-members apart, `metrics.resample_weights`): each cell's
-AUROC and TPR at 1% FPR with intervals, its best detector, each detector's detection dose, the control
-condition, and each finding's statistic and verdict. See docs/study.md#what-the-leaderboard-holds and
-docs/study.md#findings-pre-registered (the finding kinds and verdicts).
+"""The study's leaderboard: detectors x conditions on known ground truth, and the pre-registered findings,
+every number from the per-sample scores of each run's last evaluated checkpoint, every cell resampled the
+same way (`metrics.member_resamples`). See docs/study.md#what-the-leaderboard-holds and
+docs/study.md#findings-pre-registered.
 """
 
 from __future__ import annotations
