@@ -179,7 +179,7 @@ def detection_metrics(
             out[f"threshold_cv_fold{i}"] = t
     out["cv_folds"] = float(len(thresholds))
 
-    t_oracle = best_threshold(s, y) if len(s) else math.nan
+    t_oracle = best_threshold(s, y)
     oracle = binary_metrics(y, s >= t_oracle) if len(s) else dict.fromkeys(_BINARY, math.nan)
     out.update({f"{k}_oracle": v for k, v in oracle.items()})
     out["threshold_oracle"] = t_oracle

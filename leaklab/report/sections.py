@@ -437,8 +437,8 @@ def _add_score_panels(section: Section, rows: list[dict[str, Any]], run: RunData
     best = _best_step(rows)
     roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
     for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
-        if step in with_scores and what not in roles.setdefault(step, []):
-            roles[step].append(what)
+        if step in with_scores:
+            roles.setdefault(step, []).append(what)
     curves, n_neg = {}, 0
     for step in sorted(roles):
         title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
@@ -652,12 +652,9 @@ def build_sections(run: RunData) -> list[Section]:
     names = [n for n in SECTIONS if n in present] + [
         n for n in present if n not in SECTIONS and n not in NOT_SECTIONS
     ]
-    for name in names:
-        rows = run.rows_of(name)
-        if not rows:
-            continue
+    for name in names:  # each has rows: run.evaluations() are those of the rows
         fn = SECTIONS.get(name) or _plugin_section(name) or functools.partial(generic_section, name)
-        section = _drawn(name, fn, rows, run)
+        section = _drawn(name, fn, run.rows_of(name), run)
         if section is not None:
             sections.append(_drop_empty_panels(section))
     # A run with inject.doses: its per-dose rows, right after detection (or last without detection).
@@ -679,11 +676,7 @@ def _drawn(name: str, draw: Callable[..., Section | None], *args) -> Section | N
 
 
 def _drop_empty_panels(section: Section) -> Section:
-    kept = []
-    for item in section.items:
-        if isinstance(item, Panel) and panel_values(item) == 0:
-            section.notes.append(f"panel {item.title!r} has no data and is left out")
-        else:
-            kept.append(item)
-    section.items = kept
+    empty = [item for item in section.items if isinstance(item, Panel) and panel_values(item) == 0]
+    section.notes += [f"panel {item.title!r} has no data and is left out" for item in empty]
+    section.items = [item for item in section.items if item not in empty]
     return section
