@@ -26,7 +26,7 @@ from leaklab.metrics import (
 from leaklab.report.charts import SCHEMA
 from leaklab.report.section import Panel, Section, Table
 from leaklab.report.tables import markdown_table
-from leaklab.results import is_rule
+from leaklab.results import is_rule, of_all_members
 from leaklab.rundir import read_json, read_rows, write_atomic, write_json
 
 SET_TESTS = ("sharded_likelihood", "codec_test", "pacost_test", "dataset_inference")
@@ -95,15 +95,9 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
 def set_tests(run_dir: str | Path, step: int) -> dict[str, dict[str, float | None]]:
     """The set-level test rows of the detection evaluation at `step` (sharded_likelihood, codec_test,
     pacost_test, dataset_inference) as "column:set" -> metric -> value (set: members, non_members, ...)."""
-    rows = [
-        r
-        for r in read_rows(Path(run_dir) / "results.jsonl")
-        if r.get("evaluation") == "detection"
-        and r.get("step") == step
-        and "dose" not in r
-        and "form" not in r
-    ]
-    return tests_by_set([r for r in rows if r.get("column") in SET_TESTS])
+    rows = read_rows(Path(run_dir) / "results.jsonl")
+    at_step = [r for r in rows if r.get("evaluation") == "detection" and r.get("step") == step]
+    return tests_by_set([r for r in at_step if of_all_members(r) and r.get("column") in SET_TESTS])
 
 
 def tests_by_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
