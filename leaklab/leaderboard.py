@@ -1,10 +1,7 @@
-"""The study's leaderboard: detectors x conditions on known ground truth, and the pre-registered findings.
-
-Every number is computed here from the per-sample scores of each run's last evaluated checkpoint, every
-cell resampled the same way (members and non-members apart, `metrics.resample_weights`): each cell's
-AUROC and TPR at 1% FPR with intervals, its best detector, each detector's detection dose, the control
-condition, and each finding's statistic and verdict. See docs/study.md#what-the-leaderboard-holds and
-docs/study.md#findings-pre-registered (the finding kinds and verdicts).
+"""The study's leaderboard: detectors x conditions on known ground truth, and the pre-registered findings,
+every number from the per-sample scores of each run's last evaluated checkpoint, every cell resampled the
+same way (`metrics.member_resamples`). See docs/study.md#what-the-leaderboard-holds and
+docs/study.md#findings-pre-registered.
 """
 
 from __future__ import annotations
@@ -21,15 +18,15 @@ from leaklab.metrics import (
     flag_rates,
     holm_adjusted,
     leak_rate,
+    member_resamples,
     percentile_intervals,
-    resample_weights,
     threshold_free_draws,
     tpr_at_fpr,
 )
 from leaklab.report.charts import SCHEMA
 from leaklab.report.section import Panel, Section, Table
 from leaklab.report.tables import markdown_table
-from leaklab.results import is_rule
+from leaklab.results import is_rule, of_all_members
 from leaklab.rundir import read_json, read_rows, write_atomic, write_json
 
 SET_TESTS = ("sharded_likelihood", "codec_test", "pacost_test", "dataset_inference")
@@ -98,15 +95,9 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
 def set_tests(run_dir: str | Path, step: int) -> dict[str, dict[str, float | None]]:
     """The set-level test rows of the detection evaluation at `step` (sharded_likelihood, codec_test,
     pacost_test, dataset_inference) as "column:set" -> metric -> value (set: members, non_members, ...)."""
-    rows = [
-        r
-        for r in read_rows(Path(run_dir) / "results.jsonl")
-        if r.get("evaluation") == "detection"
-        and r.get("step") == step
-        and "dose" not in r
-        and "form" not in r
-    ]
-    return tests_by_set([r for r in rows if r.get("column") in SET_TESTS])
+    rows = read_rows(Path(run_dir) / "results.jsonl")
+    at_step = [r for r in rows if r.get("evaluation") == "detection" and r.get("step") == step]
+    return tests_by_set([r for r in at_step if of_all_members(r) and r.get("column") in SET_TESTS])
 
 
 def tests_by_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -131,9 +122,8 @@ def dose_tests(cell: dict[str, Any]) -> dict[str, dict[str, float | None]]:
     return tests_by_set(rows)
 
 
-def weights_for(cell: dict[str, Any], n: int = N_BOOTSTRAP, seed: int = SEED) -> np.ndarray:
-    y = cell["labels"].astype(bool)
-    return resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n, seed=seed)
+def weights_for(cell: dict[str, Any], seed: int = SEED) -> np.ndarray:
+    return member_resamples(cell["labels"], N_BOOTSTRAP, seed)
 
 
 def auroc_draws(cell: dict[str, Any], column: str, weights: np.ndarray) -> np.ndarray:
@@ -233,15 +223,12 @@ def detection_doses(cells: dict[str, Any], table: dict[str, Any]) -> dict[str, d
         if "dose" not in cell:
             continue
         run = out.setdefault(cell["run"], {})
-        for column, stats in table[label].items():
-            run.setdefault(column, math.inf)
-            if run[column] == math.inf and stats["auroc_ci_low"] > 0.5:
-                run[column] = cell["dose"]
+        cleared = {column: stats["auroc_ci_low"] > 0.5 for column, stats in table[label].items()}
         for column, flags in cell["flags"].items():
             rates = flag_rates(flags, cell["labels"], n_bootstrap=N_BOOTSTRAP, seed=SEED)
-            key = f"{column} (flags)"
-            run.setdefault(key, math.inf)
-            if run[key] == math.inf and rates["flag_rate_members_ci_low"] > rates["flag_rate_non_members"]:
+            cleared[f"{column} (flags)"] = rates["flag_rate_members_ci_low"] > rates["flag_rate_non_members"]
+        for key, above in cleared.items():
+            if run.setdefault(key, math.inf) == math.inf and above:
                 run[key] = cell["dose"]
     return out
 

@@ -59,11 +59,8 @@ def binary_metrics(labels, predictions) -> dict[str, float]:
 
 
 def _candidates(scores: np.ndarray) -> np.ndarray:
-    """Thresholds (member iff score >= t) that realise every distinct split of `scores`.
-
-    Never -inf, so a NaN score (stored as -inf) is never called a member; NaN when no finite choice
-    exists (every score NaN), which calls nobody a member.
-    """
+    """Thresholds (member iff score >= t) realising every distinct split of `scores`; never -inf, so a
+    NaN score (stored as -inf) is never a member; [NaN] (nobody a member) when every score is NaN."""
     u = np.unique(scores)
     parts = []
     if np.isfinite(u[0]):
@@ -118,10 +115,14 @@ def tpr_at_fpr(scores, labels, max_fpr: float) -> float:
     return float((tp[ok] / n_pos).max()) if ok.any() else 0.0
 
 
+def threshold_free(scores, labels) -> dict[str, float]:
+    """AUROC and the TPR at each of FPR_LEVELS."""
+    tprs = {name: tpr_at_fpr(scores, labels, level) for name, level in FPR_LEVELS.items()}
+    return {"auroc": auroc(scores, labels), **tprs}
+
+
 def roc_curve(scores, labels) -> tuple[np.ndarray, np.ndarray]:
-    """(FPR, TPR) at every threshold that splits the scores differently, from (0, 0) to (1, 1) in order
-    of rising FPR (member iff score >= t, NaN never a member, as in `tpr_at_fpr`); two empty arrays
-    without both classes."""
+    """(FPR, TPR) at every distinct split, (0, 0) to (1, 1) by rising FPR; empty without both classes."""
     s, y = _prepare(scores, labels)
     n_pos, n_neg = int(y.sum()), int((~y).sum())
     if n_pos == 0 or n_neg == 0:
@@ -134,10 +135,8 @@ def roc_curve(scores, labels) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cv_decisions(scores, labels, *, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list[float]]:
-    """Held-out decisions from stratified k-fold threshold fitting, and the fold thresholds.
-
-    Returns (decisions, thresholds); decisions is None when a class has fewer than 2 samples.
-    """
+    """(held-out decisions of stratified k-fold threshold fitting or None when a class has under 2
+    samples, the fold thresholds)."""
     from sklearn.model_selection import StratifiedKFold
 
     s, y = _prepare(scores, labels)
@@ -166,9 +165,8 @@ def detection_metrics(
         "n": float(len(s)),
         "n_members": float(y.sum()),
         "n_nan": float(np.isnan(raw).sum()),
-        "auroc": auroc(s, y),
     }
-    out.update({name: tpr_at_fpr(s, y, level) for name, level in FPR_LEVELS.items()})
+    out.update(threshold_free(s, y))
 
     decisions, thresholds = cv_decisions(s, y, folds=cv_folds, seed=seed)
     if decisions is None:
@@ -181,7 +179,7 @@ def detection_metrics(
             out[f"threshold_cv_fold{i}"] = t
     out["cv_folds"] = float(len(thresholds))
 
-    t_oracle = best_threshold(s, y) if len(s) else math.nan
+    t_oracle = best_threshold(s, y)
     oracle = binary_metrics(y, s >= t_oracle) if len(s) else dict.fromkeys(_BINARY, math.nan)
     out.update({f"{k}_oracle": v for k, v in oracle.items()})
     out["threshold_oracle"] = t_oracle
@@ -193,18 +191,21 @@ def detection_metrics(
 
 # --------------------------------------------------------------------------- the bootstrap
 #
-# One bootstrap for every metric: resample i.i.d. within strata, recompute, take percentiles. It is
-# vectorised over resamples: a resample is a row of multiplicities (how often each sample was drawn),
-# and every metric is a weighted count, so 1,000 resamples cost a few array operations, not 1,000 calls.
+# A resample is a row of multiplicities (how often each sample was drawn) and every metric a weighted
+# count, so 1,000 resamples cost a few array operations, not 1,000 calls.
 
 
 def resample_weights(strata: list[np.ndarray], size: int, *, n: int, seed: int = 0) -> np.ndarray:
-    """[n, size] multiplicities of `n` resamples. Each stratum (an index array) is resampled with
-    replacement keeping its size; resample b draws rng.choice(stratum, len(stratum)) for each stratum in
-    order, so the draws are those of a plain loop over resamples. Read-only: one evaluation asks for the
-    same resamples once per score column, so they are drawn once and shared."""
+    """[n, size] multiplicities of `n` resamples, each stratum (an index array) resampled with replacement
+    at its size, in order. Cached and read-only: every score column of an evaluation shares them."""
     key = (tuple(np.asarray(s, dtype=np.int64).tobytes() for s in strata), size, n, seed)
     return _resample_weights(key)
+
+
+def member_resamples(labels, n: int, seed: int = 0) -> np.ndarray:
+    """`resample_weights` with members and non-members as the two strata (each keeps its size)."""
+    y = np.asarray(labels).astype(bool)
+    return resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n, seed=seed)
 
 
 @functools.lru_cache(maxsize=8)
@@ -226,10 +227,7 @@ def percentile_intervals(draws: dict[str, np.ndarray]) -> dict[str, float]:
     out = {}
     for name, values in draws.items():
         values = np.asarray(values, dtype=np.float64)
-        if np.isnan(values).all():
-            low = high = math.nan
-        else:
-            low, high = np.nanpercentile(values, [2.5, 97.5])
+        low, high = (math.nan, math.nan) if np.isnan(values).all() else np.nanpercentile(values, [2.5, 97.5])
         out[f"{name}_ci_low"], out[f"{name}_ci_high"] = float(low), float(high)
     return out
 
@@ -252,7 +250,7 @@ def group_mean_intervals(values, labels, *, n_bootstrap: int, seed: int = 0) -> 
     if n_bootstrap <= 0:
         return {}
     y = np.asarray(labels).astype(bool)
-    weights = resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n_bootstrap, seed=seed)
+    weights = member_resamples(y, n_bootstrap, seed)
     members, non_members = resampled_mean(weights, values, y), resampled_mean(weights, values, ~y)
     return percentile_intervals(
         {
@@ -282,7 +280,7 @@ def _weighted_threshold_counts(s: np.ndarray, y: np.ndarray, weights: np.ndarray
 
 def _bootstrap(s: np.ndarray, y: np.ndarray, decisions, n: int, seed: int) -> dict[str, float]:
     """Intervals of a score column's metrics (see the module doc), vectorised over resamples."""
-    weights = resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(s), n=n, seed=seed)
+    weights = member_resamples(y, n, seed)
     draws = threshold_free_draws(s, y, weights)
     if decisions is not None:
         draws.update(_binary_draws(y, decisions, weights))
@@ -318,10 +316,9 @@ def _binary_draws(y: np.ndarray, predictions: np.ndarray, weights: np.ndarray) -
 def rule_metrics(
     leak, labels, *, margin=None, decided=None, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
-    """Metrics of a rule detector (one that decides leak / not leak itself, e.g. SrDetection): counts,
-    the binary metrics of its decisions (undecided: not a leak), both flag rates, the AUROC and TPR@FPR of
-    its `margin` (> 0 iff leak, NaN when undecided; NaN without one), and with n_bootstrap > 0 their
-    intervals from the resample of `detection_metrics`."""
+    """Metrics of a rule detector (it decides leak / not leak itself, e.g. SrDetection): counts, the
+    binary metrics of its decisions (undecided: not a leak), both flag rates, the threshold-free metrics
+    of its `margin` (> 0 iff leak; NaN without one), and their intervals with n_bootstrap > 0."""
     y = np.asarray(labels).astype(bool)
     p = np.asarray(leak).astype(bool)
     d = np.ones(len(y), dtype=bool) if decided is None else np.asarray(decided).astype(bool)
@@ -334,13 +331,10 @@ def rule_metrics(
         "n_undecided": float((~d).sum()),
     }
     out.update(binary_metrics(y, p))
-    out["auroc"] = auroc(m, y) if m is not None else math.nan
-    for name, level in FPR_LEVELS.items():
-        out[name] = tpr_at_fpr(m, y, level) if m is not None else math.nan
+    out.update(threshold_free(m, y) if m is not None else dict.fromkeys(["auroc", *FPR_LEVELS], math.nan))
     out.update(flag_rates(p, y))
     if n_bootstrap > 0 and y.any() and (~y).any():
-        strata = [np.flatnonzero(y), np.flatnonzero(~y)]
-        weights = resample_weights(strata, len(y), n=n_bootstrap, seed=seed)
+        weights = member_resamples(y, n_bootstrap, seed)
         draws = _binary_draws(y, p, weights)
         draws.update(_flag_rate_draws(y, p, weights))
         if m is not None:
@@ -361,7 +355,7 @@ def flag_rates(leak, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str
         "flag_rate_non_members": float(p[~y].mean()) if (~y).any() else math.nan,
     }
     if n_bootstrap > 0 and y.any() and (~y).any():
-        weights = resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n_bootstrap, seed=seed)
+        weights = member_resamples(y, n_bootstrap, seed)
         out.update(percentile_intervals(_flag_rate_draws(y, p, weights)))
     return out
 
@@ -473,10 +467,7 @@ def spearman(x, y) -> float:
     """Spearman rank correlation (Pearson of average ranks)."""
     from scipy.stats import rankdata
 
-    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    if len(a) < 2:
-        return math.nan
-    return pearson(rankdata(a), rankdata(b))
+    return pearson(rankdata(np.asarray(x, dtype=np.float64)), rankdata(np.asarray(y, dtype=np.float64)))
 
 
 # --------------------------------------------------------------------------- MRI (Memorize or generalize?)
@@ -539,11 +530,9 @@ def competence(
 
 
 def mri_draws(weights: np.ndarray, passed_original, passed_rewrite, similarities) -> dict[str, np.ndarray]:
-    """Acc_ori, Acc_rew, Sim, RAD_rew, MRI and iMRI of every resample of one side's rewritten tasks
-    (`weights` [B, tasks]: rows of multiplicities): the formulas above on weighted counts, so B resamples
-    cost a few matrix products. `similarities`: S_i per task, None / NaN where the answer had none (counted
-    0 in Sim and iMRI alike, as `mean_similarity` and `instance_mri` do). NaN where a formula
-    above gives None. The competence rule is the point estimate's: it is not applied per resample."""
+    """Acc_ori, Acc_rew, Sim, RAD_rew, MRI and iMRI of every resample (`weights` [B, tasks]) of one side's
+    rewritten tasks: the formulas above on weighted counts (a missing S_i counts 0; NaN where a formula
+    gives None). The competence rule is the point estimate's, not applied per resample."""
     ori = np.asarray(passed_original, dtype=np.float64)
     rew = np.asarray(passed_rewrite, dtype=np.float64)
     sim = np.nan_to_num(np.array([np.nan if s is None else s for s in similarities], dtype=np.float64))

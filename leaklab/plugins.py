@@ -24,26 +24,18 @@ COSTS = ("cheap", "moderate", "costly")  # a detector record's `cost`, cheapest 
 class Record:
     """One plug-in, as every part of leaklab sees it.
 
-    name: the name recipes use (`evaluate.detectors`, `evaluate.evaluations`, `train.stage`).
-    path: "module:Object", imported on first use.
-    kind: detectors: "score" (`score(signals)` over the shared token statistics), "model" (a score
-        detector that reads the model itself: `run(inputs)`) or "rule" (decides leak / not leak:
-        `decide(inputs)`); "evaluation"; "stage".
-    display: its name in tables and figures ("" shows `name`).
-    group: its family in reports: series of one group share a palette, dash and point shape.
-    config: "module:Dataclass" of its recipe section (evaluate.<section> or train.<section>), or None.
-        That module must import no torch: the recipe reads it when it loads.
-    section: the key of that section; several records may share one (SrDetection's three detectors).
-    columns: other score columns it writes, with their display names (`ref` also writes `ref_diff`).
-    summary: one line for listings.
-    cost: detectors: what one checkpoint costs it, one of COSTS ("cheap": one forward pass over the
-        texts; "moderate": several forward passes, or a second model; "costly": generation or sandbox
-        runs), shown by `leaklab detectors`.
-    dose_panels: evaluations: "module:function" drawing its panels of the report's dose-response section
-        from its per-dose rows, `(rows, run) -> list[Panel | Table]`; None: it has none.
-    requires: evaluations: recipe keys outside its own section that must be set (not 0, empty or None)
-        for it to measure anything, each as (key, what the key gives it, an example value); the recipe
-        loader rejects a recipe that asks for the evaluation without them.
+    name: the name recipes use; path: "module:Object", imported on first use; kind: "score", "model"
+        (reads the model: `run(inputs)`) or "rule" (`decide(inputs)`) for detectors, else "evaluation"
+        or "stage" (the Protocols below).
+    display / group: its name in reports ("" shows `name`) and its family (one palette, dash, shape).
+    config: "module:Dataclass" of its recipe section, importing no torch (the recipe reads it on load);
+        section: that section's key, which several records may share (SrDetection's three detectors).
+    columns: other score columns it writes, with display names; summary: one line for listings.
+    cost: detectors: one of COSTS, shown by `leaklab detectors` ("cheap": one forward pass; "moderate":
+        several, or a second model; "costly": generation or sandbox runs).
+    dose_panels: evaluations: "module:function", `(rows, run) -> list[Panel | Table]` of its per-dose rows.
+    requires: evaluations: (key, what it gives, an example) of recipe keys outside its section that must
+        be set for it to measure anything; the recipe loader refuses a recipe without them.
     """
 
     name: str

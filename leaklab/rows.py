@@ -1,10 +1,6 @@
-"""One result row: the line of results.jsonl every evaluation, audit and training log writes.
-
-A row says which metric of which score column (a detector's column, a side such as "members", a dose
-group) took which value at which checkpoint. Every producer builds its rows here, so the fields, their
-order in the file and the JSON form of a missing value are decided once (`Row.as_dict`). The writer
-adds `step` / `epoch` / `evaluation`; `context` (an audit's benchmark) goes before the detector, `extra`
-(a done marker's specs and sizes) after the value. See docs/outputs.md#what-a-run-writes.
+"""One result row: the line of results.jsonl every evaluation, audit and training log writes, built here
+so that its fields, their order and the JSON form of a missing value are decided once (`Row.as_dict`).
+See docs/outputs.md#what-a-run-writes.
 """
 
 from __future__ import annotations

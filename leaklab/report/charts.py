@@ -153,8 +153,7 @@ def _x_encoding(values: list[dict[str, Any]], x: str) -> dict[str, Any]:
     if x == "dose":
         title = "exposure dose (copies per epoch, log scale)"
         return {"field": "x", "type": "quantitative", "title": title, "scale": {"type": "log"}, "axis": axis}
-    title = "epoch" if x == "epoch" else "step"
-    return {"field": "x", "type": "quantitative", "title": title, "axis": {**axis, "labelOverlap": True}}
+    return {"field": "x", "type": "quantitative", "title": x, "axis": {**axis, "labelOverlap": True}}
 
 
 def metric_panel_spec(
@@ -168,8 +167,8 @@ def metric_panel_spec(
     bounded = metric in RATE_METRICS if bounded is None else bounded
     columns = ordered(p["column"] for p in values)
     styles = series_styles(columns)
-    contenders = [c for c in columns if styles[c].group != "blind baseline"]
-    blind = [c for c in columns if styles[c].group == "blind baseline"]
+    contenders = [c for c in columns if styles[c].group != BLIND]
+    blind = [c for c in columns if styles[c].group == BLIND]
     y_title = METRIC_TITLES.get(metric, metric)
     y = {"field": "value", "type": "quantitative", "title": y_title}
     if bounded:

@@ -1,9 +1,6 @@
-"""The report page: `report/index.html` plus the plotting library written once beside it.
-
-Vega-Lite's JavaScript comes bundled from `vl-convert-python` and is written to `report/vega-bundle.js`,
-loaded by a relative <script src>, so the page opens from disk with no network (docs/outputs.md#reports).
-The page records how its panels rendered in <pre id="render-status"> (JSON: errors, marks drawn per
-panel), which is what the browser test reads.
+"""The report page: `report/index.html`, with Vega-Lite's JavaScript (from `vl-convert-python`) in
+`vega-bundle.js` beside it, so the page opens from disk with no network (docs/outputs.md#reports). It
+records how its panels rendered in <pre id="render-status"> (JSON), which the browser test reads.
 """
 
 from __future__ import annotations
@@ -66,22 +63,18 @@ draw();
 """.replace("BUNDLE", BUNDLE)
 
 
-def write_bundle(report_dir: Path) -> str | None:
-    """Put the plotting library beside the page (once per vl-convert version: bundling it takes a couple
-    of seconds, so a copy is kept in leaklab's cache); returns a problem line or None."""
+def write_bundle(report_dir: Path) -> None:
+    """Put the plotting library beside the page (bundling takes a couple of seconds, so a copy per
+    vl-convert version is kept in leaklab's cache)."""
+    import vl_convert
 
     path = report_dir / BUNDLE
-    try:
-        import vl_convert
-    except ImportError:
-        return "vl-convert-python is not installed: no interactive panels (pip install vl-convert-python)"
-    version = getattr(vl_convert, "__version__", "unknown")
-    stamp = f"/* vega bundle from vl-convert-python {version} */\n"
+    stamp = f"/* vega bundle from vl-convert-python {vl_convert.__version__} */\n"
     if path.exists():
         with path.open() as f:
             if f.readline() == stamp:
-                return None
-    cached = cache_root() / "report" / f"vega-bundle-{version}.js"
+                return
+    cached = cache_root() / "report" / f"vega-bundle-{vl_convert.__version__}.js"
     try:
         if not cached.exists():
             write_atomic(cached, stamp + vl_convert.javascript_bundle())
@@ -89,7 +82,6 @@ def write_bundle(report_dir: Path) -> str | None:
         shutil.copyfile(cached, path)
     except OSError:  # an unwritable cache: bundle straight into the report
         write_atomic(path, stamp + vl_convert.javascript_bundle())
-    return None
 
 
 def _clean(obj):
@@ -157,9 +149,7 @@ def render_page(title: str, sections: list[Section], footer: str = "") -> str:
 
 
 def write_page(report_dir: Path, title: str, sections: list[Section], footer: str = "") -> Path:
-    problem = write_bundle(report_dir)
-    if problem:
-        sections[0].notes.append(problem)
+    write_bundle(report_dir)
     path = report_dir / "index.html"
     write_atomic(path, render_page(title, sections, footer))
     return path

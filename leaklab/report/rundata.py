@@ -45,10 +45,8 @@ class RunData:
         return sorted({int(r["step"]) for r in self.rows_of("detection") if column_of(r) is not None})
 
     def epoch_of(self, step: int) -> float:
-        for r in self.rows:
-            if r.get("step") == step and r.get("epoch") is not None:
-                return float(r["epoch"])
-        return 0.0
+        epochs = (r["epoch"] for r in self.rows if r.get("step") == step and r.get("epoch") is not None)
+        return float(next(epochs, 0.0))
 
     def sample_counts(self) -> tuple[int | None, int | None]:
         """(members, non-members): from the manifest, else from a done row."""

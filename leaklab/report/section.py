@@ -1,10 +1,6 @@
-"""What a report section is: the one small interface between the report and the evaluations.
-
-A section is a title, a short text, items (each a `Panel`, one Vega-Lite chart with its data inline, or
-a `Table`) and `notes` saying what is missing; `html.py` draws sections in order and knows no evaluation.
-An evaluation contributes its own with an optional `report_section(self, rows, run) -> Section | None`
-on its class (see docs/outputs.md#reports). This module imports nothing from leaklab, so an evaluation
-can import it without a cycle.
+"""What a report section is: the one small interface between the report and the evaluations, which
+contribute theirs with an optional `report_section(self, rows, run) -> Section | None` on their class
+(docs/outputs.md#reports). It imports nothing from leaklab, so an evaluation imports it without a cycle.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The report's sections: the run header, detection and training built in, one per other evaluation.
-
-`SECTIONS` maps an evaluation name to the function that draws its section, `(rows, run) -> Section |
-None`. For an evaluation not listed here the report asks the class its record in `leaklab.evaluations.EVALUATIONS` names
-for a `report_section(rows, run)` method (see `section.py`), and falls back to a generic section (each
-metric per checkpoint) when it has none. An evaluation without rows gets no section.
+"""The report's sections: the run header, detection and training built in (`SECTIONS`), one per other
+evaluation with rows: its class's `report_section(rows, run)` (see `section.py`), else a generic section.
 """
 
 from __future__ import annotations
@@ -246,19 +242,26 @@ def _best_step(rows: list[dict[str, Any]]) -> int | None:
     return -max(aurocs)[1] if aurocs else None
 
 
-def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
-    """The headline metrics of every detector at the last checkpoint, each with its bootstrap 95%
-    interval (the charts draw the intervals as bands; this puts the numbers in writing)."""
-    if not run.steps():
-        return None
-    step = run.steps()[-1]
+def _at_last(rows: list[dict[str, Any]], run: RunData) -> tuple[int | None, dict, Callable]:
+    """The last checkpoint, (column, metric) -> value there, and a column's name with its undecided note."""
+    step = run.steps()[-1] if run.steps() else None
     value = {(column_of(r), r.get("metric")): r.get("value") for r in rows if r.get("step") == step}
+
+    def named(column: str) -> str:
+        return display_name(column) + undecided_note(
+            {m: value.get((column, m)) for m in ("n", "n_undecided")}
+        )
+
+    return step, value, named
+
+
+def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
+    """The headline metrics of every detector at the last checkpoint with their bootstrap 95% intervals
+    (the numbers of the charts' bands)."""
+    step, value, named = _at_last(rows, run)
     columns = [c for c in ordered({c for c, m in value if m in HEADLINE}) if c]
     if not columns:
         return None
-
-    def note(column: str) -> str:
-        return undecided_note({m: value.get((column, m)) for m in ("n", "n_undecided")})
 
     def cell(column: str, metric: str) -> str:
         return fmt_interval(*(value.get((column, metric + tail)) for tail in ("", "_ci_low", "_ci_high")))
@@ -266,7 +269,7 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     return Table(
         f"Last checkpoint (step {step}, epoch {run.epoch_of(step):g}) with bootstrap 95% intervals",
         ["detector", *[charts.METRIC_TITLES.get(m, m) for m in HEADLINE]],
-        [[display_name(c) + note(c), *[cell(c, m) for m in HEADLINE]] for c in columns],
+        [[named(c), *[cell(c, m) for m in HEADLINE]] for c in columns],
         "value [2.5th, 97.5th percentile over bootstrap resamples of members and non-members]",
     )
 
@@ -274,10 +277,7 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
     """Every rule column's two error rates at the last checkpoint, with their intervals, beside the
     non-members' rate expected under exchangeable variants where the rule has one."""
-    if not run.steps():
-        return None
-    step = run.steps()[-1]
-    value = {(column_of(r), r.get("metric")): r.get("value") for r in rows if r.get("step") == step}
+    step, value, named = _at_last(rows, run)
     columns = [c for c in ordered({c for c, m in value if m == "flag_rate_members"}) if c and is_rule(c)]
     if not columns:
         return None
@@ -293,10 +293,8 @@ def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
         ["detector", "members flagged", "non-members flagged", "expected on non-members (null)"],
         [
             [
-                display_name(c) + undecided_note({m: value.get((c, m)) for m in ("n", "n_undecided")}),
-                cell(c, "flag_rate_members"),
-                cell(c, "flag_rate_non_members"),
-                cell(c, "null_flag_rate"),
+                named(c),
+                *(cell(c, m) for m in ("flag_rate_members", "flag_rate_non_members", "null_flag_rate")),
             ]
             for c in columns
         ],
@@ -307,10 +305,8 @@ def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 
 
 def _rule_rates_per_checkpoint(rows: list[dict[str, Any]], run: RunData) -> Table | None:
-    """Per checkpoint, every rule family at its largest n: its TPR / FPR (the share of members /
-    non-members it flags) and its F1 beside the F1 of its margin used as a score with a cross-validated
-    threshold. After training on half a benchmark the raw rules flag most non-members too (the model
-    learns the benchmark's style), so a rule's F1 can fall below ppl's while its margin still separates."""
+    """Per checkpoint, every rule family at its largest n: TPR / FPR, and its F1 beside its margin's as a
+    score. A rule trained on a benchmark's style flags non-members too, while its margin may separate."""
     value = {(int(r.get("step", 0)), column_of(r), r.get("metric")): r.get("value") for r in rows}
     largest: dict[str, tuple[int, str]] = {}
     for _, column, metric in value:
@@ -352,25 +348,16 @@ def detection_section(rows: list[dict[str, Any]], run: RunData) -> Section | Non
     if not rows:
         return None
     scored_once = is_mia(run)
-    when = (
-        "with the model as given (nothing was trained: one scoring, step 0)"
-        if scored_once
-        else "at every checkpoint (step 0 is the untrained model)"
+    when, hint = "with the model as given (nothing was trained: one scoring, step 0)", ""
+    if not scored_once:
+        when = "at every checkpoint (step 0 is the untrained model)"
+        hint = " Click a legend entry to highlight one detector; hover a point for its value and interval."
+    intro = (
+        f"Each detector scores every sample (higher = more likely seen in training) {when}. AUROC and TPR at "
+        "1% FPR need no threshold; macro-F1 uses a threshold chosen by cross-validation (SrDetection decides "
+        f"by its own rule).{hint}"
     )
-    section = Section(
-        "detection",
-        "Detection: members vs non-members",
-        intro=(
-            f"Each detector scores every sample (higher = more likely seen in training) {when}. AUROC and "
-            "TPR at 1% FPR need no threshold; macro-F1 uses a threshold chosen by cross-validation "
-            "(SrDetection decides by its own rule)."
-            + (
-                ""
-                if scored_once
-                else " Click a legend entry to highlight one detector; hover a point for its value and interval."
-            )
-        ),
-    )
+    section = Section("detection", "Detection: members vs non-members", intro=intro)
     section.notes += shift_warnings(rows)
     _add_metric_panels(section, rows, run, scored_once)
     section.notes += _checkpoint_notes(run, scored_once)
@@ -450,8 +437,8 @@ def _add_score_panels(section: Section, rows: list[dict[str, Any]], run: RunData
     best = _best_step(rows)
     roles: dict[int, list[str]] = {}  # step -> its roles; the best one may also be the first or last
     for what, step in (("first", with_scores[0]), ("best AUROC", best), ("last", with_scores[-1])):
-        if step in with_scores and what not in roles.setdefault(step, []):
-            roles[step].append(what)
+        if step in with_scores:
+            roles.setdefault(step, []).append(what)
     curves, n_neg = {}, 0
     for step in sorted(roles):
         title = f"{' = '.join(roles[step])}: step {step} (epoch {run.epoch_of(step):g})"
@@ -526,12 +513,9 @@ def _delay_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 
 
 def dose_response_section(run: RunData) -> Section | None:
-    """Detection against exposure dose, from the per-dose detection rows (members of dose d against all
-    non-members): AUROC against the dose at the last checkpoint, AUROC per checkpoint for each dose; the
-    panels of every other evaluation whose record names `dose_panels` and that wrote dose rows; the
-    exposures counted in the training data. None for a run without doses."""
+    """Detection against exposure dose (members of dose d against all non-members), each other
+    evaluation's `dose_panels`, and the exposures counted in the training data; None without doses."""
     rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
-    # Each other evaluation draws its own panels, where its record names a `dose_panels` function.
     drawers = {name: record.dose_panels for name, record in EVALUATIONS.items() if record.dose_panels}
     by_evaluation = {name: [r for r in run.dose_rows if r.get("evaluation") == name] for name in drawers}
     if not rows and not any(by_evaluation.values()):
@@ -661,20 +645,16 @@ def _plugin_section(name: str) -> SectionFn | None:
 
 
 def build_sections(run: RunData) -> list[Section]:
-    """The header, then one section per evaluation with rows (detection first, training second). A
-    section that fails to draw is replaced by a note saying why: one broken plug-in never costs the
-    rest of the report."""
+    """The header, then one section per evaluation with rows (detection first, training second); a
+    section that fails to draw is a note saying why, so one broken plug-in never costs the report."""
     sections = [header_section(run)]
     present = run.evaluations()
     names = [n for n in SECTIONS if n in present] + [
         n for n in present if n not in SECTIONS and n not in NOT_SECTIONS
     ]
-    for name in names:
-        rows = run.rows_of(name)
-        if not rows:
-            continue
+    for name in names:  # each has rows: run.evaluations() are those of the rows
         fn = SECTIONS.get(name) or _plugin_section(name) or functools.partial(generic_section, name)
-        section = _drawn(name, fn, rows, run)
+        section = _drawn(name, fn, run.rows_of(name), run)
         if section is not None:
             sections.append(_drop_empty_panels(section))
     # A run with inject.doses: its per-dose rows, right after detection (or last without detection).
@@ -696,11 +676,7 @@ def _drawn(name: str, draw: Callable[..., Section | None], *args) -> Section | N
 
 
 def _drop_empty_panels(section: Section) -> Section:
-    kept = []
-    for item in section.items:
-        if isinstance(item, Panel) and panel_values(item) == 0:
-            section.notes.append(f"panel {item.title!r} has no data and is left out")
-        else:
-            kept.append(item)
-    section.items = kept
+    empty = [item for item in section.items if isinstance(item, Panel) and panel_values(item) == 0]
+    section.notes += [f"panel {item.title!r} has no data and is left out" for item in empty]
+    section.items = [item for item in section.items if item not in empty]
     return section
