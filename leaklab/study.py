@@ -384,27 +384,17 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
         "partition": None,
         "leaderboard": False,
     }
-    it = iter(argv)
-    for arg in it:
-        if arg in ("--local", "--slurm"):
-            if opts["mode"] not in (None, arg[2:]):
-                raise InputError("study: give one of --local or --slurm, not both")
-            opts["mode"] = arg[2:]
-        elif arg in ("--smoke", "--leaderboard"):
-            opts[arg[2:]] = True
-        elif arg in ("--jobs", "--out", "--gpus", "--time", "--partition"):
-            value = next(it, None)
-            if value is None:
-                raise InputError(f"study: {arg} needs a value")
-            opts[arg[2:]] = value
-        elif arg.startswith("--"):
-            raise InputError(f"study: unknown option {arg} (see `leaklab study --help`)")
-        elif "=" in arg:
+
+    def positional(arg: str) -> None:
+        if "=" in arg:
             opts["fixed"].append(arg)
         elif opts["name"] is None:
             opts["name"] = arg
         else:
             raise InputError(f"study: expected key=value, got {arg!r}")
+
+    flags, valued = ("--smoke", "--leaderboard"), ("--jobs", "--out", "--gpus", "--time", "--partition")
+    sweep.parse_options(argv, "study", opts, positional, flags, valued)
     if opts["name"] is None:
         raise InputError(f"study: name a study ({', '.join(available_studies()) or 'none found'})")
     if opts["jobs"] == "auto":
