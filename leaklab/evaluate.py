@@ -51,15 +51,13 @@ def load_reference(recipe: Recipe, base_path: str | None):
 
 def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
     """The specs recorded by the done rows of `evaluation` at `step`; None when it has none."""
-    specs: set[str] | None = None
-    for row in run.results_rows():
-        if (
-            row.get("step") == step
-            and row.get("evaluation") == evaluation
-            and row.get("metric") == DONE_METRIC
-        ):
-            specs = (specs or set()) | set(row.get("specs", []))
-    return specs
+    done = (step, evaluation, DONE_METRIC)
+    specs = [
+        set(row.get("specs", []))
+        for row in run.results_rows()
+        if (row.get("step"), row.get("evaluation"), row.get("metric")) == done
+    ]
+    return set().union(*specs) if specs else None
 
 
 # --------------------------------------------------------------------------- what rows mean
@@ -195,9 +193,7 @@ class Evaluator:
         eval_set: EvalSet,
         *,
         base_path: str | None = None,
-        accelerator=None,
         signal_cache=None,
-        generation_cache=None,
         log=print,
     ):
         from leaklab.signals.continuations import GenerationCache
@@ -209,20 +205,11 @@ class Evaluator:
             recipe=recipe,
             run=run,
             eval_set=eval_set,
-            accelerator=accelerator,
             reference=functools.cache(lambda: load_reference(recipe, base_path)),  # loaded on first use
             signal_cache=signal_cache,
-            generation_cache=generation_cache or GenerationCache(run.generation_cache),
+            generation_cache=GenerationCache(run.generation_cache),
             log=log,
         )
-
-    @property
-    def accelerator(self):
-        return self.ctx.accelerator
-
-    @accelerator.setter
-    def accelerator(self, value) -> None:
-        self.ctx.accelerator = value
 
     def prepare(self) -> None:
         for evaluation in self.evaluations:
