@@ -243,10 +243,7 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
         for column in fields:
             if column in ("task_id", "label") or column.endswith(":leak"):
                 continue
-            values = [r.get(column) for r in records]
-            scores = np.array(
-                [v if isinstance(v, (int, float)) and math.isfinite(v) else np.nan for v in values]
-            )
+            scores = np.array([_number(r.get(column)) for r in records])
             keep = (labels >= 0) & np.isfinite(scores)
             if not keep.any():
                 continue
