@@ -1,23 +1,10 @@
 """`leaklab study NAME`: a matrix of training conditions scored by the same detectors, ending in a leaderboard.
 
-    leaklab study detectors --local [--jobs 2]        # every condition here, then the leaderboard
-    leaklab study detectors --smoke --local           # fewer samples and steps, every condition
-    leaklab study detectors model.name_or_path=M --slurm
-
-A study file (`recipes/studies/NAME.yaml`, or a path) names its conditions, each a shipped recipe plus
-overrides and one or more runs; `evaluate`, overrides added to every run (the detectors every condition is
-scored by: evaluate.* keys only, so they never change what is trained); `smoke`, overrides for `--smoke`;
-and `findings`, the claims tested on the measured values (leaklab/leaderboard.py).
-
-Runs go through `leaklab sweep`'s machinery: each condition is a sweep plan of its runs
-(`sweep.run_local` trains them one after another and resumes finished ones; `sweep.write_slurm` writes
-its job array). A run with no override of its own is the shipped recipe's own run, in that recipe's run
-directory, so it is shared with anyone who trains that recipe (`dose` is `tiny_dose`); the study folder
-links to it. A condition may name another (`after: sft`) and use `{sft}` in its overrides for that
-condition's run directory (RL starts from the SFT checkpoint): it runs once that one is done.
-
-The study folder (`--out`, default <output_dir>/studies/<name>[-smoke]-<hash>) holds study.json (the
-plan), conditions/<name>/ (each condition's sweep plan, lock and log), runs/ and the leaderboard.
+A study file (`recipes/studies/NAME.yaml`, or a path; its sections: docs/study.md#the-study-file) names
+its conditions, each a shipped recipe with overrides and one or more runs, and the findings tested on the
+measured values (leaklab/leaderboard.py). Each condition is a sweep plan run by `sweep.run_local` or
+`sweep.write_slurm`. A run with no override of its own is the shipped recipe's own run, shared with
+anyone who trains that recipe (the study folder links to it).
 """
 
 from __future__ import annotations
@@ -277,19 +264,18 @@ def output_to(path: Path):
     """This process's stdout and stderr (and its children's) appended to `path`."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+    saved = [os.dup(fd) for fd in (1, 2)]
     with open(path, "a") as log_file:
-        os.dup2(log_file.fileno(), 1)
-        os.dup2(log_file.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(log_file.fileno(), fd)
         try:
             yield
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def run_condition(cond: dict[str, Any]) -> dict[str, Any]:
