@@ -102,10 +102,6 @@ def record_settings(run: RunDir, recipe: Recipe, evaluation: str) -> None:
             write_json(run.evaluation_settings, recorded)
 
 
-def _as_override(key: str, value: Any) -> str:
-    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-
-
 def _same_boundary(recipe: Recipe, key: str, old: Any, new: Any) -> bool:
     """Two prompt_boundary settings that give every checkpoint of this run the same boundary (a cpt run
     recorded under "heal" and evaluated under "auto"), so the rows mean the same."""
@@ -134,7 +130,9 @@ def check_settings(run: RunDir, recipe: Recipe) -> None:
                 changed.setdefault(key, (old[key], value, []))[2].append(name)
     if changed:
         what = "; ".join(f"{k} {o!r} -> {n!r} ({', '.join(e)} rows)" for k, (o, n, e) in changed.items())
-        keys = " ".join(_as_override(k, n) for k, (_, n, _) in changed.items())
+        keys = " ".join(
+            f"{k}={n if isinstance(n, str) else json.dumps(n)}" for k, (_, n, _) in changed.items()
+        )
         raise InputError(
             f"{run.root}: {what} would change the meaning of rows already written; write to a fresh "
             f"evaluation folder instead: leaklab evaluate {run.training_root} --into NAME {keys} ..."
