@@ -77,11 +77,10 @@ def load_study(path: Path) -> dict[str, Any]:
     if not study.get("conditions"):
         raise InputError(f"study {path}: no conditions")
     for name, cond in study["conditions"].items():
-        for key in cond:
-            if key not in CONDITION_KEYS:
-                raise InputError(
-                    f"study {path}: condition {name}: unknown key {key!r}; known: {', '.join(CONDITION_KEYS)}"
-                )
+        unknown = [key for key in cond if key not in CONDITION_KEYS]
+        if unknown:
+            known = ", ".join(CONDITION_KEYS)
+            raise InputError(f"study {path}: condition {name}: unknown key {unknown[0]!r}; known: {known}")
         if "recipe" not in cond:
             raise InputError(f"study {path}: condition {name} names no recipe")
         if cond.get("after") and cond["after"] not in study["conditions"]:
