@@ -63,31 +63,27 @@ def guarded(fn: Callable[[], int], debug: bool = False) -> int:
     debug = debug or debug_requested()
     try:
         return fn()
-    except LeaklabError as err:
-        if debug:
-            traceback.print_exc()
-        _say(err.lines())
-        return err.exit_code
     except BrokenPipeError:
         # The reader went away (`leaklab recipes | head -1`): it read what it asked for. Point stdout at
         # /dev/null so the interpreter's last flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as err:
-        # The machine, not the input: a full disk, a path that cannot be written or read.
+    except (LeaklabError, OSError, KeyboardInterrupt) as err:
         if debug:
             traceback.print_exc()
+        if isinstance(err, LeaklabError):
+            _say(err.lines())
+            return err.exit_code
+        if isinstance(err, KeyboardInterrupt):
+            _say(
+                [
+                    "interrupted; every file written so far is complete (writes are atomic), "
+                    "so running the same command again continues"
+                ]
+            )
+            return 130
+        # The machine, not the input: a full disk, a path that cannot be written or read.
         what = err.strerror or type(err).__name__
         where = f": {err.filename}" if err.filename else (f": {err}" if not err.strerror else "")
         _say([f"{what}{where} (run again with --debug for the traceback)"])
         return 1
-    except KeyboardInterrupt:
-        if debug:
-            traceback.print_exc()
-        _say(
-            [
-                "interrupted; every file written so far is complete (writes are atomic), "
-                "so running the same command again continues"
-            ]
-        )
-        return 130

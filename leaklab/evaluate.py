@@ -51,15 +51,13 @@ def load_reference(recipe: Recipe, base_path: str | None):
 
 def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
     """The specs recorded by the done rows of `evaluation` at `step`; None when it has none."""
-    specs: set[str] | None = None
-    for row in run.results_rows():
-        if (
-            row.get("step") == step
-            and row.get("evaluation") == evaluation
-            and row.get("metric") == DONE_METRIC
-        ):
-            specs = (specs or set()) | set(row.get("specs", []))
-    return specs
+    done = (step, evaluation, DONE_METRIC)
+    specs = [
+        set(row.get("specs", []))
+        for row in run.results_rows()
+        if (row.get("step"), row.get("evaluation"), row.get("metric")) == done
+    ]
+    return set().union(*specs) if specs else None
 
 
 # --------------------------------------------------------------------------- what rows mean
@@ -104,10 +102,6 @@ def record_settings(run: RunDir, recipe: Recipe, evaluation: str) -> None:
             write_json(run.evaluation_settings, recorded)
 
 
-def _as_override(key: str, value: Any) -> str:
-    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
-
-
 def _same_boundary(recipe: Recipe, key: str, old: Any, new: Any) -> bool:
     """Two prompt_boundary settings that give every checkpoint of this run the same boundary (a cpt run
     recorded under "heal" and evaluated under "auto"), so the rows mean the same."""
@@ -136,7 +130,9 @@ def check_settings(run: RunDir, recipe: Recipe) -> None:
                 changed.setdefault(key, (old[key], value, []))[2].append(name)
     if changed:
         what = "; ".join(f"{k} {o!r} -> {n!r} ({', '.join(e)} rows)" for k, (o, n, e) in changed.items())
-        keys = " ".join(_as_override(k, n) for k, (_, n, _) in changed.items())
+        keys = " ".join(
+            f"{k}={n if isinstance(n, str) else json.dumps(n)}" for k, (_, n, _) in changed.items()
+        )
         raise InputError(
             f"{run.root}: {what} would change the meaning of rows already written; write to a fresh "
             f"evaluation folder instead: leaklab evaluate {run.training_root} --into NAME {keys} ..."
@@ -195,9 +191,7 @@ class Evaluator:
         eval_set: EvalSet,
         *,
         base_path: str | None = None,
-        accelerator=None,
         signal_cache=None,
-        generation_cache=None,
         log=print,
     ):
         from leaklab.signals.continuations import GenerationCache
@@ -209,20 +203,11 @@ class Evaluator:
             recipe=recipe,
             run=run,
             eval_set=eval_set,
-            accelerator=accelerator,
             reference=functools.cache(lambda: load_reference(recipe, base_path)),  # loaded on first use
             signal_cache=signal_cache,
-            generation_cache=generation_cache or GenerationCache(run.generation_cache),
+            generation_cache=GenerationCache(run.generation_cache),
             log=log,
         )
-
-    @property
-    def accelerator(self):
-        return self.ctx.accelerator
-
-    @accelerator.setter
-    def accelerator(self, value) -> None:
-        self.ctx.accelerator = value
 
     def prepare(self) -> None:
         for evaluation in self.evaluations:

@@ -22,10 +22,9 @@ def interactive() -> bool:
 
 
 def quiet_library_bars() -> None:
-    """Off a terminal, the hub's and transformers' own tqdm bars ("Loading weights", "Writing model
-    shards") would land in the log as carriage-return lines; leaklab's own progress lines say enough.
-    The hub reads HF_HUB_DISABLE_PROGRESS_BARS when it is imported; a transformers already imported is
-    told directly. A user's own setting of the variable wins."""
+    """Off a terminal, the hub's and transformers' own tqdm bars would land in the log as carriage-return
+    lines: HF_HUB_DISABLE_PROGRESS_BARS (read at import; a user's own setting wins), and a transformers
+    already imported is told directly."""
     if interactive():
         return
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

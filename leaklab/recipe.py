@@ -784,12 +784,10 @@ def _inject_section(data: dict[str, Any], inject: InjectConfig) -> None:
     if not inject.active:
         data.pop("inject")
         return
-    if not inject.withhold:  # absent when false, so runs from before the key keep their hashes
-        data["inject"].pop("withhold")
-    if inject.form == "document":  # the same for the form: absent at its default
-        data["inject"].pop("form")
-    if inject.windows is None:  # and for the window groups
-        data["inject"].pop("windows")
+    # Keys added later are absent at their default, so runs from before them keep their hashes.
+    for key, default in (("withhold", False), ("form", "document"), ("windows", None)):
+        if getattr(inject, key) == default:
+            data["inject"].pop(key)
     if inject.canaries == 0:
         for key in ("canaries", "canary_formats", "canary_candidates", "canary_samples"):
             data["inject"].pop(key)

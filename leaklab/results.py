@@ -239,12 +239,9 @@ DELAY_LEVELS = (0.5, 0.8)
 
 
 def detection_delays(rows: list[dict[str, Any]], levels=DELAY_LEVELS) -> dict[str, list[int | None]]:
-    """column -> per level, the first step whose AUROC bootstrap interval lies wholly above it (None:
-    never). Only threshold-free evidence counts: the AUROC of a score column, or of a rule's margin
-    (how far each sample is from the rule's boundary). A rule's flags (its F1, precision, flag rates)
-    depend on the rule's fixed operating point and never count, whatever their intervals say. A step 0
-    in the result is the model before this run's training: the sets already differ there (see
-    `report.sections`), which is not a delay of detection."""
+    """column -> per level, the first step whose AUROC interval lies wholly above it (None: never). Only
+    threshold-free evidence counts (a score's or a rule margin's AUROC), never a rule's flags, which sit
+    at its fixed operating point. A step 0 means the sets differed before training: not a delay."""
     low: dict[str, dict[int, float]] = {}
     for r in rows:
         value = r.get("value")

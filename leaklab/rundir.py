@@ -139,8 +139,7 @@ def _repair_tail(path: Path) -> None:
         f.seek(-1, os.SEEK_END)
         if f.read(1) == b"\n":
             return
-        data = path.read_bytes()
-        f.truncate(data.rfind(b"\n") + 1)
+        f.truncate(path.read_bytes().rfind(b"\n") + 1)
 
 
 @contextmanager

@@ -21,9 +21,8 @@ from typing import Any
 @dataclasses.dataclass
 class Job:
     name: str
-    call: Callable[
-        [Any], dict[str, Any]
-    ]  # module level (it is pickled); returns {"state": "done" | "failed", ...}
+    # module level (it is pickled); returns {"state": "done" | "failed", ...}
+    call: Callable[[Any], dict[str, Any]]
     arg: Any
     needs: tuple[str, ...] = ()
 

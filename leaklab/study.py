@@ -1,23 +1,10 @@
 """`leaklab study NAME`: a matrix of training conditions scored by the same detectors, ending in a leaderboard.
 
-    leaklab study detectors --local [--jobs 2]        # every condition here, then the leaderboard
-    leaklab study detectors --smoke --local           # fewer samples and steps, every condition
-    leaklab study detectors model.name_or_path=M --slurm
-
-A study file (`recipes/studies/NAME.yaml`, or a path) names its conditions, each a shipped recipe plus
-overrides and one or more runs; `evaluate`, overrides added to every run (the detectors every condition is
-scored by: evaluate.* keys only, so they never change what is trained); `smoke`, overrides for `--smoke`;
-and `findings`, the claims tested on the measured values (leaklab/leaderboard.py).
-
-Runs go through `leaklab sweep`'s machinery: each condition is a sweep plan of its runs
-(`sweep.run_local` trains them one after another and resumes finished ones; `sweep.write_slurm` writes
-its job array). A run with no override of its own is the shipped recipe's own run, in that recipe's run
-directory, so it is shared with anyone who trains that recipe (`dose` is `tiny_dose`); the study folder
-links to it. A condition may name another (`after: sft`) and use `{sft}` in its overrides for that
-condition's run directory (RL starts from the SFT checkpoint): it runs once that one is done.
-
-The study folder (`--out`, default <output_dir>/studies/<name>[-smoke]-<hash>) holds study.json (the
-plan), conditions/<name>/ (each condition's sweep plan, lock and log), runs/ and the leaderboard.
+A study file (`recipes/studies/NAME.yaml`, or a path; its sections: docs/study.md#the-study-file) names
+its conditions, each a shipped recipe with overrides and one or more runs, and the findings tested on the
+measured values (leaklab/leaderboard.py). Each condition is a sweep plan run by `sweep.run_local` or
+`sweep.write_slurm`. A run with no override of its own is the shipped recipe's own run, shared with
+anyone who trains that recipe (the study folder links to it).
 """
 
 from __future__ import annotations
@@ -90,11 +77,10 @@ def load_study(path: Path) -> dict[str, Any]:
     if not study.get("conditions"):
         raise InputError(f"study {path}: no conditions")
     for name, cond in study["conditions"].items():
-        for key in cond:
-            if key not in CONDITION_KEYS:
-                raise InputError(
-                    f"study {path}: condition {name}: unknown key {key!r}; known: {', '.join(CONDITION_KEYS)}"
-                )
+        unknown = [key for key in cond if key not in CONDITION_KEYS]
+        if unknown:
+            known = ", ".join(CONDITION_KEYS)
+            raise InputError(f"study {path}: condition {name}: unknown key {unknown[0]!r}; known: {known}")
         if "recipe" not in cond:
             raise InputError(f"study {path}: condition {name} names no recipe")
         if cond.get("after") and cond["after"] not in study["conditions"]:
@@ -277,19 +263,18 @@ def output_to(path: Path):
     """This process's stdout and stderr (and its children's) appended to `path`."""
     sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
+    saved = [os.dup(fd) for fd in (1, 2)]
     with open(path, "a") as log_file:
-        os.dup2(log_file.fileno(), 1)
-        os.dup2(log_file.fileno(), 2)
+        for fd in (1, 2):
+            os.dup2(log_file.fileno(), fd)
         try:
             yield
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
 
 
 def run_condition(cond: dict[str, Any]) -> dict[str, Any]:
@@ -384,27 +369,17 @@ def parse_args(argv: list[str]) -> dict[str, Any]:
         "partition": None,
         "leaderboard": False,
     }
-    it = iter(argv)
-    for arg in it:
-        if arg in ("--local", "--slurm"):
-            if opts["mode"] not in (None, arg[2:]):
-                raise InputError("study: give one of --local or --slurm, not both")
-            opts["mode"] = arg[2:]
-        elif arg in ("--smoke", "--leaderboard"):
-            opts[arg[2:]] = True
-        elif arg in ("--jobs", "--out", "--gpus", "--time", "--partition"):
-            value = next(it, None)
-            if value is None:
-                raise InputError(f"study: {arg} needs a value")
-            opts[arg[2:]] = value
-        elif arg.startswith("--"):
-            raise InputError(f"study: unknown option {arg} (see `leaklab study --help`)")
-        elif "=" in arg:
+
+    def positional(arg: str) -> None:
+        if "=" in arg:
             opts["fixed"].append(arg)
         elif opts["name"] is None:
             opts["name"] = arg
         else:
             raise InputError(f"study: expected key=value, got {arg!r}")
+
+    flags, valued = ("--smoke", "--leaderboard"), ("--jobs", "--out", "--gpus", "--time", "--partition")
+    sweep.parse_options(argv, "study", opts, positional, flags, valued)
     if opts["name"] is None:
         raise InputError(f"study: name a study ({', '.join(available_studies()) or 'none found'})")
     if opts["jobs"] == "auto":

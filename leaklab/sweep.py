@@ -55,42 +55,54 @@ def split_values(raw: str) -> list[str]:
     return [v for v in raw.split(",") if v != ""] or [raw]
 
 
-def parse_sweep_args(argv: list[str]) -> dict[str, Any]:
-    """The sweep's command line: recipe, axes (ordered), fixed overrides and options."""
-    recipe, axes, fixed = "tiny_cpt", {}, []
-    opts: dict[str, Any] = {"mode": None, "out": None, "gpus": 8, "time": "24:00:00", "partition": None}
+def parse_options(argv: list[str], command: str, opts: dict[str, Any], positional, flags=(), valued=()):
+    """Fill `opts` from the options of `leaklab sweep` or `study`: --local / --slurm as opts["mode"],
+    each of `flags` as True, each of `valued` from the argument after it; `positional(arg)` takes the
+    other arguments, in order."""
     it = iter(argv)
     for arg in it:
         if arg in ("--local", "--slurm"):
             if opts["mode"] not in (None, arg[2:]):
-                raise InputError("sweep: give one of --local or --slurm, not both")
+                raise InputError(f"{command}: give one of --local or --slurm, not both")
             opts["mode"] = arg[2:]
-        elif arg in ("--out", "--gpus", "--time", "--partition"):
+        elif arg in flags:
+            opts[arg[2:]] = True
+        elif arg in valued:
             value = next(it, None)
             if value is None:
-                raise InputError(f"sweep: {arg} needs a value")
+                raise InputError(f"{command}: {arg} needs a value")
             opts[arg[2:]] = value
         elif arg.startswith("--"):
-            raise InputError(f"sweep: unknown option {arg} (see `leaklab sweep --help`)")
-        elif "=" not in arg:
-            raise InputError(f"sweep: expected key=value, got {arg!r}")
+            raise InputError(f"{command}: unknown option {arg} (see `leaklab {command} --help`)")
         else:
-            key, _, raw = arg.partition("=")
-            if key in ("recipe", "--recipe"):
-                recipe = raw
-                continue
-            values = split_values(raw)
-            if key == "seeds" or len(values) > 1:
-                axes[key] = values
-            else:
-                fixed.append(arg)
-    if opts["mode"] is None:
+            positional(arg)
+
+
+def parse_sweep_args(argv: list[str]) -> dict[str, Any]:
+    """The sweep's command line: recipe, axes (ordered), fixed overrides and options."""
+    spec: dict[str, Any] = {"recipe": "tiny_cpt", "axes": {}, "fixed": []}
+    spec |= {"mode": None, "out": None, "gpus": 8, "time": "24:00:00", "partition": None}
+
+    def grid(arg: str) -> None:
+        if "=" not in arg:
+            raise InputError(f"sweep: expected key=value, got {arg!r}")
+        key, _, raw = arg.partition("=")
+        values = split_values(raw)
+        if key == "recipe":
+            spec["recipe"] = raw
+        elif key == "seeds" or len(values) > 1:
+            spec["axes"][key] = values
+        else:
+            spec["fixed"].append(arg)
+
+    parse_options(argv, "sweep", spec, grid, valued=("--out", "--gpus", "--time", "--partition"))
+    if spec["mode"] is None:
         raise InputError("sweep: say where the runs go: --local (here, one after another) or --slurm")
     try:
-        opts["gpus"] = int(opts["gpus"])
+        spec["gpus"] = int(spec["gpus"])
     except ValueError:
-        raise InputError(f"sweep: --gpus takes a number, got {opts['gpus']!r}") from None
-    return {"recipe": recipe, "axes": axes, "fixed": fixed, **opts}
+        raise InputError(f"sweep: --gpus takes a number, got {spec['gpus']!r}") from None
+    return spec
 
 
 def point_overrides(point: dict[str, str], pinned: dict[str, str] | None = None) -> list[str]:

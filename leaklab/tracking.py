@@ -97,10 +97,8 @@ def log_metrics(metrics: dict[str, Any], step: int) -> None:
 
 
 def log_rows(rows: list[dict[str, Any]]) -> None:
-    """Result rows as W&B metrics named <evaluation>/<column>/<metric> (column: e.g. "mink@0.2"), or
-    <evaluation>/<metric> for rows of no column (an evaluation's per-checkpoint curves, e.g. accuracy
-    or MRI of members and non-members); done markers are bookkeeping, not curves. Per-dose detection
-    rows also make the dose–response chart (`log_dose_response`)."""
+    """Result rows as W&B metrics <evaluation>/[dose=d/][form=f/][<column>/]<metric> (done markers are
+    bookkeeping, not curves), and the dose–response chart (`log_dose_response`)."""
     by_step: dict[int, dict[str, Any]] = {}
     for row in rows:
         column = row.get("column") or row.get("detector")
@@ -125,10 +123,9 @@ def _number(value) -> float:
 
 
 def log_dose_response(rows: list[dict[str, Any]]) -> None:
-    """The report's dose–response panel at every step with per-dose detection rows (inject.doses): a
-    W&B table (detector, dose, log2 dose, AUROC and its interval) drawn as AUROC against log2(dose),
-    one line per detector. The x axis is log2(dose) because W&B's line preset has no log scale, and
-    doses such as 1, 4, 16, 64 are meant to sit evenly apart."""
+    """The report's dose–response panel at every step with per-dose detection rows: AUROC against
+    log2(dose), one line per detector (W&B's line preset has no log scale; doses 1, 4, 16, 64 should sit
+    evenly apart)."""
     if _run is None:
         return
     import wandb
@@ -168,10 +165,8 @@ def finish() -> None:
 
 
 def log_leaderboard(board: dict[str, Any], root: Path, cfg) -> Path | None:
-    """A study's leaderboard in a W&B run of its own (in the study folder, offline unless `cfg` says
-    otherwise): `leaderboard`, one row per cell and detector with AUROC, TPR at 1% FPR and their
-    intervals, and `findings`, one row per pre-registered finding with its value, interval and verdict.
-    Returns the W&B run's directory; None when W&B is off (`cfg`: the recipe's tracking.wandb)."""
+    """A study's leaderboard (per cell and detector) and findings as two tables in a W&B run of its own in
+    the study folder; returns the run's directory, or None when `cfg` (tracking.wandb) turns W&B off."""
     if not cfg.enabled or cfg.mode == "disabled":
         return None
     import wandb
@@ -243,10 +238,7 @@ def log_checkpoint(evaluation: str, records: list[dict[str, Any]], step: int) ->
         for column in fields:
             if column in ("task_id", "label") or column.endswith(":leak"):
                 continue
-            values = [r.get(column) for r in records]
-            scores = np.array(
-                [v if isinstance(v, (int, float)) and math.isfinite(v) else np.nan for v in values]
-            )
+            scores = np.array([_number(r.get(column)) for r in records])
             keep = (labels >= 0) & np.isfinite(scores)
             if not keep.any():
                 continue
@@ -298,10 +290,9 @@ def detection_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def publish_report(run_dir: Path) -> Path | None:
-    """Into the open W&B run: the detection summary, each headline metric per detector as one chart with
-    its bootstrap interval (value, low, high against the step), and report/ (built now) as an artifact.
-    W&B is a view of the run's files: a failure here is said in one line and never fails the run.
-    Returns the report's index.html when it was built here (so the caller need not build it again)."""
+    """Into the open W&B run: the detection summary, each headline metric per detector with its interval
+    against the step, and report/ as an artifact; returns the report's index.html when built here. W&B is
+    a view of the run's files: a failure here is one line and never fails the run."""
     if _run is None:
         return None
     try:

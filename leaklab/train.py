@@ -342,7 +342,7 @@ def train(launch: Launch, model, tokenizer, data, tasks, manifest: dict, base_pa
     plain_progress(trainer)  # off a terminal: progress and loss lines, not a bar and raw dicts
     # Scoring is split over the ranks by the Trainer's own Accelerator.
     if state.num_processes > 1:
-        evaluator.accelerator = trainer.accelerator
+        evaluator.ctx.accelerator = trainer.accelerator
     # The newest complete checkpoint (trainer_state.json is written last, so a half-written one is skipped).
     complete = run.checkpoint_dirs()
     resume = str(complete[-1][1]) if complete else None

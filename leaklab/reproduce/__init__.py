@@ -1,23 +1,10 @@
 """`make reproduce`: re-measure every number the docs state about the embedded testbed.
 
-The numbers live in `stated_numbers.yaml` next to this file, one entry each: the run that produces it (a
-recipe and its overrides), where to read it in that run's results.jsonl (a row's evaluation, step,
-column, metric, dose), the stated value and how close the measurement must come:
-
-    interval      the stated value lies in the measured row's bootstrap 95% interval (<metric>_ci_low/high)
-    abs: x        |measured - stated| <= x
-    at_least: x   measured >= x (a target, not a measurement: `stated` is then the target too)
-
-A run may be a study instead (`study: detectors`): `leaklab study NAME --local` (which shares the runs
-that are the shipped recipes' own, so after them it trains only its own conditions), its claims read
-from the leaderboard as rows (`leaderboard_rows`): a cell's AUROC (`evaluation: leaderboard`, `cell`,
-`column`: the detector) or a finding's statistic (`evaluation: finding`, `column`: its id).
-
-`python -m leaklab.reproduce` trains each run the entries name (`leaklab train`, which resumes a run
-already there and only evaluates what it lacks), prints claim / stated / measured / ok, writes the
-measured tables into generated docs pages (`docs/generated/`, never edited by hand) and exits 1 when a
-claim fails. `--smoke` runs the same machinery on each run's `smoke` overrides (tiny sizes, minutes): it
-checks that every entry finds its row, not the stated values.
+`stated_numbers.yaml` (its header says the format) names each number's run (a recipe with overrides, or
+a study, whose claims read its leaderboard as rows), its results.jsonl row, the stated value and the
+tolerance. `python -m leaklab.reproduce` trains each run (`leaklab train` resumes, and evaluates only what
+is missing), prints claim / stated / measured / ok, writes docs/generated/ and exits 1 when a claim fails;
+`--smoke` checks on tiny sizes that every claim finds its row. See docs/reproducibility.md.
 """
 
 from __future__ import annotations
@@ -132,12 +119,8 @@ def measure(claim: Claim, rows: list[dict[str, Any]]) -> Measured:
     if want.get("step") == "last":
         steps = [r["step"] for r in rows if r.get("evaluation") == want.get("evaluation")]
         want["step"] = max(steps) if steps else None
-    values, found_main = [], False
-    for suffix in ("", "_ci_low", "_ci_high"):
-        found = [r for r in rows if _matches(r, want, want["metric"] + suffix)]
-        values.append(found[-1]["value"] if found else None)
-        found_main = found_main or (suffix == "" and bool(found))
-    return Measured(claim, *values, found=found_main)
+    found = [[r for r in rows if _matches(r, want, want["metric"] + x)] for x in ("", "_ci_low", "_ci_high")]
+    return Measured(claim, *(f[-1]["value"] if f else None for f in found), found=bool(found[0]))
 
 
 def at_smoke_steps(claim: Claim) -> Claim:
@@ -314,12 +297,10 @@ def _train_job(arg: tuple[RunSpec, bool, str, Path]) -> dict[str, Any]:
 
 
 def train_all(chosen: list[RunSpec], smoke: bool, output_dir: str, log=say) -> dict[str, dict[str, Any]]:
-    """Every chosen run trained. Studies first, one at a time (a study runs its own conditions side by side
-    and trains the shipped recipes' runs it shares), then the other runs side by side, each in the first free
-    slot once the run it starts from is done (leaklab/side_by_side.py), its output in
-    <output_dir>/logs/<run>.log. A failed run stops nothing else; the error names them all at the end.
-    Returns run name -> its state, wall time (`wall_s`) and whether it was there before it started
-    (`resumed`: a study's shared runs are, for the runs after it), and "(all)" -> the whole wall time."""
+    """Every chosen run trained: the studies first, one at a time (each trains the shipped runs it shares),
+    then the others side by side (leaklab/side_by_side.py), logs in <output_dir>/logs/. A failed run stops
+    nothing else. Returns run name -> state, `wall_s` and `resumed` (there before it started), and
+    "(all)" -> the whole wall time."""
     status: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
     for spec in (s for s in chosen if s.study):
