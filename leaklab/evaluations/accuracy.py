@@ -94,9 +94,6 @@ class Accuracy:
             self._sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s)
         return self._sandbox
 
-    def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
-        return first_per_side(ctx.eval_set, ctx.recipe.evaluate.accuracy.max_tasks)
-
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
         from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
@@ -169,7 +166,7 @@ class Accuracy:
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
         cfg = ctx.recipe.evaluate.accuracy
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
-        tasks, labels = self._tasks(ctx)
+        tasks, labels = first_per_side(ctx.eval_set, cfg.max_tasks)
         prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
         judged = cached_judgements(
             ctx,

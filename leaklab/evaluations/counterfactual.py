@@ -74,43 +74,46 @@ class CounterfactualConfig:
     hyclone_generated_inputs: int = 10  # execution: inputs generated from the signature per pair (0: off)
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: CounterfactualConfig) -> list[str]:
-    problems = []
-    for key in ("max_new_tokens", "batch_size", "workers", "min_body_lines"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.counterfactual.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if cfg.hyclone_llm_inputs < 0:
-        problems.append(
-            f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {cfg.hyclone_llm_inputs}"
-        )
-
-    if not 0 <= cfg.hyclone_generated_inputs <= MAX_INPUTS:
-        problems.append(
-            f"evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, {MAX_INPUTS}] (the inputs run"
-            f" per pair), got {cfg.hyclone_generated_inputs}"
-        )
-    if cfg.context_tokens < 0 or cfg.min_chars < 0:
-        problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
-    if cfg.max_body_lines < cfg.min_body_lines:
-        problems.append("evaluate.counterfactual: max_body_lines must be >= min_body_lines")
-    for key in ("tau_text", "tau_func"):
-        if not 0.0 <= getattr(cfg, key) <= 1.0:
-            problems.append(f"evaluate.counterfactual.{key}: must lie in [0, 1], got {getattr(cfg, key)}")
-    unknown = [j for j in cfg.judges if j not in JUDGES]
-    if unknown:
-        problems.append(f"evaluate.counterfactual.judges: unknown {unknown}; choose from {list(JUDGES)}")
-    if cfg.judges and cfg.judge_backend == "none":
-        problems.append(
-            "evaluate.counterfactual.judges: needs evaluate.counterfactual.judge_backend (hf or openai)"
-        )
-    if cfg.judge_backend != "none" and not cfg.judge_model:
-        problems.append(f"evaluate.counterfactual.judge_model: the {cfg.judge_backend} backend needs a model")
-    if cfg.judge_backend == "openai" and not cfg.judge_base_url:
-        problems.append("evaluate.counterfactual.judge_base_url: the openai backend needs the server's URL")
-    return problems
+        problems = []
+        for key in ("max_new_tokens", "batch_size", "workers", "min_body_lines"):
+            if getattr(self, key) < 1:
+                problems.append(
+                    f"evaluate.counterfactual.{key}: must be at least 1, got {getattr(self, key)}"
+                )
+        if self.hyclone_llm_inputs < 0:
+            problems.append(
+                f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {self.hyclone_llm_inputs}"
+            )
+        if not 0 <= self.hyclone_generated_inputs <= MAX_INPUTS:
+            problems.append(
+                f"evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, {MAX_INPUTS}] (the inputs run"
+                f" per pair), got {self.hyclone_generated_inputs}"
+            )
+        if self.context_tokens < 0 or self.min_chars < 0:
+            problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
+        if self.max_body_lines < self.min_body_lines:
+            problems.append("evaluate.counterfactual: max_body_lines must be >= min_body_lines")
+        for key in ("tau_text", "tau_func"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                problems.append(
+                    f"evaluate.counterfactual.{key}: must lie in [0, 1], got {getattr(self, key)}"
+                )
+        unknown = [j for j in self.judges if j not in JUDGES]
+        if unknown:
+            problems.append(f"evaluate.counterfactual.judges: unknown {unknown}; choose from {list(JUDGES)}")
+        if self.judges and self.judge_backend == "none":
+            problems.append(
+                "evaluate.counterfactual.judges: needs evaluate.counterfactual.judge_backend (hf or openai)"
+            )
+        if self.judge_backend != "none" and not self.judge_model:
+            problems.append(
+                f"evaluate.counterfactual.judge_model: the {self.judge_backend} backend needs a model"
+            )
+        if self.judge_backend == "openai" and not self.judge_base_url:
+            problems.append(
+                "evaluate.counterfactual.judge_base_url: the openai backend needs the server's URL"
+            )
+        return problems
 
 
 class Counterfactual:

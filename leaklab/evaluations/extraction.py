@@ -24,10 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.errors import InputError
-from leaklab.evaluations.base import (
-    EvalContext,
-    EvalOutput,
-)
+from leaklab.evaluations.base import EvalContext, EvalOutput
 from leaklab.evaluations.canaries import extraction_rows as canary_extraction_rows
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
@@ -89,26 +86,24 @@ class ExtractionConfig:
     small_model: str | None = None
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: ExtractionConfig) -> list[str]:
-    problems = []
-    for s in cfg.strategies:
-        if s not in STRATEGIES:
-            problems.append(f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGIES)})")
-    if "two_step" in cfg.strategies and "non_prompt" not in cfg.strategies:
-        problems.append(
-            "evaluate.extraction.strategies: two_step prompts with non_prompt's snippets; add non_prompt"
-        )
-    if not cfg.top_k or any(k < 1 for k in cfg.top_k):
-        problems.append(f"evaluate.extraction.top_k: a non-empty list of k >= 1, got {cfg.top_k}")
-    for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k", "prefix_lines"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.extraction.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if cfg.min_lines < 2:
-        problems.append(f"evaluate.extraction.min_lines: must be at least 2, got {cfg.min_lines}")
-    return problems
+        problems = []
+        for s in self.strategies:
+            if s not in STRATEGIES:
+                problems.append(
+                    f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGIES)})"
+                )
+        if "two_step" in self.strategies and "non_prompt" not in self.strategies:
+            problems.append(
+                "evaluate.extraction.strategies: two_step prompts with non_prompt's snippets; add non_prompt"
+            )
+        if not self.top_k or any(k < 1 for k in self.top_k):
+            problems.append(f"evaluate.extraction.top_k: a non-empty list of k >= 1, got {self.top_k}")
+        for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k", "prefix_lines"):
+            if getattr(self, key) < 1:
+                problems.append(f"evaluate.extraction.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.min_lines < 2:
+            problems.append(f"evaluate.extraction.min_lines: must be at least 2, got {self.min_lines}")
+        return problems
 
 
 def cell(strategy: str, k: int) -> str:
