@@ -22,9 +22,9 @@ from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
     FunctionFilter,
-    counterfactually_memorized,
     extract_functions,
     generate_functions,
+    memorized_by,
     most_lenient,
     score_functions,
     table1,
@@ -300,11 +300,6 @@ class Counterfactual:
         for sample, label, ts, rs, tf, rf in zip(
             self._samples, self._labels, t_scores, r_scores, target, reference
         ):
-            flags = [
-                m
-                for m in FUNCTIONAL
-                if counterfactually_memorized(ts["bleu"], ts[m], rs[m], cfg.tau_text, cfg.tau_func)
-            ]
             out.append(
                 {
                     "task_id": sample.source_id,
@@ -320,7 +315,7 @@ class Counterfactual:
                     "target": {m: float_or_none(ts[m]) for m in METRICS},
                     "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "missing_target": ts["missing"],
-                    "memorized_by": flags,
+                    "memorized_by": memorized_by(ts, rs, FUNCTIONAL, cfg.tau_text, cfg.tau_func),
                 }
             )
         return out

@@ -332,11 +332,7 @@ class Extraction:
     def _task_rows(self, task_clones, suffix: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Members vs non-members extracted verbatim; every non-member match checked against the corpus.
         `suffix` is appended to the column names (members<suffix>, non_members<suffix>)."""
-
-        hits: dict[int, list] = {}
-        for per_output in task_clones:
-            for c in per_output:
-                hits.setdefault(c.doc, []).append(c)
+        hits = _clones_per_task(task_clones)
         rows, records = [], []
         for label, column in ((1, f"members{suffix}"), (0, f"non_members{suffix}")):
             docs = [d for d, y in enumerate(self.task_labels) if y == label]
@@ -362,10 +358,7 @@ class Extraction:
         rows of `members`: n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and
         over all members the Spearman correlation between their training exposures and the number of
         outputs that reproduce them (`memorization.extraction.exposure_spearman`)."""
-        outputs: dict[int, set[int]] = {}
-        for per_output in task_clones:
-            for c in per_output:
-                outputs.setdefault(c.doc, set()).add(c.output)
+        outputs = {d: {c.output for c in found} for d, found in _clones_per_task(task_clones).items()}
         members = [d for d, y in enumerate(self.task_labels) if y == 1]
         dose_of = {d: self.task_doses[self.task_ids[d]] for d in members}
         rows = []
@@ -408,6 +401,15 @@ class Extraction:
 
     def report_section(self, rows: list[dict[str, Any]], run) -> Any:
         return extraction_section(rows, run)
+
+
+def _clones_per_task(task_clones) -> dict[int, list]:
+    """Task index -> its clones across all outputs."""
+    hits: dict[int, list] = {}
+    for per_output in task_clones:
+        for c in per_output:
+            hits.setdefault(c.doc, []).append(c)
+    return hits
 
 
 def training_exposures(run, task_doses: dict[str, int]) -> dict[str, int | None]:

@@ -267,6 +267,16 @@ def counterfactually_memorized(
     return text_target < tau_text and func_target >= tau_func and func_reference < tau_func
 
 
+def memorized_by(target: dict, reference: dict, metrics: Sequence[str], tau_text: float, tau_func: float):
+    """The metrics among `metrics` by which one sample (its target and reference scores) is
+    counterfactually memorized."""
+    return [
+        m
+        for m in metrics
+        if counterfactually_memorized(target[TEXT_METRIC], target[m], reference[m], tau_text, tau_func)
+    ]
+
+
 def table1(target: Sequence[dict], reference: Sequence[dict], metrics: Sequence[str]) -> list[dict]:
     """Per metric: mean and std over samples scored on both sides, for target and reference, and the delta."""
     rows = []
