@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from leaklab.dataset_tests.sharded_likelihood import rejection_rate
 from leaklab.metrics import welch_t_test
 
 MIN_PER_SET = 4  # two per half: the t-test needs two values on each side
@@ -123,12 +124,8 @@ def null_rejection_rate(
     p_values = []
     for _ in range(n_halvings):
         a, b = _halves(len(c), rng)
-        p = dataset_inference(c[a], c[b], seed=int(rng.integers(2**31))).p_value
-        if not math.isnan(p):
-            p_values.append(p)
-    if p_values:
-        out["null_rejection_rate"] = float(np.mean(np.asarray(p_values) < alpha))
-    out["null_halvings"] = float(len(p_values))
+        p_values.append(dataset_inference(c[a], c[b], seed=int(rng.integers(2**31))).p_value)
+    out["null_rejection_rate"], out["null_halvings"] = rejection_rate(p_values, alpha)
     return out
 
 
