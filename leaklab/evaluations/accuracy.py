@@ -15,11 +15,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
+from leaklab.data.prompting import model_prompt, resolve_format
 from leaklab.distributed import world
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.correctness import pass_at_k
+from leaklab.execution.extract import STOP_SEQUENCES
 from leaklab.metrics import group_mean_intervals
 from leaklab.report import charts
 from leaklab.report.section import Panel, Section, Table
@@ -124,7 +125,7 @@ class Accuracy:
             top_p=cfg.top_p,
             prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
         )
-        stop = COMPLETION_STOP if fmt == "completion" else ()
+        stop = STOP_SEQUENCES if fmt == "completion" else ()
         decoding = Decoding(model, tokenizer, generator, ctx.generation_cache, acc)
         greedy = greedy_replies(decoding, prompts, cfg.max_new_tokens, stop)
         texts: dict[int, list[str]] = {i: [greedy[i]] for i in mine}
