@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from leaklab.dataset_tests.sharded_likelihood import rejection_rate
 from leaklab.metrics import welch_t_test
 
 MIN_PER_SET = 4  # two per half: the t-test needs two values on each side
@@ -58,13 +59,9 @@ def _fit_combination(x_fit: np.ndarray, y_fit: np.ndarray):
     fill = fill[keep]
     centre, scale = x.mean(axis=0), x.std(axis=0)
     varies = scale > 0
-    keep_idx = np.flatnonzero(keep)[varies]
     x = (x[:, varies] - centre[varies]) / scale[varies]
-    if x.shape[1] == 0:
-        return keep_idx, centre[varies], scale[varies], fill[varies], np.zeros(0)
-    model = LogisticRegression(C=1.0, max_iter=1000)
-    model.fit(x, y_fit)
-    return keep_idx, centre[varies], scale[varies], fill[varies], model.coef_[0]
+    weights = LogisticRegression(C=1.0, max_iter=1000).fit(x, y_fit).coef_[0] if x.shape[1] else np.zeros(0)
+    return np.flatnonzero(keep)[varies], centre[varies], scale[varies], fill[varies], weights
 
 
 def _combine(x: np.ndarray, keep, centre, scale, fill, weights) -> np.ndarray:
@@ -74,14 +71,10 @@ def _combine(x: np.ndarray, keep, centre, scale, fill, weights) -> np.ndarray:
 
 
 def dataset_inference(suspect, clean, *, features: list[str] | None = None, seed: int = 0) -> InferenceResult:
-    """The dataset-inference test of `suspect` against `clean` (see the module doc).
-
-    suspect, clean: [n_samples, n_features] score matrices with the same columns (a 1-d array is one
-    feature). Raises ValueError when a set has fewer than MIN_PER_SET samples or the columns differ.
-    A p-value is NaN when no feature varies on the fit halves (nothing to learn from).
-    """
-    s = np.asarray(suspect, dtype=np.float64)
-    c = np.asarray(clean, dtype=np.float64)
+    """The test (module doc) of `suspect` against `clean`, [n_samples, n_features] score matrices (1-d:
+    one feature); ValueError under MIN_PER_SET samples a set or for other columns; p NaN when no feature
+    varies on the fit halves."""
+    s, c = (np.asarray(m, dtype=np.float64) for m in (suspect, clean))
     s, c = (m.reshape(-1, 1) if m.ndim == 1 else m for m in (s, c))
     if s.shape[1] != c.shape[1]:
         raise ValueError(f"suspect set has {s.shape[1]} score features, clean set {c.shape[1]}")
@@ -131,12 +124,8 @@ def null_rejection_rate(
     p_values = []
     for _ in range(n_halvings):
         a, b = _halves(len(c), rng)
-        p = dataset_inference(c[a], c[b], seed=int(rng.integers(2**31))).p_value
-        if not math.isnan(p):
-            p_values.append(p)
-    if p_values:
-        out["null_rejection_rate"] = float(np.mean(np.asarray(p_values) < alpha))
-    out["null_halvings"] = float(len(p_values))
+        p_values.append(dataset_inference(c[a], c[b], seed=int(rng.integers(2**31))).p_value)
+    out["null_rejection_rate"], out["null_halvings"] = rejection_rate(p_values, alpha)
     return out
 
 

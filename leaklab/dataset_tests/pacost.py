@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.dataset_tests.sharded_likelihood import one_sided_t
+from leaklab.dataset_tests.sharded_likelihood import one_sided_t, rejection_rate
 from leaklab.detectors.srdetection import VARIANTS
 
 
@@ -46,10 +46,7 @@ def gap_null_rate(gaps, *, halvings: int = 100, alpha: float = 0.05, seed: int =
         return out
     rng = np.random.default_rng(seed)
     p_values = [one_sided_t(d[rng.permutation(len(d))[: len(d) // 2]])[1] for _ in range(halvings)]
-    p_values = [p for p in p_values if not math.isnan(p)]
-    if p_values:
-        out["null_rejection_rate"] = float(np.mean(np.asarray(p_values) < alpha))
-    out["null_halvings"] = float(len(p_values))
+    out["null_rejection_rate"], out["null_halvings"] = rejection_rate(p_values, alpha)
     return out
 
 

@@ -1,16 +1,8 @@
 """The dataset-level tests as result rows, beside dataset inference's (`evaluations.detection`): one row
-per metric, {"detector", "params", "column", "metric", "value"}, for a set with known labels (a run's
-members and non-members, an mia set) or a suspect set against a clean one (an audit).
-
-Row columns: sharded_likelihood, codec_test, pacost_test (the registry's codec and pacost name the
-per-sample columns codec_drop and pacost_gap these are computed from). Every test reports its p-value
-with its measured false-positive rate next to it:
-  sharded_likelihood  the members in their canonical order (the p-values), and the same test on the
-                      non-members (the clean condition: its p-value) with the t-test's null rate;
-  codec               the members' share of context drops against the non-members' (the exact test);
-  pacost              the paired test on the members, its null rate from halves of the non-members.
-Rows with `params.set` say which set a row is about. A test that cannot run on a set (too few
-samples) is left out, said by its absence, as dataset inference does.
+per metric, for a set with known labels (a run's members and non-members, an mia set) or a suspect set
+against a clean one (an audit). Columns sharded_likelihood, codec_test and pacost_test, each p-value
+beside its measured false-positive rate (docs/detectors.md#dataset-level-tests-one-p-value-for-the-set-each-with-its-measured-false-positive-rate);
+`params.set` names the set a row is about; a test too small to run on a set is left out.
 """
 
 from __future__ import annotations

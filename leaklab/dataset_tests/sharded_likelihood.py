@@ -55,6 +55,13 @@ def one_sided_t(values: np.ndarray) -> tuple[float, float]:
     return float(t), float(student_t.sf(t, len(values) - 1))
 
 
+def rejection_rate(p_values, alpha: float) -> tuple[float, float]:
+    """(the share of the p-values below alpha, NaN p-values left out and NaN when none is left; how many
+    were left): a test's false-positive rate measured on null data."""
+    kept = [p for p in p_values if not math.isnan(p)]
+    return (float(np.mean(np.asarray(kept) < alpha)) if kept else math.nan), float(len(kept))
+
+
 def sharded_test(canonical: np.ndarray, permuted: np.ndarray) -> dict[str, float]:
     """The test's metrics from the log-likelihoods: canonical[k] = LL_k, permuted[k, j] = LL_k,j.
     p_value is the sharded t-test's, p_value_exact the whole-set permutation test's."""
@@ -72,15 +79,9 @@ def null_rejection_rate(permuted: np.ndarray, alpha: float = 0.05) -> dict[str, 
     permutation j in turn plays the canonical order against the other m - 1; the share with p < alpha."""
     permuted = np.asarray(permuted, dtype=np.float64)
     m = permuted.shape[1]
-    p_values = []
-    for j in range(m):
-        rest = np.delete(permuted, j, axis=1)
-        if rest.shape[1]:
-            p = one_sided_t(permuted[:, j] - rest.mean(axis=1))[1]
-            if not math.isnan(p):
-                p_values.append(p)
-    rate = float(np.mean(np.asarray(p_values) < alpha)) if p_values else math.nan
-    return {"null_rejection_rate": rate, "null_orders": float(len(p_values)), "null_alpha": float(alpha)}
+    others = [np.delete(permuted, j, axis=1).mean(axis=1) for j in range(m)] if m > 1 else []
+    rate, n = rejection_rate([one_sided_t(permuted[:, j] - rest)[1] for j, rest in enumerate(others)], alpha)
+    return {"null_rejection_rate": rate, "null_orders": n, "null_alpha": float(alpha)}
 
 
 def shard_texts(examples: list[str], bounds, permutations, separator: str = SEPARATOR):

@@ -15,11 +15,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
+from leaklab.data.prompting import model_prompt, resolve_format
 from leaklab.distributed import world
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.correctness import pass_at_k
+from leaklab.execution.extract import STOP_SEQUENCES
 from leaklab.metrics import group_mean_intervals
 from leaklab.report import charts
 from leaklab.report.section import Panel, Section, Table
@@ -94,9 +95,6 @@ class Accuracy:
             self._sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s)
         return self._sandbox
 
-    def _tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
-        return first_per_side(ctx.eval_set, ctx.recipe.evaluate.accuracy.max_tasks)
-
     def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
         from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
 
@@ -127,7 +125,7 @@ class Accuracy:
             top_p=cfg.top_p,
             prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
         )
-        stop = COMPLETION_STOP if fmt == "completion" else ()
+        stop = STOP_SEQUENCES if fmt == "completion" else ()
         decoding = Decoding(model, tokenizer, generator, ctx.generation_cache, acc)
         greedy = greedy_replies(decoding, prompts, cfg.max_new_tokens, stop)
         texts: dict[int, list[str]] = {i: [greedy[i]] for i in mine}
@@ -169,7 +167,7 @@ class Accuracy:
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
         cfg = ctx.recipe.evaluate.accuracy
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
-        tasks, labels = self._tasks(ctx)
+        tasks, labels = first_per_side(ctx.eval_set, cfg.max_tasks)
         prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
         judged = cached_judgements(
             ctx,

@@ -100,6 +100,20 @@ class EvalOutput:
     records: list[dict[str, Any]] = field(default_factory=list)
 
 
+def run_decoding(ctx: EvalContext, model, tokenizer, batch_size: int):
+    """A `Decoding` through the run's generation cache, accelerator and prompt boundary."""
+    from leaklab.signals.continuations import Decoding
+
+    return Decoding(
+        model,
+        tokenizer,
+        cache=ctx.generation_cache,
+        accelerator=ctx.accelerator,
+        prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
+        batch_size=batch_size,
+    )
+
+
 def side_indices(labels) -> dict[str, list[int]]:
     """The indices of the members, of the non-members and of all samples, by their rows' column."""
     return {

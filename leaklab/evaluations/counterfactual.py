@@ -17,14 +17,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from leaklab.evaluations.base import EvalContext, EvalOutput, side_indices
+from leaklab.evaluations.base import EvalContext, EvalOutput, run_decoding, side_indices
 from leaklab.execution.crossexec import MAX_INPUTS, CrossPair, cross_execute
 from leaklab.execution.sandbox import Sandbox
 from leaklab.memorization.counterfactual import (
     FunctionFilter,
-    counterfactually_memorized,
     extract_functions,
     generate_functions,
+    memorized_by,
     most_lenient,
     score_functions,
     table1,
@@ -74,43 +74,46 @@ class CounterfactualConfig:
     hyclone_generated_inputs: int = 10  # execution: inputs generated from the signature per pair (0: off)
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: CounterfactualConfig) -> list[str]:
-    problems = []
-    for key in ("max_new_tokens", "batch_size", "workers", "min_body_lines"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.counterfactual.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if cfg.hyclone_llm_inputs < 0:
-        problems.append(
-            f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {cfg.hyclone_llm_inputs}"
-        )
-
-    if not 0 <= cfg.hyclone_generated_inputs <= MAX_INPUTS:
-        problems.append(
-            f"evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, {MAX_INPUTS}] (the inputs run"
-            f" per pair), got {cfg.hyclone_generated_inputs}"
-        )
-    if cfg.context_tokens < 0 or cfg.min_chars < 0:
-        problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
-    if cfg.max_body_lines < cfg.min_body_lines:
-        problems.append("evaluate.counterfactual: max_body_lines must be >= min_body_lines")
-    for key in ("tau_text", "tau_func"):
-        if not 0.0 <= getattr(cfg, key) <= 1.0:
-            problems.append(f"evaluate.counterfactual.{key}: must lie in [0, 1], got {getattr(cfg, key)}")
-    unknown = [j for j in cfg.judges if j not in JUDGES]
-    if unknown:
-        problems.append(f"evaluate.counterfactual.judges: unknown {unknown}; choose from {list(JUDGES)}")
-    if cfg.judges and cfg.judge_backend == "none":
-        problems.append(
-            "evaluate.counterfactual.judges: needs evaluate.counterfactual.judge_backend (hf or openai)"
-        )
-    if cfg.judge_backend != "none" and not cfg.judge_model:
-        problems.append(f"evaluate.counterfactual.judge_model: the {cfg.judge_backend} backend needs a model")
-    if cfg.judge_backend == "openai" and not cfg.judge_base_url:
-        problems.append("evaluate.counterfactual.judge_base_url: the openai backend needs the server's URL")
-    return problems
+        problems = []
+        for key in ("max_new_tokens", "batch_size", "workers", "min_body_lines"):
+            if getattr(self, key) < 1:
+                problems.append(
+                    f"evaluate.counterfactual.{key}: must be at least 1, got {getattr(self, key)}"
+                )
+        if self.hyclone_llm_inputs < 0:
+            problems.append(
+                f"evaluate.counterfactual.hyclone_llm_inputs: must be >= 0, got {self.hyclone_llm_inputs}"
+            )
+        if not 0 <= self.hyclone_generated_inputs <= MAX_INPUTS:
+            problems.append(
+                f"evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, {MAX_INPUTS}] (the inputs run"
+                f" per pair), got {self.hyclone_generated_inputs}"
+            )
+        if self.context_tokens < 0 or self.min_chars < 0:
+            problems.append("evaluate.counterfactual: context_tokens and min_chars must be >= 0")
+        if self.max_body_lines < self.min_body_lines:
+            problems.append("evaluate.counterfactual: max_body_lines must be >= min_body_lines")
+        for key in ("tau_text", "tau_func"):
+            if not 0.0 <= getattr(self, key) <= 1.0:
+                problems.append(
+                    f"evaluate.counterfactual.{key}: must lie in [0, 1], got {getattr(self, key)}"
+                )
+        unknown = [j for j in self.judges if j not in JUDGES]
+        if unknown:
+            problems.append(f"evaluate.counterfactual.judges: unknown {unknown}; choose from {list(JUDGES)}")
+        if self.judges and self.judge_backend == "none":
+            problems.append(
+                "evaluate.counterfactual.judges: needs evaluate.counterfactual.judge_backend (hf or openai)"
+            )
+        if self.judge_backend != "none" and not self.judge_model:
+            problems.append(
+                f"evaluate.counterfactual.judge_model: the {self.judge_backend} backend needs a model"
+            )
+        if self.judge_backend == "openai" and not self.judge_base_url:
+            problems.append(
+                "evaluate.counterfactual.judge_base_url: the openai backend needs the server's URL"
+            )
+        return problems
 
 
 class Counterfactual:
@@ -122,7 +125,7 @@ class Counterfactual:
         self._doses: list[int] = []  # per sample, its exposure dose (0: non-member) in a run with doses
         self._reference: list[dict] | None = None  # the reference's extracted functions, made once
         self._reference_judged: dict[str, list[float]] | None = None  # the judges on them, asked once
-        self._judge = None  # (generator, render), loaded on first use
+        self._judge = None  # (generator, render), loaded on first use (_judge_backend)
         self._inputs: list[list] = []  # per sample: the task's test inputs (HyClone's execution)
         self._reference_executed: list | None = None  # the reference's CrossResults, made once
 
@@ -142,7 +145,6 @@ class Counterfactual:
 
     def prepare(self, ctx: EvalContext) -> None:
         """The function of every task that passes the filter (the relaxation, if any, is printed)."""
-
         cfg = ctx.recipe.evaluate.counterfactual
         keep = FunctionFilter(cfg.min_body_lines, cfg.max_body_lines, cfg.min_chars)
         if keep != FunctionFilter():
@@ -180,17 +182,8 @@ class Counterfactual:
 
     def _functions(self, ctx: EvalContext, model, tokenizer) -> list[dict]:
         """Per sample the continuation and the function extracted from it (`generate_functions`)."""
-        from leaklab.signals.continuations import Decoding
-
         cfg = ctx.recipe.evaluate.counterfactual
-        decoding = Decoding(
-            model,
-            tokenizer,
-            cache=ctx.generation_cache,
-            accelerator=ctx.accelerator,
-            prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
-            batch_size=cfg.batch_size,
-        )
+        decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)
         return generate_functions(decoding, self._samples, cfg.context_tokens, cfg.max_new_tokens)
 
     def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
@@ -211,7 +204,7 @@ class Counterfactual:
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
         cfg = ctx.recipe.evaluate.counterfactual
         if not self._samples:
-            return EvalOutput(rows=[_row("all", "n_samples", 0.0)])
+            return EvalOutput(rows=[side_row("all", "n_samples", 0.0)])
         target = self._functions(ctx, model, tokenizer)
         reference = self._reference_functions(ctx, model, tokenizer, step, target)
         if not ctx.is_main_process:
@@ -256,7 +249,6 @@ class Counterfactual:
 
     def _execute(self, cfg, functions: list[dict]) -> list:
         """HyClone stage 2 for every sample: ground truth vs the extracted function on the test inputs."""
-
         pairs = [
             CrossPair(
                 s.context + s.function,
@@ -269,33 +261,32 @@ class Counterfactual:
         llm = None
         if cfg.judge_backend != "none" and (cfg.hyclone_screen or cfg.hyclone_llm_inputs > 0):
             from leaklab.execution.crossexec import LLMStages
-            from leaklab.similarity.judges import make_backend
 
-            if self._judge is None:
-                self._judge = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
-            generator, render = self._judge
-            llm = LLMStages(generator, render or (lambda text: text), cfg.hyclone_screen,
-                            cfg.hyclone_llm_inputs, max(cfg.judge_max_new_tokens, 512))  # fmt: skip
+            llm = LLMStages(*self._judge_backend(cfg), cfg.hyclone_screen, cfg.hyclone_llm_inputs,
+                            max(cfg.judge_max_new_tokens, 512))  # fmt: skip
         with Sandbox(workers=cfg.workers, timeout_s=cfg.execution_timeout_s) as sandbox:
             return cross_execute(pairs, sandbox, timeout_s=cfg.execution_timeout_s, llm=llm,
                                  generated=cfg.hyclone_generated_inputs)  # fmt: skip
 
+    def _judge_backend(self, cfg) -> tuple:
+        """(generator, render) of the judge back-end, loaded on first use; render is the identity when
+        the back-end has none."""
+        if self._judge is None:
+            generator, render = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
+            self._judge = generator, render or (lambda text: text)
+        return self._judge
+
     def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
         """judge_<kind> -> a 0-1 score per sample (nan where the reply could not be read)."""
-
         cfg = ctx.recipe.evaluate.counterfactual
-        if self._judge is None:
-            self._judge = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
-        generator, render = self._judge
+        generator, render = self._judge_backend(cfg)
         pairs = [
             (s.signature + s.ground_truth, s.signature + (f["body"] if f["body"] is not None else f["raw"]))
             for s, f in zip(self._samples, functions)
         ]
         out = {}
         for kind in cfg.judges:
-            verdicts, failures = judge_pairs(
-                generator, kind, pairs, render or (lambda text: text), cfg.judge_max_new_tokens
-            )
+            verdicts, failures = judge_pairs(generator, kind, pairs, render, cfg.judge_max_new_tokens)
             if failures:
                 ctx.log(
                     f"[leaklab] counterfactual: judge {kind}: {sum(failures.values())} unreadable {dict(failures)}"
@@ -309,11 +300,6 @@ class Counterfactual:
         for sample, label, ts, rs, tf, rf in zip(
             self._samples, self._labels, t_scores, r_scores, target, reference
         ):
-            flags = [
-                m
-                for m in FUNCTIONAL
-                if counterfactually_memorized(ts["bleu"], ts[m], rs[m], cfg.tau_text, cfg.tau_func)
-            ]
             out.append(
                 {
                     "task_id": sample.source_id,
@@ -329,7 +315,7 @@ class Counterfactual:
                     "target": {m: float_or_none(ts[m]) for m in METRICS},
                     "reference": {m: float_or_none(rs[m]) for m in METRICS},
                     "missing_target": ts["missing"],
-                    "memorized_by": flags,
+                    "memorized_by": memorized_by(ts, rs, FUNCTIONAL, cfg.tau_text, cfg.tau_func),
                 }
             )
         return out
@@ -367,22 +353,14 @@ class Counterfactual:
         return line
 
 
-def _row(side: str, metric: str, value, **params) -> dict[str, Any]:
-    return side_row(side, metric, value, **params)
-
-
 def screens_pairs(cfg) -> bool:
     """Whether HyClone's stage 1 is asked: execution on, a judge back-end to ask, hyclone_screen."""
     return cfg.execution and cfg.judge_backend != "none" and cfg.hyclone_screen
 
 
 def metric_names(cfg) -> tuple[list[str], list[str]]:
-    """(every metric, the functional ones of Table 2 and its unions).
-
-    The functional set is the paper's (000, §3): CodeBLEU (equal, syntax, data flow) and TSED, the LLM
-    judges asked, HyClone's stage 1 (when screened) and HyClone's similarity. Every metric adds the suite's
-    text metrics, AST similarity and MRI's S, and HyClone's executed-only diagnostic.
-    """
+    """(every metric, the functional ones of Table 2 and its unions: the paper's, 000 §3, plus the judges
+    asked and HyClone's stages)."""
     from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS
 
     judges = [f"judge_{kind}" for kind in cfg.judges]
@@ -392,16 +370,10 @@ def metric_names(cfg) -> tuple[list[str], list[str]]:
 
 
 def hyclone_scores(result, screened: bool) -> dict[str, float]:
-    """One pair's HyClone metrics from its `CrossResult`.
-
-    hyclone                (S_a + S_b) / 2, and 0 when the pair never ran (screened out, no function, no
-                           inputs, the ground truth runs on none): not a clone, as the paper counts it
-                           (its Table 1 averages HyClone over all functions; 000, §4, App. C.2).
-    hyclone_executed_only  the same, missing (NaN) when the pair never ran: a diagnostic over the pairs that
-                           did (Table 1 and the criterion then use only pairs executed on both sides).
-    hyclone_stage1         (screened only) 1 when stage 1 calls the pair a clone, 0 when it does not or
-                           there was no function to screen, missing when the reply could not be read.
-    """
+    """One pair's HyClone metrics from its `CrossResult`: `hyclone` (S_a + S_b) / 2, 0 for a pair that
+    never ran, as the paper's Table 1 averages over all functions (000, §4, App. C.2);
+    `hyclone_executed_only` the same but NaN for a pair that never ran (a diagnostic); when screened,
+    `hyclone_stage1` 1 for a clone, 0 otherwise, NaN for an unreadable reply."""
     ran = result.similarity is not None
     out = {
         "hyclone": result.similarity if ran else 0.0,
@@ -415,7 +387,6 @@ def hyclone_scores(result, screened: bool) -> dict[str, float]:
 
 def _test_inputs(task) -> list[list]:
     """The argument lists the task's tests call its entry point with ([] when there are none)."""
-
     try:
         return call_inputs(task)
     except NotRewritable:
@@ -429,19 +400,19 @@ def execution_rows(executed, labels, reference=None) -> list[dict[str, Any]]:
         chosen = [r for r, y in zip(executed, labels) if keep is None or y == keep]
         why = Counter(r.reason for r in chosen if r.reason)
         n = float(sum(not r.reason for r in chosen))
-        rows.append(_row(side, "hyclone.n_executed_target", n, not_executed=dict(why)))
+        rows.append(side_row(side, "hyclone.n_executed_target", n, not_executed=dict(why)))
         if reference is not None:
             ref = [r for r, y in zip(reference, labels) if keep is None or y == keep]
-            rows.append(_row(side, "hyclone.n_executed_reference", float(sum(not r.reason for r in ref)),
+            rows.append(side_row(side, "hyclone.n_executed_reference", float(sum(not r.reason for r in ref)),
                              not_executed=dict(Counter(r.reason for r in ref if r.reason))))  # fmt: skip
-        rows.append(_row(side, "hyclone.clones_target", float(sum(bool(r.clone) for r in chosen))))
+        rows.append(side_row(side, "hyclone.clones_target", float(sum(bool(r.clone) for r in chosen))))
         dropped = sum((Counter(r.llm_inputs_dropped) for r in chosen), Counter())
         screens = Counter(r.screen.split(":")[0] for r in chosen if r.screen)
-        rows.append(_row(side, "hyclone.llm_inputs_target", float(sum(sum(r.llm_inputs) for r in chosen)),
+        rows.append(side_row(side, "hyclone.llm_inputs_target", float(sum(sum(r.llm_inputs) for r in chosen)),
                          dropped=dict(dropped), screen=dict(screens)))  # fmt: skip
         made = sum((Counter(r.generated_inputs) for r in chosen), Counter())
         total = float(sum(made.values()))
-        rows.append(_row(side, "hyclone.generated_inputs_target", total, by_source=dict(made)))
+        rows.append(side_row(side, "hyclone.generated_inputs_target", total, by_source=dict(made)))
     return rows
 
 
@@ -463,7 +434,7 @@ def counterfactual_rows(t_scores, r_scores, target, reference, labels, cfg) -> l
     for side, index in side_indices(labels).items():
 
         def add(metric: str, value, **params) -> None:
-            rows.append(_row(side, metric, value, **params))  # noqa: B023 - called within this iteration
+            rows.append(side_row(side, metric, value, **params))  # noqa: B023 - called within this iteration
 
         ts, rs = [t_scores[i] for i in index], [r_scores[i] for i in index]
         add("n_samples", float(len(index)))
@@ -519,18 +490,18 @@ def _metric_params(metric: str, grammar: str, cfg) -> dict[str, Any]:
     return {"judge": cfg.judge_model}
 
 
-def membership_rows(t_scores, r_scores, labels, metrics=None) -> list[dict[str, Any]]:
+def membership_rows(t_scores, r_scores, labels, metrics) -> list[dict[str, Any]]:
     """Each similarity as one more membership signal: AUROC of members vs non-members when scored by the
     target's similarity, and by the delta (target - reference). A missing score ranks as least member-like."""
-    from leaklab.similarity.suite import METRICS
-
     rows = []
-    for metric in metrics or METRICS:
+    for metric in metrics:
         target = [t[metric] for t in t_scores]
         delta = [t[metric] - r[metric] for t, r in zip(t_scores, r_scores)]
         for signal, scores in (("target", target), ("delta", delta)):
             value = auroc(scores, labels) if len(set(labels)) == 2 else math.nan
-            rows.append(_row("membership", f"{metric}.auroc_{signal}", float_or_none(value), signal=signal))
+            rows.append(
+                side_row("membership", f"{metric}.auroc_{signal}", float_or_none(value), signal=signal)
+            )
     return rows
 
 

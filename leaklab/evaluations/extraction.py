@@ -24,10 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.errors import InputError
-from leaklab.evaluations.base import (
-    EvalContext,
-    EvalOutput,
-)
+from leaklab.evaluations.base import EvalContext, EvalOutput
 from leaklab.evaluations.canaries import extraction_rows as canary_extraction_rows
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
@@ -89,26 +86,24 @@ class ExtractionConfig:
     small_model: str | None = None
 
     def check(self, parent=None) -> list[str]:
-        return validate_config(self)
-
-
-def validate_config(cfg: ExtractionConfig) -> list[str]:
-    problems = []
-    for s in cfg.strategies:
-        if s not in STRATEGIES:
-            problems.append(f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGIES)})")
-    if "two_step" in cfg.strategies and "non_prompt" not in cfg.strategies:
-        problems.append(
-            "evaluate.extraction.strategies: two_step prompts with non_prompt's snippets; add non_prompt"
-        )
-    if not cfg.top_k or any(k < 1 for k in cfg.top_k):
-        problems.append(f"evaluate.extraction.top_k: a non-empty list of k >= 1, got {cfg.top_k}")
-    for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k", "prefix_lines"):
-        if getattr(cfg, key) < 1:
-            problems.append(f"evaluate.extraction.{key}: must be at least 1, got {getattr(cfg, key)}")
-    if cfg.min_lines < 2:
-        problems.append(f"evaluate.extraction.min_lines: must be at least 2, got {cfg.min_lines}")
-    return problems
+        problems = []
+        for s in self.strategies:
+            if s not in STRATEGIES:
+                problems.append(
+                    f"evaluate.extraction.strategies: unknown {s!r} (known: {', '.join(STRATEGIES)})"
+                )
+        if "two_step" in self.strategies and "non_prompt" not in self.strategies:
+            problems.append(
+                "evaluate.extraction.strategies: two_step prompts with non_prompt's snippets; add non_prompt"
+            )
+        if not self.top_k or any(k < 1 for k in self.top_k):
+            problems.append(f"evaluate.extraction.top_k: a non-empty list of k >= 1, got {self.top_k}")
+        for key in ("n_outputs", "max_new_tokens", "batch_size", "n_prompts", "precision_k", "prefix_lines"):
+            if getattr(self, key) < 1:
+                problems.append(f"evaluate.extraction.{key}: must be at least 1, got {getattr(self, key)}")
+        if self.min_lines < 2:
+            problems.append(f"evaluate.extraction.min_lines: must be at least 2, got {self.min_lines}")
+        return problems
 
 
 def cell(strategy: str, k: int) -> str:
@@ -337,11 +332,7 @@ class Extraction:
     def _task_rows(self, task_clones, suffix: str = "") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """Members vs non-members extracted verbatim; every non-member match checked against the corpus.
         `suffix` is appended to the column names (members<suffix>, non_members<suffix>)."""
-
-        hits: dict[int, list] = {}
-        for per_output in task_clones:
-            for c in per_output:
-                hits.setdefault(c.doc, []).append(c)
+        hits = _clones_per_task(task_clones)
         rows, records = [], []
         for label, column in ((1, f"members{suffix}"), (0, f"non_members{suffix}")):
             docs = [d for d, y in enumerate(self.task_labels) if y == label]
@@ -367,10 +358,7 @@ class Extraction:
         rows of `members`: n_tasks, n_extracted, extracted_fraction with its bootstrap interval), and
         over all members the Spearman correlation between their training exposures and the number of
         outputs that reproduce them (`memorization.extraction.exposure_spearman`)."""
-        outputs: dict[int, set[int]] = {}
-        for per_output in task_clones:
-            for c in per_output:
-                outputs.setdefault(c.doc, set()).add(c.output)
+        outputs = {d: {c.output for c in found} for d, found in _clones_per_task(task_clones).items()}
         members = [d for d, y in enumerate(self.task_labels) if y == 1]
         dose_of = {d: self.task_doses[self.task_ids[d]] for d in members}
         rows = []
@@ -413,6 +401,15 @@ class Extraction:
 
     def report_section(self, rows: list[dict[str, Any]], run) -> Any:
         return extraction_section(rows, run)
+
+
+def _clones_per_task(task_clones) -> dict[int, list]:
+    """Task index -> its clones across all outputs."""
+    hits: dict[int, list] = {}
+    for per_output in task_clones:
+        for c in per_output:
+            hits.setdefault(c.doc, []).append(c)
+    return hits
 
 
 def training_exposures(run, task_doses: dict[str, int]) -> dict[str, int | None]:

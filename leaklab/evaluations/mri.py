@@ -19,14 +19,16 @@ import contextlib
 import functools
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
-from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, side_indices
+from leaklab.data.prompting import model_prompt, resolve_format
+from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, run_decoding, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
+from leaklab.execution.extract import STOP_SEQUENCES
 from leaklab.execution.sandbox import Sandbox
 from leaklab.metrics import (
     auroc,
@@ -43,7 +45,7 @@ from leaklab.metrics import (
 from leaklab.perturb.mri_sets import LlmBackend, SetSettings, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.charts import SCHEMA
-from leaklab.report.section import Panel, Section, Table
+from leaklab.report.section import Panel, Section, Table, fmt
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
 from leaklab.selection import checkpoint_points, select, stage_of
@@ -151,7 +153,6 @@ def llm_backend(cfg: MriConfig):
     """The perturbation LLM of the settings (None for llm_backend none); loaded here, once per run."""
     if cfg.llm_backend == "none":
         return None
-
     generator, render = make_backend(cfg.llm_backend, cfg.llm_model, cfg.llm_base_url)
     identity = f"{cfg.llm_backend}:{cfg.llm_model}"
     return LlmBackend(generator, identity, cfg.llm_rewrite, render, cfg.llm_max_new_tokens, cfg.llm_judge)
@@ -175,7 +176,6 @@ class Mri:
 
     def prepare(self, ctx: EvalContext) -> None:
         """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
-
         cfg = ctx.recipe.evaluate.mri
         tasks, _ = self.tasks(ctx)
         # Under several processes the main one builds (and caches) the sets; the others then read them.
@@ -220,22 +220,14 @@ class Mri:
         """Greedy replies through the run's generation cache: the answers to the original tasks that the
         accuracy evaluation already decoded at this checkpoint (same format, stops and max_new_tokens)
         are read back, not decoded again."""
-        from leaklab.signals.continuations import Decoding, greedy_replies
+        from leaklab.signals.continuations import greedy_replies
 
         cfg = ctx.recipe.evaluate.mri
-        acc = ctx.accelerator
-        if acc is not None:
-            model = acc.unwrap_model(model)
-        stop = COMPLETION_STOP if fmt == "completion" else ()
+        if ctx.accelerator is not None:
+            model = ctx.accelerator.unwrap_model(model)
+        stop = STOP_SEQUENCES if fmt == "completion" else ()
         info: dict[str, Any] = {}
-        decoding = Decoding(
-            model,
-            tokenizer,
-            cache=ctx.generation_cache,
-            accelerator=acc,
-            prompt_boundary=ctx.recipe.evaluate.prompt_boundary,
-            batch_size=cfg.batch_size,
-        )
+        decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)
         texts = greedy_replies(decoding, prompts, cfg.max_new_tokens, stop, info=info)
         ctx.log(f"[leaklab] mri: {info['cached']} of {info['prompts']} replies from the generation cache")
         return texts
@@ -391,8 +383,6 @@ def mri_intervals(outcomes: list[dict[str, Any]], n_bootstrap: int, seed: int) -
     return out
 
 
-# Kept whole: per side it computes the paper's quantities in order (accuracies, RAD, MRI, iMRI, per logic
-# type) next to the rows it writes; split, a reader would follow one side through several helpers.
 def mri_rows(
     outcomes: list[dict[str, Any]], cfg: MriConfig, *, n_bootstrap: int = 0, seed: int = 0
 ) -> list[dict[str, Any]]:
@@ -409,79 +399,80 @@ def mri_rows(
                 add(side, metric + tail, intervals[side][metric + tail], **params)
 
     for side, index in side_indices([o["label"] for o in outcomes]).items():
-        group = [outcomes[i] for i in index]
-        rewritten = [o for o in group if o["passed_rew"] is not None]
-        mutated = [o for o in group if o["passed_mut"] is not None]
-        acc_ori = _mean(o["passed_ori"] for o in group)
-        acc_ori_rew = _mean(o["passed_ori"] for o in rewritten)
-        acc_rew = _mean(o["passed_rew"] for o in rewritten)
-        acc_ori_mut = _mean(o["passed_ori"] for o in mutated)
-        acc_mut = _mean(o["passed_mut"] for o in mutated)
-        sim = mean_similarity(o["sim"] for o in rewritten)
-        # Acc(T_ori) is over the whole side (004 §3.1.2, §4.1): the RADs and the competence rule use it,
-        # not the originals of the tasks that happen to have a rewrite.
-        n_solved = sum(bool(o["passed_ori"]) for o in group)
-        na = competence(acc_ori, n_solved, cfg.min_accuracy, cfg.min_solved)
-        rad_rew = relative_accuracy_drop(acc_ori, acc_rew)
-        rad_mut = relative_accuracy_drop(acc_ori, acc_mut)
-        mri = memorization_risk_index(sim, rad_rew)
-        imri = instance_mri(
-            [bool(o["passed_ori"]) for o in rewritten],
-            [o["sim"] for o in rewritten],
-            [o["drop"] for o in rewritten],
-        )
-        add(side, "acc_ori", acc_ori)
-        add(side, "acc_ori_rew", acc_ori_rew)
-        add(side, "acc_rew", acc_rew)
-        add(side, "sim", sim)
-        note = {"na": na} if na else {}
-        add(side, "rad_rew", None if na else rad_rew, **note)
-        add(side, "mri", None if na else mri, **note)
-        add(side, "imri", None if na else imri, **note)
-        add(side, "rad_rew_unchecked", rad_rew)
-        add(side, "mri_unchecked", mri)
-        add(side, "imri_unchecked", imri)
-        if cfg.mutation:
-            add(side, "acc_ori_mut", acc_ori_mut)
-            add(side, "acc_mut", acc_mut)
-            add(side, "rad_mut", None if na else rad_mut, **note)
-            add(side, "rad_mut_unchecked", rad_mut)
-        paraphrased = [o for o in group if o.get("passed_par") is not None]
-        if paraphrased:
-            acc_ori_par = _mean(o["passed_ori"] for o in paraphrased)
-            acc_par = _mean(o["passed_par"] for o in paraphrased)
-            rad_par = relative_accuracy_drop(acc_ori, acc_par)
-            add(side, "acc_ori_par", acc_ori_par)
-            add(side, "acc_par", acc_par)
-            add(side, "rad_par", None if na else rad_par, **note)
-            add(side, "rad_par_unchecked", rad_par)
-        else:
-            add(side, "rad_par", None, na=NO_LLM)
-        add(side, "n_paraphrased", len(paraphrased))
-        add(side, "n_tasks", len(group))
-        add(side, "n_rewritten", len(rewritten))
-        add(side, "n_mutated", len(mutated))
-        add(side, "n_solved_ori", n_solved)
-        add(side, "competent", 0.0 if na else 1.0, **note)
-        add(side, "n_sim_missing", sum(o["sim"] is None for o in rewritten))
-        for kind in SETS:
-            add(side, f"n_extraction_failed_{kind}", sum(bool(o.get(f"extraction_{kind}")) for o in group))
-        for logic_type in LOGIC_TYPES:
-            typed = [o for o in rewritten if o["logic_type"] == logic_type]
-            if len(typed) < cfg.min_type_count:
-                continue
-            t_rad = relative_accuracy_drop(
-                _mean(o["passed_ori"] for o in typed), _mean(o["passed_rew"] for o in typed)
-            )
-            t_mri = memorization_risk_index(mean_similarity(o["sim"] for o in typed), t_rad)
-            add(side, f"n/{logic_type}", len(typed), logic_type=logic_type)
-            add(side, f"rad_rew/{logic_type}", t_rad, logic_type=logic_type)
-            add(side, f"mri/{logic_type}", t_mri, logic_type=logic_type)
+        _side_rows(functools.partial(add, side), [outcomes[i] for i in index], cfg)
     scored = [o for o in outcomes if o["score"] is not None]
     labels = [o["label"] for o in scored]
     value = auroc([o["score"] for o in scored], labels) if 0 < sum(labels) < len(labels) else None
     add("all", "score_auroc", value, score="sim x drop", n=len(scored))
     return rows
+
+
+def _side_rows(add: Callable[..., None], group: list[dict[str, Any]], cfg: MriConfig) -> None:
+    """One side's rows, through `add(metric, value, **params)`: the paper's quantities in order
+    (accuracies, RAD, MRI, iMRI), the counts, then per logic type."""
+    rewritten = [o for o in group if o["passed_rew"] is not None]
+    mutated = [o for o in group if o["passed_mut"] is not None]
+    # Acc(T_ori) is over the whole side (004 §3.1.2, §4.1): the RADs and the competence rule use it,
+    # not the originals of the tasks that happen to have a rewrite.
+    acc_ori = _mean(o["passed_ori"] for o in group)
+    acc_rew = _mean(o["passed_rew"] for o in rewritten)
+    acc_mut = _mean(o["passed_mut"] for o in mutated)
+    sim = mean_similarity(o["sim"] for o in rewritten)
+    n_solved = sum(bool(o["passed_ori"]) for o in group)
+    na = competence(acc_ori, n_solved, cfg.min_accuracy, cfg.min_solved)
+    rad_rew = relative_accuracy_drop(acc_ori, acc_rew)
+    rad_mut = relative_accuracy_drop(acc_ori, acc_mut)
+    mri = memorization_risk_index(sim, rad_rew)
+    imri = instance_mri(
+        [bool(o["passed_ori"]) for o in rewritten],
+        [o["sim"] for o in rewritten],
+        [o["drop"] for o in rewritten],
+    )
+    add("acc_ori", acc_ori)
+    add("acc_ori_rew", _mean(o["passed_ori"] for o in rewritten))
+    add("acc_rew", acc_rew)
+    add("sim", sim)
+    note = {"na": na} if na else {}
+    add("rad_rew", None if na else rad_rew, **note)
+    add("mri", None if na else mri, **note)
+    add("imri", None if na else imri, **note)
+    add("rad_rew_unchecked", rad_rew)
+    add("mri_unchecked", mri)
+    add("imri_unchecked", imri)
+    if cfg.mutation:
+        add("acc_ori_mut", _mean(o["passed_ori"] for o in mutated))
+        add("acc_mut", acc_mut)
+        add("rad_mut", None if na else rad_mut, **note)
+        add("rad_mut_unchecked", rad_mut)
+    paraphrased = [o for o in group if o.get("passed_par") is not None]
+    if paraphrased:
+        rad_par = relative_accuracy_drop(acc_ori, _mean(o["passed_par"] for o in paraphrased))
+        add("acc_ori_par", _mean(o["passed_ori"] for o in paraphrased))
+        add("acc_par", _mean(o["passed_par"] for o in paraphrased))
+        add("rad_par", None if na else rad_par, **note)
+        add("rad_par_unchecked", rad_par)
+    else:
+        add("rad_par", None, na=NO_LLM)
+    add("n_paraphrased", len(paraphrased))
+    add("n_tasks", len(group))
+    add("n_rewritten", len(rewritten))
+    add("n_mutated", len(mutated))
+    add("n_solved_ori", n_solved)
+    add("competent", 0.0 if na else 1.0, **note)
+    add("n_sim_missing", sum(o["sim"] is None for o in rewritten))
+    for kind in SETS:
+        add(f"n_extraction_failed_{kind}", sum(bool(o.get(f"extraction_{kind}")) for o in group))
+    for logic_type in LOGIC_TYPES:
+        typed = [o for o in rewritten if o["logic_type"] == logic_type]
+        if len(typed) < cfg.min_type_count:
+            continue
+        t_rad = relative_accuracy_drop(
+            _mean(o["passed_ori"] for o in typed), _mean(o["passed_rew"] for o in typed)
+        )
+        t_mri = memorization_risk_index(mean_similarity(o["sim"] for o in typed), t_rad)
+        add(f"n/{logic_type}", len(typed), logic_type=logic_type)
+        add(f"rad_rew/{logic_type}", t_rad, logic_type=logic_type)
+        add(f"mri/{logic_type}", t_mri, logic_type=logic_type)
 
 
 def dose_mri_rows(
@@ -587,9 +578,6 @@ def _mri_report_section(rows: list[dict[str, Any]], run) -> Any:
     got: dict[tuple[int, str], dict[str, Any]] = {}
     for r in rows:
         got.setdefault((int(r["step"]), r["column"]), {})[r["metric"]] = r["value"]
-
-    def fmt(v: Any, digits: int = 3) -> str:
-        return "–" if v is None else f"{v:.{digits}f}"
 
     def with_interval(v: dict[str, Any], metric: str, digits: int = 4) -> str:
         low, high = v.get(f"{metric}_ci_low"), v.get(f"{metric}_ci_high")

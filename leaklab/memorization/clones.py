@@ -14,9 +14,8 @@ index lives in one process (rebuilt in seconds, never stored).
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,7 +84,6 @@ class CorpusIndex:
     texts: list[str]  # each document as given (references, not copies): for `source`
     source_line: np.ndarray  # int32 [n_lines]: each normalised line's line number in its document
     min_lines: int = MIN_LINES
-    n_skipped: Counter = field(default_factory=Counter)  # documents left out, by reason
 
     @property
     def n_docs(self) -> int:
@@ -107,18 +105,16 @@ class CorpusIndex:
 
 def build_index(documents: Iterable[tuple[str, str]], min_lines: int = MIN_LINES) -> CorpusIndex:
     """Index (name, text) documents (min_lines >= 2: evaluate.extraction.min_lines is checked so).
-    Texts that are empty after normalisation are counted, not indexed."""
+    Texts that are empty after normalisation are left out."""
     names: list[str] = []
     texts: list[str] = []
     lines: list[str] = []
     source_line: list[int] = []
     starts: list[int] = []
-    skipped: Counter = Counter()
     for name, text in documents:
         # code_lines, keeping where each line stands in the document.
         numbered = [(i, n) for i, n in enumerate(normalise(line) for line in text.splitlines()) if n]
         if not numbered:
-            skipped["empty"] += 1
             continue
         names.append(name)
         texts.append(text)
@@ -146,7 +142,6 @@ def build_index(documents: Iterable[tuple[str, str]], min_lines: int = MIN_LINES
         texts=texts,
         source_line=np.asarray(source_line, dtype=np.int32),
         min_lines=min_lines,
-        n_skipped=skipped,
     )
 
 

@@ -132,11 +132,9 @@ def build_prompt(sample: FunctionSample, max_context_tokens: int, count_tokens: 
     context = sample.context
     if max_context_tokens <= 0:
         return sample.signature
-    tokens = count_tokens(context)
-    if len(tokens) > max_context_tokens:
-        lines = context.splitlines(keepends=True)
+    if len(count_tokens(context)) > max_context_tokens:
         kept: list[str] = []
-        for line in reversed(lines):
+        for line in reversed(context.splitlines(keepends=True)):
             if len(count_tokens("".join([line, *kept]))) > max_context_tokens:
                 break
             kept.insert(0, line)
@@ -151,11 +149,8 @@ class Extracted:
 
 
 def extract_function(signature: str, continuation: str) -> Extracted:
-    """One valid function out of a generation that continued `signature`.
-
-    Keeps the lines indented deeper than the `def` (blank lines too) up to the first line that is not,
-    then the longest prefix of those lines that parses together with the signature.
-    """
+    """One valid function out of a generation that continued `signature`: the lines indented deeper
+    than the `def` up to the first that is not, cut to the longest prefix that parses."""
     if not continuation.strip():
         return Extracted(None, "empty generation")
     def_line = next(
@@ -272,6 +267,16 @@ def counterfactually_memorized(
     return text_target < tau_text and func_target >= tau_func and func_reference < tau_func
 
 
+def memorized_by(target: dict, reference: dict, metrics: Sequence[str], tau_text: float, tau_func: float):
+    """The metrics among `metrics` by which one sample (its target and reference scores) is
+    counterfactually memorized."""
+    return [
+        m
+        for m in metrics
+        if counterfactually_memorized(target[TEXT_METRIC], target[m], reference[m], tau_text, tau_func)
+    ]
+
+
 def table1(target: Sequence[dict], reference: Sequence[dict], metrics: Sequence[str]) -> list[dict]:
     """Per metric: mean and std over samples scored on both sides, for target and reference, and the delta."""
     rows = []
@@ -307,13 +312,9 @@ def table2(
     tau_func: float = TAU,
     exclude: str | None = None,
 ) -> dict:
-    """Counts of counterfactually memorized samples per functional metric, and unique over them: over
-    all of them (the paper's "Unique (any metric)") and without `exclude` (its "Unique (excl. Nikiema)",
-    the most lenient judge; see `most_lenient`).
-
-    The text metric itself is reported as near-verbatim memorization (target >= tau, reference < tau),
-    and exact matches the same way (target exact, reference not).
-    """
+    """Counts of counterfactually memorized samples per functional metric, and the union over all of
+    them (the paper's "Unique (any metric)") and without `exclude` (its "Unique (excl. Nikiema)"); the
+    text metric counts near-verbatim (target >= tau, reference < tau), exact matches likewise."""
     flagged: dict[str, set[int]] = {}
     for metric in metrics:
         if metric == TEXT_METRIC:
@@ -349,11 +350,8 @@ def table2(
 
 
 def most_lenient(counts: dict[str, int], judges: Sequence[str]) -> str | None:
-    """The judge that flags the most samples (the first of a tie), or None with fewer than two judges.
-
-    The paper leaves its most lenient judge (Nikiema's rating prompt, 14% against 4% for the others) out
-    of its second union; which judge is most lenient is read off the counts here rather than fixed.
-    """
+    """The judge that flags the most samples (the first of a tie), or None with fewer than two judges:
+    the paper leaves its most lenient judge (Nikiema's, 14% against 4%) out of its second union."""
     asked = [j for j in judges if j in counts]
     if len(asked) < 2:
         return None

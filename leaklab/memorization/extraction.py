@@ -198,13 +198,9 @@ def sample(
     prompts: Sequence[str] = (),
     seed: int = 0,
 ) -> list[Sample]:
-    """`n` sampled continuations for one strategy and top-k, batched through the generation engine.
-    non_prompt / temperature_decay ignore `prompts`; prompt_conditioned cycles through them; two_step
-    takes `prompts[0]` (the snippet) for all `n`; discoverable samples once from each of `prompts` (the
-    tasks' first lines), whatever `n`.
-
-    From `decoding`: the model, tokenizer, batch_size and prompt_boundary (top-k and a decaying
-    temperature need leaklab's own decoder, `HFGenerator`)."""
+    """`n` sampled continuations for one strategy and top-k through leaklab's own decoder (top-k and a
+    decaying temperature need it). prompt_conditioned cycles through `prompts`, two_step uses
+    `prompts[0]` for all `n`, discoverable samples once from each prompt; the others ignore them."""
     from leaklab.signals.generation import HFGenerator
 
     processor = TemperatureDecay() if strategy == "temperature_decay" else None
@@ -353,12 +349,8 @@ _ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][\w.]*\s*(?::[^=]+)?=\s*\S|['\"][^'\"]+[
 
 
 def taxonomy(snippet: str) -> list[str]:
-    """Rule-based tags of a memorised snippet (normalised lines); ['other'] when no rule fires.
-
-    licence: a copyright / licence phrase; import: half or more of the lines import; definition: a
-    def/class/decorator line; docstring: a triple quote or a doctest prompt; configuration: half or
-    more of the lines assign a value or are dict entries (settings tables, constant blocks).
-    """
+    """Rule-based tags of a memorised snippet (normalised lines), ['other'] when no rule fires; import
+    and configuration (assignments, dict entries) need half or more of the lines."""
     lines = snippet.splitlines() or [""]
     tags = []
     if _LICENCE.search(snippet):
@@ -378,12 +370,9 @@ def taxonomy(snippet: str) -> list[str]:
 
 
 def exposure_spearman(exposures, occurrences, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-    """Unveiling's frequency finding (§4.3: the more often a content occurs in training, the more often
-    it is generated) with the exposure controlled: the Spearman correlation between each member's
-    training exposures and the number of outputs that reproduce it, over every member (those never
-    extracted count 0 outputs; the paper correlates only contents found in the outputs), with a 95%
-    percentile interval from resampling the members (`n_bootstrap` > 0).
-    Keys: exposure_spearman, n_members, and exposure_spearman_ci_low / _ci_high."""
+    """Unveiling's frequency finding (§4.3) with the exposure controlled: Spearman between each member's
+    training exposures and the outputs that reproduce it (0 for a member never extracted), with a
+    percentile interval over resampled members when `n_bootstrap` > 0."""
     x = np.asarray(exposures, dtype=np.float64)
     y = np.asarray(occurrences, dtype=np.float64)
     out = {"exposure_spearman": spearman(x, y), "n_members": float(len(x))}

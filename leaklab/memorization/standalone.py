@@ -17,7 +17,15 @@ from collections import Counter
 from pathlib import Path
 
 from leaklab.errors import InputError
-from leaklab.memorization.counterfactual import generate_functions, score_functions
+from leaklab.memorization.counterfactual import (
+    FunctionFilter,
+    extract_functions,
+    generate_functions,
+    memorized_by,
+    score_functions,
+    table1,
+    table2,
+)
 from leaklab.rows import float_or_none
 from leaklab.rundir import write_atomic
 
@@ -82,8 +90,6 @@ def _generate(name: str, samples, args, cache_dir: Path) -> list[dict]:
 
 def _corpus_functions(args, keep) -> list:
     """The functions of --corpus that pass the filter, at most --max-functions; none is bad input."""
-    from leaklab.memorization.counterfactual import extract_functions
-
     samples, skipped = [], Counter()
     for source_id, text in corpus_sources(args.corpus):
         found, why = extract_functions(text, source_id, keep)
@@ -100,12 +106,6 @@ def _corpus_functions(args, keep) -> list:
 
 
 def main(argv: list[str]) -> int:
-    from leaklab.memorization.counterfactual import (
-        FunctionFilter,
-        counterfactually_memorized,
-        table1,
-        table2,
-    )
     from leaklab.similarity.suite import FUNCTIONAL_METRICS, METRICS, provenance
 
     args = parser().parse_args(argv)
@@ -117,11 +117,6 @@ def main(argv: list[str]) -> int:
     t_scores, r_scores = score_functions(samples, target, reference, args.workers)
     lines = []
     for s, tf, rf, ts, rs in zip(samples, target, reference, t_scores, r_scores):
-        flags = [
-            m
-            for m in FUNCTIONAL_METRICS
-            if counterfactually_memorized(ts["bleu"], ts[m], rs[m], args.tau, args.tau)
-        ]
         lines.append(
             json.dumps(
                 {
@@ -133,7 +128,7 @@ def main(argv: list[str]) -> int:
                     "prompt_boundary": tf["prompt_boundary"],  # cut | heal | none: how the prompt ended
                     "target": {m: float_or_none(ts[m]) for m in METRICS},
                     "reference": {m: float_or_none(rs[m]) for m in METRICS},
-                    "memorized_by": flags,
+                    "memorized_by": memorized_by(ts, rs, FUNCTIONAL_METRICS, args.tau, args.tau),
                 }
             )
             + "\n"
@@ -177,10 +172,9 @@ def format_tables(t1: list[dict], t2: dict) -> str:
     lines.append(f"{'counterfactually memorized':30} {'count':>6} {'share':>7}")
     for metric, count in t2["counts"].items():
         lines.append(f"{metric:30} {count:6d} {count / n:7.1%}")
-    lines.append(
-        f"{'unique (any metric)':30} {t2['unique_over_metrics']:6d} {t2['unique_over_metrics'] / n:7.1%}"
-    )
-    lines.append(
-        f"{'near-verbatim (BLEU)':30} {t2['near_verbatim_bleu']:6d} {t2['near_verbatim_bleu'] / n:7.1%}"
-    )
+    for name, key in (
+        ("unique (any metric)", "unique_over_metrics"),
+        ("near-verbatim (BLEU)", "near_verbatim_bleu"),
+    ):
+        lines.append(f"{name:30} {t2[key]:6d} {t2[key] / n:7.1%}")
     return "\n".join(lines)

@@ -11,7 +11,6 @@ from leaklab.evaluations.counterfactual import (
     CounterfactualConfig,
     hyclone_scores,
     metric_names,
-    validate_config,
 )
 from leaklab.memorization.counterfactual import (
     FunctionFilter,
@@ -198,9 +197,9 @@ def test_a_pair_that_never_ran_is_no_clone():
 
 
 def test_config_validation():
-    assert validate_config(CounterfactualConfig()) == []
+    assert CounterfactualConfig().check() == []
     bad = CounterfactualConfig(max_new_tokens=0, tau_func=1.5, max_body_lines=1)
-    assert len(validate_config(bad)) == 3
+    assert len(bad.check()) == 3
 
 
 def _context(tasks, labels, **cfg):
@@ -355,7 +354,7 @@ def test_llm_judges_are_extra_functional_metrics_through_an_endpoint(monkeypatch
         judged = dict(
             judges=["structural", "equivalence"], judge_backend="openai", judge_model="j", judge_base_url=url
         )
-        assert validate_config(CounterfactualConfig(**judged)) == []
+        assert CounterfactualConfig(**judged).check() == []
         ctx = _context(tasks, [1, 0], min_chars=0, **judged)
         evaluation = Counterfactual()
         evaluation.prepare(ctx)

@@ -85,12 +85,12 @@ def test_a_pair_that_agrees_on_the_task_inputs_only_is_no_clone_with_generated_i
 
 
 def test_the_setting_is_validated():
-    from leaklab.evaluations.counterfactual import CounterfactualConfig, validate_config
+    from leaklab.evaluations.counterfactual import CounterfactualConfig
 
-    assert validate_config(CounterfactualConfig()) == []
-    (problem,) = validate_config(CounterfactualConfig(hyclone_generated_inputs=51))
+    assert CounterfactualConfig().check() == []
+    (problem,) = CounterfactualConfig(hyclone_generated_inputs=51).check()
     assert problem.startswith("evaluate.counterfactual.hyclone_generated_inputs: must lie in [0, 50]")
-    assert validate_config(CounterfactualConfig(hyclone_generated_inputs=0)) == []
+    assert CounterfactualConfig(hyclone_generated_inputs=0).check() == []
 
 
 def test_dict_inputs_with_mixed_key_types_do_not_crash_the_pairing(sandbox):
