@@ -1,10 +1,7 @@
 """The builtin tiny model: a byte-level BPE tokenizer and a small Llama trained from scratch on the
-builtin corpus (Python's own standard library source and pydoc text), so the whole pipeline runs on a
-laptop CPU with no download.
-
-The result is an ordinary HF model directory (`save_pretrained`) under
-`<cache>/tiny/<settings-hash>/`; nothing downstream special-cases it. The same settings give the same
-directory and, for a fixed seed and thread count, the same weights.
+builtin corpus (Python's standard library source and pydoc text), so the pipeline runs on a laptop CPU
+with no download. The result is an ordinary HF model directory under `<cache>/tiny/<settings-hash>/`;
+the same settings give the same directory and, for a fixed thread count, the same weights.
 """
 
 from __future__ import annotations
@@ -69,32 +66,24 @@ def build_tokenizer(vocab_size: int, seed: int = 0, cache_dir: str | Path | None
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 
-def init_llama(
-    tokenizer,
-    hidden_size: int = 128,
-    num_layers: int = 2,
-    num_heads: int = 4,
-    intermediate_size: int = 384,
-    context_length: int = 256,
-    seed: int = 0,
-):
-    """A randomly initialised Llama sized by the arguments, with the tokenizer's vocabulary."""
+def init_llama(tokenizer, cfg: TinyModelConfig):
+    """A randomly initialised Llama sized by `cfg`, with the tokenizer's vocabulary."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=context_length,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads,
+        num_key_value_heads=cfg.num_heads,
+        max_position_embeddings=cfg.context_length,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
-    torch.manual_seed(seed)
+    torch.manual_seed(cfg.seed)
     return LlamaForCausalLM(config)
 
 
@@ -133,15 +122,7 @@ def _build(cfg: TinyModelConfig, out: Path, cache_dir, log) -> Path:
     log(f"building the builtin tiny model into {out} (one-off; cached afterwards)")
     tokenizer = build_tokenizer(cfg.vocab_size, cfg.seed, cache_dir)
     stream = torch.from_numpy(_corpus_token_stream(tokenizer).astype(np.int64))
-    model = init_llama(
-        tokenizer,
-        cfg.hidden_size,
-        cfg.num_layers,
-        cfg.num_heads,
-        cfg.intermediate_size,
-        cfg.context_length,
-        cfg.seed,
-    )
+    model = init_llama(tokenizer, cfg)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"  corpus {len(stream):,} tokens; model {n_params / 1e6:.2f}M parameters")
 
