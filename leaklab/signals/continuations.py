@@ -29,12 +29,8 @@ if TYPE_CHECKING:
 
 
 class GenerationCache:
-    """Greedy continuations by (model fingerprint, tokenizer, prompt, length).
-
-    In memory always; with `directory`, also one JSONL file per model fingerprint, so evaluating the same
-    checkpoint again (`leaklab evaluate`, a resumed run) generates nothing. Greedy decoding is
-    deterministic, which is what makes a cached continuation valid.
-    """
+    """Continuations by (model fingerprint, tokenizer, prompt, length), in memory and, with `directory`,
+    in one JSONL file per model fingerprint, so evaluating a checkpoint again generates nothing."""
 
     def __init__(self, directory: str | Path | None = None):
         self.directory = Path(directory) if directory is not None else None
@@ -149,13 +145,8 @@ def _decode_missing(decoding: Decoding, model, boundary: str, prompts, sources, 
 
 @dataclass(frozen=True)
 class Decoding:
-    """Who decodes, and how: what every call below shares within one evaluation.
-
-    generator: the back-end (None: an HFGenerator on `model`, `batch_size` rows at a time).
-    cache: the generation cache (None: the process-wide one).
-    accelerator: the processes sharing the work (None: this process alone).
-    prompt_boundary: where a prompt ends for the model (`evaluate.prompt_boundary`).
-    """
+    """Who decodes, and how, within one evaluation. None means: an HFGenerator on `model` (`batch_size`
+    rows at a time), the process-wide cache, this process alone."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase

@@ -1,9 +1,5 @@
-"""Batched text generation behind one interface, for the detectors and evaluations that need a model's
-completions:
-
-    generator.generate(prompts, max_new_tokens, stop, temperature, n, seed, sources) -> list[list[Completion]]
-
-`n` completions per prompt (greedy decoding computes its n copies once). Back-ends: HFGenerator (a
+"""Batched text generation behind one interface (`Generator.generate`: `n` completions per prompt; greedy
+decoding computes its n copies once). Back-ends: HFGenerator (a
 transformers causal LM in this process; greedy outputs equal per-sample `model.generate` in fp32),
 VLLMGenerator (the `vllm` extra, not tested here) and OpenAIGenerator (an OpenAI-compatible
 `/v1/completions` server). Where a prompt ends is decided in one place, `prepare_prompt`
