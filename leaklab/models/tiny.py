@@ -66,24 +66,32 @@ def build_tokenizer(vocab_size: int, seed: int = 0, cache_dir: str | Path | None
     return PreTrainedTokenizerFast.from_pretrained(path)
 
 
-def init_llama(tokenizer, cfg: TinyModelConfig):
-    """A randomly initialised Llama sized by `cfg`, with the tokenizer's vocabulary."""
+def init_llama(
+    tokenizer,
+    hidden_size: int = 128,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    intermediate_size: int = 384,
+    context_length: int = 256,
+    seed: int = 0,
+):
+    """A randomly initialised Llama sized by the arguments, with the tokenizer's vocabulary."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        num_key_value_heads=cfg.num_heads,
-        max_position_embeddings=cfg.context_length,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=context_length,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
     )
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(seed)
     return LlamaForCausalLM(config)
 
 
@@ -122,7 +130,15 @@ def _build(cfg: TinyModelConfig, out: Path, cache_dir, log) -> Path:
     log(f"building the builtin tiny model into {out} (one-off; cached afterwards)")
     tokenizer = build_tokenizer(cfg.vocab_size, cfg.seed, cache_dir)
     stream = torch.from_numpy(_corpus_token_stream(tokenizer).astype(np.int64))
-    model = init_llama(tokenizer, cfg)
+    model = init_llama(
+        tokenizer,
+        cfg.hidden_size,
+        cfg.num_layers,
+        cfg.num_heads,
+        cfg.intermediate_size,
+        cfg.context_length,
+        cfg.seed,
+    )
     n_params = sum(p.numel() for p in model.parameters())
     log(f"  corpus {len(stream):,} tokens; model {n_params / 1e6:.2f}M parameters")
 
