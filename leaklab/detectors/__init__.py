@@ -88,10 +88,6 @@ KINDS = ("score", "model", "rule")  # see plugins.Record
 REGISTRIES.update(dict.fromkeys(KINDS, DETECTORS))  # where `plugins.register` adds outside detectors
 
 
-# What each signal a detector `needs` asks of a run, in words (`leaklab detectors`).
-NEEDS_TEXT = {name: source.text for name, source in SOURCES.items()}
-
-
 def describe_detectors() -> list[dict[str, Any]]:
     """Every registered detector as `leaklab detectors` lists it: name, kind, display name, group,
     parameters with their defaults, its recipe section, what it needs and its cost class."""
@@ -110,7 +106,7 @@ def describe_detectors() -> list[dict[str, Any]]:
                 "group": record.group,
                 "params": params,
                 "section": f"evaluate.{record.section}" if record.section else "",
-                "needs": [NEEDS_TEXT.get(n, n) for n in sorted(cls.needs)],
+                "needs": [SOURCES[n].text if n in SOURCES else n for n in sorted(cls.needs)],
                 "cost": record.cost,
             }
         )

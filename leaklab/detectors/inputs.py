@@ -23,14 +23,10 @@ if TYPE_CHECKING:  # the registry is read at recipe load: these stay out of that
 
 @dataclass
 class ModelInputs:
-    """One model's evaluation set and services: everything a detector may read. None means: no
-    prompts (texts have no context), no variants, this process alone, the process-wide caches, an
-    HFGenerator on `model`, no reference model, no sample known clean, `settings.dcpdd_corpus`.
-
-    prompts[i] is the part of texts[i] before its solution. known_clean[i] is True for a sample known
-    not to be in the model's training (a run's non-members): `srdetection_clean_null` measures its null on
-    them. info: per detector, counts of its samples (without a score and why), filled by the detectors.
-    """
+    """One model's evaluation set and services: everything a detector may read (None: none, or the
+    process-wide default). prompts[i]: the part of texts[i] before its solution; known_clean[i]: True
+    for a sample known not to be in training (a run's non-members); info: per detector, counts of its
+    samples (without a score and why), filled by the detectors."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
@@ -65,18 +61,20 @@ class ModelInputs:
         scoring.check()
         return scoring
 
-    def token_stats(self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None):
-        """Token statistics of `texts` under the target model, through the shared signal engine and cache
-        (a text another detector scored already is a cache hit); `settings`: the `ScoringSettings`."""
+    def token_stats(
+        self, texts: list[str], prompts: list[str] | None, settings, info=None, distribution=False, model=None
+    ):
+        """Token statistics of `texts` under the target model (or `model`, a (model, tokenizer) pair),
+        through the shared signal engine and cache (a text another detector scored already is a cache
+        hit); `settings`: the `ScoringSettings`."""
         from leaklab.signals.logprobs import compute_token_stats
 
         return compute_token_stats(
-            self.model,
-            self.tokenizer,
+            *(model or (self.model, self.tokenizer)),
             texts,
             prompts=prompts,
             settings=settings,
-            distribution=False,
+            distribution=distribution,
             accelerator=self.accelerator,
             cache=self.cache,
             info=info,
@@ -90,18 +88,19 @@ class ModelInputs:
 
         return np.array([s.nll() for s in self.token_stats(texts, prompts, settings, info)], dtype=np.float64)
 
-    def variant_nlls(self, detector: str) -> tuple[np.ndarray, np.ndarray]:
-        """(originals [N], variants [N, width]) mean NLLs of the samples and their verified variants, in
-        the one engine call SrDetection's gray box makes; `detector` names who asked, for the error."""
+    def variant_nlls(self, detector: str, info=None, model=None) -> tuple[np.ndarray, np.ndarray]:
+        """(originals [N], variants [N, width]) mean NLLs of the samples and their verified variants under
+        the target model (or `model`, a (model, tokenizer) pair), in the one engine call SrDetection's
+        gray box makes; `detector` names who asked, for the error."""
         from leaklab.detectors.srdetection import gray_scores
 
         if self.rule_inputs is None:
             raise ValueError(f"'{detector}' needs each sample's variants (rule_inputs)")
         return gray_scores(
-            self.model,
-            self.tokenizer,
+            *(model or (self.model, self.tokenizer)),
             self.rule_inputs,
             self.settings,
             accelerator=self.accelerator,
             cache=self.cache,
+            info=info,
         )

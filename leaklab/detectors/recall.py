@@ -145,8 +145,7 @@ class Recall:
         contexts = inputs.contexts()
 
         plain = inputs.nlls(inputs.texts, contexts if solution else None, scoring)
-        # The prefix is context, never scored: score "everything after P (and after the prompt when
-        # only the solution is scored)", which is the engine's solution span with P as the prompt.
+        # The prefix is context, never scored: the engine's solution span with P (+ prompt) as prompt.
         conditional = dataclasses.replace(scoring, scoring_span="solution")
         texts = prefix_texts(self.prefix)
         out, windowed = {}, {}

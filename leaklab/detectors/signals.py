@@ -1,14 +1,9 @@
 """The signals detectors read, in one table: for each, what it asks of a run and how it is computed.
 
-A detector names what it reads in its `needs` (a set of the names below). The score detectors share one
-`Signals` per evaluation set: `compute_signals` fills exactly the fields the
-detectors of one call need, each by its source here, so every signal is computed once and goes through
-the shared engine and cache (`signals.logprobs.compute_token_stats`). The signals of the other kinds
-(variants, generations, known-clean samples) are read from `ModelInputs` by the detectors themselves;
-their rows here only describe them (`leaklab detectors`).
-
-Adding a signal is one place, this module (its name, a field of `Signals`, one `Source` in SOURCES),
-plus the detector that reads it.
+A detector names what it reads in its `needs`. The score detectors share one `Signals` per evaluation
+set, whose fields `compute_signals` fills once each through the shared engine and cache. The other
+signals (variants, generations, known-clean samples) the detectors read from `ModelInputs`; their rows
+here only describe them (`leaklab detectors`). A new signal: its name, a `Signals` field, one `Source`.
 """
 
 from __future__ import annotations
@@ -56,20 +51,10 @@ class SignalPass:
     counts: dict[str, Any] = field(default_factory=dict)  # per signal: the engine's counts (`info`)
 
     def token_stats(self, name: str, model, tokenizer, texts, prompts, distribution: bool = False):
-        """Token statistics of `texts` under `model` (the shared engine and cache), counted under `name`."""
-        from leaklab.signals.logprobs import compute_token_stats
-
+        """Token statistics of `texts` under `model` (`ModelInputs.token_stats`), counted under `name`."""
         self.counts[name] = {}
-        return compute_token_stats(
-            model,
-            tokenizer,
-            texts,
-            prompts=prompts,
-            settings=self.scoring,
-            distribution=distribution,
-            accelerator=self.inputs.accelerator,
-            cache=self.cache,
-            info=self.counts[name],
+        return self.inputs.token_stats(
+            texts, prompts, self.scoring, self.counts[name], distribution, model=(model, tokenizer)
         )
 
 

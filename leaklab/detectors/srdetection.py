@@ -367,10 +367,9 @@ class SrRule:
         return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
 
     def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        """What an audit (no labels) reports beside the leak rate: `null_rate`, the mean over decided
-        samples of 1/(m+1) (alpha for the clean-null rule), the flag rate on data no model saw when the
-        originals are exchangeable with their variants; `excess_pvalue`, the chance of at least this many
-        leaks under it; for the calibrated rule its p-values' median and how many are <= 0.05."""
+        """What an audit (no labels) reports beside the leak rate: `null_rate` (mean `Decisions.null_rate`
+        of the decided samples), `excess_pvalue` (the chance of at least this many leaks under it) and, for
+        the calibrated rule, its p-values' median and how many are <= 0.05."""
         out: dict[str, float] = {}
         null = decisions.null_rate[decisions.decided]
         out["null_rate"] = float(null.mean()) if len(null) else float("nan")
@@ -449,11 +448,8 @@ class SrDetectionCleanNull(SrRule):
     def columns(self) -> dict[str, dict]:
         return {column_name(self.family, n): {"n": n, "base": self.base, "alpha": self.alpha} for n in self.n}
 
-    def raw_rule(self) -> SrRule:
-        return SrDetectionGray(n=self.n) if self.base == "gray" else SrDetectionBlack(n=self.n)
-
     def decide(self, inputs: ModelInputs) -> RuleScores:
-        raw = self.raw_rule()
+        raw = SrDetectionGray(n=self.n) if self.base == "gray" else SrDetectionBlack(n=self.n)
         scored = raw.decide(inputs)
         known, folds, seed = inputs.known_clean, inputs.settings.cv_folds, inputs.settings.seed
         columns, decisions = {}, {}
@@ -648,23 +644,9 @@ def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores
     (default: HFGenerator on the model), and the calibrated rule compares with `inputs.reference`.
     Every rank calls it under several processes; all get the full result.
     """
-    sr, rule_inputs = inputs.settings.srdetection, _rule_inputs(inputs)
-    unknown = [d for d in detectors if getattr(d, "mode", None) not in ("gray", "black", "calibrated")]
-    if unknown:
-        raise ValueError(f"not an SrDetection spec: {unknown[0].name!r}")
+    sr = inputs.settings.srdetection
+    _rule_inputs(inputs)  # without variants: the one error message before any work
     result = SrScores()
-
-    def gray(model, tokenizer, info):
-        return gray_scores(
-            model,
-            tokenizer,
-            rule_inputs,
-            inputs.settings,
-            accelerator=inputs.accelerator,
-            cache=inputs.cache,
-            info=info,
-        )
-
     for mode in ("gray", "black", "calibrated"):
         mine = [d for d in detectors if d.mode == mode]
         if not mine:
@@ -677,10 +659,10 @@ def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores
                     "evaluate.reference_model in an audit)"
                 )
             # The target's scores are the gray box's (a cache hit when srdetection_gray ran too).
-            target = result.raw.get("gray") or gray(inputs.model, inputs.tokenizer, info)
-            raw = (*target, *gray(*inputs.reference, info))
+            target = result.raw.get("gray") or inputs.variant_nlls(mode, info)
+            raw = (*target, *inputs.variant_nlls(mode, info, inputs.reference))
         else:
-            raw = gray(inputs.model, inputs.tokenizer, info) if mode == "gray" else black_scores(inputs, info)
+            raw = inputs.variant_nlls(mode, info) if mode == "gray" else black_scores(inputs, info)
         result.raw[mode], result.info[mode] = raw, info
         for detector in mine:
             if mode == "calibrated":
@@ -703,10 +685,9 @@ def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores
 def srdetection_metrics(
     decisions: Decisions, labels: np.ndarray | Sequence[int], *, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
-    """The rule's metrics against the ground truth (`leaklab.metrics.rule_metrics`: binary metrics of
-    the decisions, undecided counting as "not a leak"; both flag rates; auroc / tpr@fpr of the margin)
-    plus `variants_mean`, the mean number of variants compared, and `null_flag_rate`, the non-members'
-    flag rate expected under exchangeable variants (1/(m+1) per decided sample)."""
+    """`leaklab.metrics.rule_metrics` of the decisions (undecided = not a leak) plus `variants_mean`, the
+    mean number of variants compared, and `null_flag_rate`, the non-members' flag rate expected if each
+    original were exchangeable with its variants (the mean 1/(m+1), undecided samples counting 0)."""
     out = rule_metrics(
         decisions.leak,
         labels,
@@ -716,8 +697,6 @@ def srdetection_metrics(
         seed=seed,
     )
     out["variants_mean"] = float(np.mean(decisions.variants_used)) if len(decisions.leak) else float("nan")
-    # What `flag_rate_non_members` would be if each non-member's original were exchangeable with its
-    # variants: the mean of 1/(m+1), undecided samples counting 0 (they are never flagged).
     clean = ~np.asarray(labels).astype(bool)
     null = np.nan_to_num(decisions.null_rate[clean], nan=0.0)
     out["null_flag_rate"] = float(null.mean()) if clean.any() else float("nan")

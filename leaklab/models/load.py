@@ -127,11 +127,8 @@ def load_model(
 
 
 def declare_tied_weights(model) -> None:
-    """Say that a tied weight is not saved, because it is not: transformers writes lm_head.weight of a
-    model with tied embeddings (the builtin tiny model) once, as the input embedding. A Trainer resuming
-    from a checkpoint re-ties the keys listed in `_keys_to_ignore_on_save` that it finds missing, and
-    warns about any other missing key; without this, every resume warned that lm_head.weight was missing.
-    Saving is unchanged (the tied keys were dropped already); models that tie nothing get nothing."""
+    """List the tied weights (e.g. lm_head.weight, saved once as the input embedding) as not saved, so a
+    Trainer resuming from a checkpoint re-ties them instead of warning that they are missing."""
     tied = getattr(model, "all_tied_weights_keys", None) or {}
     if tied:
         model._keys_to_ignore_on_save = set(model._keys_to_ignore_on_save or ()) | set(tied)

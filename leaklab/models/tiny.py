@@ -1,10 +1,7 @@
 """The builtin tiny model: a byte-level BPE tokenizer and a small Llama trained from scratch on the
-builtin corpus (Python's own standard library source and pydoc text), so the whole pipeline runs on a
-laptop CPU with no download.
-
-The result is an ordinary HF model directory (`save_pretrained`) under
-`<cache>/tiny/<settings-hash>/`; nothing downstream special-cases it. The same settings give the same
-directory and, for a fixed seed and thread count, the same weights.
+builtin corpus (Python's standard library source and pydoc text), so the pipeline runs on a laptop CPU
+with no download. The result is an ordinary HF model directory under `<cache>/tiny/<settings-hash>/`;
+the same settings give the same directory and, for a fixed thread count, the same weights.
 """
 
 from __future__ import annotations

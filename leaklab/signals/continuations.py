@@ -29,12 +29,8 @@ if TYPE_CHECKING:
 
 
 class GenerationCache:
-    """Greedy continuations by (model fingerprint, tokenizer, prompt, length).
-
-    In memory always; with `directory`, also one JSONL file per model fingerprint, so evaluating the same
-    checkpoint again (`leaklab evaluate`, a resumed run) generates nothing. Greedy decoding is
-    deterministic, which is what makes a cached continuation valid.
-    """
+    """Continuations by (model fingerprint, tokenizer, prompt, length), in memory and, with `directory`,
+    in one JSONL file per model fingerprint, so evaluating a checkpoint again generates nothing."""
 
     def __init__(self, directory: str | Path | None = None):
         self.directory = Path(directory) if directory is not None else None
@@ -125,33 +121,32 @@ def _ids(tokenizer, completion, limit: int) -> tuple[int, ...]:
     return tuple(int(t) for t in ids[:limit])
 
 
-def _generate_mine(decoding: Decoding, model, boundary: str, prompts, sources, missing: list[int], **kwargs):
-    """This rank's share of the `missing` prompts and their completions (`_generate` with `kwargs`)."""
-    rank, n_ranks = world(decoding.accelerator)
-    mine = missing[rank::n_ranks]
-    if not mine:
-        return mine, []
-    chosen, chosen_sources = [prompts[i] for i in mine], [sources[i] for i in mine]
-    return mine, _generate(
-        decoding.generator_for(model, boundary), boundary, chosen, chosen_sources, **kwargs
-    )
-
-
 def _gather_ranks(fresh: dict, accelerator) -> None:
     """Merge every rank's freshly generated entries into `fresh` (call on every rank)."""
     for part in all_gather(fresh, accelerator):
         fresh.update(part)
 
 
+def _decode_missing(decoding: Decoding, model, boundary: str, prompts, sources, missing, convert, **kwargs):
+    """This rank's share of the `missing` prompts decoded (`_generate` with `kwargs`), each prompt's
+    completions as `convert(completions)`, merged with the other ranks' (call it on every rank)."""
+    rank, n_ranks = world(decoding.accelerator)
+    mine = missing[rank::n_ranks]
+    fresh = {}
+    if mine:
+        chosen, chosen_sources = [prompts[i] for i in mine], [sources[i] for i in mine]
+        generator = decoding.generator_for(model, boundary)
+        completions = _generate(generator, boundary, chosen, chosen_sources, **kwargs)
+        fresh = {i: convert(row) for i, row in zip(mine, completions)}
+    if missing and n_ranks > 1:
+        _gather_ranks(fresh, decoding.accelerator)
+    return fresh
+
+
 @dataclass(frozen=True)
 class Decoding:
-    """Who decodes, and how: what every call below shares within one evaluation.
-
-    generator: the back-end (None: an HFGenerator on `model`, `batch_size` rows at a time).
-    cache: the generation cache (None: the process-wide one).
-    accelerator: the processes sharing the work (None: this process alone).
-    prompt_boundary: where a prompt ends for the model (`evaluate.prompt_boundary`).
-    """
+    """Who decodes, and how, within one evaluation. None means: an HFGenerator on `model` (`batch_size`
+    rows at a time), the process-wide cache, this process alone."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
@@ -273,17 +268,15 @@ def greedy_replies(
             cut_at_stop(after_healed(tokenizer.decode(ids, skip_special_tokens=True), healed), stop)[0]
         )
     missing = [i for i, text in enumerate(out) if text is None]
-    rank, n_ranks = world(decoding.accelerator)
+
+    def text_and_ids(completions) -> tuple[str, tuple[int, ...] | None]:
+        ids = completions[0].token_ids
+        return completions[0].text, None if ids is None else tuple(int(t) for t in ids)
+
     greedy = dict(max_new_tokens=max_new_tokens, stop=stop, temperature=0.0)
-    mine, completions = _generate_mine(decoding, model, boundary, prompts, sources, missing, **greedy)
-    fresh: dict[int, tuple[str, tuple[int, ...] | None]] = {}
-    for i, (completion, *_) in zip(mine, completions):
-        ids = None if completion.token_ids is None else tuple(int(t) for t in completion.token_ids)
-        fresh[i] = (completion.text, ids)
-    if missing and n_ranks > 1:
-        _gather_ranks(fresh, decoding.accelerator)
+    fresh = _decode_missing(decoding, model, boundary, prompts, sources, missing, text_and_ids, **greedy)
     entries = {keys[i]: ids for i, (_, ids) in fresh.items() if ids is not None}
-    cache.put_many(model_fp, entries, write=rank == 0)
+    cache.put_many(model_fp, entries, write=world(decoding.accelerator)[0] == 0)
     for i, (text, _) in fresh.items():
         out[i] = text
     _count(info, tokenizer, prompts, boundary, sources, len(missing), generated=len(missing))
@@ -329,14 +322,14 @@ def sampled_continuations(
     ]
     out = [[cache.get(model_fp, k) for k in row] for row in keys]
     missing = [i for i, row in enumerate(out) if any(ids is None for ids in row)]
-    rank, n_ranks = world(decoding.accelerator)
     sampling = dict(max_new_tokens=max_new_tokens, temperature=temperature, n=n, seed=seed)
-    mine, results = _generate_mine(decoding, model, boundary, prompts, sources, missing, **sampling)
-    fresh = {i: [_ids(tokenizer, c, max_new_tokens) for c in row] for i, row in zip(mine, results)}
-    if missing and n_ranks > 1:
-        _gather_ranks(fresh, decoding.accelerator)
+
+    def all_ids(completions) -> list[tuple[int, ...]]:
+        return [_ids(tokenizer, c, max_new_tokens) for c in completions]
+
+    fresh = _decode_missing(decoding, model, boundary, prompts, sources, missing, all_ids, **sampling)
     entries = {keys[i][j]: ids for i, rows in fresh.items() for j, ids in enumerate(rows)}
-    cache.put_many(model_fp, entries, write=rank == 0)
+    cache.put_many(model_fp, entries, write=world(decoding.accelerator)[0] == 0)
     for i, rows in fresh.items():
         out[i] = rows
     _count(info, tokenizer, prompts, boundary, sources, len(missing), sampled=len(missing) * n)

@@ -1,9 +1,5 @@
-"""Batched text generation behind one interface, for the detectors and evaluations that need a model's
-completions:
-
-    generator.generate(prompts, max_new_tokens, stop, temperature, n, seed, sources) -> list[list[Completion]]
-
-`n` completions per prompt (greedy decoding computes its n copies once). Back-ends: HFGenerator (a
+"""Batched text generation behind one interface (`Generator.generate`: `n` completions per prompt; greedy
+decoding computes its n copies once). Back-ends: HFGenerator (a
 transformers causal LM in this process; greedy outputs equal per-sample `model.generate` in fp32),
 VLLMGenerator (the `vllm` extra, not tested here) and OpenAIGenerator (an OpenAI-compatible
 `/v1/completions` server). Where a prompt ends is decided in one place, `prepare_prompt`
@@ -224,9 +220,7 @@ class PreallocatedLayer(DynamicLayer):
         self.values = self.value_buffer[:, :, : self.length]
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
-        end = self.length + key_states.shape[-2]
-        if end > self.key_buffer.shape[2]:
-            raise RuntimeError(f"pre-allocated cache too small: need {end}, have {self.key_buffer.shape[2]}")
+        end = self.length + key_states.shape[-2]  # the buffers hold prompt + max_new_tokens: it fits
         self.key_buffer[:, :, self.length : end] = key_states
         self.value_buffer[:, :, self.length : end] = value_states
         self.length = end

@@ -55,8 +55,6 @@ class ScoringSettings:
         """Settings from an `EvaluateConfig` (or any object with same-named attributes); None = defaults."""
         if config is None:
             return cls()
-        if isinstance(config, cls):
-            return config
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
         return cls(**values)
 
@@ -116,10 +114,8 @@ def _freeze(stats: TokenStats) -> TokenStats:
 # --------------------------------------------------------------------------- fingerprints + cache
 
 
-# Config fields that change no output of the forward pass: bookkeeping, where the weights came from, and
-# switches the trainer flips (the KV cache, the padding id: padding is never attended under leaklab's
-# right padding with causal attention). The model in training and its checkpoint reloaded from disk differ
-# in these, and must share their cached statistics and replies.
+# Config fields that change no output of the forward pass (bookkeeping, provenance, switches the trainer
+# flips; padding is never attended under right padding with causal attention).
 OUTPUT_NEUTRAL_CONFIG = frozenset(
     {
         "_name_or_path",
@@ -140,13 +136,10 @@ OUTPUT_NEUTRAL_CONFIG = frozenset(
 
 
 def model_fingerprint(model: torch.nn.Module, sample: int = 4096) -> str:
-    """A content fingerprint of a model (not a cryptographic hash): the key under which the signal,
-    generation and verdict caches store what a model produced (docs/detectors.md#the-signal-engine).
-    Config fields in `OUTPUT_NEUTRAL_CONFIG` are left out, so a model in training and its checkpoint
-    reloaded from disk share it. `sample` evenly spaced values per parameter keep it cheap, and an
-    optimizer step moves (nearly) every weight of a tensor it trains. Unmaterialised (sharded) parameters
-    give a fresh random value: no reuse.
-    """
+    """A content fingerprint of a model (not a cryptographic hash), the key of the signal, generation and
+    verdict caches (docs/detectors.md#the-signal-engine). Without `OUTPUT_NEUTRAL_CONFIG`, so a model in
+    training and its reloaded checkpoint share it; `sample` evenly spaced values per parameter keep it
+    cheap. Unmaterialised (sharded) parameters give a fresh random value: no reuse."""
     if hasattr(model, "module"):  # a DDP / DeepSpeed wrapper
         model = model.module
     h = hashlib.sha256(type(model).__name__.encode())
