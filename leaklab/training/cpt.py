@@ -193,10 +193,9 @@ def build_trainer(
 ):
     from transformers import Trainer, default_data_collator
 
-    args = training_arguments(recipe, output_dir, report_to)
     return Trainer(
         model=model,
-        args=args,
+        args=training_arguments(recipe, output_dir, report_to),
         train_dataset=dataset,
         data_collator=default_data_collator,
         processing_class=tokenizer,

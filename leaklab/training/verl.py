@@ -68,18 +68,12 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def save_every_steps(recipe: Recipe, n_prompts: int) -> int:
-    """trainer.save_freq in veRL steps: `train.save_every` steps, or one epoch of prompt batches."""
-    save = recipe.train.save_every
-    if save != "epoch":
-        return int(save)
-    return max(1, math.ceil(n_prompts / recipe.train.batch_size))
-
-
 def verl_overrides(recipe: Recipe, model_path: str, files: dict[str, Path], out_dir: Path, n_prompts: int):
     """The recipe as Hydra overrides of veRL's ppo_trainer config (every key exists there: tested)."""
     rl, t, v = recipe.train.rl, recipe.train, recipe.train.rl.verl
     lora = t.lora
+    # veRL saves every so many steps: `train.save_every`, or one epoch of prompt batches.
+    epoch_steps = max(1, math.ceil(n_prompts / t.batch_size))
     overrides = {
         "algorithm.adv_estimator": "gae",  # PPO with a critic, as the MRI study
         "algorithm.kl_ctrl.kl_coef": v.kl_coef,
@@ -113,7 +107,7 @@ def verl_overrides(recipe: Recipe, model_path: str, files: dict[str, Path], out_
         "custom_reward_function.name": REWARD_FUNCTION,
         "reward_model.reward_manager": "batch",
         "trainer.total_epochs": t.epochs,
-        "trainer.save_freq": save_every_steps(recipe, n_prompts),
+        "trainer.save_freq": epoch_steps if t.save_every == "epoch" else int(t.save_every),
         "trainer.test_freq": -1,  # leaklab evaluates every checkpoint itself
         "trainer.val_before_train": False,
         "trainer.default_local_dir": str(out_dir / "checkpoints"),
