@@ -397,14 +397,8 @@ def load_apps(
     """APPS from local JSONL (the hub's schema, one problem a line) or the hub dataset."""
     wanted = _difficulties(difficulty)
     rows = _local_rows(path) if path else _hub_rows(hub_name or APPS_HUB_NAME, split, "data.path")
-    tasks = []
-    for row in rows:
-        if wanted and row.get("difficulty") not in wanted:
-            continue
-        task = _apps_task(row, split)
-        if task is not None:
-            tasks.append(task)
-    return tasks
+    tasks = (_apps_task(row, split) for row in rows if not wanted or row.get("difficulty") in wanted)
+    return [task for task in tasks if task is not None]
 
 
 # --------------------------------------------------------------------------- BigCodeBench
