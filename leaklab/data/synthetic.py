@@ -1,21 +1,14 @@
-"""`benchmark: synthetic`: small, solvable, seeded Python tasks a tiny model can learn to solve.
+"""`benchmark: synthetic`: small, solvable, seeded Python tasks a tiny model can learn to solve
+(docs/evaluations.md#sft-and-accuracy-tiny_sft).
 
     tasks = load_synthetic(seed=0, max_samples=600)     # HumanEval-shaped Tasks, built once, cached
     other = rewrite(tasks[0], random.Random(1))         # the same family with another constant/operator
 
-Task i instantiates family i mod len(FAMILIES) (counting, filtering, clipping, string shifts, ...),
-so every family appears among members and non-members alike. A task draws its *logic* (constants,
-operators: `draw`) and its *surface* (function name, docstring wording: `Surface`); every other name
-the solution uses is fixed (ARG_NAMES, LOOP_VAR, ...), so a task is solvable from its prompt alone, and
-a model that memorised a member reproduces that member's constant.
-
-The prompt is a signature and a docstring with two examples then the description, the solution a
-one-line body, the tests a `check(candidate)` of asserts. Outputs are never written by hand: the
-canonical solution runs in the sandbox. Built tasks are cached under `<LEAKLAB_CACHE>/synthetic/`,
-keyed by seed, size and a hash of this file.
-
-`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic
-choice changed, surface and inputs kept, docstring and tests rebuilt in the sandbox.
+A task draws its *logic* (constants, operators: `draw`) and its *surface* (function name, docstring
+wording: `Surface`); every other name the solution uses is fixed (ARG_NAMES, LOOP_VAR, ...), so a task
+is solvable from its prompt alone, and a model that memorised a member reproduces its constant. The
+cache (`<LEAKLAB_CACHE>/synthetic/`) is keyed by seed, size and a hash of this file. `rewrite` is MRI's
+exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic choice changed, the rest kept.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """`train.rl.algorithm: ppo` on veRL (docs/rl.md): export the data, point veRL at leaklab's reward,
 run it or print the command, and bring veRL's checkpoints back into the run to be evaluated.
 
-Under <run>/verl/: train.parquet and val.parquet (one row per member task in veRL's schema, the task
-as JSON in `reward_model.ground_truth`), overrides.txt (Hydra overrides of veRL's ppo_trainer config)
-and command.sh. The reward is `verl_reward.py`, through veRL's `batch` reward manager. veRL saves a
-HuggingFace copy of the actor at every save; `collect_checkpoints` links each in as
-<run>/checkpoints/checkpoint-N. `VerlRun` stands where a Trainer stands in train.py; running the same
-`leaklab train` command again after a cluster job picks up the checkpoints it left.
+Under <run>/verl/: train.parquet, val.parquet, overrides.txt (Hydra overrides of veRL's ppo_trainer
+config) and command.sh. `VerlRun` stands where a Trainer stands in train.py.
 """
 
 from __future__ import annotations
