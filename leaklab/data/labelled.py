@@ -66,9 +66,8 @@ def suffix_of(path: Path) -> str:
 
 
 def stem_of(path: Path) -> str:
-    name = path.name
     suffix = suffix_of(path)
-    return name[: -len(suffix)] if suffix and name.lower().endswith(suffix) else path.stem
+    return path.name[: -len(suffix)] if suffix and path.name.lower().endswith(suffix) else path.stem
 
 
 def read_rows(path: str | Path, key: str) -> Iterator[tuple[str, dict[str, Any]]]:

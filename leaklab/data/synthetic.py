@@ -13,6 +13,7 @@ exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic choice chan
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -794,11 +795,8 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
     from leaklab.execution.sandbox import FunctionCalls, Sandbox
 
     jobs = [FunctionCalls(d.signature + d.solution, d.surface.fn, d.inputs, 10.0) for d in drafts]
-    if sandbox is None:
-        with Sandbox(workers=2, timeout_s=10.0) as sb:
-            results = sb.run_jobs(jobs)
-    else:
-        results = sandbox.run_jobs(jobs)
+    with Sandbox(workers=2, timeout_s=10.0) if sandbox is None else contextlib.nullcontext(sandbox) as sb:
+        results = sb.run_jobs(jobs)
     outputs = []
     for d, r in zip(drafts, results):
         calls = r.calls or []
