@@ -188,8 +188,8 @@ def build_dosed_mixture(
 
 
 class _WebTokens:
-    """`tokens`: corpus tokens one at a time, cycling through the corpus if it runs out. Documents are read and
-    tokenised only when reached, so a streamed hub corpus is consumed only as far as the mixture needs."""
+    """`tokens`: corpus tokens one at a time, cycling through the corpus if it runs out. Documents are
+    read and tokenised only when reached, so a streamed hub corpus is consumed only as far as needed."""
 
     def __init__(self, texts: Iterable[str], tokenizer):
         self.docs_used = 0
