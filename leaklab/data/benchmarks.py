@@ -217,18 +217,16 @@ EVALPLUS_COMPARE = {
 
 def _single_file(path: Path, pattern: str) -> Path:
     """evalplus reads one JSONL file: accept that file or a directory holding exactly one."""
-    if path.is_dir():
-        files = sorted([*path.glob(f"{pattern}*.jsonl"), *path.glob(f"{pattern}*.jsonl.gz")]) or sorted(
-            [*path.glob("*.jsonl"), *path.glob("*.jsonl.gz")]
+    if not path.is_dir():
+        return _jsonl_files(path)[0]  # the file itself, once it exists
+    files = sorted([*path.glob(f"{pattern}*.jsonl"), *path.glob(f"{pattern}*.jsonl.gz")]) or sorted(
+        [*path.glob("*.jsonl"), *path.glob("*.jsonl.gz")]
+    )
+    if len(files) != 1:
+        raise DataUnavailableError(
+            f"{path} must hold exactly one {pattern}*.jsonl(.gz) file, found {len(files)}"
         )
-        if len(files) != 1:
-            raise DataUnavailableError(
-                f"{path} must hold exactly one {pattern}*.jsonl(.gz) file, found {len(files)}"
-            )
-        return files[0]
-    if not path.exists():
-        raise DataUnavailableError(f"{path} does not exist")
-    return path
+    return files[0]
 
 
 # What evalplus reads from every row (its completeness check, and the entry point leaklab calls).
@@ -399,14 +397,8 @@ def load_apps(
     """APPS from local JSONL (the hub's schema, one problem a line) or the hub dataset."""
     wanted = _difficulties(difficulty)
     rows = _local_rows(path) if path else _hub_rows(hub_name or APPS_HUB_NAME, split, "data.path")
-    tasks = []
-    for row in rows:
-        if wanted and row.get("difficulty") not in wanted:
-            continue
-        task = _apps_task(row, split)
-        if task is not None:
-            tasks.append(task)
-    return tasks
+    tasks = (_apps_task(row, split) for row in rows if not wanted or row.get("difficulty") in wanted)
+    return [task for task in tasks if task is not None]
 
 
 # --------------------------------------------------------------------------- BigCodeBench

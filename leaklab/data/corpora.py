@@ -15,7 +15,7 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from leaklab.data.benchmarks import DataUnavailableError
+from leaklab.data.benchmarks import DataUnavailableError, _located_rows
 
 # Directory names whose files are test suites or vendored packages, not library source.
 _SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "__pycache__", "dist-packages"}
@@ -59,10 +59,7 @@ def _local_texts(path: Path, text_field: str) -> Iterator[str]:
         raise DataUnavailableError(f"corpus directory {path} holds no {', '.join(_LOCAL_SUFFIXES)} files")
     for file in files:
         if file.suffix == ".jsonl":
-            with file.open(encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        yield json.loads(line)[text_field]
+            yield from (row[text_field] for _, row in _located_rows(file))
         elif file.suffix == ".json":
             for row in json.loads(file.read_text(encoding="utf-8")):
                 yield row[text_field] if isinstance(row, dict) else str(row)

@@ -2,29 +2,11 @@
 
 `inject.doses: [1, 4, 16]` splits the members (seeded by data.seed) into equal groups, one per dose.
 `plan_positions` lays one epoch out as `n_slots` ordered slots (packed blocks for cpt, examples for sft,
-prompts for rl) and says which slots hold a copy of which member; every other slot holds other data
-(corpus text, other instruction data). The stages train on the slots in this order (a sequential
-sampler), and count the exposures each member actually got from the data they built
-(`count_in_stream`, or the rows themselves), so the manifest's dose and the recorded count can be
-compared.
-
-The layout, so that it can be checked by hand:
-  - the window [start, end] covers slots floor(start * n + 0.5) .. floor(end * n + 0.5) - 1 (L slots);
-  - the members are ranked by a seeded shuffle (`member_ranks`); the member of rank r among M gets the
-    phase (r + 0.5) / M, and its j-th of d copies the key (j + phase) / d: one copy in each 1/d of the
-    window, members of one dose at different places within their share;
-  - copies are ordered by key (ties by rank), and the i-th of the C copies in that order goes to slot
-    first + floor((i + 0.5) * L / C).
-So a member's copies are spread evenly through the window, and the members of a dose group through all
-of it. With L >= 2C no two member copies are ever adjacent. With fewer slots, when two copies of one
-member would land side by side, the next copy of another member in the order comes forward one place
-between them; a layout where that is impossible (one member's copies are most of all) is refused
-(LayoutError).
-
-Window groups (`inject.windows`, e.g. {early: [0, 0.25], late: [0.75, 1]}): each dose group's members
-are dealt (seeded, `assign_windows`) in turn to the groups, and each group is laid out as above inside
-its own window, on its own: one run that exposes some members early and the others late, at the same
-doses, against the same non-members.
+prompts for rl) and says which slots hold a copy of which member; every other slot holds other data.
+The stages train on the slots in this order and count each member's exposures back from the data they
+built (`count_in_stream`, or the rows), so the manifest's dose and the recorded count can be compared.
+Window groups (`inject.windows`) are dealt members by `assign_windows`, each laid out in its own window.
+See docs/testbeds.md#the-layout-step-by-step for the layout's formulas.
 """
 
 from __future__ import annotations
@@ -161,11 +143,9 @@ def plan_positions(
     seed: int = 0,
     spans: dict[str, int] | None = None,
 ) -> dict[str, list[int]]:
-    """task id -> the sorted slots where its copies start, in one epoch of `n_slots` slots (see the
-    module). `spans`: slots one copy of a member takes (cpt: a member longer than a block takes several
-    consecutive blocks; default 1). The layout is made over the window less those further slots, then
-    each copy is pushed back by the further slots of the copies before it, so every slot of every copy
-    stays inside the window."""
+    """task id -> the sorted slots where its copies start, in one epoch of `n_slots` slots, laid out as
+    docs/testbeds.md#the-layout-step-by-step says. `spans`: the slots one copy of a member takes (cpt: a
+    member longer than a block takes consecutive blocks; default 1)."""
     spans = spans or {}
     first, end = window_slots(n_slots, window)
     extra = sum(dose * (spans.get(task_id, 1) - 1) for task_id, dose in doses.items())

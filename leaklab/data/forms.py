@@ -33,16 +33,14 @@ def jsonl_record(task: Task) -> dict[str, Any]:
     """A task as a record of the benchmark's own file. HumanEval's field names (task_id, prompt,
     canonical_solution, test, entry_point, in its order) for every benchmark: leaklab keeps no other
     benchmark's raw records, and the fields carry the same texts."""
-    record: dict[str, Any] = {
+    return {
         "task_id": task.task_id,
         "prompt": task.prompt,
         "canonical_solution": task.solution,
         "test": task.tests,
         "entry_point": task.entry_point,
+        **({"test_cases": list(task.test_cases)} if task.test_cases else {}),
     }
-    if task.test_cases:
-        record["test_cases"] = list(task.test_cases)
-    return record
 
 
 def jsonl_lines(tasks: Sequence[Task]) -> list[str]:

@@ -66,9 +66,8 @@ def suffix_of(path: Path) -> str:
 
 
 def stem_of(path: Path) -> str:
-    name = path.name
     suffix = suffix_of(path)
-    return name[: -len(suffix)] if suffix and name.lower().endswith(suffix) else path.stem
+    return path.name[: -len(suffix)] if suffix and path.name.lower().endswith(suffix) else path.stem
 
 
 def read_rows(path: str | Path, key: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -96,8 +95,9 @@ def read_rows(path: str | Path, key: str) -> Iterator[tuple[str, dict[str, Any]]
         yield from _located_rows(path)
 
 
-def _label(value: Any, where: str, column: str) -> int:
+def _label(row: dict[str, Any], column: str, where: str) -> int:
     """0 or 1 from an int, a bool, a float 0.0 / 1.0 or the strings 0, 1, true, false (CSV cells)."""
+    value = _column(row, column, where, "label_column")
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, (int, float)) and value in (0, 1):
@@ -107,7 +107,8 @@ def _label(value: Any, where: str, column: str) -> int:
     raise InputError(f"{where}: {column} is {value!r}, expected 0 or 1 (1 = member, 0 = non-member)")
 
 
-def _text(value: Any, where: str, column: str) -> str:
+def _text(row: dict[str, Any], column: str, where: str) -> str:
+    value = _column(row, column, where, "text_column")
     if not isinstance(value, str):
         got = "null" if value is None else type(value).__name__
         raise InputError(f"{where}: {column} is {got}, expected text")
@@ -176,10 +177,8 @@ def _one_source(spec: DataSpec) -> LabelledSet:
     out = LabelledSet(name=label, source=source)
     labels = []
     for n, (where, row) in enumerate(rows):
-        out.texts.append(_text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column))
-        labels.append(
-            _label(_column(row, spec.label_column, where, "label_column"), where, spec.label_column)
-        )
+        out.texts.append(_text(row, spec.text_column, where))
+        labels.append(_label(row, spec.label_column, where))
         out.ids.append(_row_id(row, spec.id_column, f"{label}/{n}"))
     out.labels = np.asarray(labels, dtype=int)
     _check_unique_ids(out, f"data={spec.data}", spec.id_column)
@@ -201,9 +200,7 @@ def _two_files(spec: DataSpec) -> LabelledSet:
     for key, label in (("members", 1), ("non_members", 0)):
         count = 0
         for where, row in read_rows(paths[key], key):
-            out.texts.append(
-                _text(_column(row, spec.text_column, where, "text_column"), where, spec.text_column)
-            )
+            out.texts.append(_text(row, spec.text_column, where))
             # Per file: each file's ids may start again at 0.
             out.ids.append(f"{key}/{_row_id(row, spec.id_column, str(count))}")
             labels.append(label)

@@ -74,11 +74,11 @@ def build_mixture(
         else:
             blocks.append(list(ids))
     # Fill each block with corpus text, before its members half of the time so members see varied context.
-    web_iter = _WebTokens(web_texts, tokenizer)
+    corpus = _WebTokens(web_texts, tokenizer)
     web_used = 0
     for i, block in enumerate(blocks):
         gap = block_len - len(block)
-        filler = list(itertools.islice(web_iter, gap))
+        filler = list(itertools.islice(corpus.tokens, gap))
         web_used += len(filler)
         blocks[i] = filler + block if rng.random() < 0.5 else block + filler
     blocks.extend(full_blocks)
@@ -92,7 +92,7 @@ def build_mixture(
         "requested_ratio": f"{code:g}:{web:g}",
         "achieved_ratio": round(web_used / max(member_tokens, 1), 4),  # web tokens per member token
         "members_split_across_blocks": split_members,
-        "web_docs_used": web_iter.docs_used,
+        "web_docs_used": corpus.docs_used,
     }
     return np.asarray(blocks, dtype=np.int64), stats
 
@@ -146,19 +146,19 @@ def build_dosed_mixture(
         plan = plan_groups(groups, n_blocks, seed, span)
     member_at = {block: task_id for task_id, starts in plan.items() for block in starts}
 
-    web_iter = _WebTokens(web_texts, tokenizer)
+    corpus = _WebTokens(web_texts, tokenizer)
     blocks: list[list[int]] = []
     while len(blocks) < n_blocks:
         task_id = member_at.get(len(blocks))
         if task_id is None:
-            blocks.append(list(itertools.islice(web_iter, block_len)))
+            blocks.append(list(itertools.islice(corpus.tokens, block_len)))
             continue
-        ids = list(itertools.islice(web_iter, len(tokens[task_id]))) if withhold else tokens[task_id]
+        ids = list(itertools.islice(corpus.tokens, len(tokens[task_id]))) if withhold else tokens[task_id]
         n_full = len(ids) // block_len
         blocks.extend(ids[i * block_len : (i + 1) * block_len] for i in range(n_full))
         rest = ids[n_full * block_len :]
         if rest:
-            filler = list(itertools.islice(web_iter, block_len - len(rest)))
+            filler = list(itertools.islice(corpus.tokens, block_len - len(rest)))
             # Corpus text before a one-block member half of the time, as in the plain mixture; after a
             # longer member's remainder, so that its copy stays one run of tokens.
             blocks.append(filler + rest if n_full == 0 and rng.random() < 0.5 else rest + filler)
@@ -176,7 +176,7 @@ def build_dosed_mixture(
         "requested_ratio": f"{code:g}:{web:g}",
         "achieved_ratio": round(web_used / max(member_tokens, 1), 4),
         "members_split_across_blocks": sum(1 for t in tokens if span[t] > 1),
-        "web_docs_used": web_iter.docs_used,
+        "web_docs_used": corpus.docs_used,
         "order": "sequential",
         **({"withheld": True} if withhold else {}),
         # Counted in the packed blocks: how often each member's token ids occur, and the blocks (in
@@ -188,21 +188,15 @@ def build_dosed_mixture(
 
 
 class _WebTokens:
-    """Corpus tokens one at a time, cycling through the corpus if it runs out. Documents are read and
-    tokenised only when reached, so a streamed hub corpus is consumed only as far as the mixture needs."""
+    """`tokens`: corpus tokens one at a time, cycling through the corpus if it runs out. Documents are
+    read and tokenised only when reached, so a streamed hub corpus is consumed only as far as needed."""
 
     def __init__(self, texts: Iterable[str], tokenizer):
         self.docs_used = 0
-        self._tokens = self._stream(texts, tokenizer)
+        self.tokens = self._stream(texts, tokenizer)
 
     def _stream(self, texts: Iterable[str], tokenizer) -> Iterator[int]:
         for text in itertools.cycle(texts):
             self.docs_used += 1
             yield from _tokenize(tokenizer, text)
         raise ValueError("the mixing corpus is empty")
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> int:
-        return next(self._tokens)

@@ -1,15 +1,10 @@
 """How a task is shown to a model and how code is read back from its reply: one place for the `sft`
 stage (what it trains on) and the `accuracy` evaluation (what it asks), so both see the same text.
 
-Three formats:
-  completion  a base model continues the task's prompt (signature + docstring); its reply is the body.
-  chat        a chat model gets CHAT_INSTRUCTION with the prompt in a code block, through its tokenizer's
-              chat template; its reply is the whole function in a code block.
-  evalplus    the MRI paper's template (004 App. J, EvalPlus-style): the user turn asks for a
-              self-contained script in a markdown code block and quotes the problem in a fence; the
-              assistant turn is prefilled with a one-line preamble and an opened ```python fence, so the
-              reply is code up to the closing fence. Used for training (sft) and asking alike.
-`auto` picks chat when the tokenizer has a chat template, completion otherwise.
+Formats (docs/evaluations.md#sft-and-accuracy-tiny_sft): `completion` (a base model continues the
+prompt; the reply is the body), `chat` (CHAT_INSTRUCTION through the chat template; the reply is the
+whole function in a code block), `evalplus` (the MRI paper's 004 App. J template, the assistant turn
+prefilled up to an opened ```python fence) and `auto` (chat when the tokenizer has a chat template).
 
     fmt = resolve_format(tokenizer, "auto")
     prompt, answer = training_pair(task, tokenizer, fmt)          # the sft stage's example

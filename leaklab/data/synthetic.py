@@ -1,26 +1,21 @@
-"""`benchmark: synthetic`: small, solvable, seeded Python tasks a tiny model can learn to solve.
+"""`benchmark: synthetic`: small, solvable, seeded Python tasks a tiny model can learn to solve
+(docs/evaluations.md#sft-and-accuracy-tiny_sft).
 
     tasks = load_synthetic(seed=0, max_samples=600)     # HumanEval-shaped Tasks, built once, cached
     other = rewrite(tasks[0], random.Random(1))         # the same family with another constant/operator
 
-Task i instantiates family i mod len(FAMILIES) (counting, filtering, clipping, string shifts, ...),
-so every family appears among members and non-members alike. A task draws its *logic* (constants,
-operators: `draw`) and its *surface* (function name, docstring wording: `Surface`); every other name
-the solution uses is fixed (ARG_NAMES, LOOP_VAR, ...), so a task is solvable from its prompt alone, and
-a model that memorised a member reproduces that member's constant.
-
-The prompt is a signature and a docstring with two examples then the description, the solution a
-one-line body, the tests a `check(candidate)` of asserts. Outputs are never written by hand: the
-canonical solution runs in the sandbox. Built tasks are cached under `<LEAKLAB_CACHE>/synthetic/`,
-keyed by seed, size and a hash of this file.
-
-`rewrite(task, rng)` is MRI's exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic
-choice changed, surface and inputs kept, docstring and tests rebuilt in the sandbox.
+A task draws its *logic* (constants, operators: `draw`) and its *surface* (function name, docstring
+wording: `Surface`); every other name the solution uses is fixed (ARG_NAMES, LOOP_VAR, ...), so a task
+is solvable from its prompt alone, and a model that memorised a member reproduces its constant. The
+cache (`<LEAKLAB_CACHE>/synthetic/`) is keyed by seed, size and a hash of this file. `rewrite` is MRI's
+exact rewriting (docs/evaluations.md#mri-004-3-and-app-e): one logic choice changed, the rest kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import random
@@ -121,10 +116,6 @@ def _words(rng: random.Random, min_len: int = 0) -> list[str]:
 def int_list_inputs(logic: dict, rng: random.Random, min_len: int = 0) -> list[list]:
     hi = 2 * max(abs(int(logic.get("k", 10))), 5) + 3
     return [[_ints(rng, hi, min_len=4 if i < N_EXAMPLES else min_len)] for i in range(N_TESTS)]
-
-
-def nonempty_int_list_inputs(logic: dict, rng: random.Random) -> list[list]:
-    return int_list_inputs(logic, rng, min_len=1)
 
 
 def str_inputs(logic: dict, rng: random.Random) -> list[list]:
@@ -630,7 +621,7 @@ FAMILIES: tuple[Family, ...] = (
         ("extreme_plus", "peak_offset", "bound_plus"),
         lambda r: {"agg": r.choice(("max", "min")), "k": r.randint(1, 20)},
         _max_offset,
-        nonempty_int_list_inputs,
+        functools.partial(int_list_inputs, min_len=1),
     ),  # fmt: skip
     Family("shift_letters", ("shift", "caesar", "rotate_letters"), _k(1, 25), _shift_letters, str_inputs),
     Family(
@@ -804,11 +795,8 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
     from leaklab.execution.sandbox import FunctionCalls, Sandbox
 
     jobs = [FunctionCalls(d.signature + d.solution, d.surface.fn, d.inputs, 10.0) for d in drafts]
-    if sandbox is None:
-        with Sandbox(workers=2, timeout_s=10.0) as sb:
-            results = sb.run_jobs(jobs)
-    else:
-        results = sandbox.run_jobs(jobs)
+    with Sandbox(workers=2, timeout_s=10.0) if sandbox is None else contextlib.nullcontext(sandbox) as sb:
+        results = sb.run_jobs(jobs)
     outputs = []
     for d, r in zip(drafts, results):
         calls = r.calls or []
@@ -825,13 +813,9 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
 # --------------------------------------------------------------------------- the benchmark, cached
 
 
-def code_version() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-
-
-def cache_file(seed: int, size: int, cache_dir: str | Path | None = None) -> Path:
-    root = Path(cache_dir) if cache_dir else cache_root()
-    return root / "synthetic" / f"seed{seed}-n{size}-{code_version()}.jsonl"
+def cache_file(seed: int, size: int) -> Path:
+    code_version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return cache_root() / "synthetic" / f"seed{seed}-n{size}-{code_version}.jsonl"
 
 
 def build_synthetic(seed: int = 0, size: int = DEFAULT_SIZE, sandbox=None) -> list[Task]:
@@ -845,7 +829,6 @@ def load_synthetic(
     path: str | Path | None = None,
     seed: int = 0,
     max_samples: int | None = None,
-    cache_dir: str | Path | None = None,
     **_: Any,
 ) -> list[Task]:
     """The synthetic benchmark: `max_samples` tasks (DEFAULT_SIZE when None) drawn with `seed`, from the
@@ -858,7 +841,7 @@ def load_synthetic(
     size = DEFAULT_SIZE if max_samples is None else int(max_samples)
     if size < 1:
         raise ValueError(f"the synthetic benchmark needs at least one task, got max_samples={size}")
-    file = cache_file(seed, size, cache_dir)
+    file = cache_file(seed, size)
     if file.exists():
         return [task_from_dict(row) for row in read_rows(file)]
     tasks = build_synthetic(seed, size)
@@ -867,10 +850,6 @@ def load_synthetic(
 
 
 # --------------------------------------------------------------------------- rewriting (MRI)
-
-
-def _surface_of(task: Task) -> Surface:
-    return Surface(**task.metadata["surface"])
 
 
 def rewrite(task: Task, rng: random.Random, sandbox=None, max_tries: int = 50) -> Task:
@@ -899,7 +878,7 @@ def rewrite(task: Task, rng: random.Random, sandbox=None, max_tries: int = 50) -
             continue
         if key in ("m", "r") and not 0 <= logic["r"] < logic["m"]:
             continue
-        d = render(f"{task.task_id}/rewrite", family, logic, _surface_of(task), inputs)
+        d = render(f"{task.task_id}/rewrite", family, logic, Surface(**meta["surface"]), inputs)
         (outputs,) = run_drafts([d], sandbox)
         # A rewrite the original solution still passes changed nothing the tests can see: draw again.
         if outputs != meta.get("outputs"):

@@ -47,14 +47,11 @@ class Task:
         return self.prompt + completion if self.prompt_is_code else completion
 
     def text(self, text_format: str = "prompt+solution") -> str:
-        """The text that is injected into training and scored by the detectors."""
-        if text_format == "prompt+solution":
-            return self.prompt + self.solution
-        if text_format == "solution":
-            return self.solution
+        """The text that is injected into training and scored by the detectors (`data.text_format`, one of
+        prompt+solution | solution | prompt: recipe validation checks it)."""
         if text_format == "prompt":
             return self.prompt
-        raise ValueError(f"unknown text_format {text_format!r}: use prompt+solution, solution or prompt")
+        return self.solution if text_format == "solution" else self.prompt + self.solution
 
 
 def context_of(text: str, solution: str) -> str:

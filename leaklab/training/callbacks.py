@@ -7,7 +7,6 @@ barrier keeps the ranks in step.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from accelerate import PartialState
@@ -17,10 +16,6 @@ from leaklab.evaluate import Evaluator
 from leaklab.progress import Progress, interactive
 from leaklab.rows import Row
 from leaklab.rundir import RunDir
-
-
-def world_size() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 class EvaluateCheckpoints(TrainerCallback):

@@ -9,6 +9,7 @@ off the Trainer as a callback (`training/callbacks.py`).
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,6 @@ from leaklab.detectors.srdetection import SrDetectionConfig
 from leaklab.perturb import store
 from leaklab.recipe import Recipe, parse_ratio
 from leaklab.rundir import RunDir
-from leaklab.training.callbacks import world_size
 from leaklab.training.stages import StageData
 
 
@@ -140,7 +140,7 @@ def training_arguments(recipe: Recipe, output_dir: Path, report_to: list[str], c
 
     cls = cls or TrainingArguments
     t = recipe.train
-    processes = world_size()
+    processes = int(os.environ.get("WORLD_SIZE", "1"))  # set by accelerate / torchrun
     micro = per_device_batch(t.batch_size, t.micro_batch_size, processes)
     save_by_epoch = t.save_every == "epoch"
     return cls(
@@ -193,10 +193,9 @@ def build_trainer(
 ):
     from transformers import Trainer, default_data_collator
 
-    args = training_arguments(recipe, output_dir, report_to)
     return Trainer(
         model=model,
-        args=args,
+        args=training_arguments(recipe, output_dir, report_to),
         train_dataset=dataset,
         data_collator=default_data_collator,
         processing_class=tokenizer,

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from leaklab.data.doses import plan_rows, row_exposures
-from leaklab.data.prompting import ChatFormatError, model_prompt, resolve_format
+from leaklab.data.prompting import model_prompt, resolve_format
 from leaklab.data.tasks import Task
 from leaklab.execution.config import WeakerSandboxError
 from leaklab.execution.rewards import CodeReward, task_to_json
@@ -102,15 +102,6 @@ def merge_adapter(checkpoint: Path, target: Path, recipe: Recipe, log=print) -> 
 # --------------------------------------------------------------------------- data
 
 
-def prompt_format(recipe: Recipe, tokenizer) -> str:
-    """completion or chat, as the sft stage and the accuracy evaluation decide it (data/prompting.py);
-    chat without a chat template is the user's error, said plainly."""
-    try:
-        return resolve_format(tokenizer, recipe.train.rl.prompt_format, key="train.rl.prompt_format")
-    except ChatFormatError as err:
-        raise RecipeError([str(err)]) from err
-
-
 def build_dataset(
     recipe: Recipe, tokenizer, tasks: list[Task], manifest: dict, run: RunDir, log=print
 ) -> StageData:
@@ -121,7 +112,8 @@ def build_dataset(
     # The first max_prompts members in the manifest's order: those the accuracy evaluation asks first
     # (evaluate.accuracy.max_tasks), so the prompts RL was rewarded on are among those evaluated.
     members = [by_id[i] for i in manifest["member_ids"]][: recipe.train.rl.max_prompts]
-    fmt = prompt_format(recipe, tokenizer)
+    # As sft and accuracy decide it; chat without a chat template is an InputError (exit 2).
+    fmt = resolve_format(tokenizer, recipe.train.rl.prompt_format, key="train.rl.prompt_format")
     if recipe.inject.active:
         members = prompt_schedule(recipe, members, manifest["doses"], manifest.get("windows"))
     rows = {

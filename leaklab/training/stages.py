@@ -1,12 +1,7 @@
-"""Training stages: `train.stage` names one record of STAGES; `train.py` calls its two builders.
-
-A stage is one module (`plugins.Stage`): `build_dataset` returns a StageData built from the manifest's
-members (its `info` becomes the run's mixture.json); `build_trainer` returns a transformers `Trainer`
-that saves checkpoints to output_dir and calls `callbacks`, which evaluate each one; optionally
-`resolve_base` names the model training starts from (rl: an earlier stage's checkpoint). A stage with a
-`train.<name>` section has a `config` dataclass in a module that imports no torch (`sft_config.py`).
-The model arrives loaded, LoRA applied; resume, the evaluation and the summary are `train.py`'s. Stage
-modules are imported when first called, so recipe validation imports no torch or transformers.
+"""Training stages: `train.stage` names one record of STAGES, a module with the builders of
+`plugins.Stage` that `train.py` calls (the model arrives loaded, LoRA applied). A stage's `train.<name>`
+section is a `config` dataclass in a module without torch (`sft_config.py`), and stage modules are
+imported when first called, so recipe validation imports no torch or transformers.
 """
 
 from __future__ import annotations

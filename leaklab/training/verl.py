@@ -1,12 +1,8 @@
 """`train.rl.algorithm: ppo` on veRL (docs/rl.md): export the data, point veRL at leaklab's reward,
 run it or print the command, and bring veRL's checkpoints back into the run to be evaluated.
 
-Under <run>/verl/: train.parquet and val.parquet (one row per member task in veRL's schema, the task
-as JSON in `reward_model.ground_truth`), overrides.txt (Hydra overrides of veRL's ppo_trainer config)
-and command.sh. The reward is `verl_reward.py`, through veRL's `batch` reward manager. veRL saves a
-HuggingFace copy of the actor at every save; `collect_checkpoints` links each in as
-<run>/checkpoints/checkpoint-N. `VerlRun` stands where a Trainer stands in train.py; running the same
-`leaklab train` command again after a cluster job picks up the checkpoints it left.
+Under <run>/verl/: train.parquet, val.parquet, overrides.txt (Hydra overrides of veRL's ppo_trainer
+config) and command.sh. `VerlRun` stands where a Trainer stands in train.py.
 """
 
 from __future__ import annotations
@@ -68,18 +64,12 @@ def write_parquet(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def save_every_steps(recipe: Recipe, n_prompts: int) -> int:
-    """trainer.save_freq in veRL steps: `train.save_every` steps, or one epoch of prompt batches."""
-    save = recipe.train.save_every
-    if save != "epoch":
-        return int(save)
-    return max(1, math.ceil(n_prompts / recipe.train.batch_size))
-
-
 def verl_overrides(recipe: Recipe, model_path: str, files: dict[str, Path], out_dir: Path, n_prompts: int):
     """The recipe as Hydra overrides of veRL's ppo_trainer config (every key exists there: tested)."""
     rl, t, v = recipe.train.rl, recipe.train, recipe.train.rl.verl
     lora = t.lora
+    # veRL saves every so many steps: `train.save_every`, or one epoch of prompt batches.
+    epoch_steps = max(1, math.ceil(n_prompts / t.batch_size))
     overrides = {
         "algorithm.adv_estimator": "gae",  # PPO with a critic, as the MRI study
         "algorithm.kl_ctrl.kl_coef": v.kl_coef,
@@ -113,7 +103,7 @@ def verl_overrides(recipe: Recipe, model_path: str, files: dict[str, Path], out_
         "custom_reward_function.name": REWARD_FUNCTION,
         "reward_model.reward_manager": "batch",
         "trainer.total_epochs": t.epochs,
-        "trainer.save_freq": save_every_steps(recipe, n_prompts),
+        "trainer.save_freq": epoch_steps if t.save_every == "epoch" else int(t.save_every),
         "trainer.test_freq": -1,  # leaklab evaluates every checkpoint itself
         "trainer.val_before_train": False,
         "trainer.default_local_dir": str(out_dir / "checkpoints"),

@@ -18,18 +18,14 @@ from leaklab.execution.rewards import CodeReward, task_from_json
 _REWARDS: dict[tuple, CodeReward] = {}
 
 
-def _settings(extra_info: dict[str, Any] | None) -> tuple:
+def _reward(extra_info: dict[str, Any] | None) -> CodeReward:
     info = extra_info or {}
-    return (
+    key = (
         str(info.get("reward_mode", "binary")),
         bool(info.get("allow_weaker_sandbox", False)),
         float(info.get("sandbox_timeout_s", 3.0)),
         int(info.get("sandbox_workers", 0)) or None,
     )
-
-
-def _reward(extra_info: dict[str, Any] | None) -> CodeReward:
-    key = _settings(extra_info)
     if key not in _REWARDS:
         mode, allow_weaker, timeout_s, workers = key
         _REWARDS[key] = CodeReward(

@@ -10,6 +10,7 @@ import pytest
 from conftest import SMALL_TINY
 from leaklab.data.prompting import CHAT_INSTRUCTION
 from leaklab.data.tasks import Task
+from leaklab.errors import InputError
 from leaklab.execution.rewards import task_from_json
 from leaklab.recipe import RecipeError, load_recipe
 from leaklab.rundir import RunDir
@@ -86,7 +87,7 @@ def test_with_doses_the_schedule_repeats_each_member_prompt_and_counts_it():
 
 def test_chat_format_without_a_chat_template_is_a_clear_error():
     recipe = load_recipe("tiny_cpt", [*RL, "train.rl.prompt_format=chat"])
-    with pytest.raises(RecipeError, match="no chat template"):
+    with pytest.raises(InputError, match="no chat template"):
         rl.build_dataset(recipe, _Tok(), TASKS, MANIFEST, None)
 
 
