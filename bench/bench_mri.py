@@ -69,9 +69,10 @@ def checkpoint(run: str | None, step: int | None, overrides: list[str] = (), smo
 def main() -> None:
     import torch
 
-    from leaklab.data.prompting import COMPLETION_STOP, model_prompt, resolve_format
+    from leaklab.data.prompting import model_prompt, resolve_format
     from leaklab.evaluations.base import EvalContext
     from leaklab.evaluations.mri import Mri
+    from leaklab.execution.extract import STOP_SEQUENCES
     from leaklab.rundir import RunDir
     from leaklab.signals.generation import HFGenerator
 
@@ -102,7 +103,7 @@ def main() -> None:
     fmt = resolve_format(tokenizer, recipe.evaluate.mri.format)
     prompts = [model_prompt(t, tokenizer, fmt) for _, t, _ in items[: args.naive]]
     single = HFGenerator(model, tokenizer, batch_size=1)
-    stop = COMPLETION_STOP if fmt == "completion" else ()
+    stop = STOP_SEQUENCES if fmt == "completion" else ()
     t0 = time.perf_counter()
     for p in prompts:
         single.generate([p], recipe.evaluate.mri.max_new_tokens, stop, 0.0)

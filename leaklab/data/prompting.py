@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from leaklab.data.tasks import Task
 from leaklab.errors import InputError
-from leaklab.execution.extract import STOP_SEQUENCES, candidate
+from leaklab.execution.extract import candidate
 
 CHAT_INSTRUCTION = "Complete the following Python function.\n\n```python\n{prompt}```"
 # The evalplus format's two halves, in leaklab's words: the same request (a self-contained script in a
@@ -31,9 +31,6 @@ EVALPLUS_RESPONSE = (
 )
 OPEN_FENCE = "```python\n"
 _SPLIT = "\x00leaklab-prefill-end\x00"  # marks where the prefilled assistant turn stops
-# Generation stops where a base model's body ends: the extractor's own stops, so what is generated and
-# what is read back agree.
-COMPLETION_STOP = STOP_SEQUENCES
 
 
 class ChatFormatError(InputError):
