@@ -148,7 +148,7 @@ def test_the_counterfactual_evaluation_applies_both_stages_with_a_judge_backend(
         backend.screen = '{"clone": false}' if any("return 0" in p for p in prompts) else '{"clone": true}'
         return backend.generate_screen(prompts, **kwargs)
 
-    evaluation._judge = (SimpleNamespace(generate=generate), None)
+    evaluation._judge = (SimpleNamespace(generate=generate), lambda text: text)  # (generator, render)
     out = evaluation.evaluate(ctx, "target", None, step=1)
     got = {(r["column"], r["metric"]): r for r in out.rows}
     # no test inputs were readable here: the proposed ones alone (A's, repeated by B) reached execution
