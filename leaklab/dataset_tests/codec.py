@@ -59,10 +59,10 @@ def context_shots(texts: list[str], seed: int) -> list[list[str]]:
 
 def context_nlls(model, tokenizer, texts: list[str], *, k: int = 3, seed: int = 0, settings=None, **engine):
     """(NLL(x), NLL(x | C_x)) per sample, the context never scored; NaN where not one shot fits."""
-    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats, model_context_length
+    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats, forward_length
 
     scoring = dataclasses.replace(ScoringSettings.from_config(settings), scoring_span="text")
-    max_length = scoring.max_length or model_context_length(model) or 2048
+    max_length = forward_length(scoring, model)
 
     def nlls(items, prompts, span_settings):
         stats = compute_token_stats(

@@ -112,12 +112,12 @@ class ConRecall:
         return cross_fitted_shots(inputs.texts, known, self.folds, self.seed)
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        from leaklab.signals.logprobs import model_context_length
+        from leaklab.signals.logprobs import forward_length
 
         scoring = inputs.scoring()
         solution = scoring.scoring_span == "solution"
         contexts = inputs.contexts() if solution else [""] * len(inputs.texts)
-        max_length = scoring.max_length or model_context_length(inputs.model) or 2048
+        max_length = forward_length(scoring, inputs.model)
 
         plain = inputs.nlls(inputs.texts, contexts if solution else None, scoring)
         fitted, heads = [], {"member": [], "non_member": []}

@@ -56,13 +56,13 @@ class GradNorm:
     def run(self, inputs) -> dict[str, np.ndarray]:
         import torch
 
-        from leaklab.signals.logprobs import _tokenise, model_context_length
+        from leaklab.signals.logprobs import _tokenise, forward_length
 
         model = inputs.model
         if inputs.accelerator is not None:
             model = inputs.accelerator.unwrap_model(model)
         scoring = inputs.scoring()
-        max_length = scoring.max_length or model_context_length(model) or 2048
+        max_length = forward_length(scoring, model)
         prompts = inputs.contexts() if scoring.scoring_span == "solution" else None
         scores = np.full(len(inputs.texts), np.nan)
         counts = {"truncated": 0, "empty": 0, "out_of_memory": 0, "no_trainable_parameters": 0}

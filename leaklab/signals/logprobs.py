@@ -495,6 +495,11 @@ def model_context_length(model: torch.nn.Module) -> int | None:
     return None
 
 
+def forward_length(settings: ScoringSettings, model: torch.nn.Module) -> int:
+    """Tokens per forward pass: the recipe's max_length, else the model's context length, else 2048."""
+    return settings.max_length or model_context_length(model) or 2048
+
+
 def _forward_batch(
     batch: list[_Segment],
     model,
@@ -577,7 +582,7 @@ def compute_token_stats(
     cache = as_cache(cache)
     rank, n_ranks = world(accelerator)
     device = next(model.parameters()).device
-    max_length = settings.max_length or model_context_length(model) or 2048
+    max_length = forward_length(settings, model)
 
     key_fields = {
         "model": model_fingerprint(model),
