@@ -42,6 +42,7 @@ from leaklab.metrics import (
     resample_weights,
     resampled_mean,
 )
+from leaklab.perturb.identifiers import docstring_statement
 from leaklab.perturb.mri_sets import LlmBackend, SetSettings, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
 from leaklab.report.charts import SCHEMA
@@ -122,17 +123,11 @@ def normalised_code(program: str) -> str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and body:
-            first = body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                body.pop(0)
-                if not body:
-                    body.append(ast.Pass())
+        first = docstring_statement(node)
+        if first is not None and isinstance(first.value.value, str):
+            node.body.pop(0)
+            if not node.body:
+                node.body.append(ast.Pass())
     return ast.unparse(tree)
 
 
