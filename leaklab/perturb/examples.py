@@ -1,9 +1,7 @@
-"""Example replacement (tau_t): find the input/output examples shown in a problem statement, mutate
-their inputs type-aware, and write the new inputs and the canonical solution's outputs back as text.
-
-The forms found: doctest `>>> f(...)` lines, `f(...) => out` lines, `Input: a = ..., b = ...` /
-`Output: ...` pairs, "For a = ..., the output should be ..." sentences, and APPS stdin/stdout samples.
-Nothing here runs code: the outputs come from the caller's `run_solution` (see `leaklab.perturb.variants`).
+"""Example replacement (tau_t): find the input/output examples shown in a problem statement (the forms
+in docs/perturbations.md#srdetection-variants), mutate their inputs type-aware, and write the new inputs
+and the canonical solution's outputs back as text. Nothing here runs code: the outputs come from the
+caller's `run_solution` (see `leaklab.perturb.variants`).
 """
 
 from __future__ import annotations
@@ -22,9 +20,7 @@ from leaklab.perturb.identifiers import Offsets
 from leaklab.perturb.renaming import apply_edits
 from leaklab.perturb.vocabulary import frequency_order, log_count, prose_counts
 
-# A new example value is the one of VALUE_CANDIDATES draws (same type and magnitude) whose reference
-# frequency is closest to the original's: uniform draws read unlike a person's (10 -> 17, letter soup).
-VALUE_CANDIDATES = 10
+VALUE_CANDIDATES = 10  # draws of a new value; the one of closest reference frequency is kept
 
 
 @dataclass(frozen=True)
@@ -94,18 +90,14 @@ def _call_example(
         if not ok:
             return None
         values.append(value)
-        lo, hi = (
-            offsets.of_node(node.lineno, node.col_offset),
-            offsets.of_node(node.end_lineno, node.end_col_offset),
-        )
-        spans.append((call_start + lo, call_start + hi))
+        lo = call_start + offsets.of_node(node.lineno, node.col_offset)
+        spans.append((lo, call_start + offsets.of_node(node.end_lineno, node.end_col_offset)))
     return Example("call", tuple(values), tuple(spans), (out_start, out_start + len(out_text)), out_text)
 
 
 def find_examples(task: Task, params: list[str] | None = None, asserts: bool = False) -> list[Example]:
-    """Examples in the prompt whose inputs can be replaced (see the module docstring for the forms);
-    with `asserts`, also MBPP+'s `assert f(...) == out` lines (MRI's rewrites recompute their outputs, so
-    a rewritten prompt does not show the original's)."""
+    """Examples in the prompt whose inputs can be replaced; with `asserts`, also MBPP+'s
+    `assert f(...) == out` lines (MRI's rewrites recompute their outputs)."""
     prompt = task.prompt
     if task.test_type == "stdio":
         return _stdio_examples(prompt)
@@ -143,10 +135,8 @@ def _stdio_examples(prompt: str) -> list[Example]:
     is_out = re.compile(r"^\s*(?:Sample |Example )?Output\s*(?:\d+\s*)?:?\s*$", re.I)
 
     def block(i: int) -> int:  # index after the non-blank lines starting at i
-        while (
-            i < len(lines) and lines[i].strip() and not is_in.match(lines[i]) and not is_out.match(lines[i])
-        ):
-            if lines[i].startswith("-----"):
+        while i < len(lines) and lines[i].strip() and not lines[i].startswith("-----"):
+            if is_in.match(lines[i]) or is_out.match(lines[i]):
                 break
             i += 1
         return i
@@ -182,9 +172,7 @@ def _closest(original: str, options: set, rng: random.Random, text=repr):
 
 
 def _draw_int(size: int, rng: random.Random) -> int:
-    """A magnitude between half and twice `size`, log-uniform: as often smaller as larger. (Uniform on
-    [size/2, 2 size] drew larger numbers two times in three, and larger inputs give longer outputs; on
-    the untrained tiny model that alone made the rule flag 20% of tasks at n = 10, log-uniform 8%.)"""
+    """A magnitude between half and twice `size`, log-uniform: as often smaller as larger."""
     for _ in range(20):
         new = max(1, round(size * 2 ** rng.uniform(-1.0, 1.0)))
         if new != size:
@@ -193,15 +181,13 @@ def _draw_int(size: int, rng: random.Random) -> int:
 
 
 def _mutate_int(value: int, rng: random.Random) -> int:
-    # Keep the sign and roughly the magnitude; keep 0 (often a special case the statement relies on).
-    if value == 0:
+    if value == 0:  # often a special case the statement relies on
         return 0
     if abs(value) == 1 and rng.random() < 0.5:  # 1 can only grow: let it grow as often as others do
         return value
     size = abs(value)
     options = {_draw_int(size, rng) for _ in range(VALUE_CANDIDATES)}
-    # Down as often as up where both are drawn: the closest-frequency pick alone moved 3 to 4 twice as
-    # often as to 2, and a variant whose numbers grew was less likely than its original 3 times in 4.
+    # Down as often as up where both are drawn (the closest-frequency pick alone leans up).
     down, up = {o for o in options if o < size}, {o for o in options if o > size}
     side = down if down and (not up or rng.random() < 0.5) else up
     new = _closest(str(size), side, rng, str)
@@ -221,15 +207,12 @@ def _decimals(value: float) -> int:
     return max(1, len(text.split(".")[1])) if "." in text and "e" not in text else 2
 
 
-# Words seen fewer times in the prose are mostly fragments ("objdum", "winso"): an unseen original
-# ("Jupiter") was replaced by the rarest pool words, which read as noise.
-PROSE_MIN_COUNT = 20
+PROSE_MIN_COUNT = 20  # rarer words of the prose counts are mostly fragments ("objdum", "winso")
 
 
 @functools.cache
 def _words_by_length() -> dict[int, list[str]]:
-    """Words of the reference corpus's prose (`prose_counts`), by length: replacements for words.
-    (Identifiers were the pool before: "Hello world" became "Cfunc msgi", text no person writes.)"""
+    """Words of the reference corpus's prose (`prose_counts`), by length: replacements for words."""
     out: dict[int, list[str]] = {}
     for word, count in prose_counts().items():
         if word.isascii() and word.isalpha() and count >= PROSE_MIN_COUNT:
@@ -252,10 +235,8 @@ _MIRROR = str.maketrans("()[]{}<>", ")(][}{><")
 
 
 def _mutate_str(value: str, rng: random.Random) -> str:
-    """Swap some words for words of the same length and frequency, and some single letters / digits
-    for others of the same kind, drawn from those the string already uses when it uses two or more
-    (a binary string stays binary); spaces and punctuation stay, so the string keeps its shape (a date
-    stays a date, `(()())` stays a bracket string)."""
+    """Swap some words for words of the same length and frequency, and some single letters / digits for
+    others of the same kind the string already uses (a binary string stays binary); the rest stays."""
     parts = re.findall(r"[A-Za-z]{2,}|.", value, re.S)
     positions = [i for i, p in enumerate(parts) if p.isascii() and p.isalnum()]
     if not positions:  # symbols only: a shuffle, or the mirror image (keeps a bracket string balanced)
@@ -282,9 +263,7 @@ def _mutate_str(value: str, rng: random.Random) -> str:
 
 def mutate_value(value: Any, rng: random.Random, memo: dict | None = None) -> Any:
     """A value of the same type and shape as `value`, changed a little (type-aware). With `memo`, a
-    number or string met again (in this value or in another example drawn with the same memo) gets the
-    same replacement: authors reuse values across examples (`modp(1101, 101)`, `modp(0, 101)`), and
-    variants that kept the originals' repetitions are as predictable as the originals."""
+    number or string met again (here or in another example of the same memo) gets the same replacement."""
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, (int, float, str)):
@@ -328,12 +307,11 @@ def _mutate_stdin(text: str, rng: random.Random) -> str:
     lines = text.split("\n")
     out = [lines[0]]
     for line in lines[1:]:
-        parts = re.split(r"(\s+)", line)
-        if len([p for p in parts if p.strip()]) <= 1 and re.fullmatch(r"\s*-?\d+\s*", line or "x"):
+        if re.fullmatch(r"\s*-?\d+\s*", line):
             out.append(line)
             continue
         new_parts = []
-        for part in parts:
+        for part in re.split(r"(\s+)", line):
             if re.fullmatch(r"-?\d+", part):
                 new_parts.append(str(_mutate_int(int(part), rng)) if rng.random() < 0.6 else part)
             elif re.fullmatch(r"-?\d+\.\d+", part):
@@ -371,16 +349,18 @@ def format_value(value: Any, like: str = "") -> str:
     return fmt(value)
 
 
-def _failed(output: Any) -> bool:
+def _failed(ex: Example, output: Any) -> bool:
+    """Whether the run that made `output` failed (a stdio run that printed nothing counts as failed)."""
+    if ex.kind == "stdio" and not (isinstance(output, str) and output.strip()):
+        return True
     return isinstance(output, (RunError, BaseException))
 
 
 def candidate_sets(
     examples: list[Example], rng: random.Random, k: int = 1
 ) -> list[list[tuple[Any, ...] | None]]:
-    """Up to `k` distinct candidate sets of new inputs, one input per example (None where no input
-    different from the original's could be made). The examples of one set share a `mutate_value` memo,
-    so a value repeated across the original examples stays repeated."""
+    """Up to `k` distinct candidate sets of new inputs, one input per example (None where no new input
+    could be made); the examples of one set share a `mutate_value` memo."""
     sets: list[list[tuple[Any, ...] | None]] = []
     for _ in range(2 * k):
         if len(sets) >= k:
@@ -405,29 +385,24 @@ def candidate_sets(
 
 # --------------------------------------------------------------------------- choosing among candidates
 
-# The solution runs on EXAMPLE_CANDIDATES candidate sets of new inputs; the set whose shown text is
-# closest in shape to the original examples is kept (why: docs/perturbations.md#srdetection-variants).
-# A single draw often showed stranger text (0.25 -> 0.3333333333, grown lists, flipped True/False).
+# Candidate sets of new inputs the solution runs on; `choose_set` keeps one. The weights of
+# `shape_distance`: docs/perturbations.md#srdetection-variants.
 EXAMPLE_CANDIDATES = 16
 FAMILIARITY_WEIGHT = 1.0  # per unit of log-frequency (numbers in reference code, words in its prose)
-# Per relative change of the sum of the shown numbers: a variant whose numbers grew was less likely than
-# its original 3 times in 4. Linear in the change (relative to the original's sum), so 30 -> 31 and
-# 30 -> 29 cost the same: a log scale made every closest pick a step up (log 31/30 < log 30/29).
-MAGNITUDE_WEIGHT = 2.0
+MAGNITUDE_WEIGHT = 2.0  # per relative change of the sum of the shown numbers (linear, not log)
 _PIECES = re.compile(r"[A-Za-z]+|\d+|\S")
 
 
-def shown_text(ex: Example, prompt: str, args: tuple[Any, ...] | None = None, output: Any = None) -> str:
-    """The text an example shows: the original's (no args) or what `replace_examples` would write."""
-    if args is None:
-        return " ".join(prompt[lo:hi] for lo, hi in ex.arg_spans) + " " + ex.output_text
+def _rewritten(ex: Example, prompt: str, args: tuple[Any, ...], output: Any) -> list[tuple[int, int, str]]:
+    """(start, end, new text) of each piece of `ex` that `replace_examples` writes for `args` and `output`;
+    an argument whose value did not change keeps its text."""
     if ex.kind == "stdio":
-        return args[0].rstrip("\n") + " " + str(output).rstrip("\n")
-    parts = [
-        prompt[lo:hi] if value == old and type(value) is type(old) else format_value(value, prompt[lo:hi])
-        for (lo, hi), old, value in zip(ex.arg_spans, ex.args, args)
-    ]
-    return " ".join(parts) + " " + format_value(output, ex.output_text)
+        return [(*ex.arg_spans[0], args[0].rstrip("\n")), (*ex.output_span, str(output).rstrip("\n"))]
+    pieces = []
+    for (lo, hi), old, value in zip(ex.arg_spans, ex.args, args):
+        same = value == old and type(value) is type(old)
+        pieces.append((lo, hi, prompt[lo:hi] if same else format_value(value, prompt[lo:hi])))
+    return pieces + [(*ex.output_span, format_value(output, ex.output_text))]
 
 
 def familiarity(text: str) -> float:
@@ -443,9 +418,8 @@ def familiarity(text: str) -> float:
 
 
 def shape_distance(original: str, new: str) -> float:
-    """How far `new` is from `original` in shape: word/number/symbol pieces (about a tokenizer's
-    tokens), digits (each digit of a long number or float is its own hard token), characters, and
-    the familiarity of its numbers and words (a variant of rarer pieces reads less likely)."""
+    """How far `new` is from `original` in shape: word/number/symbol pieces, digits, characters, the
+    familiarity of its numbers and words and the size of its numbers."""
     a, b = _PIECES.findall(original), _PIECES.findall(new)
     digits = sum(c.isdigit() for c in new) - sum(c.isdigit() for c in original)
     return (
@@ -464,21 +438,19 @@ def magnitude(text: str) -> int:
 
 
 def example_cost(ex: Example, prompt: str, args: tuple[Any, ...], output: Any) -> float | None:
-    """`shape_distance` of the new example's shown text from the original's; None when its run failed.
-    A bool (or None) output that differs from the original's costs 2 more: keep the answer the author
-    chose to show when a candidate gives it (a random input rarely satisfies a predicate)."""
-    if _failed(output) or (ex.kind == "stdio" and not (isinstance(output, str) and output.strip())):
+    """`shape_distance` of the new example's shown text from the original's, 2 more when a bool (or None)
+    output differs from the shown one; None when its run failed."""
+    if _failed(ex, output):
         return None
-    cost = shape_distance(shown_text(ex, prompt), shown_text(ex, prompt, args, output))
+    shown = " ".join(prompt[lo:hi] for lo, hi in ex.arg_spans) + " " + ex.output_text
+    cost = shape_distance(shown, " ".join(text for _, _, text in _rewritten(ex, prompt, args, output)))
     ok, shown_output = literal(ex.output_text) if ex.kind == "call" else (False, None)
     if ok and isinstance(shown_output, (bool, type(None))) and output is not shown_output:
         cost += 2.0
     return cost
 
 
-# What an example left as it was costs in a candidate set (its input could not be changed, or the
-# solution failed on it): more than most replacements, so sets that replace every example win.
-UNREPLACED_COST = 3.0
+UNREPLACED_COST = 3.0  # of an example left as it was: more than most replacements
 
 
 def choose_set(
@@ -487,9 +459,8 @@ def choose_set(
     sets: Sequence[Sequence[tuple[Any, ...] | None]],
     outputs: Sequence[Sequence[Any]],
 ) -> tuple[list[tuple[Any, ...] | None], list[Any]]:
-    """(inputs, outputs) of the candidate set whose examples are closest in shape to the originals
-    (sum of `example_cost`); an example whose run failed is left as it was (input None). Ties go to
-    the earlier set; no sets gives no replacement."""
+    """(inputs, outputs) of the candidate set closest in shape to the original examples (sum of
+    `example_cost`, the earlier set on ties); an example whose run failed is left as it was (None)."""
     best: tuple[list, list] = ([None] * len(examples), [None] * len(examples))
     best_cost = float("inf")
     for inputs, outs in zip(sets, outputs):
@@ -511,17 +482,7 @@ def replace_examples(
     edits: list[tuple[int, int, str]] = []
     replaced = 0
     for ex, args, output in zip(examples, inputs, outputs):
-        if args is None or _failed(output):
-            continue
-        if ex.kind == "stdio":
-            if not isinstance(output, str) or not output.strip():
-                continue
-            edits.append((*ex.arg_spans[0], args[0].rstrip("\n")))
-            edits.append((*ex.output_span, output.rstrip("\n")))
-        else:
-            for span, old, value in zip(ex.arg_spans, ex.args, args):
-                if value != old or type(value) is not type(old):  # unchanged arguments keep their text
-                    edits.append((*span, format_value(value, task.prompt[span[0] : span[1]])))
-            edits.append((*ex.output_span, format_value(output, ex.output_text)))
-        replaced += 1
+        if args is not None and not _failed(ex, output):
+            edits += _rewritten(ex, task.prompt, args, output)
+            replaced += 1
     return dataclasses.replace(task, prompt=apply_edits(task.prompt, edits)), replaced

@@ -33,9 +33,7 @@ Answer with the rewritten program only, between <code> and </code>.{avoid}
 def llm_prompt(task: Task, avoid: Sequence[str] = ()) -> str:
     """leaklab's own instruction for an LLM that proposes one renamed version of the program."""
     source, _ = program_text(task)
-    note = ""
-    if avoid:
-        note = "\nDo not reuse any of these names: " + ", ".join(sorted(avoid)) + "."
+    note = "\nDo not reuse any of these names: " + ", ".join(sorted(avoid)) + "." if avoid else ""
     return LLM_PROMPT.format(code=source, avoid=note)
 
 

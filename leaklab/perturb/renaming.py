@@ -1,7 +1,6 @@
 """Renaming (tau_f, tau_v): apply a name mapping to a task's program, prompt, tests and entry point by
-editing the source text at the identifiers' token positions, so layout, comments and whitespace stay
-byte-identical; docstrings, comments and a prose statement follow where they mention a renamed function
-or parameter as code. `propose_renames` picks the new names from the vocabulary."""
+editing the source text at the identifiers' token positions (docs/perturbations.md#srdetection-variants);
+`propose_renames` picks the new names from the vocabulary."""
 
 from __future__ import annotations
 
@@ -22,28 +21,13 @@ PROSE_SKIP = frozenset({"a", "A", "I"})
 # --------------------------------------------------------------------------- renaming the text
 
 
-def _word_pattern(name: str) -> re.Pattern[str]:
-    # A whole word: not part of a longer identifier, not an attribute (`.x`), not a contraction (`it's`),
-    # not an escape sequence (`\n`), not an abbreviation (`e.g.`).
-    return re.compile(rf"(?<![\w'.\\]){re.escape(name)}(?![\w']|\.\w)")
-
-
-def _looks_like_code(name: str) -> bool:
-    """`lst1`, `has_close_elements`, `minPath`, `k`: in prose these can only mean the identifier."""
-    return (
-        len(name) == 1 or "_" in name or any(c.isdigit() for c in name) or any(c.isupper() for c in name[1:])
-    )
-
-
 _CODE_CONTEXT = re.compile(r"\s*(?:[(\[]|=(?!=))")
 
 
 def _code_spans(text: str) -> list[tuple[int, int]]:
     """Stretches of prose that are code: doctest / `def` / `class` lines and call expressions
     `name(...)` (to the matching parenthesis on the same line)."""
-    spans = []
-    for line in re.finditer(r"^[ \t]*(?:>>>|def |class ).*$", text, re.M):
-        spans.append(line.span())
+    spans = [line.span() for line in re.finditer(r"^[ \t]*(?:>>>|def |class ).*$", text, re.M)]
     for call in re.finditer(r"\b\w+\(", text):
         depth, i = 0, call.end() - 1
         while i < len(text) and text[i] != "\n":
@@ -56,20 +40,18 @@ def _code_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _prose_edits(text: str, base: int, renames: Mapping[str, str]) -> list[tuple[int, int, str]]:
-    """Renames of words in docstrings, comments or a statement that refer to a renamed identifier.
-
-    An identifier that is also a plain word (`number`, `grid`, `exchange`) is renamed only where the
-    text uses it as code: inside a call `f(number)` or a doctest / `def` line, called or indexed
-    (`exchange(...)`, `grid[0]`), or assigned in an example (`grid = [...]`). Elsewhere "a floating
-    point number" stays English.
-    """
+    """Renames of words in docstrings, comments or a statement that refer to a renamed identifier; one that
+    is also a plain word only where used as code. See docs/perturbations.md#srdetection-variants."""
     edits = []
     code = None
     for old, new in renames.items():
         if old in PROSE_SKIP:
             continue
-        plain = not _looks_like_code(old)
-        for match in _word_pattern(old).finditer(text):
+        # `lst1`, `has_close_elements`, `minPath`, `k`: in prose these can only mean the identifier
+        plain = not (len(old) == 1 or "_" in old or any(c.isdigit() or c.isupper() for c in old[1:]))
+        # A whole word: not part of a longer identifier, not an attribute (`.x`), not a contraction
+        # (`it's`), not an escape sequence (`\n`), not an abbreviation (`e.g.`).
+        for match in re.finditer(rf"(?<![\w'.\\]){re.escape(old)}(?![\w']|\.\w)", text):
             if plain:
                 code = _code_spans(text) if code is None else code
                 in_code = any(lo <= match.start() < hi for lo, hi in code)
@@ -123,9 +105,7 @@ def _code_edits(
 
 def rename_task(task: Task, renames: Mapping[str, str], analysis: TaskCode | None = None) -> Task:
     """The task with identifiers renamed everywhere they occur (program, prompt, tests, entry point).
-
-    Raises NotRenamable if a requested name may not be renamed or a new name is not fresh.
-    """
+    Raises NotRenamable if a requested name may not be renamed or a new name is not fresh."""
     analysis = analysis or analyse_task(task)
     renamable = set(analysis.functions) | set(analysis.variables)
     for old, new in renames.items():
@@ -157,7 +137,7 @@ def rename_task(task: Task, renames: Mapping[str, str], analysis: TaskCode | Non
     tests = task.tests
     if analysis.tests is not None:
         tests = apply_edits(tests, _code_edits(analysis.tests, renames, {}, functions, True))
-    entry_point = renames.get(task.entry_point, task.entry_point) if task.entry_point else task.entry_point
+    entry_point = renames.get(task.entry_point, task.entry_point)
     return dataclasses.replace(task, prompt=prompt, solution=solution, tests=tests, entry_point=entry_point)
 
 
