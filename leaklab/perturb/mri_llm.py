@@ -23,11 +23,10 @@ from leaklab.perturb.rewriting import (
     NotRewritable,
     Rewrite,
     _outcome,
-    call_examples,
-    call_inputs,
     check_candidate,
     entry_function,
     entry_params,
+    probe_inputs,
     quoted_code,
     rewritten_task,
     with_outputs,
@@ -81,8 +80,7 @@ the whole new task statement
 
 
 def _tagged(reply: str, tag: str) -> str | None:
-    """The text between <tag> and </tag> (the last such block; an unclosed last one counts), ending in a
-    newline."""
+    """The text of the last <tag> block (closed or not; its fenced code if fenced), ending in a newline."""
     found = re.findall(rf"<{tag}>\n?(.*?)(?:</{tag}>|\Z)", reply, re.S)
     if not found:
         return None
@@ -124,23 +122,16 @@ def llm_paraphrases(
     return [paraphrase for paraphrase, _ in read], Counter(why for _, why in read if why)
 
 
-def rewrite_prompt(task: Task) -> str:
-    return REWRITE_PROMPT.format(
-        types=", ".join(t.replace("_", " ") for t in LOGIC_TYPES), prompt=task.prompt, program=task.program()
-    )
-
-
 @dataclasses.dataclass
 class Proposal:
     logic_type: str
-    program: str  # the whole proposed program
+    program: str  # what the tests run: prompt + solution for a code prompt, else the solution
     prompt: str  # the proposed statement
     solution: str  # what completes `prompt` (prompt_is_code: the entry point's body onwards)
 
 
 def _body_onwards(program: str, entry_point: str | None) -> str | None:
-    """The program from the entry point's first statement after its docstring to the end: what follows
-    a HumanEval-style statement (signature + docstring)."""
+    """The program from the entry point's first statement after its docstring: what follows a statement."""
     entry = entry_function(ast.parse(program), entry_point)
     body = entry.body if entry else []
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -172,12 +163,12 @@ def read_rewrite(task: Task, reply: str) -> tuple[Proposal | None, str]:
         solution = _body_onwards(code, task.entry_point)
         if solution is None:
             return None, "the proposed function has no body"
-    # A statement that quotes either solution's code hands the model the original to recall (Sim up,
-    # RAD down): the paper's statement is written from the new code, in words.
+    # A statement quoting either solution's code hands the model the original (Sim up, RAD down).
     quoted = quoted_code(statement, [task.program(), code], task.entry_point, task.prompt)
     if quoted:
         return None, f"the statement quotes the solutions' code ({', '.join(quoted[:3])})"
-    return Proposal(kind, code, statement, solution), ""
+    program = statement + solution if task.prompt_is_code else solution
+    return Proposal(kind, program, statement, solution), ""
 
 
 def llm_rewrites(
@@ -191,7 +182,9 @@ def llm_rewrites(
 ) -> list[Rewrite]:
     """One LLM rewrite per task, checked in the sandbox exactly as the rule-based ones are."""
     results = [Rewrite(t.task_id) for t in tasks]
-    replies = ask(generator, [render(rewrite_prompt(t)) for t in tasks], max_new_tokens)
+    types = ", ".join(t.replace("_", " ") for t in LOGIC_TYPES)
+    prompts = [REWRITE_PROMPT.format(types=types, prompt=t.prompt, program=t.program()) for t in tasks]
+    replies = ask(generator, [render(p) for p in prompts], max_new_tokens)
     plans, jobs, units = [], [], {}
     for i, (task, reply) in enumerate(zip(tasks, replies)):
         proposal, why = read_rewrite(task, reply)
@@ -202,16 +195,13 @@ def llm_rewrites(
             units[i] = proposal
             continue
         try:
-            inputs = call_inputs(task)
+            inputs, examples, probe = probe_inputs(task, proposal.prompt)
         except NotRewritable as err:
             results[i].reject(proposal.logic_type, "not_rewritable", str(err))
             continue
-        examples = call_examples(task, proposal.prompt)
-        probe = inputs + [list(e.args) for e in examples]
         entry = task.entry_point or ""
         plans.append((i, proposal, inputs, examples, probe, len(jobs)))
-        program = proposal.prompt + proposal.solution if task.prompt_is_code else proposal.solution
-        jobs += [FunctionCalls(task.program(), entry, probe, timeout_s), FunctionCalls(program, entry, probe, timeout_s)]  # fmt: skip
+        jobs += [FunctionCalls(p, entry, probe, timeout_s) for p in (task.program(), proposal.program)]
     ran = sandbox.run_jobs(jobs)
     for i, proposal, inputs, examples, probe, j in plans:
         task, kind = tasks[i], proposal.logic_type
@@ -226,30 +216,16 @@ def llm_rewrites(
             continue
         n = len(inputs)
         prompt = with_outputs(task, proposal.prompt, examples, values[n:])
-        results[i].accepted[kind] = 1
-        results[i].logic_type = kind
-        results[i].change = "LLM rewrite"
-        results[i].task = rewritten_task(
-            task, prompt, proposal.solution, inputs, values[:n], kind, "LLM rewrite"
-        )
-    if units:
-        _unittest_rewrites(tasks, units, sandbox, results, timeout_s)
+        new = rewritten_task(task, prompt, proposal.solution, inputs, values[:n], kind, "LLM rewrite")
+        results[i].accept(new, kind, "LLM rewrite")
+    if units:  # through unittest_rewrite's checks, as the rule-based rewrites of such tasks
+        subset, mine = [tasks[i] for i in units], [results[i] for i in units]
+        sites = regenerable_sites(subset, sandbox, mine, timeout_s)
+        candidates = [
+            [Candidate(p.logic_type, p.program, p.solution, p.prompt, "LLM rewrite")] for p in units.values()
+        ]
+        validate_candidates(subset, sites, candidates, sandbox, mine, timeout_s)
     return results
-
-
-def _unittest_rewrites(tasks, proposals: dict[int, Proposal], sandbox, results, timeout_s: float) -> None:
-    """LLM rewrites of unittest tasks through `unittest_rewrite`'s checks (regenerated asserted literals,
-    the rewrite passes them and the original fails them under the real judge)."""
-    order = sorted(proposals)
-    subset = [tasks[i] for i in order]
-    mine = [results[i] for i in order]
-    sites = regenerable_sites(subset, sandbox, mine, timeout_s)
-    candidates = []
-    for i in order:
-        p, task = proposals[i], tasks[i]
-        program = p.prompt + p.solution if task.prompt_is_code else p.solution
-        candidates.append([Candidate(p.logic_type, program, p.solution, p.prompt, "LLM rewrite")])
-    validate_candidates(subset, sites, candidates, sandbox, mine, timeout_s)
 
 
 # --------------------------------------------------------------------------- the judge of a rewrite
@@ -298,28 +274,24 @@ class Judgement:
 
     @property
     def keeps(self) -> bool:
-        """What the filter keeps: the paper's validation (App. B) asks for an aligned statement of equal
-        difficulty; an unreadable verdict is not a pass."""
+        """What the filter keeps: aligned and of equal difficulty, as the paper's validation (App. B)."""
         return self.aligned is True and self.difficulty == "same"
 
 
-def _shown_tests(task: Task) -> str:
-    if task.test_type == "call" and task.test_cases:
-        lines = []
-        for case in task.test_cases[:JUDGE_TESTS_SHOWN]:
-            args = ", ".join(repr(a) for a in case["input"])
-            lines.append(f"{task.entry_point}({args}) == {case['output']!r}")
-        return "\n".join(lines)
-    return task.tests.strip()[:2000]
-
-
 def judge_prompt(original: Task, rewrite: Task) -> str:
+    tests = rewrite.tests.strip()[:2000]
+    if rewrite.test_type == "call" and rewrite.test_cases:
+        calls = []
+        for case in rewrite.test_cases[:JUDGE_TESTS_SHOWN]:
+            args = ", ".join(repr(a) for a in case["input"])
+            calls.append(f"{rewrite.entry_point}({args}) == {case['output']!r}")
+        tests = "\n".join(calls)
     return JUDGE_PROMPT.format(
         prompt=original.prompt,
         program=original.program(),
         new_prompt=rewrite.prompt,
         new_program=rewrite.program(),
-        tests=_shown_tests(rewrite),
+        tests=tests,
     )
 
 

@@ -16,12 +16,13 @@ import re
 import string
 
 from leaklab.data.tasks import Task
+from leaklab.perturb.renaming import apply_edits
+from leaklab.perturb.rewriting import _docstring_span
 
 RATE = 4 / 5  # operations per word of the description
 KINDS = ("scramble", "capitalise", "noise")
 _WORD = re.compile(r"[A-Za-z]+")
-# What character noise inserts or substitutes: letters, digits and punctuation (004 App. B.3) but no
-# quote or backslash, so a mutated docstring still closes where it did.
+# Letters, digits and punctuation (004 App. B.3); no quote or backslash, which could end a docstring.
 NOISE_CHARACTERS = (
     string.ascii_lowercase + string.digits + "".join(c for c in string.punctuation if c not in "'\"\\`")
 )
@@ -45,19 +46,15 @@ def _prose_regions(task: Task) -> list[tuple[int, int]]:
     """Character spans of the prompt whose words may be mutated."""
     prompt = task.prompt
     if task.prompt_is_code:
-        from leaklab.perturb.rewriting import _docstring_span
-
         span = _docstring_span(task)
         if span is None:
             return []
         lo, hi = span[0] + 3, span[1] - 3
     else:
         lo, hi = 0, len(prompt)
-    regions, skip_next = [], False
-    pos = lo
+    regions, skip_next, end = [], False, lo
     for line in prompt[lo:hi].splitlines(keepends=True):
-        start, end = pos, pos + len(line)
-        pos = end
+        start, end = end, end + len(line)
         if skip_next:  # the output line that follows a doctest call
             skip_next = False
             continue
@@ -78,8 +75,7 @@ def _words(task: Task) -> list[tuple[int, int]]:
         text = task.prompt[lo:hi]
         for m in _WORD.finditer(text):
             word = m.group()
-            # Skip identifiers, words glued to code (snake_case pieces, digits, dotted names) and
-            # words inside backquotes, which name code.
+            # Skip identifiers, words glued to code (snake_case, digits, dotted names) or in backquotes.
             before = text[m.start() - 1] if m.start() else " "
             after = text[m.end()] if m.end() < len(text) else " "
             if (
@@ -150,13 +146,12 @@ def mutate_task(task: Task, rng: random.Random, max_tries: int = 5) -> tuple[Tas
             lo, hi = words[w]
             current = edits.get(w, task.prompt[lo:hi])
             if kind == "scramble":
-                new = _scramble(current, rng)
-                if new is None:  # a word too short to scramble (no draw made): find one that is not
-                    for i in order:
-                        new = _scramble(edits.get(i, task.prompt[slice(*words[i])]), rng)
-                        if new is not None:
-                            w = i
-                            break
+                # w, or if too short to scramble (no draw made) the first word in `order` that is not
+                for i in (w, *order):
+                    new = _scramble(edits.get(i, task.prompt[slice(*words[i])]), rng)
+                    if new is not None:
+                        w = i
+                        break
                 if new is None:
                     new, kind = _capitalise(current, rng), "capitalise"
             elif kind == "capitalise":
@@ -165,10 +160,7 @@ def mutate_task(task: Task, rng: random.Random, max_tries: int = 5) -> tuple[Tas
                 new = _noise(current, rng)
             edits[w] = new
             counts[kind] += 1
-        prompt = task.prompt
-        for w in sorted(edits, key=lambda i: words[i][0], reverse=True):
-            lo, hi = words[w]
-            prompt = prompt[:lo] + edits[w] + prompt[hi:]
+        prompt = apply_edits(task.prompt, [(*words[w], new) for w, new in edits.items()])
         if task.prompt_is_code:
             try:
                 ast.parse(prompt)

@@ -26,69 +26,41 @@ from leaklab.data.synthetic import rewrite as synthetic_rewrite
 from leaklab.data.tasks import Task
 from leaklab.execution.correctness import outputs_match
 from leaklab.execution.sandbox import FunctionCalls
+from leaklab.perturb.examples import find_examples, literal, replace_examples
 from leaklab.perturb.identifiers import docstring_statement
 
-LOGIC_TYPES = (
-    "component_swap",
-    "data_transformation",
-    "constraint_change",
-    "logic_reversal",
-    "operator_change",
-    "operation_order_swap",
-    "constant_swap",
-    "workflow_modification",
-)
 MAX_TEST_INPUTS = 200  # test inputs run per candidate (the first ones, in the tests' order)
 
 # --------------------------------------------------------------------------- operator tables
 
-COMPONENT_FUNCTIONS = {
-    "sum": "max",
-    "any": "all",
-    "all": "any",
-    "set": "list",
-    "list": "set",
-    "int": "round",
-    "round": "int",
-    "float": "int",
-    "floor": "ceil",
-    "ceil": "floor",
-}
-COMPONENT_METHODS = {
-    "upper": "lower",
-    "lower": "upper",
-    "isupper": "islower",
-    "islower": "isupper",
-    "startswith": "endswith",
-    "endswith": "startswith",
-    "find": "rfind",
-    "rfind": "find",
-    "lstrip": "rstrip",
-    "rstrip": "lstrip",
-    "strip": "lstrip",
-    "isdigit": "isalpha",
-    "isalpha": "isdigit",
-    "capitalize": "title",
-    "title": "capitalize",
-    "extend": "append",
-    "floor": "ceil",
-    "ceil": "floor",
-}
-REVERSED_FUNCTIONS = {"max": "min", "min": "max"}
-ARITHMETIC = {
-    ast.Add: ast.Sub,
-    ast.Sub: ast.Add,
-    ast.Mult: ast.Add,
-    ast.Div: ast.Mult,
-    ast.FloorDiv: ast.Mod,
-    ast.Mod: ast.FloorDiv,
-    ast.Pow: ast.Mult,
-    ast.BitAnd: ast.BitOr,
-    ast.BitOr: ast.BitAnd,
-    ast.BitXor: ast.BitOr,
-}
-EQUALITY = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In}
-BOUNDS = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt}
+
+def _both_ways(swaps: dict) -> dict:
+    """`swaps` and their inverses (a -> b and b -> a)."""
+    return swaps | {new: old for old, new in swaps.items()}
+
+
+COMPONENT_FUNCTIONS = {"sum": "max", "float": "int"} | _both_ways(
+    {"any": "all", "set": "list", "int": "round", "floor": "ceil"}
+)
+COMPONENT_METHODS = {"strip": "lstrip", "extend": "append"} | _both_ways(
+    {
+        "upper": "lower",
+        "isupper": "islower",
+        "startswith": "endswith",
+        "find": "rfind",
+        "lstrip": "rstrip",
+        "isdigit": "isalpha",
+        "capitalize": "title",
+        "floor": "ceil",
+    }
+)
+MATH_FUNCTIONS = _both_ways({"floor": "ceil"})
+REVERSED_FUNCTIONS = _both_ways({"max": "min"})
+ARITHMETIC = {ast.Mult: ast.Add, ast.Div: ast.Mult, ast.Pow: ast.Mult, ast.BitXor: ast.BitOr} | _both_ways(
+    {ast.Add: ast.Sub, ast.FloorDiv: ast.Mod, ast.BitAnd: ast.BitOr}
+)
+EQUALITY = _both_ways({ast.Eq: ast.NotEq, ast.In: ast.NotIn})
+BOUNDS = _both_ways({ast.Lt: ast.LtE, ast.Gt: ast.GtE})
 SYMBOLS = {
     ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
     ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.Eq: "==", ast.NotEq: "!=",
@@ -97,9 +69,8 @@ SYMBOLS = {
 }  # fmt: skip
 DROPPABLE_STAGES = {"sorted", "reversed", "set", "abs", "list", "tuple", "str"}
 DROPPABLE_METHODS = {"strip", "lower", "upper", "lstrip", "rstrip"}
-# The words the new prompt's sentence uses for what the code does: the sentence describes the new
-# behaviour in prose and never quotes the solution's code (quoting it would hand the model the original
-# solution to recall, raising Sim and lowering RAD).
+# The words of the new prompt's sentence: it states the new behaviour in prose, never in code (why:
+# docs/perturbations.md#mri-rewriting).
 ARITHMETIC_WORDS = {
     ast.Add: "addition", ast.Sub: "subtraction", ast.Mult: "multiplication", ast.Div: "division",
     ast.FloorDiv: "whole-number division (the quotient rounded down)",
@@ -172,12 +143,18 @@ class Rewrite:
     def reject(self, logic_type: str, reason: str, detail: str) -> None:
         self.rejections.append({"type": logic_type, "reason": reason, "detail": detail})
 
+    def accept(self, task: Task, logic_type: str, change: str) -> None:
+        """Count an accepted candidate; the first becomes the rewrite."""
+        self.accepted[logic_type] = self.accepted.get(logic_type, 0) + 1
+        if self.task is None:
+            self.task, self.logic_type, self.change = task, logic_type, change
+
 
 # --------------------------------------------------------------------------- source positions
 
 
 class _Source:
-    """The program and byte offsets of AST nodes (col_offset counts UTF-8 bytes, not characters)."""
+    """The program, where its solution starts, and byte offsets of AST nodes (col_offset counts bytes)."""
 
     def __init__(self, program: str, solution_start: int) -> None:
         self.text = program
@@ -202,25 +179,13 @@ class _Source:
     def in_solution(self, node: ast.AST) -> bool:
         return hasattr(node, "lineno") and self.span(node)[0] >= self.solution_start
 
-    def apply(self, edit: Edit) -> str:
-        return (self.data[: edit.start] + edit.text.encode("utf-8") + self.data[edit.end :]).decode("utf-8")
-
-
-def _task_source(task: Task) -> _Source:
-    """The task's program; its solution starts after a code prompt."""
-    return _Source(task.program(), len(task.prompt) if task.prompt_is_code else 0)
-
-
-def _paren(node: ast.AST) -> str:
-    text = ast.unparse(node)
-    if isinstance(node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp, ast.Lambda)):
-        return f"({text})"
-    return text
-
 
 def _replace(src: _Source, logic_type: str, node: ast.AST, new_node: ast.AST, sentence: str) -> Edit:
-    start, end = src.span(node)
-    return Edit(logic_type, start, end, _paren(new_node), sentence)
+    """The edit that puts `new_node`'s code in `node`'s place, in parentheses where an operator could bind."""
+    text = ast.unparse(new_node)
+    if isinstance(new_node, (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp, ast.Lambda)):
+        text = f"({text})"
+    return Edit(logic_type, *src.span(node), text, sentence)
 
 
 def _token_edit(src: _Source, logic_type: str, left, right, old: str, new: str, sentence: str):
@@ -249,10 +214,6 @@ def _call_name(node: ast.AST) -> str | None:
 # --------------------------------------------------------------------------- the operators
 
 
-def _swap_sentence(old: str, new: str) -> str:
-    return f"In one step this version uses {COMPONENT_WORDS[new]} where the task above uses {COMPONENT_WORDS[old]}."
-
-
 def _swap_calls(src: _Source, node: ast.Call, logic_type: str, functions: dict, methods: dict):
     name, swaps = _call_name(node), functions if isinstance(node.func, ast.Name) else methods
     if name in swaps:
@@ -261,16 +222,16 @@ def _swap_calls(src: _Source, node: ast.Call, logic_type: str, functions: dict, 
             new.func.id = swaps[name]
         else:
             new.func.attr = swaps[name]
-        yield _replace(src, logic_type, node, new, _swap_sentence(name, swaps[name]))
+        words = COMPONENT_WORDS[swaps[name]], COMPONENT_WORDS[name]
+        sentence = f"In one step this version uses {words[0]} where the task above uses {words[1]}."
+        yield _replace(src, logic_type, node, new, sentence)
 
 
 def _component_swap(src: _Source, node: ast.AST, ctx: dict):
     if isinstance(node, ast.Call):
-        methods = COMPONENT_METHODS
-        func = node.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "math":
-            # math.floor is a function spelt as an attribute: only its sibling swaps
-            methods = {k: v for k, v in COMPONENT_METHODS.items() if k in ("floor", "ceil")}
+        # math.floor is a function spelt as an attribute: only its sibling swaps
+        owner = getattr(node.func, "value", None)
+        methods = MATH_FUNCTIONS if isinstance(owner, ast.Name) and owner.id == "math" else COMPONENT_METHODS
         yield from _swap_calls(src, node, "component_swap", COMPONENT_FUNCTIONS, methods)
 
 
@@ -301,26 +262,20 @@ def _constraint_change(src: _Source, node: ast.AST, ctx: dict):
 def _logic_reversal(src: _Source, node: ast.AST, ctx: dict):
     if isinstance(node, ast.Call):
         yield from _swap_calls(src, node, "logic_reversal", REVERSED_FUNCTIONS, {})
-        name = _call_name(node)
-        if name in ("sorted", "sort"):
-            flags = [k for k in node.keywords if k.arg == "reverse"]
+        if _call_name(node) in ("sorted", "sort"):
+            new = copy.deepcopy(node)
+            flag = next((k for k in new.keywords if k.arg == "reverse"), None)
             sentence = (
                 "One sorting step puts the items in the opposite order to the task above."
-                if flags
+                if flag
                 else "One sorting step puts the items in descending order instead of ascending order."
             )
-            new = copy.deepcopy(node)
-            if flags:
-                flag = flags[0].value
-                if isinstance(flag, ast.Constant) and isinstance(flag.value, bool):
-                    value: ast.expr = ast.Constant(not flag.value)
-                else:
-                    value = ast.UnaryOp(ast.Not(), copy.deepcopy(flag))
-                for k in new.keywords:
-                    if k.arg == "reverse":
-                        k.value = value
-            else:
+            if flag is None:
                 new.keywords.append(ast.keyword("reverse", ast.Constant(True)))
+            elif isinstance(flag.value, ast.Constant) and isinstance(flag.value.value, bool):
+                flag.value = ast.Constant(not flag.value.value)
+            else:
+                flag.value = ast.UnaryOp(ast.Not(), flag.value)
             yield _replace(src, "logic_reversal", node, new, sentence)
     # not `while`: a negated loop condition mostly never stops, no meaningful rewrite
     if isinstance(node, (ast.If, ast.IfExp)) and src.in_solution(node.test):
@@ -490,30 +445,26 @@ OPERATORS = {
     "constant_swap": _constant_swap,
     "workflow_modification": _workflow_modification,
 }
+LOGIC_TYPES = tuple(OPERATORS)  # the eight logic-change types of App. G, in a fixed order
 
 
 # --------------------------------------------------------------------------- candidates
-
-
-def _docstring_ids(tree: ast.AST) -> set[int]:
-    return {id(first.value) for first in filter(None, map(docstring_statement, ast.walk(tree)))}
 
 
 def candidate_edits(
     task: Task, rng: random.Random, first_input: Sequence | None = None, first_output: Any = None,
     has_output: bool = False,
 ) -> dict[str, list[Edit]]:  # fmt: skip
-    """Every edit each operator can make in the task's solution, per type, shuffled by `rng`.
-    `first_input` / `first_output`: one test input and the original's output on it (what the data
-    transformation and the added workflow stage choose by). Raises NotRewritable."""
-    src = _task_source(task)
+    """Every edit each operator can make in the task's solution, per type, shuffled by `rng`; the data
+    transformation and the added workflow stage choose by one test input and the original's output on it."""
+    src = _Source(task.program(), len(task.prompt) if task.prompt_is_code else 0)
     try:
         tree = ast.parse(src.text)
     except (SyntaxError, ValueError) as err:
         raise NotRewritable(f"the canonical program does not parse: {err}") from err
     entry = entry_function(tree, task.entry_point)
     ctx = {
-        "docstrings": _docstring_ids(tree),
+        "docstrings": {id(first.value) for first in filter(None, map(docstring_statement, ast.walk(tree)))},
         "entry": entry,
         "first_input": list(first_input or []),
         "first_output": first_output,
@@ -538,7 +489,8 @@ def candidate_edits(
 
 def edited_task(task: Task, edit: Edit) -> tuple[str, str]:
     """(new program, new solution) of `task` after `edit`."""
-    new_program = _task_source(task).apply(edit)
+    data = task.program().encode("utf-8")
+    new_program = (data[: edit.start] + edit.text.encode("utf-8") + data[edit.end :]).decode("utf-8")
     if task.prompt_is_code:
         if not new_program.startswith(task.prompt):
             raise NotRewritable("the edit reached into the prompt")
@@ -549,19 +501,9 @@ def edited_task(task: Task, edit: Edit) -> tuple[str, str]:
 # --------------------------------------------------------------------------- test inputs
 
 
-def _literal_args(call: ast.Call) -> list | None:
-    if call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
-        return None
-    try:
-        return [ast.literal_eval(a) for a in call.args]
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
-
-
 def call_inputs(task: Task) -> list[list]:
     """The argument lists the task's tests call its entry point with: the "call" cases' inputs, or the
-    literal arguments of every `candidate(...)` call in a HumanEval-style `check`. Calls whose
-    arguments are computed (random inputs in a loop) are skipped. Raises NotRewritable when none."""
+    literal arguments of every `candidate(...)` in a HumanEval-style `check`. Raises NotRewritable."""
     if task.test_type == "call":
         inputs = [list(c["input"]) for c in task.test_cases]
     elif task.test_type == "function":
@@ -572,8 +514,9 @@ def call_inputs(task: Task) -> list[list]:
         inputs, seen = [], set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "candidate":
-                args = _literal_args(node)
-                if args is not None and repr(args) not in seen:
+                read = [literal(a) for a in node.args]  # a starred argument is no literal
+                args = [value for _, value in read]
+                if not node.keywords and all(ok for ok, _ in read) and repr(args) not in seen:
                     seen.add(repr(args))
                     inputs.append(args)
         # ast.walk is breadth first; keep the source order of the asserts
@@ -601,21 +544,13 @@ def _docstring_span(task: Task) -> tuple[int, int] | None:
     # The entry point's first constant statement (HumanEval/115 puts an import before its docstring).
     body = entry.body if entry else []
     first = next((s for s in body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)), None)
-    if not _is_string(first):
-        first = tree.body[0] if tree.body else None
-    if not _is_string(first):
+    if first is None or not isinstance(first.value.value, str):
+        first = docstring_statement(tree)
+    if first is None or not isinstance(first.value.value, str):
         return None
     src = _Source(task.prompt, 0)
     lo, hi = src.span(first.value)
     return len(src.data[:lo].decode()), len(src.data[:hi].decode())
-
-
-def _is_string(stmt: ast.stmt | None) -> bool:
-    return (
-        isinstance(stmt, ast.Expr)
-        and isinstance(stmt.value, ast.Constant)
-        and isinstance(stmt.value.value, str)
-    )
 
 
 _EXAMPLE_START = re.compile(
@@ -633,9 +568,8 @@ def _squeeze(text: str) -> str:
 
 @functools.lru_cache(maxsize=256)
 def code_fragments(program: str) -> frozenset[str]:
-    """Every one-line expression and statement of `program` that reads as code (an operator, a bracket
-    or a quote in it, at least 3 characters), as written, whitespace removed. Literals (a number, a
-    string such as the letter 'k') are values a task may state, not code, and are left out."""
+    """Every one-line expression and statement of `program`, whitespace removed, that reads as code (an
+    operator, a bracket or a quote in it, at least 3 characters); literals are values, not code."""
     try:
         tree = ast.parse(program)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -682,10 +616,8 @@ def prose_of(prompt: str, entry_point: str | None) -> str:
 def quoted_code(
     new_prompt: str, programs: Sequence[str], entry_point: str | None, old_prompt: str = ""
 ) -> list[str]:
-    """The code of `programs` (the original and the rewritten solution) that the prose of `new_prompt`
-    shows and the prose of `old_prompt` (the task it was rewritten from) did not: every code fragment
-    (`code_fragments`) and every `backticked` span new to it. Empty for a prompt that describes the
-    change in words only."""
+    """The code fragments of `programs` (`code_fragments`) and the `backticked` spans that the prose of
+    `new_prompt` shows and the prose of `old_prompt` (the task rewritten) did not; empty when none."""
     new, old = prose_of(new_prompt, entry_point), prose_of(old_prompt, entry_point)
     new_squeezed, old_squeezed = _squeeze(new), _squeeze(old)
     found = set()
@@ -728,19 +660,18 @@ def entry_params(program: str, entry_point: str | None) -> list[str] | None:
     return None if entry is None else [a.arg for a in entry.args.args]
 
 
-def call_examples(task: Task, prompt: str) -> list:
-    """The examples of calls that `prompt` (the task's, or its rewrite's) shows, MBPP+'s asserts included."""
-    from leaklab.perturb.examples import find_examples
-
+def probe_inputs(task: Task, prompt: str) -> tuple[list[list], list, list[list]]:
+    """(the tests' call inputs, the examples of calls that `prompt` (the task's, or its rewrite's) shows,
+    MBPP+'s asserts included, and both inputs together: what a program is run on). Raises NotRewritable."""
+    inputs = call_inputs(task)
     params = entry_params(task.program(), task.entry_point)
     found = find_examples(dataclasses.replace(task, prompt=prompt), params, asserts=True)
-    return [ex for ex in found if ex.kind == "call"]
+    examples = [ex for ex in found if ex.kind == "call"]
+    return inputs, examples, inputs + [list(ex.args) for ex in examples]
 
 
 def with_outputs(task: Task, prompt: str, examples: list, outputs: list) -> str:
     """`prompt` (the task's, or its rewrite's) with each of its `examples` showing the rewrite's output."""
-    from leaklab.perturb.examples import replace_examples
-
     base = dataclasses.replace(task, prompt=prompt)
     return replace_examples(base, examples, [ex.args for ex in examples], outputs)[0].prompt
 
@@ -748,8 +679,7 @@ def with_outputs(task: Task, prompt: str, examples: list, outputs: list) -> str:
 def rewritten_task(
     task: Task, prompt: str, solution: str, inputs: list[list], outputs: list, logic_type: str, change: str
 ) -> Task:
-    """The rewritten Task: its new prompt and solution, "call" tests on the original inputs with the
-    rewrite's outputs."""
+    """The rewritten Task: its new prompt and solution, "call" tests of the original inputs' new outputs."""
     return dataclasses.replace(
         task,
         task_id=f"{task.task_id}/rewrite",
@@ -800,21 +730,16 @@ def rewrite_tasks(
     per_type: int = 2,
     timeout_s: float = 5.0,
 ) -> list[Rewrite]:
-    """One validated rewrite per task (or None with the reasons), in the order of `tasks`.
-
-    Each task gets up to `per_type` candidates of every type, all run in the sandbox in one batch;
-    the accepted rewrite is the first candidate that passes, visiting the types in an order drawn per
-    task (so every type gets its share) and each type's sites in their shuffled order."""
+    """One validated rewrite per task (or None with the reasons), in the order of `tasks`: the first of
+    up to `per_type` candidates per type that passes (docs/perturbations.md#mri-rewriting)."""
     results = [Rewrite(t.task_id) for t in tasks]
     plans, jobs = _original_jobs(tasks, sandbox, seed, timeout_s, results)
     original_results = sandbox.run_jobs(jobs)
     jobs = []
-    for i, (task, plan) in enumerate(zip(tasks, plans)):
-        if plan is None:
-            continue
-        outcome = original_results[plan["original"]]
-        if not _candidate_jobs(task, plan, outcome, results[i], jobs, seed, per_type, timeout_s):
-            plans[i] = None
+    for task, plan, result in zip(tasks, plans, results):
+        if plan is not None:
+            outcome = original_results[plan["original"]]
+            _candidate_jobs(task, plan, outcome, result, jobs, seed, per_type, timeout_s)
     candidate_results = sandbox.run_jobs(jobs)
     for task, plan, result in zip(tasks, plans, results):
         if plan is not None:
@@ -833,45 +758,41 @@ def _original_jobs(tasks: Sequence[Task], sandbox, seed: int, timeout_s: float, 
             _synthetic(task, rng, sandbox, results[i])
             continue
         try:
-            inputs = call_inputs(task)
+            inputs, examples, probe = probe_inputs(task, task.prompt)
         except NotRewritable as err:
             results[i].reject("any", "not_rewritable", str(err))
             continue
-        examples = call_examples(task, task.prompt)
-        probe = inputs + [list(ex.args) for ex in examples]
         plans[i] = {"inputs": inputs, "examples": examples, "probe": probe, "original": len(jobs)}
         jobs.append(FunctionCalls(task.program(), task.entry_point or "", probe, timeout_s))
     return plans, jobs
 
 
 def _candidate_jobs(task: Task, plan: dict, outcome, result: Rewrite, jobs: list, seed: int, per_type: int,
-                    timeout_s: float) -> bool:  # fmt: skip
-    """Append to `jobs` up to `per_type` candidates of every logic type, in an order drawn for the task;
-    False (with the reason in `result`) when the original fails or the task has no place to edit."""
+                    timeout_s: float) -> None:  # fmt: skip
+    """Append to `jobs` and plan["candidates"] up to `per_type` candidates of every type, in an order drawn
+    for the task; none (the reason in `result`) when the original fails or nothing can be edited."""
+    plan["candidates"] = []
     original, why = _outcome(outcome, len(plan["probe"]))
     if original is None:
         result.reject("any", "original_fails", f"the canonical solution fails: {why}")
-        return False
+        return
     plan["original_values"] = original
     rng = random.Random(f"rewrite-sites:{seed}:{task.task_id}")
     try:
         sites = candidate_edits(task, rng, plan["inputs"][0], original[0], True)
     except NotRewritable as err:
         result.reject("any", "not_rewritable", str(err))
-        return False
-    plan["candidates"] = []
+        return
     for _, edit, program, solution in parsed_edits(task, sites, rng, per_type, result):
         plan["candidates"].append((edit, solution, len(jobs)))
         jobs.append(FunctionCalls(program, task.entry_point or "", plan["probe"], timeout_s))
-    return True
 
 
 def parsed_edits(
     task: Task, sites: dict[str, list[Edit]], rng: random.Random, per_type: int, result: Rewrite
 ):
     """(logic type, edit, program, solution) for up to `per_type` edits of every type, the types in an
-    order drawn for the task; a type without a site and an edit whose program does not parse are recorded
-    in `result` as rejections."""
+    order drawn for the task; no site and no parse are recorded in `result` as rejections."""
     order = list(LOGIC_TYPES)
     rng.shuffle(order)
     for logic_type in order:
@@ -890,26 +811,21 @@ def parsed_edits(
 def _accept_first(task: Task, plan: dict, candidate_results: list, result: Rewrite) -> None:
     """Check every candidate's outputs; the first that passes becomes the rewrite, all are counted."""
     n = len(plan["inputs"])
-    original = plan["original_values"]
     for edit, solution, j in plan["candidates"]:
         kind = edit.logic_type
         result.tried[kind] = result.tried.get(kind, 0) + 1
+        original = plan["original_values"]
         values, rejection = check_candidate(
             task, plan["inputs"], original, candidate_results[j], len(plan["probe"])
         )
         if rejection is not None:
             result.reject(kind, **rejection)
             continue
-        result.accepted[kind] = result.accepted.get(kind, 0) + 1
-        if result.task is None:
-            prompt = with_outputs(task, task.prompt, plan["examples"], values[n:])
-            span = _docstring_span(dataclasses.replace(task, prompt=prompt)) if task.prompt_is_code else None
-            prompt = state_change(prompt, span, edit.sentence)
-            result.task = rewritten_task(
-                task, prompt, solution, plan["inputs"], values[:n], kind, edit.sentence
-            )
-            result.logic_type = kind
-            result.change = edit.sentence
+        prompt = with_outputs(task, task.prompt, plan["examples"], values[n:])
+        span = _docstring_span(dataclasses.replace(task, prompt=prompt)) if task.prompt_is_code else None
+        prompt = state_change(prompt, span, edit.sentence)
+        new = rewritten_task(task, prompt, solution, plan["inputs"], values[:n], kind, edit.sentence)
+        result.accept(new, kind, edit.sentence)
 
 
 def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:
@@ -919,7 +835,6 @@ def _synthetic(task: Task, rng: random.Random, sandbox, out: Rewrite) -> None:
         out.reject("any", "not_rewritable", str(err)[:200])
         return
     kind = "operator_change" if new.metadata.get("changed") == "op" else "constant_swap"
-    out.tried[kind] = out.accepted[kind] = 1
-    out.task = dataclasses.replace(new, metadata={**new.metadata, "logic_type": kind})
-    out.logic_type = kind
-    out.change = f"family {task.metadata['family']}: {new.metadata.get('changed')} drawn anew"
+    out.tried[kind] = 1
+    change = f"family {task.metadata['family']}: {new.metadata.get('changed')} drawn anew"
+    out.accept(dataclasses.replace(new, metadata={**new.metadata, "logic_type": kind}), kind, change)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from leaklab.data.tasks import Task
+from leaklab.execution.correctness import check_many
 from leaklab.execution.sandbox import FunctionCalls
 from leaklab.perturb.examples import literal
 from leaklab.perturb.rewriting import (
@@ -77,19 +78,11 @@ def literal_sites(tree: ast.AST) -> list[tuple[ast.Call, int]]:
 def instrumented(tests: str, keep: set[int] | None = None) -> str:
     """The tests with site k (k in `keep`, all when None) recording its computed side, not asserting."""
     tree = ast.parse(tests)
-    sites = literal_sites(tree)
-    by_id = {id(call): (k, lit) for k, (call, lit) in enumerate(sites) if keep is None or k in keep}
-
-    class Swap(ast.NodeTransformer):
-        def visit_Call(self, node: ast.Call) -> ast.AST:
-            self.generic_visit(node)
-            if id(node) not in by_id:
-                return node
-            k, lit = by_id[id(node)]
-            computed = node.args[1 - lit]
-            return ast.Call(ast.Name(RECORDER, ast.Load()), [ast.Constant(k), computed], [])
-
-    return ast.unparse(ast.fix_missing_locations(Swap().visit(tree)))
+    for k, (call, lit) in enumerate(literal_sites(tree)):
+        if keep is None or k in keep:
+            call.func = ast.Name(RECORDER, ast.Load())
+            call.args, call.keywords = [ast.Constant(k), call.args[1 - lit]], []
+    return ast.unparse(ast.fix_missing_locations(tree))
 
 
 def regenerated(tests: str, new_values: dict[int, Any]) -> str:
@@ -199,11 +192,8 @@ def validate_candidates(
     results: list[Rewrite],
     timeout_s: float,
 ) -> None:
-    """Run every candidate on its task's instrumented tests, regenerate the asserted literals, and keep
-    per task the first candidate (in the given order) that the real judge then confirms: it passes the
-    regenerated suite and the original solution fails it. Outcomes and rejections go into `results`."""
-    from leaklab.execution.correctness import check_many
-
+    """Run every candidate on its task's instrumented tests, regenerate the asserted literals, and keep in
+    `results` per task the first candidate that passes the regenerated suite while the original fails it."""
     jobs, where = [], []
     for i, (task, keep) in enumerate(zip(tasks, sites)):
         if keep is None:
@@ -232,30 +222,24 @@ def validate_candidates(
             detail = "an asserted value is not a literal or was checked more than once"
             results[i].reject(kind, "not_literal", detail)
             continue
-        if all(_same(new_values[k], v) for k, v in sites[i].items()):
+        if all(type(new_values[k]) is type(v) and new_values[k] == v for k, v in sites[i].items()):
             detail = "same value as the original at every asserted literal"
             results[i].reject(kind, "equivalent", detail)
             continue
         recorded.append((i, cand, _new_task(tasks[i], cand, new_values)))
 
-    # The real judge on every candidate the recordings accepted (as `rewriting` counts every candidate
-    # that passes); each task keeps the first in its order that passes.
+    # The real judge on every candidate the recordings accepted (`rewriting` too counts all that pass).
     items = [pair for i, cand, new in recorded for pair in ((new, cand.solution), (new, tasks[i].solution))]
     verdicts = check_many(items, sandbox, timeout_s=timeout_s)
     for n, (i, cand, new_task) in enumerate(recorded):
         mine, original = verdicts[2 * n], verdicts[2 * n + 1]
-        kind = cand.logic_type
-        if not mine.passed or original.passed:
-            detail = (
-                f"the rewrite fails its regenerated tests: {mine.reason}"
-                if not mine.passed
-                else "the original solution passes the regenerated tests"
-            )
-            results[i].reject(kind, "regenerated_suite", detail[:200])
+        if mine.passed and not original.passed:
+            results[i].accept(new_task, cand.logic_type, cand.change)
             continue
-        results[i].accepted[kind] = results[i].accepted.get(kind, 0) + 1
-        if results[i].task is None:
-            results[i].task, results[i].logic_type, results[i].change = new_task, kind, cand.change
+        why = "the original solution passes the regenerated tests"
+        if not mine.passed:
+            why = f"the rewrite fails its regenerated tests: {mine.reason}"
+        results[i].reject(cand.logic_type, "regenerated_suite", why[:200])
 
 
 def rewrite_unittest_tasks(
@@ -280,10 +264,6 @@ def rewrite_unittest_tasks(
             candidates[i].append(Candidate(logic_type, program, solution, prompt, edit.sentence))
     validate_candidates(tasks, sites, candidates, sandbox, results, timeout_s)
     return results
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
 
 
 def _new_task(task: Task, cand: Candidate, new_values: dict[int, Any]) -> Task:
