@@ -253,18 +253,6 @@ class Sandbox:
     ) -> ExecResult:
         return self.run_jobs([Program(program, stdin, timeout_s)])[0]
 
-    def run_many(
-        self,
-        programs: Sequence[str],
-        stdins: Sequence[str | bytes | None] | None = None,
-        *,
-        timeout_s: float | None = None,
-    ) -> list[ExecResult]:
-        stdins = stdins if stdins is not None else [None] * len(programs)
-        if len(stdins) != len(programs):
-            raise ValueError("programs and stdins differ in length")
-        return self.run_jobs([Program(p, s, timeout_s) for p, s in zip(programs, stdins)])
-
     def call_function(
         self,
         source: str,
