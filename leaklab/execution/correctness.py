@@ -41,7 +41,6 @@ class SampleResult:
     task_id: str
     verdict: str
     reason: str = ""
-    sample: int = 0
     cases_passed: int | None = None
     cases_total: int | None = None
     base_passed: bool | None = None  # HumanEval+ / MBPP+: the original benchmark's inputs alone
@@ -142,10 +141,6 @@ def _reference_key(task: Task) -> str:
     return f"{task.benchmark}:{task.task_id}:{digest.hexdigest()[:20]}"
 
 
-def _needs_reference(task: Task) -> bool:
-    return task.test_type == "call" and any("output" not in c for c in task.test_cases)
-
-
 # Reference outputs are computed once per task and kept: checking samples one call at a time
 # (check_solution in a loop) must not rerun the canonical solution on a thousand inputs each time.
 _REFERENCES: OrderedDict[str, ExecResult] = OrderedDict()
@@ -158,7 +153,8 @@ def reference_outputs(
 ) -> dict[str, ExecResult]:
     """The canonical solution's outputs on every call input of each task, keyed by `_reference_key`.
     EvalPlus runs its reference without a time limit; `timeout_s` only stops a broken one."""
-    wanted = {_reference_key(t): t for t in tasks if _needs_reference(t)}
+    needed = [t for t in tasks if t.test_type == "call" and any("output" not in c for c in t.test_cases)]
+    wanted = {_reference_key(t): t for t in needed}
     with _REFERENCES_LOCK:
         known = {k: _REFERENCES[k] for k in wanted if k in _REFERENCES}
     todo = {k: t for k, t in wanted.items() if k not in known}
@@ -274,13 +270,6 @@ def _plan_stdio(task: Task, program: str, timeout_s: float) -> _Plan:
     return _Plan(jobs, fold)
 
 
-def _judge_prelude(task: Task) -> str:
-    """Trusted code the judge runs before the tests: the task's own prompt and canonical solution
-    (helpers the tests call, such as HumanEval/32's poly), when they compile."""
-    prelude = task.program()
-    return prelude if parses(prelude) else ""
-
-
 def _plan(
     task: Task,
     completion: str,
@@ -298,7 +287,10 @@ def _plan(
         if not task.tests.strip():
             return SampleResult(task.task_id, "error", "the task has no tests")
         if task.test_type == "function":
-            prelude = _judge_prelude(task)
+            # The judge runs the task's own prompt and canonical solution first, when they compile: the
+            # tests may call their helpers (HumanEval/32's poly).
+            canonical = task.program()
+            prelude = canonical if parses(canonical) else ""
             job: Job = CheckFunction(
                 program, task.entry_point or "", task.tests, prelude, timeout_s=timeout_s
             )
