@@ -5,8 +5,7 @@
     reward.counts                                               # Counter of reasons over all calls
     reward.close()
 
-Each task comes in a `task` column (`task_to_json`) or a `task_id` column looked up in `tasks`. Nothing
-a completion does stops training: it scores 0 and is counted by reason. Before the first verdict
+Each task comes in a `task` column (`task_to_json`). Nothing a completion does stops training: it scores 0 and is counted by reason. Before the first verdict
 `config.require_layers` checks the pool's isolation.
 """
 
@@ -60,23 +59,19 @@ class CodeReward:
         memory_mb: int = 1024,
         max_output_bytes: int = 1 << 16,
         allow_weaker_sandbox: bool = False,
-        tasks: Sequence[Task] = (),
-        sandbox: Sandbox | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"reward mode {mode!r}: use one of {', '.join(MODES)}")
         self.__name__ = f"tests_{mode}"  # TRL names the logged reward after the function
         self.mode = mode
         self.allow_weaker_sandbox = allow_weaker_sandbox
-        self.tasks = {t.task_id: t for t in tasks}
         # Twice the cores: a run spends part of its time in fork and namespace set-up, not on a CPU
         # (measured on 2 cores: 4 workers score ~1.4x what 2 do).
         workers = workers or min(16, 2 * (os.cpu_count() or 1))
         self._sandbox_args = dict(
             workers=workers, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes
         )
-        self._sandbox = sandbox
-        self._own_sandbox = sandbox is None
+        self._sandbox: Sandbox | None = None
         self._checked = False
         self._parsed: dict[str, Task] = {}
         self.counts: Counter[str] = Counter()
@@ -101,7 +96,7 @@ class CodeReward:
         return self.missing_layers
 
     def close(self) -> None:
-        if self._sandbox is not None and self._own_sandbox:
+        if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
             self._checked = False
@@ -115,19 +110,14 @@ class CodeReward:
     # ------------------------------------------------------------------ scoring
 
     def _task(self, i: int, columns: Mapping[str, Any]) -> Task:
-        if "task" in columns:
-            text = columns["task"][i]
-            if isinstance(text, Task):
-                return text
-            if text not in self._parsed:
-                self._parsed[text] = task_from_json(text)
-            return self._parsed[text]
-        if "task_id" in columns:
-            task_id = columns["task_id"][i]
-            if task_id in self.tasks:
-                return self.tasks[task_id]
-            raise KeyError(f"reward: task {task_id!r} is not among the tasks this reward was given")
-        raise KeyError("reward: the dataset needs a `task` (task_to_json) or a `task_id` column")
+        if "task" not in columns:
+            raise KeyError("reward: the dataset needs a `task` column (task_to_json)")
+        text = columns["task"][i]
+        if isinstance(text, Task):
+            return text
+        if text not in self._parsed:
+            self._parsed[text] = task_from_json(text)
+        return self._parsed[text]
 
     def score(self, tasks: Sequence[Task], completions: Sequence[Any]) -> list[Scored]:
         """One Scored per (task, completion), checked in one sandbox batch."""
@@ -150,8 +140,7 @@ class CodeReward:
                 checked = dict(zip(unique, check_many(list(unique.values()), sandbox, full_program=False)))
             except Exception as err:  # the pool itself failed: this batch scores 0, the next gets a new pool
                 log.error("reward: the sandbox failed on a batch of %d (%s); scored 0", len(todo), err)
-                if self._own_sandbox:
-                    self.close()
+                self.close()
                 checked = dict.fromkeys(unique)
             for i, t, code in todo:
                 result = checked[(id(t), code)]

@@ -3,6 +3,8 @@ and the refusal to score on a sandbox that lacks its isolation layers."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from leaklab.data.benchmarks import load_humaneval
@@ -139,26 +141,26 @@ def test_fraction_mode_gives_partial_credit_on_case_tests():
         test_cases=tuple({"input": [x], "output": abs(x)} for x in (1, 2, -3, -4)),
     )
     wrong_on_negatives = "    return x\n"
-    with CodeReward(mode="fraction", workers=1, tasks=[task]) as r:
-        assert r(["p"] * 2, [wrong_on_negatives, task.solution], task_id=["t/abs", "t/abs"]) == [0.5, 1.0]
-    with CodeReward(mode="binary", workers=1, tasks=[task]) as r:
-        assert r(["p"], [wrong_on_negatives], task_id=["t/abs"]) == [0.0]
+    with CodeReward(mode="fraction", workers=1) as r:
+        assert r(["p"] * 2, [wrong_on_negatives, task.solution], task=[task_to_json(task)] * 2) == [0.5, 1.0]
+    with CodeReward(mode="binary", workers=1) as r:
+        assert r(["p"], [wrong_on_negatives], task=[task_to_json(task)]) == [0.0]
 
 
-def test_an_unknown_task_or_a_missing_column_is_a_clear_error(reward):
-    with pytest.raises(KeyError, match="not among the tasks"):
-        reward(["p"], ["    return 1\n"], task_id=["nope"])
+def test_a_missing_task_column_is_a_clear_error(reward):
     with pytest.raises(KeyError, match="`task`"):
         reward(["p"], ["    return 1\n"])
 
 
-def test_a_sandbox_without_its_layers_refuses_to_score_unless_allowed(humaneval0):
-    with Sandbox(workers=1, disable=["seccomp"]) as weak:
-        refusing = CodeReward(sandbox=weak)
+def test_a_sandbox_without_its_layers_refuses_to_score_unless_allowed(humaneval0, monkeypatch):
+    from leaklab.execution import rewards
+
+    monkeypatch.setattr(rewards, "Sandbox", functools.partial(Sandbox, disable=["seccomp"]))
+    with CodeReward(workers=1) as refusing:
         with pytest.raises(WeakerSandboxError, match="seccomp"):
             refusing([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)])
         assert refusing.counts == {}  # refused before any verdict
-        allowed = CodeReward(sandbox=weak, allow_weaker_sandbox=True)
+    with CodeReward(workers=1, allow_weaker_sandbox=True) as allowed:
         assert allowed([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)]) == [1.0]
         assert any("seccomp" in m for m in allowed.missing_layers)
 
