@@ -57,7 +57,6 @@ class CrossResult:
     clone: bool | None = None
     n_inputs: int = 0  # inputs the ground truth ran on (S_a's denominator)
     reason: str = ""  # why the pair did not reach execution ("" when it did)
-    note: str = "S_b = S_a: one shared input set (the benchmark's test inputs)"
     screen: str = ""  # stage 1: "" not asked, "clone", "not a clone", or "unreadable: <why>"
     llm_inputs: tuple[int, int] = (0, 0)  # LLM-proposed inputs kept for (A, B)
     llm_inputs_dropped: dict[str, int] = field(default_factory=dict)  # proposals dropped, by reason
@@ -144,29 +143,14 @@ def cross_execute(
         if s_a is None and s_b is None:
             out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs", **common)
             continue
-        s_a, s_b, n_valid, note = _both_sides(s_a, n_valid, s_b, n_valid_b, bool(kept[1]), llm)
-        if sources:
-            counts = ", ".join(f"{n} {name}" for name, n in sources.items())
-            note += f" + {sum(sources.values())} generated from the signature ({counts})"
+        # A side whose inputs the ground truth runs on none of takes the other side's score.
+        if s_a is None:
+            s_a, n_valid = s_b, n_valid_b
+        if s_b is None:
+            s_b = s_a
         clone = s_a >= threshold and s_b >= threshold
-        out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
+        out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, **common)
     return [out[i] for i in range(len(pairs))]
-
-
-def _both_sides(s_a, n_valid, s_b, n_valid_b, b_has_own_inputs: bool, llm) -> tuple[float, float, int, str]:
-    """(S_a, S_b, valid inputs, note) once at least one side has a score: a side without one takes the
-    other's, and the note says which inputs each side ran on."""
-    if s_a is None:  # only inputs proposed for B: S_a falls back to S_b
-        return s_b, s_b, n_valid_b, "S_a = S_b: the ground truth runs on none of A's inputs"
-    if s_b is None:
-        return s_a, s_a, n_valid, "S_b = S_a: the ground truth runs on none of the inputs proposed for B"
-    if b_has_own_inputs:
-        note = "S_a on the shared inputs + those proposed for A; S_b on the shared + those proposed for B"
-    elif llm and llm.n_inputs > 0:
-        note = "S_b = S_a: no input proposed for B was kept"
-    else:
-        note = CrossResult.note
-    return s_a, s_b, n_valid, note
 
 
 def _cannot_run(result) -> str | None:
