@@ -890,10 +890,7 @@ def _run_test_class(
 
 def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
     """Run the trusted test code against a proxy of the candidate; the verdict, as a dict."""
-    try:
-        prelude, tests, check_name = fields["prelude"], fields["tests"], fields["check"]
-    except (KeyError, TypeError) as err:
-        return {"error": f"malformed judge payload: {err}"}
+    prelude, tests, check_name = fields["prelude"], fields["tests"], fields["check"]
     namespace = _fresh_main()
     if prelude and (error := _exec(prelude, "<prelude>", namespace)):
         return {"error": f"the reference code does not run: {error}"}
@@ -923,14 +920,10 @@ def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int
 
 
 def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
-    try:
-        fields = json.loads(payload)
-        unittest_class = fields.get("test_class") if type(fields) is dict else None
-    except ValueError as err:
-        return {"error": f"malformed judge payload: {err}"}
-    if unittest_class is not None:
+    fields = json.loads(payload)  # Sandbox._message's JSON, read whole by serve_judge
+    if "test_class" in fields:
         try:
-            return judge_unittest(fields["tests"], unittest_class, requests_fd, replies_fd)
+            return judge_unittest(fields["tests"], fields["test_class"], requests_fd, replies_fd)
         except BaseException as err:  # never without a verdict; the worker reads one record per check
             return {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
     return judge_check(fields, entry_point, requests_fd, replies_fd)

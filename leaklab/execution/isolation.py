@@ -584,10 +584,9 @@ _libc.msgctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 _libc.semctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
 
 
-def clear_ipc(queues: bool = True) -> int:
+def clear_ipc(queues: bool = True) -> None:
     """Remove every System V object of the worker's IPC namespace (only its runs use it) and, with
-    `queues` (where /dev/mqueue is the worker's own mount), every POSIX message queue; how many."""
-    removed = 0
+    `queues` (where /dev/mqueue is the worker's own mount), every POSIX message queue."""
     for kind, remove in (
         ("shm", lambda i: _libc.shmctl(i, _IPC_RMID, None)),
         ("msg", lambda i: _libc.msgctl(i, _IPC_RMID, None)),
@@ -600,13 +599,10 @@ def clear_ipc(queues: bool = True) -> int:
             continue
         for row in rows:
             remove(int(row.split()[1]))
-            removed += 1
     with contextlib.suppress(OSError):
         for name in os.listdir("/dev/mqueue") if queues else ():
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join("/dev/mqueue", name))
-                removed += 1
-    return removed
 
 
 # --------------------------------------------------------------------------- seccomp
