@@ -101,12 +101,6 @@ class CodeReward:
             self._sandbox = None
             self._checked = False
 
-    def __enter__(self) -> CodeReward:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ scoring
 
     def _task(self, i: int, columns: Mapping[str, Any]) -> Task:

@@ -4,6 +4,7 @@ and the refusal to score on a sandbox that lacks its isolation layers."""
 from __future__ import annotations
 
 import functools
+from contextlib import closing
 
 import pytest
 
@@ -24,7 +25,7 @@ def humaneval0() -> Task:
 
 @pytest.fixture(scope="module")
 def reward():
-    with CodeReward(workers=2, timeout_s=2.0) as r:
+    with closing(CodeReward(workers=2, timeout_s=2.0)) as r:
         yield r
 
 
@@ -141,9 +142,9 @@ def test_fraction_mode_gives_partial_credit_on_case_tests():
         test_cases=tuple({"input": [x], "output": abs(x)} for x in (1, 2, -3, -4)),
     )
     wrong_on_negatives = "    return x\n"
-    with CodeReward(mode="fraction", workers=1) as r:
+    with closing(CodeReward(mode="fraction", workers=1)) as r:
         assert r(["p"] * 2, [wrong_on_negatives, task.solution], task=[task_to_json(task)] * 2) == [0.5, 1.0]
-    with CodeReward(mode="binary", workers=1) as r:
+    with closing(CodeReward(mode="binary", workers=1)) as r:
         assert r(["p"], [wrong_on_negatives], task=[task_to_json(task)]) == [0.0]
 
 
@@ -156,11 +157,11 @@ def test_a_sandbox_without_its_layers_refuses_to_score_unless_allowed(humaneval0
     from leaklab.execution import rewards
 
     monkeypatch.setattr(rewards, "Sandbox", functools.partial(Sandbox, disable=["seccomp"]))
-    with CodeReward(workers=1) as refusing:
+    with closing(CodeReward(workers=1)) as refusing:
         with pytest.raises(WeakerSandboxError, match="seccomp"):
             refusing([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)])
         assert refusing.counts == {}  # refused before any verdict
-    with CodeReward(workers=1, allow_weaker_sandbox=True) as allowed:
+    with closing(CodeReward(workers=1, allow_weaker_sandbox=True)) as allowed:
         assert allowed([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)]) == [1.0]
         assert any("seccomp" in m for m in allowed.missing_layers)
 
@@ -169,7 +170,7 @@ def test_a_failing_pool_scores_the_batch_zero_and_the_next_call_gets_a_new_pool(
     from leaklab.execution import rewards
 
     t = humaneval0
-    with CodeReward(workers=1) as r:
+    with closing(CodeReward(workers=1)) as r:
         real = rewards.check_many
         monkeypatch.setattr(
             rewards, "check_many", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("pool died"))
@@ -193,7 +194,7 @@ def test_repeated_completions_of_a_group_run_once_and_share_the_verdict(humaneva
 
     monkeypatch.setattr(rewards, "check_many", counting)
     group = [t.solution, "    return False\n", t.solution, t.solution, "    return False\n", ""]
-    with CodeReward(workers=1) as r:
+    with closing(CodeReward(workers=1)) as r:
         assert r([t.prompt] * 6, group, task=[task_to_json(t)] * 6) == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
         assert r.take_counts() == {"passed": 3, "failed": 2, "no_code": 1}  # counted per completion
     assert seen == [2]  # two distinct programs reached the sandbox
