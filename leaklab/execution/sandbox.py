@@ -248,45 +248,21 @@ class Sandbox:
 
     # ------------------------------------------------------------------ public API
 
-    def run(
-        self, program: str, stdin: str | bytes | None = None, *, timeout_s: float | None = None
-    ) -> ExecResult:
-        return self.run_jobs([Program(program, stdin, timeout_s)])[0]
+    # One job of a kind each; `options` are the job's other fields (timeout_s, prelude, test_class, ...).
+    def run(self, program: str, stdin: str | bytes | None = None, **options: Any) -> ExecResult:
+        return self.run_jobs([Program(program, stdin, **options)])[0]
 
     def call_function(
-        self,
-        source: str,
-        entry_point: str,
-        inputs: Sequence[Sequence[Any]],
-        *,
-        timeout_s: float | None = None,
+        self, source: str, entry_point: str, inputs: Sequence[Sequence[Any]], **options: Any
     ) -> ExecResult:
         """`result.calls[i]` is the outcome of `entry_point(*inputs[i])`."""
-        return self.run_jobs([FunctionCalls(source, entry_point, inputs, timeout_s)])[0]
+        return self.run_jobs([FunctionCalls(source, entry_point, inputs, **options)])[0]
 
-    def check_function(
-        self,
-        source: str,
-        entry_point: str,
-        tests: str,
-        *,
-        prelude: str = "",
-        check: str = "check",
-        timeout_s: float | None = None,
-    ) -> ExecResult:
-        return self.run_jobs([CheckFunction(source, entry_point, tests, prelude, check, timeout_s)])[0]
+    def check_function(self, source: str, entry_point: str, tests: str, **options: Any) -> ExecResult:
+        return self.run_jobs([CheckFunction(source, entry_point, tests, **options)])[0]
 
-    def run_unittest(
-        self,
-        source: str,
-        tests: str,
-        *,
-        test_class: str = "TestCases",
-        timeout_s: float | None = None,
-        guard_calls: bool | None = None,
-        judged: bool = True,
-    ) -> ExecResult:
-        return self.run_jobs([UnitTests(source, tests, test_class, timeout_s, guard_calls, judged)])[0]
+    def run_unittest(self, source: str, tests: str, **options: Any) -> ExecResult:
+        return self.run_jobs([UnitTests(source, tests, **options)])[0]
 
     def run_jobs(self, jobs: Sequence[Job]) -> list[ExecResult]:
         """Run every job on the pool; the results come back in the order of `jobs`."""
