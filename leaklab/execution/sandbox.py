@@ -1,9 +1,5 @@
-"""The isolated runner: every program, model-generated or not, runs here and nowhere else.
-
-A pool of worker processes (`worker.py`) forks one child per run under the layers of `isolation.py`.
-Verdicts are passed / failed / timeout / error; nothing a program does raises out of here, and what it
-writes is read defensively (a malformed report is `failed`, never `error`). Usage, and who decides a
-verdict for each kind of job: docs/sandbox.md#verdicts.
+"""The isolated runner: a pool of workers (`worker.py`) forks one child per run under the layers of
+`isolation.py`; nothing a program does raises out of here. Usage and verdicts: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -528,7 +524,6 @@ def _check_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     if type(verdict) is not dict:
         result.verdict, result.reason = "error", f"the judge {_ended(reply)} without a verdict"
         return result
-    result.details["calls"] = verdict.get("calls")
     if "tests" in verdict:
         result.details["tests"] = verdict["tests"]
     if verdict.get("passed") is True:
