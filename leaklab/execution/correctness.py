@@ -10,7 +10,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,8 +44,7 @@ class SampleResult:
     cases_passed: int | None = None
     cases_total: int | None = None
     base_passed: bool | None = None  # HumanEval+ / MBPP+: the original benchmark's inputs alone
-    duration_s: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False  # output beyond the sandbox's cap was dropped: a reward fails it (rewards.py)
 
     @property
     def passed(self) -> bool:
@@ -183,9 +182,7 @@ class _Plan:
 
 
 def _from_exec(task_id: str, result: ExecResult) -> SampleResult:
-    # Output beyond the sandbox's cap was dropped; a reward treats that as a failure (rewards.py).
-    details = {"truncated": True} if result.truncated else {}
-    return SampleResult(task_id, result.verdict, result.reason, duration_s=result.duration_s, details=details)
+    return SampleResult(task_id, result.verdict, result.reason, truncated=result.truncated)
 
 
 def _plan_call(
@@ -217,10 +214,8 @@ def _plan_call(
             for i in range(len(inputs))
         ]
         res = SampleResult(
-            task.task_id, "passed", cases_passed=sum(ok), cases_total=len(ok), duration_s=r.duration_s
+            task.task_id, "passed", cases_passed=sum(ok), cases_total=len(ok), truncated=r.truncated
         )
-        if r.truncated:
-            res.details["truncated"] = True
         n_base = task.metadata.get("n_base")
         if n_base is not None:
             res.base_passed = all(ok[:n_base])
@@ -249,10 +244,7 @@ def _plan_stdio(task: Task, program: str, timeout_s: float) -> _Plan:
     jobs: list[Job] = [Program(program, _text(c["input"]), timeout_s) for c in cases]
 
     def fold(results: list[ExecResult]) -> SampleResult:
-        duration = sum(r.duration_s for r in results)
-        res = SampleResult(
-            task.task_id, "passed", cases_passed=0, cases_total=len(cases), duration_s=duration
-        )
+        res = SampleResult(task.task_id, "passed", cases_passed=0, cases_total=len(cases))
         for i, (r, case) in enumerate(zip(results, cases)):
             if r.verdict != "passed":
                 verdict, why = r.verdict, r.reason
@@ -321,9 +313,7 @@ def check_many(
     """Each (task, completion) checked in one batch; results in order. A completion continues the
     task's prompt or, with `full_program=True`, is the whole program."""
     timeout = sandbox.limits.timeout_s if timeout_s is None else timeout_s
-    references = reference_outputs(
-        list({_reference_key(t): t for t, _ in items}.values()), sandbox, max(timeout, 60.0)
-    )
+    references = reference_outputs([t for t, _ in items], sandbox, max(timeout, 60.0))
     # BigCodeBench programs delete files and start processes as part of the task; where the operating
     # system confines them (own uid, private mounts) the Python-level guards would only fail them.
     iso = sandbox.isolation

@@ -5,8 +5,8 @@
     reward.counts                                               # Counter of reasons over all calls
     reward.close()
 
-Each task comes in a `task` column (`task_to_json`). Nothing a completion does stops training: it scores 0 and is counted by reason. Before the first verdict
-`config.require_layers` checks the pool's isolation.
+Each task comes in a `task` column (`task_to_json`). Nothing a completion does stops training: it
+scores 0 and is counted by reason; a sandbox without every layer is refused (`config.require_layers`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,6 @@ class Scored:
     reward: float
     # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
     reason: str
-    detail: str = ""
 
 
 def task_to_json(task: Task) -> str:
@@ -103,16 +102,6 @@ class CodeReward:
 
     # ------------------------------------------------------------------ scoring
 
-    def _task(self, i: int, columns: Mapping[str, Any]) -> Task:
-        if "task" not in columns:
-            raise KeyError("reward: the dataset needs a `task` column (task_to_json)")
-        text = columns["task"][i]
-        if isinstance(text, Task):
-            return text
-        if text not in self._parsed:
-            self._parsed[text] = task_from_json(text)
-        return self._parsed[text]
-
     def score(self, tasks: Sequence[Task], completions: Sequence[Any]) -> list[Scored]:
         """One Scored per (task, completion), checked in one sandbox batch."""
         if len(tasks) != len(completions):
@@ -138,9 +127,7 @@ class CodeReward:
                 checked = dict.fromkeys(unique)
             for i, t, code in todo:
                 result = checked[(id(t), code)]
-                scored[i] = (
-                    Scored(0.0, "error", "sandbox failure") if result is None else self._from_result(result)
-                )
+                scored[i] = Scored(0.0, "error") if result is None else self._from_result(result)
         out = [s for s in scored if s is not None]
         reasons = Counter(s.reason for s in out)
         self.counts.update(reasons)
@@ -148,21 +135,26 @@ class CodeReward:
         return out
 
     def _from_result(self, result) -> Scored:
-        if result.details.get("truncated"):
+        if result.truncated:
             # Flooding stdout is not a solution, whatever the tests said.
-            return Scored(0.0, "output_limit", result.reason)
+            return Scored(0.0, "output_limit")
         if result.verdict == "passed":
             return Scored(1.0, "passed")
         if result.verdict in ("timeout", "error"):
-            return Scored(0.0, result.verdict, result.reason)
+            return Scored(0.0, result.verdict)
         partial = 0.0
         if self.mode == "fraction" and result.cases_total:
             partial = (result.cases_passed or 0) / result.cases_total
-        return Scored(partial, "failed", result.reason)
+        return Scored(partial, "failed")
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
-        tasks = [self._task(i, columns) for i in range(len(completions))]
-        return [s.reward for s in self.score(tasks, completions)]
+        if "task" not in columns:
+            raise KeyError("reward: the dataset needs a `task` column (task_to_json)")
+        texts = [columns["task"][i] for i in range(len(completions))]
+        for text in texts:
+            if text not in self._parsed:
+                self._parsed[text] = task_from_json(text)
+        return [s.reward for s in self.score([self._parsed[t] for t in texts], completions)]
 
     def take_counts(self) -> dict[str, int]:
         """The reasons counted since the last call (for a training log), then reset."""
