@@ -34,7 +34,7 @@ def reward():
 
 def test_a_base_model_body_stops_where_top_level_code_resumes():
     c = candidate(PROMPT, "    return a + b\n\ndef other(:\n    pass\nprint(add(1, 2))", "add")
-    assert c.code == "    return a + b\n" and c.problem is None and not c.whole_function
+    assert c.code == "    return a + b\n" and c.problem is None
 
 
 def test_a_body_cut_mid_line_by_the_length_limit_is_recovered():
@@ -45,7 +45,7 @@ def test_a_body_cut_mid_line_by_the_length_limit_is_recovered():
 def test_a_fenced_whole_function_follows_the_prompt_on_its_own_line():
     reply = "Here you go:\n```python\nimport math\n\ndef add(a, b):\n    return a + b\n```\nDone."
     c = candidate(PROMPT, reply, "add")
-    assert c.whole_function and c.code.startswith("\nimport math") and "```" not in c.code
+    assert c.code.startswith("\nimport math") and "```" not in c.code
 
 
 def test_the_fenced_block_that_defines_the_entry_point_wins():
@@ -59,7 +59,7 @@ def test_an_unclosed_fence_and_a_chat_conversation_are_read():
         {"role": "assistant", "content": "```python\ndef add(a, b):\n    return a + b\n"},
     ]
     assert reply_text(conversation).startswith("```python")
-    assert candidate(PROMPT, conversation, "add").whole_function
+    assert candidate(PROMPT, conversation, "add").code.startswith("\ndef add")
 
 
 @pytest.mark.parametrize(
