@@ -73,7 +73,6 @@ class LLMStages:
     screen: bool = True  # stage 1
     n_inputs: int = 10  # inputs to ask per function (0: none)
     max_new_tokens: int = 512
-    repair: bool = True  # a program that cannot run gets an LLM preamble and one more run
 
 
 def cross_execute(
@@ -81,10 +80,8 @@ def cross_execute(
     sandbox,
     *,
     timeout_s: float = 5.0,
-    threshold: float = THRESHOLD,
     llm: LLMStages | None = None,
     generated: int = 0,
-    seed: int = 0,
 ) -> list[CrossResult]:
     """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order.
     `generated`: at most this many inputs per pair generated from the ground truth's signature (0: none)."""
@@ -93,7 +90,7 @@ def cross_execute(
     made: dict[int, Any] = {}
     for i, pair in enumerate(pairs):
         if pair.candidate is not None and generated > 0:
-            made[i] = generate_inputs(pair.reference, pair.entry_point, pair.inputs, generated, seed)
+            made[i] = generate_inputs(pair.reference, pair.entry_point, pair.inputs, generated)
         if pair.candidate is None:
             out[i] = CrossResult(None, reason="no generated function")
         elif not pair.inputs and not (llm and llm.n_inputs > 0) and not (i in made and made[i].inputs):
@@ -132,7 +129,7 @@ def cross_execute(
             FunctionCalls(pair.candidate, pair.entry_point, union, timeout_s),
         ]
     ran = sandbox.run_jobs(jobs) if jobs else []
-    repaired = _repair(llm, jobs, ran, sandbox, timeout_s) if llm and llm.repair and jobs else {}
+    repaired = _repair(llm, jobs, ran, sandbox, timeout_s) if llm and jobs else {}
     for i, (j, inputs_a, inputs_b, kept, dropped, sources) in plans.items():
         reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
         s_a, n_valid = _agreement(inputs_a, reference, candidate)
@@ -148,7 +145,7 @@ def cross_execute(
             s_a, n_valid = s_b, n_valid_b
         if s_b is None:
             s_b = s_a
-        clone = s_a >= threshold and s_b >= threshold
+        clone = s_a >= THRESHOLD and s_b >= THRESHOLD
         out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, **common)
     return [out[i] for i in range(len(pairs))]
 
@@ -296,8 +293,4 @@ def _input_sets(shared, extra_a, extra_b, dropped: Counter):
     base = [place(a, False) for a in shared[:MAX_INPUTS]]
     side_a = base + [place(a, True) for a in extra_a]
     side_b = base + [place(a, True) for a in extra_b]
-    return _first_unique(side_a), _first_unique(side_b), union
-
-
-def _first_unique(indexes: list[int]) -> list[int]:
-    return list(dict.fromkeys(indexes))[:MAX_INPUTS]
+    return list(dict.fromkeys(side_a))[:MAX_INPUTS], list(dict.fromkeys(side_b))[:MAX_INPUTS], union

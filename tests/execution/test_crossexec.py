@@ -198,8 +198,8 @@ def test_a_program_that_cannot_run_gets_a_preamble_and_runs_again(sandbox):
     assert got.similarity == 1.0 and got.repaired == ("reference",)
     (asked,) = [p for p in backend.prompts if "cannot run" in p]
     assert "NameError" in asked and "return helper(x) + 1" in asked
-    # without the repair (or without an LLM) the ground truth runs on none of the inputs
-    (off,) = cross_execute(pairs, sandbox, llm=LLMStages(_Backend(), screen=False, n_inputs=0, repair=False))
+    # without an LLM to repair it the ground truth runs on none of the inputs
+    (off,) = cross_execute(pairs, sandbox)
     assert off.similarity is None and off.reason == "the ground truth runs on none of the inputs"
     # a reply without a code block repairs nothing
     (none,) = cross_execute(
