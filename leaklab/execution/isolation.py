@@ -2,8 +2,7 @@
 run_scratch and seccomp, and the Python-level guards on top. See docs/sandbox.md#layers.
 
 A worker calls in once at start (`setup_worker`) and around each run (`mount_scratch`, `drop_scratch`,
-`clear_ipc`); each run's child calls `enter_child` right after fork. Without root only the network
-namespace (where user namespaces are allowed) and the Python guards remain; `Sandbox.isolation` says so.
+`clear_ipc`); each run's child calls `enter_child` right after fork.
 """
 
 from __future__ import annotations
