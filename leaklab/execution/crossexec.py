@@ -18,7 +18,7 @@ from typing import Any
 from leaklab.execution.correctness import outputs_match
 from leaklab.execution.input_gen import find_function, generate_inputs, input_key
 from leaklab.execution.sandbox import FunctionCalls
-from leaklab.similarity.judges import judge_pairs
+from leaklab.similarity.judges import ask, judge_pairs
 
 THRESHOLD = 0.8  # HyClone's clone threshold on S_a and S_b
 MAX_INPUTS = 50  # inputs run per pair and side (the first ones)
@@ -129,7 +129,7 @@ def cross_execute(
             FunctionCalls(pair.candidate, pair.entry_point, union, timeout_s),
         ]
     ran = sandbox.run_jobs(jobs) if jobs else []
-    repaired = _repair(llm, jobs, ran, sandbox, timeout_s) if llm and jobs else {}
+    repaired = _repair(llm, jobs, ran, sandbox) if llm and jobs else {}
     for i, (j, inputs_a, inputs_b, kept, dropped, sources) in plans.items():
         reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
         s_a, n_valid = _agreement(inputs_a, reference, candidate)
@@ -158,7 +158,7 @@ def _cannot_run(result) -> str | None:
     return result.reason or (errors[0] if errors else "it fails")
 
 
-def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) -> set[int]:
+def _repair(llm: LLMStages, jobs: list, ran: list, sandbox) -> set[int]:
     """Ask a preamble for every job whose program cannot run, run those once more with it (in place in
     `ran`); the indexes of the jobs repaired."""
     broken = [(k, why) for k, result in enumerate(ran) if (why := _cannot_run(result)) is not None]
@@ -168,15 +168,11 @@ def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) ->
         llm.render(REPAIR_PROMPT.format(error=f" ({why[:300]})", source=jobs[k].source.rstrip("\n")))
         for k, why in broken
     ]
-    replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
     again = {}
-    for (k, _), completions in zip(broken, replies):
-        block = _CODE_BLOCK.search(completions[0].text if completions else "")
+    for (k, _), reply in zip(broken, ask(llm.generator, prompts, llm.max_new_tokens)):
+        block = _CODE_BLOCK.search(reply)
         if block and block.group(1).strip():
-            job = jobs[k]
-            again[k] = FunctionCalls(
-                block.group(1) + "\n" + job.source, job.entry_point, job.inputs, timeout_s
-            )
+            again[k] = replace(jobs[k], source=block.group(1) + "\n" + jobs[k].source)
     for k, result in zip(again, sandbox.run_jobs(list(again.values())) if again else []):
         ran[k] = result
     return set(again)
@@ -216,10 +212,8 @@ def _proposed_inputs(llm: LLMStages, pairs, pending) -> dict[int, tuple[tuple[li
         )
         for i, _, source in programs
     ]
-    replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
     found: dict[int, tuple[tuple[list, list], Counter]] = {i: (([], []), Counter()) for i in pending}
-    for (i, side, source), completions in zip(programs, replies):
-        reply = completions[0].text if completions else ""
+    for (i, side, source), reply in zip(programs, ask(llm.generator, prompts, llm.max_new_tokens)):
         kept, dropped = parse_inputs(reply, arity(source, pairs[i].entry_point), llm.n_inputs)
         found[i][0][0 if side == "reference" else 1].extend(kept)
         found[i][1].update(dropped)
