@@ -1,8 +1,5 @@
-"""The recipe's `execution:` section, and the check that a sandbox is strong enough for a reward.
-
-Whatever a program can fake or read in a reward, training finds: RL reward computation calls
-`require_layers` before its first verdict and refuses a sandbox that lacks a layer unless the recipe
-says `execution.allow_weaker_sandbox: true`. Evaluation alone does not need the check.
+"""The recipe's `execution:` section, and `require_layers`: whatever a program can fake or read in a
+reward, training finds, so an RL reward refuses a sandbox without every layer. See docs/sandbox.md#layers.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,12 +41,10 @@ class SampleResult:
     task_id: str
     verdict: str
     reason: str = ""
-    sample: int = 0
     cases_passed: int | None = None
     cases_total: int | None = None
     base_passed: bool | None = None  # HumanEval+ / MBPP+: the original benchmark's inputs alone
-    duration_s: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
+    truncated: bool = False  # output beyond the sandbox's cap was dropped: a reward fails it (rewards.py)
 
     @property
     def passed(self) -> bool:
@@ -142,10 +140,6 @@ def _reference_key(task: Task) -> str:
     return f"{task.benchmark}:{task.task_id}:{digest.hexdigest()[:20]}"
 
 
-def _needs_reference(task: Task) -> bool:
-    return task.test_type == "call" and any("output" not in c for c in task.test_cases)
-
-
 # Reference outputs are computed once per task and kept: checking samples one call at a time
 # (check_solution in a loop) must not rerun the canonical solution on a thousand inputs each time.
 _REFERENCES: OrderedDict[str, ExecResult] = OrderedDict()
@@ -158,7 +152,8 @@ def reference_outputs(
 ) -> dict[str, ExecResult]:
     """The canonical solution's outputs on every call input of each task, keyed by `_reference_key`.
     EvalPlus runs its reference without a time limit; `timeout_s` only stops a broken one."""
-    wanted = {_reference_key(t): t for t in tasks if _needs_reference(t)}
+    needed = [t for t in tasks if t.test_type == "call" and any("output" not in c for c in t.test_cases)]
+    wanted = {_reference_key(t): t for t in needed}
     with _REFERENCES_LOCK:
         known = {k: _REFERENCES[k] for k in wanted if k in _REFERENCES}
     todo = {k: t for k, t in wanted.items() if k not in known}
@@ -187,9 +182,7 @@ class _Plan:
 
 
 def _from_exec(task_id: str, result: ExecResult) -> SampleResult:
-    # Output beyond the sandbox's cap was dropped; a reward treats that as a failure (rewards.py).
-    details = {"truncated": True} if result.truncated else {}
-    return SampleResult(task_id, result.verdict, result.reason, duration_s=result.duration_s, details=details)
+    return SampleResult(task_id, result.verdict, result.reason, truncated=result.truncated)
 
 
 def _plan_call(
@@ -221,10 +214,8 @@ def _plan_call(
             for i in range(len(inputs))
         ]
         res = SampleResult(
-            task.task_id, "passed", cases_passed=sum(ok), cases_total=len(ok), duration_s=r.duration_s
+            task.task_id, "passed", cases_passed=sum(ok), cases_total=len(ok), truncated=r.truncated
         )
-        if r.truncated:
-            res.details["truncated"] = True
         n_base = task.metadata.get("n_base")
         if n_base is not None:
             res.base_passed = all(ok[:n_base])
@@ -253,10 +244,7 @@ def _plan_stdio(task: Task, program: str, timeout_s: float) -> _Plan:
     jobs: list[Job] = [Program(program, _text(c["input"]), timeout_s) for c in cases]
 
     def fold(results: list[ExecResult]) -> SampleResult:
-        duration = sum(r.duration_s for r in results)
-        res = SampleResult(
-            task.task_id, "passed", cases_passed=0, cases_total=len(cases), duration_s=duration
-        )
+        res = SampleResult(task.task_id, "passed", cases_passed=0, cases_total=len(cases))
         for i, (r, case) in enumerate(zip(results, cases)):
             if r.verdict != "passed":
                 verdict, why = r.verdict, r.reason
@@ -272,13 +260,6 @@ def _plan_stdio(task: Task, program: str, timeout_s: float) -> _Plan:
         return res
 
     return _Plan(jobs, fold)
-
-
-def _judge_prelude(task: Task) -> str:
-    """Trusted code the judge runs before the tests: the task's own prompt and canonical solution
-    (helpers the tests call, such as HumanEval/32's poly), when they compile."""
-    prelude = task.program()
-    return prelude if parses(prelude) else ""
 
 
 def _plan(
@@ -298,7 +279,10 @@ def _plan(
         if not task.tests.strip():
             return SampleResult(task.task_id, "error", "the task has no tests")
         if task.test_type == "function":
-            prelude = _judge_prelude(task)
+            # The judge runs the task's own prompt and canonical solution first, when they compile: the
+            # tests may call their helpers (HumanEval/32's poly).
+            canonical = task.program()
+            prelude = canonical if parses(canonical) else ""
             job: Job = CheckFunction(
                 program, task.entry_point or "", task.tests, prelude, timeout_s=timeout_s
             )
@@ -329,9 +313,7 @@ def check_many(
     """Each (task, completion) checked in one batch; results in order. A completion continues the
     task's prompt or, with `full_program=True`, is the whole program."""
     timeout = sandbox.limits.timeout_s if timeout_s is None else timeout_s
-    references = reference_outputs(
-        list({_reference_key(t): t for t, _ in items}.values()), sandbox, max(timeout, 60.0)
-    )
+    references = reference_outputs([t for t, _ in items], sandbox, max(timeout, 60.0))
     # BigCodeBench programs delete files and start processes as part of the task; where the operating
     # system confines them (own uid, private mounts) the Python-level guards would only fail them.
     iso = sandbox.isolation

@@ -18,7 +18,7 @@ from typing import Any
 from leaklab.execution.correctness import outputs_match
 from leaklab.execution.input_gen import find_function, generate_inputs, input_key
 from leaklab.execution.sandbox import FunctionCalls
-from leaklab.similarity.judges import judge_pairs
+from leaklab.similarity.judges import ask, judge_pairs
 
 THRESHOLD = 0.8  # HyClone's clone threshold on S_a and S_b
 MAX_INPUTS = 50  # inputs run per pair and side (the first ones)
@@ -57,7 +57,6 @@ class CrossResult:
     clone: bool | None = None
     n_inputs: int = 0  # inputs the ground truth ran on (S_a's denominator)
     reason: str = ""  # why the pair did not reach execution ("" when it did)
-    note: str = "S_b = S_a: one shared input set (the benchmark's test inputs)"
     screen: str = ""  # stage 1: "" not asked, "clone", "not a clone", or "unreadable: <why>"
     llm_inputs: tuple[int, int] = (0, 0)  # LLM-proposed inputs kept for (A, B)
     llm_inputs_dropped: dict[str, int] = field(default_factory=dict)  # proposals dropped, by reason
@@ -74,7 +73,6 @@ class LLMStages:
     screen: bool = True  # stage 1
     n_inputs: int = 10  # inputs to ask per function (0: none)
     max_new_tokens: int = 512
-    repair: bool = True  # a program that cannot run gets an LLM preamble and one more run
 
 
 def cross_execute(
@@ -82,10 +80,8 @@ def cross_execute(
     sandbox,
     *,
     timeout_s: float = 5.0,
-    threshold: float = THRESHOLD,
     llm: LLMStages | None = None,
     generated: int = 0,
-    seed: int = 0,
 ) -> list[CrossResult]:
     """Stage 1 (with `llm.screen`) and stage 2 for every pair, all programs in one sandbox batch; results in order.
     `generated`: at most this many inputs per pair generated from the ground truth's signature (0: none)."""
@@ -94,7 +90,7 @@ def cross_execute(
     made: dict[int, Any] = {}
     for i, pair in enumerate(pairs):
         if pair.candidate is not None and generated > 0:
-            made[i] = generate_inputs(pair.reference, pair.entry_point, pair.inputs, generated, seed)
+            made[i] = generate_inputs(pair.reference, pair.entry_point, pair.inputs, generated)
         if pair.candidate is None:
             out[i] = CrossResult(None, reason="no generated function")
         elif not pair.inputs and not (llm and llm.n_inputs > 0) and not (i in made and made[i].inputs):
@@ -133,7 +129,7 @@ def cross_execute(
             FunctionCalls(pair.candidate, pair.entry_point, union, timeout_s),
         ]
     ran = sandbox.run_jobs(jobs) if jobs else []
-    repaired = _repair(llm, jobs, ran, sandbox, timeout_s) if llm and llm.repair and jobs else {}
+    repaired = _repair(llm, jobs, ran, sandbox) if llm and jobs else {}
     for i, (j, inputs_a, inputs_b, kept, dropped, sources) in plans.items():
         reference, candidate = ran[j].calls or [], ran[j + 1].calls or []
         s_a, n_valid = _agreement(inputs_a, reference, candidate)
@@ -144,29 +140,14 @@ def cross_execute(
         if s_a is None and s_b is None:
             out[i] = CrossResult(None, reason="the ground truth runs on none of the inputs", **common)
             continue
-        s_a, s_b, n_valid, note = _both_sides(s_a, n_valid, s_b, n_valid_b, bool(kept[1]), llm)
-        if sources:
-            counts = ", ".join(f"{n} {name}" for name, n in sources.items())
-            note += f" + {sum(sources.values())} generated from the signature ({counts})"
-        clone = s_a >= threshold and s_b >= threshold
-        out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, note=note, **common)
+        # A side whose inputs the ground truth runs on none of takes the other side's score.
+        if s_a is None:
+            s_a, n_valid = s_b, n_valid_b
+        if s_b is None:
+            s_b = s_a
+        clone = s_a >= THRESHOLD and s_b >= THRESHOLD
+        out[i] = CrossResult((s_a + s_b) / 2, s_a, s_b, clone, n_valid, **common)
     return [out[i] for i in range(len(pairs))]
-
-
-def _both_sides(s_a, n_valid, s_b, n_valid_b, b_has_own_inputs: bool, llm) -> tuple[float, float, int, str]:
-    """(S_a, S_b, valid inputs, note) once at least one side has a score: a side without one takes the
-    other's, and the note says which inputs each side ran on."""
-    if s_a is None:  # only inputs proposed for B: S_a falls back to S_b
-        return s_b, s_b, n_valid_b, "S_a = S_b: the ground truth runs on none of A's inputs"
-    if s_b is None:
-        return s_a, s_a, n_valid, "S_b = S_a: the ground truth runs on none of the inputs proposed for B"
-    if b_has_own_inputs:
-        note = "S_a on the shared inputs + those proposed for A; S_b on the shared + those proposed for B"
-    elif llm and llm.n_inputs > 0:
-        note = "S_b = S_a: no input proposed for B was kept"
-    else:
-        note = CrossResult.note
-    return s_a, s_b, n_valid, note
 
 
 def _cannot_run(result) -> str | None:
@@ -177,7 +158,7 @@ def _cannot_run(result) -> str | None:
     return result.reason or (errors[0] if errors else "it fails")
 
 
-def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) -> set[int]:
+def _repair(llm: LLMStages, jobs: list, ran: list, sandbox) -> set[int]:
     """Ask a preamble for every job whose program cannot run, run those once more with it (in place in
     `ran`); the indexes of the jobs repaired."""
     broken = [(k, why) for k, result in enumerate(ran) if (why := _cannot_run(result)) is not None]
@@ -187,15 +168,11 @@ def _repair(llm: LLMStages, jobs: list, ran: list, sandbox, timeout_s: float) ->
         llm.render(REPAIR_PROMPT.format(error=f" ({why[:300]})", source=jobs[k].source.rstrip("\n")))
         for k, why in broken
     ]
-    replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
     again = {}
-    for (k, _), completions in zip(broken, replies):
-        block = _CODE_BLOCK.search(completions[0].text if completions else "")
+    for (k, _), reply in zip(broken, ask(llm.generator, prompts, llm.max_new_tokens)):
+        block = _CODE_BLOCK.search(reply)
         if block and block.group(1).strip():
-            job = jobs[k]
-            again[k] = FunctionCalls(
-                block.group(1) + "\n" + job.source, job.entry_point, job.inputs, timeout_s
-            )
+            again[k] = replace(jobs[k], source=block.group(1) + "\n" + jobs[k].source)
     for k, result in zip(again, sandbox.run_jobs(list(again.values())) if again else []):
         ran[k] = result
     return set(again)
@@ -235,10 +212,8 @@ def _proposed_inputs(llm: LLMStages, pairs, pending) -> dict[int, tuple[tuple[li
         )
         for i, _, source in programs
     ]
-    replies = llm.generator.generate(prompts, max_new_tokens=llm.max_new_tokens, temperature=0.0)
     found: dict[int, tuple[tuple[list, list], Counter]] = {i: (([], []), Counter()) for i in pending}
-    for (i, side, source), completions in zip(programs, replies):
-        reply = completions[0].text if completions else ""
+    for (i, side, source), reply in zip(programs, ask(llm.generator, prompts, llm.max_new_tokens)):
         kept, dropped = parse_inputs(reply, arity(source, pairs[i].entry_point), llm.n_inputs)
         found[i][0][0 if side == "reference" else 1].extend(kept)
         found[i][1].update(dropped)
@@ -312,8 +287,4 @@ def _input_sets(shared, extra_a, extra_b, dropped: Counter):
     base = [place(a, False) for a in shared[:MAX_INPUTS]]
     side_a = base + [place(a, True) for a in extra_a]
     side_b = base + [place(a, True) for a in extra_b]
-    return _first_unique(side_a), _first_unique(side_b), union
-
-
-def _first_unique(indexes: list[int]) -> list[int]:
-    return list(dict.fromkeys(indexes))[:MAX_INPUTS]
+    return list(dict.fromkeys(side_a))[:MAX_INPUTS], list(dict.fromkeys(side_b))[:MAX_INPUTS], union

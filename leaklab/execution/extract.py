@@ -25,7 +25,6 @@ class Candidate:
 
     code: str | None
     problem: str | None = None  # no_code | syntax_error | too_long
-    whole_function: bool = False  # the reply redefines the entry point (chat style)
 
 
 def reply_text(completion: Any) -> str:
@@ -82,11 +81,10 @@ def candidate(prompt: str, completion: Any, entry_point: str | None = None, prom
         code = fenced if fenced is not None else text
         if not code.strip():
             return Candidate(None, "no_code")
-        whole = _defines(code, entry_point)
         # A whole function goes after the prompt on a line of its own; a fenced body continues it.
-        joined = "\n" + code if whole else code
+        joined = "\n" + code if _defines(code, entry_point) else code
         if parses(prompt + joined):
-            return Candidate(joined, whole_function=whole)
+            return Candidate(joined)
         return Candidate(None, "syntax_error")
     # A base model's continuation: the body up to where top-level code resumes; a body cut mid-line by
     # the length limit is recovered by dropping its last lines.

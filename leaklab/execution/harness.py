@@ -1,10 +1,7 @@
-"""What runs inside a sandboxed child, after `isolation.enter_child` has locked it down, and the judge.
-
-One function per kind of run; each returns the child's exit code, never raises, and sends JSON lines
-to a descriptor. Judged checks split the tests (judge) from the program (candidate) over two processes:
+"""What runs inside a sandboxed child once `isolation.enter_child` has locked it down (one function per
+kind of run: it returns the exit code, never raises, sends JSON lines to a descriptor), and the judge:
 `serve_candidate` / `judge_check` for `check(candidate)`, `serve_module` / `judge_unittest` for unittest
-classes, see docs/sandbox.md#judged-checks. `run_unittest` is the forgeable one-process way, kept for
-`UnitTests(judged=False)` in the hostile tests.
+classes (docs/sandbox.md#judged-checks). `run_unittest` is the forgeable one-process way (hostile tests).
 """
 
 from __future__ import annotations
@@ -247,13 +244,11 @@ class CandidateProxy:
         self.__name__ = name
         self._requests_fd = requests_fd
         self._replies = os.fdopen(replies_fd, "rb", closefd=False)
-        self.calls = 0
 
     def receive(self) -> dict[str, Any]:
         return read_reply(self._replies)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls += 1
         try:
             request = {"args": values.encode(list(args)), "kwargs": values.encode(dict(kwargs))}
         except values.UnsupportedValue as err:
@@ -562,7 +557,6 @@ class CandidateLink:
     def __init__(self, requests_fd: int, replies_fd: int) -> None:
         self._requests_fd = requests_fd
         self._replies = os.fdopen(replies_fd, "rb", closefd=False)
-        self.requests = 0
         self.exported: dict[int, Any] = {}  # the judge's mocks the candidate holds by reference
 
     def encode(self, value: Any) -> Any:
@@ -615,7 +609,6 @@ class CandidateLink:
 
     def tell(self, request: dict[str, Any]) -> None:
         """A request that is not about a reference (patch, unpatch, environ); its answer must be None."""
-        self.requests += 1
         send(self._requests_fd, request)
         reply = self._reply()
         if "ok" not in reply:
@@ -643,7 +636,6 @@ class CandidateLink:
             raise CandidateFailed(f"the candidate sent a malformed value: {str(err)[:200]}") from None
 
     def ask(self, op: str, ref: int, **fields: Any) -> Any:
-        self.requests += 1
         try:
             request = {"op": op, "ref": ref}
             for name, value in fields.items():
@@ -772,7 +764,7 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
     # stream (carried back after each call) must not choose this check's unseeded test inputs.
     _set_rng_state(_rng_state(fresh=True))
     with _shared_files(), _forwarded_patches(link):
-        return _run_test_class(tests, test_class, namespace, link)
+        return _run_test_class(tests, test_class, namespace)
 
 
 def _patch_target(owner: Any) -> list[str] | None:
@@ -859,9 +851,7 @@ def _shared_files():
         os.chdir(cwd)
 
 
-def _run_test_class(
-    tests: str, test_class: str, namespace: dict[str, Any], link: CandidateLink
-) -> dict[str, Any]:
+def _run_test_class(tests: str, test_class: str, namespace: dict[str, Any]) -> dict[str, Any]:
     if error := _exec(tests, "<tests>", namespace):
         return {"error": f"the test code does not run: {error}"}
     cls = namespace.get(test_class)
@@ -871,10 +861,7 @@ def _run_test_class(
     try:
         unittest.TestLoader().loadTestsFromTestCase(cls).run(result)
     except BaseException as err:  # the tests' own doing (a JudgeError, SystemExit in a test)
-        return {
-            "error": f"the tests could not run: {describe(err, '<tests>', tests)}",
-            "calls": link.requests,
-        }
+        return {"error": f"the tests could not run: {describe(err, '<tests>', tests)}"}
     if not result.testsRun:
         return {"error": "the test class holds no tests"}
     problems = [_unittest_problem(t, trace) for t, trace in result.failures + result.errors]
@@ -883,17 +870,13 @@ def _run_test_class(
         return {
             "failed": f"{len(problems)} of {result.testsRun} tests failed: " + "; ".join(problems[:3]),
             "tests": result.testsRun,
-            "calls": link.requests,
         }
-    return {"passed": True, "tests": result.testsRun, "calls": link.requests}
+    return {"passed": True, "tests": result.testsRun}
 
 
 def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
     """Run the trusted test code against a proxy of the candidate; the verdict, as a dict."""
-    try:
-        prelude, tests, check_name = fields["prelude"], fields["tests"], fields["check"]
-    except (KeyError, TypeError) as err:
-        return {"error": f"malformed judge payload: {err}"}
+    prelude, tests, check_name = fields["prelude"], fields["tests"], fields["check"]
     namespace = _fresh_main()
     if prelude and (error := _exec(prelude, "<prelude>", namespace)):
         return {"error": f"the reference code does not run: {error}"}
@@ -912,25 +895,21 @@ def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int
     try:
         check(proxy)
     except JudgeError as err:
-        return {"error": str(err), "calls": proxy.calls}
+        return {"error": str(err)}
     except CandidateFailed as err:
-        return {"failed": str(err), "calls": proxy.calls}
+        return {"failed": str(err)}
     except AssertionError as err:
-        return {"failed": "a test failed: " + describe(err, "<tests>", tests), "calls": proxy.calls}
+        return {"failed": "a test failed: " + describe(err, "<tests>", tests)}
     except BaseException as err:
-        return {"failed": describe(err, "<tests>", tests), "calls": proxy.calls}
-    return {"passed": True, "calls": proxy.calls}
+        return {"failed": describe(err, "<tests>", tests)}
+    return {"passed": True}
 
 
 def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
-    try:
-        fields = json.loads(payload)
-        unittest_class = fields.get("test_class") if type(fields) is dict else None
-    except ValueError as err:
-        return {"error": f"malformed judge payload: {err}"}
-    if unittest_class is not None:
+    fields = json.loads(payload)  # Sandbox._message's JSON, read whole by serve_judge
+    if "test_class" in fields:
         try:
-            return judge_unittest(fields["tests"], unittest_class, requests_fd, replies_fd)
+            return judge_unittest(fields["tests"], fields["test_class"], requests_fd, replies_fd)
         except BaseException as err:  # never without a verdict; the worker reads one record per check
             return {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
     return judge_check(fields, entry_point, requests_fd, replies_fd)

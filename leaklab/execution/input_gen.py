@@ -14,7 +14,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-SOURCES = ("annotations", "defaults", "mutated", "common")
 COMMON = (0, 1, -2, 7, "", "abc", [], [1, 2, 3])  # values of common types for an unknown parameter
 _MISSING = object()  # a parameter without a default (or one `literal_eval` cannot read)
 _SEQUENCES = {"list", "List", "Sequence", "MutableSequence", "Iterable", "Collection", "Iterator"}
@@ -26,7 +25,6 @@ _SETS = {"set", "Set", "frozenset", "FrozenSet", "AbstractSet"}
 class Generated:
     inputs: list[list] = field(default_factory=list)
     sources: dict[str, int] = field(default_factory=dict)  # inputs kept per source
-    why_none: str = ""  # when no input could be generated at all
 
 
 @dataclass(frozen=True)
@@ -39,10 +37,10 @@ class _Param:
 def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, seed: int = 0) -> Generated:
     """Up to `n` argument lists for `entry_point` in `source`, none repeating a task input or another."""
     if n <= 0:
-        return Generated(why_none="generation off")
+        return Generated()
     params = _signature(source, entry_point)
     if isinstance(params, str):
-        return Generated(why_none=params)
+        return Generated()  # no signature to read
     rng = random.Random(f"{seed}:{entry_point}")
     required = sum(not p.has_default for p in params)
     task = [list(a) for a in task_inputs if required <= len(a) <= len(params)]
@@ -55,8 +53,8 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
     }
     seen = {input_key(a) for a in task_inputs}
     kept: list[list] = []
-    sources = {s: 0 for s in SOURCES}
-    queues = {s: iter(candidates[s]) for s in SOURCES}
+    sources = dict.fromkeys(candidates, 0)
+    queues = {name: iter(found) for name, found in candidates.items()}
     while len(kept) < n and queues:
         for name in list(queues):  # one from each source in turn
             args = next(queues[name], None)
@@ -66,7 +64,7 @@ def generate_inputs(source: str, entry_point: str, task_inputs=(), n: int = 10, 
                 seen.add(input_key(args))
                 kept.append(args)
                 sources[name] += 1
-    return Generated(kept, {s: c for s, c in sources.items() if c}, "" if kept else "nothing new to try")
+    return Generated(kept, {s: c for s, c in sources.items() if c})
 
 
 def find_function(source: str, entry_point: str) -> ast.FunctionDef | ast.AsyncFunctionDef | str:

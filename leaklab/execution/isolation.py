@@ -2,8 +2,7 @@
 run_scratch and seccomp, and the Python-level guards on top. See docs/sandbox.md#layers.
 
 A worker calls in once at start (`setup_worker`) and around each run (`mount_scratch`, `drop_scratch`,
-`clear_ipc`); each run's child calls `enter_child` right after fork. Without root only the network
-namespace (where user namespaces are allowed) and the Python guards remain; `Sandbox.isolation` says so.
+`clear_ipc`); each run's child calls `enter_child` right after fork.
 """
 
 from __future__ import annotations
@@ -584,10 +583,9 @@ _libc.msgctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_void_p)
 _libc.semctl.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int)
 
 
-def clear_ipc(queues: bool = True) -> int:
+def clear_ipc(queues: bool = True) -> None:
     """Remove every System V object of the worker's IPC namespace (only its runs use it) and, with
-    `queues` (where /dev/mqueue is the worker's own mount), every POSIX message queue; how many."""
-    removed = 0
+    `queues` (where /dev/mqueue is the worker's own mount), every POSIX message queue."""
     for kind, remove in (
         ("shm", lambda i: _libc.shmctl(i, _IPC_RMID, None)),
         ("msg", lambda i: _libc.msgctl(i, _IPC_RMID, None)),
@@ -600,13 +598,10 @@ def clear_ipc(queues: bool = True) -> int:
             continue
         for row in rows:
             remove(int(row.split()[1]))
-            removed += 1
     with contextlib.suppress(OSError):
         for name in os.listdir("/dev/mqueue") if queues else ():
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join("/dev/mqueue", name))
-                removed += 1
-    return removed
 
 
 # --------------------------------------------------------------------------- seccomp

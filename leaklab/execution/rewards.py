@@ -5,9 +5,8 @@
     reward.counts                                               # Counter of reasons over all calls
     reward.close()
 
-Each task comes in a `task` column (`task_to_json`) or a `task_id` column looked up in `tasks`. Nothing
-a completion does stops training: it scores 0 and is counted by reason. Before the first verdict
-`config.require_layers` checks the pool's isolation.
+Each task comes in a `task` column (`task_to_json`). Nothing a completion does stops training: it
+scores 0 and is counted by reason; a sandbox without every layer is refused (`config.require_layers`).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,6 @@ class Scored:
     reward: float
     # passed, failed (by the tests), no_code, syntax_error, too_long, timeout, output_limit, error
     reason: str
-    detail: str = ""
 
 
 def task_to_json(task: Task) -> str:
@@ -60,23 +58,19 @@ class CodeReward:
         memory_mb: int = 1024,
         max_output_bytes: int = 1 << 16,
         allow_weaker_sandbox: bool = False,
-        tasks: Sequence[Task] = (),
-        sandbox: Sandbox | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"reward mode {mode!r}: use one of {', '.join(MODES)}")
         self.__name__ = f"tests_{mode}"  # TRL names the logged reward after the function
         self.mode = mode
         self.allow_weaker_sandbox = allow_weaker_sandbox
-        self.tasks = {t.task_id: t for t in tasks}
         # Twice the cores: a run spends part of its time in fork and namespace set-up, not on a CPU
         # (measured on 2 cores: 4 workers score ~1.4x what 2 do).
         workers = workers or min(16, 2 * (os.cpu_count() or 1))
         self._sandbox_args = dict(
             workers=workers, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes
         )
-        self._sandbox = sandbox
-        self._own_sandbox = sandbox is None
+        self._sandbox: Sandbox | None = None
         self._checked = False
         self._parsed: dict[str, Task] = {}
         self.counts: Counter[str] = Counter()
@@ -101,33 +95,12 @@ class CodeReward:
         return self.missing_layers
 
     def close(self) -> None:
-        if self._sandbox is not None and self._own_sandbox:
+        if self._sandbox is not None:
             self._sandbox.close()
             self._sandbox = None
             self._checked = False
 
-    def __enter__(self) -> CodeReward:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ scoring
-
-    def _task(self, i: int, columns: Mapping[str, Any]) -> Task:
-        if "task" in columns:
-            text = columns["task"][i]
-            if isinstance(text, Task):
-                return text
-            if text not in self._parsed:
-                self._parsed[text] = task_from_json(text)
-            return self._parsed[text]
-        if "task_id" in columns:
-            task_id = columns["task_id"][i]
-            if task_id in self.tasks:
-                return self.tasks[task_id]
-            raise KeyError(f"reward: task {task_id!r} is not among the tasks this reward was given")
-        raise KeyError("reward: the dataset needs a `task` (task_to_json) or a `task_id` column")
 
     def score(self, tasks: Sequence[Task], completions: Sequence[Any]) -> list[Scored]:
         """One Scored per (task, completion), checked in one sandbox batch."""
@@ -150,14 +123,11 @@ class CodeReward:
                 checked = dict(zip(unique, check_many(list(unique.values()), sandbox, full_program=False)))
             except Exception as err:  # the pool itself failed: this batch scores 0, the next gets a new pool
                 log.error("reward: the sandbox failed on a batch of %d (%s); scored 0", len(todo), err)
-                if self._own_sandbox:
-                    self.close()
+                self.close()
                 checked = dict.fromkeys(unique)
             for i, t, code in todo:
                 result = checked[(id(t), code)]
-                scored[i] = (
-                    Scored(0.0, "error", "sandbox failure") if result is None else self._from_result(result)
-                )
+                scored[i] = Scored(0.0, "error") if result is None else self._from_result(result)
         out = [s for s in scored if s is not None]
         reasons = Counter(s.reason for s in out)
         self.counts.update(reasons)
@@ -165,21 +135,26 @@ class CodeReward:
         return out
 
     def _from_result(self, result) -> Scored:
-        if result.details.get("truncated"):
+        if result.truncated:
             # Flooding stdout is not a solution, whatever the tests said.
-            return Scored(0.0, "output_limit", result.reason)
+            return Scored(0.0, "output_limit")
         if result.verdict == "passed":
             return Scored(1.0, "passed")
         if result.verdict in ("timeout", "error"):
-            return Scored(0.0, result.verdict, result.reason)
+            return Scored(0.0, result.verdict)
         partial = 0.0
         if self.mode == "fraction" and result.cases_total:
             partial = (result.cases_passed or 0) / result.cases_total
-        return Scored(partial, "failed", result.reason)
+        return Scored(partial, "failed")
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **columns: Any) -> list[float]:
-        tasks = [self._task(i, columns) for i in range(len(completions))]
-        return [s.reward for s in self.score(tasks, completions)]
+        if "task" not in columns:
+            raise KeyError("reward: the dataset needs a `task` column (task_to_json)")
+        texts = [columns["task"][i] for i in range(len(completions))]
+        for text in texts:
+            if text not in self._parsed:
+                self._parsed[text] = task_from_json(text)
+        return [s.reward for s in self.score([self._parsed[t] for t in texts], completions)]
 
     def take_counts(self) -> dict[str, int]:
         """The reasons counted since the last call (for a training log), then reset."""

@@ -1,9 +1,5 @@
-"""The isolated runner: every program, model-generated or not, runs here and nowhere else.
-
-A pool of worker processes (`worker.py`) forks one child per run under the layers of `isolation.py`.
-Verdicts are passed / failed / timeout / error; nothing a program does raises out of here, and what it
-writes is read defensively (a malformed report is `failed`, never `error`). Usage, and who decides a
-verdict for each kind of job: docs/sandbox.md#verdicts.
+"""The isolated runner: a pool of workers (`worker.py`) forks one child per run under the layers of
+`isolation.py`; nothing a program does raises out of here. Usage and verdicts: docs/sandbox.md.
 """
 
 from __future__ import annotations
@@ -248,57 +244,21 @@ class Sandbox:
 
     # ------------------------------------------------------------------ public API
 
-    def run(
-        self, program: str, stdin: str | bytes | None = None, *, timeout_s: float | None = None
-    ) -> ExecResult:
-        return self.run_jobs([Program(program, stdin, timeout_s)])[0]
-
-    def run_many(
-        self,
-        programs: Sequence[str],
-        stdins: Sequence[str | bytes | None] | None = None,
-        *,
-        timeout_s: float | None = None,
-    ) -> list[ExecResult]:
-        stdins = stdins if stdins is not None else [None] * len(programs)
-        if len(stdins) != len(programs):
-            raise ValueError("programs and stdins differ in length")
-        return self.run_jobs([Program(p, s, timeout_s) for p, s in zip(programs, stdins)])
+    # One job of a kind each; `options` are the job's other fields (timeout_s, prelude, test_class, ...).
+    def run(self, program: str, stdin: str | bytes | None = None, **options: Any) -> ExecResult:
+        return self.run_jobs([Program(program, stdin, **options)])[0]
 
     def call_function(
-        self,
-        source: str,
-        entry_point: str,
-        inputs: Sequence[Sequence[Any]],
-        *,
-        timeout_s: float | None = None,
+        self, source: str, entry_point: str, inputs: Sequence[Sequence[Any]], **options: Any
     ) -> ExecResult:
         """`result.calls[i]` is the outcome of `entry_point(*inputs[i])`."""
-        return self.run_jobs([FunctionCalls(source, entry_point, inputs, timeout_s)])[0]
+        return self.run_jobs([FunctionCalls(source, entry_point, inputs, **options)])[0]
 
-    def check_function(
-        self,
-        source: str,
-        entry_point: str,
-        tests: str,
-        *,
-        prelude: str = "",
-        check: str = "check",
-        timeout_s: float | None = None,
-    ) -> ExecResult:
-        return self.run_jobs([CheckFunction(source, entry_point, tests, prelude, check, timeout_s)])[0]
+    def check_function(self, source: str, entry_point: str, tests: str, **options: Any) -> ExecResult:
+        return self.run_jobs([CheckFunction(source, entry_point, tests, **options)])[0]
 
-    def run_unittest(
-        self,
-        source: str,
-        tests: str,
-        *,
-        test_class: str = "TestCases",
-        timeout_s: float | None = None,
-        guard_calls: bool | None = None,
-        judged: bool = True,
-    ) -> ExecResult:
-        return self.run_jobs([UnitTests(source, tests, test_class, timeout_s, guard_calls, judged)])[0]
+    def run_unittest(self, source: str, tests: str, **options: Any) -> ExecResult:
+        return self.run_jobs([UnitTests(source, tests, **options)])[0]
 
     def run_jobs(self, jobs: Sequence[Job]) -> list[ExecResult]:
         """Run every job on the pool; the results come back in the order of `jobs`."""
@@ -564,7 +524,6 @@ def _check_verdict(result: ExecResult, reply: dict[str, Any]) -> ExecResult:
     if type(verdict) is not dict:
         result.verdict, result.reason = "error", f"the judge {_ended(reply)} without a verdict"
         return result
-    result.details["calls"] = verdict.get("calls")
     if "tests" in verdict:
         result.details["tests"] = verdict["tests"]
     if verdict.get("passed") is True:

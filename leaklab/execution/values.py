@@ -52,8 +52,6 @@ def encode(
     numpy_scalar = (type(value).__module__ or "").startswith("numpy") and type(value).__name__ != "ndarray"
     if rich and numpy_scalar and hasattr(value, "dtype") and hasattr(value, "item"):
         return {"$npscalar": [str(value.dtype), enc(value.item())]}
-    if isinstance(value, bool):
-        return bool(value)
     if isinstance(value, int):
         number = int(value)
         return number if -_MAX_DECIMAL_INT < number < _MAX_DECIMAL_INT else {"$int": hex(number)}

@@ -34,7 +34,7 @@ def test_defaults_are_left_out_and_nudged():
     assert nudged and all(type(a[1]) is int and a[1] != 3 for a in nudged)  # a nearby int, not the default
     assert any(len(a) == 3 and a[1] == 3 and type(a[2]) is str and a[2] != "x" for a in got.inputs)
     # a required keyword-only argument cannot be passed positionally; a method has `self`
-    assert generate_inputs("def h(a, *, k):\n    pass\n", "h").why_none == "needs a keyword-only argument"
+    assert generate_inputs("def h(a, *, k):\n    pass\n", "h").inputs == []
     assert generate_inputs("def h(:\n", "h").inputs == []
 
 
@@ -75,10 +75,6 @@ def test_a_pair_that_agrees_on_the_task_inputs_only_is_no_clone_with_generated_i
     made = gen.generated_inputs
     assert set(made) == {"annotations", "mutated"} and 5 <= sum(made.values()) <= 10
     assert gen.n_inputs == 2 + sum(made.values())  # the reference runs on every generated input here
-    assert (
-        f"generated from the signature ({made['annotations']} annotations, {made['mutated']} mutated)"
-        in gen.note
-    )
     # a pair with no task inputs now reaches execution on the generated ones alone
     (alone,) = cross_execute([CrossPair(ref, ref, "f", [])], sandbox, generated=5)
     assert alone.clone and alone.n_inputs == 5 and alone.reason == ""

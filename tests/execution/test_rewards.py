@@ -3,6 +3,9 @@ and the refusal to score on a sandbox that lacks its isolation layers."""
 
 from __future__ import annotations
 
+import functools
+from contextlib import closing
+
 import pytest
 
 from leaklab.data.benchmarks import load_humaneval
@@ -22,7 +25,7 @@ def humaneval0() -> Task:
 
 @pytest.fixture(scope="module")
 def reward():
-    with CodeReward(workers=2, timeout_s=2.0) as r:
+    with closing(CodeReward(workers=2, timeout_s=2.0)) as r:
         yield r
 
 
@@ -31,7 +34,7 @@ def reward():
 
 def test_a_base_model_body_stops_where_top_level_code_resumes():
     c = candidate(PROMPT, "    return a + b\n\ndef other(:\n    pass\nprint(add(1, 2))", "add")
-    assert c.code == "    return a + b\n" and c.problem is None and not c.whole_function
+    assert c.code == "    return a + b\n" and c.problem is None
 
 
 def test_a_body_cut_mid_line_by_the_length_limit_is_recovered():
@@ -42,7 +45,7 @@ def test_a_body_cut_mid_line_by_the_length_limit_is_recovered():
 def test_a_fenced_whole_function_follows_the_prompt_on_its_own_line():
     reply = "Here you go:\n```python\nimport math\n\ndef add(a, b):\n    return a + b\n```\nDone."
     c = candidate(PROMPT, reply, "add")
-    assert c.whole_function and c.code.startswith("\nimport math") and "```" not in c.code
+    assert c.code.startswith("\nimport math") and "```" not in c.code
 
 
 def test_the_fenced_block_that_defines_the_entry_point_wins():
@@ -56,7 +59,7 @@ def test_an_unclosed_fence_and_a_chat_conversation_are_read():
         {"role": "assistant", "content": "```python\ndef add(a, b):\n    return a + b\n"},
     ]
     assert reply_text(conversation).startswith("```python")
-    assert candidate(PROMPT, conversation, "add").whole_function
+    assert candidate(PROMPT, conversation, "add").code.startswith("\ndef add")
 
 
 @pytest.mark.parametrize(
@@ -139,26 +142,26 @@ def test_fraction_mode_gives_partial_credit_on_case_tests():
         test_cases=tuple({"input": [x], "output": abs(x)} for x in (1, 2, -3, -4)),
     )
     wrong_on_negatives = "    return x\n"
-    with CodeReward(mode="fraction", workers=1, tasks=[task]) as r:
-        assert r(["p"] * 2, [wrong_on_negatives, task.solution], task_id=["t/abs", "t/abs"]) == [0.5, 1.0]
-    with CodeReward(mode="binary", workers=1, tasks=[task]) as r:
-        assert r(["p"], [wrong_on_negatives], task_id=["t/abs"]) == [0.0]
+    with closing(CodeReward(mode="fraction", workers=1)) as r:
+        assert r(["p"] * 2, [wrong_on_negatives, task.solution], task=[task_to_json(task)] * 2) == [0.5, 1.0]
+    with closing(CodeReward(mode="binary", workers=1)) as r:
+        assert r(["p"], [wrong_on_negatives], task=[task_to_json(task)]) == [0.0]
 
 
-def test_an_unknown_task_or_a_missing_column_is_a_clear_error(reward):
-    with pytest.raises(KeyError, match="not among the tasks"):
-        reward(["p"], ["    return 1\n"], task_id=["nope"])
+def test_a_missing_task_column_is_a_clear_error(reward):
     with pytest.raises(KeyError, match="`task`"):
         reward(["p"], ["    return 1\n"])
 
 
-def test_a_sandbox_without_its_layers_refuses_to_score_unless_allowed(humaneval0):
-    with Sandbox(workers=1, disable=["seccomp"]) as weak:
-        refusing = CodeReward(sandbox=weak)
+def test_a_sandbox_without_its_layers_refuses_to_score_unless_allowed(humaneval0, monkeypatch):
+    from leaklab.execution import rewards
+
+    monkeypatch.setattr(rewards, "Sandbox", functools.partial(Sandbox, disable=["seccomp"]))
+    with closing(CodeReward(workers=1)) as refusing:
         with pytest.raises(WeakerSandboxError, match="seccomp"):
             refusing([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)])
         assert refusing.counts == {}  # refused before any verdict
-        allowed = CodeReward(sandbox=weak, allow_weaker_sandbox=True)
+    with closing(CodeReward(workers=1, allow_weaker_sandbox=True)) as allowed:
         assert allowed([humaneval0.prompt], [humaneval0.solution], task=[task_to_json(humaneval0)]) == [1.0]
         assert any("seccomp" in m for m in allowed.missing_layers)
 
@@ -167,7 +170,7 @@ def test_a_failing_pool_scores_the_batch_zero_and_the_next_call_gets_a_new_pool(
     from leaklab.execution import rewards
 
     t = humaneval0
-    with CodeReward(workers=1) as r:
+    with closing(CodeReward(workers=1)) as r:
         real = rewards.check_many
         monkeypatch.setattr(
             rewards, "check_many", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("pool died"))
@@ -191,7 +194,7 @@ def test_repeated_completions_of_a_group_run_once_and_share_the_verdict(humaneva
 
     monkeypatch.setattr(rewards, "check_many", counting)
     group = [t.solution, "    return False\n", t.solution, t.solution, "    return False\n", ""]
-    with CodeReward(workers=1) as r:
+    with closing(CodeReward(workers=1)) as r:
         assert r([t.prompt] * 6, group, task=[task_to_json(t)] * 6) == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
         assert r.take_counts() == {"passed": 3, "failed": 2, "no_code": 1}  # counted per completion
     assert seen == [2]  # two distinct programs reached the sandbox

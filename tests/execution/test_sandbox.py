@@ -50,15 +50,15 @@ def test_program_exit_status_decides_a_plain_run(sandbox):
     assert "Traceback" in r.stderr
 
 
-def test_run_many_keeps_the_order_of_its_inputs(sandbox):
+def test_run_jobs_keeps_the_order_of_its_jobs(sandbox):
     programs = [f"import time\ntime.sleep({0.05 * (i % 3)})\nprint({i})" for i in range(12)]
-    results = sandbox.run_many(programs)
+    results = sandbox.run_jobs([Program(p) for p in programs])
     assert [r.stdout for r in results] == [f"{i}\n" for i in range(12)]
 
 
 def test_every_run_gets_a_fresh_directory_that_is_removed(sandbox):
     write = "import os\nopen('f', 'w').write('x')\nprint(os.path.join(os.getcwd(), 'f'))"
-    first, second = sandbox.run_many([write] * 2)
+    first, second = sandbox.run_jobs([Program(write)] * 2)
     assert first.verdict == second.verdict == "passed"
     probe = sandbox.run(f"import os\nprint(os.path.exists({first.stdout.strip()!r}))")
     assert probe.stdout == "False\n"

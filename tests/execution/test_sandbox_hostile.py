@@ -220,7 +220,7 @@ def test_no_connection_reaches_a_listener_on_localhost(sandbox):
     ]
     if sandbox.isolation["network"] != "namespace":
         attacks = attacks[:1]  # without a namespace only the Python guard stands
-    results = sandbox.run_many(attacks)
+    results = sandbox.run_jobs([Program(p) for p in attacks])
     # The kernel completes a handshake without accept(): a connection that came would be waiting.
     listener.setblocking(False)
     with pytest.raises(BlockingIOError):
@@ -245,7 +245,7 @@ def test_killing_the_parent_and_everyone_else(sandbox):
         # kill(-1) signals every process the caller may signal, except itself: nothing but its own uid.
         "import ctypes\nctypes.CDLL(None).kill(-1, 9)\nprint('survived')\n",
     ]
-    results = sandbox.run_many(attacks)
+    results = sandbox.run_jobs([Program(p) for p in attacks])
     if sandbox.guard_calls:
         assert [r.verdict for r in results[:2]] == ["failed", "failed"]
     assert results[2].verdict == "passed", results[2].reason  # both kills were refused
@@ -264,14 +264,12 @@ def test_a_double_forked_daemon_is_killed(sandbox):
 
 def test_signal_tricks(sandbox):
     ignore = "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM):\n    signal.signal(s, signal.SIG_IGN)\n"
-    results = sandbox.run_many(
-        [
-            ignore + "while True:\n    pass\n",
-            "import signal\nsignal.raise_signal(signal.SIGSTOP)\n",
-            "import signal\nsignal.raise_signal(signal.SIGSEGV)\n",
-        ],
-        timeout_s=1.0,
-    )
+    programs = [
+        ignore + "while True:\n    pass\n",
+        "import signal\nsignal.raise_signal(signal.SIGSTOP)\n",
+        "import signal\nsignal.raise_signal(signal.SIGSEGV)\n",
+    ]
+    results = sandbox.run_jobs([Program(p, timeout_s=1.0) for p in programs])
     assert [r.verdict for r in results] == ["timeout", "timeout", "failed"]
     assert results[2].reason == "killed by SIGSEGV"
     r = _check(sandbox, "    import os, signal\n    os.kill(os.getpid(), signal.SIGKILL)\n", top="")
@@ -623,11 +621,11 @@ FIND = (
 
 def test_nothing_a_run_leaves_reaches_the_next(shared_scratch, own_scratch):
     _needs(own_scratch, "mounts")
-    weak = shared_scratch.run_many([LEAVE, FIND])
+    weak = shared_scratch.run_jobs([Program(LEAVE), Program(FIND)])
     assert weak[0].verdict == "passed", weak[0].reason
     assert weak[1].stdout == "['/tmp', '/var/tmp', '/dev/shm', 'shm', 'msg', 'No space left on device']\n"
     shared_scratch.run("import glob, os\nfor f in glob.glob('/tmp/filler-*'):\n    os.remove(f)")
-    real = own_scratch.run_many([LEAVE, FIND])
+    real = own_scratch.run_jobs([Program(LEAVE), Program(FIND)])
     assert real[0].verdict == "passed", real[0].reason
     assert real[1].stdout == "[]\n", real[1]
 
@@ -660,14 +658,14 @@ def test_the_host_and_the_answer_keys_are_out_of_sight(host_view, sandbox):
     )
     # One probe at a time, each on its own: first what a run reads without the minimal root ...
     probes = ["import gzip, os\n" + line + "\n" for line in spy.splitlines()[1:]]
-    weak = host_view.run_many(probes)
+    weak = host_view.run_jobs([Program(p) for p in probes])
     assert weak[0].verdict == "passed" and weak[0].stdout.startswith('b\'{"task_id": "Hu'), weak[0]
     assert weak[2].verdict == "passed", weak[2]
     # A checkout under the host's /tmp (a fresh clone's) is already hidden by the worker's private /tmp.
     if not checkout.is_relative_to("/tmp"):
         assert weak[1].verdict == "passed", weak[1]
     # ... then with it: each must be refused.
-    results = sandbox.run_many(probes)
+    results = sandbox.run_jobs([Program(p) for p in probes])
     reasons = [r.reason for r in results]
     assert [r.verdict for r in results] == ["failed"] * 3, reasons
     assert "PermissionError" in reasons[0]

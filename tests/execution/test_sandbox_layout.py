@@ -93,11 +93,11 @@ def test_plan_covers_a_closed_directory_on_the_way_to_a_kept_path(open_dir):
 # Runs in the interpreter of a virtualenv under /tmp; prints what each program did in the sandbox.
 DRIVER = """
 import json, sys
-from leaklab.execution.sandbox import Sandbox
+from leaklab.execution.sandbox import Program, Sandbox
 
 programs = json.loads(sys.stdin.read())
 with Sandbox(workers=1, timeout_s=10) as sb:
-    results = sb.run_many(programs)
+    results = sb.run_jobs([Program(p) for p in programs])
     print(json.dumps({
         "isolation": sb.isolation,
         "results": [[r.verdict, r.stdout, r.reason] for r in results],
