@@ -168,18 +168,6 @@ def normalised_tree_similarity(reference: OrderedTree, candidate: OrderedTree, c
     return max(0.0, (nodes - tree_edit_distance(reference, candidate, costs)) / nodes)
 
 
-def _tsed_package_label(node) -> str:
-    # The tsed package reads `str(node)` word by word and keeps the last bare word inside a node's
-    # parentheses: the last field label ("body:") printed before a named child, else the node type.
-    label = node.type
-    for i, child in enumerate(node.children):
-        if child.is_named:
-            name = node.field_name_for_child(i)
-            if name:
-                label = name + ":"
-    return label
-
-
 # --------------------------------------------------------------------------- CodeBLEU parts
 
 
@@ -534,7 +522,6 @@ class Structure:
 
     error: str | None = None
     tsed_tree: OrderedTree | None = None
-    tsed_package_tree: OrderedTree | None = None
     ast_tree: OrderedTree | None = None
     unparsed: str = ""
     subtrees: list[int] = field(default_factory=list)  # keys of every subtree's s-expression
@@ -587,10 +574,9 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
     and `stripped_tree` is in hand; `stripped_tree` None: parse it here unless nothing was stripped."""
     result = Structure()
     if "tsed" in parts:
-        root = tree.root_node
-        named_children = operator.attrgetter("named_children")
-        result.tsed_tree = ordered_tree(root, named_children, operator.attrgetter("type"))
-        result.tsed_package_tree = ordered_tree(root, named_children, _tsed_package_label)
+        result.tsed_tree = ordered_tree(
+            tree.root_node, operator.attrgetter("named_children"), operator.attrgetter("type")
+        )
     if "ast" in parts:
         result.ast_tree = ordered_tree(
             python_tree,
@@ -613,10 +599,9 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
 # --------------------------------------------------------------------------- pair metrics
 
 
-def tsed(reference: Structure, candidate: Structure, labels: str = "type") -> float:
-    """TSED of two parsed snippets (see the module docstring); labels "type" or "tsed_package"."""
-    attr = {"type": "tsed_tree", "tsed_package": "tsed_package_tree"}[labels]
-    return normalised_tree_similarity(getattr(reference, attr), getattr(candidate, attr), TSED_COSTS)
+def tsed(reference: Structure, candidate: Structure) -> float:
+    """TSED of two parsed snippets (see the module docstring)."""
+    return normalised_tree_similarity(reference.tsed_tree, candidate.tsed_tree, TSED_COSTS)
 
 
 def syntax_match(reference: Structure, candidate: Structure) -> float:
