@@ -3,7 +3,7 @@
 
     sets = perturbed_sets_for(tasks, SetSettings(seed=0))  # from the cache; builds what is missing
     info = summary(sets)                                   # acceptance per logic type, reasons
-    write_run_sets(run.root, sets, info); read_run_sets(run.root)
+    write_run_sets(run.root, sets)                         # <run>/perturbed.jsonl + its summary
 
 Paraphrase, LLM rewriting and the LLM judge need an `LlmBackend` (`mri_llm.py`); without one the sets
 carry no paraphrase. See docs/perturbations.md#mri-rewriting.
@@ -210,8 +210,7 @@ def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmB
 def cache_file(
     tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None, llm: str = ""
 ) -> Path:
-    code = set_store.code_digest(SET_CODE)
-    settings = set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
+    settings = [STORE_VERSION, seed, per_type, set_store.code_digest(SET_CODE)] + ([llm] if llm else [])
     return set_store.cache_file("perturbed", tasks, settings, cache_dir)
 
 
@@ -297,13 +296,6 @@ def write_run_sets(run_root: str | Path, sets: Sequence[PerturbedSet]) -> dict[s
     info = summary(sets)
     set_store.write_run_copy(root / RUN_FILE, [set_to_json(s) for s in sets], root / RUN_SUMMARY, info)
     return info
-
-
-def read_run_sets(run_root: str | Path) -> dict[str, PerturbedSet]:
-    return {
-        task_id: set_from_json(row)
-        for task_id, row in set_store.read_run_copy(Path(run_root) / RUN_FILE).items()
-    }
 
 
 def describe(info: dict[str, Any]) -> str:
