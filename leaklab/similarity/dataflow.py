@@ -46,12 +46,9 @@ def _tokens(flat, source: bytes) -> tuple[list[int], list[tuple[int, int]], list
 
 
 class _ReferenceFlow:
-    """Def-use edges of Python code as CodeBLEU defines them (comesFrom / computedFrom).
-
-    Works on the flat tree: nodes are preorder indexes, a node's tokens are a contiguous run of
-    `token_nodes` (found by bisection, not by walking the subtree again). Edges are
-    (text, token index, relation, [parent texts], [parent token indexes]).
-    """
+    """Def-use edges of Python code as CodeBLEU defines them, on the flat tree (nodes are preorder indexes;
+    a node's tokens, a run of `token_nodes`, are found by bisection). An edge is (text, token index,
+    relation, [parent texts], [parent token indexes])."""
 
     def __init__(self, flat, tokens: list[int], spans: list[tuple[int, int]], texts: list[str], is_variable):
         self.flat = flat

@@ -33,7 +33,7 @@ from leaklab.similarity.text import (
     bleu_from_counts,
     clipped_matches,
     edit_similarity_max_len,
-    word_ngram_counts,
+    ngram_counts,
 )
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
@@ -59,12 +59,10 @@ def python_parser():
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_python.language()))
 
 
-def _stable_hash(text: str) -> int:
+@cache  # node and field labels repeat: hash each once per process
+def _label(text: str) -> int:
     """A 63-bit hash equal in every process (labels and subtrees cross process boundaries)."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()) >> 1
-
-
-_label = cache(_stable_hash)  # node and field labels repeat: hash each once per process
 
 
 # --------------------------------------------------------------------------- trees for edit distance
@@ -172,13 +170,9 @@ def normalised_tree_similarity(reference: OrderedTree, candidate: OrderedTree, c
 
 
 def strip_comments_and_docstrings(source: str) -> str:
-    """Source without comments and statement-level strings (docstrings), blank lines dropped.
-
-    The rule CodeBLEU uses: a string token is dropped when it follows an INDENT or NEWLINE token or
-    starts at column 0; columns are kept by padding with spaces. Untokenisable source is returned as is.
-    `_strip_by_scanning` gives the same text without `tokenize` for the common case; anything it does not
-    handle falls back to `_strip_by_tokenize` (the two are compared on the standard library in the tests).
-    """
+    """Source without comments and statement-level strings (docstrings), blank lines dropped, by CodeBLEU's
+    tokenize rule (`_strip_by_tokenize`: a string token after INDENT or NEWLINE, or at column 0, goes);
+    `_strip_by_scanning` gives the same text faster where it applies (the tests compare the two)."""
     fast = _strip_by_scanning(source)
     return _strip_by_tokenize(source) if fast is None else fast
 
@@ -298,10 +292,8 @@ def _strip_by_scanning(source: str) -> str | None:
 
 @dataclass
 class _Flat:
-    """A tree-sitter tree as flat preorder lists, from one cursor walk (reading Node attributes one node
-    at a time is what costs; list comprehensions over the collected nodes are cheap). The compiled
-    metrics need only the ids and `last`; the Python ones (broken trees) also read `named`, `fields` and
-    `kids`, built when first read."""
+    """A tree-sitter tree as flat preorder lists from one cursor walk. Compiled metrics read the ids and
+    `last`; the Python ones (broken trees, data flow) also `named`, `fields` and `kids`, built when first read."""
 
     nodes: list
     types: list[str]
@@ -490,7 +482,7 @@ def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  
 
 
 def _weighted_recall(candidate: list[Counter], reference: list[Counter], matched: list) -> float:
-    """CodeBLEU's weighted n-gram match from `word_ngram_counts` of both sides: BLEU's shape with clipped
+    """CodeBLEU's weighted n-gram match from `ngram_counts` of both sides: BLEU's shape with clipped
     recall (`matched` per order), keyword unigrams weighted 1, other unigrams 0.2."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
@@ -592,7 +584,7 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
         flat = _flatten(stripped_tree)
         result.subtrees = _subtree_keys(flat, stripped)
         result.flow = data_flow(flat, stripped)
-        result.words = word_ngram_counts(text.strip().split())
+        result.words = ngram_counts(text.strip().split())
     return result
 
 
