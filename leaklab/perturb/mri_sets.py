@@ -138,22 +138,10 @@ def build_perturbed_sets(
     sets = []
     for task, rw, para, why in zip(tasks, rewrites, paraphrases, reasons):
         mutated, info = mutate_task(task, random.Random(f"mutate:{settings.seed}:{task.task_id}"))
-        sets.append(
-            PerturbedSet(
-                task_id=task.task_id,
-                rewrite=rw.task,
-                logic_type=rw.logic_type,
-                change=rw.change,
-                tried=rw.tried,
-                accepted=rw.accepted,
-                rejections=rw.rejections,
-                mutation=mutated,
-                mutation_info=info,
-                paraphrase=para,
-                paraphrase_info=why,
-                judge=rw.judge,
-            )
-        )
+        # task_id, logic_type, change, tried, accepted, rejections and judge are the Rewrite's own
+        of_rewrite = {f.name: getattr(rw, f.name) for f in dataclasses.fields(rw) if f.name != "task"}
+        extra = dict(mutation=mutated, mutation_info=info, paraphrase=para, paraphrase_info=why)
+        sets.append(PerturbedSet(**of_rewrite, rewrite=rw.task, **extra))
     log(
         f"[leaklab] MRI sets of {len(tasks)} tasks in {time.perf_counter() - started:.1f}s: "
         f"{sum(s.rewrite is not None for s in sets)} rewritten, {sum(s.mutation is not None for s in sets)} mutated"

@@ -1,11 +1,5 @@
-"""The per-benchmark cache of sets built per task (SrDetection's variants, MRI's perturbed sets) and a
-run's own copy of them.
-
-    path = cache_file("variants", tasks, [STORE_VERSION, ..., code_digest(CODE)])
-    sets = cached_sets(path, tasks, build, to_json, from_json, "SrDetection variants", log)
-    write_run_copy(run_file, rows, summary_file, summary)         # <run>/<file>.jsonl + its summary
-    rows = read_run_copy(run_file)                                # {task_id: row}, {} without a copy
-
+"""The per-benchmark cache of sets built per task (SrDetection's variants, MRI's perturbed sets:
+`cache_file`, `cached_sets`) and a run's own copy of them (`write_run_copy`, `read_run_copy`).
 See docs/perturbations.md#caches-of-perturbed-sets.
 """
 

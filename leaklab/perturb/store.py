@@ -140,6 +140,12 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
 
 # --------------------------------------------------------------------------- stored form
 
+# The VariantSet fields stored as they are (its variants are stored as changes to their original).
+SET_FIELDS = (
+    *("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "verified_by"),
+    *("reasons", "notes"),
+)
+
 
 def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
     variants = []
@@ -158,8 +164,7 @@ def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
                 "source": v.source,
             }
         )
-    fields = ("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "verified_by")
-    return {**{f: getattr(vs, f) for f in fields + ("reasons", "notes")}, "variants": variants}
+    return {**{f: getattr(vs, f) for f in SET_FIELDS}, "variants": variants}
 
 
 def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
@@ -180,13 +185,7 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
         )
         for v in data["variants"]
     ]
-    fields = ("n_requested", "n_candidates", "n_verified", "tests_run", "reasons", "notes")
-    return VariantSet(
-        task_id=data["task_id"],
-        variants=variants,
-        verified_by=data["verified_by"],
-        **{f: data[f] for f in fields},
-    )
+    return VariantSet(variants=variants, **{f: data[f] for f in SET_FIELDS})
 
 
 def cache_file(tasks: Sequence[Task], cfg, cache_dir: str | Path | None = None) -> Path:
