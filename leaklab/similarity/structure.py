@@ -76,10 +76,6 @@ class OrderedTree:
     leftmost: np.ndarray
     keyroots: np.ndarray
 
-    @property
-    def size(self) -> int:
-        return int(self.labels.size)
-
 
 def ordered_tree(root, children, label) -> OrderedTree:
     """Postorder arrays of any tree given `children(node)` and `label(node) -> str` (iterative, no recursion limit)."""
@@ -162,7 +158,7 @@ def tree_edit_distance(source: OrderedTree, target: OrderedTree, costs=TSED_COST
 
 def normalised_tree_similarity(reference: OrderedTree, candidate: OrderedTree, costs) -> float:
     """max(0, (max_nodes - TED) / max_nodes); every tree has its root, so max_nodes >= 1."""
-    nodes = max(reference.size, candidate.size)
+    nodes = max(reference.labels.size, candidate.labels.size)
     return max(0.0, (nodes - tree_edit_distance(reference, candidate, costs)) / nodes)
 
 
@@ -217,12 +213,10 @@ _FSTRING = re.compile(r"""(?<!\w)[rRbB]?[fF][rR]?['"]""")
 
 def _strip_by_scanning(source: str) -> str | None:
     """`_strip_by_tokenize`'s result for source that parses, or None where this scanner does not apply.
-
     Without tabs, form feeds, carriage returns or backslash continuations, tokenize's padding reproduces
-    every gap, so the result is the source minus comments and dropped strings. A string is dropped at
-    column 0, or as its row's first token outside brackets when the row opens a deeper block (INDENT) or
-    follows a row that ended a logical line (NEWLINE; after a blank or comment-only row tokenize gives NL).
-    """
+    every gap: the result is the source minus comments and dropped strings. A string is dropped at column
+    0, or as its row's first token outside brackets when the row opens a deeper block (INDENT) or follows
+    a row that ended a logical line (NEWLINE; after a blank or comment-only row tokenize gives NL)."""
     if any(ch in source for ch in "\t\r\f\v") or "\\\n" in source:
         return None
     if sys.version_info >= (3, 12) and _FSTRING.search(source):
@@ -380,10 +374,9 @@ _KINDS: dict[int, tuple[str, bool]] = {}  # tree-sitter kind id -> (node type, i
 
 
 def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
-    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`),
-    folded bottom-up from the label and each printed child's (field, key) instead of printing every subtree
-    (quadratic); stable across processes. Compiled for clean trees; in Python for trees with ERROR or
-    MISSING nodes, whose labels need the source."""
+    """One key per node with children (and the root), folded bottom-up from the label and each printed
+    child's (field, key): equal keys <=> equal s-expressions (`str(node)`), without printing every subtree.
+    Compiled for clean trees; in Python for trees with ERROR or MISSING nodes, whose labels need the source."""
     if flat.has_error:
         keys = np.array(_subtree_keys_python(flat, source), dtype=np.uint64)
     else:
@@ -541,8 +534,7 @@ _TREE_SITTER_ERROR = "tree-sitter could not parse it (ERROR or MISSING node)"
 def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
     """Parse `text` once into the structural representations `parts` need (all by default); a snippet
     that Python or tree-sitter cannot parse carries the reason in `error` and nothing else. CodeBLEU alone
-    needs only the stripped text's tree, so a clean one spares parsing the raw text (the tests find no
-    standard-library function whose raw text tree-sitter rejects while it accepts the stripped one)."""
+    parses the raw text only when the stripped text's tree is broken."""
     python_tree, error = _python_tree(text)
     if error is not None:
         return Structure(error=error)

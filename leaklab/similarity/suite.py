@@ -111,11 +111,8 @@ def default_workers() -> int:
 
 
 def score_pairs(pairs: Sequence[Pair], workers: int | None = None, chunksize: int = 8) -> list[dict]:
-    """Score every pair (reference = ground truth, candidate = generation); rows in input order.
-
-    `workers` processes (default: the usable cores, at most 8; 1 = in this process). The pool is
-    started with "spawn" so a parent holding torch threads or CUDA state is never forked.
-    """
+    """Score every pair (reference = ground truth, candidate = generation); rows in input order. `workers`
+    spawned processes (default: the usable cores, at most 8; 1 = in this process)."""
     keys: dict[tuple[str | bytes, str], int] = {}
     for pair in pairs:
         for value in (pair.reference, pair.candidate):

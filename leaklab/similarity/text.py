@@ -88,12 +88,10 @@ def ngram_counts(words: Sequence[str], max_n: int = 4) -> list[Counter]:
 def bleu_from_counts(
     candidate: list[Counter], reference: list[Counter], matched: list | None = None
 ) -> float:
-    """Sentence BLEU from `ngram_counts` of both sides (same max_n; lengths are the 1-gram totals).
-
-    Uniform weights; clipped n-gram precision; an order with no match gets BLEU_EPSILON matches instead
-    of zero (smoothing method 1); brevity penalty exp(1 - r/c) for a shorter candidate. No unigram match
-    (or an empty side) gives 0.0. `matched`: the clipped match count per order when the caller already
-    has them (CodeBLEU shares them with its weighted n-gram match)."""
+    """Sentence BLEU from `ngram_counts` of both sides (same max_n; lengths are the 1-gram totals): uniform
+    weights, clipped precision, BLEU_EPSILON matches for an order with none (smoothing method 1), brevity
+    penalty exp(1 - r/c) for a shorter candidate; no unigram match (or an empty side) gives 0.0.
+    `matched`: the clipped matches per order when the caller has them (CodeBLEU's weighted match shares them)."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
@@ -118,10 +116,8 @@ def clipped_matches(first: Counter, second: Counter) -> int:
 
 
 def edit_similarity_max_len(candidate: str, reference: str) -> float:
-    """MRI's edit similarity (004, §3.1.1): 1 - Levenshtein(candidate, reference) / max(len of the two).
-
-    Characters, unit costs; two empty strings -> 1. Symmetric: the longer side sets the scale.
-    """
+    """MRI's edit similarity (004, §3.1.1): 1 - Levenshtein(candidate, reference) / max(len of the two),
+    over characters with unit costs; two empty strings -> 1."""
     from rapidfuzz.distance import Levenshtein
 
     return float(Levenshtein.normalized_similarity(candidate, reference))
@@ -140,12 +136,10 @@ def edit_similarity_truth_len(candidate: str, reference: str) -> float:
 
 
 def longest_common_substring(a: str, b: str) -> int:
-    """Length of the longest contiguous run shared by `a` and `b` (a substring, not a subsequence).
-
-    A suffix automaton of `b` (linear in len(b)) walked along `a` (linear in len(a)): at each character
-    of `a` the walk holds the longest suffix of a[:i] that occurs in `b`. difflib's SequenceMatcher is not
-    used because its autojunk heuristic drops frequent characters (spaces in code) and answers too short.
-    """
+    """Length of the longest contiguous run shared by `a` and `b` (a substring, not a subsequence): a
+    suffix automaton of `b` walked along `a`, holding at each character the longest suffix of a[:i] found
+    in `b`, in linear time. difflib's SequenceMatcher answers too short with its autojunk heuristic
+    (spaces in code) and is far slower on code without it."""
     if not a or not b:
         return 0
     # States: transitions, suffix link, length of the longest string in the state.
