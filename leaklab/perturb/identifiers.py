@@ -20,14 +20,10 @@ from leaklab.data.tasks import Task
 # Never produced and never renamed. `self`/`cls` are renamable in principle but renaming them makes
 # a variant less natural than the original, the opposite of what SrDetection needs.
 RESERVED = frozenset(
-    set(dir(builtins))
-    | set(keyword.kwlist)
-    | set(keyword.softkwlist)
-    | {"self", "cls", "_", "candidate", "check"}
+    {*dir(builtins), *keyword.kwlist, *keyword.softkwlist, "self", "cls", "_", "candidate", "check"}
 )
 # Reaching variables through strings defeats renaming: a program using these keeps its names (eval and
-# exec only when their argument could be code text, not `eval(input())`). getattr & co. are harmless:
-# attributes are never renamed.
+# exec only on what could be code text, not `eval(input())`); attributes are never renamed.
 NAME_INTROSPECTION = frozenset({"locals", "globals", "vars"})
 CODE_EVALUATORS = frozenset({"eval", "exec"})
 # A string literal's prefix and opening quotes: r""" ... , '...', b'...'.
@@ -180,10 +176,8 @@ def docstring_statement(node: ast.AST) -> ast.Expr | None:
 
 
 def _prose_spans(tree: ast.Module, raw: list[tokenize.TokenInfo], offsets: Offsets) -> list[tuple[int, int]]:
-    """Docstrings and comments: the only text outside identifiers that a rename may touch.
-
-    A docstring's span is its text inside the quotes, so a string prefix (the r of r-strings) is
-    never taken for a word; docstrings glued from several literals are left alone."""
+    """Docstrings and comments: the only text outside identifiers that a rename may touch. A docstring's
+    span is inside its quotes (a prefix is no word); one glued from several literals is left alone."""
     spans = []
     strings = {}
     for t in raw:

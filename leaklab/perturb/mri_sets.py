@@ -52,9 +52,8 @@ class PerturbedSet:
 
 @dataclass(frozen=True)
 class SetSettings:
-    """How the sets are made. `seed` and `per_type` (rewrite candidates validated per logic-change type
-    and task) decide what comes out, so they are part of the cache key; `workers` and `timeout_s` (per
-    program) say how the sandbox runs the programs (`workers` only when no sandbox is handed in)."""
+    """How the sets are made: `seed` and `per_type` (rewrite candidates per logic-change type and task) are
+    in the cache key; `workers` (when no sandbox is handed in) and `timeout_s` only run the programs."""
 
     seed: int = 0
     per_type: int = 2
@@ -121,14 +120,8 @@ def build_perturbed_sets(
             f"[leaklab] LLM paraphrases: {sum(p is not None for p in paraphrases)}/{len(tasks)}; refused: {dict(failures)}"
         )
     if llm is not None and llm.rewrite:
-        rewrites: list[Rewrite] = llm_rewrites(
-            tasks,
-            llm.generator,
-            sandbox,
-            render=render,
-            max_new_tokens=llm.max_new_tokens,
-            timeout_s=settings.timeout_s,
-        )
+        options = dict(render=render, max_new_tokens=llm.max_new_tokens, timeout_s=settings.timeout_s)
+        rewrites: list[Rewrite] = llm_rewrites(tasks, llm.generator, sandbox, **options)
     else:
         rewrites = rule_rewrites(
             tasks, sandbox, seed=settings.seed, per_type=settings.per_type, timeout_s=settings.timeout_s
@@ -152,9 +145,8 @@ def build_perturbed_sets(
 def rule_rewrites(
     tasks: Sequence[Task], sandbox, *, seed: int, per_type: int, timeout_s: float
 ) -> list[Rewrite]:
-    """The rule-based rewrites of `tasks` in their order: unittest tasks (BigCodeBench) by regenerating
-    their tests' asserted literals (`unittest_rewrite`), every other task by recomputing its call
-    outputs (`rewriting`)."""
+    """The rule-based rewrites of `tasks` in their order: `unittest_rewrite` for unittest tasks
+    (BigCodeBench), `rewriting` for every other task."""
     from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
 
     out: list[Rewrite | None] = [None] * len(tasks)

@@ -80,10 +80,8 @@ def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Ca
 
 
 def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = True) -> list[VariantSet]:
-    """`make_variants` for every task with the sandbox's executors (cfg: a SrDetectionConfig).
-    `rename=False`: example replacement alone (an ablation; never cached).
-
-    Tasks are processed by a few threads: while one waits for the sandbox another renames."""
+    """`make_variants` for every task (cfg: a SrDetectionConfig) on a few threads, so one renames while
+    another waits for the sandbox. `rename=False`: example replacement alone (an ablation; never cached)."""
     if not tasks:
         return []
     originals = {t.task_id: t for t in tasks}

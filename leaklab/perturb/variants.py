@@ -67,9 +67,8 @@ Verify = Callable[[Task], bool]
 
 @dataclass(frozen=True)
 class Verification:
-    """How every candidate variant is checked: `check(variant) -> bool`, and what that check is, `by`:
-    "tests" (it runs the benchmark's own tests, so a task without tests gets no variant) or "alpha"
-    (`alpha_equivalent`: nothing runs). `VariantSet.verified_by` and `tests_run` report it."""
+    """How every candidate variant is checked, `check(variant) -> bool`, and what that check is, `by`:
+    "tests" (the benchmark's own: a task without tests gets no variant) or "alpha" (`alpha_equivalent`)."""
 
     check: Verify
     by: str = "tests"
@@ -287,10 +286,8 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 
 def alpha_equivalent(original: Task, variant: Task, renames: dict[str, str]) -> bool:
     """Verification without tests: the variant's program is the original's under `renames` and nothing
-    else (same AST once names are mapped and docstrings dropped), and the renaming is injective onto
-    names the original never uses, so no reference can be captured. Renaming bound identifiers this way
-    cannot change what the program computes (leaklab.perturb.identifiers refuses programs that reach
-    variables through strings, eval or locals())."""
+    else (same AST once names are mapped and docstrings dropped), the renaming injective onto names the
+    original never uses, so no reference is captured and nothing the program computes changes."""
     try:
         before = ast.parse(program_text(original)[0])
         after = ast.parse(program_text(variant)[0])
