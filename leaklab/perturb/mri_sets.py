@@ -255,8 +255,7 @@ def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
 
 
 def judge_summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
-    """The LLM judge's verdicts counted: how many rewrites it saw, kept, found misaligned or of another
-    difficulty, and the replies it could not read (by reason)."""
+    """The LLM judge's verdicts counted: rewrites seen, kept, misaligned, per difficulty, unreadable."""
     verdicts = [s.judge for s in sets if s.judge]
     if not verdicts:
         return {"judged": 0}

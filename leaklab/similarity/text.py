@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from itertools import repeat
 
+import numpy as np
+
 NGO_N = 7  # SrDetection App. A.1
 
 
@@ -209,8 +211,6 @@ def minhash_signature(tokens: Sequence[str], permutations: int = MINHASH_PERMUTA
     """MinHash signature of a token set: per permutation the minimum of h(x) = (a * x + b) mod (2^31 - 1)
     over blake2b token hashes (the same in every worker, unlike `hash`), as uint64; an empty set gives
     the modulus everywhere (an "infinite" minimum), so two empty sets agree."""
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     a = rng.integers(1, _PRIME, size=permutations, dtype=np.uint64)
     b = rng.integers(0, _PRIME, size=permutations, dtype=np.uint64)
