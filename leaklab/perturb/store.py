@@ -138,11 +138,12 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
 
 # --------------------------------------------------------------------------- stored form
 
-# The VariantSet fields stored as they are (its variants are stored as changes to their original).
+# The VariantSet and Variant fields stored as they are (a variant's task is stored as its changes).
 SET_FIELDS = (
     *("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "verified_by"),
     *("reasons", "notes"),
 )
+VARIANT_FIELDS = ("function_renames", "variable_renames", "examples_replaced", "source")
 
 
 def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
@@ -156,10 +157,7 @@ def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
                 "task_id": v.task.task_id,
                 "changes": changes,
                 "metadata": {k: v.task.metadata[k] for k in v.task.metadata if k not in original.metadata},
-                "function_renames": v.function_renames,
-                "variable_renames": v.variable_renames,
-                "examples_replaced": v.examples_replaced,
-                "source": v.source,
+                **{f: getattr(v, f) for f in VARIANT_FIELDS},
             }
         )
     return {**{f: getattr(vs, f) for f in SET_FIELDS}, "variants": variants}
@@ -176,10 +174,7 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
                 metadata={**original.metadata, **v["metadata"]},
                 **v["changes"],
             ),
-            function_renames=v["function_renames"],
-            variable_renames=v["variable_renames"],
-            examples_replaced=v["examples_replaced"],
-            source=v["source"],
+            **{f: v[f] for f in VARIANT_FIELDS},
         )
         for v in data["variants"]
     ]
