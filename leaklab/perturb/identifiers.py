@@ -1,9 +1,6 @@
 """Identifier analysis: parse a task's code, find every identifier token with its role and scope, and
-decide which names may be renamed (`analyse_task` -> `TaskCode`) and why the others stay.
-
-An identifier is renamable only if *all* its occurrences are ordinary variables: builtins, imported
-names, class attributes, names that refer to a global the program does not define, and names that
-cannot be located exactly are never touched.
+decide which names may be renamed (`analyse_task` -> `TaskCode`) and why the others stay (a name is
+renamed only if all its occurrences are ordinary variables: docs/perturbations.md#srdetection-variants).
 """
 
 from __future__ import annotations
@@ -23,14 +20,10 @@ from leaklab.data.tasks import Task
 # Never produced and never renamed. `self`/`cls` are renamable in principle but renaming them makes
 # a variant less natural than the original, the opposite of what SrDetection needs.
 RESERVED = frozenset(
-    set(dir(builtins))
-    | set(keyword.kwlist)
-    | set(keyword.softkwlist)
-    | {"self", "cls", "_", "candidate", "check"}
+    {*dir(builtins), *keyword.kwlist, *keyword.softkwlist, "self", "cls", "_", "candidate", "check"}
 )
 # Reaching variables through strings defeats renaming: a program using these keeps its names (eval and
-# exec only when their argument could be code text, not `eval(input())`). getattr & co. are harmless:
-# attributes are never renamed.
+# exec only on what could be code text, not `eval(input())`); attributes are never renamed.
 NAME_INTROSPECTION = frozenset({"locals", "globals", "vars"})
 CODE_EVALUATORS = frozenset({"eval", "exec"})
 # A string literal's prefix and opening quotes: r""" ... , '...', b'...'.
@@ -183,10 +176,8 @@ def docstring_statement(node: ast.AST) -> ast.Expr | None:
 
 
 def _prose_spans(tree: ast.Module, raw: list[tokenize.TokenInfo], offsets: Offsets) -> list[tuple[int, int]]:
-    """Docstrings and comments: the only text outside identifiers that a rename may touch.
-
-    A docstring's span is its text inside the quotes, so a string prefix (the r of r-strings) is
-    never taken for a word; docstrings glued from several literals are left alone."""
+    """Docstrings and comments: the only text outside identifiers that a rename may touch. A docstring's
+    span is inside its quotes (a prefix is no word); one glued from several literals is left alone."""
     spans = []
     strings = {}
     for t in raw:
@@ -262,11 +253,8 @@ class TaskCode:
 
 
 def program_text(task: Task) -> tuple[str, bool]:
-    """The code that renaming works on, and whether the prompt is its head.
-
-    HumanEval / BigCodeBench prompts are code (signature + docstring) that the solution body completes,
-    and the body alone does not parse. APPS / MBPP solutions are whole programs and the prompt is prose.
-    """
+    """The code that renaming works on, and whether the prompt is its head: the solution when it parses
+    alone (APPS, MBPP: whole programs, prose prompts), else prompt + solution (HumanEval, BigCodeBench)."""
     try:
         ast.parse(task.solution)
         return task.solution, False
@@ -290,20 +278,12 @@ def analyse_task(task: Task) -> TaskCode:
         _freeze_for_tests(program, tests, frozen)
     _freeze_ambiguous_keywords(program, frozen)
 
-    functions: list[str] = []
-    variables: list[str] = []
-    parameters: list[str] = []
-    for tok in program.tokens:
-        if tok.name in frozen or tok.name not in program.bound or tok.role not in ("name", "param", "def"):
-            continue
-        if tok.role == "def" and tok.name not in functions:
-            functions.append(tok.name)
-        if tok.role == "param" and tok.name not in parameters:
-            parameters.append(tok.name)
-    for tok in program.tokens:
-        renamable = tok.name in program.bound and tok.name not in frozen and tok.name not in functions
-        if renamable and tok.role in ("name", "param") and tok.name not in variables:
-            variables.append(tok.name)
+    # Each list in order of first appearance.
+    renamable = [tok for tok in program.tokens if tok.name in program.bound and tok.name not in frozen]
+    functions = list(dict.fromkeys(tok.name for tok in renamable if tok.role == "def"))
+    parameters = list(dict.fromkeys(tok.name for tok in renamable if tok.role == "param"))
+    as_variables = dict.fromkeys(tok.name for tok in renamable if tok.role in ("name", "param"))
+    variables = [name for name in as_variables if name not in functions]
     taken = used | ({tok.name for tok in tests.tokens} if tests else set())
     return TaskCode(program, prompt_in_program, tests, functions, variables, parameters, frozen, taken)
 

@@ -3,7 +3,7 @@
 
     sets = perturbed_sets_for(tasks, SetSettings(seed=0))  # from the cache; builds what is missing
     info = summary(sets)                                   # acceptance per logic type, reasons
-    write_run_sets(run.root, sets, info); read_run_sets(run.root)
+    write_run_sets(run.root, sets)                         # <run>/perturbed.jsonl + its summary
 
 Paraphrase, LLM rewriting and the LLM judge need an `LlmBackend` (`mri_llm.py`); without one the sets
 carry no paraphrase. See docs/perturbations.md#mri-rewriting.
@@ -52,9 +52,8 @@ class PerturbedSet:
 
 @dataclass(frozen=True)
 class SetSettings:
-    """How the sets are made. `seed` and `per_type` (rewrite candidates validated per logic-change type
-    and task) decide what comes out, so they are part of the cache key; `workers` and `timeout_s` (per
-    program) say how the sandbox runs the programs (`workers` only when no sandbox is handed in)."""
+    """How the sets are made: `seed` and `per_type` (rewrite candidates per logic-change type and task) are
+    in the cache key; `workers` (when no sandbox is handed in) and `timeout_s` only run the programs."""
 
     seed: int = 0
     per_type: int = 2
@@ -121,14 +120,8 @@ def build_perturbed_sets(
             f"[leaklab] LLM paraphrases: {sum(p is not None for p in paraphrases)}/{len(tasks)}; refused: {dict(failures)}"
         )
     if llm is not None and llm.rewrite:
-        rewrites: list[Rewrite] = llm_rewrites(
-            tasks,
-            llm.generator,
-            sandbox,
-            render=render,
-            max_new_tokens=llm.max_new_tokens,
-            timeout_s=settings.timeout_s,
-        )
+        options = dict(render=render, max_new_tokens=llm.max_new_tokens, timeout_s=settings.timeout_s)
+        rewrites: list[Rewrite] = llm_rewrites(tasks, llm.generator, sandbox, **options)
     else:
         rewrites = rule_rewrites(
             tasks, sandbox, seed=settings.seed, per_type=settings.per_type, timeout_s=settings.timeout_s
@@ -138,22 +131,10 @@ def build_perturbed_sets(
     sets = []
     for task, rw, para, why in zip(tasks, rewrites, paraphrases, reasons):
         mutated, info = mutate_task(task, random.Random(f"mutate:{settings.seed}:{task.task_id}"))
-        sets.append(
-            PerturbedSet(
-                task_id=task.task_id,
-                rewrite=rw.task,
-                logic_type=rw.logic_type,
-                change=rw.change,
-                tried=rw.tried,
-                accepted=rw.accepted,
-                rejections=rw.rejections,
-                mutation=mutated,
-                mutation_info=info,
-                paraphrase=para,
-                paraphrase_info=why,
-                judge=rw.judge,
-            )
-        )
+        # task_id, logic_type, change, tried, accepted, rejections and judge are the Rewrite's own
+        of_rewrite = {f.name: getattr(rw, f.name) for f in dataclasses.fields(rw) if f.name != "task"}
+        extra = dict(mutation=mutated, mutation_info=info, paraphrase=para, paraphrase_info=why)
+        sets.append(PerturbedSet(**of_rewrite, rewrite=rw.task, **extra))
     log(
         f"[leaklab] MRI sets of {len(tasks)} tasks in {time.perf_counter() - started:.1f}s: "
         f"{sum(s.rewrite is not None for s in sets)} rewritten, {sum(s.mutation is not None for s in sets)} mutated"
@@ -164,9 +145,8 @@ def build_perturbed_sets(
 def rule_rewrites(
     tasks: Sequence[Task], sandbox, *, seed: int, per_type: int, timeout_s: float
 ) -> list[Rewrite]:
-    """The rule-based rewrites of `tasks` in their order: unittest tasks (BigCodeBench) by regenerating
-    their tests' asserted literals (`unittest_rewrite`), every other task by recomputing its call
-    outputs (`rewriting`)."""
+    """The rule-based rewrites of `tasks` in their order: `unittest_rewrite` for unittest tasks
+    (BigCodeBench), `rewriting` for every other task."""
     from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
 
     out: list[Rewrite | None] = [None] * len(tasks)
@@ -210,8 +190,7 @@ def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmB
 def cache_file(
     tasks: Sequence[Task], seed: int, per_type: int, cache_dir: str | Path | None = None, llm: str = ""
 ) -> Path:
-    code = set_store.code_digest(SET_CODE)
-    settings = set_store.settings_key([STORE_VERSION, seed, per_type, code] + ([llm] if llm else []))
+    settings = [STORE_VERSION, seed, per_type, set_store.code_digest(SET_CODE)] + ([llm] if llm else [])
     return set_store.cache_file("perturbed", tasks, settings, cache_dir)
 
 
@@ -276,8 +255,7 @@ def summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
 
 
 def judge_summary(sets: Sequence[PerturbedSet]) -> dict[str, Any]:
-    """The LLM judge's verdicts counted: how many rewrites it saw, kept, found misaligned or of another
-    difficulty, and the replies it could not read (by reason)."""
+    """The LLM judge's verdicts counted: rewrites seen, kept, misaligned, per difficulty, unreadable."""
     verdicts = [s.judge for s in sets if s.judge]
     if not verdicts:
         return {"judged": 0}
@@ -297,13 +275,6 @@ def write_run_sets(run_root: str | Path, sets: Sequence[PerturbedSet]) -> dict[s
     info = summary(sets)
     set_store.write_run_copy(root / RUN_FILE, [set_to_json(s) for s in sets], root / RUN_SUMMARY, info)
     return info
-
-
-def read_run_sets(run_root: str | Path) -> dict[str, PerturbedSet]:
-    return {
-        task_id: set_from_json(row)
-        for task_id, row in set_store.read_run_copy(Path(run_root) / RUN_FILE).items()
-    }
 
 
 def describe(info: dict[str, Any]) -> str:

@@ -1,11 +1,5 @@
-"""The per-benchmark cache of sets built per task (SrDetection's variants, MRI's perturbed sets) and a
-run's own copy of them.
-
-    path = cache_file("variants", tasks, settings_key([STORE_VERSION, ..., code_digest(CODE)]))
-    sets = cached_sets(path, tasks, build, to_json, from_json, "SrDetection variants", log)
-    write_run_copy(run_file, rows, summary_file, summary)         # <run>/<file>.jsonl + its summary
-    rows = read_run_copy(run_file)                                # {task_id: row}, {} without a copy
-
+"""The per-benchmark cache of sets built per task (SrDetection's variants, MRI's perturbed sets:
+`cache_file`, `cached_sets`) and a run's own copy of them (`write_run_copy`, `read_run_copy`).
 See docs/perturbations.md#caches-of-perturbed-sets.
 """
 
@@ -35,15 +29,11 @@ def code_digest(paths: Sequence[Path]) -> str:
     return hashlib.sha256(b"".join(path.read_bytes() for path in paths)).hexdigest()
 
 
-def settings_key(parts: list[Any]) -> str:
-    """The settings part of a cache file's name: a hash of `parts` (JSON)."""
-    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:16]
-
-
-def cache_file(kind: str, tasks: Sequence[Task], settings: str, cache_dir: str | Path | None = None) -> Path:
-    """<cache>/<kind>/<benchmark>-<settings>.jsonl (the benchmark of the first task)."""
+def cache_file(kind: str, tasks: Sequence[Task], settings: list, cache_dir: str | Path | None = None) -> Path:
+    """<cache>/<kind>/<benchmark>-<hash of the settings' JSON>.jsonl (the benchmark of the first task)."""
     benchmark = tasks[0].benchmark if tasks else "none"
-    return Path(cache_dir or cache_root()) / kind / f"{benchmark}-{settings}.jsonl"
+    digest = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:16]
+    return Path(cache_dir or cache_root()) / kind / f"{benchmark}-{digest}.jsonl"
 
 
 def cached_sets(

@@ -11,6 +11,7 @@ See docs/perturbations.md#caches-of-perturbed-sets.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections import Counter
@@ -79,14 +80,10 @@ def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Ca
 
 
 def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = True) -> list[VariantSet]:
-    """`make_variants` for every task with the sandbox's executors (cfg: a SrDetectionConfig).
-    `rename=False`: example replacement alone (an ablation; never cached).
-
-    Tasks are processed by a few threads: while one waits for the sandbox another renames."""
+    """`make_variants` for every task (cfg: a SrDetectionConfig) on a few threads, so one renames while
+    another waits for the sandbox. `rename=False`: example replacement alone (an ablation; never cached)."""
     if not tasks:
         return []
-    verify_by = cfg.verify
-    needs_sandbox = verify_by == "tests" or cfg.replace_examples
     originals = {t.task_id: t for t in tasks}
     started = time.perf_counter()
 
@@ -94,13 +91,27 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
         original = originals[variant.metadata.get("variant_of", variant.task_id)]
         return alpha_equivalent(original, variant, variant.metadata.get("renames", {}))
 
-    checks = {"alpha": alpha, "none": None}
+    with contextlib.ExitStack() as stack:
+        run_solution = run_tests = None
+        if cfg.verify == "tests" or cfg.replace_examples:
+            from leaklab.execution.sandbox import Sandbox
 
-    def build(run_solution, verify) -> list[VariantSet]:
+            try:
+                sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.sandbox_timeout_s)
+            except RuntimeError as err:
+                raise UnavailableError(
+                    f"{err}\n  SrDetection runs the benchmark's code to verify variants and replace examples; "
+                    "without a sandbox set evaluate.srdetection.verify=alpha (or none) and "
+                    "evaluate.srdetection.replace_examples=false (renaming only)"
+                ) from err
+            run_solution, run_tests = sandbox_executors(stack.enter_context(sandbox), originals)
+        verify = {"tests": run_tests, "alpha": alpha, "none": None}[cfg.verify]
+        check = None if verify is None else Verification(verify, by=cfg.verify)
+        run_solution = run_solution if cfg.replace_examples else None
+
         def one(task: Task) -> VariantSet:
             # CPython before 3.11.8 / 3.12.1 (gh-106905) rarely fails an `ast.parse` racing another thread's
             # ("AST constructor recursion depth mismatch"); the variants are pure, so a rebuild is the same.
-            check = Verification(verify, by=verify_by) if verify is not None else None
             for attempt in range(3):
                 try:
                     return make_variants(
@@ -118,24 +129,6 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
             for variant_set in pool.map(one, tasks):
                 sets.append(variant_set)
                 progress.update()
-            return sets
-
-    if needs_sandbox:
-        from leaklab.execution.sandbox import Sandbox
-
-        try:
-            sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.sandbox_timeout_s)
-        except RuntimeError as err:
-            raise UnavailableError(
-                f"{err}\n  SrDetection runs the benchmark's code to verify variants and replace examples; "
-                "without a sandbox set evaluate.srdetection.verify=alpha (or none) and "
-                "evaluate.srdetection.replace_examples=false (renaming only)"
-            ) from err
-        with sandbox:
-            run_solution, verify = sandbox_executors(sandbox, originals)
-            sets = build(run_solution if cfg.replace_examples else None, checks.get(verify_by, verify))
-    else:
-        sets = build(None, checks.get(verify_by))
     log(
         f"[leaklab] built variants of {len(tasks)} tasks in {time.perf_counter() - started:.1f}s: "
         f"{sum(len(s.variants) for s in sets)} kept of {sum(s.n_candidates for s in sets)} candidates"
@@ -144,6 +137,13 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
 
 
 # --------------------------------------------------------------------------- stored form
+
+# The VariantSet and Variant fields stored as they are (a variant's task is stored as its changes).
+SET_FIELDS = (
+    *("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "verified_by"),
+    *("reasons", "notes"),
+)
+VARIANT_FIELDS = ("function_renames", "variable_renames", "examples_replaced", "source")
 
 
 def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
@@ -157,14 +157,10 @@ def set_to_json(vs: VariantSet, original: Task) -> dict[str, Any]:
                 "task_id": v.task.task_id,
                 "changes": changes,
                 "metadata": {k: v.task.metadata[k] for k in v.task.metadata if k not in original.metadata},
-                "function_renames": v.function_renames,
-                "variable_renames": v.variable_renames,
-                "examples_replaced": v.examples_replaced,
-                "source": v.source,
+                **{f: getattr(v, f) for f in VARIANT_FIELDS},
             }
         )
-    fields = ("task_id", "n_requested", "n_candidates", "n_verified", "tests_run", "verified_by")
-    return {**{f: getattr(vs, f) for f in fields + ("reasons", "notes")}, "variants": variants}
+    return {**{f: getattr(vs, f) for f in SET_FIELDS}, "variants": variants}
 
 
 def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
@@ -178,27 +174,18 @@ def set_from_json(data: dict[str, Any], original: Task) -> VariantSet:
                 metadata={**original.metadata, **v["metadata"]},
                 **v["changes"],
             ),
-            function_renames=v["function_renames"],
-            variable_renames=v["variable_renames"],
-            examples_replaced=v["examples_replaced"],
-            source=v["source"],
+            **{f: v[f] for f in VARIANT_FIELDS},
         )
         for v in data["variants"]
     ]
-    fields = ("n_requested", "n_candidates", "n_verified", "tests_run", "reasons", "notes")
-    return VariantSet(
-        task_id=data["task_id"],
-        variants=variants,
-        verified_by=data["verified_by"],
-        **{f: data[f] for f in fields},
-    )
+    return VariantSet(variants=variants, **{f: data[f] for f in SET_FIELDS})
 
 
 def cache_file(tasks: Sequence[Task], cfg, cache_dir: str | Path | None = None) -> Path:
     """Keyed by what changes the variants: the settings and the variant code itself."""
     code = set_store.code_digest(VARIANT_CODE)
     settings = [STORE_VERSION, cfg.n_variants, cfg.seed, cfg.verify, cfg.replace_examples, code]
-    return set_store.cache_file("variants", tasks, set_store.settings_key(settings), cache_dir)
+    return set_store.cache_file("variants", tasks, settings, cache_dir)
 
 
 def variant_sets_for(

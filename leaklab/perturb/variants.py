@@ -67,9 +67,8 @@ Verify = Callable[[Task], bool]
 
 @dataclass(frozen=True)
 class Verification:
-    """How every candidate variant is checked: `check(variant) -> bool`, and what that check is, `by`:
-    "tests" (it runs the benchmark's own tests, so a task without tests gets no variant) or "alpha"
-    (`alpha_equivalent`: nothing runs). `VariantSet.verified_by` and `tests_run` report it."""
+    """How every candidate variant is checked, `check(variant) -> bool`, and what that check is, `by`:
+    "tests" (the benchmark's own: a task without tests gets no variant) or "alpha" (`alpha_equivalent`)."""
 
     check: Verify
     by: str = "tests"
@@ -136,22 +135,13 @@ def make_variants(
     llm: Callable[[str], str] | None = None,
     rename: bool = True,
 ) -> VariantSet:
-    """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed.
-
-    Names come from the vocabulary, or from `llm` (a callable taking leaklab's prompt and returning a
-    proposed program) when given; either way leaklab renders and checks the variant itself. Example
-    replacement (tau_t) runs when `run_solution` is given; without it only renaming is applied. `verify`
-    checks each candidate (None: parsing alone). Never raises on bad input: `VariantSet.reasons` says
-    why fewer than n variants came back. `rename=False` keeps every name (example replacement alone: an
-    ablation of the transformations). At most 3n candidates are tried.
-    """
+    """Up to `n` verified semantics-preserving variants of `task`, deterministic for a seed, from at most
+    3n candidates. Names come from the vocabulary or from `llm` (leaklab's prompt -> a proposed program);
+    `rename=False` keeps them all (an ablation). Examples are replaced (tau_t) only with `run_solution`;
+    `verify` None checks parsing alone. Never raises on bad input: `VariantSet.reasons` says why fewer
+    than n came back."""
     verify_by = verify.by if verify is not None else "none"
-    result = VariantSet(
-        task_id=task.task_id,
-        n_requested=n,
-        tests_run=verify_by == "tests",
-        verified_by=verify_by,
-    )
+    result = VariantSet(task.task_id, n, tests_run=verify_by == "tests", verified_by=verify_by)
     try:
         analysis = analyse_task(task)
     except NotRenamable as err:
@@ -296,10 +286,8 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 
 def alpha_equivalent(original: Task, variant: Task, renames: dict[str, str]) -> bool:
     """Verification without tests: the variant's program is the original's under `renames` and nothing
-    else (same AST once names are mapped and docstrings dropped), and the renaming is injective onto
-    names the original never uses, so no reference can be captured. Renaming bound identifiers this way
-    cannot change what the program computes (leaklab.perturb.identifiers refuses programs that reach
-    variables through strings, eval or locals())."""
+    else (same AST once names are mapped and docstrings dropped), the renaming injective onto names the
+    original never uses, so no reference is captured and nothing the program computes changes."""
     try:
         before = ast.parse(program_text(original)[0])
         after = ast.parse(program_text(variant)[0])
@@ -325,12 +313,10 @@ def _verified(candidate: Task, verify: Verification | None, failures: Counter[st
     if verify is None:
         return True
     try:
-        ok = bool(verify.check(candidate))
-    except Exception as err:
-        ok = False
-        why = f"verify raised {type(err).__name__}"
-    else:
+        if verify.check(candidate):
+            return True
         why = FAILED.get(verify.by, "the variant failed its check")
-    if not ok:
-        failures[why] += 1
-    return ok
+    except Exception as err:
+        why = f"verify raised {type(err).__name__}"
+    failures[why] += 1
+    return False

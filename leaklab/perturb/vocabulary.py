@@ -168,10 +168,8 @@ def frequency_order(
     return [o for _, o in sorted(keyed)]
 
 
-# Log-count units that a full mismatch in `echo` costs: more than the jitter, so a candidate that echoes
-# the docstring as much as the original does wins over one that does not whenever their frequencies are
-# alike. Why: `sum_to_n` -> `total_to_n` no longer repeats the docstring's "sum", and a model
-# that never saw the task found such variants less likely than the original 64% of the time.
+# Log-count units that a full mismatch in `echo` costs: more than the jitter, so where frequencies are
+# alike a name echoing the prose as much as the original wins (`sum_to_n` -> `total_to_n` drops "sum").
 ECHO_WEIGHT = 3.0
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -229,9 +227,8 @@ def candidates(
         tiers.append(swapped)
     swaps = [] if tiers or prefer == "prefix" else matched_swaps(name, rng)
     if swaps:
-        # No vocabulary word in the name (`nbrs`, `soln`): prefixes alone made variants likelier than
-        # their originals outside HumanEval, so unless the variant leans to prefixes a word is swapped for
-        # a reference word of the same case, length and frequency (swaps alone overshot on sympy).
+        # No vocabulary word (`nbrs`): prefixes alone made variants likelier than their originals, so
+        # unless the variant leans to prefixes one word becomes a reference word of its case and length.
         return frequency_order(name, swaps, rng, context=context)
     prefixes = FUNCTION_PREFIXES if is_function else VARIABLE_PREFIXES
     core = name[len(lead) :]
@@ -239,9 +236,8 @@ def candidates(
     prefixed = [lead + p + (core[0].upper() + core[1:] if camel else "_" + core) for p in prefixes]
     tiers.append(prefixed)
     pooled = [c for c in dict.fromkeys(c for tier in tiers for c in tier) if c != name]
-    # prefer="prefix" / "synonym": a variant leans one way for all its names. Prefixed names make a
-    # variant more likely than its original and synonyms less likely; leaning per variant
-    # spreads a task's variants on both sides of the original instead of shifting them all one way.
+    # A variant leans to prefixes (likelier than the original) or synonyms (less likely) for all its names,
+    # so a task's variants fall on both sides of the original.
     bias = None
     if prefer and len(pooled) > len(prefixed):
         bias = {c: STYLE_WEIGHT for c in pooled if (c in prefixed) != (prefer == "prefix")}

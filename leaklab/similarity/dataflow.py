@@ -16,8 +16,7 @@ _RELATIONS = {"comesFrom": _COMES, "computedFrom": _COMPUTED}
 def data_flow(flat, source: bytes) -> list[tuple]:
     """CodeBLEU's normalised data-flow edges of a flattened tree (`structure._flatten`) of `source`."""
     tokens, spans, texts = _tokens(flat, source)
-    types = flat.types
-    is_variable = list(map(operator.ne, map(types.__getitem__, tokens), texts))  # keywords: type == text
+    is_variable = list(map(operator.ne, map(flat.types.__getitem__, tokens), texts))  # keywords: type == text
     flow = _ReferenceFlow(flat, tokens, spans, texts, is_variable)
     return _normalise(flow.visit(0, {})[0])
 
@@ -46,12 +45,9 @@ def _tokens(flat, source: bytes) -> tuple[list[int], list[tuple[int, int]], list
 
 
 class _ReferenceFlow:
-    """Def-use edges of Python code as CodeBLEU defines them (comesFrom / computedFrom).
-
-    Works on the flat tree: nodes are preorder indexes, a node's tokens are a contiguous run of
-    `token_nodes` (found by bisection, not by walking the subtree again). Edges are
-    (text, token index, relation, [parent texts], [parent token indexes]).
-    """
+    """Def-use edges of Python code as CodeBLEU defines them, on the flat tree (nodes are preorder indexes;
+    a node's tokens, a run of `token_nodes`, are found by bisection). An edge is (text, token index,
+    relation, [parent texts], [parent token indexes])."""
 
     def __init__(self, flat, tokens: list[int], spans: list[tuple[int, int]], texts: list[str], is_variable):
         self.flat = flat
@@ -254,10 +250,7 @@ def _ordered_union(first: list, second: list) -> list:
 
 
 def _by_token(edges: list) -> list:
-    return sorted(edges, key=_TOKEN_OF_EDGE)
-
-
-_TOKEN_OF_EDGE = operator.itemgetter(1)
+    return sorted(edges, key=operator.itemgetter(1))
 
 
 def _normalise(edges: list) -> list[tuple]:

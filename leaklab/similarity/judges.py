@@ -86,8 +86,7 @@ def make_backend(backend: str, model: str, base_url: str | None = None):
         return generator, None
 
     def render(text: str) -> str:
-        messages = chat_messages(text)
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(chat_messages(text), tokenize=False, add_generation_prompt=True)
 
     return generator, render
 

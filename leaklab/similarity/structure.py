@@ -33,7 +33,7 @@ from leaklab.similarity.text import (
     bleu_from_counts,
     clipped_matches,
     edit_similarity_max_len,
-    word_ngram_counts,
+    ngram_counts,
 )
 
 TSED_COSTS = (1.0, 0.8, 1.0)  # delete, insert, rename (Song et al. 2024; the tsed package's defaults)
@@ -59,12 +59,10 @@ def python_parser():
     return tree_sitter.Parser(tree_sitter.Language(tree_sitter_python.language()))
 
 
-def _stable_hash(text: str) -> int:
+@cache  # node and field labels repeat: hash each once per process
+def _label(text: str) -> int:
     """A 63-bit hash equal in every process (labels and subtrees cross process boundaries)."""
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()) >> 1
-
-
-_label = cache(_stable_hash)  # node and field labels repeat: hash each once per process
 
 
 # --------------------------------------------------------------------------- trees for edit distance
@@ -77,10 +75,6 @@ class OrderedTree:
     labels: np.ndarray
     leftmost: np.ndarray
     keyroots: np.ndarray
-
-    @property
-    def size(self) -> int:
-        return int(self.labels.size)
 
 
 def ordered_tree(root, children, label) -> OrderedTree:
@@ -164,33 +158,17 @@ def tree_edit_distance(source: OrderedTree, target: OrderedTree, costs=TSED_COST
 
 def normalised_tree_similarity(reference: OrderedTree, candidate: OrderedTree, costs) -> float:
     """max(0, (max_nodes - TED) / max_nodes); every tree has its root, so max_nodes >= 1."""
-    nodes = max(reference.size, candidate.size)
+    nodes = max(reference.labels.size, candidate.labels.size)
     return max(0.0, (nodes - tree_edit_distance(reference, candidate, costs)) / nodes)
-
-
-def _tsed_package_label(node) -> str:
-    # The tsed package reads `str(node)` word by word and keeps the last bare word inside a node's
-    # parentheses: the last field label ("body:") printed before a named child, else the node type.
-    label = node.type
-    for i, child in enumerate(node.children):
-        if child.is_named:
-            name = node.field_name_for_child(i)
-            if name:
-                label = name + ":"
-    return label
 
 
 # --------------------------------------------------------------------------- CodeBLEU parts
 
 
 def strip_comments_and_docstrings(source: str) -> str:
-    """Source without comments and statement-level strings (docstrings), blank lines dropped.
-
-    The rule CodeBLEU uses: a string token is dropped when it follows an INDENT or NEWLINE token or
-    starts at column 0; columns are kept by padding with spaces. Untokenisable source is returned as is.
-    `_strip_by_scanning` gives the same text without `tokenize` for the common case; anything it does not
-    handle falls back to `_strip_by_tokenize` (the two are compared on the standard library in the tests).
-    """
+    """Source without comments and statement-level strings (docstrings), blank lines dropped, by CodeBLEU's
+    tokenize rule (`_strip_by_tokenize`: a string token after INDENT or NEWLINE, or at column 0, goes);
+    `_strip_by_scanning` gives the same text faster where it applies (the tests compare the two)."""
     fast = _strip_by_scanning(source)
     return _strip_by_tokenize(source) if fast is None else fast
 
@@ -235,12 +213,10 @@ _FSTRING = re.compile(r"""(?<!\w)[rRbB]?[fF][rR]?['"]""")
 
 def _strip_by_scanning(source: str) -> str | None:
     """`_strip_by_tokenize`'s result for source that parses, or None where this scanner does not apply.
-
     Without tabs, form feeds, carriage returns or backslash continuations, tokenize's padding reproduces
-    every gap, so the result is the source minus comments and dropped strings. A string is dropped at
-    column 0, or as its row's first token outside brackets when the row opens a deeper block (INDENT) or
-    follows a row that ended a logical line (NEWLINE; after a blank or comment-only row tokenize gives NL).
-    """
+    every gap: the result is the source minus comments and dropped strings. A string is dropped at column
+    0, or as its row's first token outside brackets when the row opens a deeper block (INDENT) or follows
+    a row that ended a logical line (NEWLINE; after a blank or comment-only row tokenize gives NL)."""
     if any(ch in source for ch in "\t\r\f\v") or "\\\n" in source:
         return None
     if sys.version_info >= (3, 12) and _FSTRING.search(source):
@@ -310,10 +286,8 @@ def _strip_by_scanning(source: str) -> str | None:
 
 @dataclass
 class _Flat:
-    """A tree-sitter tree as flat preorder lists, from one cursor walk (reading Node attributes one node
-    at a time is what costs; list comprehensions over the collected nodes are cheap). The compiled
-    metrics need only the ids and `last`; the Python ones (broken trees) also read `named`, `fields` and
-    `kids`, built when first read."""
+    """A tree-sitter tree as flat preorder lists from one cursor walk. Compiled metrics read the ids and
+    `last`; the Python ones (broken trees, data flow) also `named`, `fields` and `kids`, built when first read."""
 
     nodes: list
     types: list[str]
@@ -400,10 +374,9 @@ _KINDS: dict[int, tuple[str, bool]] = {}  # tree-sitter kind id -> (node type, i
 
 
 def _subtree_keys(flat: _Flat, source: bytes) -> list[int]:
-    """One key per node with children (and the root): equal keys <=> equal s-expressions (`str(node)`),
-    folded bottom-up from the label and each printed child's (field, key) instead of printing every subtree
-    (quadratic); stable across processes. Compiled for clean trees; in Python for trees with ERROR or
-    MISSING nodes, whose labels need the source."""
+    """One key per node with children (and the root), folded bottom-up from the label and each printed
+    child's (field, key): equal keys <=> equal s-expressions (`str(node)`), without printing every subtree.
+    Compiled for clean trees; in Python for trees with ERROR or MISSING nodes, whose labels need the source."""
     if flat.has_error:
         keys = np.array(_subtree_keys_python(flat, source), dtype=np.uint64)
     else:
@@ -502,7 +475,7 @@ def _k_subtree_keys(kinds, last, field_ids, named, kind_labels, field_labels):  
 
 
 def _weighted_recall(candidate: list[Counter], reference: list[Counter], matched: list) -> float:
-    """CodeBLEU's weighted n-gram match from `word_ngram_counts` of both sides: BLEU's shape with clipped
+    """CodeBLEU's weighted n-gram match from `ngram_counts` of both sides: BLEU's shape with clipped
     recall (`matched` per order), keyword unigrams weighted 1, other unigrams 0.2."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
@@ -534,7 +507,6 @@ class Structure:
 
     error: str | None = None
     tsed_tree: OrderedTree | None = None
-    tsed_package_tree: OrderedTree | None = None
     ast_tree: OrderedTree | None = None
     unparsed: str = ""
     subtrees: list[int] = field(default_factory=list)  # keys of every subtree's s-expression
@@ -562,8 +534,7 @@ _TREE_SITTER_ERROR = "tree-sitter could not parse it (ERROR or MISSING node)"
 def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
     """Parse `text` once into the structural representations `parts` need (all by default); a snippet
     that Python or tree-sitter cannot parse carries the reason in `error` and nothing else. CodeBLEU alone
-    needs only the stripped text's tree, so a clean one spares parsing the raw text (the tests find no
-    standard-library function whose raw text tree-sitter rejects while it accepts the stripped one)."""
+    parses the raw text only when the stripped text's tree is broken."""
     python_tree, error = _python_tree(text)
     if error is not None:
         return Structure(error=error)
@@ -587,10 +558,9 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
     and `stripped_tree` is in hand; `stripped_tree` None: parse it here unless nothing was stripped."""
     result = Structure()
     if "tsed" in parts:
-        root = tree.root_node
-        named_children = operator.attrgetter("named_children")
-        result.tsed_tree = ordered_tree(root, named_children, operator.attrgetter("type"))
-        result.tsed_package_tree = ordered_tree(root, named_children, _tsed_package_label)
+        result.tsed_tree = ordered_tree(
+            tree.root_node, operator.attrgetter("named_children"), operator.attrgetter("type")
+        )
     if "ast" in parts:
         result.ast_tree = ordered_tree(
             python_tree,
@@ -606,17 +576,16 @@ def _parsed_structure(text, python_tree, parser, tree, stripped_text, stripped_t
         flat = _flatten(stripped_tree)
         result.subtrees = _subtree_keys(flat, stripped)
         result.flow = data_flow(flat, stripped)
-        result.words = word_ngram_counts(text.strip().split())
+        result.words = ngram_counts(text.strip().split())
     return result
 
 
 # --------------------------------------------------------------------------- pair metrics
 
 
-def tsed(reference: Structure, candidate: Structure, labels: str = "type") -> float:
-    """TSED of two parsed snippets (see the module docstring); labels "type" or "tsed_package"."""
-    attr = {"type": "tsed_tree", "tsed_package": "tsed_package_tree"}[labels]
-    return normalised_tree_similarity(getattr(reference, attr), getattr(candidate, attr), TSED_COSTS)
+def tsed(reference: Structure, candidate: Structure) -> float:
+    """TSED of two parsed snippets (see the module docstring)."""
+    return normalised_tree_similarity(reference.tsed_tree, candidate.tsed_tree, TSED_COSTS)
 
 
 def syntax_match(reference: Structure, candidate: Structure) -> float:

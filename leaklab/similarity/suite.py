@@ -1,12 +1,8 @@
-"""The non-LLM similarity suite over many (candidate, reference) pairs, batched over a process pool.
-
-Each unique snippet becomes one `Document` (tokens, MinHash signature, parsed `Structure`) exactly once,
-then pairs are compared from documents. Text metrics are always computed; structural metrics need both
-sides to parse and are otherwise NaN with the reason in `missing` (never an exception). Bytes that are not
-UTF-8 are decoded with replacement characters and the pair is flagged `lossy`.
-
-A pair may carry a `prefix` (e.g. the function signature the model was prompted with): text metrics
-compare the continuations alone, structural metrics compare prefix + continuation, which parses.
+"""The non-LLM similarity suite over many (candidate, reference) pairs, batched over a process pool:
+each unique snippet becomes one `Document` once, then pairs are compared from documents. Structural
+metrics that a side cannot parse for are NaN with the reason in `missing`; non-UTF-8 bytes are replaced
+and flag the pair `lossy`. A pair's `prefix` (the prompted signature) is prepended for the structural
+metrics only. See docs/perturbations.md#the-similarity-suite.
 """
 
 from __future__ import annotations
@@ -115,11 +111,8 @@ def default_workers() -> int:
 
 
 def score_pairs(pairs: Sequence[Pair], workers: int | None = None, chunksize: int = 8) -> list[dict]:
-    """Score every pair (reference = ground truth, candidate = generation); rows in input order.
-
-    `workers` processes (default: the usable cores, at most 8; 1 = in this process). The pool is
-    started with "spawn" so a parent holding torch threads or CUDA state is never forked.
-    """
+    """Score every pair (reference = ground truth, candidate = generation); rows in input order. `workers`
+    spawned processes (default: the usable cores, at most 8; 1 = in this process)."""
     keys: dict[tuple[str | bytes, str], int] = {}
     for pair in pairs:
         for value in (pair.reference, pair.candidate):

@@ -16,13 +16,13 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from itertools import repeat
 
+import numpy as np
+
 NGO_N = 7  # SrDetection App. A.1
 
 
 def ngrams(seq: Sequence[Hashable], n: int) -> set[tuple]:
     """The set of contiguous length-n windows of `seq` (empty when `seq` is shorter than n)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
     items = tuple(seq)
     return {items[i : i + n] for i in range(len(items) - n + 1)}
 
@@ -76,28 +76,24 @@ def exact_match(candidate: str, reference: str) -> float:
 BLEU_EPSILON = 0.1  # Chen & Cherry (2014) smoothing method 1, as nltk's and codebleu's default
 
 
-def ngram_counts(tokens: Sequence[Hashable], max_n: int = 4) -> list[Counter]:
-    """[Counter of 1-grams, ..., Counter of max_n-grams]: what BLEU needs of one side, reusable across pairs."""
-    return [Counter(_windows(tokens, n)) for n in range(1, max_n + 1)]
-
-
-def word_ngram_counts(words: Sequence[str], max_n: int = 4) -> list[Counter]:
-    """`ngram_counts` of whitespace-free words (`str.split()`'s), each n-gram keyed by its words joined
-    with one space: the same counts, since a space cannot occur inside a word, and faster to count and
-    look up, since a str caches its hash and a tuple does not. A unigram's key is the word itself."""
+def ngram_counts(words: Sequence[str], max_n: int = 4) -> list[Counter]:
+    """[Counter of 1-grams, ..., Counter of max_n-grams] of whitespace-free words (`code_tokens`,
+    `str.split()`): what BLEU needs of one side, reusable across pairs. An n-gram is keyed by its words
+    joined with one space, which no word holds, so the counts are those of word tuples; a str caches its
+    hash and a tuple does not. A unigram's key is the word itself."""
     join = " ".join
-    return [Counter(words)] + [Counter(map(join, _windows(words, n))) for n in range(2, max_n + 1)]
+    # zip of n shifted copies: the length-n windows in order, no slice per window
+    windows = (zip(*(words[i:] for i in range(n))) for n in range(2, max_n + 1))
+    return [Counter(words)] + [Counter(map(join, grams)) for grams in windows]
 
 
 def bleu_from_counts(
     candidate: list[Counter], reference: list[Counter], matched: list | None = None
 ) -> float:
-    """Sentence BLEU from `ngram_counts` of both sides (same max_n; lengths are the 1-gram totals).
-
-    Uniform weights; clipped n-gram precision; an order with no match gets BLEU_EPSILON matches instead
-    of zero (smoothing method 1); brevity penalty exp(1 - r/c) for a shorter candidate. No unigram match
-    (or an empty side) gives 0.0. `matched`: the clipped match count per order when the caller already
-    has them (CodeBLEU shares them with its weighted n-gram match)."""
+    """Sentence BLEU from `ngram_counts` of both sides (same max_n; lengths are the 1-gram totals): uniform
+    weights, clipped precision, BLEU_EPSILON matches for an order with none (smoothing method 1), brevity
+    penalty exp(1 - r/c) for a shorter candidate; no unigram match (or an empty side) gives 0.0.
+    `matched`: the clipped matches per order when the caller has them (CodeBLEU's weighted match shares them)."""
     c, r = sum(candidate[0].values()), sum(reference[0].values())
     if c == 0 or r == 0:
         return 0.0
@@ -114,25 +110,16 @@ def bleu_from_counts(
 
 
 def clipped_matches(first: Counter, second: Counter) -> int:
-    """sum over shared n-grams of min(count in first, count in second), as C loops.
-
-    Each n-gram of the smaller side is looked up once in the other (absent: min with 0 adds nothing);
-    tuple keys do not cache their hash, so this beats intersecting the key sets and reading both sides."""
+    """sum over shared n-grams of min(count in first, count in second): each n-gram of the smaller side
+    looked up once in the other (absent: min with 0 adds nothing), in C loops."""
     if len(first) > len(second):
         first, second = second, first
     return sum(map(min, first.values(), map(second.get, first, repeat(0))))
 
 
-def _windows(seq: Sequence[Hashable], n: int):
-    """The length-n windows of `seq` as tuples, in order (zip of n shifted copies: no slice per window)."""
-    return zip(*(seq[i:] for i in range(n)))
-
-
 def edit_similarity_max_len(candidate: str, reference: str) -> float:
-    """MRI's edit similarity (004, §3.1.1): 1 - Levenshtein(candidate, reference) / max(len of the two).
-
-    Characters, unit costs; two empty strings -> 1. Symmetric: the longer side sets the scale.
-    """
+    """MRI's edit similarity (004, §3.1.1): 1 - Levenshtein(candidate, reference) / max(len of the two),
+    over characters with unit costs; two empty strings -> 1."""
     from rapidfuzz.distance import Levenshtein
 
     return float(Levenshtein.normalized_similarity(candidate, reference))
@@ -151,12 +138,10 @@ def edit_similarity_truth_len(candidate: str, reference: str) -> float:
 
 
 def longest_common_substring(a: str, b: str) -> int:
-    """Length of the longest contiguous run shared by `a` and `b` (a substring, not a subsequence).
-
-    A suffix automaton of `b` (linear in len(b)) walked along `a` (linear in len(a)): at each character
-    of `a` the walk holds the longest suffix of a[:i] that occurs in `b`. difflib's SequenceMatcher is not
-    used because its autojunk heuristic drops frequent characters (spaces in code) and answers too short.
-    """
+    """Length of the longest contiguous run shared by `a` and `b` (a substring, not a subsequence): a
+    suffix automaton of `b` walked along `a`, holding at each character the longest suffix of a[:i] found
+    in `b`, in linear time. difflib's SequenceMatcher answers too short with its autojunk heuristic
+    (spaces in code) and is far slower on code without it."""
     if not a or not b:
         return 0
     # States: transitions, suffix link, length of the longest string in the state.
@@ -223,14 +208,9 @@ _PRIME = (1 << 31) - 1  # a, x < 2^31 keeps a * x + b inside uint64
 
 
 def minhash_signature(tokens: Sequence[str], permutations: int = MINHASH_PERMUTATIONS, seed: int = 0):
-    """MinHash signature of a token set: per permutation h(x) = (a * x + b) mod (2^31 - 1), the minimum.
-
-    Tokens are hashed with blake2b (stable across processes, unlike `hash`), so signatures computed in
-    different workers compare. Returns a uint64 array; an empty set gives a row of the modulus (an
-    "infinite" minimum), so two empty sets agree.
-    """
-    import numpy as np
-
+    """MinHash signature of a token set: per permutation the minimum of h(x) = (a * x + b) mod (2^31 - 1)
+    over blake2b token hashes (the same in every worker, unlike `hash`), as uint64; an empty set gives
+    the modulus everywhere (an "infinite" minimum), so two empty sets agree."""
     rng = np.random.default_rng(seed)
     a = rng.integers(1, _PRIME, size=permutations, dtype=np.uint64)
     b = rng.integers(0, _PRIME, size=permutations, dtype=np.uint64)

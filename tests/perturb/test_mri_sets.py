@@ -13,7 +13,7 @@ from leaklab.data.benchmarks import load_humaneval
 from leaklab.data.tasks import Task
 from leaklab.execution.correctness import check_many
 from leaklab.execution.sandbox import Sandbox
-from leaklab.perturb import mri_sets
+from leaklab.perturb import mri_sets, set_store
 from leaklab.perturb.mutation import KINDS, mutate_task, plan
 from leaklab.perturb.rewriting import (
     LOGIC_TYPES,
@@ -255,7 +255,10 @@ def test_the_cache_builds_once_and_round_trips(tmp_path, sandbox, humaneval):
     assert again[0].rewrite.test_cases == first[0].rewrite.test_cases
     info = mri_sets.write_run_sets(tmp_path / "run", first) if (tmp_path / "run").mkdir() is None else None
     assert info["tasks"] == 4 and info["paraphrase"].startswith("not computed")
-    assert set(mri_sets.read_run_sets(tmp_path / "run")) == {t.task_id for t in tasks}
+    copy = set_store.read_run_copy(tmp_path / "run" / mri_sets.RUN_FILE)
+    assert {task_id: mri_sets.set_from_json(row).task_id for task_id, row in copy.items()} == {
+        t.task_id: t.task_id for t in tasks
+    }
 
 
 class _Scripted:

@@ -14,7 +14,7 @@ TASKS = [
 
 
 def test_each_task_is_built_once_and_read_back_in_order(tmp_path):
-    path = set_store.cache_file("kind", TASKS, set_store.settings_key([1, "x"]), tmp_path)
+    path = set_store.cache_file("kind", TASKS, [1, "x"], tmp_path)
     assert path.parent == tmp_path / "kind" and path.name.startswith("toy-")
     built, logs = [], []
 
