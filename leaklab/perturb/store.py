@@ -23,6 +23,7 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.errors import UnavailableError
 from leaklab.execution.correctness import check_solution, reference_outputs
+from leaklab.execution.sandbox import Program
 from leaklab.perturb import set_store
 from leaklab.perturb.examples import RunError
 from leaklab.perturb.variants import Variant, VariantSet, Verification, alpha_equivalent, make_variants
@@ -51,7 +52,7 @@ def sandbox_executors(sandbox, originals: dict[str, Task]) -> tuple[Callable, Ca
     def run_solution(task: Task, inputs: list) -> list:
         program = task.program()
         if inputs and all(isinstance(x, str) for x in inputs):  # stdin of an APPS stdio task
-            results = sandbox.run_many([program] * len(inputs), list(inputs))
+            results = sandbox.run_jobs([Program(program, stdin) for stdin in inputs])
             return [r.stdout if r.passed else RunError(r.reason or r.verdict) for r in results]
         result = sandbox.call_function(program, task.entry_point or "", [list(x) for x in inputs])
         calls = result.calls or []

@@ -447,6 +447,19 @@ def test_apps_stdio_samples_get_new_inputs_and_computed_outputs():
         assert_alpha_equivalent(APPS_STDIO, variant.task, variant.renames)
 
 
+def test_the_store_runs_an_apps_stdio_solution_in_the_sandbox():
+    """The store's executor feeds each new stdin to the solution in the sandbox; the outputs it returns
+    become the variants' examples (the path the other stdio test fakes)."""
+    from leaklab.execution.sandbox import Sandbox
+
+    task = dataclasses.replace(APPS_STDIO, prompt_is_code=False)  # as the APPS loader marks it
+    with Sandbox(workers=1) as sandbox:
+        run_solution, _ = store.sandbox_executors(sandbox, {task.task_id: task})
+        assert run_solution(task, ["3\n1 2 3\n", "2\n10 -4\n"]) == ["6\n", "6\n"]
+        (failed,) = run_solution(task, ["not a number\n"])
+        assert isinstance(failed, RunError)
+
+
 def test_apps_call_task_renames_the_entry_point_in_the_statement():
     task = Task(
         "apps/test/hand-2",
