@@ -20,8 +20,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.likelihood import TARGET
-from leaklab.detectors.recall import join_prefix, prefix_texts, recall_ratio
+from leaklab.detectors.likelihood import TARGET, nll_ratio
+from leaklab.detectors.recall import join_prefix, prefix_texts
 from leaklab.detectors.srdetection import CLEAN
 from leaklab.errors import InputError
 
@@ -145,6 +145,6 @@ class ConRecall:
             cond[kind] = values
         inputs.info[self.name] = {"no_room": len(inputs.texts) - len(fitted)}
         return {
-            f"conrecall@gamma={g:g}": recall_ratio(cond["non_member"] - g * cond["member"], plain)
+            f"conrecall@gamma={g:g}": nll_ratio(cond["non_member"] - g * cond["member"], plain)
             for g in self.gamma
         }

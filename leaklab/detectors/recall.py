@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import TARGET
+from leaklab.detectors.likelihood import TARGET, nll_ratio
 
 # Known non-members: written for leaklab, HumanEval-shaped (signature, docstring, body).
 BUILTIN_PREFIX = (
@@ -111,15 +111,6 @@ def join_prefix(texts: list[str]) -> str:
     return "".join(t.rstrip("\n") + "\n\n" for t in texts)
 
 
-def recall_ratio(conditional_nll: np.ndarray, plain_nll: np.ndarray) -> np.ndarray:
-    """NLL(x | P) / NLL(x) per sample; NaN where NLL(x) is not a positive number."""
-    conditional_nll = np.asarray(conditional_nll, dtype=np.float64)
-    plain_nll = np.asarray(plain_nll, dtype=np.float64)
-    ok = np.isfinite(plain_nll) & (plain_nll > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, conditional_nll / np.where(ok, plain_nll, 1.0), np.nan)
-
-
 @dataclass
 class Recall:
     name: ClassVar[str] = "recall"
@@ -158,7 +149,7 @@ class Recall:
                 conditional,
                 info,
             )
-            out[f"recall@shots={k}"] = recall_ratio(cond, plain)
+            out[f"recall@shots={k}"] = nll_ratio(cond, plain)
             # Prefix + text past the context: the prefix conditions only the first window.
             windowed[k] = info.get("windowed", 0) + info.get("truncated", 0)
         inputs.info[self.name] = {"longer_than_context": windowed}
