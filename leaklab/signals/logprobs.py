@@ -486,18 +486,16 @@ def _split_model(model: torch.nn.Module, device: torch.device) -> tuple[Any, Any
     return body, head
 
 
-def model_context_length(model: torch.nn.Module) -> int | None:
+def forward_length(settings: ScoringSettings, model: torch.nn.Module) -> int:
+    """Tokens per forward pass: the recipe's max_length, else the model's context length, else 2048."""
+    if settings.max_length:
+        return settings.max_length
     config = getattr(model, "config", None)
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    return None
-
-
-def forward_length(settings: ScoringSettings, model: torch.nn.Module) -> int:
-    """Tokens per forward pass: the recipe's max_length, else the model's context length, else 2048."""
-    return settings.max_length or model_context_length(model) or 2048
+    return 2048
 
 
 def _forward_batch(
@@ -750,15 +748,11 @@ class TokenFrequencies:
 
     counts: np.ndarray  # int64 [vocab]
 
-    @property
-    def total(self) -> int:
-        return int(self.counts.sum())
-
     def probability(self, token_ids: np.ndarray) -> np.ndarray:
         """Laplace-smoothed relative frequency (count + 1) / (total + vocab); ids past the table count 0."""
         ids = np.asarray(token_ids, dtype=np.int64)
         counts = np.where(ids < len(self.counts), self.counts[np.minimum(ids, len(self.counts) - 1)], 0)
-        return (counts + 1.0) / (self.total + len(self.counts))
+        return (counts + 1.0) / (int(self.counts.sum()) + len(self.counts))
 
 
 _FREQUENCY_CACHE: dict[str, TokenFrequencies] = {}
@@ -771,13 +765,9 @@ def token_frequencies(
     cache_dir: str | Path | None = None,
     batch_size: int = 256,
 ) -> TokenFrequencies:
-    """Token counts of a corpus under `tokenizer` (no special tokens), cached per (tokenizer, corpus).
-
-    texts: the corpus; None means the builtin corpus (Python stdlib source + pydoc topics).
-    cache_dir: where the table is kept as `freq-<key>.npy`; None means `<leaklab cache>/frequencies`. The key is
-    the tokenizer's and the corpus's content, not the model's, so every checkpoint and every later run of one
-    tokenizer reuses the table instead of tokenizing the corpus again (seconds on the builtin corpus).
-    """
+    """Token counts of `texts` (None: the builtin corpus) under `tokenizer`, no special tokens, kept as
+    `freq-<key>.npy` in `cache_dir` (None: `<leaklab cache>/frequencies`). The key is the tokenizer's and
+    the corpus's content, not the model's: every checkpoint and later run of a tokenizer reuses it."""
     if texts is None:
         from leaklab.data.corpora import builtin_corpus_texts
 
