@@ -25,7 +25,7 @@ def test_gray_box_golden():
     assert d.n == 3
     assert d.leak.tolist() == [True, False, False, False]
     assert d.decided.tolist() == [True, True, True, False]
-    assert d.n_undecided == 1 and d.n_leaks == 1
+    assert d.n_undecided == 1 and d.leak.sum() == 1
     assert d.variants_used.tolist() == [3, 3, 3, 1]
     assert d.margin[:3].tolist() == [0.5, -1.0, 0.0] and np.isnan(d.margin[3])
 
@@ -176,10 +176,10 @@ def test_calibrated_finds_exposure():
 
 
 def test_calibrated_registry_entry():
-    from leaklab.detectors import build_detector, kind_of, needs_of
+    from leaklab.detectors import build_detector, needs_of, record_of
 
     det = build_detector("srdetection_calibrated:n=1,5,alpha=0.2")
-    assert kind_of("srdetection_calibrated") == "rule"
+    assert record_of("srdetection_calibrated").kind == "rule"
     assert "reference" in needs_of(["srdetection_calibrated"]) and "variants" in needs_of(
         ["srdetection_calibrated"]
     )
