@@ -133,11 +133,9 @@ def compute_signals(inputs: ModelInputs, needs: set[str], info: dict[str, Any] |
         )
     scoring = inputs.scoring()
     texts = list(inputs.texts)
-    prompts = None
-    if scoring.scoring_span == "solution":
-        if inputs.prompts is None or len(inputs.prompts) != len(texts):
-            raise ValueError("scoring_span='solution' needs one prompt per text")
-        prompts = list(inputs.prompts)
+    # Under the solution span the engine checks the prompts (one prefix per text), before any other signal.
+    given = inputs.prompts if scoring.scoring_span == "solution" else None
+    prompts = None if given is None else list(given)
     run = SignalPass(inputs, texts, prompts, needs, scoring, as_cache(inputs.cache))
     spans = [t[len(p) :] for t, p in zip(texts, prompts)] if prompts is not None else texts
     signals = Signals(spans=spans)
