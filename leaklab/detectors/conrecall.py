@@ -4,11 +4,8 @@ prefix P_n of k known non-members (texts joined by blank lines, as ReCaLL's):
 
     conrecall@gamma=g  =  ( NLL(x | P_n) - g * NLL(x | P_m) ) / NLL(x)     HIGHER MEANS MORE LIKELY A MEMBER
 
-(the paper writes it with LL = -NLL; the signs cancel in the ratio). The shots are never the scored
-sample nor chosen with its label: `members=FILE,non_members=FILE`, else the evaluation's labels
-cross-fitted over `folds` (a sample's shots come from the other folds). Per sample both prefixes hold the
-same number of shots that still fit the context with x; none fitting is NaN, counted as `no_room`.
-See docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
+(the paper writes it with LL = -NLL; the signs cancel in the ratio). Where the shots come from and how
+many fit: see docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations

@@ -305,10 +305,8 @@ def column_name(detector: str, n: int) -> str:
 
 @dataclass
 class SrRule:
-    """What SrDetection's four rules share: their n values (numbers of variants compared), one score
-    column per n, a check of n against the variants the recipe builds, the rule's metrics against the
-    ground truth, and what an audit reports of its decisions. A rule adds its name, mode, needs and
-    parameters; `decide` runs the shared pipeline (`score_srdetection`) for its mode."""
+    """What SrDetection's four rules share: n (numbers of variants compared; one score column each), its
+    check, `decide` through `score_srdetection`, the metrics and the audit's rates of the decisions."""
 
     name: ClassVar[str]
     mode: ClassVar[str]
@@ -513,11 +511,8 @@ def inputs_from_tasks(tasks: Sequence[Any], variant_sets: Sequence[Any], text_fo
 def gray_scores(
     model, tokenizer, inputs: SrInputs, settings=None, *, accelerator=None, cache=None, info=None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Log perplexity (mean NLL) of every original and variant, in ONE signal-engine call.
-
-    Same engine, settings (scoring span, dtype, windows) and cache as the baselines, so the originals
-    that `ppl` already scored are cache hits. Returns (originals [N], variants [N, width]).
-    """
+    """(originals [N], variants [N, width]) log perplexities (mean NLL) in ONE signal-engine call, with
+    the baselines' settings and cache (the originals `ppl` scored are cache hits)."""
     from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
 
     scoring = ScoringSettings.from_config(settings)
