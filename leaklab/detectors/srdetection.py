@@ -229,18 +229,6 @@ def clean_null_against_set(
     return clean_null_decisions(raw, threshold, alpha)
 
 
-def split_prefix_suffix(
-    token_ids: Sequence[int], prefix_fraction: float = 0.5
-) -> tuple[list[int], list[int]]:
-    """Black-box setting: the model sees the prefix and its greedy continuation is scored against
-    the suffix. The paper does not say where to cut; leaklab cuts at a fixed fraction of the tokens
-    (the suffix always keeps at least one token, so NGO is defined; the prefix too when there are
-    two or more)."""
-    ids = list(token_ids)
-    cut = min(max(round(len(ids) * prefix_fraction), 1), len(ids) - 1) if ids else 0
-    return ids[:cut], ids[cut:]
-
-
 # --------------------------------------------------------------------------- settings and registry entries
 
 
@@ -561,8 +549,8 @@ def cut_text(
     region = [i for i, (_, end) in enumerate(offsets) if end > start]
     if not region:
         return None
-    prefix_ids, _ = split_prefix_suffix([ids[i] for i in region], prefix_fraction)
-    cut = region[len(prefix_ids)]
+    # The suffix keeps at least one token, so NGO is defined; the prefix too when there are two or more.
+    cut = region[min(max(round(len(region) * prefix_fraction), 1), len(region) - 1)]
     prefix = text[: offsets[cut][0]]
     if not prefix:
         return None

@@ -7,7 +7,6 @@ from leaklab.detectors.srdetection import (
     decisions_by_n,
     first_n_scores,
     gray_box_decisions,
-    split_prefix_suffix,
 )
 
 nan = np.nan
@@ -91,10 +90,20 @@ def test_bad_shapes_and_modes():
 
 
 def test_split_prefix_suffix():
-    assert split_prefix_suffix(list(range(10))) == (list(range(5)), list(range(5, 10)))
-    assert split_prefix_suffix([1, 2], 0.9) == ([1], [2])
-    assert split_prefix_suffix([7], 0.9) == ([], [7])  # the suffix keeps the lone token: NGO stays defined
-    assert split_prefix_suffix([], 0.5) == ([], [])
+    """The black box's cut (`cut_text`) at round(fraction x tokens): the suffix keeps at least one token
+    (NGO stays defined), the prefix too when there are two or more."""
+    from test_detectors import bigram
+
+    from leaklab.detectors.srdetection import Cut, cut_text
+
+    _, tok = bigram()
+    ids = tok.get_vocab()
+    ten = " ".join("abcabcabca")
+    assert cut_text(tok, ten, "", split="text").prefix == "a b c a b "  # 5 of 10 tokens
+    assert cut_text(tok, "a b", "", split="text", prefix_fraction=0.9) == Cut("a ", (ids["b"],))
+    assert cut_text(tok, "a b", "", split="text", prefix_fraction=0.1) == Cut("a ", (ids["b"],))
+    assert cut_text(tok, "c c a", "c c ", prefix_fraction=0.9) == Cut("c c ", (ids["a"],))  # lone token
+    assert cut_text(tok, "c c ", "c c ") is None  # no solution token
 
 
 def test_unflatten_pads_missing_variants_with_nan():
