@@ -224,11 +224,8 @@ class SignalCache:
         write_atomic(self._path(key), buf.getvalue())
 
     def _read(self, key: str) -> TokenStats | None:
-        path = self._path(key)
-        if not path.exists():
-            return None
         try:
-            with np.load(path) as z:
+            with np.load(self._path(key)) as z:
                 n_windows, n_dropped = (int(c) for c in z["counts"])
                 return _freeze(
                     TokenStats(
@@ -240,7 +237,7 @@ class SignalCache:
                         n_dropped=n_dropped,
                     )
                 )
-        except (OSError, ValueError, KeyError):  # a damaged file is recomputed, not trusted
+        except (OSError, ValueError, KeyError):  # a missing file, or a damaged one: recomputed, not trusted
             return None
 
 
