@@ -82,11 +82,11 @@ class ConRecall:
             )
         if bool(self.members) != bool(self.non_members):
             raise ValueError("conrecall: give both members=FILE and non_members=FILE, or neither")
-        for source in (self.members, self.non_members):
+        for key, source in (("members", self.members), ("non_members", self.non_members)):
             if source and not source.endswith(".jsonl"):
                 raise ValueError(f"conrecall: shot files must be .jsonl files, got {source!r}")
             if source:
-                prefix_texts(source)  # a bad file fails when the recipe loads
+                prefix_texts(source, f"conrecall:{key}")  # a bad file fails when the recipe loads
 
     def columns(self) -> dict[str, dict]:
         source = "files" if self.members else "cross-fitted"

@@ -12,15 +12,15 @@ prefix + text past the context conditions only the first window.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from leaklab.data.labelled import read_rows
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.likelihood import TARGET, nll_ratio
+from leaklab.errors import InputError
 
 # Known non-members: written for leaklab, HumanEval-shaped (signature, docstring, body).
 BUILTIN_PREFIX = (
@@ -83,26 +83,19 @@ BUILTIN_PREFIX = (
 )
 
 
-def prefix_texts(source: str) -> list[str]:
-    """The non-member texts a prefix is built from: "builtin" or a JSONL file of {"text": ...} rows."""
+def prefix_texts(source: str, key: str = "recall:prefix") -> list[str]:
+    """The non-member texts a prefix is built from: "builtin", or the "text" of every row of a file read
+    as `leaklab mia` reads one (`data.labelled.read_rows`); `key`: the spec key its errors name."""
     if source == "builtin":
         return list(BUILTIN_PREFIX)
-    path = Path(source)
-    if path.suffix != ".jsonl" or not path.is_file():
-        raise ValueError(f"recall: prefix must be 'builtin' or an existing .jsonl file, got {source!r}")
     texts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            text = json.loads(line)["text"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ValueError(f'recall: {path} line {number} is not a JSON object with a "text"') from None
+    for where, row in read_rows(source, key):
+        text = row.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"recall: {path} line {number}: text must be a non-empty string")
+            raise InputError(f'{key}: {where} has no "text" that is a non-empty string')
         texts.append(text)
     if not texts:
-        raise ValueError(f"recall: {path} holds no texts")
+        raise InputError(f"{key}: {source} holds no texts")
     return texts
 
 

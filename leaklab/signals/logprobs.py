@@ -2,10 +2,8 @@
 
 For each scored token x_t: logprob_t = log p(x_t | x_<t) and, with `distribution=True`, mean_t and var_t,
 the mean and variance of log p_t(v) under the model's next-token distribution p_t (Min-K%++'s mu_t and
-sigma_t^2). Texts are packed into token-budget batches; the output head runs only where a scored token is
-predicted, in blocks whose softmax statistics are merged across vocabulary slices (an online softmax), so
-no [tokens x vocab] array is built; results are cached by model, tokenizer, text, prompt and settings.
-Which tokens are scored, long texts, block sizes and precision: docs/detectors.md#the-signal-engine.
+sigma_t^2). Which tokens are scored, long texts, batches, head blocks (an online softmax over vocabulary
+slices: no [tokens x vocab] array), the cache and precision: docs/detectors.md#the-signal-engine.
 """
 
 from __future__ import annotations
@@ -66,7 +64,7 @@ class ScoringSettings:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
 
     def blocks(self, device: torch.device) -> tuple[int, int]:
-        """(rows, logits) per head block: the set values, else sized for the device (see the module doc)."""
+        """(rows, logits) per head block: the set values, else sized for the device (see the docs)."""
         on_cpu = device.type == "cpu"
         rows = self.row_chunk or (512 if on_cpu else 2048)
         logits = self.logit_chunk or (1 << 20 if on_cpu else 1 << 29)
