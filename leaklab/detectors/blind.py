@@ -59,22 +59,18 @@ def text_features(text: str) -> list[float]:
     ]
 
 
-def _ngram_matrix(texts: list[str]):
-    """Sparse hashed counts of word 1-2-grams and character 3-grams, each row scaled to unit length."""
+def blind_features(texts: list[str]):
+    """(dense features, hashed counts of word 1-2-grams and character 3-grams, each row scaled to unit
+    length) of the texts: computed once, refitted on many labellings."""
     from scipy.sparse import hstack
     from sklearn.feature_extraction.text import HashingVectorizer
 
+    dense = np.array([text_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1)
     words = HashingVectorizer(n_features=HASH_FEATURES, ngram_range=(1, 2), alternate_sign=False)
     chars = HashingVectorizer(
         n_features=HASH_FEATURES, analyzer="char", ngram_range=(3, 3), alternate_sign=False
     )
-    return hstack([words.transform(texts), chars.transform(texts)]).tocsr()
-
-
-def blind_features(texts: list[str]):
-    """(dense features, sparse n-gram counts) of the texts: computed once, refitted on many labellings."""
-    dense = np.array([text_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1)
-    return dense, _ngram_matrix(texts)
+    return dense, hstack([words.transform(texts), chars.transform(texts)]).tocsr()
 
 
 def _out_of_fold(features, y: np.ndarray, folds: int, seed: int) -> np.ndarray:
