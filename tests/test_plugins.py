@@ -14,7 +14,7 @@ from test_detectors import bigram
 from leaklab import plugins
 from leaklab.detectors import DETECTORS, KINDS, build_detector, score_detectors
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import TARGET, nll
+from leaklab.detectors.likelihood import TARGET
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet
 from leaklab.evaluations.detection import Detection
@@ -100,7 +100,7 @@ class ToyRule:
 
     def decide(self, inputs) -> RuleScores:
         stats = compute_token_stats(inputs.model, inputs.tokenizer, inputs.texts, settings=inputs.scoring())
-        nlls = np.array([nll(s.logprob) for s in stats])
+        nlls = np.array([s.nll() for s in stats])
         margin = self.scale * (np.nanmedian(nlls) - nlls)
         decisions = ToyDecisions(leak=margin > 0, decided=np.isfinite(margin), margin=margin)
         return RuleScores({"toy_rule": margin}, {"toy_rule": decisions}, {"toy_rule": {"texts": len(nlls)}})

@@ -1,15 +1,8 @@
-"""The detector registry: one table of every detector, and the functions that run them.
-
-A spec is a registry name, optionally with parameters: "ppl", "mink:k=0.05,0.1,0.2", "dcpdd:a=0.02",
-"srdetection_gray:n=1,3,5,10". A parameter takes every comma-separated value up to the next `key=`
-(`regroup_specs` puts a comma-split list back together). Every spec of a recipe is built, and so
-checked, when the recipe loads.
-
-Each detector is one `plugins.Record` in DETECTORS; its kind says which interface its class has
-(`plugins.ScoreDetector`, `ModelDetector`, `RuleDetector`): "score" detectors share one batched pass of
-the signal engine (`run_detectors`, `signals.SOURCES`), "model" ones read the model through
-`run(inputs)`, and "rule" ones decide leak / not leak themselves. Adding a detector: one class in a
-module here, one record in DETECTORS, one golden test (and, for a new signal, one `Source`).
+"""The detector registry, DETECTORS (one `plugins.Record` per detector; its kind, "score", "model" or
+"rule", names the interface its class has), and the functions that build and run detectors. A spec is a
+registry name, optionally with parameters: "mink:k=0.05,0.1,0.2" (`parse_spec`, `regroup_specs`). Every
+spec of a recipe is built, and so checked, when the recipe loads. Adding a detector:
+docs/development.md#adding-a-detector-an-evaluation-or-a-stage-step-by-step.
 """
 
 from __future__ import annotations
@@ -123,11 +116,6 @@ def record_of(spec: str) -> Record:
     return DETECTORS[name]
 
 
-def kind_of(spec: str) -> str:
-    """ "score", "model" or "rule" (see `plugins.Record`)."""
-    return record_of(spec).kind
-
-
 def needs_of(specs: Sequence[str]) -> frozenset[str]:
     """Every signal the specs read."""
     return frozenset().union(*(record_of(s).load().needs for s in specs))
@@ -232,13 +220,12 @@ def run_detectors(
     specs: Sequence[str], inputs: ModelInputs, info: dict[str, Any] | None = None
 ) -> dict[str, np.ndarray]:
     """Score every text of `inputs` with every score detector; score column name -> float array (higher =
-    member). The detectors share one `Signals`, each signal computed once (`signals.compute_signals`).
-
-    info: when given, filled with per-signal counts (texts, cached, windowed, truncated, empty, ...).
-    """
-    others = [spec for spec in specs if kind_of(spec) != "score"]
+    member). The detectors share one `Signals` (`signals.compute_signals`); `info` gets its counts."""
+    others = [spec for spec in specs if record_of(spec).kind != "score"]
     if others:
-        raise ValueError(f"{others[0]!r} is a {kind_of(others[0])} detector: score it with score_detectors")
+        raise ValueError(
+            f"{others[0]!r} is a {record_of(others[0]).kind} detector: score it with score_detectors"
+        )
     detectors = [build_detector(spec) for spec in specs]
     signals = compute_signals(inputs, set().union(*(d.needs for d in detectors)), info)
     columns: dict[str, np.ndarray] = {}
@@ -250,14 +237,9 @@ def run_detectors(
 
 @dataclass
 class DetectorScores:
-    """What `score_detectors` returns.
-
-    columns: score column -> float per sample, higher = more likely a member (for a rule detector its
-        margin: > 0 iff the rule says leak, NaN when undecided).
-    params: score column -> (detector name, its parameters).
-    decisions: rule columns only -> the rule's per-sample `Decisions`.
-    rules: rule columns only -> the detector that decided them (its `metrics` scores them).
-    """
+    """What `score_detectors` returns, by score column: each sample's score (higher = more likely a
+    member; a rule's margin, > 0 iff it says leak, NaN when undecided) and the (detector, parameters);
+    for rule columns, the `Decisions` and the detector whose `metrics` scores them."""
 
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     params: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
@@ -280,15 +262,11 @@ class DetectorScores:
 def score_detectors(
     specs: Sequence[str], inputs: ModelInputs, info: dict[str, Any] | None = None
 ) -> DetectorScores:
-    """Every spec, score and rule detectors alike, on one model and its evaluation set (`inputs`).
-
-    Each kind goes its own way: "score" detectors share one pass of the signal engine (`run_detectors`),
-    "model" ones get `run(inputs)` and rule detectors `decide(inputs)`. info: when given, filled with the
-    counts of each (signals, "rules", "model_level"). Under several processes call it on every rank;
-    every rank gets the full result.
-    """
+    """Every spec on one model and its evaluation set: "score" detectors through `run_detectors`, "model"
+    ones by `run(inputs)`, rules by `decide(inputs)`; `info` gets the counts of each (signals, "rules",
+    "model_level"). Under several processes call it on every rank; every rank gets the full result."""
     detectors = {spec: build_detector(spec) for spec in specs}
-    kinds = {spec: kind_of(spec) for spec in specs}
+    kinds = {spec: record_of(spec).kind for spec in specs}
     out = DetectorScores()
     score_specs = [s for s in specs if kinds[s] == "score"]
     if score_specs:

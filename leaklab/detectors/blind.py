@@ -1,14 +1,8 @@
 """The blind baseline (Das et al., 2024, "Blind baselines beat membership inference attacks for
-foundation models"; Duan et al., 2024): a membership "detector" that never looks at the model. A
-regularised logistic regression on the text alone (size, line shape, character classes, zlib ratio,
-date-like tokens, hashed word 1-2-grams and character 3-grams), scored out-of-fold on the folds of the
-CV thresholds (`leaklab.metrics.cv_decisions`), so no sample is scored by a classifier that saw its
-label. On a random split it scores AUROC about 0.5; higher says the split itself is shifted, and the
-detectors measure the shift as much as the exposure. Whether it is shifted is a one-sided permutation
-test of that AUROC (`shift_pvalue`), each permutation refitting the classifier: exact under a random
-split, where an AUROC cut-off or a rank test on the pooled scores fires too often (near-duplicate texts
-in different folds). Its false-alarm rate is measured in tests/detectors/test_blind.py; see
-docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
+foundation models"; Duan et al., 2024): a regularised logistic regression on the text alone, never the
+model, scored out-of-fold on the CV thresholds' folds (`leaklab.metrics.cv_decisions`); `shift_pvalue`
+tests whether it separates the split. Its features, why a permutation test and its measured false-alarm
+rate: docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
 """
 
 from __future__ import annotations
@@ -65,22 +59,18 @@ def text_features(text: str) -> list[float]:
     ]
 
 
-def _ngram_matrix(texts: list[str]):
-    """Sparse hashed counts of word 1-2-grams and character 3-grams, each row scaled to unit length."""
+def blind_features(texts: list[str]):
+    """(dense features, hashed counts of word 1-2-grams and character 3-grams, each row scaled to unit
+    length) of the texts: computed once, refitted on many labellings."""
     from scipy.sparse import hstack
     from sklearn.feature_extraction.text import HashingVectorizer
 
+    dense = np.array([text_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1)
     words = HashingVectorizer(n_features=HASH_FEATURES, ngram_range=(1, 2), alternate_sign=False)
     chars = HashingVectorizer(
         n_features=HASH_FEATURES, analyzer="char", ngram_range=(3, 3), alternate_sign=False
     )
-    return hstack([words.transform(texts), chars.transform(texts)]).tocsr()
-
-
-def blind_features(texts: list[str]):
-    """(dense features, sparse n-gram counts) of the texts: computed once, refitted on many labellings."""
-    dense = np.array([text_features(t) for t in texts], dtype=np.float64).reshape(len(texts), -1)
-    return dense, _ngram_matrix(texts)
+    return dense, hstack([words.transform(texts), chars.transform(texts)]).tocsr()
 
 
 def _out_of_fold(features, y: np.ndarray, folds: int, seed: int) -> np.ndarray:
@@ -135,15 +125,12 @@ def shift_pvalue(
     scores=None,
     max_permutations: int = SHIFT_PERMUTATIONS,
 ) -> float:
-    """One-sided permutation p-value of the blind baseline's AUROC: is it higher than on the same texts
-    with the labels shuffled? Every permutation refits the whole out-of-fold classifier, so the test is
-    exact under a random split (the labels are then exchangeable), whatever the folds share.
-
-    Sequential (Besag & Clifford 1991): it stops at the `SHIFT_STOP`-th permuted AUROC at or above the
-    observed one, with p = SHIFT_STOP / permutations drawn, which then cannot fall below SHIFT_ALPHA; else
-    p = (1 + exceedances) / (1 + max_permutations). A split with no shift costs a handful of refits, a
-    shifted one `max_permutations`. `scores`: the observed out-of-fold scores when already computed.
-    NaN when a class has fewer than 2 samples."""
+    """One-sided permutation p-value of the blind baseline's AUROC against the same texts with shuffled
+    labels, each permutation refitting the whole classifier (exact under a random split). Sequential
+    (Besag & Clifford 1991): it stops at the `SHIFT_STOP`-th permuted AUROC at or above the observed one
+    with p = SHIFT_STOP / permutations drawn (never below SHIFT_ALPHA), else p = (1 + exceedances) /
+    (1 + max_permutations). `scores`: the observed out-of-fold scores, when already computed. NaN when
+    a class has fewer than 2 samples."""
     y = _labels(texts, labels)
     features = blind_features(texts)
     observed = _out_of_fold(features, y, folds, seed) if scores is None else np.asarray(scores, float)

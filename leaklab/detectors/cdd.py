@@ -16,35 +16,15 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from rapidfuzz.distance import Levenshtein
 
 from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import GENERATIONS, cut_text
 
 
 def edit_distances(reference: Sequence[int], candidates: Sequence[Sequence[int]]) -> np.ndarray:
-    """Levenshtein distance (unit insert / delete / substitute) from every candidate to `reference`.
-
-    One dynamic-programming row per reference token, vectorised over all candidates at once: candidates
-    are right-padded to a common width, and a column only depends on the columns left of it, so each
-    candidate's distance is read at its own length. Insertions within a row are a running minimum:
-    row[j] = min_k (tmp[k] + j - k) = j + cummin(tmp - k).
-    """
-    n = len(candidates)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    lengths = np.array([len(c) for c in candidates], dtype=np.int64)
-    width = int(lengths.max())
-    tokens = np.full((n, width), -1, dtype=np.int64)
-    for row, c in enumerate(candidates):
-        tokens[row, : len(c)] = c
-    cols = np.arange(width + 1, dtype=np.int64)
-    row = np.broadcast_to(cols, (n, width + 1)).copy()  # distance from the empty reference prefix
-    for i, token in enumerate(reference, 1):
-        tmp = np.empty_like(row)
-        tmp[:, 0] = i
-        tmp[:, 1:] = np.minimum(row[:, :-1] + (tokens != token), row[:, 1:] + 1)
-        row = cols + np.minimum.accumulate(tmp - cols, axis=1)
-    return row[np.arange(n), lengths]
+    """Levenshtein distance (unit insert / delete / substitute) from every candidate to `reference`."""
+    return np.array([Levenshtein.distance(reference, c) for c in candidates], dtype=np.int64)
 
 
 def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: float) -> float:
@@ -58,7 +38,6 @@ def peakedness(greedy: Sequence[int], samples: Sequence[Sequence[int]], alpha: f
 
 def cdd_prompts(tokenizer, texts: Sequence[str], contexts: Sequence[str]) -> list[str | None]:
     """The prompt CDD samples from: the context, else the first half of the text (None: too short)."""
-
     out: list[str | None] = []
     for text, context in zip(texts, contexts):
         if context.strip():

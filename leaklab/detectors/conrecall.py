@@ -4,11 +4,8 @@ prefix P_n of k known non-members (texts joined by blank lines, as ReCaLL's):
 
     conrecall@gamma=g  =  ( NLL(x | P_n) - g * NLL(x | P_m) ) / NLL(x)     HIGHER MEANS MORE LIKELY A MEMBER
 
-(the paper writes it with LL = -NLL; the signs cancel in the ratio). The shots are never the scored
-sample nor chosen with its label: `members=FILE,non_members=FILE`, else the evaluation's labels
-cross-fitted over `folds` (a sample's shots come from the other folds). Per sample both prefixes hold the
-same number of shots that still fit the context with x; none fitting is NaN, counted as `no_room`.
-See docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
+(the paper writes it with LL = -NLL; the signs cancel in the ratio). Where the shots come from and how
+many fit: see docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 
 from __future__ import annotations
@@ -20,8 +17,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from leaklab.detectors.likelihood import TARGET
-from leaklab.detectors.recall import join_prefix, prefix_texts, recall_ratio
+from leaklab.detectors.likelihood import TARGET, nll_ratio
+from leaklab.detectors.recall import join_prefix, prefix_texts
 from leaklab.detectors.srdetection import CLEAN
 from leaklab.errors import InputError
 
@@ -85,11 +82,11 @@ class ConRecall:
             )
         if bool(self.members) != bool(self.non_members):
             raise ValueError("conrecall: give both members=FILE and non_members=FILE, or neither")
-        for source in (self.members, self.non_members):
+        for key, source in (("members", self.members), ("non_members", self.non_members)):
             if source and not source.endswith(".jsonl"):
                 raise ValueError(f"conrecall: shot files must be .jsonl files, got {source!r}")
             if source:
-                prefix_texts(source)  # a bad file fails when the recipe loads
+                prefix_texts(source, f"conrecall:{key}")  # a bad file fails when the recipe loads
 
     def columns(self) -> dict[str, dict]:
         source = "files" if self.members else "cross-fitted"
@@ -145,6 +142,6 @@ class ConRecall:
             cond[kind] = values
         inputs.info[self.name] = {"no_room": len(inputs.texts) - len(fitted)}
         return {
-            f"conrecall@gamma={g:g}": recall_ratio(cond["non_member"] - g * cond["member"], plain)
+            f"conrecall@gamma={g:g}": nll_ratio(cond["non_member"] - g * cond["member"], plain)
             for g in self.gamma
         }

@@ -4,9 +4,7 @@ parameter tensor P that requires a gradient (the adapter's alone under LoRA):
 
     gradnorm  =  -(1/|P|) * sum_P ||g_P||_2                   HIGHER MEANS MORE LIKELY A MEMBER
 
-One forward and backward per sample (`torch.autograd.grad`, so a trainer's `.grad` is never touched); a
-text past the context is scored on its first `max_length` tokens; out of memory or no trainable
-parameter is NaN, counted in the info. See
+Out of memory or no trainable parameter is NaN, counted in the info; the other choices: see
 docs/detectors.md#pac-con-recall-samia-gradnorm-codec-pacost-and-the-sharded-order-test.
 """
 

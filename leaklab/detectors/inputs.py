@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:  # the registry is read at recipe load: these stay out of that import
-    import numpy as np
     from accelerate import Accelerator
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -84,8 +85,6 @@ class ModelInputs:
         self, texts: list[str], prompts: list[str] | None, settings, info: dict | None = None
     ) -> np.ndarray:
         """Mean NLL of each text under the target model (`token_stats`)."""
-        import numpy as np
-
         return np.array([s.nll() for s in self.token_stats(texts, prompts, settings, info)], dtype=np.float64)
 
     def variant_nlls(self, detector: str, info=None, model=None) -> tuple[np.ndarray, np.ndarray]:

@@ -42,11 +42,6 @@ SIGMA_FLOOR = 1e-4  # nats; below this the next-token distribution is treated as
 # --------------------------------------------------------------------------- per-text formulas
 
 
-def nll(logprob: np.ndarray) -> float:
-    """Mean negative log-likelihood (log perplexity); NaN for no tokens."""
-    return float(-np.mean(logprob, dtype=np.float64)) if len(logprob) else math.nan
-
-
 def region_mean(values: np.ndarray, share: float, highest: bool = False) -> float:
     """Mean of the ceil(share n) lowest (or highest) values, at least one; NaN for no values."""
     n = len(values)
@@ -87,12 +82,16 @@ def dcpdd_score(token_ids: np.ndarray, logprob: np.ndarray, freq: np.ndarray, a:
     return float(np.mean(np.minimum(alpha, a)))
 
 
-def _ratio(num: float, den: float) -> float:
-    return num / den if den > 0 and math.isfinite(den) else math.nan
+def nll_ratio(numerator: np.ndarray, nll: np.ndarray) -> np.ndarray:
+    """numerator / NLL per sample; NaN where the NLL is not a positive number."""
+    numerator, nll = np.asarray(numerator, dtype=np.float64), np.asarray(nll, dtype=np.float64)
+    ok = np.isfinite(nll) & (nll > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ok, numerator / np.where(ok, nll, 1.0), np.nan)
 
 
 def _nlls(stats: list[TokenStats]) -> np.ndarray:
-    return np.array([nll(s.logprob) for s in stats], dtype=np.float64)
+    return np.array([s.nll() for s in stats], dtype=np.float64)
 
 
 def _k_column(prefix: str, k: float) -> str:
@@ -145,7 +144,7 @@ class Lowercase:
 
     def score(self, signals: Signals) -> dict[str, np.ndarray]:
         original, lower = _nlls(signals.target), _nlls(signals.lowercase)
-        return {"lowercase": np.array([-_ratio(o, w) for o, w in zip(original, lower)], dtype=np.float64)}
+        return {"lowercase": -nll_ratio(original, lower)}
 
 
 @dataclass
@@ -229,7 +228,7 @@ class ReferenceRatio:
         target, reference = _nlls(signals.target), _nlls(signals.reference)
         out = {}
         if "ratio" in self.forms:
-            out["ref"] = np.array([-_ratio(t, r) for t, r in zip(target, reference)], dtype=np.float64)
+            out["ref"] = -nll_ratio(target, reference)
         if "diff" in self.forms:
             out["ref_diff"] = reference - target
         return out

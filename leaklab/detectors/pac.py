@@ -48,11 +48,6 @@ def augmented_copies(text: str, alpha: float, count: int, seed: int) -> list[str
     return [swap_words(text, alpha, rng) for _ in range(count)]
 
 
-def confidences(logprob: np.ndarray, space: str) -> np.ndarray:
-    logprob = np.asarray(logprob, dtype=np.float64)
-    return np.exp(logprob) if space == "prob" else logprob
-
-
 @dataclass
 class Pac:
     name: ClassVar[str] = "pac"
@@ -84,10 +79,9 @@ class Pac:
         return {self.column: {**params, "space": self.space, "seed": self.seed}}
 
     def distances(self, stats: Sequence) -> np.ndarray:
-        return np.array(
-            [polarized_distance(confidences(s.logprob, self.space), self.far, self.local) for s in stats],
-            dtype=np.float64,
-        )
+        logprobs = [s.logprob.astype(np.float64) for s in stats]
+        confidences = [np.exp(lp) for lp in logprobs] if self.space == "prob" else logprobs
+        return np.array([polarized_distance(c, self.far, self.local) for c in confidences], dtype=np.float64)
 
     def run(self, inputs) -> dict[str, np.ndarray]:
         scoring = inputs.scoring()

@@ -12,15 +12,15 @@ prefix + text past the context conditions only the first window.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from leaklab.data.labelled import read_rows
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import TARGET
+from leaklab.detectors.likelihood import TARGET, nll_ratio
+from leaklab.errors import InputError
 
 # Known non-members: written for leaklab, HumanEval-shaped (signature, docstring, body).
 BUILTIN_PREFIX = (
@@ -83,41 +83,25 @@ BUILTIN_PREFIX = (
 )
 
 
-def prefix_texts(source: str) -> list[str]:
-    """The non-member texts a prefix is built from: "builtin" or a JSONL file of {"text": ...} rows."""
+def prefix_texts(source: str, key: str = "recall:prefix") -> list[str]:
+    """The non-member texts a prefix is built from: "builtin", or the "text" of every row of a file read
+    as `leaklab mia` reads one (`data.labelled.read_rows`); `key`: the spec key its errors name."""
     if source == "builtin":
         return list(BUILTIN_PREFIX)
-    path = Path(source)
-    if path.suffix != ".jsonl" or not path.is_file():
-        raise ValueError(f"recall: prefix must be 'builtin' or an existing .jsonl file, got {source!r}")
     texts = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            text = json.loads(line)["text"]
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise ValueError(f'recall: {path} line {number} is not a JSON object with a "text"') from None
+    for where, row in read_rows(source, key):
+        text = row.get("text")
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"recall: {path} line {number}: text must be a non-empty string")
+            raise InputError(f'{key}: {where} has no "text" that is a non-empty string')
         texts.append(text)
     if not texts:
-        raise ValueError(f"recall: {path} holds no texts")
+        raise InputError(f"{key}: {source} holds no texts")
     return texts
 
 
 def join_prefix(texts: list[str]) -> str:
     """The prefix P: the texts one after another, each followed by a blank line."""
     return "".join(t.rstrip("\n") + "\n\n" for t in texts)
-
-
-def recall_ratio(conditional_nll: np.ndarray, plain_nll: np.ndarray) -> np.ndarray:
-    """NLL(x | P) / NLL(x) per sample; NaN where NLL(x) is not a positive number."""
-    conditional_nll = np.asarray(conditional_nll, dtype=np.float64)
-    plain_nll = np.asarray(plain_nll, dtype=np.float64)
-    ok = np.isfinite(plain_nll) & (plain_nll > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, conditional_nll / np.where(ok, plain_nll, 1.0), np.nan)
 
 
 @dataclass
@@ -158,7 +142,7 @@ class Recall:
                 conditional,
                 info,
             )
-            out[f"recall@shots={k}"] = recall_ratio(cond, plain)
+            out[f"recall@shots={k}"] = nll_ratio(cond, plain)
             # Prefix + text past the context: the prefix conditions only the first window.
             windowed[k] = info.get("windowed", 0) + info.get("truncated", 0)
         inputs.info[self.name] = {"longer_than_context": windowed}

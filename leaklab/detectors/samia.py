@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
@@ -23,22 +22,19 @@ from typing import ClassVar
 import numpy as np
 
 from leaklab.detectors.srdetection import GENERATIONS
+from leaklab.similarity.text import clipped_matches, ngram_counts
 
 _WORD = re.compile(r"\S+")
-
-
-def ngrams(words: Sequence[str], n: int) -> Counter:
-    return Counter(tuple(words[i : i + n]) for i in range(len(words) - n + 1))
 
 
 def rouge_recall(candidate: Sequence[str], reference: Sequence[str], n: int) -> float:
     """Share of the reference's n-grams (counted with multiplicity) that the candidate holds; NaN when
     the reference has no n-gram."""
-    ref = ngrams(reference, n)
+    ref = ngram_counts(reference, n)[-1]
     total = sum(ref.values())
     if total == 0:
         return float("nan")
-    return sum((ref & ngrams(candidate, n)).values()) / total
+    return clipped_matches(ref, ngram_counts(candidate, n)[-1]) / total
 
 
 def split_prompt(span: str, share: float) -> tuple[str, list[str]] | None:

@@ -1,9 +1,6 @@
-"""The signals detectors read, in one table: for each, what it asks of a run and how it is computed.
-
-A detector names what it reads in its `needs`. The score detectors share one `Signals` per evaluation
-set, whose fields `compute_signals` fills once each through the shared engine and cache. The other
-signals (variants, generations, known-clean samples) the detectors read from `ModelInputs`; their rows
-here only describe them (`leaklab detectors`). A new signal: its name, a `Signals` field, one `Source`.
+"""The signals detectors read (their `needs`), in one table, SOURCES: what each asks of a run and how
+`compute_signals` fills it, once per evaluation set, into the `Signals` the score detectors share.
+Variants, generations and known-clean samples are read from `ModelInputs`; their rows only describe them.
 """
 
 from __future__ import annotations
@@ -133,11 +130,9 @@ def compute_signals(inputs: ModelInputs, needs: set[str], info: dict[str, Any] |
         )
     scoring = inputs.scoring()
     texts = list(inputs.texts)
-    prompts = None
-    if scoring.scoring_span == "solution":
-        if inputs.prompts is None or len(inputs.prompts) != len(texts):
-            raise ValueError("scoring_span='solution' needs one prompt per text")
-        prompts = list(inputs.prompts)
+    # Under the solution span the engine checks the prompts (one prefix per text), before any other signal.
+    given = inputs.prompts if scoring.scoring_span == "solution" else None
+    prompts = None if given is None else list(given)
     run = SignalPass(inputs, texts, prompts, needs, scoring, as_cache(inputs.cache))
     spans = [t[len(p) :] for t, p in zip(texts, prompts)] if prompts is not None else texts
     signals = Signals(spans=spans)

@@ -5,13 +5,8 @@ x_1..x_n (`leaklab.perturb.variants`), so no threshold is fitted:
   gray box:  leak  iff  PPL(x_0) < min_i PPL(x_i)      (the original is the easiest to predict)
   black box: leak  iff  NGO(x_0) > max_i NGO(x_i)      (the original's suffix is reproduced best)
 
-Choices the paper is silent on: ties are not leaks (both comparisons are strict); a decision at n needs
-the first n finite variant scores of its row, a sample with fewer is undecided and reported as not a
-leak (`min_variants` relaxes this); the gray box compares log perplexities (the same decisions), margin
-min_i log PPL(x_i) - log PPL(x_0); the black box cuts at `prefix_fraction` of the solution's tokens and
-scores NGO over token ids, margin NGO(x_0) - max_i NGO(x_i). Both margins are > 0 iff leak. The
-calibrated and clean-null rules, and why they exist: docs/detectors.md#srdetection-001-31. Importing
-this module does not import torch (recipe validation reads the registry).
+Ties, undecided samples, the margins, the black box's cut and the calibrated and clean-null rules: see
+docs/detectors.md#srdetection-001-31. No torch import here (recipe validation reads the registry).
 """
 
 from __future__ import annotations
@@ -64,10 +59,6 @@ class Decisions:
     def n_undecided(self) -> int:
         return int((~self.decided).sum())
 
-    @property
-    def n_leaks(self) -> int:
-        return int(self.leak.sum())
-
 
 def first_n_scores(variant_scores: np.ndarray | Sequence[Sequence[float]], n: int) -> np.ndarray:
     """[samples, n] array holding each row's first n finite scores, NaN-padded on the right."""
@@ -84,16 +75,16 @@ def required_variants(n: int, min_variants: int | None) -> int:
     return min(n, min_variants) if min_variants else n
 
 
-def _decide(
-    original: np.ndarray | Sequence[float],
-    variant_scores: np.ndarray | Sequence[Sequence[float]],
-    n: int | None,
-    min_variants: int,
-    lower_is_leak: bool,
+def gray_box_decisions(
+    original_ppl: np.ndarray | Sequence[float],
+    variant_ppl: np.ndarray | Sequence[Sequence[float]],
+    n: int | None = None,
+    min_variants: int = 0,
 ) -> Decisions:
-    """The rule's decisions; a sample needs `required_variants(n, min_variants)` finite variant scores."""
-    original = np.asarray(original, dtype=float)
-    scores = np.asarray(variant_scores, dtype=float)
+    """Leak iff PPL(original) < min over the first n variants' PPL (strict: ties are not leaks); a sample
+    needs `required_variants(n, min_variants)` finite variant scores."""
+    original = np.asarray(original_ppl, dtype=float)
+    scores = np.asarray(variant_ppl, dtype=float)
     if scores.ndim != 2 or scores.shape[0] != original.shape[0]:
         raise ValueError(
             f"need original [samples] and variants [samples, variants]; got {original.shape} and {scores.shape}"
@@ -102,30 +93,11 @@ def _decide(
     chosen = first_n_scores(scores, n)
     used = np.isfinite(chosen).sum(axis=1)
     decided = (used >= required_variants(n, min_variants)) & np.isfinite(original)
-
-    # All-NaN rows are undecided anyway; fill them so nanmin/nanmax do not warn.
-    filled = np.where(decided[:, None], chosen, 0.0)
-    if lower_is_leak:
-        best = np.nanmin(filled, axis=1)
-        leak = decided & (original < best)
-        margin = best - original
-    else:
-        best = np.nanmax(filled, axis=1)
-        leak = decided & (original > best)
-        margin = original - best
-    return Decisions(
-        n=n, leak=leak, decided=decided, variants_used=used, margin=np.where(decided, margin, np.nan)
-    )
-
-
-def gray_box_decisions(
-    original_ppl: np.ndarray | Sequence[float],
-    variant_ppl: np.ndarray | Sequence[Sequence[float]],
-    n: int | None = None,
-    min_variants: int = 0,
-) -> Decisions:
-    """Leak iff PPL(original) < min over the first n variants' PPL (strict: ties are not leaks)."""
-    return _decide(original_ppl, variant_ppl, n, min_variants, lower_is_leak=True)
+    # All-NaN rows are undecided anyway; fill them so nanmin does not warn.
+    best = np.nanmin(np.where(decided[:, None], chosen, 0.0), axis=1)
+    leak = decided & (original < best)
+    margin = np.where(decided, best - original, np.nan)
+    return Decisions(n=n, leak=leak, decided=decided, variants_used=used, margin=margin)
 
 
 def decisions_by_n(
@@ -139,7 +111,10 @@ def decisions_by_n(
     NGO leaks; strict, so ties are not leaks)."""
     if mode not in ("gray", "black"):
         raise ValueError(f"mode must be 'gray' or 'black', got {mode!r}")
-    return {n: _decide(original, variant_scores, n, min_variants, lower_is_leak=mode == "gray") for n in ns}
+    # The black box is the gray rule on -NGO: leak iff -NGO(x_0) < min_i -NGO(x_i), margin NGO(x_0) - max_i.
+    sign = 1.0 if mode == "gray" else -1.0
+    original, variants = sign * np.asarray(original, float), sign * np.asarray(variant_scores, float)
+    return {n: gray_box_decisions(original, variants, n, min_variants) for n in ns}
 
 
 def calibrated_decisions(
@@ -151,12 +126,10 @@ def calibrated_decisions(
     min_variants: int = 0,
     alpha: float = 0.0,
 ) -> Decisions:
-    """The calibrated gray box (docs/detectors.md#srdetection-001-31): does the target rank the original
-    higher among its m + 1 texts (the original and its first m <= n variants scored by both models) than
-    a reference model that did not see the benchmark? Ranks by log PPL (ties share mid-ranks); D_j =
-    rank_reference(j) - rank_target(j); the margin is D_0 and the exact p-value under exchangeability
-    #{j : D_j >= D_0} / (m + 1). Leak iff D_0 > 0 and p <= max(alpha, 1/(m+1)).
-    """
+    """The calibrated gray box (docs/detectors.md#srdetection-001-31): D_j = rank_reference(j) -
+    rank_target(j) over the original and its first m <= n variants scored by both models (log PPL, ties
+    share mid-ranks); margin D_0, p = #{j : D_j >= D_0} / (m + 1); leak iff D_0 > 0 and p <= max(alpha,
+    1/(m+1))."""
     from scipy.stats import rankdata
 
     t0 = np.asarray(target_original, dtype=float)
@@ -256,18 +229,6 @@ def clean_null_against_set(
     return clean_null_decisions(raw, threshold, alpha)
 
 
-def split_prefix_suffix(
-    token_ids: Sequence[int], prefix_fraction: float = 0.5
-) -> tuple[list[int], list[int]]:
-    """Black-box setting: the model sees the prefix and its greedy continuation is scored against
-    the suffix. The paper does not say where to cut; leaklab cuts at a fixed fraction of the tokens
-    (the suffix always keeps at least one token, so NGO is defined; the prefix too when there are
-    two or more)."""
-    ids = list(token_ids)
-    cut = min(max(round(len(ids) * prefix_fraction), 1), len(ids) - 1) if ids else 0
-    return ids[:cut], ids[cut:]
-
-
 # --------------------------------------------------------------------------- settings and registry entries
 
 
@@ -332,10 +293,8 @@ def column_name(detector: str, n: int) -> str:
 
 @dataclass
 class SrRule:
-    """What SrDetection's four rules share: their n values (numbers of variants compared), one score
-    column per n, a check of n against the variants the recipe builds, the rule's metrics against the
-    ground truth, and what an audit reports of its decisions. A rule adds its name, mode, needs and
-    parameters; `decide` runs the shared pipeline (`score_srdetection`) for its mode."""
+    """What SrDetection's four rules share: n (numbers of variants compared; one score column each), its
+    check, `decide` through `score_srdetection`, the metrics and the audit's rates of the decisions."""
 
     name: ClassVar[str]
     mode: ClassVar[str]
@@ -364,7 +323,24 @@ class SrRule:
         return RuleScores(sr.columns, sr.decisions, sr.info)
 
     def metrics(self, decisions, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-        return srdetection_metrics(decisions, labels, n_bootstrap=n_bootstrap, seed=seed)
+        """`leaklab.metrics.rule_metrics` of the decisions (undecided = not a leak) plus `variants_mean`,
+        the mean number of variants compared, and `null_flag_rate`, the non-members' flag rate expected if
+        each original were exchangeable with its variants (the mean 1/(m+1), undecided samples count 0)."""
+        out = rule_metrics(
+            decisions.leak,
+            labels,
+            margin=decisions.margin,
+            decided=decisions.decided,
+            n_bootstrap=n_bootstrap,
+            seed=seed,
+        )
+        out["variants_mean"] = (
+            float(np.mean(decisions.variants_used)) if len(decisions.leak) else float("nan")
+        )
+        clean = ~np.asarray(labels).astype(bool)
+        null = np.nan_to_num(decisions.null_rate[clean], nan=0.0)
+        out["null_flag_rate"] = float(null.mean()) if clean.any() else float("nan")
+        return out
 
     def audit_rates(self, decisions, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
         """What an audit (no labels) reports beside the leak rate: `null_rate` (mean `Decisions.null_rate`
@@ -523,11 +499,8 @@ def inputs_from_tasks(tasks: Sequence[Any], variant_sets: Sequence[Any], text_fo
 def gray_scores(
     model, tokenizer, inputs: SrInputs, settings=None, *, accelerator=None, cache=None, info=None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Log perplexity (mean NLL) of every original and variant, in ONE signal-engine call.
-
-    Same engine, settings (scoring span, dtype, windows) and cache as the baselines, so the originals
-    that `ppl` already scored are cache hits. Returns (originals [N], variants [N, width]).
-    """
+    """(originals [N], variants [N, width]) log perplexities (mean NLL) in ONE signal-engine call, with
+    the baselines' settings and cache (the originals `ppl` scored are cache hits)."""
     from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
 
     scoring = ScoringSettings.from_config(settings)
@@ -565,13 +538,9 @@ def cut_text(
     prefix_fraction: float = 0.5,
     max_new_tokens: int = 128,
 ) -> Cut | None:
-    """Where the black box cuts a text; None when there is nothing to continue or nothing to compare.
-
-    The text is tokenised once (no special tokens); the cut falls on a token boundary inside the solution
-    (tokens holding a character after `context`) or, with split="text", inside the whole text. The prefix
-    is the text up to that token's first character, the truth the token ids from there on (at most
-    `max_new_tokens`).
-    """
+    """Where the black box cuts a text (None: nothing to continue or to compare): on a token boundary
+    inside the solution (tokens with a character after `context`; split="text": the whole text), the
+    prefix the text before that token, the truth its token ids on (at most `max_new_tokens`)."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("the black box needs a fast tokenizer (character offsets of tokens)")
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -580,8 +549,8 @@ def cut_text(
     region = [i for i, (_, end) in enumerate(offsets) if end > start]
     if not region:
         return None
-    prefix_ids, _ = split_prefix_suffix([ids[i] for i in region], prefix_fraction)
-    cut = region[len(prefix_ids)]
+    # The suffix keeps at least one token, so NGO is defined; the prefix too when there are two or more.
+    cut = region[min(max(round(len(region) * prefix_fraction), 1), len(region) - 1)]
     prefix = text[: offsets[cut][0]]
     if not prefix:
         return None
@@ -594,7 +563,7 @@ def black_scores(inputs: ModelInputs, info: dict[str, Any] | None = None) -> tup
     there (`evaluate.prompt_boundary`), so the generated ids line up with the text's own."""
     from leaklab.signals.continuations import Decoding, greedy_continuations
 
-    sr, rule_inputs = inputs.settings.srdetection, _rule_inputs(inputs)
+    sr, rule_inputs = inputs.settings.srdetection, inputs.rule_inputs
     texts, contexts = rule_inputs.flat()
     cuts = [
         cut_text(inputs.tokenizer, t, c, sr.split, sr.prefix_fraction, sr.max_new_tokens)
@@ -616,12 +585,6 @@ def black_scores(inputs: ModelInputs, info: dict[str, Any] | None = None) -> tup
     return rule_inputs.unflatten(ngo)
 
 
-def _rule_inputs(inputs: ModelInputs) -> SrInputs:
-    if inputs.rule_inputs is None:
-        raise ValueError("SrDetection needs each sample's variants (ModelInputs.rule_inputs)")
-    return inputs.rule_inputs
-
-
 # --------------------------------------------------------------------------- the pipeline entry point
 
 
@@ -637,15 +600,12 @@ class SrScores:
 
 
 def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores:
-    """Run srdetection_gray / srdetection_black / srdetection_calibrated detectors (built by
-    `leaklab.detectors.build_detector`) on one model and the variants of `inputs.rule_inputs`.
-
-    The signal cache is the baselines' (`inputs.cache`), the black box decodes with `inputs.generator`
-    (default: HFGenerator on the model), and the calibrated rule compares with `inputs.reference`.
-    Every rank calls it under several processes; all get the full result.
-    """
+    """Run the gray, black and calibrated SrDetection rules among `detectors` on one model and the variants
+    of `inputs.rule_inputs`, through the baselines' signal cache, `inputs.generator` (the black box) and
+    `inputs.reference` (the calibrated rule). Call it on every rank; all get the full result."""
     sr = inputs.settings.srdetection
-    _rule_inputs(inputs)  # without variants: the one error message before any work
+    if inputs.rule_inputs is None:  # the one error message, before any work
+        raise ValueError("SrDetection needs each sample's variants (ModelInputs.rule_inputs)")
     result = SrScores()
     for mode in ("gray", "black", "calibrated"):
         mine = [d for d in detectors if d.mode == mode]
@@ -677,27 +637,3 @@ def score_srdetection(detectors: Sequence[Any], inputs: ModelInputs) -> SrScores
                 result.columns[name] = decisions.margin
                 result.decisions[name] = decisions
     return result
-
-
-# --------------------------------------------------------------------------- metrics of the rule
-
-
-def srdetection_metrics(
-    decisions: Decisions, labels: np.ndarray | Sequence[int], *, n_bootstrap: int = 0, seed: int = 0
-) -> dict[str, float]:
-    """`leaklab.metrics.rule_metrics` of the decisions (undecided = not a leak) plus `variants_mean`, the
-    mean number of variants compared, and `null_flag_rate`, the non-members' flag rate expected if each
-    original were exchangeable with its variants (the mean 1/(m+1), undecided samples counting 0)."""
-    out = rule_metrics(
-        decisions.leak,
-        labels,
-        margin=decisions.margin,
-        decided=decisions.decided,
-        n_bootstrap=n_bootstrap,
-        seed=seed,
-    )
-    out["variants_mean"] = float(np.mean(decisions.variants_used)) if len(decisions.leak) else float("nan")
-    clean = ~np.asarray(labels).astype(bool)
-    null = np.nan_to_num(decisions.null_rate[clean], nan=0.0)
-    out["null_flag_rate"] = float(null.mean()) if clean.any() else float("nan")
-    return out

@@ -1,9 +1,8 @@
 """Continuations, cached: the generation service detectors and evaluations share. Each function decodes
-only the prompts the cache does not hold, through the generation engine (`leaklab.signals.generation`),
-split over ranks under several processes. `prompt_boundary` (`generation.prepare_prompt`) and, where
-the caller knows them, `sources` (the text each prompt is a prefix of) decide where a prompt ends; a
-generator passed in decides by its own setting. Under "heal" the cache keys name it and the source, so
-generations made either way never mix; `info["prompt_boundary"]` counts what each prompt got.
+only the prompts the cache does not hold (`leaklab.signals.generation`), split over ranks under several
+processes. `prompt_boundary` (a generator passed in: its own) and `sources`, the text each prompt is a
+prefix of, decide where a prompt ends; under "heal" both are in the cache keys, so generations made
+either way never mix. `info["prompt_boundary"]` counts what each prompt got.
 """
 
 from __future__ import annotations
@@ -121,12 +120,6 @@ def _ids(tokenizer, completion, limit: int) -> tuple[int, ...]:
     return tuple(int(t) for t in ids[:limit])
 
 
-def _gather_ranks(fresh: dict, accelerator) -> None:
-    """Merge every rank's freshly generated entries into `fresh` (call on every rank)."""
-    for part in all_gather(fresh, accelerator):
-        fresh.update(part)
-
-
 def _decode_missing(decoding: Decoding, model, boundary: str, prompts, sources, missing, convert, **kwargs):
     """This rank's share of the `missing` prompts decoded (`_generate` with `kwargs`), each prompt's
     completions as `convert(completions)`, merged with the other ranks' (call it on every rank)."""
@@ -139,7 +132,8 @@ def _decode_missing(decoding: Decoding, model, boundary: str, prompts, sources, 
         completions = _generate(generator, boundary, chosen, chosen_sources, **kwargs)
         fresh = {i: convert(row) for i, row in zip(mine, completions)}
     if missing and n_ranks > 1:
-        _gather_ranks(fresh, decoding.accelerator)
+        for part in all_gather(fresh, decoding.accelerator):  # every rank's fresh entries
+            fresh.update(part)
     return fresh
 
 
@@ -223,7 +217,8 @@ def greedy_continuations(
             for i, (completion, *_) in zip(group, completions):
                 fresh[i] = _ids(tokenizer, completion, lengths[i])
         if n_ranks > 1:
-            _gather_ranks(fresh, decoding.accelerator)
+            for part in all_gather(fresh, decoding.accelerator):
+                fresh.update(part)
         cache.put_many(model_fp, {keys[i]: ids for i, ids in fresh.items()}, write=rank == 0)
         for i, ids in fresh.items():
             out[i] = ids
@@ -294,14 +289,10 @@ def sampled_continuations(
     info: dict[str, Any] | None = None,
     sources: Sequence[str | None] | None = None,
 ) -> list[list[tuple[int, ...]]]:
-    """`n` sampled continuations (token ids, at most `max_new_tokens`) of every prompt, cached.
-
-    Sampling is not reproducible across batch layouts, so a cached sample is not what a fresh run would
-    draw; it is an equally valid draw, and keeping it makes a re-evaluated checkpoint score the same.
-    A prompt is decoded again only when one of its n samples is missing. All missing prompts go to the
-    generator in one call (its batching decodes n x prompts rows `batch_size` at a time); under several
-    processes the prompts are spread over the ranks and gathered.
-    """
+    """`n` sampled continuations (token ids, at most `max_new_tokens`) of every prompt, cached: a cached
+    sample is an equally valid draw, not the one a fresh run would make (sampling depends on the batch
+    layout), and a re-evaluated checkpoint scores the same. A prompt is decoded again only when one of its
+    n samples is missing, all such prompts in one generator call, spread over the ranks."""
     if n < 1 or temperature <= 0:
         raise ValueError(f"sampling needs n >= 1 and temperature > 0, got n={n}, temperature={temperature}")
     model, model_fp, cache, boundary = decoding.unpacked()

@@ -1,16 +1,9 @@
 """Batched text generation behind one interface (`Generator.generate`: `n` completions per prompt; greedy
-decoding computes its n copies once). Back-ends: HFGenerator (a
-transformers causal LM in this process; greedy outputs equal per-sample `model.generate` in fp32),
-VLLMGenerator (the `vllm` extra, not tested here) and OpenAIGenerator (an OpenAI-compatible
-`/v1/completions` server). Where a prompt ends is decided in one place, `prepare_prompt`
-(docs/evaluations.md#where-a-prompt-ends); only HFGenerator heals or cuts prompts, the others record
-"none". Stop sequences cut the text before their first occurrence (as the OpenAI API does); token ids
-run up to the token that completed it; an EOS ends a completion and is not part of it.
-
-HFGenerator's levers on a CPU, each measured in `bench/bench_generation.py`: rows sorted by prompt length
-and decoded in large batches; the prefill run in smaller chunks merged into one left-padded KV cache,
-pre-allocated for the whole generation (a step writes one position instead of copying the cache, as
-`torch.cat` in HF's DynamicCache does); finished rows leave the batch.
+decoding computes its n copies once). Back-ends: HFGenerator (a transformers causal LM in this process;
+greedy outputs equal per-sample `model.generate` in fp32), VLLMGenerator (the `vllm` extra, not tested
+here) and OpenAIGenerator (an OpenAI-compatible `/v1/completions` server). `prepare_prompt` alone decides
+where a prompt ends (docs/evaluations.md#where-a-prompt-ends); only HFGenerator heals or cuts prompts.
+Stop sequences, EOS and HFGenerator's speed levers: docs/detectors.md#the-generation-engine.
 """
 
 from __future__ import annotations
@@ -140,14 +133,10 @@ def token_texts(tokenizer: Any) -> TokenTexts:
 def prepare_prompt(
     tokenizer: Any, prompt: str, boundary: str = "heal", source: str | None = None
 ) -> PreparedPrompt:
-    """The one place that decides where a prompt ends for the model (see the module docstring).
-
-    boundary "none": `tokenizer(prompt)` as it is. "heal": cut at the last token boundary of `source`
-    (the text the prompt is a prefix of) at or before the prompt's end where a source is given, else back
-    off the prompt's last token; either way `healed` holds the characters left out. A prompt that cannot
-    be prepared so (one token long, ending in a special token or inside a UTF-8 character) is
-    tokenized as it is, and says "none".
-    """
+    """Where a prompt ends for the model. "none": `tokenizer(prompt)` as it is. "heal": cut at the last
+    token boundary of `source` (the text the prompt is a prefix of) within the prompt, else back off the
+    prompt's last token; `healed` holds the characters left out. A prompt that cannot be prepared so is
+    tokenized as it is, and says "none"."""
     boundary = resolve_prompt_boundary(boundary)
     if boundary == "heal":
         table = token_texts(tokenizer)
@@ -200,12 +189,9 @@ def after_healed(text: str, healed: str) -> str:
 
 
 class PreallocatedLayer(DynamicLayer):
-    """One layer's key/value cache in buffers sized for the whole generation.
-
-    A transformers DynamicLayer (so the model treats it as one) whose `update` writes the new
-    positions into the buffer and returns views, instead of concatenating a new copy of the whole
-    cache each step.
-    """
+    """One layer's key/value cache in buffers sized for the whole generation: a transformers DynamicLayer
+    whose `update` writes the new positions into the buffer and returns views, instead of concatenating
+    a new copy of the whole cache each step."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
         super().__init__()
@@ -239,12 +225,9 @@ class PreallocatedLayer(DynamicLayer):
 def _merged_cache(
     chunks: list[tuple[list[int], Any]], batch: int, width: int, capacity: int, preallocate: bool
 ):
-    """One left-padded cache for the whole decode batch from the prefill chunks' caches.
-
-    `chunks` holds (rows, cache) with each chunk's own padded width; a chunk's keys/values are right-
-    aligned at `width` so every row's last prompt token sits at position width - 1. The positions to
-    the left hold zeros and are masked out.
-    """
+    """One left-padded cache for the whole decode batch from the prefill chunks' (rows, cache): each
+    chunk's keys/values right-aligned at `width`, so every row's last prompt token sits at width - 1; the
+    positions to the left hold zeros and are masked out."""
     first = chunks[0][1]
     layers = []
     for layer_idx in range(len(first.layers)):
@@ -273,9 +256,9 @@ class HFGenerator:
 
     batch_size: rows decoded together (on a CPU a decode step costs about the same for 1 or 32 rows);
     prefill_tokens: padded tokens per prefill chunk; preallocate, drop_finished, sort_by_length: the
-    levers of the module docstring, switchable for the benchmark; top_p / top_k: nucleus / top-k
-    sampling (1.0 / 0: off); logits_processor: `f(step, logits) -> logits` before each sampling step;
-    prompt_boundary: where a prompt ends (`prepare_prompt`).
+    speed levers (docs/detectors.md#the-generation-engine), switchable for the benchmark; top_p / top_k:
+    nucleus / top-k sampling (1.0 / 0: off); logits_processor: `f(step, logits) -> logits` before each
+    sampling step; prompt_boundary: where a prompt ends (`prepare_prompt`).
     """
 
     model: Any

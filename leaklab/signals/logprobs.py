@@ -2,10 +2,8 @@
 
 For each scored token x_t: logprob_t = log p(x_t | x_<t) and, with `distribution=True`, mean_t and var_t,
 the mean and variance of log p_t(v) under the model's next-token distribution p_t (Min-K%++'s mu_t and
-sigma_t^2). Texts are packed into token-budget batches; the output head runs only where a scored token is
-predicted, in blocks whose softmax statistics are merged across vocabulary slices (an online softmax), so
-no [tokens x vocab] array is built; results are cached by model, tokenizer, text, prompt and settings.
-Which tokens are scored, long texts, block sizes and precision: docs/detectors.md#the-signal-engine.
+sigma_t^2). Which tokens are scored, long texts, batches, head blocks (an online softmax over vocabulary
+slices: no [tokens x vocab] array), the cache and precision: docs/detectors.md#the-signal-engine.
 """
 
 from __future__ import annotations
@@ -66,7 +64,7 @@ class ScoringSettings:
             raise ValueError(f"max_length must be at least 2, got {self.max_length}")
 
     def blocks(self, device: torch.device) -> tuple[int, int]:
-        """(rows, logits) per head block: the set values, else sized for the device (see the module doc)."""
+        """(rows, logits) per head block: the set values, else sized for the device (see the docs)."""
         on_cpu = device.type == "cpu"
         rows = self.row_chunk or (512 if on_cpu else 2048)
         logits = self.logit_chunk or (1 << 20 if on_cpu else 1 << 29)
@@ -224,11 +222,8 @@ class SignalCache:
         write_atomic(self._path(key), buf.getvalue())
 
     def _read(self, key: str) -> TokenStats | None:
-        path = self._path(key)
-        if not path.exists():
-            return None
         try:
-            with np.load(path) as z:
+            with np.load(self._path(key)) as z:
                 n_windows, n_dropped = (int(c) for c in z["counts"])
                 return _freeze(
                     TokenStats(
@@ -240,7 +235,7 @@ class SignalCache:
                         n_dropped=n_dropped,
                     )
                 )
-        except (OSError, ValueError, KeyError):  # a damaged file is recomputed, not trusted
+        except (OSError, ValueError, KeyError):  # a missing file, or a damaged one: recomputed, not trusted
             return None
 
 
@@ -486,18 +481,16 @@ def _split_model(model: torch.nn.Module, device: torch.device) -> tuple[Any, Any
     return body, head
 
 
-def model_context_length(model: torch.nn.Module) -> int | None:
+def forward_length(settings: ScoringSettings, model: torch.nn.Module) -> int:
+    """Tokens per forward pass: the recipe's max_length, else the model's context length, else 2048."""
+    if settings.max_length:
+        return settings.max_length
     config = getattr(model, "config", None)
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
             return value
-    return None
-
-
-def forward_length(settings: ScoringSettings, model: torch.nn.Module) -> int:
-    """Tokens per forward pass: the recipe's max_length, else the model's context length, else 2048."""
-    return settings.max_length or model_context_length(model) or 2048
+    return 2048
 
 
 def _forward_batch(
@@ -750,15 +743,11 @@ class TokenFrequencies:
 
     counts: np.ndarray  # int64 [vocab]
 
-    @property
-    def total(self) -> int:
-        return int(self.counts.sum())
-
     def probability(self, token_ids: np.ndarray) -> np.ndarray:
         """Laplace-smoothed relative frequency (count + 1) / (total + vocab); ids past the table count 0."""
         ids = np.asarray(token_ids, dtype=np.int64)
         counts = np.where(ids < len(self.counts), self.counts[np.minimum(ids, len(self.counts) - 1)], 0)
-        return (counts + 1.0) / (self.total + len(self.counts))
+        return (counts + 1.0) / (int(self.counts.sum()) + len(self.counts))
 
 
 _FREQUENCY_CACHE: dict[str, TokenFrequencies] = {}
@@ -771,13 +760,9 @@ def token_frequencies(
     cache_dir: str | Path | None = None,
     batch_size: int = 256,
 ) -> TokenFrequencies:
-    """Token counts of a corpus under `tokenizer` (no special tokens), cached per (tokenizer, corpus).
-
-    texts: the corpus; None means the builtin corpus (Python stdlib source + pydoc topics).
-    cache_dir: where the table is kept as `freq-<key>.npy`; None means `<leaklab cache>/frequencies`. The key is
-    the tokenizer's and the corpus's content, not the model's, so every checkpoint and every later run of one
-    tokenizer reuses the table instead of tokenizing the corpus again (seconds on the builtin corpus).
-    """
+    """Token counts of `texts` (None: the builtin corpus) under `tokenizer`, no special tokens, kept as
+    `freq-<key>.npy` in `cache_dir` (None: `<leaklab cache>/frequencies`). The key is the tokenizer's and
+    the corpus's content, not the model's: every checkpoint and later run of a tokenizer reuses it."""
     if texts is None:
         from leaklab.data.corpora import builtin_corpus_texts
 

@@ -19,9 +19,8 @@ from leaklab.detectors import build_detector, score_detectors
 from leaklab.detectors.conrecall import cross_fitted_shots, fitting_shots
 from leaklab.detectors.gradnorm import gradnorm_score
 from leaklab.detectors.inputs import ModelInputs
-from leaklab.detectors.likelihood import neighbour_gap
+from leaklab.detectors.likelihood import neighbour_gap, nll_ratio
 from leaklab.detectors.pac import augmented_copies, polarized_distance, swap_words
-from leaklab.detectors.recall import recall_ratio
 from leaklab.detectors.samia import rouge_recall, samia_score, split_prompt
 from leaklab.errors import InputError
 from leaklab.recipe import EvaluateConfig
@@ -213,7 +212,7 @@ def test_conrecall_by_hand(tmp_path):
     )
     np.testing.assert_allclose(scores.columns["conrecall@gamma=0.5"], [5 / 12, np.nan], atol=1e-6)
     np.testing.assert_allclose(scores.columns["conrecall@gamma=1"], [-1 / 6, np.nan], atol=1e-6)
-    assert np.isnan(recall_ratio(np.array([1.0]), np.array([0.0]))[0])  # NLL(x) = 0: no ratio
+    assert np.isnan(nll_ratio(np.array([1.0]), np.array([0.0]))[0])  # NLL(x) = 0: no ratio
 
 
 def test_conrecall_keeps_prefix_and_text_inside_the_context(tmp_path):

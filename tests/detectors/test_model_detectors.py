@@ -110,8 +110,10 @@ def test_recall_prefix_errors(tmp_path):
     assert len(prefix_texts("builtin")) >= 3
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"txt": 1}\n')
-    with pytest.raises(ValueError, match="line 1"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl:1 has no \"text\""):
         build_detector(f"recall:prefix={bad}")
+    with pytest.raises(ValueError, match="no such file"):
+        build_detector(f"recall:prefix={tmp_path / 'missing.jsonl'}")
     with pytest.raises(ValueError, match="shots must be in 1..5"):
         build_detector("recall:shots=6")
     with pytest.raises(ValueError, match="score it with score_detectors"):

@@ -7,7 +7,6 @@ from leaklab.detectors.srdetection import (
     decisions_by_n,
     first_n_scores,
     gray_box_decisions,
-    split_prefix_suffix,
 )
 
 nan = np.nan
@@ -25,7 +24,7 @@ def test_gray_box_golden():
     assert d.n == 3
     assert d.leak.tolist() == [True, False, False, False]
     assert d.decided.tolist() == [True, True, True, False]
-    assert d.n_undecided == 1 and d.n_leaks == 1
+    assert d.n_undecided == 1 and d.leak.sum() == 1
     assert d.variants_used.tolist() == [3, 3, 3, 1]
     assert d.margin[:3].tolist() == [0.5, -1.0, 0.0] and np.isnan(d.margin[3])
 
@@ -91,10 +90,20 @@ def test_bad_shapes_and_modes():
 
 
 def test_split_prefix_suffix():
-    assert split_prefix_suffix(list(range(10))) == (list(range(5)), list(range(5, 10)))
-    assert split_prefix_suffix([1, 2], 0.9) == ([1], [2])
-    assert split_prefix_suffix([7], 0.9) == ([], [7])  # the suffix keeps the lone token: NGO stays defined
-    assert split_prefix_suffix([], 0.5) == ([], [])
+    """The black box's cut (`cut_text`) at round(fraction x tokens): the suffix keeps at least one token
+    (NGO stays defined), the prefix too when there are two or more."""
+    from test_detectors import bigram
+
+    from leaklab.detectors.srdetection import Cut, cut_text
+
+    _, tok = bigram()
+    ids = tok.get_vocab()
+    ten = " ".join("abcabcabca")
+    assert cut_text(tok, ten, "", split="text").prefix == "a b c a b "  # 5 of 10 tokens
+    assert cut_text(tok, "a b", "", split="text", prefix_fraction=0.9) == Cut("a ", (ids["b"],))
+    assert cut_text(tok, "a b", "", split="text", prefix_fraction=0.1) == Cut("a ", (ids["b"],))
+    assert cut_text(tok, "c c a", "c c ", prefix_fraction=0.9) == Cut("c c ", (ids["a"],))  # lone token
+    assert cut_text(tok, "c c ", "c c ") is None  # no solution token
 
 
 def test_unflatten_pads_missing_variants_with_nan():
@@ -176,10 +185,10 @@ def test_calibrated_finds_exposure():
 
 
 def test_calibrated_registry_entry():
-    from leaklab.detectors import build_detector, kind_of, needs_of
+    from leaklab.detectors import build_detector, needs_of, record_of
 
     det = build_detector("srdetection_calibrated:n=1,5,alpha=0.2")
-    assert kind_of("srdetection_calibrated") == "rule"
+    assert record_of("srdetection_calibrated").kind == "rule"
     assert "reference" in needs_of(["srdetection_calibrated"]) and "variants" in needs_of(
         ["srdetection_calibrated"]
     )

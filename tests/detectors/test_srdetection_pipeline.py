@@ -27,11 +27,11 @@ from leaklab.detectors.inputs import ModelInputs
 from leaklab.detectors.srdetection import (
     Decisions,
     SrDetectionConfig,
+    SrDetectionGray,
     SrInputs,
     cut_text,
     decisions_by_n,
     score_srdetection,
-    srdetection_metrics,
 )
 from leaklab.metrics import leak_rate
 from leaklab.perturb.variants import Variant, VariantSet
@@ -87,7 +87,7 @@ def test_rule_metrics_by_hand():
         [build_detector("srdetection_gray:n=1")],
         ModelInputs(model, tok, GRAY.texts, settings=EvaluateConfig(), rule_inputs=GRAY, cache=SignalCache()),
     ).decisions
-    m = srdetection_metrics(d["srdetection_gray@n=1"], LABELS)
+    m = SrDetectionGray().metrics(d["srdetection_gray@n=1"], LABELS)
     # leak = [1, 0, 0, 0] vs labels [1, 0, 1, 0]: tp 1, fn 1, fp 0, tn 2 (undecided counts as "no leak")
     assert m["accuracy"] == 0.75 and m["precision_member"] == 1.0 and m["recall_member"] == 0.5
     assert m["precision"] == pytest.approx((1 + 2 / 3) / 2) and m["recall"] == pytest.approx(0.75)
@@ -100,7 +100,7 @@ def test_rule_metrics_by_hand():
     # the undecided one.
     assert m["flag_rate_members"] == 0.5 and m["flag_rate_non_members"] == 0.0
     assert m["null_flag_rate"] == pytest.approx(0.25)
-    boot = srdetection_metrics(d["srdetection_gray@n=1"], LABELS, n_bootstrap=50, seed=1)
+    boot = SrDetectionGray().metrics(d["srdetection_gray@n=1"], LABELS, n_bootstrap=50, seed=1)
     assert boot["f1_ci_low"] <= boot["f1"] <= boot["f1_ci_high"]
 
 
@@ -589,7 +589,7 @@ def write_sr_run(root: Path, ratio: str, strength: float) -> Path:
         variants = rng.normal(size=(60, 10))
         for mode, sign in (("gray", 1), ("black", -1)):  # black box: higher NGO is "easier"
             for n, d in decisions_by_n(sign * original, sign * variants, mode=mode).items():
-                metrics = srdetection_metrics(d, labels)
+                metrics = SrDetectionGray().metrics(d, labels)
                 column = f"srdetection_{mode}@n={n}"
                 rows += [
                     {**base, "detector": column, "column": column, "metric": k, "value": v}
