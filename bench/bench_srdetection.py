@@ -90,8 +90,8 @@ def main() -> None:
     parser.add_argument("--black", action="store_true", help="also time the black box once")
     parser.add_argument("--smoke", action="store_true", help="the smallest run that exercises every path")
     args = parser.parse_args()
-    if args.smoke:
-        args.tasks, args.repeats = 3, 1
+    if args.smoke:  # every path, the black box's included, so none can rot unseen
+        args.tasks, args.repeats, args.black = 3, 1, True
     torch.set_num_threads(args.threads)
 
     from leaklab.data.benchmarks import load_humaneval
@@ -133,10 +133,14 @@ def main() -> None:
 
     black_s = None
     if args.black:
+        from leaklab.detectors.inputs import ModelInputs
         from leaklab.signals.continuations import GenerationCache
 
         start = time.perf_counter()
-        black_scores(model, tokenizer, inputs, cfg, cache=GenerationCache())
+        black_inputs = ModelInputs(
+            model, tokenizer, inputs.texts, settings, rule_inputs=inputs, generation_cache=GenerationCache()
+        )
+        black_scores(black_inputs)
         black_s = time.perf_counter() - start
 
     print(

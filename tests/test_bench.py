@@ -31,7 +31,7 @@ KEYS = {
     "rewriting": {"ratio_vs_one_by_one", "tasks", "rewritten"},
     "scoring": {"ratio_vs_per_sample", "ratio_vs_bare_forward", "tokens_per_s"},
     "similarity": {"tsed_ratio_vs_apted", "codebleu_ratio_vs_package", "suite_seconds", "grammar"},
-    "srdetection": {"ratio_vs_11_ppl_passes", "ratio_in_pipeline_vs_11_ppl_passes"},
+    "srdetection": {"ratio_vs_11_ppl_passes", "ratio_in_pipeline_vs_11_ppl_passes", "black_box_s"},
     "training": {"ratio_vs_plain_trainer", "leaklab_tokens_per_s", "plain_tokens_per_s"},
 }
 SCRIPTS = sorted(BENCH.glob("bench_*.py"))
