@@ -107,19 +107,12 @@ def dataset_inference_cells(rows: list[dict]) -> tuple[list[str], list[list[str]
     body = []
     for step in sorted(value):
         m = value[step]
+        p_value, t = fmt(m.get("p_value"), ".3g"), fmt(m.get("t"), ".2f")
+        tested = f"{fmt(m.get('n_suspect_test'), '.0f')} / {fmt(m.get('n_clean_test'), '.0f')}"
         null = m.get("null_rejection_rate")
-        body.append(
-            [
-                str(step),
-                f"{epochs[step]:g}",
-                fmt(m.get("p_value"), ".3g"),
-                fmt(m.get("t"), ".2f"),
-                f"{fmt(m.get('n_suspect_test'), '.0f')} / {fmt(m.get('n_clean_test'), '.0f')}",
-                "–"
-                if null is None
-                else f"{null:.2f} at α = {m.get('null_alpha', 0.05):g} over {m.get('null_halvings', 0):.0f} halvings",
-            ]
-        )
+        null_test = f"at α = {m.get('null_alpha', 0.05):g} over {m.get('null_halvings', 0):.0f} halvings"
+        null_rate = "–" if null is None else f"{null:.2f} {null_test}"
+        body.append([str(step), f"{epochs[step]:g}", p_value, t, tested, null_rate])
     return header, body
 
 
