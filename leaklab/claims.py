@@ -1,9 +1,6 @@
-"""Claims: several `leaklab evaluate RUN_DIR` workers share one run, one (checkpoint, evaluation) each.
-
-A claim file created with O_EXCL (one create succeeds, NFS included) marks the work taken; its holder
-touches it every `heartbeat_s`, and one untouched for `stale_s` is taken over, under `claims/.lock`. The
-claim only saves duplicated work: `rundir.append_rows` writes each row once whatever happens. See
-docs/scaling.md.
+"""Claims: several `leaklab evaluate RUN_DIR` workers share one run, one (checkpoint, evaluation) each: a
+file created with O_EXCL, touched by its holder every `heartbeat_s`, taken over once `stale_s` old. It only
+saves duplicated work (`rundir.append_rows` writes each row once). See docs/scaling.md.
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ from pathlib import Path
 
 from leaklab.rundir import locked
 
-# A heartbeat every 30 s; a claim untouched for 10 minutes is dead. Loading a 7B checkpoint or a long
-# GPU kernel does not stop the heartbeat thread (torch releases the GIL), so 10 minutes is generous.
+# A claim untouched for 10 minutes is dead: loading a 7B checkpoint does not stop the heartbeat thread.
 HEARTBEAT_S = 30.0
 STALE_S = 600.0
 
@@ -105,8 +101,7 @@ def try_claim(
     stale_s: float = STALE_S,
     log=print,
 ) -> Claim | None:
-    """Claim the work named by `path` (`claim_path(...)`) for this worker, taking over a dead holder's
-    claim; None when another live worker holds it."""
+    """This worker's claim of `path` (a dead holder's taken over); None when a live worker holds it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     claim = _create(path, heartbeat_s)

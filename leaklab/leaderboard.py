@@ -65,10 +65,8 @@ def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """The run's cell, and one per group of its members against every non-member: per dose (`dose@16`,
-    with several doses), form (`rephrased@verbatim`) and window (`timing@early`). A run also scored at
-    step 0 adds `<run>@base`, the model it started from on the same texts, so that a split the starting
-    model already tells apart is seen as the split's, not the training's."""
+    """The run's cell, one per dose (`dose@16`), form (`rephrased@verbatim`) or window (`timing@early`) of
+    its members against every non-member, and `<run>@base`, its starting model, when step 0 was scored."""
     steps = scored_steps(run_dir)
     if not steps:
         return {}
@@ -93,8 +91,7 @@ def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
 
 
 def set_tests(run_dir: str | Path, step: int) -> dict[str, dict[str, float | None]]:
-    """The set-level test rows of the detection evaluation at `step` (sharded_likelihood, codec_test,
-    pacost_test, dataset_inference) as "column:set" -> metric -> value (set: members, non_members, ...)."""
+    """The detection evaluation's SET_TESTS rows at `step`, as `tests_by_set` keys them."""
     rows = read_rows(Path(run_dir) / "results.jsonl")
     at_step = [r for r in rows if r.get("evaluation") == "detection" and r.get("step") == step]
     return tests_by_set([r for r in at_step if of_all_members(r) and r.get("column") in SET_TESTS])
@@ -110,8 +107,7 @@ def tests_by_set(rows: list[dict[str, Any]]) -> dict[str, dict[str, float | None
 
 
 def dose_tests(cell: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """The set-level tests that read per-sample scores (dataset inference, CoDeC's and PaCoST's tests) on
-    one dose's cell, by the detection evaluation's own functions (the sharded test reads the model: none)."""
+    """The set-level tests that read per-sample scores, on one dose's cell, by the evaluation's functions."""
     from leaklab.dataset_tests.rows import dataset_test_rows
     from leaklab.evaluations.detection import BLIND, dataset_inference_rows
 
@@ -132,7 +128,6 @@ def auroc_draws(cell: dict[str, Any], column: str, weights: np.ndarray) -> np.nd
 
 
 def cell_stats(cell: dict[str, Any], column: str, weights: np.ndarray) -> dict[str, float]:
-    """AUROC and TPR at 1% FPR with their bootstrap 95% intervals."""
     s, y = cell["columns"][column], cell["labels"]
     draws = threshold_free_draws(np.nan_to_num(s, nan=-np.inf), y.astype(bool), weights)
     out = {"auroc": auroc(s, y), "tpr@1%fpr": tpr_at_fpr(s, y, 0.01)}
@@ -195,8 +190,7 @@ def measure(plan: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
 
 
 def training_tokens(run_dir: str | Path) -> dict[str, int] | None:
-    """What a continued-pretraining run trained on, from its mixture.json (one epoch's packed blocks)
-    and recipe.yaml (the epochs): member and corpus tokens per epoch and all tokens trained. None for
+    """A continued-pretraining run's member and corpus tokens per epoch and all tokens trained; None for
     a run without packed blocks (SFT, RL)."""
     mixture, recipe = Path(run_dir) / "mixture.json", Path(run_dir) / "recipe.yaml"
     if not mixture.is_file() or not recipe.is_file():
@@ -216,8 +210,7 @@ def training_tokens(run_dir: str | Path) -> dict[str, int] | None:
 
 
 def detection_doses(cells: dict[str, Any], table: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """run -> column -> the smallest dose whose AUROC interval lies above 0.5 (inf: none); rules by
-    their members' flag rate interval above the non-members' flag rate."""
+    """run -> column -> its detection dose (inf: none), as docs/study.md#what-the-leaderboard-holds says."""
     out: dict[str, dict[str, float]] = {}
     for label, cell in sorted(cells.items(), key=lambda kv: kv[1].get("dose", 0)):
         if "dose" not in cell:
@@ -236,9 +229,8 @@ def detection_doses(cells: dict[str, Any], table: dict[str, Any]) -> dict[str, d
 def control_report(
     measured: dict[str, Any], control: str | None, nominal: dict[str, float]
 ) -> dict[str, Any]:
-    """The control condition's cells: each AUROC interval (does it hold 0.5?) with its chance p-value,
-    Holm-adjusted over all of them, and each rule's flag rate on every sample (none was trained on)
-    against its nominal level."""
+    """The control condition's AUROC intervals (do they hold 0.5?) with their chance p-values, also
+    Holm-adjusted, and each rule's flag rate against its nominal level."""
     if not control:
         return {}
     out: dict[str, Any] = {"intervals": [], "flag_rates": []}
@@ -282,14 +274,6 @@ def control_report(
 # --------------------------------------------------------------------------- findings
 
 
-def paired_weights(a: dict[str, Any], b: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, bool]:
-    """The same resamples for two cells scoring the same texts with the same labels (paired), else each
-    its own."""
-    same = a["task_ids"] == b["task_ids"] and (a["labels"] == b["labels"]).all()
-    wa = weights_for(a)
-    return wa, (wa if same else weights_for(b, seed=SEED + 1)), same
-
-
 def resolve_cell(label: str, cells: dict[str, Any]) -> str:
     """`dose@max` / `dose@min`: the run's largest / smallest dose cell, so that a finding holds for the
     smoke study's doses too; any other label as it is."""
@@ -310,7 +294,10 @@ def statistic(finding: dict[str, Any], measured: dict[str, Any], control: dict[s
         a, b, column = cells[finding["a"]], cells[finding["b"]], finding["detector"]
         if column not in a["columns"] or column not in b["columns"]:
             raise KeyError(f"{column} was not scored in both {finding['a']} and {finding['b']}")
-        wa, wb, paired = paired_weights(a, b)
+        # The same resamples for two cells of the same texts and labels (paired), else each its own.
+        paired = a["task_ids"] == b["task_ids"] and (a["labels"] == b["labels"]).all()
+        wa = weights_for(a)
+        wb = wa if paired else weights_for(b, seed=SEED + 1)
         point = table[finding["a"]][column]["auroc"] - table[finding["b"]][column]["auroc"]
         draws = auroc_draws(a, column, wa) - auroc_draws(b, column, wb)
         pairing = "paired" if paired else "independent resamples"
@@ -527,8 +514,7 @@ def heatmap_spec(board: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_leaderboard(plan: dict[str, Any], study: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
-    """leaderboard.md, leaderboard.json and index.html in the study folder; returns the board with its
-    markdown."""
+    """leaderboard.md, leaderboard.json and index.html in the study folder; the board and its markdown."""
     from leaklab import tracking
     from leaklab.recipe import load_recipe
     from leaklab.report.html import write_page

@@ -1,10 +1,6 @@
-"""Detection metrics: how well one score column separates members (label 1) from non-members (0).
-
-Higher scores mean member; a NaN score (a sample the detector could not score) ranks below every scored
-sample and is never called a member. Threshold metrics (macro-averaged, as in SrDetection's tables) come
-cross-validated, so no sample is decided by a threshold that saw its label, and as `*_oracle`, fitted on
-all labels as the papers do. Intervals come from one stratified bootstrap, vectorised over resamples.
-See docs/results.md#how-the-metrics-are-computed.
+"""Detection metrics: how well one score column separates members (label 1) from non-members (0), with
+NaN scores, cross-validated and oracle thresholds and the stratified bootstrap as
+docs/results.md#how-the-metrics-are-computed states them; MRI's formulas; set-level tests.
 """
 
 from __future__ import annotations
@@ -116,7 +112,6 @@ def tpr_at_fpr(scores, labels, max_fpr: float) -> float:
 
 
 def threshold_free(scores, labels) -> dict[str, float]:
-    """AUROC and the TPR at each of FPR_LEVELS."""
     tprs = {name: tpr_at_fpr(scores, labels, level) for name, level in FPR_LEVELS.items()}
     return {"auroc": auroc(scores, labels), **tprs}
 
@@ -135,8 +130,7 @@ def roc_curve(scores, labels) -> tuple[np.ndarray, np.ndarray]:
 
 
 def cv_decisions(scores, labels, *, folds: int = 5, seed: int = 0) -> tuple[np.ndarray, list[float]]:
-    """(held-out decisions of stratified k-fold threshold fitting or None when a class has under 2
-    samples, the fold thresholds)."""
+    """(held-out decisions of stratified k-fold thresholds, None under 2 samples a class; the thresholds)."""
     from sklearn.model_selection import StratifiedKFold
 
     s, y = _prepare(scores, labels)
@@ -156,9 +150,8 @@ def cv_decisions(scores, labels, *, folds: int = 5, seed: int = 0) -> tuple[np.n
 def detection_metrics(
     scores, labels, *, cv_folds: int = 5, seed: int = 0, n_bootstrap: int = 0
 ) -> dict[str, float]:
-    """Every detection metric of one score column, name -> float: the counts, the threshold-free ones, the
-    six binary ones at the CV threshold (each fold's threshold too) and at the oracle one (`_oracle`),
-    and with n_bootstrap > 0 the `_ci_low` / `_ci_high` of auroc, the TPRs, the CV metrics and f1_oracle."""
+    """Every detection metric of one score column: counts, threshold-free, binary at the CV and the oracle
+    threshold, and with n_bootstrap > 0 the intervals of all but the oracle ones (f1_oracle's too)."""
     raw = np.asarray(scores, dtype=np.float64).reshape(-1)
     s, y = _prepare(scores, labels)
     out: dict[str, float] = {
@@ -190,9 +183,7 @@ def detection_metrics(
 
 
 # --------------------------------------------------------------------------- the bootstrap
-#
-# A resample is a row of multiplicities (how often each sample was drawn) and every metric a weighted
-# count, so 1,000 resamples cost a few array operations, not 1,000 calls.
+# A resample is a row of multiplicities (how often each sample was drawn), every metric a weighted count.
 
 
 def resample_weights(strata: list[np.ndarray], size: int, *, n: int, seed: int = 0) -> np.ndarray:
@@ -203,7 +194,6 @@ def resample_weights(strata: list[np.ndarray], size: int, *, n: int, seed: int =
 
 
 def member_resamples(labels, n: int, seed: int = 0) -> np.ndarray:
-    """`resample_weights` with members and non-members as the two strata (each keeps its size)."""
     y = np.asarray(labels).astype(bool)
     return resample_weights([np.flatnonzero(y), np.flatnonzero(~y)], len(y), n=n, seed=seed)
 
@@ -233,8 +223,7 @@ def percentile_intervals(draws: dict[str, np.ndarray]) -> dict[str, float]:
 
 
 def resampled_mean(weights: np.ndarray, values, where=None) -> np.ndarray:
-    """Per resample (a row of multiplicities), the mean of `values` over the samples where `where` holds
-    (every sample when None); NaN for a resample that drew none of them."""
+    """Per resample, the mean of `values` over the samples where `where` holds (NaN: it drew none)."""
     v = np.asarray(values, dtype=np.float64)
     mask = np.ones(len(v), dtype=bool) if where is None else np.asarray(where).astype(bool)
     total = weights @ np.where(mask, v, 0.0)  # a NaN outside the mask must not reach the sum
@@ -244,9 +233,8 @@ def resampled_mean(weights: np.ndarray, values, where=None) -> np.ndarray:
 
 
 def group_mean_intervals(values, labels, *, n_bootstrap: int, seed: int = 0) -> dict[str, float]:
-    """Bootstrap 95% intervals (`<side>_ci_low` / `_ci_high`) of the mean of a per-sample value (each
-    task's pass@1, say) on members, non_members, all, and of the gap members - non-members, from the
-    resample of `detection_metrics`; NaN for a side without samples, {} when n_bootstrap is 0."""
+    """Bootstrap 95% intervals of a per-sample value's mean (each task's pass@1, say) on members,
+    non_members, all and of their gap, from `detection_metrics`' resample; {} when n_bootstrap is 0."""
     if n_bootstrap <= 0:
         return {}
     y = np.asarray(labels).astype(bool)
@@ -263,9 +251,8 @@ def group_mean_intervals(values, labels, *, n_bootstrap: int, seed: int = 0) -> 
 
 
 def _weighted_threshold_counts(s: np.ndarray, y: np.ndarray, weights: np.ndarray):
-    """Per resample, TP and FP at every threshold "member iff score >= u" (u over the distinct finite
-    scores, then "nobody"), the same splits `_candidates` realises; and per distinct score the member
-    and non-member weights (for AUROC). Shapes [B, T], [B, T], [B, U], [B, U]."""
+    """Per resample, TP and FP at the splits `_candidates` realises ([B, T] each), and the member and
+    non-member weight at each distinct score ([B, U] each, for AUROC)."""
     values, inverse = np.unique(s, return_inverse=True)
     onehot = np.zeros((len(s), len(values)))
     onehot[np.arange(len(s)), inverse] = 1.0
@@ -304,7 +291,6 @@ def threshold_free_draws(s: np.ndarray, y: np.ndarray, weights: np.ndarray) -> d
 
 
 def _binary_draws(y: np.ndarray, predictions: np.ndarray, weights: np.ndarray) -> dict[str, np.ndarray]:
-    """Binary metrics of fixed decisions in every resample."""
     p = np.asarray(predictions).astype(bool)
     counts = [weights @ (y & p), weights @ (~y & p), weights @ (y & ~p), weights @ (~y & ~p)]
     return _binary_from_counts(*counts)
@@ -316,9 +302,8 @@ def _binary_draws(y: np.ndarray, predictions: np.ndarray, weights: np.ndarray) -
 def rule_metrics(
     leak, labels, *, margin=None, decided=None, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
-    """Metrics of a rule detector (it decides leak / not leak itself, e.g. SrDetection): counts, the
-    binary metrics of its decisions (undecided: not a leak), both flag rates, the threshold-free metrics
-    of its `margin` (> 0 iff leak; NaN without one), and their intervals with n_bootstrap > 0."""
+    """Metrics of a rule detector (it decides itself, e.g. SrDetection; undecided: not a leak): counts,
+    binary metrics, flag rates, its `margin`'s threshold-free ones (> 0 iff leak), intervals."""
     y = np.asarray(labels).astype(bool)
     p = np.asarray(leak).astype(bool)
     d = np.ones(len(y), dtype=bool) if decided is None else np.asarray(decided).astype(bool)
@@ -345,9 +330,8 @@ def rule_metrics(
 
 
 def flag_rates(leak, labels, *, n_bootstrap: int = 0, seed: int = 0) -> dict[str, float]:
-    """A rule's two error rates: the share of members it flags (TPR) and of non-members (FPR), undecided
-    samples not flagged; F1 or AUROC alone hide a rule that flags most non-members too. With n_bootstrap
-    > 0 their intervals from the resample of `rule_metrics`. NaN for a side with no samples."""
+    """A rule's share of members flagged (TPR) and of non-members (FPR), which F1 or AUROC alone hide;
+    intervals with n_bootstrap > 0; NaN for a side with no samples."""
     y = np.asarray(labels).astype(bool)
     p = np.asarray(leak).astype(bool)
     out = {
@@ -369,8 +353,7 @@ def _flag_rate_draws(y: np.ndarray, p: np.ndarray, weights: np.ndarray) -> dict[
 
 
 def leak_rate(leak, decided=None, *, n_bootstrap: int = 1000, seed: int = 0) -> dict[str, float]:
-    """Audit without ground truth: the fraction of decided samples a rule flags, with a bootstrap 95%
-    interval over the decided samples. NaN when no sample could be decided."""
+    """Audit without ground truth: the share of decided samples a rule flags, with its bootstrap interval."""
     p = np.asarray(leak).astype(bool)
     d = np.ones(len(p), dtype=bool) if decided is None else np.asarray(decided).astype(bool)
     flags = p[d].astype(np.float64)
@@ -406,10 +389,8 @@ def excess_rate_pvalue(flags, null_rates) -> float:
 
 
 def two_rate_pvalue(flagged: int, n: int, flagged_clean: int, n_clean: int) -> float:
-    """One-sided exact test (Fisher's) that a rule flags a larger share of n samples than of n_clean samples
-    from a known-clean set scored by the same model: P(at least `flagged` of the flagged_clean + flagged
-    flags fall among the n, when the n + n_clean samples are exchangeable) — a hypergeometric upper tail.
-    It needs no null rate from theory: the clean set's measured rate is the null. NaN if a side is empty."""
+    """One-sided Fisher exact test that a rule flags a larger share of n samples than of n_clean known-clean
+    ones (the measured null): the hypergeometric upper tail. NaN if a side is empty."""
     if n <= 0 or n_clean <= 0:
         return math.nan
     total, flags = n + n_clean, flagged + flagged_clean
@@ -426,10 +407,8 @@ def two_rate_pvalue(flagged: int, n: int, flagged_clean: int, n_clean: int) -> f
 def precision_at_k(
     scores, relevant, k: int = 100, *, n_bootstrap: int = 0, seed: int = 0
 ) -> dict[str, float]:
-    """Fraction of relevant items among the `k` highest scores (k is cut to the number of items; NaN
-    scores rank last; ties keep input order). With n_bootstrap > 0 the items are resampled with
-    replacement and the top k of each resample counted, from multiplicities: walking down the ranking,
-    an item drawn w times fills min(w, room left) of the k places."""
+    """Fraction of relevant items among the `k` highest scores (NaN last, ties in input order); in a
+    resample an item drawn w times fills min(w, room left) of the k places."""
     s = np.asarray(scores, dtype=np.float64).reshape(-1).copy()
     y = np.asarray(relevant, dtype=np.float64).reshape(-1)
     if s.shape != y.shape:
@@ -464,7 +443,6 @@ def pearson(x, y) -> float:
 
 
 def spearman(x, y) -> float:
-    """Spearman rank correlation (Pearson of average ranks)."""
     from scipy.stats import rankdata
 
     return pearson(rankdata(np.asarray(x, dtype=np.float64)), rankdata(np.asarray(y, dtype=np.float64)))
@@ -478,9 +456,8 @@ MIN_SOLVED = 50  # ... and at least 50 original tasks solved
 
 
 def mean_similarity(similarities) -> float | None:
-    """Sim(T_rew) = mean of S_i over every rewritten task (None when there is none). An answer without
-    an S_i (no code, or code that does not parse: None or NaN) counts 0, the rule `instance_mri` uses
-    too: it copied no parsable code of the original, and the paper's mean runs over all of T_rew."""
+    """Sim(T_rew) = mean of S_i over every rewritten task (None without one); an answer without an S_i
+    (no parsable code) counts 0, as in `instance_mri`: the paper's mean runs over all of T_rew."""
     values = [0.0 if s is None or math.isnan(s) else float(s) for s in similarities]
     return sum(values) / len(values) if values else None
 
@@ -501,9 +478,8 @@ def memorization_risk_index(similarity: float | None, rad_rewrite: float | None)
 
 
 def instance_mri(solved_original, similarities, rewrite_failed) -> float | None:
-    """iMRI = mean over originally solved tasks k of Sim_k x Drop_k (Drop_k = 1 when the rewrite
-    fails). A solved task without a similarity (the answer did not parse) counts Sim_k = 0, as in
-    `mean_similarity`: it did not copy a parsable solution. None when no task was solved."""
+    """iMRI = mean over originally solved tasks k of Sim_k x Drop_k (Drop_k = 1 when the rewrite fails;
+    a missing Sim_k counts 0, as in `mean_similarity`). None when no task was solved."""
     terms = [
         (0.0 if s is None or math.isnan(s) else float(s)) * float(bool(f))
         for ok, s, f in zip(solved_original, similarities, rewrite_failed)
@@ -518,8 +494,7 @@ def competence(
     min_accuracy: float = MIN_ACCURACY,
     min_solved: int = MIN_SOLVED,
 ) -> str:
-    """'' when RAD and MRI may be reported (Acc_ori >= min_accuracy and n_solved >= min_solved), else
-    the reason they are N/A."""
+    """'' when RAD and MRI may be reported (App. D's competence rule), else why they are N/A."""
     reasons = []
     if acc_original is None or acc_original < min_accuracy:
         shown = "none" if acc_original is None else f"{acc_original:.3f}"
@@ -530,9 +505,8 @@ def competence(
 
 
 def mri_draws(weights: np.ndarray, passed_original, passed_rewrite, similarities) -> dict[str, np.ndarray]:
-    """Acc_ori, Acc_rew, Sim, RAD_rew, MRI and iMRI of every resample (`weights` [B, tasks]) of one side's
-    rewritten tasks: the formulas above on weighted counts (a missing S_i counts 0; NaN where a formula
-    gives None). The competence rule is the point estimate's, not applied per resample."""
+    """The formulas above on every resample (`weights` [B, tasks]) of one side's rewritten tasks (NaN where
+    they give None); the competence rule is the point estimate's only."""
     ori = np.asarray(passed_original, dtype=np.float64)
     rew = np.asarray(passed_rewrite, dtype=np.float64)
     sim = np.nan_to_num(np.array([np.nan if s is None else s for s in similarities], dtype=np.float64))
@@ -576,9 +550,8 @@ def auroc_chance_pvalue(scores, labels) -> float:
 
 
 def holm_adjusted(p_values) -> np.ndarray:
-    """Holm's step-down adjustment: with the m p-values sorted, the i-th smallest (1-based) becomes
-    max over j <= i of min(1, (m - j + 1) * p_(j)), returned in the input order. Rejecting every
-    adjusted p below alpha keeps the family-wise error rate at alpha."""
+    """Holm's step-down adjustment (the i-th smallest of m becomes max over j <= i of min(1, (m - j + 1)
+    * p_(j))), in the input order: rejecting below alpha keeps the family-wise error rate at alpha."""
     p = np.asarray(p_values, dtype=np.float64).reshape(-1)
     order = np.argsort(p, kind="stable")
     m = len(p)
@@ -589,9 +562,8 @@ def holm_adjusted(p_values) -> np.ndarray:
 
 
 def welch_t_test(a, b) -> dict[str, float]:
-    """One-sided Welch t-test of "mean(a) > mean(b)": t = (mean_a - mean_b) / sqrt(var_a / n_a + var_b /
-    n_b) (ddof 1), Welch-Satterthwaite degrees of freedom, p = P(T_df >= t). NaNs are dropped; under 2
-    values on a side all but the counts are NaN; both variances 0: t = +-inf if the means differ."""
+    """One-sided Welch t-test of "mean(a) > mean(b)" (ddof 1, Welch-Satterthwaite df, p = P(T_df >= t)),
+    NaNs dropped; under 2 values on a side all but the counts are NaN."""
     from scipy.stats import t as student_t
 
     a = np.asarray(a, dtype=np.float64).reshape(-1)

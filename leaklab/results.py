@@ -1,9 +1,6 @@
-"""Reading a run's result rows back: detection tables by checkpoint and column, in a readable order.
-
-The report and the `analysis/` scripts build on these, so every table and figure orders and names the
-detectors the same way: registry order, parameters ascending as numbers (n=1, 3, 5, 10 — not 1, 10,
-3, 5). Names, kinds and groups come from the detectors' records (`leaklab.detectors.DETECTORS`). A row's
-column is its `column` field (older runs: its `detector` field).
+"""Reading a run's result rows back, so that every table and figure (the report, `analysis/`) orders and
+names the detectors the same way: registry order, then parameters as numbers (n=1, 3, 5, 10), names and
+groups from the detectors' records.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ class Family(NamedTuple):
 
 
 def families() -> dict[str, Family]:
-    """Every family reports know, in the order they are shown: the token-statistics and rule detectors,
-    the blind baseline, then the detectors that read the model; unknown ones follow alphabetically."""
+    """Every family reports know, in their order (the blind baseline before the model detectors)."""
     out: dict[str, Family] = {}
 
     def add(records) -> None:
@@ -48,19 +44,16 @@ def families() -> dict[str, Family]:
     return out
 
 
-# A rule family's margin-as-a-score family: "srdetection_gray" -> "srdetection_gray_margin".
 MARGIN = "_margin"
 
 
 def margin_column(column: str) -> str:
-    """The score column under which a rule column's margin is reported as a score (the metrics of a score
-    detector, threshold by cross-validation): "srdetection_gray@n=10" -> "srdetection_gray_margin@n=10"."""
+    """A rule column's margin as a score column: "srdetection_gray@n=10" -> "srdetection_gray_margin@n=10"."""
     family, at, tail = column.partition("@")
     return f"{family}{MARGIN}{at}{tail}"
 
 
 def is_margin(column: str) -> bool:
-    """A rule's margin reported as a score (`margin_column`)."""
     family = column.partition("@")[0]
     return family.endswith(MARGIN) and family in families()
 
@@ -76,7 +69,6 @@ def column_of(row: dict[str, Any]) -> str | None:
 
 
 def is_rule(column: str) -> bool:
-    """A column decided by a rule detector (no threshold)."""
     return family_of(column).rule
 
 
@@ -114,13 +106,11 @@ def undecided_note(metrics: dict[str, Any]) -> str:
 
 
 def of_all_members(row: dict[str, Any]) -> bool:
-    """A row of all members, not of one exposure dose group (a `dose` field) or one form group (a `form`
-    field, `rows_per_form`): tables keyed by (step, column, metric) must never mix them."""
+    """A row of all members, not of one dose or form group (no (step, column, metric) table mixes them)."""
     return "dose" not in row and "form" not in row
 
 
 def without_dose(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of all members (`of_all_members`)."""
     return [r for r in rows if of_all_members(r)]
 
 
@@ -135,17 +125,15 @@ def rows_per_dose(
     rows_of: Callable[[list[int]], list[dict[str, Any]]],
     keep: Callable[[dict[str, Any]], bool] | None = None,
 ) -> list[dict[str, Any]]:
-    """The per-dose rows every evaluation writes in a run with inject.doses: for each dose d
-    of the members, the rows `rows_of(index)` computes on the samples `index` (the members of dose d
-    and all the non-members, in their order), those `keep` accepts, each with `"dose": d`."""
+    """For each dose d of the members, the rows `rows_of(index)` computes on the members of dose d and all
+    non-members (`index`, in their order), those `keep` accepts, each with `"dose": d`."""
     return _rows_per_group("dose", labels, [int(d) for d in doses], rows_of, keep)
 
 
 def rows_per_form(
     labels: Sequence, forms: Sequence, rows_of: Callable[[list[int]], list[dict[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """The per-form rows of a run with `inject.form: rephrased`, as `rows_per_dose` with each member's
-    form (verbatim, rephrased; "" for a non-member) for its dose."""
+    """`rows_per_dose` with each member's form (verbatim, rephrased; "" for a non-member) for its dose."""
     return _rows_per_group("form", labels, forms, rows_of)
 
 
@@ -161,7 +149,6 @@ def _rows_per_group(
 
 
 def detection_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The detection rows of all members (the per-dose rows: `dose_rows`)."""
     return [r for r in without_dose(rows) if r.get("evaluation") == "detection" and column_of(r) is not None]
 
 
@@ -170,8 +157,7 @@ DoseTable = dict[int, dict[str, dict[int, dict[str, float | None]]]]
 
 
 def dose_table(rows: list[dict[str, Any]], evaluation: str = "detection") -> DoseTable:
-    """The per-dose rows of `evaluation` (members of dose d against all non-members), keyed by step,
-    column and dose; a later row of the same key wins."""
+    """The per-dose rows of `evaluation` by step, column and dose (a later row of the same key wins)."""
     table: DoseTable = {}
     for r in dose_rows(rows):
         if r.get("evaluation") != evaluation or column_of(r) is None:
@@ -182,8 +168,7 @@ def dose_table(rows: list[dict[str, Any]], evaluation: str = "detection") -> Dos
 
 
 def exposures_by_dose(doses: dict[str, int], exposures: dict[str, int]) -> dict[int, dict[str, float]]:
-    """Per dose group: its members and the exposures per epoch counted in the built training data
-    (mixture.json `exposures`): min, mean and max over the members the count lists."""
+    """Per dose group: its members, and min, mean and max of the exposures per epoch mixture.json counted."""
     out: dict[int, dict[str, float]] = {}
     for dose in sorted(set(doses.values())):
         ids = [t for t, d in doses.items() if d == dose]
@@ -199,8 +184,7 @@ def exposures_by_dose(doses: dict[str, int], exposures: dict[str, int]) -> dict[
 
 
 def load_detection(run_dir: str | Path) -> Table:
-    """Detection metric values of one run, keyed by (epoch, column). When a (step, column, metric) was
-    written twice the later row wins; when two steps share an epoch the later step wins."""
+    """Detection metric values of one run, keyed by (epoch, column); a later row or step wins."""
     path = Path(run_dir) / "results.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{run_dir}: no results.jsonl (is it a leaklab run directory?)")
@@ -220,8 +204,7 @@ def _by_n(column: str) -> bool:
 
 
 def largest_n_only(table: Table) -> Table:
-    """The table without the rule columns (and their margin-as-a-score columns) of smaller n (per epoch
-    and detector family)."""
+    """The table without the rule (and rule margin) columns of a smaller n than their family's largest."""
     largest: dict[tuple[float, str], int] = {}
     for epoch, column in table:
         family, _, n = column.partition("@n=")
@@ -239,9 +222,8 @@ DELAY_LEVELS = (0.5, 0.8)
 
 
 def detection_delays(rows: list[dict[str, Any]], levels=DELAY_LEVELS) -> dict[str, list[int | None]]:
-    """column -> per level, the first step whose AUROC interval lies wholly above it (None: never). Only
-    threshold-free evidence counts (a score's or a rule margin's AUROC), never a rule's flags, which sit
-    at its fixed operating point. A step 0 means the sets differed before training: not a delay."""
+    """column -> per level, the first step whose AUROC interval lies wholly above it (None: never); a rule's
+    flags never count (they sit at its operating point); step 0: the sets differed before training."""
     low: dict[str, dict[int, float]] = {}
     for r in rows:
         value = r.get("value")

@@ -1,14 +1,7 @@
-"""Checkpoint selection by the accuracy–MRI trade-off (Memorize or generalize?, §3.3, §5.2, Table 2).
-
-    points = checkpoint_points(rows, side="non_members")   # accuracy, MRI, validation loss / reward
-    sel = select(points, tolerance=0.05, stage="sft")        # front, stages, both rules + why
-
-Two rules, named apart: `paper_checkpoint` (§3.3: sft / cpt, Best-Val, the checkpoint right before the
-validation loss first rises, App. J.1.1; rl, the highest validation reward, the non-members' pass@1) and
-`recommended` (§5.2's practitioner advice: the lowest MRI among checkpoints whose validation loss, or
-accuracy without one, is within `tolerance` of the best; rl: the paper's). Stages as in Table 2: Early,
-Best-Val, Late. The base model (step 0) is shown, never chosen. See
-docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri.
+"""Checkpoint selection by the accuracy–MRI trade-off (Memorize or generalize?, §3.3, §5.2, Table 2): the
+paper's checkpoint (Best-Val, App. J.1.1; rl: the highest validation reward) and §5.2's recommendation
+(the lowest MRI among checkpoints with a validation loss near the best), stages Early / Best-Val / Late.
+See docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri.
 """
 
 from __future__ import annotations
@@ -107,13 +100,11 @@ def best_val(losses: list[Point]) -> Point:
 def select(
     points: list[Point], tolerance: float = 0.05, side: str = "non_members", stage: str = "sft"
 ) -> Selection:
-    """Both rules for a run trained by `stage` (module doc): `paper_checkpoint` (Best-Val; rl: the
-    highest validation reward) and `recommended` (rl: the same; else §5.2's lowest MRI among
-    checkpoints comparable in validation loss or accuracy)."""
+    """Both rules of the module doc for a run trained by `stage` (without a validation loss, §5.2's
+    recommendation compares the accuracies)."""
     if stage == "rl":
         return _select_by_reward(points, tolerance, side)
-    # Stages come from every trained checkpoint; the recommendation only from those with an MRI
-    # (MRI is undefined where the original accuracy is 0).
+    # Stages come from every trained checkpoint, the recommendation from those with an MRI.
     trained = [p for p in points if p.step > 0]
     losses = [p for p in trained if p.val_loss is not None]
     criterion = "val_loss" if losses else "accuracy"
@@ -183,7 +174,6 @@ def stage_of(recipe: Any) -> str:
 
 
 def run_stage(run_dir: str | Path) -> str:
-    """The training stage of a run, from its recipe.yaml."""
     import yaml
 
     path = Path(run_dir) / "recipe.yaml"
@@ -218,8 +208,7 @@ def describe(sel: Selection) -> str:
 
 
 def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float = 0.05) -> Selection:
-    """Read a run's results, select, and write <run>/selection.json when a checkpoint is recommended
-    (a file saying "nothing to choose from" would read as a selection made)."""
+    """`select` on a run, written to <run>/selection.json only when a checkpoint is recommended."""
     run = RunDir(run_dir)
     if not run.results.exists():
         raise FileNotFoundError(f"{run.results} does not exist: is {run_dir} a leaklab run directory?")

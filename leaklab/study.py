@@ -1,16 +1,11 @@
-"""`leaklab study NAME`: a matrix of training conditions scored by the same detectors, ending in a leaderboard.
-
-A study file (`recipes/studies/NAME.yaml`, or a path; its sections: docs/study.md#the-study-file) names
-its conditions, each a shipped recipe with overrides and one or more runs, and the findings tested on the
-measured values (leaklab/leaderboard.py). Each condition is a sweep plan run by `sweep.run_local` or
-`sweep.write_slurm`. A run with no override of its own is the shipped recipe's own run, shared with
-anyone who trains that recipe (the study folder links to it).
+"""`leaklab study NAME`: a matrix of training conditions scored by the same detectors, ending in a leaderboard
+(leaklab/leaderboard.py). Each condition is a sweep plan (`sweep.run_local` or `sweep.write_slurm`); the
+study file and folder: docs/study.md#the-study-file.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sys
@@ -20,7 +15,7 @@ from typing import Any
 from leaklab import sweep
 from leaklab.errors import InputError, closest
 from leaklab.recipe import RecipeError, load_recipe, run_dir_of, yaml_load
-from leaklab.rundir import read_json, write_json
+from leaklab.rundir import read_json, text_sha256, write_json
 from leaklab.side_by_side import Job, default_slots, run_jobs
 
 STUDY_DIRS = ("recipes/studies",)
@@ -41,9 +36,6 @@ index.html) in the study folder. key=value overrides apply to every run (model.n
   --smoke        the study's smoke overrides: fewer samples and steps, every condition, same code
   --leaderboard  only (re)write the leaderboard from the runs there are
 """
-
-
-# --------------------------------------------------------------------------- the study file
 
 
 def study_path(name: str) -> Path:
@@ -105,8 +97,7 @@ FINDING_KEYS = (
 
 
 def check_findings(study: dict[str, Any], path: Path) -> None:
-    """Each finding states its claim, source, kind and criterion, and names cells of conditions that
-    exist (`dilution/1_8`, `timing@late`, `dose@max`): a typo exits 2 before anything runs."""
+    """Each finding's keys, kind and cells (`dilution/1_8`, `timing@late`): a typo exits 2 at once."""
     for i, finding in enumerate(study.get("findings") or []):
         where = f"study {path}: finding {finding.get('id', i + 1)}"
         unknown = [k for k in finding if k not in FINDING_KEYS]
@@ -133,34 +124,24 @@ def condition_runs(cond: dict[str, Any]) -> dict[str, list[str]]:
     return {str(name): [*common, *(own or [])] for name, own in runs.items()}
 
 
-def smoke_overrides(study: dict[str, Any], condition: str) -> list[str]:
-    smoke = study.get("smoke") or {}
-    return [*(smoke.get("all") or []), *((smoke.get("conditions") or {}).get(condition) or [])]
-
-
-# --------------------------------------------------------------------------- the plan
-
-
 def study_id(study: dict[str, Any], fixed: list[str], smoke: bool) -> str:
-    """A hash of what is trained and scored (not of the findings or the text around them, nor of where
-    the runs go): editing a finding keeps the folder and its runs."""
+    """A hash of what is trained and scored only: editing a finding keeps the folder and its runs."""
     trained = {k: study.get(k) for k in ("conditions", "evaluate", "smoke")}
     fixed = [o for o in fixed if not o.startswith("output_dir=")]
-    return hashlib.sha256(json.dumps([trained, fixed, smoke], sort_keys=True).encode()).hexdigest()[:8]
+    return text_sha256(json.dumps([trained, fixed, smoke], sort_keys=True))[:8]
 
 
 def run_overrides(study, condition: str, own: list[str], fixed: list[str], smoke: bool) -> list[str]:
-    """Everything a run is trained with, before the output placement: the condition's own overrides,
-    the study's evaluation, --smoke's and the command line's (last wins)."""
+    """A run's overrides, its own first and the command line's last (the last wins)."""
     cond = study["conditions"][condition]
-    extra = smoke_overrides(study, condition) if smoke else []
-    return [*own, *(study.get("evaluate") or []), *(cond.get("evaluate") or []), *extra, *fixed]
+    extra = (study.get("smoke") or {}) if smoke else {}
+    smoke_overrides = [*(extra.get("all") or []), *((extra.get("conditions") or {}).get(condition) or [])]
+    return [*own, *(study.get("evaluate") or []), *(cond.get("evaluate") or []), *smoke_overrides, *fixed]
 
 
 def plan_study(study: dict[str, Any], fixed: list[str], smoke: bool, out: str | None) -> dict[str, Any]:
-    """study.json's content: per condition its sweep plan (runs with overrides and directories). Every
-    run is loaded through the recipe loader first: a bad value exits 2 naming the condition, the run,
-    the key and the value, before anything is written."""
+    """study.json's content: per condition its sweep plan, every run loaded by the recipe loader first
+    (a bad value exits 2 naming the condition and run before anything is written)."""
     first_name, first = next(iter(study["conditions"].items()))
     suffix = "-smoke" if smoke else ""
     name = f"{study['name']}{suffix}-{study_id(study, fixed, smoke)}"
@@ -255,9 +236,6 @@ def claim_folder(plan: dict[str, Any]) -> Path:
     return root
 
 
-# --------------------------------------------------------------------------- running
-
-
 @contextlib.contextmanager
 def output_to(path: Path):
     """This process's stdout and stderr (and its children's) appended to `path`."""
@@ -278,8 +256,7 @@ def output_to(path: Path):
 
 
 def run_condition(cond: dict[str, Any]) -> dict[str, Any]:
-    """One condition through `sweep.run_local`, its output in conditions/<name>/train.log; its status
-    with the log's last error line when a run failed."""
+    """One condition by `sweep.run_local`, its output in its train.log; its status (a failure: why)."""
     root = Path(cond["root"])
     root.mkdir(parents=True, exist_ok=True)
     log_path = root / "train.log"
@@ -302,9 +279,8 @@ def last_error_line(log_path: Path) -> str:
 
 
 def run_order(conditions: dict[str, dict[str, Any]]) -> list[str]:
-    """The conditions with the most runs first (the longest, as a rule: one left alone at the end keeps a
-    single slot busy while the others' cores idle), ties as the study file lists them. run_jobs starts
-    before them those another waits for, and those that wait."""
+    """The conditions with the most runs (the longest, as a rule) first, so that none is left alone on one
+    slot at the end; ties as listed (run_jobs starts those others wait for first)."""
     return sorted(conditions, key=lambda c: -len(conditions[c].get("runs", ())))
 
 
@@ -331,8 +307,7 @@ def run_local(plan: dict[str, Any], jobs: int, log=print) -> dict[str, dict[str,
 
 
 def write_slurm(plan: dict[str, Any], gpus: int, time_limit: str, partition: str | None) -> Path:
-    """One job array per condition (`sweep.write_slurm`), and SUBMIT.sh submitting them in order: a
-    condition that comes `after` another waits for that array to succeed."""
+    """One job array per condition and SUBMIT.sh, a condition `after` another waiting for its success."""
     lines = [
         "#!/usr/bin/env bash",
         f"# leaklab study {plan['study']}: one job array per condition.",
@@ -351,9 +326,6 @@ def write_slurm(plan: dict[str, Any], gpus: int, time_limit: str, partition: str
 
 def _var(condition: str) -> str:
     return "JOB_" + "".join(ch if ch.isalnum() else "_" for ch in condition).upper()
-
-
-# --------------------------------------------------------------------------- the command
 
 
 def parse_args(argv: list[str]) -> dict[str, Any]:

@@ -76,14 +76,14 @@ def test_step_table_lists_every_step_with_its_interval():
 
 
 def test_dose_table_reads_each_dose_at_the_last_step_and_all_members():
-    from leaklab.reproduce import table
+    from leaklab.reproduce import dose_table
 
     rows = [
         {"step": 100, "evaluation": "detection", "column": "ppl", "metric": "auroc", "value": 0.5},
         *({"step": 200, "evaluation": "detection", "column": "ppl", "metric": "auroc", "value": v, **d}
           for v, d in ((0.6, {"dose": 1}), (0.9, {"dose": 4}), (0.7, {}))),
     ]  # fmt: skip
-    got = table(rows, {"per": "dose", "evaluation": "detection", "metric": "auroc", "columns": ["ppl"]})
+    got = dose_table(rows, {"per": "dose", "evaluation": "detection", "metric": "auroc", "columns": ["ppl"]})
     assert "| | dose 1 | dose 4 | all members |" in got and "| ppl | 0.600 | 0.900 | 0.700 |" in got
 
 

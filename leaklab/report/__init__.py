@@ -1,11 +1,5 @@
 """Reports built from a run's files only, so they can be rebuilt at any time (`leaklab report RUN_DIR`):
-report/index.html (with vega-bundle.js beside it), report.md, results.csv and the figures
-detection_<metric>.png / .pdf and training_loss.png / .pdf. See docs/outputs.md#reports.
-
-Modules: `rundata` (reading a run), `section` (the interface evaluations use to contribute a section),
-`sections` (the built-in sections), `charts` (Vega-Lite specs and series styles), `html` (the page),
-`figures` (matplotlib), `tables` (markdown / CSV), `compare` (several runs side by side).
-"""
+index.html, report.md, results.csv and the figures (each file: docs/outputs.md#reports)."""
 
 from __future__ import annotations
 
@@ -76,8 +70,7 @@ def _markdown(
 
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path:
-    """Write every file of report/ (or of `out_dir`) and return the path of index.html. Never raises on a
-    run that is empty or half-written: what is missing is said on the page."""
+    """Every file of report/ (or `out_dir`), even for an empty run (the page says what is missing)."""
 
     data = load_run(run_dir)
     out = Path(out_dir) if out_dir else data.run.report
@@ -99,9 +92,8 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
 
 
 def print_summary(run: RunDir, report: Path | None = None, out_dir: str | Path | None = None) -> None:
-    """What a run ends with: the run directory, then AUROC and macro-F1 per checkpoint and detector.
-    `report`: the index.html already built from the run's current rows (W&B's artifact), else built here
-    (in `out_dir`, default the run's report/)."""
+    """What a run ends with: its directory, AUROC and macro-F1 per checkpoint and detector, and the
+    report (`report`, when already built from the run's current rows, else built in `out_dir`)."""
     rows = detection_rows(run.results_rows())
     report = report or build_report(run.root, out_dir)
     print(f"\nrun directory: {run.root}")

@@ -1,8 +1,5 @@
-"""Vega-Lite specs for the report's panels, and the series styles shared with the paper figures.
-
-Every spec carries its data inline, so a page opens from disk with no server; a bootstrap interval is a
-band around its line. Each registry `group` has its own palette, dash and point shape, so 15+ series stay
-distinguishable; a rule's n sweep is a ramp of one hue; a `blind` detector is a grey reference line.
+"""Vega-Lite specs for the report's panels (data inline: the page opens from disk), and the series styles
+shared with the paper figures: a palette, dash and shape per registry group, a ramp of one hue per rule.
 """
 
 from __future__ import annotations
@@ -60,8 +57,7 @@ def _mix(a: str, b: str, t: float) -> str:
 
 
 def series_styles(columns) -> dict[str, Style]:
-    """A distinct (colour, dash, shape) per column, by group; the same column gets the same style in
-    every panel and figure of a report."""
+    """A distinct (colour, dash, shape) per column, by group, the same in every panel and figure."""
     columns = ordered(columns)
     styles: dict[str, Style] = {}
     baselines = [c for c in columns if group_of(c) == BASELINES and not is_rule(c)]
@@ -113,10 +109,8 @@ def _scale(styles: dict[str, Style], series: list[str]) -> dict[str, dict[str, A
 
 
 def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> list[dict[str, Any]]:
-    """One value per (step, series) of `metric`, with its interval when the rows carry one. A row with
-    no column (an evaluation that reports one number per checkpoint) is the series "value". Rows of
-    exposure dose groups (a `dose` field) are one value per (step, series, dose); x="dose" draws them
-    against the dose."""
+    """One value per (step, series, dose) of `metric`, with its interval when the rows carry one; a row
+    with no column is the series "value"."""
     found: dict[tuple[int, str], dict[str, Any]] = {}
     for r in rows:
         name = r.get("metric")
@@ -147,8 +141,7 @@ def metric_values(rows: list[dict[str, Any]], metric: str, x: str = "epoch") -> 
 
 
 def _x_encoding(values: list[dict[str, Any]], x: str) -> dict[str, Any]:
-    """The checkpoint axis of a per-checkpoint panel: a tick at every checkpoint drawn. x="dose": the
-    exposure dose on a log axis, a tick at every dose."""
+    """The x axis, a tick at every checkpoint drawn (x="dose": at every dose, on a log axis)."""
     axis = {"values": sorted({p["x"] for p in values}), "format": "~g"}
     if x == "dose":
         title = "exposure dose (copies per epoch, log scale)"
@@ -159,8 +152,7 @@ def _x_encoding(values: list[dict[str, Any]], x: str) -> dict[str, Any]:
 def metric_panel_spec(
     rows: list[dict[str, Any]], metric: str, *, x: str = "epoch", bounded: bool | None = None
 ) -> dict[str, Any] | None:
-    """Lines per series of one metric per checkpoint, bootstrap bands, chance and blind references.
-    None when no row has a value."""
+    """Lines per series of one metric, bands, chance and blind references; None when no row has a value."""
     values = metric_values(rows, metric, x)
     if not values:
         return None
@@ -227,8 +219,7 @@ def metric_panel_spec(
 def _band_layer(
     bands: list[dict[str, Any]], x_enc: dict, y: dict, fill: dict, mark: dict, **encoding
 ) -> dict:
-    """Bootstrap bands from each point's `low` to its `high`, filled by `fill` (its own scale, with no
-    legend, so the legend shows lines only)."""
+    """Bands from each point's `low` to its `high`, filled by `fill` (no legend: it shows lines only)."""
     return {
         "data": {"values": bands},
         "mark": {"type": "area", **mark},
@@ -260,7 +251,6 @@ def _blind_layers(points: list[dict], blind: list[str], x_enc: dict, y: dict, to
 
 
 def _chance_layer(chance: float) -> dict[str, Any]:
-    """A dashed grey rule at the chance level, labelled."""
     return {
         "data": {"values": [{"chance": chance, "label": "chance"}]},
         "layer": [
@@ -284,9 +274,7 @@ FLAG_SIDES = (("flag_rate_members", "members"), ("flag_rate_non_members", "non-m
 
 
 def flag_rate_spec(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Rule detectors' two error rates per checkpoint: one panel per rule family, one colour per column
-    (its n), members solid and non-members dashed, each with its bootstrap band; the dotted grey line is
-    the non-members' rate expected under exchangeable variants (`null_flag_rate`) where the rows have it.
+    """Rule detectors' two flag rates per checkpoint, a view per rule family (see `_flag_rate_layers`);
     None when no rule column has flag-rate rows."""
     values = []
     for metric, side in FLAG_SIDES:
@@ -322,8 +310,7 @@ def flag_rate_spec(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _flag_rate_layers(
     mine: list[dict], expected: list[dict], x_enc: dict, y: dict, tooltip: list
 ) -> list[dict]:
-    """One rule family's view: each column's two rates (members solid, non-members dashed) with their
-    bands, and the null rate dotted grey."""
+    """One rule family: each column's members (solid) and non-members (dashed) with bands, null dotted."""
     dash = {
         "field": "side",
         "type": "nominal",

@@ -1,8 +1,6 @@
-"""Several runs side by side: `leaklab compare RUN_DIR... [--step N|last] [--out DIR]`.
-
-Each detector's AUROC and macro-F1 at each run's chosen checkpoint, its curves overlaid (one colour per
-run), and for runs that differ in their code:web ratio the F1-vs-ratio figure of SrDetection's Fig. 3
-(also drawn by `analysis/ratio_figure.py` from `ratio_points` / `ratio_table` here).
+"""Several runs side by side (`leaklab compare`): each detector's AUROC and macro-F1 at each run's chosen
+checkpoint, its curves overlaid, and for a code:web ratio sweep SrDetection's Fig. 3 (F1 vs ratio, also
+drawn by `analysis/ratio_figure.py` from `ratio_points` / `ratio_table`).
 """
 
 from __future__ import annotations
@@ -36,16 +34,6 @@ RUN_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", 
 COMPARED = ("auroc", "f1")
 
 
-# --------------------------------------------------------------------------- mixing-ratio sweep
-
-
-def run_ratio(run_dir: str | Path) -> str:
-    path = Path(run_dir) / "recipe.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir}: no recipe.yaml (is it a leaklab run directory?)")
-    return str(yaml_load(path.read_text())["mix"]["ratio"])
-
-
 def web_share(ratio: str) -> float:
     code, web = (float(x) for x in ratio.split(":"))
     return web / code
@@ -63,11 +51,13 @@ def f1_at(table: ResultTable, epoch: float, oracle: bool) -> dict[str, float]:
 
 
 def ratio_points(run_dirs: list[str], epoch: str, oracle: bool) -> dict[str, dict[str, float]]:
-    """ratio -> column -> F1, one entry per run; `epoch` a number or "last". Raises ValueError /
-    FileNotFoundError with a one-line reason."""
+    """ratio -> column -> F1 at `epoch` (a number or "last"); ValueError / FileNotFoundError say why not."""
     points: dict[str, dict[str, float]] = {}
     for run_dir in run_dirs:
-        ratio = run_ratio(run_dir)
+        recipe = Path(run_dir) / "recipe.yaml"
+        if not recipe.exists():
+            raise FileNotFoundError(f"{run_dir}: no recipe.yaml (is it a leaklab run directory?)")
+        ratio = str(yaml_load(recipe.read_text())["mix"]["ratio"])
         if ratio in points:
             raise ValueError(f"two runs with mix.ratio {ratio}: give one run per ratio")
         table = largest_n_only(load_detection(run_dir))
@@ -120,9 +110,6 @@ def _ratio_panel(points: dict[str, dict[str, float]], what: str) -> Panel | None
         ],
     }  # fmt: skip
     return Panel("macro-F1 vs mixing ratio (SrDetection Fig. 3)", spec, what + "; dashed: chance")
-
-
-# --------------------------------------------------------------------------- any runs side by side
 
 
 def _names(runs: list[RunData]) -> list[str]:
@@ -253,8 +240,7 @@ def _overview_section(runs: list, names: list[str], step: str) -> tuple[Section,
 
 
 def _ratio_section(runs: list, step: str, out_dir, notes: list[str], markdown: list[str]) -> Section | None:
-    """Runs that differ only in their code:web ratio: macro-F1 against the ratio (a panel, ratio_f1.png
-    and a markdown table); None when the runs are not such a sweep."""
+    """macro-F1 against the code:web ratio (panel, ratio_f1.png, markdown); None unless a ratio sweep."""
     ratios = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
     if len(runs) < 2 or len(ratios) < len(runs) or not all(":" in x for x in ratios):
         return None
@@ -286,8 +272,7 @@ def main(argv: list[str]) -> int:
         "--out", default=None, help="output directory (default: compare/ beside the first run)"
     )
     args = parser.parse_args(argv)
-    # Beside the runs (runs/compare/ for runs under runs/), not in the working directory, where it would
-    # land in the user's git tree.
+    # Beside the runs, not in the working directory (the user's git tree).
     args.out = args.out or str(Path(args.run_dirs[0]).absolute().parent / "compare")
     if args.step != "last" and not args.step.isdigit():
         raise InputError(f"--step takes a step number or 'last', not {args.step!r}")

@@ -22,7 +22,6 @@ def _pyplot():
 
 
 def _save(plt, fig, path: Path) -> list[Path]:
-    """Writes the figure as `path` (PNG) and as PDF beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     fig.savefig(path.with_suffix(".pdf"))
@@ -35,8 +34,7 @@ def file_stem(metric: str) -> str:
 
 
 def plot_metric(rows: list[dict[str, Any]], metric: str, path: Path, caption: str = "") -> list[Path]:
-    """One line per detector against epoch, with its band; rates on 0..1 with chance marked. Writes
-    `path` (PNG) and the same figure as PDF beside it; [] when there is nothing to plot."""
+    """One line per detector against epoch, with its band, as PNG + PDF; [] when there is nothing to plot."""
     values = charts.metric_values([r for r in rows if r.get("evaluation") == "detection"], metric)
     if not values:
         return []
@@ -125,8 +123,7 @@ def plot_histograms(scores: dict, out_dir: Path) -> list[Path]:
 
 
 def plot_ratio(points: dict[str, dict[str, float]], ratios: list[str], path: Path, title: str) -> list[Path]:
-    """SrDetection Fig. 3: macro-F1 (%) per detector against the code:web mixing ratio, the ratios in
-    the order given (PNG + PDF)."""
+    """SrDetection Fig. 3: macro-F1 (%) per detector against the code:web ratios given (PNG + PDF)."""
     plt = _pyplot()
     columns = ordered({c for values in points.values() for c in values})
     styles = charts.series_styles(columns)

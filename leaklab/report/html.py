@@ -111,7 +111,6 @@ def _table_html(table: Table, facts: bool = False) -> str:
 
 
 def render_page(title: str, sections: list[Section], footer: str = "") -> str:
-    """The page's HTML, with every panel's spec embedded by panel id."""
     specs: dict[str, dict] = {}
     body = [f"<h1>{html.escape(title)}</h1>"]
     nav = " ".join(f'<a href="#{html.escape(s.key)}">{html.escape(s.title)}</a>' for s in sections)

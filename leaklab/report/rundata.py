@@ -1,7 +1,5 @@
-"""Everything a report reads from one run directory, read once, tolerant of what is missing.
-
-A run that has not been evaluated yet, a run killed mid-write: `load_run` never raises on them; it
-records a one-line `problems` entry per missing or unreadable file and the report renders what exists.
+"""Everything a report reads from one run directory, read once: `load_run` never raises on a missing or
+unreadable file (a run not evaluated yet, or killed mid-write) but records it as one line of `problems`.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from leaklab.rundir import RunDir, read_rows
 class RunData:
     run: RunDir
     rows: list[dict[str, Any]] = field(default_factory=list)  # all members' rows (no `dose` field)
-    # Rows of one exposure dose group each (`"dose": d`), kept apart so that no table keyed by
-    # (step, column, metric) mixes them with the all-members rows.
+    # Rows of one dose group each (`"dose": d`), apart so that no (step, column, metric) table mixes them.
     dose_rows: list[dict[str, Any]] = field(default_factory=list)
     recipe: dict[str, Any] = field(default_factory=dict)
     manifest: dict[str, Any] = field(default_factory=dict)
@@ -41,7 +38,6 @@ class RunData:
         return list(dict.fromkeys(str(r.get("evaluation")) for r in self.rows if r.get("evaluation")))
 
     def steps(self) -> list[int]:
-        """The checkpoints with detection rows."""
         return sorted({int(r["step"]) for r in self.rows_of("detection") if column_of(r) is not None})
 
     def epoch_of(self, step: int) -> float:
@@ -77,8 +73,7 @@ def _read_file(path: Path, problems: list[str], what: str, parse=json.loads) -> 
 
 
 def _import_run_plugins(modules: Any, problems: list[str]) -> None:
-    """The run's plug-in modules (its recipe's `plugins` key), so their columns get their own names and
-    groups in the report; one that cannot be imported here is said, not fatal."""
+    """The run's plug-ins, so their columns get their names; one that cannot be imported is a problem."""
     import leaklab.recipe  # noqa: F401  (the registries a plug-in module registers into)
     from leaklab.plugins import import_plugins
 

@@ -12,8 +12,7 @@ from typing import Any
 
 @dataclass
 class Panel:
-    """One chart: `spec` is a Vega-Lite spec (a dict, data inline); `caption` says what is drawn and
-    over how many samples."""
+    """One chart: a Vega-Lite spec (data inline) and a caption (what is drawn, over how many samples)."""
 
     title: str
     spec: dict[str, Any]

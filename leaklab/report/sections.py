@@ -58,8 +58,7 @@ def _bootstrap_caption(run: RunData, rows: list[dict[str, Any]], metric: str) ->
 
 
 def _phase_times(run: RunData) -> list[tuple[str, float]]:
-    """Wall time per phase: training (the Trainer's own runtime, which includes the evaluations it
-    triggers), each evaluation summed over its checkpoints, and `timing` rows (prepare steps)."""
+    """Wall time of training (its evaluations included), each evaluation and each `timing` row."""
     phases: dict[str, float] = {}
     for r in run.rows:
         v = r.get("value")
@@ -131,9 +130,8 @@ def is_mia(run: RunData) -> bool:
 
 
 def headline(rows: list[dict[str, Any]], run: RunData) -> str:
-    """One sentence a reader can quote: the best detector at the last checkpoint with its interval, the
-    first checkpoint where its interval clears chance, and the blind baseline's verdict. '' without
-    detection rows."""
+    """One sentence a reader can quote: the best detector at the last checkpoint, when its interval first
+    clears chance, and the blind baseline's verdict ('' without detection rows)."""
     value = {(r.get("step"), column_of(r), r.get("metric")): r.get("value") for r in rows}
     steps = sorted({step for step, _, _ in value if step is not None})
     if not steps:
@@ -231,8 +229,7 @@ def _histograms(run: RunData, steps: list[int], columns: list[str]) -> list[dict
 
 
 def _best_step(rows: list[dict[str, Any]]) -> int | None:
-    """The checkpoint with the highest AUROC of any detector (ties: the earliest); the blind baseline,
-    which never sees the model, does not count."""
+    """The checkpoint of the highest AUROC (ties: the earliest), the blind baseline's left out."""
     aurocs = [
         (v, -int(r["step"]))
         for r in rows
@@ -256,8 +253,7 @@ def _at_last(rows: list[dict[str, Any]], run: RunData) -> tuple[int | None, dict
 
 
 def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
-    """The headline metrics of every detector at the last checkpoint with their bootstrap 95% intervals
-    (the numbers of the charts' bands)."""
+    """The headline metrics of every detector at the last checkpoint, with their intervals."""
     step, value, named = _at_last(rows, run)
     columns = [c for c in ordered({c for c, m in value if m in HEADLINE}) if c]
     if not columns:
@@ -275,8 +271,7 @@ def _interval_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 
 
 def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
-    """Every rule column's two error rates at the last checkpoint, with their intervals, beside the
-    non-members' rate expected under exchangeable variants where the rule has one."""
+    """Every rule column's two flag rates at the last checkpoint, beside its null rate where it has one."""
     step, value, named = _at_last(rows, run)
     columns = [c for c in ordered({c for c, m in value if m == "flag_rate_members"}) if c and is_rule(c)]
     if not columns:
@@ -305,17 +300,11 @@ def _flag_rate_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 
 
 def _rule_rates_per_checkpoint(rows: list[dict[str, Any]], run: RunData) -> Table | None:
-    """Per checkpoint, every rule family at its largest n: TPR / FPR, and its F1 beside its margin's as a
-    score. A rule trained on a benchmark's style flags non-members too, while its margin may separate."""
+    """Per checkpoint, each rule family at its largest n: TPR / FPR, and F1 of the rule and its margin."""
     value = {(int(r.get("step", 0)), column_of(r), r.get("metric")): r.get("value") for r in rows}
-    largest: dict[str, tuple[int, str]] = {}
-    for _, column, metric in value:
-        if column and metric == "flag_rate_members" and is_rule(column):
-            family, _, n = column.partition("@n=")
-            n_value = int(n) if n.isdigit() else 0
-            if n_value >= largest.get(family, (-1, ""))[0]:
-                largest[family] = (n_value, column)
-    columns = ordered(column for _, column in largest.values())
+    rules = ordered({c for _, c, m in value if c and m == "flag_rate_members" and is_rule(c)})
+    largest = {c.partition("@n=")[0]: c for c in rules}  # in order, so a family's largest n comes last
+    columns = ordered(largest.values())
     if not columns:
         return None
 
@@ -421,8 +410,7 @@ def _checkpoint_notes(run: RunData, scored_once: bool) -> list[str]:
 
 
 def _add_score_panels(section: Section, rows: list[dict[str, Any]], run: RunData, scored_once: bool) -> None:
-    """From the per-sample scores: ROC curves at the first, best and last checkpoint that have them, and
-    the members' and non-members' score histograms per checkpoint."""
+    """ROC curves at the first, best and last checkpoint with scores, and score histograms per checkpoint."""
     counts = _counts_caption(run)
     steps = run.steps()
     score_columns = ordered(c for c in {column_of(r) for r in rows} if c)
@@ -513,8 +501,7 @@ def _delay_table(rows: list[dict[str, Any]], run: RunData) -> Table | None:
 
 
 def dose_response_section(run: RunData) -> Section | None:
-    """Detection against exposure dose (members of dose d against all non-members), each other
-    evaluation's `dose_panels`, and the exposures counted in the training data; None without doses."""
+    """Detection against exposure dose, each evaluation's `dose_panels`, the exposures; None without doses."""
     rows = [r for r in run.dose_rows if r.get("evaluation") == "detection" and column_of(r) is not None]
     drawers = {name: record.dose_panels for name, record in EVALUATIONS.items() if record.dose_panels}
     by_evaluation = {name: [r for r in run.dose_rows if r.get("evaluation") == name] for name in drawers}
@@ -645,8 +632,7 @@ def _plugin_section(name: str) -> SectionFn | None:
 
 
 def build_sections(run: RunData) -> list[Section]:
-    """The header, then one section per evaluation with rows (detection first, training second); a
-    section that fails to draw is a note saying why, so one broken plug-in never costs the report."""
+    """The header, then a section per evaluation with rows; one that fails to draw is a note saying why."""
     sections = [header_section(run)]
     present = run.evaluations()
     names = [n for n in SECTIONS if n in present] + [

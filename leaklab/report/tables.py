@@ -12,8 +12,7 @@ from leaklab.results import column_of, is_margin, ordered
 
 
 def metric_cells(rows: list[dict], metric: str, keep=None) -> tuple[dict, dict]:
-    """(step, column) -> [value, ci_low, ci_high] of one metric, over the rows whose column `keep` accepts
-    (None: every column), and step -> epoch."""
+    """(step, column) -> [value, ci_low, ci_high] of one metric (columns `keep` accepts), step -> epoch."""
     names = (metric, f"{metric}_ci_low", f"{metric}_ci_high")
     cells: dict[tuple[int, str], list] = {}
     epochs = {}
@@ -28,8 +27,7 @@ def metric_cells(rows: list[dict], metric: str, keep=None) -> tuple[dict, dict]:
 
 
 def metric_table(rows: list[dict], metric: str) -> str:
-    """Markdown: a row per checkpoint, a column per detector (in `results.ordered` order), for one
-    metric, each cell with its bootstrap 95% interval when the rows have one."""
+    """Markdown: a row per checkpoint, a column per detector, one metric with its intervals."""
     cells, epochs = metric_cells(rows, metric)
     columns = ordered(c for _, c in cells)
     lines = ["| step | epoch | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
@@ -40,9 +38,8 @@ def metric_table(rows: list[dict], metric: str) -> str:
 
 
 def console_table(rows: list[dict], metric: str) -> str:
-    """The terminal's version of `metric_table`: a row per detector and a column per checkpoint, so its
-    width grows with the checkpoints (a few), not the detectors (twenty or more). For a threshold-free
-    metric a rule's margin column is left out: its AUROC is the rule's own, on the line above it."""
+    """`metric_table` turned for a terminal (a row per detector: there are more detectors than
+    checkpoints), without a rule's margin column for a threshold-free metric (the rule's own line)."""
     threshold_free = metric in ("auroc", "tpr@1%fpr", "tpr@5%fpr")
     cells, _ = metric_cells(rows, metric, keep=lambda column: not (threshold_free and is_margin(column)))
     cells = {key: cell for key, cell in cells.items() if isinstance(cell[0], (int, float))}
@@ -69,9 +66,7 @@ BLIND, DATASET_INFERENCE = "blind", "dataset_inference"
 
 
 def shift_warnings(rows: list[dict]) -> list[str]:
-    """One line when the blind baseline's shift test rejected (a `distribution_shift` row of 1): a
-    text-only classifier separated members from non-members, so every detector's numbers may measure the
-    split rather than training."""
+    """One line when the blind baseline's shift test rejected (a `distribution_shift` row of 1)."""
     blind = {
         (int(r["step"]), r.get("metric")): r.get("value")
         for r in rows
@@ -112,19 +107,12 @@ def dataset_inference_cells(rows: list[dict]) -> tuple[list[str], list[list[str]
     body = []
     for step in sorted(value):
         m = value[step]
+        p_value, t = fmt(m.get("p_value"), ".3g"), fmt(m.get("t"), ".2f")
+        tested = f"{fmt(m.get('n_suspect_test'), '.0f')} / {fmt(m.get('n_clean_test'), '.0f')}"
         null = m.get("null_rejection_rate")
-        body.append(
-            [
-                str(step),
-                f"{epochs[step]:g}",
-                fmt(m.get("p_value"), ".3g"),
-                fmt(m.get("t"), ".2f"),
-                f"{fmt(m.get('n_suspect_test'), '.0f')} / {fmt(m.get('n_clean_test'), '.0f')}",
-                "–"
-                if null is None
-                else f"{null:.2f} at α = {m.get('null_alpha', 0.05):g} over {m.get('null_halvings', 0):.0f} halvings",
-            ]
-        )
+        null_test = f"at α = {m.get('null_alpha', 0.05):g} over {m.get('null_halvings', 0):.0f} halvings"
+        null_rate = "–" if null is None else f"{null:.2f} {null_test}"
+        body.append([str(step), f"{epochs[step]:g}", p_value, t, tested, null_rate])
     return header, body
 
 

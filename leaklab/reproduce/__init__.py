@@ -1,10 +1,8 @@
 """`make reproduce`: re-measure every number the docs state about the embedded testbed.
 
-`stated_numbers.yaml` (its header says the format) names each number's run (a recipe with overrides, or
-a study, whose claims read its leaderboard as rows), its results.jsonl row, the stated value and the
-tolerance. `python -m leaklab.reproduce` trains each run (`leaklab train` resumes, and evaluates only what
-is missing), prints claim / stated / measured / ok, writes docs/generated/ and exits 1 when a claim fails;
-`--smoke` checks on tiny sizes that every claim finds its row. See docs/reproducibility.md.
+Each claim of `stated_numbers.yaml` (its header says the format) is read from its run's results row (a
+study's: its leaderboard as rows) after training what is missing; docs/generated/ is written and a failed
+claim exits 1. See docs/reproducibility.md.
 """
 
 from __future__ import annotations
@@ -108,9 +106,7 @@ def load_claims(path: Path = STATED_NUMBERS) -> tuple[dict[str, RunSpec], list[C
 
 
 def _matches(row: dict[str, Any], want: dict[str, Any], metric: str) -> bool:
-    return row.get("metric") == metric and all(
-        row.get(k) == v for k, v in want.items() if k not in ("metric", "dose")
-    ) and row.get("dose") == want.get("dose")  # fmt: skip
+    return all(row.get(k) == v for k, v in {**want, "metric": metric, "dose": want.get("dose")}.items())
 
 
 def measure(claim: Claim, rows: list[dict[str, Any]]) -> Measured:
@@ -177,8 +173,7 @@ def step_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
 
 
 def dose_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
-    """One metric of one evaluation at the run's last step: a line per column, a cell per exposure dose
-    (that dose's members against all non-members) and one for all members, with intervals."""
+    """One metric at the run's last step: a line per column, a cell per exposure dose and all members."""
     evaluation, metric, columns = spec["evaluation"], spec["metric"], spec["columns"]
     mine = [r for r in rows if r.get("evaluation") == evaluation and r.get("metric") == metric]
     doses = sorted({r["dose"] for r in mine if r.get("dose") is not None})
@@ -193,26 +188,13 @@ def dose_table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
     return f"{spec.get('title', f'{evaluation} {metric}')}:\n\n" + "\n".join(lines) + "\n"
 
 
-def table(rows: list[dict[str, Any]], spec: dict[str, Any]) -> str:
-    """A table of the stated-numbers file: per step (`step_table`), or per dose at the last step
-    (`per: dose`, `dose_table`)."""
-    return dose_table(rows, spec) if spec.get("per") == "dose" else step_table(rows, spec)
-
-
-# ------------------------------------------------------------------ determinism: what two runs differ in
-
-
-def is_timing(row: dict[str, Any]) -> bool:
-    """Rows that measure the machine, not the model: wall times and throughputs."""
-    metric = str(row.get("metric", ""))
-    return row.get("evaluation") == "timing" or "runtime" in metric or "per_second" in metric
-
-
 def comparable(rows: list[dict[str, Any]]) -> dict[tuple, Any]:
-    """A run's results rows less their timing (rows and the `seconds` field), keyed by what each row is."""
+    """A run's results rows less those that measure the machine, not the model (timing rows, wall times,
+    throughputs, the `seconds` field), keyed by what each row is."""
     out = {}
     for r in rows:
-        if is_timing(r):
+        metric = str(r.get("metric", ""))
+        if r.get("evaluation") == "timing" or "runtime" in metric or "per_second" in metric:
             continue
         key = (r.get("step"), r.get("evaluation"), r.get("column"), r.get("metric"), r.get("dose"))
         out[key + (json.dumps(r.get("params"), sort_keys=True),)] = {
@@ -222,8 +204,7 @@ def comparable(rows: list[dict[str, Any]]) -> dict[tuple, Any]:
 
 
 def differences(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[tuple[tuple, Any, Any]]:
-    """(key, a's value, b's value) of every row that differs between two runs' results, timing left out;
-    a row only one run has comes with None on the other side."""
+    """(key, a's value, b's value) of every row that differs (None: the row is missing on that side)."""
     left, right = comparable(a), comparable(b)
     out = []
     for key in sorted(set(left) | set(right), key=str):
@@ -265,8 +246,7 @@ def run_dir(spec: RunSpec, smoke: bool, output_dir: str) -> Path:
         return Path(
             study.plan_study(study.load_study(study.study_path(spec.study)), fixed, smoke, None)["root"]
         )
-    extra = (spec.smoke or []) if smoke else []
-    return run_dir_of(load_recipe(spec.recipe, [*spec.overrides, *extra, f"output_dir={output_dir}"]))
+    return run_dir_of(load_recipe(spec.recipe, spec.command(smoke, output_dir)[2:]))  # the overrides
 
 
 def say(line: str) -> None:
@@ -275,8 +255,7 @@ def say(line: str) -> None:
 
 
 def train(spec: RunSpec, smoke: bool, output_dir: str, log=say, log_file: Path | None = None) -> Path:
-    """`leaklab train` for one run (resumed, or only evaluated, when it is there already); its output to
-    `log_file` when given."""
+    """`leaklab train` for one run (it resumes, or evaluates what is missing), its output to `log_file`."""
     command = [sys.executable, "-m", "leaklab.cli", *spec.command(smoke, output_dir)]
     where = f" (output in {log_file})" if log_file else ""
     log(f"[reproduce] {spec.name}: leaklab {' '.join(command[3:])}{where}")
@@ -297,10 +276,8 @@ def _train_job(arg: tuple[RunSpec, bool, str, Path]) -> dict[str, Any]:
 
 
 def train_all(chosen: list[RunSpec], smoke: bool, output_dir: str, log=say) -> dict[str, dict[str, Any]]:
-    """Every chosen run trained: the studies first, one at a time (each trains the shipped runs it shares),
-    then the others side by side (leaklab/side_by_side.py), logs in <output_dir>/logs/. A failed run stops
-    nothing else. Returns run name -> state, `wall_s` and `resumed` (there before it started), and
-    "(all)" -> the whole wall time."""
+    """The studies one at a time (each trains the shipped runs it shares), then the other runs side by
+    side, logs in <output_dir>/logs/: run name -> state, `wall_s`, `resumed`; "(all)" -> the whole time."""
     status: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
     for spec in (s for s in chosen if s.study):
@@ -340,8 +317,7 @@ def _minutes(seconds: float) -> str:
 
 
 def cost_page(chosen: list[RunSpec], status: dict[str, dict[str, Any]], smoke: bool, output_dir: str) -> str:
-    """What this invocation took, run by run (and a study's conditions from its status.json): generated, so
-    that the docs quote a measured cost, never a typed one."""
+    """What this invocation took, run by run, so that the docs quote a measured cost, never a typed one."""
     lines = [
         "# What `make reproduce` took",
         "",
@@ -369,8 +345,7 @@ def cost_page(chosen: list[RunSpec], status: dict[str, dict[str, Any]], smoke: b
 
 
 def leaderboard_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
-    """A study's leaderboard.json as results rows: per cell and detector its AUROC and TPR at 1% FPR
-    with their intervals (`evaluation: leaderboard`), per finding its statistic (`evaluation: finding`)."""
+    """A study's leaderboard.json as rows: its cells' AUROC and TPR at 1% FPR, its findings' statistic."""
     from leaklab.rows import metric_rows
 
     suffixes = ("", "_ci_low", "_ci_high")
@@ -386,14 +361,12 @@ def leaderboard_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def results_of(spec: RunSpec, root: Path) -> list[dict[str, Any]]:
-    """The rows a run's claims read: its results.jsonl, or a study's leaderboard as rows."""
     if spec.study:
-        return leaderboard_rows(json.loads((root / "leaderboard.json").read_text()))
+        return leaderboard_rows(read_json(root / "leaderboard.json"))
     return read_rows(root / "results.jsonl")
 
 
-def generated_page(spec: RunSpec, root: Path, measured: list[Measured], smoke: bool) -> str:
-    rows = results_of(spec, root)
+def generated_page(spec: RunSpec, root: Path, rows: list[dict], measured: list[Measured], smoke: bool) -> str:
     command = "leaklab " + " ".join(spec.command(smoke, "OUT")).replace(" output_dir=OUT", "")
     where = "study folder" if spec.study else "run directory"
     parts = [
@@ -401,7 +374,7 @@ def generated_page(spec: RunSpec, root: Path, measured: list[Measured], smoke: b
         "Generated by `make reproduce` (leaklab/reproduce); do not edit by hand.\n",
         f"Command: `{command}`; {where} `{root.name}`.\n",
         claims_table(measured) if measured else "",
-        *(table(rows, t) for t in spec.tables),
+        *((dose_table if t.get("per") == "dose" else step_table)(rows, t) for t in spec.tables),
         # A study's whole leaderboard, its headings one level down
         *([("\n" + (root / "leaderboard.md").read_text()).replace("\n#", "\n##")] if spec.study else []),
     ]
@@ -425,9 +398,8 @@ def reproduce(args: argparse.Namespace, log=say) -> int:
         measured = [measure(at_smoke_steps(c) if args.smoke else c, rows) for c in mine]
         everything += measured
         if args.docs:
-            page = Path(args.docs) / f"{spec.name}.md"
-            page.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(page, generated_page(spec, root, measured, args.smoke))
+            page = generated_page(spec, root, rows, measured, args.smoke)
+            write_atomic(Path(args.docs) / f"{spec.name}.md", page)
     log(claims_table(everything))
     if args.docs:
         write_atomic(
