@@ -1,6 +1,7 @@
-"""Detection metrics: how well one score column separates members (label 1) from non-members (0), with
-NaN scores, cross-validated and oracle thresholds and the stratified bootstrap as
-docs/results.md#how-the-metrics-are-computed states them; MRI's formulas; set-level tests.
+"""Detection metrics: how well one score column separates members (label 1) from non-members (0); MRI's
+formulas; set-level tests. A higher score means member; a NaN score ranks below every scored sample and
+is never called a member. Thresholds are cross-validated (and `*_oracle`, fitted on all labels as the
+papers do); intervals come from one stratified bootstrap. See docs/results.md#how-the-metrics-are-computed.
 """
 
 from __future__ import annotations
