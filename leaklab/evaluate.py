@@ -62,10 +62,8 @@ def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
 
 # --------------------------------------------------------------------------- what rows mean
 
-# evaluate.* keys every evaluation's rows depend on (intervals, thresholds, how texts are scored); with
-# each evaluation's own section (detection: every detector's section) they are its recorded settings.
-# The other evaluate.* keys choose what to compute or how fast (evaluations, detectors, base_model,
-# every_checkpoint, during_training, batch_tokens) and may change freely.
+# evaluate.* keys every evaluation's rows depend on; with each evaluation's own section (detection: every
+# detector's) they are its recorded settings. The others choose what to compute or how fast, and may change.
 ROW_SETTINGS = (
     "seed",
     "cv_folds",
@@ -219,7 +217,6 @@ class Evaluator:
                 self.run.append_results([row.as_dict()])
 
     def pending(self, step: int) -> list[str]:
-        """Names of the evaluations with no complete results at `step` (read from results.jsonl)."""
         return pending_at(self.run, self.recipe, self.evaluations, step)
 
     def _agreed_pending(self, step: int) -> list[tuple[str, list[str] | None]]:

@@ -1,9 +1,7 @@
 """The run directory: every stage reads what the previous one wrote here, so each can be re-run alone.
 
-What each file holds (recipe.yaml, manifest.json, mixture.json, checkpoints/, results.jsonl, scores/,
-the variant sets, the caches, report/): docs/outputs.md#what-a-run-writes. Writes are atomic (a
-temporary file and `os.replace`; rows appended in one `write`, a torn tail cut before the next append,
-rows already present skipped), so re-running never tears or duplicates anything.
+Writes are atomic (a temporary file and `os.replace`; rows appended in one `write` under a lock, a torn
+tail cut first, rows already present skipped). What each file holds: docs/outputs.md#what-a-run-writes.
 """
 
 from __future__ import annotations

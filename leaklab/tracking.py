@@ -37,8 +37,10 @@ def start(recipe: Recipe, run_dir: Path, is_main_process: bool = True):
 
     os.environ.setdefault("WANDB_SILENT", "true")
     id_file = run_dir / "wandb_id.txt"
-    run_id = id_file.read_text().strip() if id_file.exists() else _new_run_id()
-    id_file.write_text(run_id + "\n")
+    alphabet = string.ascii_lowercase + string.digits  # W&B's run ids: short lowercase alphanumerics
+    if not id_file.exists():
+        id_file.write_text("".join(secrets.choice(alphabet) for _ in range(8)) + "\n")
+    run_id = id_file.read_text().strip()
     earlier = _supersede_offline_runs(run_dir, run_id) if cfg.mode == "offline" else []
     _run = wandb.init(
         project=cfg.project,
@@ -82,11 +84,6 @@ def _replay(results: Path) -> None:
     for step, metrics in sorted(training.items()):
         log_metrics(metrics, step)
     log_rows([r for r in rows if r.get("evaluation") != "training"])
-
-
-def _new_run_id() -> str:
-    """W&B run ids are short lowercase alphanumerics; make one here rather than rely on wandb internals."""
-    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
 def log_metrics(metrics: dict[str, Any], step: int) -> None:
