@@ -140,8 +140,7 @@ def check_settings(run: RunDir, recipe: Recipe) -> None:
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
-    """`leaklab evaluate` takes evaluate.* (and tracking.*) keys; one that changes the trained weights is
-    refused with one line (exit 2)."""
+    """Refuse (one line, exit 2) an override of `leaklab evaluate` outside evaluate.*, tracking.*, plugins."""
     identity = {f.name for f in dataclasses.fields(Recipe)} - set(NOT_IDENTITY)
     for item in overrides:
         key = item.partition("=")[0].strip()

@@ -307,16 +307,16 @@ def _publish(run_dir: Path) -> Path:
     det = detection_rows(rows)
     charts = {}
     for metric in HEADLINE:
+        names = (metric, f"{metric}_ci_low", f"{metric}_ci_high")
         series: dict[str, dict[str, dict[int, float]]] = {}
         for r in det:
-            name = r["metric"]
-            if name in (metric, f"{metric}_ci_low", f"{metric}_ci_high") and r.get("value") is not None:
-                series.setdefault(column_of(r), {}).setdefault(name, {})[r["step"]] = r["value"]
+            if r["metric"] in names and r.get("value") is not None:
+                series.setdefault(column_of(r), {}).setdefault(r["metric"], {})[r["step"]] = r["value"]
         for column, parts in series.items():
             steps = sorted(parts.get(metric, {}))
             if not steps:
                 continue
-            keys = [k for k in (metric, f"{metric}_ci_low", f"{metric}_ci_high") if k in parts]
+            keys = [k for k in names if k in parts]
             ys = [[parts[k].get(s, float("nan")) for s in steps] for k in keys]
             charts[f"detection/{column}/{metric}_with_interval"] = wandb.plot.line_series(
                 xs=steps, ys=ys, keys=keys, title=f"{column}: {metric} with its 95% interval", xname="step"

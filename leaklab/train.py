@@ -362,8 +362,7 @@ def finish(launch: Launch, report) -> None:
 
 
 def trained_to_the_end(run: RunDir) -> bool:
-    """True when the run's newest complete checkpoint is the last step of its training (its Trainer
-    state says so)."""
+    """True when the Trainer state of the run's newest complete checkpoint says it is the last step."""
     complete = run.checkpoint_dirs()
     if not complete:
         return False
