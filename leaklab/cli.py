@@ -1,9 +1,5 @@
-"""The `leaklab` command: train | evaluate | audit | mia | report | compare | select | recipes | keys |
-detectors | build-tiny | counterfactual.
-
-Exit codes: 0 done, 1 the work failed (missing data or weights, with what to do), 2 bad input
-(unknown recipe key or value, bad arguments), 130 interrupted; each explained in one line per problem on
-stderr (`leaklab.errors`), with the traceback only under --debug or LEAKLAB_DEBUG=1.
+"""The `leaklab` command: one function per command (COMMANDS), errors turned into lines and exit codes
+by `leaklab.errors.guarded`. See docs/recipes.md#bad-input-local-files-and-progress.
 """
 
 from __future__ import annotations
@@ -161,11 +157,12 @@ contain it (or match it, with * ? []): `leaklab keys recipe=apps_cpt srdetection
 def _detectors(args: list[str]) -> int:
     import leaklab.recipe  # noqa: F401  (its import joins installed plug-ins to the registries)
     from leaklab.detectors import describe_detectors
+    from leaklab.keys import matches
 
     described = describe_detectors()
     if args:
         # `leaklab detectors mink` shows the detectors whose name contains a pattern given.
-        chosen = [d for d in described if any(p in d["name"] for p in args)]
+        chosen = [d for d in described if matches(d["name"], args)]
         if not chosen:
             names = [d["name"] for d in described]
             hint = closest(args[0], names, cutoff=0.4) or f"; known: {', '.join(names)}"
@@ -185,7 +182,7 @@ def _detectors(args: list[str]) -> int:
 
 
 def _keys(args: list[str]) -> int:
-    from leaklab.keys import describe_keys, filter_keys, format_keys
+    from leaklab.keys import describe_keys, format_keys, matches
     from leaklab.recipe import Recipe, load_recipe
     from leaklab.train import parse_command_line
 
@@ -196,7 +193,7 @@ def _keys(args: list[str]) -> int:
     recipe = load_recipe(recipe_name, overrides) if named or overrides else Recipe()
     rows = describe_keys(recipe)
     if patterns:
-        chosen = filter_keys(rows, patterns)
+        chosen = [r for r in rows if matches(r[0], patterns)]
         if not chosen:
             hint = closest(patterns[0], [r[0] for r in rows], cutoff=0.4)
             raise InputError(f"keys: no recipe key matches {' '.join(patterns)!r}{hint}")
@@ -216,40 +213,35 @@ def _build_tiny(args: list[str]) -> int:
 
 def _audit(args: list[str]) -> int:
     from leaklab.audit import audit_model, audit_overrides, clean_set_of
-    from leaklab.recipe import load_recipe
-    from leaklab.train import preflight
 
     args, clean = clean_set_of(args)
-    if not any(a.partition("=")[0] in ("model", "model.name_or_path") for a in args):
-        # Without it the tiny recipe's builtin model would be audited, for minutes, and nobody asked.
-        raise InputError(
-            "audit: model= is required (a hub name, a local directory, or builtin:tiny); "
-            "see `leaklab audit --help`"
-        )
-    # The tiny recipe supplies the evaluation defaults; the audit names its own model and benchmark.
-    recipe = load_recipe("tiny_cpt", ["name=audit", *audit_overrides(args)])
-    preflight(recipe)
-    audit_model(recipe, clean=clean)
+    audit_model(_tiny_recipe("audit", audit_overrides(args)), clean=clean)
     return 0
 
 
 def _mia(args: list[str]) -> int:
     from leaklab.mia import parse_mia_args, run_mia
+
+    overrides, spec, limit = parse_mia_args(args)
+    named = any(o.partition("=")[0] == "evaluate.detectors" for o in overrides)
+    run_dir = run_mia(_tiny_recipe("mia", overrides), spec, limit, named=named)
+    return _summary(str(run_dir), None)
+
+
+def _tiny_recipe(command: str, overrides: list[str]):
+    """The tiny recipe's evaluation defaults under the command's own model and data, preflighted. The
+    model is required: without it the tiny recipe's builtin one would be scored, for minutes, unasked."""
     from leaklab.recipe import load_recipe
     from leaklab.train import preflight
 
-    overrides, spec, limit = parse_mia_args(args)
     if not any(o.partition("=")[0] == "model.name_or_path" for o in overrides):
         raise InputError(
-            "mia: model= is required (a hub name, a local directory, or builtin:tiny); "
-            "see `leaklab mia --help`"
+            f"{command}: model= is required (a hub name, a local directory, or builtin:tiny); "
+            f"see `leaklab {command} --help`"
         )
-    named = any(o.partition("=")[0] == "evaluate.detectors" for o in overrides)
-    # The tiny recipe supplies the evaluation defaults; the command names its own model and data.
-    recipe = load_recipe("tiny_cpt", ["name=mia", *overrides])
+    recipe = load_recipe("tiny_cpt", [f"name={command}", *overrides])
     preflight(recipe)
-    run_dir = run_mia(recipe, spec, limit, named=named)
-    return _summary(str(run_dir), None)
+    return recipe
 
 
 def _select(args: list[str]) -> int:

@@ -1,11 +1,7 @@
-"""leaklab's own errors for what a user can fix, and the one place they become a message and an exit code.
-
-`InputError` (exit 2): the input is wrong, and the message names it. `UnavailableError` (exit 1): the
-input is fine but something it names cannot be had here (weights, a dataset, an optional extra), and
-the message says how to get it. `guarded(fn)` is the boundary every command runs through: these errors
-and the machine's (OSError, exit 1) are printed once as `leaklab: <line>` on stderr, with a traceback
-only under --debug or LEAKLAB_DEBUG=1; an interrupt exits 130; anything else is a bug and keeps its
-traceback. A leaf module: it imports nothing from leaklab, so every layer may raise these.
+"""leaklab's own errors for what a user can fix, and the one place they become a message and an exit code
+(`guarded`: `leaklab: <line>` on stderr; anything else is a bug and keeps its traceback). A leaf module:
+it imports nothing from leaklab, so every layer may raise these. See
+docs/recipes.md#bad-input-local-files-and-progress.
 """
 
 from __future__ import annotations
@@ -53,7 +49,7 @@ def strip_debug(argv: list[str]) -> list[str]:
     return [a for a in argv if a != "--debug"]
 
 
-def _say(lines: list[str]) -> None:
+def _say(*lines: str) -> None:
     for line in lines:
         print(f"leaklab: {line.strip()}", file=sys.stderr)
 
@@ -72,18 +68,16 @@ def guarded(fn: Callable[[], int], debug: bool = False) -> int:
         if debug:
             traceback.print_exc()
         if isinstance(err, LeaklabError):
-            _say(err.lines())
+            _say(*err.lines())
             return err.exit_code
         if isinstance(err, KeyboardInterrupt):
             _say(
-                [
-                    "interrupted; every file written so far is complete (writes are atomic), "
-                    "so running the same command again continues"
-                ]
+                "interrupted; every file written so far is complete (writes are atomic), "
+                "so running the same command again continues"
             )
             return 130
         # The machine, not the input: a full disk, a path that cannot be written or read.
         what = err.strerror or type(err).__name__
         where = f": {err.filename}" if err.filename else (f": {err}" if not err.strerror else "")
-        _say([f"{what}{where} (run again with --debug for the traceback)"])
+        _say(f"{what}{where} (run again with --debug for the traceback)")
         return 1

@@ -1,11 +1,9 @@
 """The evaluation driver: every registered evaluation of the recipe, on every checkpoint, resumably.
 
-Called during training (`training/callbacks.py`, after each save) and by `leaklab evaluate RUN_DIR`
-(every checkpoint without results, and the base model as step 0). The evaluations compute; this module
-owns what they share: one `EvalContext` per run, done markers (a step is complete when its "done" rows
-list every spec it would compute now, so an interrupted write is simply redone), one writer among the
-ranks, and the settings each evaluation's rows were computed with (evaluations.json): a later value
-that would change their meaning is refused, with `--into NAME` (a fresh evaluation folder) as the way.
+Called during training (`training/callbacks.py`, after each save) and by `leaklab evaluate RUN_DIR`. The
+evaluations compute; this module owns what they share: one `EvalContext` per run, one writer among the
+ranks, done markers (a step is complete when its "done" rows list every spec it would compute now) and
+the settings each evaluation's rows were computed with. See docs/recipes.md#a-runs-identity-is-its-training.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from typing import Any
 from leaklab import claims, tracking
 from leaklab.data.load import load_tasks, tests_needed_by  # noqa: F401 - re-exported (train, audit)
 from leaklab.detectors import DETECTORS
+from leaklab.distributed import world
 from leaklab.errors import InputError
 from leaklab.evaluations import EVALUATIONS
 from leaklab.evaluations.base import EvalContext, EvalSet, build_eval_set
@@ -33,6 +32,7 @@ from leaklab.rundir import RunDir, locked, read_json, read_rows, row_key, write_
 from leaklab.training.stages import get_stage, learned_prompt_boundary
 
 DONE_METRIC = "done"
+POLL_S = 5.0  # how often a worker whose pending work is all claimed looks again
 
 
 def load_reference(recipe: Recipe, base_path: str | None):
@@ -62,10 +62,8 @@ def done_specs(run: RunDir, step: int, evaluation: str) -> set[str] | None:
 
 # --------------------------------------------------------------------------- what rows mean
 
-# evaluate.* keys every evaluation's rows depend on (intervals, thresholds, how texts are scored); with
-# each evaluation's own section (detection: every detector's section) they are its recorded settings.
-# The other evaluate.* keys choose what to compute or how fast (evaluations, detectors, base_model,
-# every_checkpoint, during_training, batch_tokens) and may change freely.
+# evaluate.* keys every evaluation's rows depend on; with each evaluation's own section (detection: every
+# detector's) they are its recorded settings. The others choose what to compute or how fast, and may change.
 ROW_SETTINGS = (
     "seed",
     "cv_folds",
@@ -102,18 +100,20 @@ def record_settings(run: RunDir, recipe: Recipe, evaluation: str) -> None:
             write_json(run.evaluation_settings, recorded)
 
 
+def _boundary_at(recipe: Recipe, setting: str, step: int) -> str:
+    """An evaluate.prompt_boundary setting as resolved for the model at `step` ("auto": how that model
+    learned where prompts end, `training.stages.learned_prompt_boundary`)."""
+    from leaklab.signals.generation import resolve_prompt_boundary
+
+    return resolve_prompt_boundary(setting, learned_prompt_boundary(recipe, step))
+
+
 def _same_boundary(recipe: Recipe, key: str, old: Any, new: Any) -> bool:
     """Two prompt_boundary settings that give every checkpoint of this run the same boundary (a cpt run
     recorded under "heal" and evaluated under "auto"), so the rows mean the same."""
-    if key != "evaluate.prompt_boundary":
-        return False
-    from leaklab.signals.generation import resolve_prompt_boundary
-
     steps = (0, 1)  # the base model and the trained checkpoints
-    return all(
-        resolve_prompt_boundary(old, learned_prompt_boundary(recipe, s))
-        == resolve_prompt_boundary(new, learned_prompt_boundary(recipe, s))
-        for s in steps
+    return key == "evaluate.prompt_boundary" and all(
+        _boundary_at(recipe, old, s) == _boundary_at(recipe, new, s) for s in steps
     )
 
 
@@ -140,8 +140,7 @@ def check_settings(run: RunDir, recipe: Recipe) -> None:
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
-    """`leaklab evaluate` takes evaluate.* (and tracking.*) keys; one that changes the trained weights is
-    refused with one line (exit 2)."""
+    """Refuse (one line, exit 2) an override of `leaklab evaluate` outside evaluate.*, tracking.*, plugins."""
     identity = {f.name for f in dataclasses.fields(Recipe)} - set(NOT_IDENTITY)
     for item in overrides:
         key = item.partition("=")[0].strip()
@@ -168,13 +167,9 @@ def merge_records(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[
 
 
 def with_prompt_boundary(recipe: Recipe, step: int) -> Recipe:
-    """`recipe` with evaluate.prompt_boundary resolved for the model at `step` ("auto": how that model
-    learned where prompts end, `training.stages.learned_prompt_boundary`)."""
-    from leaklab.signals.generation import resolve_prompt_boundary
-
-    setting = recipe.evaluate.prompt_boundary
-    resolved = resolve_prompt_boundary(setting, learned_prompt_boundary(recipe, step))
-    if resolved == setting:
+    """`recipe` with evaluate.prompt_boundary resolved for the model at `step` (`_boundary_at`)."""
+    resolved = _boundary_at(recipe, recipe.evaluate.prompt_boundary, step)
+    if resolved == recipe.evaluate.prompt_boundary:
         return recipe
     return dataclasses.replace(
         recipe, evaluate=dataclasses.replace(recipe.evaluate, prompt_boundary=resolved)
@@ -221,19 +216,16 @@ class Evaluator:
                 self.run.append_results([row.as_dict()])
 
     def pending(self, step: int) -> list[str]:
-        """Names of the evaluations with no complete results at `step` (read from results.jsonl)."""
         return pending_at(self.run, self.recipe, self.evaluations, step)
 
     def _agreed_pending(self, step: int) -> list[tuple[str, list[str] | None]]:
         """(name, the specs already done or None) of every pending evaluation at `step`, as the main
         process decides it, on every rank."""
-        acc = self.ctx.accelerator
-        world = getattr(acc, "num_processes", 1) if acc is not None else 1
         todo: list[Any] = [None]
         if self.ctx.is_main_process:
             done = {name: done_specs(self.run, step, name) for name in self.pending(step)}
             todo = [[(name, None if specs is None else sorted(specs)) for name, specs in done.items()]]
-        if world > 1:
+        if world(self.ctx.accelerator)[1] > 1:
             from accelerate.utils import broadcast_object_list
 
             broadcast_object_list(todo)
@@ -335,17 +327,11 @@ def evaluate_run(
     overrides: Sequence[str] = (),
     into: str | None = None,
     say_when_done: bool = True,
-    heartbeat_s: float = claims.HEARTBEAT_S,
-    stale_s: float = claims.STALE_S,
-    poll_s: float = 5.0,
 ) -> int:
     """Evaluate the base model (step 0) and every checkpoint of a run that has no complete results;
-    returns how many (step, evaluation) pairs this worker evaluated.
-
-    Several workers may share a run: each claims one (checkpoint, evaluation) at a time
-    (leaklab/claims.py), takes over a claim whose heartbeat is `stale_s` old, and while the rest is
-    claimed by live workers polls every `poll_s` to take over from one that dies. `overrides`: evaluate.*
-    keys (`check_overrides`, `check_settings`); `into`: <run>/evaluations/<into>/ instead of the run."""
+    returns how many (step, evaluation) pairs this worker evaluated. Several workers may share a run,
+    each claiming one pair at a time (leaklab/claims.py; docs/scaling.md). `overrides`: evaluate.* keys;
+    `into`: <run>/evaluations/<into>/ instead of the run."""
     from leaklab.models.load import load_tokenizer
 
     run, recipe = _run_to_evaluate(run_dir, overrides, into)
@@ -361,16 +347,14 @@ def evaluate_run(
             log(f"{run.root}: every checkpoint is already evaluated")
         return 0
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
-    wandb_claim = _prepare(run, recipe, evaluator, (heartbeat_s, stale_s), log)
+    wandb_claim = _prepare(run, recipe, evaluator, log)
     did: list[tuple[int, str]] = []
     loaded: tuple[int | None, Any] = (None, None)  # the model of the last step, kept for its next evaluation
     try:
         while todo := pending():
             progressed = False
             for step, epoch, path, name in todo:
-                claim = claims.try_claim(
-                    claims.claim_path(run.root, step, name), heartbeat_s=heartbeat_s, stale_s=stale_s, log=log
-                )
+                claim = claims.try_claim(claims.claim_path(run.root, step, name), log=log)
                 if claim is None:
                     continue  # a live worker has it
                 with claim:
@@ -387,7 +371,7 @@ def evaluate_run(
                     did.append((step, name))
                 progressed = True
             if not progressed:
-                time.sleep(poll_s)  # the rest is claimed by live workers: wait, to take over if one dies
+                time.sleep(POLL_S)  # the rest is claimed by live workers: wait, to take over if one dies
         loaded = (None, None)
         if wandb_claim is not None:
             # Rows the other workers wrote, so the W&B run holds the whole evaluation.
@@ -403,17 +387,14 @@ def evaluate_run(
     return len(did)
 
 
-def _prepare(run: RunDir, recipe: Recipe, evaluator: Evaluator, claim_times: tuple[float, float], log):
+def _prepare(run: RunDir, recipe: Recipe, evaluator: Evaluator, log):
     """Prepare the evaluations once for all workers; returns the W&B claim when this worker holds it."""
-    heartbeat_s, stale_s = claim_times
     # One worker prepares (builds SrDetection's variants, say) while the others wait, then read its copy.
     with locked(claims.claims_dir(run.root) / ".prepare.lock"):
         evaluator.prepare()
     # W&B gets one writer per run: the worker holding this claim logs live, and at the end the rows the
     # other workers wrote; the others log nothing (two offline W&B runs of one id would displace each other).
-    wandb_claim = claims.try_claim(
-        claims.claims_dir(run.root) / "wandb.claim", heartbeat_s=heartbeat_s, stale_s=stale_s, log=log
-    )
+    wandb_claim = claims.try_claim(claims.claims_dir(run.root) / "wandb.claim", log=log)
     if wandb_claim is not None:
         tracking.start(recipe, run.root)
     return wandb_claim
@@ -436,15 +417,20 @@ def _run_to_evaluate(
 
 def _evaluator_of(run: RunDir, recipe: Recipe, log) -> tuple[Evaluator, str]:
     """(the run's evaluator over the manifest's evaluation set, the base model: where the stage started)."""
-    from leaklab.models.load import resolve_model_path
-
     manifest = read_json(run.manifest)
     # The manifest already holds only the tasks whose canonical solutions passed when the run began.
     eval_set = build_eval_set(load_tasks(recipe, check_solutions=False), manifest, recipe.data.text_format)
-    # Where the stage started (rl: train.rl.init_from), which is step 0 and the base of LoRA checkpoints.
-    stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
-    base_path = stage_start or resolve_model_path(recipe.model, log=log)
+    base_path = base_model_path(recipe, run, log)
     return Evaluator(recipe, run, eval_set, base_path=base_path, log=log), base_path
+
+
+def base_model_path(recipe: Recipe, run: RunDir, log) -> str:
+    """Where the stage started (rl: train.rl.init_from; else model.name_or_path, the builtin tiny model
+    built if needed): step 0, and the base of LoRA checkpoints."""
+    from leaklab.models.load import resolve_model_path
+
+    stage_start = get_stage(recipe.train.stage).resolve_base(recipe, run, log)
+    return stage_start or resolve_model_path(recipe.model, log=log)
 
 
 def pending_at(run: RunDir, recipe: Recipe, evaluations: list, step: int) -> list[str]:

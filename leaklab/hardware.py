@@ -1,7 +1,5 @@
-"""Recipe options that only a GPU can honour, checked before a run writes anything.
-
-Without this check transformers refuses bf16 on a CPU deep inside the Trainer, after the run directory,
-its manifest and its variants were written, with a long traceback; here it is one line and exit 2."""
+"""Recipe options that only a GPU can honour, checked before a run writes anything (else transformers
+refuses bf16 on a CPU deep inside the Trainer, after the run's files were written)."""
 
 from __future__ import annotations
 
@@ -32,8 +30,7 @@ def check_gpu_options(recipe, state: tuple[bool, bool] | None = None) -> None:
         raise InputError(
             f"train.deepspeed: {train.deepspeed} needs a GPU (no GPU here); leave train.deepspeed unset"
         )
-    use_vllm = getattr(getattr(train, "rl", None), "use_vllm", "auto")
-    if train.stage == "rl" and use_vllm == "true":
+    if train.stage == "rl" and train.rl.use_vllm == "true":
         if not has_gpu:
             raise InputError("train.rl.use_vllm: true needs a GPU (no GPU here); set train.rl.use_vllm=auto")
         if importlib.util.find_spec("vllm") is None:

@@ -1,9 +1,7 @@
 """`leaklab keys [recipe=NAME]`: every recipe key with its type, value and meaning, read from the schema.
 
-The meaning of a key is the comment its dataclass field carries in the source (the comment at the end of
-the field's line, else the comment lines right above it, else the class docstring's first line for a
-section), so the list cannot drift from the schema: a key added without a comment shows up as
-"(no description)" and `tests/test_bad_input.py` fails.
+A key's meaning is its field's comment in the source (at the end of its line, else the lines above), so
+the list cannot drift from the schema: a key without one shows "(no description)" and a test fails.
 """
 
 from __future__ import annotations
@@ -112,12 +110,6 @@ def format_keys(rows: list[tuple[str, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def filter_keys(
-    rows: list[tuple[str, str, str, str]], patterns: list[str]
-) -> list[tuple[str, str, str, str]]:
-    """The rows whose key contains any of the patterns (shell wildcards allowed: `evaluate.*seed`)."""
-
-    def matches(key: str, pattern: str) -> bool:
-        return fnmatch.fnmatchcase(key, pattern) if any(c in pattern for c in "*?[") else pattern in key
-
-    return [r for r in rows if any(matches(r[0], p) for p in patterns)]
+def matches(name: str, patterns: list[str]) -> bool:
+    """`name` contains one of the patterns, or matches one with shell wildcards (`evaluate.*seed`)."""
+    return any(fnmatch.fnmatchcase(name, p) if any(c in p for c in "*?[") else p in name for p in patterns)

@@ -1,9 +1,6 @@
-"""What a plug-in is: one registry record, and the interface its object satisfies.
-
-Every detector (DETECTORS), evaluation (EVALUATIONS) and training stage (STAGES) is described once, by a
-`Record`: a lazy "module:Object" path, its kind, the dataclass of its recipe section, and how reports show
-it; nothing imports a plug-in's module until it is used, so listing the registries imports no torch. The
-interfaces are the Protocols below (`tests/test_plugins.py` checks every record against its kind's).
+"""What a plug-in is: one registry record (`Record`), and the interface its object satisfies (the
+Protocols below; `tests/test_plugins.py` checks every record against its kind's). A record names its
+object by a lazy "module:Object" path, so listing the registries imports no torch. See docs/plugins.md.
 """
 
 from __future__ import annotations
@@ -86,26 +83,25 @@ class Settings(Protocol):
         ...
 
 
-@runtime_checkable
-class ScoreDetector(Protocol):
-    """kind "score": one number per sample from the shared token statistics (higher = member)."""
+class Detector(Protocol):
+    """What every detector kind has: its name, what it needs, and the score columns it writes."""
 
     name: ClassVar[str]
-    needs: ClassVar[frozenset[str]]  # signals of `likelihood`: target, lowercase, reference, ...
+    needs: ClassVar[frozenset[str]]  # score: signals of `likelihood` (target, lowercase, reference, ...)
 
     def columns(self) -> dict[str, dict]: ...
+
+
+@runtime_checkable
+class ScoreDetector(Detector, Protocol):
+    """kind "score": one number per sample from the shared token statistics (higher = member)."""
 
     def score(self, signals: Signals) -> dict[str, Any]: ...
 
 
 @runtime_checkable
-class ModelDetector(Protocol):
+class ModelDetector(Detector, Protocol):
     """kind "model": one number per sample, reading the model itself (`detectors/inputs.ModelInputs`)."""
-
-    name: ClassVar[str]
-    needs: ClassVar[frozenset[str]]
-
-    def columns(self) -> dict[str, dict]: ...
 
     def run(self, inputs: ModelInputs) -> dict[str, Any]: ...
 
@@ -120,13 +116,8 @@ class RuleScores:
 
 
 @runtime_checkable
-class RuleDetector(Protocol):
+class RuleDetector(Detector, Protocol):
     """kind "rule": decides leak / not leak per sample itself; its metrics need no threshold."""
-
-    name: ClassVar[str]
-    needs: ClassVar[frozenset[str]]
-
-    def columns(self) -> dict[str, dict]: ...
 
     def decide(self, inputs: ModelInputs) -> RuleScores: ...
 
@@ -255,12 +246,11 @@ def import_plugins(modules: Sequence[str]) -> None:
         _imported.add(name)
 
 
-def load_entry_points() -> list[str]:
-    """Import every module installed packages declare under ENTRY_POINT_GROUP; their names. Called by
-    the recipe module once the registries are imported and before it builds its sections from them."""
+def load_entry_points() -> None:
+    """Import every module installed packages declare under ENTRY_POINT_GROUP. Called by the recipe
+    module once the registries are imported and before it builds its sections from them."""
     from importlib.metadata import entry_points
 
-    names = []
     for point in entry_points(group=ENTRY_POINT_GROUP):
         module = point.value.partition(":")[0]
         if module not in _imported:
@@ -268,5 +258,3 @@ def load_entry_points() -> list[str]:
             loaded = point.load()
             if callable(loaded):  # "module:function": a function that registers when called
                 loaded()
-        names.append(point.name)
-    return names

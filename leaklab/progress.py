@@ -1,9 +1,8 @@
 """Progress of long phases, readable on a terminal and in a log file; repeated warnings said once.
 
-On a terminal `Progress` is a tqdm bar. Elsewhere (a log file, a batch job) a bar would be carriage-return
-noise, so it prints a plain line once the phase has run `every_s` seconds, then every `every_s` seconds or
-10% of the work, and a closing line. `say_once` says a repeated warning once and counts the rest. A leaf
-module: it imports nothing from leaklab, so every layer may use it.
+On a terminal `Progress` is a tqdm bar; elsewhere (a bar would be carriage-return noise) a plain line
+once the phase has run `every_s` seconds, then every `every_s` seconds or 10% of the work, and a closing
+line. A leaf module: it imports nothing from leaklab, so every layer may use it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Recipes: a typed schema, YAML files with one optional `base:` parent, and key=value overrides.
 
-A recipe is data. `load_recipe("tiny_cpt", ["train.epochs=3"])` finds `recipes/tiny_cpt.yaml` (in the
-working directory first, then the copy shipped inside the package), merges it over its `base:`, applies
-the overrides, and converts the result into the dataclasses below. Every problem is collected and raised
-at once as a `RecipeError` whose lines name the key and the closest valid one; the command line turns
-that into exit code 2.
+`load_recipe("tiny_cpt", ["train.epochs=3"])` finds the file (./recipes first, then the package's), merges
+it over its base, applies the overrides and converts the result into the dataclasses below; every problem
+is raised at once as a `RecipeError` (exit 2). See docs/recipes.md#the-recipe.
 """
 
 from __future__ import annotations
@@ -392,17 +390,10 @@ def yaml_load(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
-def recipe_dirs() -> list[Path]:
-    """Where recipe names are looked up: ./recipes first, then the package's own copy."""
-    local = Path.cwd() / "recipes"
-    if not local.is_dir():
-        return [PACKAGE_RECIPES]
-    return [local] if local.resolve() == PACKAGE_RECIPES.resolve() else [local, PACKAGE_RECIPES]
-
-
 def available_recipes() -> dict[str, Path]:
+    """Recipe name -> file: ./recipes first, then the package's own copy (a folder missing globs nothing)."""
     found: dict[str, Path] = {}
-    for d in recipe_dirs():
+    for d in (Path.cwd() / "recipes", PACKAGE_RECIPES):
         for path in sorted(d.glob("*.yaml")):
             found.setdefault(path.stem, path)
     return found
@@ -681,7 +672,7 @@ def _validate(recipe: Recipe) -> list[str]:
 
 def _check_inject(inject: InjectConfig) -> list[str]:
     """Doses are positive integers; the window is [start, end] with 0 <= start < end <= 1. (More dose
-    groups than members is found when the members are known: leaklab.data.doses.assign_doses.)"""
+    groups than members is found when the members are known: leaklab.rundir.make_manifest.)"""
     problems = []
     if inject.doses is not None:
         if not inject.doses:

@@ -27,18 +27,11 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         """The row as results.jsonl holds it; a None field is left out, but for detector, column, value."""
-        out: dict[str, Any] = {}
-        for key in ("step", "epoch", "evaluation"):
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
-        out.update(self.context)
-        out["detector"] = self.detector
+        out = {k: getattr(self, k) for k in ("step", "epoch", "evaluation") if getattr(self, k) is not None}
+        out |= {**self.context, "detector": self.detector}
         if self.params is not None:
             out["params"] = self.params
-        out["column"] = self.column
-        out["metric"] = self.metric
-        out["value"] = self.value
-        out.update(self.extra)
+        out |= {"column": self.column, "metric": self.metric, "value": self.value, **self.extra}
         if self.dose is not None:
             out["dose"] = self.dose
         return out

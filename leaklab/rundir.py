@@ -1,9 +1,7 @@
 """The run directory: every stage reads what the previous one wrote here, so each can be re-run alone.
 
-What each file holds (recipe.yaml, manifest.json, mixture.json, checkpoints/, results.jsonl, scores/,
-the variant sets, the caches, report/): docs/outputs.md#what-a-run-writes. Writes are atomic (a
-temporary file and `os.replace`; rows appended in one `write`, a torn tail cut before the next append,
-rows already present skipped), so re-running never tears or duplicates anything.
+Writes are atomic (a temporary file and `os.replace`; rows appended in one `write` under a lock, a torn
+tail cut first, rows already present skipped). What each file holds: docs/outputs.md#what-a-run-writes.
 """
 
 from __future__ import annotations
@@ -270,19 +268,32 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
         "non_member_ids": list(split.non_member_ids),
     }
     if recipe.inject.active:  # absent without `inject`, so those manifests stay as they were
+        from leaklab.data import forms
+        from leaklab.data.doses import assign_doses, assign_windows
+
+        doses, members = recipe.inject.doses or [1], list(split.member_ids)
+        if len(doses) > len(members):
+            raise InputError(
+                f"inject.doses: {len(doses)} dose groups but only {len(members)} members; use at most "
+                f"{len(members)} doses (e.g. {doses[: len(members)]}) or more tasks"
+            )
         manifest["inject"] = {
-            "doses": recipe.inject.doses or [1],
+            "doses": doses,
             "window": recipe.inject.window or [0.0, 1.0],
             # Only when set, so manifests from before the key stay byte-identical.
             **({"withhold": True} if recipe.inject.withhold else {}),
             **({"form": recipe.inject.form} if recipe.inject.form != "document" else {}),
             **({"windows": recipe.inject.windows} if recipe.inject.windows else {}),
         }
-        manifest["doses"] = member_dose_groups(split.member_ids, recipe.inject.doses or [1], recipe.data.seed)
-        manifest.update(form_ground_truth(recipe.inject.form, tasks, manifest["doses"], recipe.data.seed))
-        if recipe.inject.windows:  # each member's window group (leaklab/data/doses.py: assign_windows)
-            from leaklab.data.doses import assign_windows
-
+        manifest["doses"] = assign_doses(members, doses, recipe.data.seed)
+        # An inject.form's ground truth (leaklab/data/forms.py): the members in the benchmark file's order
+        # (file), or each member's planned form (rephrased; `leaklab.train` settles those without a
+        # verified variant to verbatim).
+        if recipe.inject.form == "file":
+            manifest["file_order"] = forms.benchmark_order(members, tasks)
+        elif recipe.inject.form == "rephrased":
+            manifest["forms"] = forms.assign_forms(manifest["doses"], recipe.data.seed)
+        if recipe.inject.windows:  # each member's window group
             manifest["windows"] = assign_windows(manifest["doses"], recipe.inject.windows, recipe.data.seed)
     if recipe.inject.canaries > 0:  # the canaries' ground truth (leaklab/data/canaries.py)
         from leaklab.data.canaries import plan_canaries
@@ -291,33 +302,6 @@ def make_manifest(recipe, tasks, split) -> dict[str, Any]:
             recipe.inject.canaries, recipe.inject.canary_formats, manifest["doses"], recipe.data.seed
         )
     return manifest
-
-
-def form_ground_truth(form: str, tasks, doses: dict[str, int], seed: int) -> dict[str, Any]:
-    """The manifest's keys of an `inject.form` (leaklab/data/forms.py): `file_order`, the members in the
-    benchmark file's order (file); `forms`, each member's planned form (rephrased: the halves of each
-    dose group; `leaklab.train` settles those without a verified variant to verbatim). None for a
-    document."""
-    from leaklab.data import forms
-
-    if form == "file":
-        return {"file_order": forms.benchmark_order(list(doses), tasks)}
-    if form == "rephrased":
-        return {"forms": forms.assign_forms(doses, seed)}
-    return {}
-
-
-def member_dose_groups(member_ids: list[str], doses: list[int], seed: int) -> dict[str, int]:
-    """task id -> dose for the members (leaklab.data.doses.assign_doses), as a recipe error when there
-    are fewer members than dose groups."""
-    from leaklab.data.doses import assign_doses
-
-    if len(doses) > len(member_ids):
-        raise InputError(
-            f"inject.doses: {len(doses)} dose groups but only {len(member_ids)} members; use at most "
-            f"{len(member_ids)} doses (e.g. {doses[: len(member_ids)]}) or more tasks"
-        )
-    return assign_doses(member_ids, doses, seed)
 
 
 def member_doses(run_dir: str | Path) -> dict[str, int]:
@@ -364,25 +348,12 @@ PROVENANCE_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "nu
 
 
 def provenance() -> dict[str, Any]:
-    """The thread count and library versions of this process, as the manifest records them."""
+    """The thread count and library versions of this process, as the manifest's "provenance" list
+    records them: a run resumed with another thread count or library gets a second entry."""
     versions = _versions(PROVENANCE_PACKAGES)
     torch = sys.modules.get("torch")  # not imported here: a run that trains has it loaded already
     threads = torch.get_num_threads() if torch is not None else None
     return {"cpu_threads": threads, "python": platform.python_version(), "versions": versions}
-
-
-def with_provenance(old: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, Any]:
-    """`manifest` with its "provenance" list: the old run's entries, plus this process's when it differs
-    from the last one (a run resumed with another thread count or library shows both)."""
-    history = list((old or {}).get("provenance") or [])
-    now = provenance()
-    if not history or history[-1] != now:
-        history.append(now)
-    return {**manifest, "provenance": history}
-
-
-class RunMismatchError(InputError):
-    """A run directory that already holds a run with a different training or split (exit 2, one line)."""
 
 
 def check_or_write_run_files(
@@ -399,17 +370,20 @@ def check_or_write_run_files(
     if old is not None:
         # The provenance (threads, versions) is not the run's identity: a resume may differ there.
         if {k: v for k, v in old.items() if k != "provenance"} != manifest:
-            raise RunMismatchError(
+            raise InputError(
                 f"{run.root} already holds a run with a different manifest (split or data changed); "
                 f"choose another run_name or output_dir"
             )
         changes = identity_changes(run.recipe) if identity_changes and run.recipe.exists() else []
         if changes:
-            raise RunMismatchError(
+            raise InputError(
                 f"{run.root} already holds a run trained differently ({'; '.join(changes)}); choose "
                 f"another run_name or output_dir (evaluation settings may differ: they are not the run's)"
             )
     write_atomic(run.recipe, recipe_yaml)
     write_atomic(run.root / "run_hash.txt", run_hash + "\n")
-    write_json(run.manifest, with_provenance(old, manifest))
+    history, now = list((old or {}).get("provenance") or []), provenance()
+    if history[-1:] != [now]:
+        history.append(now)
+    write_json(run.manifest, {**manifest, "provenance": history})
     write_json(run.root / "environment.json", environment_info())

@@ -48,13 +48,6 @@ under one sweep directory and one W&B group.
 # --------------------------------------------------------------------------- the grid
 
 
-def split_values(raw: str) -> list[str]:
-    """`1:1,1:5` -> ["1:1", "1:5"]; a bracketed YAML list or a quoted value is one value."""
-    if raw.startswith(("[", "{", "'", '"')):
-        return [raw]
-    return [v for v in raw.split(",") if v != ""] or [raw]
-
-
 def parse_options(argv: list[str], command: str, opts: dict[str, Any], positional, flags=(), valued=()):
     """Fill `opts` from the options of `leaklab sweep` or `study`: --local / --slurm as opts["mode"],
     each of `flags` as True, each of `valued` from the argument after it; `positional(arg)` takes the
@@ -87,7 +80,8 @@ def parse_sweep_args(argv: list[str]) -> dict[str, Any]:
         if "=" not in arg:
             raise InputError(f"sweep: expected key=value, got {arg!r}")
         key, _, raw = arg.partition("=")
-        values = split_values(raw)
+        # `1:1,1:5` is two values; a bracketed YAML list or a quoted value is one.
+        values = [raw] if raw.startswith(("[", "{", "'", '"')) else [v for v in raw.split(",") if v] or [raw]
         if key == "recipe":
             spec["recipe"] = raw
         elif key == "seeds" or len(values) > 1:

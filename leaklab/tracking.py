@@ -37,8 +37,10 @@ def start(recipe: Recipe, run_dir: Path, is_main_process: bool = True):
 
     os.environ.setdefault("WANDB_SILENT", "true")
     id_file = run_dir / "wandb_id.txt"
-    run_id = id_file.read_text().strip() if id_file.exists() else _new_run_id()
-    id_file.write_text(run_id + "\n")
+    alphabet = string.ascii_lowercase + string.digits  # W&B's run ids: short lowercase alphanumerics
+    if not id_file.exists():
+        id_file.write_text("".join(secrets.choice(alphabet) for _ in range(8)) + "\n")
+    run_id = id_file.read_text().strip()
     earlier = _supersede_offline_runs(run_dir, run_id) if cfg.mode == "offline" else []
     _run = wandb.init(
         project=cfg.project,
@@ -82,11 +84,6 @@ def _replay(results: Path) -> None:
     for step, metrics in sorted(training.items()):
         log_metrics(metrics, step)
     log_rows([r for r in rows if r.get("evaluation") != "training"])
-
-
-def _new_run_id() -> str:
-    """W&B run ids are short lowercase alphanumerics; make one here rather than rely on wandb internals."""
-    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
 
 
 def log_metrics(metrics: dict[str, Any], step: int) -> None:
@@ -310,16 +307,16 @@ def _publish(run_dir: Path) -> Path:
     det = detection_rows(rows)
     charts = {}
     for metric in HEADLINE:
+        names = (metric, f"{metric}_ci_low", f"{metric}_ci_high")
         series: dict[str, dict[str, dict[int, float]]] = {}
         for r in det:
-            name = r["metric"]
-            if name in (metric, f"{metric}_ci_low", f"{metric}_ci_high") and r.get("value") is not None:
-                series.setdefault(column_of(r), {}).setdefault(name, {})[r["step"]] = r["value"]
+            if r["metric"] in names and r.get("value") is not None:
+                series.setdefault(column_of(r), {}).setdefault(r["metric"], {})[r["step"]] = r["value"]
         for column, parts in series.items():
             steps = sorted(parts.get(metric, {}))
             if not steps:
                 continue
-            keys = [k for k in (metric, f"{metric}_ci_low", f"{metric}_ci_high") if k in parts]
+            keys = [k for k in names if k in parts]
             ys = [[parts[k].get(s, float("nan")) for s in steps] for k in keys]
             charts[f"detection/{column}/{metric}_with_interval"] = wandb.plot.line_series(
                 xs=steps, ys=ys, keys=keys, title=f"{column}: {metric} with its 95% interval", xname="step"

@@ -1,27 +1,25 @@
-"""Train and evaluate: `accelerate launch leaklab/train.py recipe=NAME [key.sub=value ...]`.
+"""Train and evaluate: `accelerate launch leaklab/train.py recipe=NAME [key.sub=value ...]`, or
+`leaklab train` (the same `main()`; a script under accelerate, so imports are absolute).
 
-Reads top to bottom: recipe -> data (tasks, member split, manifest) -> model -> training mixture ->
-training with an evaluation after every checkpoint -> report. Re-running the same command finds the
-same run directory, resumes training from its last checkpoint and evaluates only what is missing.
-
-This file runs as a script under `accelerate launch`, so imports are absolute; `leaklab train` runs the
-same `main()`.
+`run_training` reads as its numbered steps. Re-running the same command finds the same run directory,
+resumes training from its last checkpoint and evaluates only what is missing.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-from leaklab.errors import debug_requested, guarded, strip_debug
-from leaklab.recipe import get_key, load_recipe
-
-if TYPE_CHECKING:
-    from leaklab.recipe import Recipe
-    from leaklab.rundir import RunDir
+from leaklab.errors import InputError, debug_requested, guarded, strip_debug
+from leaklab.hardware import check_gpu_options
+from leaklab.progress import quiet_library_bars
+from leaklab.recipe import Recipe, config_hash, get_key, identity_changes, load_recipe, run_hash, to_yaml
+from leaklab.rundir import RunDir, check_or_write_run_files, make_manifest, write_json
 
 
 def parse_command_line(argv: list[str]) -> tuple[str, list[str], bool]:
@@ -57,8 +55,6 @@ examples:
 
 def main(argv: list[str] | None = None) -> int:
     """`leaklab train ...` and `accelerate launch leaklab/train.py ...`: errors become one line + exit code."""
-    from leaklab.progress import quiet_library_bars
-
     quiet_library_bars()
     argv = sys.argv[1:] if argv is None else argv
     return guarded(lambda: command(strip_debug(argv)), debug=debug_requested(argv))
@@ -72,8 +68,6 @@ def command(argv: list[str]) -> int:
     recipe_name, overrides, print_config = parse_command_line(argv)
     recipe = load_recipe(recipe_name, overrides)
     if print_config:
-        from leaklab.recipe import to_yaml
-
         print(to_yaml(recipe), end="")
         return 0
     preflight(recipe)
@@ -88,11 +82,6 @@ def _looks_local(name: str) -> bool:
 def preflight(recipe) -> None:
     """Every check that needs only the recipe, before anything is loaded or written: local paths the
     recipe names exist, and the output directory can be created."""
-    from pathlib import Path
-
-    from leaklab.errors import InputError
-    from leaklab.hardware import check_gpu_options
-
     for key in (
         "model.name_or_path",
         "evaluate.reference_model",
@@ -136,7 +125,6 @@ def run_training(recipe: Recipe) -> int:
     """Train the recipe's model and evaluate every checkpoint; each numbered step is one function."""
     from leaklab.evaluate import load_tasks
     from leaklab.models.lora import apply_lora
-    from leaklab.rundir import write_json
 
     launch = start_processes(recipe)
     # 0. The same recipe again on a run it has finished (a sweep, a study or `make reproduce` run again).
@@ -170,7 +158,6 @@ def start_processes(recipe: Recipe) -> Launch:
     from accelerate import PartialState
 
     from leaklab.recipe import run_dir_of
-    from leaklab.rundir import RunDir
     from leaklab.training.stages import get_stage
 
     # On a CPU-only machine accelerate's default CPU path wants MPI; several processes talk over gloo instead.
@@ -193,14 +180,12 @@ def start_processes(recipe: Recipe) -> Launch:
 def load_base_model(launch: Launch) -> tuple[str, Any, Any]:
     """(base path, tokenizer, model). The main process builds the tiny model (if asked for and not
     cached) before the others look."""
-    from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
+    from leaklab.evaluate import base_model_path
+    from leaklab.models.load import load_model, load_tokenizer
 
-    recipe, log = launch.recipe, launch.log
+    recipe = launch.recipe
     with launch.state.main_process_first():
-        # The stage may start elsewhere (rl: train.rl.init_from); then model.name_or_path is not built.
-        base_path = launch.stage.resolve_base(recipe, launch.run, log) or resolve_model_path(
-            recipe.model, log=log
-        )
+        base_path = base_model_path(recipe, launch.run, launch.log)
     tokenizer = load_tokenizer(base_path, recipe.model.trust_remote_code)
     model = load_model(
         base_path, recipe.model.dtype, recipe.model.trust_remote_code, recipe.model.attn_implementation
@@ -214,8 +199,6 @@ def write_ground_truth(launch: Launch, tasks, left_out: list[dict[str, str]], mo
     from leaklab.data.prefilter import prefilter_candidates, prefilter_tasks
     from leaklab.data.splits import split_members
     from leaklab.evaluate import check_settings
-    from leaklab.recipe import identity_changes, run_hash, to_yaml
-    from leaklab.rundir import check_or_write_run_files, make_manifest
 
     recipe, run, state, log = launch.recipe, launch.run, launch.state, launch.log
     ids = [t.task_id for t in tasks]
@@ -260,7 +243,6 @@ def finished_before(launch: Launch) -> bool:
     trained the run to its last step and evaluated every step: nothing to do, so no tasks or model are
     loaded. Anything less takes the full path, which also checks the tasks against the manifest."""
     from leaklab.evaluate import nothing_pending
-    from leaklab.recipe import config_hash
     from leaklab.report import print_summary
 
     run, recipe = launch.run, launch.recipe
@@ -380,10 +362,7 @@ def finish(launch: Launch, report) -> None:
 
 
 def trained_to_the_end(run: RunDir) -> bool:
-    """True when the run's newest complete checkpoint is the last step of its training (its Trainer
-    state says so)."""
-    import json
-
+    """True when the Trainer state of the run's newest complete checkpoint says it is the last step."""
     complete = run.checkpoint_dirs()
     if not complete:
         return False
