@@ -95,16 +95,6 @@ class Accuracy:
             self._sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s)
         return self._sandbox
 
-    def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
-        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
-        cfg = ctx.recipe.evaluate.accuracy
-        settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
-        settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
-        return verdict_cache(
-            ctx, "accuracy", [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings]
-        )
-
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[list[str]]:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
         decodes its share and the main process gathers them. The greedy replies go through the run's
@@ -169,10 +159,11 @@ class Accuracy:
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
         tasks, labels = first_per_side(ctx.eval_set, cfg.max_tasks)
         prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
+        settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
         judged = cached_judgements(
             ctx,
             "accuracy",
-            self._cache_file(ctx, model, tokenizer, fmt),
+            verdict_cache(ctx, "accuracy", model, tokenizer, fmt, settings),
             [t.task_id for t in tasks],
             "tasks",
             generate=lambda: self._generate(ctx, model, tokenizer, prompts, fmt),

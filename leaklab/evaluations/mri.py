@@ -201,16 +201,6 @@ class Mri:
             items += [(f"{kind}:{task.task_id}", t, task) for kind, t in asked.items() if t is not None]
         return items
 
-    def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str, items):
-        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
-        cfg = ctx.recipe.evaluate.mri
-        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
-        settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
-        content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
-        identity = [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
-        return verdict_cache(ctx, "mri", identity)
-
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[str]:
         """Greedy replies through the run's generation cache: the answers to the original tasks that the
         accuracy evaluation already decoded at this checkpoint (same format, stops and max_new_tokens)
@@ -270,10 +260,12 @@ class Mri:
                 entry["prompt_boundary"] = boundary
             return judged
 
+        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
+        content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
         judged = cached_judgements(
             ctx,
             "mri",
-            self._cache_file(ctx, model, tokenizer, fmt, items),
+            verdict_cache(ctx, "mri", model, tokenizer, fmt, settings, content),
             [key for key, _, _ in items],
             "prompts",
             generate=lambda: self._generate(ctx, model, tokenizer, prompts, fmt),

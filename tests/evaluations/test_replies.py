@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from leaklab.data.tasks import Task
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.sandbox import Sandbox
@@ -42,9 +44,12 @@ def test_replies_are_read_and_only_code_is_run():
 
 
 def test_a_second_evaluation_reads_every_verdict_from_the_cache(tmp_path):
-    ctx = SimpleNamespace(run=RunDir(tmp_path), is_main_process=True, log=lambda *a: None)
-    cache = verdict_cache(ctx, "toy", ["model", "tokenizer", "completion", {"max_new_tokens": 8}])
+    recipe = SimpleNamespace(evaluate=SimpleNamespace(prompt_boundary="cut"))
+    ctx = SimpleNamespace(recipe=recipe, run=RunDir(tmp_path), is_main_process=True, log=lambda *a: None)
+    model, tokenizer = torch.nn.Linear(2, 2), SimpleNamespace(get_vocab=lambda: {"a": 0})
+    cache = verdict_cache(ctx, "toy", model, tokenizer, "completion", {"max_new_tokens": 8})
     assert cache.parent == RunDir(tmp_path).execution_cache / "toy"
+    assert verdict_cache(ctx, "toy", model, tokenizer, "completion", {"max_new_tokens": 9}) != cache
     calls = []
 
     def generate():
