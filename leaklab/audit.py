@@ -258,14 +258,8 @@ def clean_slug(clean: str) -> str:
 
 
 def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
-    """One paragraph: what was tested, the evidence, and what the audit does not show.
-
-    Evidence is only what has a stated error rate: dataset inference against the clean set (with its
-    false-positive rate measured on halvings of the clean set), the calibrated SrDetection rule's exact
-    p-values, and the blind baseline's shift test. A significant difference beside AUROCs below 0.5 (the
-    benchmark looks less member-like than the clean set) is called a distribution difference, not leakage.
-    A raw SrDetection rate is reported as uncalibrated: its null holds only where variants are as likely
-    as originals to a model that never saw them, which nothing here measured."""
+    """One paragraph: what was tested, the evidence (only what has a stated error rate) and what the audit
+    does not show. See docs/evaluations.md#an-audits-verdict."""
     value = {(r.get("column"), r["metric"]): r.get("value") for r in rows}
     columns = list(dict.fromkeys(r.get("column") for r in rows))
     against = (

@@ -73,9 +73,6 @@ def _syntax_ok(program: str) -> bool:
 class Accuracy:
     name: ClassVar[str] = "accuracy"
 
-    def __init__(self) -> None:
-        self._sandbox = None
-
     def specs(self, recipe) -> list[str]:
         cfg = recipe.evaluate.accuracy
         return ["pass@1"] + [f"pass@{k}" for k in sorted(set(cfg.ks)) if k <= cfg.n_samples and k > 1]
@@ -84,16 +81,9 @@ class Accuracy:
         return "evaluate.evaluations: accuracy (it runs the tests)"
 
     def prepare(self, ctx: EvalContext) -> None:
-        """Nothing to build: the sandbox starts on first use."""
+        """Nothing to build: the sandbox starts when a checkpoint's replies hold code to run."""
 
     # ------------------------------------------------------------------ helpers
-
-    def sandbox(self, cfg: AccuracyConfig):
-        if self._sandbox is None:
-            from leaklab.execution.sandbox import Sandbox
-
-            self._sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s)
-        return self._sandbox
 
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[list[str]]:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
@@ -137,8 +127,7 @@ class Accuracy:
         where = [(i, j) for i, texts in enumerate(replies) for j in range(len(texts))]
         asked = [tasks[i] for i, _ in where]
         readings = read_replies(asked, [replies[i][j] for i, j in where], fmt)
-        # The sandbox starts on the first reply that has code to run.
-        results = run_readings(asked, readings, lambda: self.sandbox(cfg), cfg.timeout_s)
+        results = run_readings(asked, readings, cfg.sandbox_workers, cfg.timeout_s)
         judged: list[list[dict]] = [[] for _ in tasks]
         for (i, _), reading, result in zip(where, readings, results):
             entry = {"reply": reading.reply, "code": reading.code, "full_program": reading.full_program}
@@ -317,9 +306,11 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
     has_intervals = any(str(r.get("metric")).endswith("_ci_low") for r in rows)
     n_bootstrap = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
     no_intervals = "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
-    band = no_intervals
-    if has_intervals:
-        band = f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
+    band = (
+        f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
+        if has_intervals
+        else no_intervals
+    )
     items: list[Any] = []
     for metric in metrics:
         sides = [r for r in named if r["column"] != SIDE_NAMES["gap"]]

@@ -1,14 +1,10 @@
 """Detection: every detector of the recipe on every checkpoint, scored against the manifest (the rows:
 docs/detectors.md#metrics).
 
-Score columns are scored by `metrics.detection_metrics`; rule detectors (SrDetection) by their own
-`metrics` plus both flag rates. A rule's margin is also scored as a score column
-(`results.margin_column`): after training on half a benchmark a raw rule flags most non-members too,
-while its margin still ranks members first. With `inject.doses` (or `inject.form: rephrased`) the rows
-come per dose (form) group too, members of the group against all non-members. Beside them stand the
-blind baseline and dataset inference, the rigour checks of
+A rule's margin is also scored as a score column (`results.margin_column`): after training on half a
+benchmark a raw rule flags most non-members too, while its margin still ranks members first. Beside the
+detectors stand the rigour checks of
 docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
-Variants for SrDetection come from the run's copy, else are built once per benchmark and copied in.
 """
 
 from __future__ import annotations
@@ -122,12 +118,6 @@ def subset_decisions(decisions, index, n_samples: int):
     return dataclasses.replace(decisions, **changes)
 
 
-def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
-    """Per exposure dose d: every column's metric rows on the members of dose d against all the
-    non-members, each row with `"dose": d` (how detection grows with exposure)."""
-    return rows_per_dose(labels, doses, group_rows(scores, labels, cfg))
-
-
 def group_rows(scores, labels, cfg):
     """Every column's metric rows on one group's members (an index) against all the non-members: what
     `rows_per_dose` and `rows_per_form` compute per group."""
@@ -213,8 +203,8 @@ class Detection:
 
         labels = eval_set.labels
         rows = column_rows(scores, labels, cfg)
-        if eval_set.doses is not None:
-            rows += dose_rows(scores, labels, eval_set.doses, cfg)
+        if eval_set.doses is not None:  # members of each dose apart: how detection grows with exposure
+            rows += rows_per_dose(labels, eval_set.doses, group_rows(scores, labels, cfg))
         if eval_set.forms is not None:  # inject.form rephrased: verbatim and rephrased members apart
             rows += rows_per_form(labels, eval_set.forms, group_rows(scores, labels, cfg))
 

@@ -1,14 +1,10 @@
 """Extraction audit of every checkpoint (docs/evaluations.md): what the model reproduces of its training data.
 
 Strategies, rankings, rows and the corpus (003):
-docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction.
-
-Per checkpoint: `n_outputs` samples per sampling strategy x top-k (`leaklab/memorization/extraction.py`),
-their Type-1 clones in the corpus (`leaklab/memorization/clones.py`, indexed once per run), and each
-corpus-free ranking's precision on its top `precision_k`. In a run the benchmark's tasks are indexed
-too, so members extracted verbatim stand beside non-members; a non-member match must also be corpus
-text (`n_unexplained` counts those that are not: a bug), except under the targeted `discoverable`
-strategy, where it is a false discovery. Records mask every secret-like value.
+docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction. The corpus
+(`leaklab/memorization/clones.py`) and the benchmark's tasks are indexed once per run; a non-member
+match must also be corpus text (`n_unexplained` counts those that are not: a bug), except under the
+targeted `discoverable` strategy, where it is a false discovery. Records mask every secret-like value.
 """
 
 from __future__ import annotations
@@ -365,15 +361,9 @@ class Extraction:
         for dose in sorted(set(dose_of.values())):
             extracted = np.array([d in outputs for d in members if dose_of[d] == dose])
             rate = leak_rate(extracted, n_bootstrap=n_boot, seed=seed)
-            rows += [
-                _row(f"members{suffix}", "n_tasks", len(extracted)),
-                _row(f"members{suffix}", "n_extracted", int(extracted.sum())),
-                _row(f"members{suffix}", "extracted_fraction", rate["leak_rate"]),
-                _row(f"members{suffix}", "extracted_fraction_ci_low", rate["leak_rate_ci_low"]),
-                _row(f"members{suffix}", "extracted_fraction_ci_high", rate["leak_rate_ci_high"]),
-            ]
-            for row in rows[-5:]:
-                row["dose"] = dose
+            values = {"n_tasks": len(extracted), "n_extracted": int(extracted.sum())}
+            values |= {f"extracted_fraction{t}": rate[f"leak_rate{t}"] for t in ("", "_ci_low", "_ci_high")}
+            rows += [{**_row(f"members{suffix}", k, v), "dose": dose} for k, v in values.items()]
         # Members a stage listed with no count (rl: past train.rl.max_prompts) are left out.
         counted = [d for d in members if self.exposures.get(self.task_ids[d]) is not None]
         stats = exposure_spearman(

@@ -1,15 +1,9 @@
 """Memorization Risk Index of every checkpoint (004), members and non-members apart: does MRI rise on what
-was injected and stay flat on what was not? Rows and rules:
+was injected and stay flat on what was not? Perturbed sets, rows and rules:
 docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri; formulas:
-docs/evaluations.md#mri-004-3-and-app-e.
-
-`prepare` builds (or reads from the per-benchmark cache) the perturbed sets of the evaluated tasks
-(`leaklab.perturb.mri_sets`), copied into <run>/perturbed.jsonl. Per checkpoint every original,
-rewritten, mutated (and paraphrased) task is asked as the accuracy evaluation asks, and the code read
-back and judged in the sandbox through the pipeline and cache the two share
-(`leaklab/evaluations/replies.py`). Every RAD and the competence rule use Acc(T_ori) over the whole
-side (004 §3.1.2, §4.1); an answer without parsable code has S_i = 0 everywhere. The per-task score
-S_k x Drop_k is one more membership signal (scores/step-N/mri.jsonl, its AUROC `score_auroc`).
+docs/evaluations.md#mri-004-3-and-app-e. Tasks are asked, read back and judged as accuracy does
+(`replies.py`). Every RAD and the competence rule use Acc(T_ori) over the whole side (004 §3.1.2, §4.1);
+an answer without parsable code has S_i = 0 everywhere.
 """
 
 from __future__ import annotations
@@ -29,7 +23,6 @@ from leaklab.data.prompting import model_prompt, resolve_format
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, run_decoding, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.extract import STOP_SEQUENCES
-from leaklab.execution.sandbox import Sandbox
 from leaklab.metrics import (
     auroc,
     competence,
@@ -220,13 +213,7 @@ class Mri:
     def _judge(self, cfg: MriConfig, items, replies: list[str], fmt: str) -> list[dict]:
         asked = [task for _, task, _ in items]
         readings = read_replies(asked, replies, fmt)
-        with contextlib.ExitStack() as stack:
-
-            @functools.cache  # one sandbox, started on the first reply that has code to run
-            def sandbox() -> Sandbox:
-                return stack.enter_context(Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s))
-
-            results = run_readings(asked, readings, sandbox, cfg.timeout_s)
+        results = run_readings(asked, readings, cfg.sandbox_workers, cfg.timeout_s)
         judged: list[dict] = []
         for (key, _, original), reading, result in zip(items, readings, results):
             entry: dict[str, Any] = {"key": key, "reply": reading.reply, "extraction": reading.failure}
@@ -341,11 +328,9 @@ INTERVALS = {m: m for m in ("acc_ori_rew", "acc_rew", "sim", "rad_rew", "mri", "
 
 
 def mri_intervals(outcomes: list[dict[str, Any]], n_bootstrap: int, seed: int) -> dict[str, dict[str, float]]:
-    """Per side, `<metric>_ci_low` / `_ci_high` for the metrics in INTERVALS: the bootstrap 95% interval
-    over the side's tasks, members and non-members resampled apart, each keeping its count, as the
-    detection and accuracy intervals are. Acc_rew, Sim and iMRI are read on each resample's rewritten
-    tasks; RAD_rew (and so MRI) divides by Acc_ori over all of the resample's originals, as the point
-    value does."""
+    """Per side, `<metric>_ci_low` / `_ci_high` for the metrics in INTERVALS: bootstrap 95% intervals,
+    members and non-members resampled apart; RAD_rew divides by Acc_ori over all of a resample's
+    originals, as the point value does."""
     labels = np.array([o["label"] == 1 for o in outcomes], dtype=bool)
     rewritten = np.array([o["passed_rew"] is not None for o in outcomes], dtype=bool)
     strata = [np.flatnonzero(labels), np.flatnonzero(~labels)]

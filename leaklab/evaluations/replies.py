@@ -23,6 +23,7 @@ from leaklab.data.prompting import extract_code
 from leaklab.data.tasks import Task
 from leaklab.evaluations.base import EvalContext
 from leaklab.execution.correctness import SampleResult, check_many
+from leaklab.execution.sandbox import Sandbox
 from leaklab.rundir import read_rows, write_atomic
 
 
@@ -48,16 +49,17 @@ def read_replies(asked: Sequence[Task], replies: Sequence[str], fmt: str) -> lis
 
 
 def run_readings(
-    asked: Sequence[Task], readings: Sequence[Reading], open_sandbox: Callable[[], Any], timeout_s: float
+    asked: Sequence[Task], readings: Sequence[Reading], workers: int, timeout_s: float
 ) -> list[SampleResult | None]:
-    """The sandbox verdict of every reading with code (None for the others), in order. `open_sandbox` is
-    called only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
+    """The sandbox verdict of every reading with code (None for the others), in order. The sandbox starts
+    only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
     results: list[SampleResult | None] = [None] * len(readings)
     where = [n for n, r in enumerate(readings) if not r.failure]
     if where:
         batch = [(asked[n], readings[n].code) for n in where]  # code that continues the task's prompt
-        for n, result in zip(where, check_many(batch, open_sandbox(), timeout_s=timeout_s)):
-            results[n] = result
+        with Sandbox(workers=workers, timeout_s=timeout_s) as sandbox:
+            for n, result in zip(where, check_many(batch, sandbox, timeout_s=timeout_s)):
+                results[n] = result
     return results
 
 

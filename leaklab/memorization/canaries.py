@@ -5,11 +5,8 @@ sample of M random secrets of the canary's format as the paper's §4.3 does:
 
     exposure = log2(M + 1) - log2(r),   r = 1 + #{candidates more likely than the true secret}
 
-(ties in the secret's favour; see docs/evaluations.md#extraction-003-3-5). A secret's likelihood is the
-sum of its tokens' log-probabilities, closing quote included, after the canary's prefix as the prompt,
-so every candidate is tokenised the same way. Targeted extraction (`extract_canaries`) prompts with the
-text before the secret in its trained document, greedy then sampled; untargeted
-(`canaries_in_outputs`) looks for the secret in the extraction audit's outputs.
+(ties in the secret's favour; see docs/evaluations.md#extraction-003-3-5). A secret's likelihood includes
+its closing quote, so every candidate is tokenised the same way. Extraction: docs/evaluations.md#canaries.
 """
 
 from __future__ import annotations
@@ -133,12 +130,9 @@ def canary_prompt(canary: Canary, document: str) -> str:
 def extract_canaries(
     canaries: Sequence[Canary], prompts: dict[str, str], generate, n_samples: int, seed: int
 ) -> dict[str, str | None]:
-    """canary id -> the first strategy (STRATEGIES) whose output of the canary's own prompt holds its
-    secret verbatim, None when none does.
-
-    `prompts`: canary id -> its prompt (`canary_prompt`). `generate(prompts, temperature=, n=, seed=)`
-    returns, per prompt, its n output texts (temperature 0: greedy, one output). Canaries whose prompts
-    are the same text (same format, same text before it) share that prompt's outputs."""
+    """canary id -> the first strategy (STRATEGIES) whose output of the canary's own prompt (`prompts`)
+    holds its secret verbatim, None when none does. `generate(prompts, temperature=, n=, seed=)` returns
+    each prompt's n output texts; canaries with the same prompt share its outputs."""
     distinct = sorted({prompts[c.id] for c in canaries})
     greedy = generate(distinct, temperature=0.0, n=1, seed=seed)
     sampled = (

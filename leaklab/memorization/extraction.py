@@ -1,14 +1,7 @@
 """Extraction audit (003; strategies, rankings and taxonomy:
 docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction): sample a model,
-find what it copies of its corpus, rank, classify; `leaklab/evaluations/extraction.py` strings these
-functions together.
-
-- Every ranking score is oriented so that higher means "more likely memorised". `ppl_ratio` is the
-  paper's PPL-PPL ratio to a smaller model trained on the same data (Unveiling §3.3);
-  `ppl_reference_ratio`, to a reference model that never saw the data, is a membership test instead.
-- Clones are searched in the continuation only (also under `discoverable`): text the model wrote.
-- Sensitive content is found by patterns (short dependency list, explainable matches); a value counts
-  only when it also occurs in the corpus, and is never written out (`mask`).
+find what it copies of its corpus, rank, classify. Clones are searched in the continuation only, the
+text the model wrote. Sensitive content is found by patterns (no dependency, explainable matches).
 """
 
 from __future__ import annotations
@@ -278,8 +271,8 @@ def ranking_scores(
     stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None, small_stats=None
 ) -> dict[str, np.ndarray]:
     """Per text, each ranking metric oriented higher = more likely memorised (NaN where undefined: an
-    empty text; ppl_ratio without `small_stats`, a smaller model trained on the same data; and
-    ppl_reference_ratio without `reference_stats`, a model that never saw it)."""
+    empty text; ppl_ratio, the paper's (Unveiling §3.3), without `small_stats`, a smaller model trained on
+    the same data; and ppl_reference_ratio without `reference_stats`, a model that never saw it)."""
     nll = np.array([s.nll() for s in stats])
     out = {
         "ppl": -np.exp(nll),
