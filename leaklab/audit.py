@@ -2,11 +2,9 @@
 
     leaklab audit model=Qwen/Qwen2.5-7B benchmark=humaneval detectors=[minkpp,srdetection_gray]
 
-With no ground truth the output is each score column's distribution, and for rule detectors, which
-decide per sample, the benchmark's leakage rate with a bootstrap 95% interval (SrDetection §5.3). With
-`clean=C`, a set known not to be in the model's training, `against_clean` compares: each score
-column's AUROC benchmark vs C, the blind baseline beside them (a warning when the sets differ in their
-text alone) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
+With no ground truth the output is each score column's distribution, and each rule detector's leakage
+rate with a bootstrap 95% interval (SrDetection §5.3). With `clean=C`, a set known not to be in the
+model's training, the benchmark is also tested against C (`against_clean`).
 """
 
 from __future__ import annotations
@@ -158,13 +156,11 @@ def _write_scores(path: Path, tasks: list, scores) -> None:
 
 
 def _audit_tasks(recipe: Recipe, clean: str | None) -> tuple[list, list | None]:
-    """(the benchmark's tasks, at most data.max_samples; the clean set's tasks, checked disjoint, or None)."""
-    tasks = load_tasks(recipe)
-    if recipe.data.max_samples:
-        tasks = tasks[: recipe.data.max_samples]
-    clean_tasks = None
-    if clean:
-        clean_tasks = load_clean_set(recipe, clean)
+    """(the benchmark's tasks and the clean set's, checked disjoint, or None; each at most data.max_samples)."""
+    most = recipe.data.max_samples or None
+    tasks = load_tasks(recipe)[:most]
+    clean_tasks = load_clean_set(recipe, clean)[:most] if clean else None
+    if clean_tasks is not None:
         check_disjoint(tasks, clean_tasks, recipe.data.text_format)
     return tasks, clean_tasks
 
@@ -495,12 +491,8 @@ def load_clean_set(recipe: Recipe, clean: str):
     """The known-clean tasks: a local file / directory read in data.benchmark's format, else a benchmark
     name (its own format)."""
     if Path(clean).exists():
-        tasks = load_benchmark(recipe.data.benchmark, label="clean", path=clean)
-    else:
-        tasks = load_benchmark(clean, label="clean")
-    if recipe.data.max_samples:
-        tasks = tasks[: recipe.data.max_samples]
-    return tasks
+        return load_benchmark(recipe.data.benchmark, label="clean", path=clean)
+    return load_benchmark(clean, label="clean")
 
 
 def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
@@ -514,11 +506,10 @@ def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
 
 
 def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str, Any]]:
-    """The audited benchmark (suspect) against a known-clean set: every score column's AUROC with its
-    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: when
-    a one-sided test says it separates the sets, they differ in their text and the warning says so), and
-    dataset inference (is the suspect set, as a whole, in training? a p-value, with its false-positive
-    rate over random halvings of the clean set). Logs the table; returns the rows."""
+    """The audited benchmark (suspect) against a known-clean set: every score column's AUROC (suspect =
+    positive), the blind baseline beside them (a warning when the sets differ in their text alone), and
+    dataset inference with its false-positive rate on halvings of the clean set. Logs the table; returns
+    the rows."""
     from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
 
     n_s, n_c = len(texts[0]), len(texts[1])

@@ -124,7 +124,7 @@ def run_mia(
 ) -> Path:
     """Score the labelled set `spec` names with the recipe's model; returns the output folder
     (<output_dir>/mia-<model>-<data>-<hash>/, a one-step run)."""
-    from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
+    from leaklab.models.load import load_model_and_tokenizer, resolve_model_path
 
     data = load_labelled(spec, limit)  # bad input fails before the model loads
     specs = applicable_detectors(recipe, named, log)
@@ -148,9 +148,7 @@ def run_mia(
     write_json(run.root / "environment.json", environment_info())
     write_atomic(run.recipe, to_yaml(recipe))
 
-    cfg = recipe.model
-    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
-    model = load_model(path, cfg.dtype, cfg.trust_remote_code, cfg.attn_implementation)
+    model, tokenizer, _ = load_model_and_tokenizer(recipe.model, log=log)  # the path resolved above
     model.eval()
     tracking.start(recipe, run.root)
     try:

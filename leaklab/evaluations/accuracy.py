@@ -1,10 +1,8 @@
 """Accuracy: pass@1 (greedy) and pass@k (sampled) of every checkpoint, on members and non-members apart.
 
-Each task is asked as the sft stage taught it (`leaklab/data/prompting.py`), through the batched
-generation engine; the code read back from each reply (a reply without code fails its task and is
-counted) runs against the task's tests in the sandbox, through the cached pipeline MRI shares
-(`leaklab/evaluations/replies.py`). pass@k is the unbiased 1 - C(n-c, k) / C(n, k); `gap` = members -
-non_members is the accuracy leakage inflates. Rows: docs/evaluations.md#sft-and-accuracy-tiny_sft.
+Each task is asked as the sft stage taught it (`leaklab/data/prompting.py`) and its reply judged through
+the pipeline MRI shares (`replies.py`); a reply without code fails. pass@k is the unbiased
+1 - C(n-c, k) / C(n, k). Rows: docs/evaluations.md#sft-and-accuracy-tiny_sft.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.errors import InputError
-from leaklab.evaluations.base import EvalContext, EvalOutput
+from leaklab.evaluations.base import EvalContext, EvalOutput, run_decoding
 from leaklab.evaluations.canaries import extraction_rows as canary_extraction_rows
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
@@ -191,12 +191,8 @@ class Extraction:
     # ------------------------------------------------------------------ per checkpoint
 
     def _generate(self, ctx: EvalContext, model, tokenizer) -> list:
-        from leaklab.signals.continuations import Decoding
-
         cfg = ctx.recipe.evaluate.extraction
-        decoding = Decoding(
-            model, tokenizer, prompt_boundary=ctx.recipe.evaluate.prompt_boundary, batch_size=cfg.batch_size
-        )
+        decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)  # `sample` reads no cache
         samples = []
         for si, strategy in enumerate(s for s in STRATEGIES if s in cfg.strategies and s != "two_step"):
             # Discoverable extraction is greedy (top-1), as Carlini et al. define it: once, not per k.

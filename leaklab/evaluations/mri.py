@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -42,6 +41,7 @@ from leaklab.report.charts import SCHEMA
 from leaklab.report.section import Panel, Section, Table, fmt
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
+from leaklab.rundir import text_sha256
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
@@ -201,8 +201,6 @@ class Mri:
         from leaklab.signals.continuations import greedy_replies
 
         cfg = ctx.recipe.evaluate.mri
-        if ctx.accelerator is not None:
-            model = ctx.accelerator.unwrap_model(model)
         stop = STOP_SEQUENCES if fmt == "completion" else ()
         info: dict[str, Any] = {}
         decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)
@@ -248,7 +246,7 @@ class Mri:
             return judged
 
         settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
-        content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
+        content = text_sha256("".join(t.prompt + t.solution for _, t, _ in items))
         judged = cached_judgements(
             ctx,
             "mri",

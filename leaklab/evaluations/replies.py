@@ -1,17 +1,11 @@
 """Ask a checkpoint tasks, read the code back from its replies, run that code against the tests: the
-cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluations share.
-
-    cache = verdict_cache(ctx, "accuracy", model, tokenizer, fmt, settings)
-    judged = cached_judgements(ctx, "accuracy", cache, keys, "tasks", generate, judge)
-
-`judge` uses `read_replies` (the code of each reply, or why none) and `run_readings` (sandbox
-verdicts). The verdicts are cached under <run>/cache/executions/<name>/, one JSONL file per model,
-tokenizer and settings, so evaluating a checkpoint again neither generates nor executes.
+cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluations share. Verdicts
+are cached per model, tokenizer and settings (`verdict_cache`), so evaluating a checkpoint again
+neither generates nor executes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +18,7 @@ from leaklab.data.tasks import Task
 from leaklab.evaluations.base import EvalContext
 from leaklab.execution.correctness import SampleResult, check_many
 from leaklab.execution.sandbox import Sandbox
-from leaklab.rundir import read_rows, write_atomic
+from leaklab.rundir import read_rows, text_sha256, write_atomic
 
 
 @dataclass(frozen=True)
@@ -70,7 +64,7 @@ def verdict_cache(ctx: EvalContext, name: str, model, tokenizer, fmt: str, setti
 
     settings = {**settings, "prompt_boundary": ctx.recipe.evaluate.prompt_boundary}
     identity = [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, *more]
-    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
+    digest = text_sha256(json.dumps(identity))[:24]
     return ctx.run.execution_cache / name / f"{digest}.jsonl"
 
 

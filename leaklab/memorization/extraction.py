@@ -7,7 +7,6 @@ text the model wrote. Sensitive content is found by patterns (no dependency, exp
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 import re
@@ -25,6 +24,7 @@ import numpy as np
 from leaklab.data.corpora import stdlib_source_files
 from leaklab.errors import InputError
 from leaklab.metrics import percentile_intervals, spearman
+from leaklab.rundir import text_sha256
 
 if TYPE_CHECKING:
     from leaklab.signals.continuations import Decoding
@@ -322,7 +322,7 @@ def corpus_secrets(documents: Sequence[tuple[str, str]]) -> set[tuple[str, str]]
 
 def mask(kind: str, value: str) -> str:
     """What a report shows instead of a value: its kind, length and a short hash (same value, same mask)."""
-    return f"<{kind} len={len(value)} sha={hashlib.sha256(value.encode()).hexdigest()[:8]}>"
+    return f"<{kind} len={len(value)} sha={text_sha256(value)[:8]}>"
 
 
 def mask_text(text: str) -> str:
