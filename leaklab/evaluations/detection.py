@@ -30,13 +30,12 @@ from leaklab.rows import float_or_none, metric_rows
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
-N_HALVINGS = 100  # clean-vs-clean tests behind the null rejection rate
 
 
 def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) -> list[dict[str, Any]]:
     """Dataset inference (leaklab.dataset_inference) of the members against the non-members from every
-    score column: the p-value, t, df and test-half sizes, and the test's rejection rate at 0.05 over
-    N_HALVINGS random halvings of the non-members (clean vs clean: should be about 0.05 or less)."""
+    score column: the p-value, t, df and test-half sizes, and the test's rejection rate at 0.05 over 100
+    random halvings of the non-members (clean vs clean: should be about 0.05 or less)."""
     y = np.asarray(labels).astype(bool)
     if not columns:
         return []
@@ -46,7 +45,7 @@ def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) ->
         result = dataset_inference(members, clean, features=list(columns), seed=seed)
     except ValueError:  # too few samples on a side: no test, said by its absence
         return []
-    metrics = {**result.as_metrics(), **null_rejection_rate(clean, n_halvings=N_HALVINGS, seed=seed)}
+    metrics = {**result.as_metrics(), **null_rejection_rate(clean, seed=seed)}
     metrics["n_features"] = float(len(columns))
     return metric_rows(
         metrics, DATASET_INFERENCE, detector=DATASET_INFERENCE, params={"features": list(columns)}

@@ -514,11 +514,9 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
     """The report's dose-response panels (its record's `dose_panels`): the share of each dose's members
     reproduced verbatim at the last checkpoint against the dose, and per checkpoint the correlation
     between a member's exposures and the outputs that reproduce it."""
-    from leaklab.report import charts
-
     last = max(int(r["step"]) for r in rows)
     items: list[Panel | Table] = []
-    spec = charts.metric_panel_spec(
+    spec = metric_panel_spec(
         [r for r in rows if int(r["step"]) == last], "extracted_fraction", x="dose", bounded=True
     )
     if spec is not None:

@@ -37,7 +37,7 @@ from leaklab.metrics import (
 from leaklab.perturb.identifiers import docstring_statement
 from leaklab.perturb.mri_sets import LlmBackend, SetSettings, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
-from leaklab.report.charts import SCHEMA
+from leaklab.report.charts import SCHEMA, metric_panel_spec, metric_values
 from leaklab.report.section import Panel, Section, Table, fmt
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
@@ -594,25 +594,23 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel]:
     """The report's dose-response panels (its record's `dose_panels`), at the last checkpoint MRI
     evaluated: the members' MRI (its unchecked value when the competence check left it undefined at
     every dose) and the instance score's AUROC, against the dose."""
-    from leaklab.report import charts
-
     last = max(int(r["step"]) for r in rows)
     at_last = [r for r in rows if int(r["step"]) == last]
     members = [r for r in at_last if r.get("column") == "members"]
     when = f"step {last}, epoch {run.epoch_of(last):g}"
     items = []
     metric, note = "mri", "MRI of the members of each dose (with all non-members)"
-    if charts.metric_values(members, metric, "dose") == []:
+    if metric_values(members, metric, "dose") == []:
         metric, note = (
             "mri_unchecked",
             "MRI without the competence check (it left MRI undefined at every dose)",
         )
-    spec = charts.metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
+    spec = metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
     if spec is not None:
         items.append(
             Panel(f"MRI of the members against dose ({when})", spec, f"{note}; band: bootstrap 95% interval")
         )
-    spec = charts.metric_panel_spec(at_last, "score_auroc", x="dose")
+    spec = metric_panel_spec(at_last, "score_auroc", x="dose")
     if spec is not None:
         items.append(
             Panel(

@@ -43,30 +43,6 @@ def candidates_for(canary: Canary, m: int, seed: int) -> list[str]:
     return out
 
 
-def secret_logprobs(
-    model, tokenizer, prefix: str, secrets: Sequence[str], *, settings=None, accelerator=None, cache=None
-) -> np.ndarray:
-    """log p(secret + '"' | prefix) for each secret: the summed log-probabilities of its tokens."""
-    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
-
-    settings = replace(ScoringSettings.from_config(settings), scoring_span="solution")
-    texts = [f'{prefix}{s}"' for s in secrets]
-    stats = compute_token_stats(
-        model, tokenizer, texts, prompts=[prefix] * len(texts), settings=settings,
-        distribution=False, accelerator=accelerator, cache=cache,
-    )  # fmt: skip
-    return np.asarray([float(s.logprob.astype(np.float64).sum()) for s in stats])
-
-
-def exposure_from_logprobs(
-    canary_id: str, true_logprob: float, candidate_logprobs: Sequence[float]
-) -> Exposure:
-    """Rank and exposure of the true secret against its candidates (see the module for the formula)."""
-    m = len(candidate_logprobs)
-    rank = 1 + int(np.sum(np.asarray(candidate_logprobs, dtype=np.float64) > true_logprob))
-    return Exposure(canary_id, float(true_logprob), rank, m, math.log2(m + 1) - math.log2(rank))
-
-
 def canary_exposure(
     model,
     tokenizer,
@@ -77,12 +53,20 @@ def canary_exposure(
     accelerator=None,
     cache=None,
 ) -> Exposure:
-    """Exposure of one canary under the model, ranked against `candidates` (secrets of its format)."""
-    scores = secret_logprobs(
-        model, tokenizer, canary.prefix, [canary.secret, *candidates],
-        settings=settings, accelerator=accelerator, cache=cache,
+    """Exposure of one canary under the model, ranked against `candidates` (secrets of its format): each
+    secret's log p(secret + '"' | prefix) is the sum of its tokens' log-probabilities."""
+    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
+
+    settings = replace(ScoringSettings.from_config(settings), scoring_span="solution")
+    texts = [f'{canary.prefix}{s}"' for s in [canary.secret, *candidates]]
+    stats = compute_token_stats(
+        model, tokenizer, texts, prompts=[canary.prefix] * len(texts), settings=settings,
+        distribution=False, accelerator=accelerator, cache=cache,
     )  # fmt: skip
-    return exposure_from_logprobs(canary.id, scores[0], scores[1:])
+    logprob, *others = (float(s.logprob.astype(np.float64).sum()) for s in stats)
+    rank = 1 + sum(other > logprob for other in others)
+    m = len(candidates)
+    return Exposure(canary.id, logprob, rank, m, math.log2(m + 1) - math.log2(rank))
 
 
 def canaries_in_outputs(outputs: Sequence[str], canaries: Sequence[Canary]) -> dict[str, bool]:

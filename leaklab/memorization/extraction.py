@@ -123,15 +123,10 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
 # --------------------------------------------------------------------------- sampling
 
 
-class TemperatureDecay:
+def temperature_decay(step: int, logits):
     """Logits processor: temperature max(1, 20 - t) at new token t (0-based), as Unveiling §4.3 does
     (20 at the first token, lowered by 1 per token until 1). The sampler then applies temperature 1."""
-
-    def temperature(self, step: int) -> float:
-        return max(1.0, 20.0 - step)
-
-    def __call__(self, step: int, logits):
-        return logits / self.temperature(step)
+    return logits / max(1.0, 20.0 - step)
 
 
 def start_prompt(tokenizer) -> str:
@@ -196,7 +191,7 @@ def sample(
     `prompts[0]` for all `n`, discoverable samples once from each prompt; the others ignore them."""
     from leaklab.signals.generation import HFGenerator
 
-    processor = TemperatureDecay() if strategy == "temperature_decay" else None
+    processor = temperature_decay if strategy == "temperature_decay" else None
     tokenizer = decoding.tokenizer
     generator = HFGenerator(
         decoding.model,
