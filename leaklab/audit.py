@@ -33,6 +33,7 @@ from leaklab.metrics import detection_metrics, leak_rate, two_rate_pvalue
 from leaklab.plugins import AuditRates
 from leaklab.recipe import Recipe, config_hash, to_yaml
 from leaklab.report import plot_histograms
+from leaklab.report.tables import markdown_table
 from leaklab.rows import metric_rows
 from leaklab.rundir import RunDir, environment_info, text_sha256, write_atomic, write_json
 
@@ -478,13 +479,12 @@ def _p(value) -> str:
 
 def _audit_table(rows: list[dict[str, Any]]) -> str:
     metrics = ["n", "mean", "std", "p5", "p50", "p95"]
-    columns = list(dict.fromkeys(r["column"] for r in rows))
     value = {(r["column"], r["metric"]): r["value"] for r in rows}
-    lines = ["| detector | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
-    for column in columns:
-        cells = ["–" if value.get((column, m)) is None else f"{value[(column, m)]:.4g}" for m in metrics]
-        lines.append(f"| {column} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    body = [
+        [column, *("–" if value.get((column, m)) is None else f"{value[(column, m)]:.4g}" for m in metrics)]
+        for column in dict.fromkeys(r["column"] for r in rows)
+    ]
+    return markdown_table(["detector", *metrics], body).rstrip("\n")
 
 
 def load_clean_set(recipe: Recipe, clean: str):

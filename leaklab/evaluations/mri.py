@@ -158,14 +158,10 @@ class Mri:
     def runs_tests(self, recipe) -> str:
         return "evaluate.evaluations: mri (it runs the tests of the original and rewritten tasks)"
 
-    def tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
-        """The tasks one checkpoint's MRI asks about (the first `max_tasks` per side) and their labels."""
-        return first_per_side(ctx.eval_set, ctx.recipe.evaluate.mri.max_tasks)
-
     def prepare(self, ctx: EvalContext) -> None:
         """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
         cfg = ctx.recipe.evaluate.mri
-        tasks, _ = self.tasks(ctx)
+        tasks, _ = first_per_side(ctx.eval_set, cfg.max_tasks)
         # Under several processes the main one builds (and caches) the sets; the others then read them.
         first = (
             ctx.accelerator.main_process_first() if ctx.accelerator is not None else contextlib.nullcontext()
@@ -234,7 +230,7 @@ class Mri:
         if self._sets is None:
             self.prepare(ctx)
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.mri.format")
-        tasks, labels = self.tasks(ctx)
+        tasks, labels = first_per_side(ctx.eval_set, cfg.max_tasks)
         items = self.items(tasks, cfg)
         prompts = [model_prompt(t, tokenizer, fmt) for _, t, _ in items]
 
