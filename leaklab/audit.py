@@ -442,6 +442,9 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
     def pct(x):
         return "–" if x is None else f"{100 * x:.1f}"
 
+    def pval(x):
+        return "–" if x is None else f"{x:.3g}"
+
     for column in dict.fromkeys(r["column"] for r in rows):
         low, high = value.get((column, "leak_rate_ci_low")), value.get((column, "leak_rate_ci_high"))
         excess = value.get((column, "excess_pvalue"))
@@ -449,8 +452,8 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             f"| {column} | {value[(column, 'n_decided')]:.0f} | {value[(column, 'n_undecided')]:.0f} | "
             f"{value[(column, 'n_leaks')]:.0f} | {pct(value.get((column, 'leak_rate')))} | "
             f"[{pct(low)}, {pct(high)}] | {pct(value.get((column, 'null_rate')))} | "
-            f"{_p(excess)} | {pct(value.get((column, 'clean_leak_rate')))} | "
-            f"{_p(value.get((column, 'vs_clean_pvalue')))} |"
+            f"{pval(excess)} | {pct(value.get((column, 'clean_leak_rate')))} | "
+            f"{pval(value.get((column, 'vs_clean_pvalue')))} |"
         )
     columns = {r["column"] for r in rows}
     if any(c.startswith(("srdetection_gray", "srdetection_black")) for c in columns):
@@ -471,10 +474,6 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             "reference; exact p-values under exchangeability, whatever the variants' style."
         )
     return "\n".join(lines)
-
-
-def _p(value) -> str:
-    return "–" if value is None else f"{value:.3g}"
 
 
 def _audit_table(rows: list[dict[str, Any]]) -> str:

@@ -183,19 +183,6 @@ class Counterfactual:
         decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)
         return generate_functions(decoding, self._samples, cfg.context_tokens, cfg.max_new_tokens)
 
-    def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
-        if self._reference is None:
-            if step == 0 and not ctx.recipe.evaluate.reference_model:
-                self._reference = target  # step 0 is the base model, the reference itself
-            else:
-                loaded = ctx.reference()
-                if loaded is None:
-                    raise ValueError(
-                        "evaluate.counterfactual needs a reference model: evaluate.reference_model or a run's base model"
-                    )
-                self._reference = self._functions(ctx, *loaded)
-        return self._reference
-
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
@@ -203,7 +190,16 @@ class Counterfactual:
         if not self._samples:
             return EvalOutput(rows=[side_row("all", "n_samples", 0.0)])
         target = self._functions(ctx, model, tokenizer)
-        reference = self._reference_functions(ctx, model, tokenizer, step, target)
+        if self._reference is None:  # the reference's functions, made once per run
+            if step == 0 and not ctx.recipe.evaluate.reference_model:
+                self._reference = target  # step 0 is the base model, the reference itself
+            elif (loaded := ctx.reference()) is None:
+                raise ValueError(
+                    "evaluate.counterfactual needs a reference model: evaluate.reference_model or a run's base model"
+                )
+            else:
+                self._reference = self._functions(ctx, *loaded)
+        reference = self._reference
         if not ctx.is_main_process:
             return EvalOutput()
         t_scores, r_scores = score_functions(self._samples, target, reference, cfg.workers)
