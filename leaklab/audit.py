@@ -2,11 +2,9 @@
 
     leaklab audit model=Qwen/Qwen2.5-7B benchmark=humaneval detectors=[minkpp,srdetection_gray]
 
-With no ground truth the output is each score column's distribution, and for rule detectors, which
-decide per sample, the benchmark's leakage rate with a bootstrap 95% interval (SrDetection §5.3). With
-`clean=C`, a set known not to be in the model's training, `against_clean` compares: each score
-column's AUROC benchmark vs C, the blind baseline beside them (a warning when the sets differ in their
-text alone) and dataset inference (a p-value for "the benchmark, as a set, was trained on").
+With no ground truth the output is each score column's distribution, and each rule detector's leakage
+rate with a bootstrap 95% interval (SrDetection §5.3). With `clean=C`, a set known not to be in the
+model's training, the benchmark is also tested against C (`against_clean`).
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ from leaklab.metrics import detection_metrics, leak_rate, two_rate_pvalue
 from leaklab.plugins import AuditRates
 from leaklab.recipe import Recipe, config_hash, to_yaml
 from leaklab.report import plot_histograms
+from leaklab.report.tables import markdown_table
 from leaklab.rows import metric_rows
 from leaklab.rundir import RunDir, environment_info, text_sha256, write_atomic, write_json
 
@@ -158,13 +157,11 @@ def _write_scores(path: Path, tasks: list, scores) -> None:
 
 
 def _audit_tasks(recipe: Recipe, clean: str | None) -> tuple[list, list | None]:
-    """(the benchmark's tasks, at most data.max_samples; the clean set's tasks, checked disjoint, or None)."""
-    tasks = load_tasks(recipe)
-    if recipe.data.max_samples:
-        tasks = tasks[: recipe.data.max_samples]
-    clean_tasks = None
-    if clean:
-        clean_tasks = load_clean_set(recipe, clean)
+    """(the benchmark's tasks and the clean set's, checked disjoint, or None; each at most data.max_samples)."""
+    most = recipe.data.max_samples or None
+    tasks = load_tasks(recipe)[:most]
+    clean_tasks = load_clean_set(recipe, clean)[:most] if clean else None
+    if clean_tasks is not None:
         check_disjoint(tasks, clean_tasks, recipe.data.text_format)
     return tasks, clean_tasks
 
@@ -258,14 +255,8 @@ def clean_slug(clean: str) -> str:
 
 
 def verdict(rows: list[dict[str, Any]], tested: dict[str, Any]) -> str:
-    """One paragraph: what was tested, the evidence, and what the audit does not show.
-
-    Evidence is only what has a stated error rate: dataset inference against the clean set (with its
-    false-positive rate measured on halvings of the clean set), the calibrated SrDetection rule's exact
-    p-values, and the blind baseline's shift test. A significant difference beside AUROCs below 0.5 (the
-    benchmark looks less member-like than the clean set) is called a distribution difference, not leakage.
-    A raw SrDetection rate is reported as uncalibrated: its null holds only where variants are as likely
-    as originals to a model that never saw them, which nothing here measured."""
+    """One paragraph: what was tested, the evidence (only what has a stated error rate) and what the audit
+    does not show. See docs/evaluations.md#an-audits-verdict."""
     value = {(r.get("column"), r["metric"]): r.get("value") for r in rows}
     columns = list(dict.fromkeys(r.get("column") for r in rows))
     against = (
@@ -451,6 +442,9 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
     def pct(x):
         return "–" if x is None else f"{100 * x:.1f}"
 
+    def pval(x):
+        return "–" if x is None else f"{x:.3g}"
+
     for column in dict.fromkeys(r["column"] for r in rows):
         low, high = value.get((column, "leak_rate_ci_low")), value.get((column, "leak_rate_ci_high"))
         excess = value.get((column, "excess_pvalue"))
@@ -458,8 +452,8 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
             f"| {column} | {value[(column, 'n_decided')]:.0f} | {value[(column, 'n_undecided')]:.0f} | "
             f"{value[(column, 'n_leaks')]:.0f} | {pct(value.get((column, 'leak_rate')))} | "
             f"[{pct(low)}, {pct(high)}] | {pct(value.get((column, 'null_rate')))} | "
-            f"{_p(excess)} | {pct(value.get((column, 'clean_leak_rate')))} | "
-            f"{_p(value.get((column, 'vs_clean_pvalue')))} |"
+            f"{pval(excess)} | {pct(value.get((column, 'clean_leak_rate')))} | "
+            f"{pval(value.get((column, 'vs_clean_pvalue')))} |"
         )
     columns = {r["column"] for r in rows}
     if any(c.startswith(("srdetection_gray", "srdetection_black")) for c in columns):
@@ -482,31 +476,22 @@ def _leak_table(rows: list[dict[str, Any]], benchmark: str) -> str:
     return "\n".join(lines)
 
 
-def _p(value) -> str:
-    return "–" if value is None else f"{value:.3g}"
-
-
 def _audit_table(rows: list[dict[str, Any]]) -> str:
     metrics = ["n", "mean", "std", "p5", "p50", "p95"]
-    columns = list(dict.fromkeys(r["column"] for r in rows))
     value = {(r["column"], r["metric"]): r["value"] for r in rows}
-    lines = ["| detector | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
-    for column in columns:
-        cells = ["–" if value.get((column, m)) is None else f"{value[(column, m)]:.4g}" for m in metrics]
-        lines.append(f"| {column} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    body = [
+        [column, *("–" if value.get((column, m)) is None else f"{value[(column, m)]:.4g}" for m in metrics)]
+        for column in dict.fromkeys(r["column"] for r in rows)
+    ]
+    return markdown_table(["detector", *metrics], body).rstrip("\n")
 
 
 def load_clean_set(recipe: Recipe, clean: str):
     """The known-clean tasks: a local file / directory read in data.benchmark's format, else a benchmark
     name (its own format)."""
     if Path(clean).exists():
-        tasks = load_benchmark(recipe.data.benchmark, label="clean", path=clean)
-    else:
-        tasks = load_benchmark(clean, label="clean")
-    if recipe.data.max_samples:
-        tasks = tasks[: recipe.data.max_samples]
-    return tasks
+        return load_benchmark(recipe.data.benchmark, label="clean", path=clean)
+    return load_benchmark(clean, label="clean")
 
 
 def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
@@ -520,11 +505,10 @@ def check_disjoint(tasks, clean_tasks, fmt: str) -> None:
 
 
 def against_clean(suspect, clean, texts, cfg, head, log=print) -> list[dict[str, Any]]:
-    """The audited benchmark (suspect) against a known-clean set: every score column's AUROC with its
-    bootstrap interval (suspect = positive), the blind baseline beside them (a text-only classifier: when
-    a one-sided test says it separates the sets, they differ in their text and the warning says so), and
-    dataset inference (is the suspect set, as a whole, in training? a p-value, with its false-positive
-    rate over random halvings of the clean set). Logs the table; returns the rows."""
+    """The audited benchmark (suspect) against a known-clean set: every score column's AUROC (suspect =
+    positive), the blind baseline beside them (a warning when the sets differ in their text alone), and
+    dataset inference with its false-positive rate on halvings of the clean set. Logs the table; returns
+    the rows."""
     from leaklab.detectors.blind import blind_scores, shift_pvalue, shift_warning
 
     n_s, n_c = len(texts[0]), len(texts[1])

@@ -109,12 +109,9 @@ def dataset_inference(suspect, clean, *, features: list[str] | None = None, seed
 def null_rejection_rate(
     clean, *, n_halvings: int = 100, alpha: float = 0.05, seed: int = 0
 ) -> dict[str, float]:
-    """The test's false-positive rate measured on the data: `n_halvings` random splits of the clean set
-    into a pretend suspect half and a clean half, each tested as above; the share with p < alpha.
-
-    Keys: null_rejection_rate, null_halvings (tests that gave a p-value), null_alpha.
-    Needs 2 * MIN_PER_SET clean samples (else the rate is NaN).
-    """
+    """The test's false-positive rate on the data: the share of `n_halvings` random halvings of the clean
+    set, tested half against half, with p < alpha (NaN under 2 * MIN_PER_SET clean samples); also
+    null_halvings (the tests that gave a p-value) and null_alpha."""
     c = np.asarray(clean, dtype=np.float64)
     c = c.reshape(-1, 1) if c.ndim == 1 else c
     out = {"null_rejection_rate": math.nan, "null_halvings": 0.0, "null_alpha": float(alpha)}

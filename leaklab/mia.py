@@ -1,17 +1,13 @@
 """Membership inference on any labelled text: `leaklab mia model=M data=FILE`.
 
-Detectors that read plain text need no benchmark, so any member / non-member set (MIMIR, WikiMIA, a
-user's own files: `leaklab.data.labelled`) is scored without training: it becomes the evaluation set of
-a one-checkpoint run (step 0) through the same driver and detection evaluation as a training run. So
-the rows, per-sample scores, report and W&B are a run's, `leaklab report` and `leaklab compare` read
-the folder, and the same command again (with more detectors, say) computes only what it lacks.
+Any member / non-member set (MIMIR, WikiMIA, a user's own files: `leaklab.data.labelled`) becomes the
+evaluation set of a one-checkpoint run (step 0) through the driver and detection evaluation a training
+run uses: `leaklab report` and `leaklab compare` read the folder, and the same command again computes
+only what it lacks. Detectors that need tests-verified variants, or a reference model the recipe does
+not name, are left out with a logged reason (refused when named).
 
-    leaklab mia model=Qwen/Qwen2.5-1.5B data=wikimia.jsonl
     leaklab mia model=builtin:tiny members=seen.jsonl non_members=unseen.jsonl detectors=[ppl,mink]
     leaklab mia model=M data=hub:swj0419/WikiMIA split=WikiMIA_length64 text_column=input
-
-Detectors needing variants verified by a benchmark's tests, or a reference model the recipe does not
-name, are left out with a logged reason, or refused when named.
 """
 
 from __future__ import annotations
@@ -62,10 +58,8 @@ def parse_mia_args(args: list[str]) -> tuple[list[str], DataSpec, int | None]:
 
 
 def applicable_detectors(recipe: Recipe, named: bool, log=print) -> list[str]:
-    """The recipe's detector specs that apply to plain text with what the recipe provides. Left out,
-    with a logged reason: those needing variants (verified by a benchmark's tests) and, without
-    evaluate.reference_model, those reading a reference model. When the user named the detectors
-    (`named`), either is refused with one line instead."""
+    """The recipe's detector specs that apply to plain text (module doc); those that do not are left out
+    with a logged reason, or refused in one line when the user named the detectors (`named`)."""
     reasons = {VARIANTS: "needs variants verified by a benchmark's tests, which plain text has none of"}
     if not recipe.evaluate.reference_model:
         reasons[REFERENCE] = (
@@ -130,7 +124,7 @@ def run_mia(
 ) -> Path:
     """Score the labelled set `spec` names with the recipe's model; returns the output folder
     (<output_dir>/mia-<model>-<data>-<hash>/, a one-step run)."""
-    from leaklab.models.load import load_model, load_tokenizer, resolve_model_path
+    from leaklab.models.load import load_model_and_tokenizer, resolve_model_path
 
     data = load_labelled(spec, limit)  # bad input fails before the model loads
     specs = applicable_detectors(recipe, named, log)
@@ -154,9 +148,7 @@ def run_mia(
     write_json(run.root / "environment.json", environment_info())
     write_atomic(run.recipe, to_yaml(recipe))
 
-    cfg = recipe.model
-    tokenizer = load_tokenizer(path, cfg.trust_remote_code)
-    model = load_model(path, cfg.dtype, cfg.trust_remote_code, cfg.attn_implementation)
+    model, tokenizer, _ = load_model_and_tokenizer(recipe.model, log=log)  # the path resolved above
     model.eval()
     tracking.start(recipe, run.root)
     try:

@@ -1,14 +1,6 @@
-"""Per-checkpoint evaluations, one module each, registered here (the interface: `base.py`).
-
-  detection       every detector of `evaluate.detectors` against the manifest's ground truth
-  accuracy        pass@1 (greedy) and pass@k (sampled) on members and non-members, run in the sandbox
-  counterfactual  target vs reference generations of each function scored by the similarity suite
-  extraction      sampled outputs' Type-1 clones of the training corpus, corpus-free rankings, secrets
-  mri             Memorization Risk Index: original / rewritten / mutated tasks, Sim, RAD, MRI, iMRI
-  canaries        exposure of each planted canary (inject.canaries) against random secrets, by dose
-
-`replies.py` is the pipeline accuracy and mri share, not an evaluation. Records name their class by
-path, so reading this table imports no evaluation. Adding one:
+"""Per-checkpoint evaluations, one module each (docs/evaluations.md), registered here (the interface:
+`base.py`; `replies.py` is the pipeline accuracy and mri share). Records name their class by path, so
+reading this table imports no evaluation. Adding one:
 docs/development.md#adding-a-detector-an-evaluation-or-a-stage-step-by-step.
 """
 

@@ -1,10 +1,8 @@
 """Accuracy: pass@1 (greedy) and pass@k (sampled) of every checkpoint, on members and non-members apart.
 
-Each task is asked as the sft stage taught it (`leaklab/data/prompting.py`), through the batched
-generation engine; the code read back from each reply (a reply without code fails its task and is
-counted) runs against the task's tests in the sandbox, through the cached pipeline MRI shares
-(`leaklab/evaluations/replies.py`). pass@k is the unbiased 1 - C(n-c, k) / C(n, k); `gap` = members -
-non_members is the accuracy leakage inflates. Rows: docs/evaluations.md#sft-and-accuracy-tiny_sft.
+Each task is asked as the sft stage taught it (`leaklab/data/prompting.py`) and its reply judged through
+the pipeline MRI shares (`replies.py`); a reply without code fails. pass@k is the unbiased
+1 - C(n-c, k) / C(n, k). Rows: docs/evaluations.md#sft-and-accuracy-tiny_sft.
 """
 
 from __future__ import annotations
@@ -73,9 +71,6 @@ def _syntax_ok(program: str) -> bool:
 class Accuracy:
     name: ClassVar[str] = "accuracy"
 
-    def __init__(self) -> None:
-        self._sandbox = None
-
     def specs(self, recipe) -> list[str]:
         cfg = recipe.evaluate.accuracy
         return ["pass@1"] + [f"pass@{k}" for k in sorted(set(cfg.ks)) if k <= cfg.n_samples and k > 1]
@@ -84,26 +79,9 @@ class Accuracy:
         return "evaluate.evaluations: accuracy (it runs the tests)"
 
     def prepare(self, ctx: EvalContext) -> None:
-        """Nothing to build: the sandbox starts on first use."""
+        """Nothing to build: the sandbox starts when a checkpoint's replies hold code to run."""
 
     # ------------------------------------------------------------------ helpers
-
-    def sandbox(self, cfg: AccuracyConfig):
-        if self._sandbox is None:
-            from leaklab.execution.sandbox import Sandbox
-
-            self._sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s)
-        return self._sandbox
-
-    def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str):
-        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
-        cfg = ctx.recipe.evaluate.accuracy
-        settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
-        settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
-        return verdict_cache(
-            ctx, "accuracy", [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings]
-        )
 
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[list[str]]:
         """Per prompt: the greedy reply, then n_samples sampled ones. Under several processes each rank
@@ -147,8 +125,7 @@ class Accuracy:
         where = [(i, j) for i, texts in enumerate(replies) for j in range(len(texts))]
         asked = [tasks[i] for i, _ in where]
         readings = read_replies(asked, [replies[i][j] for i, j in where], fmt)
-        # The sandbox starts on the first reply that has code to run.
-        results = run_readings(asked, readings, lambda: self.sandbox(cfg), cfg.timeout_s)
+        results = run_readings(asked, readings, cfg.sandbox_workers, cfg.timeout_s)
         judged: list[list[dict]] = [[] for _ in tasks]
         for (i, _), reading, result in zip(where, readings, results):
             entry = {"reply": reading.reply, "code": reading.code, "full_program": reading.full_program}
@@ -169,10 +146,11 @@ class Accuracy:
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.accuracy.format")
         tasks, labels = first_per_side(ctx.eval_set, cfg.max_tasks)
         prompts = [model_prompt(t, tokenizer, fmt) for t in tasks]
+        settings = {k: v for k, v in asdict(cfg).items() if k not in ("ks", "sandbox_workers", "max_tasks")}
         judged = cached_judgements(
             ctx,
             "accuracy",
-            self._cache_file(ctx, model, tokenizer, fmt),
+            verdict_cache(ctx, "accuracy", model, tokenizer, fmt, settings),
             [t.task_id for t in tasks],
             "tasks",
             generate=lambda: self._generate(ctx, model, tokenizer, prompts, fmt),
@@ -326,9 +304,11 @@ def accuracy_section(rows: list[dict[str, Any]], run) -> Any:
     has_intervals = any(str(r.get("metric")).endswith("_ci_low") for r in rows)
     n_bootstrap = (run.recipe.get("evaluate") or {}).get("n_bootstrap")
     no_intervals = "no intervals in the rows (evaluate.n_bootstrap = 0 or an older run)"
-    band = no_intervals
-    if has_intervals:
-        band = f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
+    band = (
+        f"band: bootstrap 95% interval over tasks ({n_bootstrap} resamples)"
+        if has_intervals
+        else no_intervals
+    )
     items: list[Any] = []
     for metric in metrics:
         sides = [r for r in named if r["column"] != SIDE_NAMES["gap"]]

@@ -88,13 +88,8 @@ class EvalContext:
 
 @dataclass
 class EvalOutput:
-    """One evaluation of one checkpoint.
-
-    rows: metric rows (`leaklab.rows`: `metric_rows`, `side_row`) without step / epoch / evaluation
-        (the driver adds them): `detector` (a family name or None), `params` (its parameters), `column`
-        (the display name), `metric`, `value`.
-    records: per-sample dicts, written to scores/step-N/<evaluation>.jsonl.
-    """
+    """One evaluation of one checkpoint: its metric rows (`leaklab.rows`; the driver adds step, epoch and
+    evaluation) and per-sample records, written to scores/step-N/<evaluation>.jsonl."""
 
     rows: list[dict[str, Any]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)

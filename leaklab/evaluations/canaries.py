@@ -1,10 +1,8 @@
 """Canaries (`inject.canaries`): exposure of each planted secret per checkpoint, by dose.
 
-Every canary of the run's manifest is ranked against `inject.canary_candidates` random secrets of its
-format (the same at every checkpoint; `leaklab/memorization/canaries.py`), and extracted, targeted, as
-The Secret Sharer does. Rows, one set per dose group (`column` "dose=<d>"): docs/evaluations.md#canaries.
-Records (scores/step-N/canaries.jsonl) hold each canary with its rank, exposure, prompt, greedy output
-and `extracted_by`; the secrets are synthetic, so they are written as they are.
+Exposure and targeted extraction (`leaklab/memorization/canaries.py`); rows, one set per dose group
+(`column` "dose=<d>"): docs/evaluations.md#canaries. The secrets are synthetic, so the records
+(scores/step-N/canaries.jsonl) hold them as they are.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Counterfactual functional memorization per checkpoint, members and non-members apart (000 §3; rows,
 judges and HyClone's stages: docs/evaluations.md#counterfactual-memorization-and-the-similarity-suite-tiny_counterfactual).
 
-Each task's function (`leaklab/memorization/counterfactual.py`) is prompted with the code before it and
-its signature and continued greedily by the checkpoint (the target) and by the reference model (the
-base model unless `evaluate.reference_model` names another; generated once per run). The similarity
-suite compares each extracted function with the ground truth. Non-members were never trained on, so
-the share of them the criterion flags is its false-positive rate. As the paper's Table 1 averages over
-all samples, a generation without a function scores 0 on the structural metrics and a HyClone pair
-that never ran scores 0; an unreadable judge reply is a missing score, counted per side.
+The checkpoint (target) and the reference model (generated once per run) continue each task's function
+(`leaklab/memorization/counterfactual.py`); the similarity suite compares what each wrote with the
+ground truth. As the paper's Table 1 averages over all samples, a generation without a function scores
+0 on the structural metrics and a HyClone pair that never ran scores 0.
 """
 
 from __future__ import annotations
@@ -186,19 +183,6 @@ class Counterfactual:
         decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)
         return generate_functions(decoding, self._samples, cfg.context_tokens, cfg.max_new_tokens)
 
-    def _reference_functions(self, ctx: EvalContext, model, tokenizer, step: int, target: list[dict]):
-        if self._reference is None:
-            if step == 0 and not ctx.recipe.evaluate.reference_model:
-                self._reference = target  # step 0 is the base model, the reference itself
-            else:
-                loaded = ctx.reference()
-                if loaded is None:
-                    raise ValueError(
-                        "evaluate.counterfactual needs a reference model: evaluate.reference_model or a run's base model"
-                    )
-                self._reference = self._functions(ctx, *loaded)
-        return self._reference
-
     # ------------------------------------------------------------------ the evaluation
 
     def evaluate(self, ctx: EvalContext, model, tokenizer, step: int) -> EvalOutput:
@@ -206,7 +190,16 @@ class Counterfactual:
         if not self._samples:
             return EvalOutput(rows=[side_row("all", "n_samples", 0.0)])
         target = self._functions(ctx, model, tokenizer)
-        reference = self._reference_functions(ctx, model, tokenizer, step, target)
+        if self._reference is None:  # the reference's functions, made once per run
+            if step == 0 and not ctx.recipe.evaluate.reference_model:
+                self._reference = target  # step 0 is the base model, the reference itself
+            elif (loaded := ctx.reference()) is None:
+                raise ValueError(
+                    "evaluate.counterfactual needs a reference model: evaluate.reference_model or a run's base model"
+                )
+            else:
+                self._reference = self._functions(ctx, *loaded)
+        reference = self._reference
         if not ctx.is_main_process:
             return EvalOutput()
         t_scores, r_scores = score_functions(self._samples, target, reference, cfg.workers)
@@ -371,9 +364,8 @@ def metric_names(cfg) -> tuple[list[str], list[str]]:
 
 def hyclone_scores(result, screened: bool) -> dict[str, float]:
     """One pair's HyClone metrics from its `CrossResult`: `hyclone` (S_a + S_b) / 2, 0 for a pair that
-    never ran, as the paper's Table 1 averages over all functions (000, §4, App. C.2);
-    `hyclone_executed_only` the same but NaN for a pair that never ran (a diagnostic); when screened,
-    `hyclone_stage1` 1 for a clone, 0 otherwise, NaN for an unreadable reply."""
+    never ran (000, §4, App. C.2), NaN there in `hyclone_executed_only`; when screened, `hyclone_stage1`
+    (1 a clone, NaN an unreadable reply)."""
     ran = result.similarity is not None
     out = {
         "hyclone": result.similarity if ran else 0.0,
@@ -396,15 +388,14 @@ def _test_inputs(task) -> list[list]:
 def execution_rows(executed, labels, reference=None) -> list[dict[str, Any]]:
     """Per side: how many target (and reference) pairs reached execution, and why the others did not."""
     rows = []
-    for side, keep in (("members", 1), ("non_members", 0), ("all", None)):
-        chosen = [r for r, y in zip(executed, labels) if keep is None or y == keep]
-        why = Counter(r.reason for r in chosen if r.reason)
-        n = float(sum(not r.reason for r in chosen))
-        rows.append(side_row(side, "hyclone.n_executed_target", n, not_executed=dict(why)))
-        if reference is not None:
-            ref = [r for r, y in zip(reference, labels) if keep is None or y == keep]
-            rows.append(side_row(side, "hyclone.n_executed_reference", float(sum(not r.reason for r in ref)),
-                             not_executed=dict(Counter(r.reason for r in ref if r.reason))))  # fmt: skip
+    runs = {"target": executed} if reference is None else {"target": executed, "reference": reference}
+    for side, index in side_indices(labels).items():
+        for name, results in runs.items():
+            ran = [results[i] for i in index]
+            why = dict(Counter(r.reason for r in ran if r.reason))
+            n = float(sum(not r.reason for r in ran))
+            rows.append(side_row(side, f"hyclone.n_executed_{name}", n, not_executed=why))
+        chosen = [executed[i] for i in index]
         rows.append(side_row(side, "hyclone.clones_target", float(sum(bool(r.clone) for r in chosen))))
         dropped = sum((Counter(r.llm_inputs_dropped) for r in chosen), Counter())
         screens = Counter(r.screen.split(":")[0] for r in chosen if r.screen)

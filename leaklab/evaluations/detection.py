@@ -1,14 +1,10 @@
 """Detection: every detector of the recipe on every checkpoint, scored against the manifest (the rows:
 docs/detectors.md#metrics).
 
-Score columns are scored by `metrics.detection_metrics`; rule detectors (SrDetection) by their own
-`metrics` plus both flag rates. A rule's margin is also scored as a score column
-(`results.margin_column`): after training on half a benchmark a raw rule flags most non-members too,
-while its margin still ranks members first. With `inject.doses` (or `inject.form: rephrased`) the rows
-come per dose (form) group too, members of the group against all non-members. Beside them stand the
-blind baseline and dataset inference, the rigour checks of
+A rule's margin is also scored as a score column (`results.margin_column`): after training on half a
+benchmark a raw rule flags most non-members too, while its margin still ranks members first. Beside the
+detectors stand the rigour checks of
 docs/detectors.md#blind-baseline-and-dataset-inference-rigour-checks-in-every-detection-evaluation.
-Variants for SrDetection come from the run's copy, else are built once per benchmark and copied in.
 """
 
 from __future__ import annotations
@@ -34,13 +30,12 @@ from leaklab.rows import float_or_none, metric_rows
 
 BLIND = "blind"  # the blind baseline's column (leaklab.detectors.blind.NAME)
 DATASET_INFERENCE = "dataset_inference"
-N_HALVINGS = 100  # clean-vs-clean tests behind the null rejection rate
 
 
 def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) -> list[dict[str, Any]]:
     """Dataset inference (leaklab.dataset_inference) of the members against the non-members from every
-    score column: the p-value, t, df and test-half sizes, and the test's rejection rate at 0.05 over
-    N_HALVINGS random halvings of the non-members (clean vs clean: should be about 0.05 or less)."""
+    score column: the p-value, t, df and test-half sizes, and the test's rejection rate at 0.05 over 100
+    random halvings of the non-members (clean vs clean: should be about 0.05 or less)."""
     y = np.asarray(labels).astype(bool)
     if not columns:
         return []
@@ -50,7 +45,7 @@ def dataset_inference_rows(columns: dict[str, Any], labels, *, seed: int = 0) ->
         result = dataset_inference(members, clean, features=list(columns), seed=seed)
     except ValueError:  # too few samples on a side: no test, said by its absence
         return []
-    metrics = {**result.as_metrics(), **null_rejection_rate(clean, n_halvings=N_HALVINGS, seed=seed)}
+    metrics = {**result.as_metrics(), **null_rejection_rate(clean, seed=seed)}
     metrics["n_features"] = float(len(columns))
     return metric_rows(
         metrics, DATASET_INFERENCE, detector=DATASET_INFERENCE, params={"features": list(columns)}
@@ -120,12 +115,6 @@ def subset_decisions(decisions, index, n_samples: int):
         if isinstance(value, np.ndarray) and value.shape[:1] == (n_samples,):
             changes[f.name] = value[index]
     return dataclasses.replace(decisions, **changes)
-
-
-def dose_rows(scores, labels, doses, cfg) -> list[dict[str, Any]]:
-    """Per exposure dose d: every column's metric rows on the members of dose d against all the
-    non-members, each row with `"dose": d` (how detection grows with exposure)."""
-    return rows_per_dose(labels, doses, group_rows(scores, labels, cfg))
 
 
 def group_rows(scores, labels, cfg):
@@ -213,8 +202,8 @@ class Detection:
 
         labels = eval_set.labels
         rows = column_rows(scores, labels, cfg)
-        if eval_set.doses is not None:
-            rows += dose_rows(scores, labels, eval_set.doses, cfg)
+        if eval_set.doses is not None:  # members of each dose apart: how detection grows with exposure
+            rows += rows_per_dose(labels, eval_set.doses, group_rows(scores, labels, cfg))
         if eval_set.forms is not None:  # inject.form rephrased: verbatim and rephrased members apart
             rows += rows_per_form(labels, eval_set.forms, group_rows(scores, labels, cfg))
 

@@ -1,14 +1,10 @@
 """Extraction audit of every checkpoint (docs/evaluations.md): what the model reproduces of its training data.
 
 Strategies, rankings, rows and the corpus (003):
-docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction.
-
-Per checkpoint: `n_outputs` samples per sampling strategy x top-k (`leaklab/memorization/extraction.py`),
-their Type-1 clones in the corpus (`leaklab/memorization/clones.py`, indexed once per run), and each
-corpus-free ranking's precision on its top `precision_k`. In a run the benchmark's tasks are indexed
-too, so members extracted verbatim stand beside non-members; a non-member match must also be corpus
-text (`n_unexplained` counts those that are not: a bug), except under the targeted `discoverable`
-strategy, where it is a false discovery. Records mask every secret-like value.
+docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction. The corpus
+(`leaklab/memorization/clones.py`) and the benchmark's tasks are indexed once per run; a non-member
+match must also be corpus text (`n_unexplained` counts those that are not: a bug), except under the
+targeted `discoverable` strategy, where it is a false discovery. Records mask every secret-like value.
 """
 
 from __future__ import annotations
@@ -24,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from leaklab.errors import InputError
-from leaklab.evaluations.base import EvalContext, EvalOutput
+from leaklab.evaluations.base import EvalContext, EvalOutput, run_decoding
 from leaklab.evaluations.canaries import extraction_rows as canary_extraction_rows
 from leaklab.memorization.clones import build_index, find_clones, unique_snippets
 from leaklab.memorization.extraction import (
@@ -195,12 +191,8 @@ class Extraction:
     # ------------------------------------------------------------------ per checkpoint
 
     def _generate(self, ctx: EvalContext, model, tokenizer) -> list:
-        from leaklab.signals.continuations import Decoding
-
         cfg = ctx.recipe.evaluate.extraction
-        decoding = Decoding(
-            model, tokenizer, prompt_boundary=ctx.recipe.evaluate.prompt_boundary, batch_size=cfg.batch_size
-        )
+        decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)  # `sample` reads no cache
         samples = []
         for si, strategy in enumerate(s for s in STRATEGIES if s in cfg.strategies and s != "two_step"):
             # Discoverable extraction is greedy (top-1), as Carlini et al. define it: once, not per k.
@@ -365,15 +357,9 @@ class Extraction:
         for dose in sorted(set(dose_of.values())):
             extracted = np.array([d in outputs for d in members if dose_of[d] == dose])
             rate = leak_rate(extracted, n_bootstrap=n_boot, seed=seed)
-            rows += [
-                _row(f"members{suffix}", "n_tasks", len(extracted)),
-                _row(f"members{suffix}", "n_extracted", int(extracted.sum())),
-                _row(f"members{suffix}", "extracted_fraction", rate["leak_rate"]),
-                _row(f"members{suffix}", "extracted_fraction_ci_low", rate["leak_rate_ci_low"]),
-                _row(f"members{suffix}", "extracted_fraction_ci_high", rate["leak_rate_ci_high"]),
-            ]
-            for row in rows[-5:]:
-                row["dose"] = dose
+            values = {"n_tasks": len(extracted), "n_extracted": int(extracted.sum())}
+            values |= {f"extracted_fraction{t}": rate[f"leak_rate{t}"] for t in ("", "_ci_low", "_ci_high")}
+            rows += [{**_row(f"members{suffix}", k, v), "dose": dose} for k, v in values.items()]
         # Members a stage listed with no count (rl: past train.rl.max_prompts) are left out.
         counted = [d for d in members if self.exposures.get(self.task_ids[d]) is not None]
         stats = exposure_spearman(
@@ -528,11 +514,9 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel | Table]:
     """The report's dose-response panels (its record's `dose_panels`): the share of each dose's members
     reproduced verbatim at the last checkpoint against the dose, and per checkpoint the correlation
     between a member's exposures and the outputs that reproduce it."""
-    from leaklab.report import charts
-
     last = max(int(r["step"]) for r in rows)
     items: list[Panel | Table] = []
-    spec = charts.metric_panel_spec(
+    spec = metric_panel_spec(
         [r for r in rows if int(r["step"]) == last], "extracted_fraction", x="dose", bounded=True
     )
     if spec is not None:

@@ -1,15 +1,9 @@
 """Memorization Risk Index of every checkpoint (004), members and non-members apart: does MRI rise on what
-was injected and stay flat on what was not? Rows and rules:
+was injected and stay flat on what was not? Perturbed sets, rows and rules:
 docs/evaluations.md#memorization-risk-index-and-checkpoint-selection-evaluateevaluations-mri; formulas:
-docs/evaluations.md#mri-004-3-and-app-e.
-
-`prepare` builds (or reads from the per-benchmark cache) the perturbed sets of the evaluated tasks
-(`leaklab.perturb.mri_sets`), copied into <run>/perturbed.jsonl. Per checkpoint every original,
-rewritten, mutated (and paraphrased) task is asked as the accuracy evaluation asks, and the code read
-back and judged in the sandbox through the pipeline and cache the two share
-(`leaklab/evaluations/replies.py`). Every RAD and the competence rule use Acc(T_ori) over the whole
-side (004 §3.1.2, §4.1); an answer without parsable code has S_i = 0 everywhere. The per-task score
-S_k x Drop_k is one more membership signal (scores/step-N/mri.jsonl, its AUROC `score_auroc`).
+docs/evaluations.md#mri-004-3-and-app-e. Tasks are asked, read back and judged as accuracy does
+(`replies.py`). Every RAD and the competence rule use Acc(T_ori) over the whole side (004 §3.1.2, §4.1);
+an answer without parsable code has S_i = 0 everywhere.
 """
 
 from __future__ import annotations
@@ -17,7 +11,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
-import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -29,7 +22,6 @@ from leaklab.data.prompting import model_prompt, resolve_format
 from leaklab.evaluations.base import EvalContext, EvalOutput, first_per_side, run_decoding, side_indices
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.extract import STOP_SEQUENCES
-from leaklab.execution.sandbox import Sandbox
 from leaklab.metrics import (
     auroc,
     competence,
@@ -45,10 +37,11 @@ from leaklab.metrics import (
 from leaklab.perturb.identifiers import docstring_statement
 from leaklab.perturb.mri_sets import LlmBackend, SetSettings, describe, perturbed_sets_for, write_run_sets
 from leaklab.perturb.rewriting import LOGIC_TYPES
-from leaklab.report.charts import SCHEMA
+from leaklab.report.charts import SCHEMA, metric_panel_spec, metric_values
 from leaklab.report.section import Panel, Section, Table, fmt
 from leaklab.results import rows_per_dose, without_dose
 from leaklab.rows import side_row
+from leaklab.rundir import text_sha256
 from leaklab.selection import checkpoint_points, select, stage_of
 from leaklab.similarity.judges import make_backend
 
@@ -165,14 +158,10 @@ class Mri:
     def runs_tests(self, recipe) -> str:
         return "evaluate.evaluations: mri (it runs the tests of the original and rewritten tasks)"
 
-    def tasks(self, ctx: EvalContext) -> tuple[list, list[int]]:
-        """The tasks one checkpoint's MRI asks about (the first `max_tasks` per side) and their labels."""
-        return first_per_side(ctx.eval_set, ctx.recipe.evaluate.mri.max_tasks)
-
     def prepare(self, ctx: EvalContext) -> None:
         """The perturbed sets of the evaluated tasks: cached per benchmark, copied into the run."""
         cfg = ctx.recipe.evaluate.mri
-        tasks, _ = self.tasks(ctx)
+        tasks, _ = first_per_side(ctx.eval_set, cfg.max_tasks)
         # Under several processes the main one builds (and caches) the sets; the others then read them.
         first = (
             ctx.accelerator.main_process_first() if ctx.accelerator is not None else contextlib.nullcontext()
@@ -201,16 +190,6 @@ class Mri:
             items += [(f"{kind}:{task.task_id}", t, task) for kind, t in asked.items() if t is not None]
         return items
 
-    def _cache_file(self, ctx: EvalContext, model, tokenizer, fmt: str, items):
-        from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
-
-        cfg = ctx.recipe.evaluate.mri
-        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
-        settings["prompt_boundary"] = ctx.recipe.evaluate.prompt_boundary
-        content = hashlib.sha256("".join(t.prompt + t.solution for _, t, _ in items).encode()).hexdigest()
-        identity = [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, content]
-        return verdict_cache(ctx, "mri", identity)
-
     def _generate(self, ctx: EvalContext, model, tokenizer, prompts: list[str], fmt: str) -> list[str]:
         """Greedy replies through the run's generation cache: the answers to the original tasks that the
         accuracy evaluation already decoded at this checkpoint (same format, stops and max_new_tokens)
@@ -218,8 +197,6 @@ class Mri:
         from leaklab.signals.continuations import greedy_replies
 
         cfg = ctx.recipe.evaluate.mri
-        if ctx.accelerator is not None:
-            model = ctx.accelerator.unwrap_model(model)
         stop = STOP_SEQUENCES if fmt == "completion" else ()
         info: dict[str, Any] = {}
         decoding = run_decoding(ctx, model, tokenizer, cfg.batch_size)
@@ -230,13 +207,7 @@ class Mri:
     def _judge(self, cfg: MriConfig, items, replies: list[str], fmt: str) -> list[dict]:
         asked = [task for _, task, _ in items]
         readings = read_replies(asked, replies, fmt)
-        with contextlib.ExitStack() as stack:
-
-            @functools.cache  # one sandbox, started on the first reply that has code to run
-            def sandbox() -> Sandbox:
-                return stack.enter_context(Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.timeout_s))
-
-            results = run_readings(asked, readings, sandbox, cfg.timeout_s)
+        results = run_readings(asked, readings, cfg.sandbox_workers, cfg.timeout_s)
         judged: list[dict] = []
         for (key, _, original), reading, result in zip(items, readings, results):
             entry: dict[str, Any] = {"key": key, "reply": reading.reply, "extraction": reading.failure}
@@ -259,7 +230,7 @@ class Mri:
         if self._sets is None:
             self.prepare(ctx)
         fmt = resolve_format(tokenizer, cfg.format, key="evaluate.mri.format")
-        tasks, labels = self.tasks(ctx)
+        tasks, labels = first_per_side(ctx.eval_set, cfg.max_tasks)
         items = self.items(tasks, cfg)
         prompts = [model_prompt(t, tokenizer, fmt) for _, t, _ in items]
 
@@ -270,10 +241,12 @@ class Mri:
                 entry["prompt_boundary"] = boundary
             return judged
 
+        settings = {k: v for k, v in asdict(cfg).items() if k in ("max_new_tokens", "timeout_s", "llm_model")}
+        content = text_sha256("".join(t.prompt + t.solution for _, t, _ in items))
         judged = cached_judgements(
             ctx,
             "mri",
-            self._cache_file(ctx, model, tokenizer, fmt, items),
+            verdict_cache(ctx, "mri", model, tokenizer, fmt, settings, content),
             [key for key, _, _ in items],
             "prompts",
             generate=lambda: self._generate(ctx, model, tokenizer, prompts, fmt),
@@ -349,11 +322,9 @@ INTERVALS = {m: m for m in ("acc_ori_rew", "acc_rew", "sim", "rad_rew", "mri", "
 
 
 def mri_intervals(outcomes: list[dict[str, Any]], n_bootstrap: int, seed: int) -> dict[str, dict[str, float]]:
-    """Per side, `<metric>_ci_low` / `_ci_high` for the metrics in INTERVALS: the bootstrap 95% interval
-    over the side's tasks, members and non-members resampled apart, each keeping its count, as the
-    detection and accuracy intervals are. Acc_rew, Sim and iMRI are read on each resample's rewritten
-    tasks; RAD_rew (and so MRI) divides by Acc_ori over all of the resample's originals, as the point
-    value does."""
+    """Per side, `<metric>_ci_low` / `_ci_high` for the metrics in INTERVALS: bootstrap 95% intervals,
+    members and non-members resampled apart; RAD_rew divides by Acc_ori over all of a resample's
+    originals, as the point value does."""
     labels = np.array([o["label"] == 1 for o in outcomes], dtype=bool)
     rewritten = np.array([o["passed_rew"] is not None for o in outcomes], dtype=bool)
     strata = [np.flatnonzero(labels), np.flatnonzero(~labels)]
@@ -619,25 +590,23 @@ def dose_panels(rows: list[dict[str, Any]], run) -> list[Panel]:
     """The report's dose-response panels (its record's `dose_panels`), at the last checkpoint MRI
     evaluated: the members' MRI (its unchecked value when the competence check left it undefined at
     every dose) and the instance score's AUROC, against the dose."""
-    from leaklab.report import charts
-
     last = max(int(r["step"]) for r in rows)
     at_last = [r for r in rows if int(r["step"]) == last]
     members = [r for r in at_last if r.get("column") == "members"]
     when = f"step {last}, epoch {run.epoch_of(last):g}"
     items = []
     metric, note = "mri", "MRI of the members of each dose (with all non-members)"
-    if charts.metric_values(members, metric, "dose") == []:
+    if metric_values(members, metric, "dose") == []:
         metric, note = (
             "mri_unchecked",
             "MRI without the competence check (it left MRI undefined at every dose)",
         )
-    spec = charts.metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
+    spec = metric_panel_spec(members, metric, x="dose", bounded=False)  # RAD < 0: MRI < 0
     if spec is not None:
         items.append(
             Panel(f"MRI of the members against dose ({when})", spec, f"{note}; band: bootstrap 95% interval")
         )
-    spec = charts.metric_panel_spec(at_last, "score_auroc", x="dose")
+    spec = metric_panel_spec(at_last, "score_auroc", x="dose")
     if spec is not None:
         items.append(
             Panel(

@@ -1,17 +1,11 @@
 """Ask a checkpoint tasks, read the code back from its replies, run that code against the tests: the
-cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluations share.
-
-    cache = verdict_cache(ctx, "accuracy", [model_fp, tokenizer_fp, fmt, settings])
-    judged = cached_judgements(ctx, "accuracy", cache, keys, "tasks", generate, judge)
-
-`judge` uses `read_replies` (the code of each reply, or why none) and `run_readings` (sandbox
-verdicts). The verdicts are cached under <run>/cache/executions/<name>/, one JSONL file per model,
-tokenizer and settings, so evaluating a checkpoint again neither generates nor executes.
+cache -> generate -> extract -> judge pipeline that the accuracy and MRI evaluations share. Verdicts
+are cached per model, tokenizer and settings (`verdict_cache`), so evaluating a checkpoint again
+neither generates nor executes.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -23,7 +17,8 @@ from leaklab.data.prompting import extract_code
 from leaklab.data.tasks import Task
 from leaklab.evaluations.base import EvalContext
 from leaklab.execution.correctness import SampleResult, check_many
-from leaklab.rundir import read_rows, write_atomic
+from leaklab.execution.sandbox import Sandbox
+from leaklab.rundir import read_rows, text_sha256, write_atomic
 
 
 @dataclass(frozen=True)
@@ -42,31 +37,34 @@ def read_replies(asked: Sequence[Task], replies: Sequence[str], fmt: str) -> lis
     readings = []
     for task, reply in zip(asked, replies):
         ext = extract_code(task, reply, fmt)
-        program = None if ext.failure else (ext.code if ext.full_program else task.program(ext.code))
+        program = None if ext.failure else task.program(ext.code)  # ext.full_program is always False
         readings.append(Reading(reply, ext.code, ext.full_program, ext.failure, program))
     return readings
 
 
 def run_readings(
-    asked: Sequence[Task], readings: Sequence[Reading], open_sandbox: Callable[[], Any], timeout_s: float
+    asked: Sequence[Task], readings: Sequence[Reading], workers: int, timeout_s: float
 ) -> list[SampleResult | None]:
-    """The sandbox verdict of every reading with code (None for the others), in order. `open_sandbox` is
-    called only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
+    """The sandbox verdict of every reading with code (None for the others), in order. The sandbox starts
+    only when there is code to run, so a checkpoint whose replies hold none starts no sandbox."""
     results: list[SampleResult | None] = [None] * len(readings)
-    for full in (True, False):
-        where = [n for n, r in enumerate(readings) if not r.failure and r.full_program == full]
-        if where:
-            batch = [(asked[n], readings[n].code) for n in where]
-            verdicts = check_many(batch, open_sandbox(), full_program=full, timeout_s=timeout_s)
-            for n, result in zip(where, verdicts):
+    where = [n for n, r in enumerate(readings) if not r.failure]
+    if where:
+        batch = [(asked[n], readings[n].code) for n in where]  # code that continues the task's prompt
+        with Sandbox(workers=workers, timeout_s=timeout_s) as sandbox:
+            for n, result in zip(where, check_many(batch, sandbox, timeout_s=timeout_s)):
                 results[n] = result
     return results
 
 
-def verdict_cache(ctx: EvalContext, name: str, identity: list[Any]) -> Path:
-    """<run>/cache/executions/<name>/<hash of identity>.jsonl: identity names the model, tokenizer,
-    format and every setting that changes a reply or its verdict."""
-    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()[:24]
+def verdict_cache(ctx: EvalContext, name: str, model, tokenizer, fmt: str, settings: dict, *more) -> Path:
+    """<run>/cache/executions/<name>/<hash>.jsonl, the hash of the model, tokenizer, format, `settings`
+    (every setting that changes a reply or its verdict; the recipe's prompt boundary is added) and `more`."""
+    from leaklab.signals.logprobs import model_fingerprint, tokenizer_fingerprint
+
+    settings = {**settings, "prompt_boundary": ctx.recipe.evaluate.prompt_boundary}
+    identity = [model_fingerprint(model), tokenizer_fingerprint(tokenizer), fmt, settings, *more]
+    digest = text_sha256(json.dumps(identity))[:24]
     return ctx.run.execution_cache / name / f"{digest}.jsonl"
 
 

@@ -5,11 +5,8 @@ sample of M random secrets of the canary's format as the paper's §4.3 does:
 
     exposure = log2(M + 1) - log2(r),   r = 1 + #{candidates more likely than the true secret}
 
-(ties in the secret's favour; see docs/evaluations.md#extraction-003-3-5). A secret's likelihood is the
-sum of its tokens' log-probabilities, closing quote included, after the canary's prefix as the prompt,
-so every candidate is tokenised the same way. Targeted extraction (`extract_canaries`) prompts with the
-text before the secret in its trained document, greedy then sampled; untargeted
-(`canaries_in_outputs`) looks for the secret in the extraction audit's outputs.
+(ties in the secret's favour; see docs/evaluations.md#extraction-003-3-5). A secret's likelihood includes
+its closing quote, so every candidate is tokenised the same way. Extraction: docs/evaluations.md#canaries.
 """
 
 from __future__ import annotations
@@ -46,30 +43,6 @@ def candidates_for(canary: Canary, m: int, seed: int) -> list[str]:
     return out
 
 
-def secret_logprobs(
-    model, tokenizer, prefix: str, secrets: Sequence[str], *, settings=None, accelerator=None, cache=None
-) -> np.ndarray:
-    """log p(secret + '"' | prefix) for each secret: the summed log-probabilities of its tokens."""
-    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
-
-    settings = replace(ScoringSettings.from_config(settings), scoring_span="solution")
-    texts = [f'{prefix}{s}"' for s in secrets]
-    stats = compute_token_stats(
-        model, tokenizer, texts, prompts=[prefix] * len(texts), settings=settings,
-        distribution=False, accelerator=accelerator, cache=cache,
-    )  # fmt: skip
-    return np.asarray([float(s.logprob.astype(np.float64).sum()) for s in stats])
-
-
-def exposure_from_logprobs(
-    canary_id: str, true_logprob: float, candidate_logprobs: Sequence[float]
-) -> Exposure:
-    """Rank and exposure of the true secret against its candidates (see the module for the formula)."""
-    m = len(candidate_logprobs)
-    rank = 1 + int(np.sum(np.asarray(candidate_logprobs, dtype=np.float64) > true_logprob))
-    return Exposure(canary_id, float(true_logprob), rank, m, math.log2(m + 1) - math.log2(rank))
-
-
 def canary_exposure(
     model,
     tokenizer,
@@ -80,12 +53,20 @@ def canary_exposure(
     accelerator=None,
     cache=None,
 ) -> Exposure:
-    """Exposure of one canary under the model, ranked against `candidates` (secrets of its format)."""
-    scores = secret_logprobs(
-        model, tokenizer, canary.prefix, [canary.secret, *candidates],
-        settings=settings, accelerator=accelerator, cache=cache,
+    """Exposure of one canary under the model, ranked against `candidates` (secrets of its format): each
+    secret's log p(secret + '"' | prefix) is the sum of its tokens' log-probabilities."""
+    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats
+
+    settings = replace(ScoringSettings.from_config(settings), scoring_span="solution")
+    texts = [f'{canary.prefix}{s}"' for s in [canary.secret, *candidates]]
+    stats = compute_token_stats(
+        model, tokenizer, texts, prompts=[canary.prefix] * len(texts), settings=settings,
+        distribution=False, accelerator=accelerator, cache=cache,
     )  # fmt: skip
-    return exposure_from_logprobs(canary.id, scores[0], scores[1:])
+    logprob, *others = (float(s.logprob.astype(np.float64).sum()) for s in stats)
+    rank = 1 + sum(other > logprob for other in others)
+    m = len(candidates)
+    return Exposure(canary.id, logprob, rank, m, math.log2(m + 1) - math.log2(rank))
 
 
 def canaries_in_outputs(outputs: Sequence[str], canaries: Sequence[Canary]) -> dict[str, bool]:
@@ -133,12 +114,9 @@ def canary_prompt(canary: Canary, document: str) -> str:
 def extract_canaries(
     canaries: Sequence[Canary], prompts: dict[str, str], generate, n_samples: int, seed: int
 ) -> dict[str, str | None]:
-    """canary id -> the first strategy (STRATEGIES) whose output of the canary's own prompt holds its
-    secret verbatim, None when none does.
-
-    `prompts`: canary id -> its prompt (`canary_prompt`). `generate(prompts, temperature=, n=, seed=)`
-    returns, per prompt, its n output texts (temperature 0: greedy, one output). Canaries whose prompts
-    are the same text (same format, same text before it) share that prompt's outputs."""
+    """canary id -> the first strategy (STRATEGIES) whose output of the canary's own prompt (`prompts`)
+    holds its secret verbatim, None when none does. `generate(prompts, temperature=, n=, seed=)` returns
+    each prompt's n output texts; canaries with the same prompt share its outputs."""
     distinct = sorted({prompts[c.id] for c in canaries})
     greedy = generate(distinct, temperature=0.0, n=1, seed=seed)
     sampled = (

@@ -3,12 +3,9 @@
 A snippet is memorised when at least `min_lines` consecutive whitespace-normalised lines of an output
 occur consecutively in one corpus document, blank lines dropped on both sides, with at least
 MIN_INFORMATIVE lines that are not trivial (punctuation, a bare `pass`): the definition of
-docs/evaluations.md#extraction-003-3-5, after "Unveiling memorization in code models".
-
-How it is fast: every line gets a 64-bit hash and every in-document window of `min_lines` line hashes
-a polynomial hash; the corpus's window hashes are sorted once (the index). All windows of all outputs
-are looked up with one `searchsorted`, and only hits are extended. Hashes are Python's `hash`, so an
-index lives in one process (rebuilt in seconds, never stored).
+docs/evaluations.md#extraction-003-3-5, after "Unveiling memorization in code models". The index holds
+polynomial hashes of line-hash windows, sorted once; hashes are Python's `hash`, so an index lives in
+one process (rebuilt in seconds, never stored).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Counterfactual functional memorization (000 §3): functions, prompts, extraction, criterion.
 
-A sample is one Python function split into its context (the source before it; the prompt keeps at
-most P tokens), its signature (the `def` line(s), decorators and docstring left out) and its ground
-truth (all after the signature, docstring included: 000 App. E.1). `FunctionFilter` holds the paper's
-filter (10-50 body lines, >= 500 characters, not `__init__`) so a corpus of short functions can relax
-it. `extract_function` reads one function out of a generation, or says why it cannot. The criterion,
-with T the target and R the reference (docs/evaluations.md#counterfactual-memorization-000-3):
+A sample is one Python function split into its context (the source before it), its signature (the
+`def` line(s), decorators and docstring left out) and its ground truth (all after the signature,
+docstring included: 000 App. E.1). The criterion, with T the target and R the reference
+(docs/evaluations.md#counterfactual-memorization-000-3):
     SIM_text(x, x_T) < tau_text,  SIM_func(x, x_T) >= tau_func,  SIM_func(x, x_R) < tau_func
 """
 
@@ -182,10 +180,9 @@ def extract_function(signature: str, continuation: str) -> Extracted:
 def generate_functions(
     decoding, samples: Sequence[FunctionSample], context_tokens: int, max_new_tokens: int
 ) -> list[dict]:
-    """Per sample, the model's greedy continuation of its prompt and the function extracted from it:
-    {"body": extracted body or None, "failure": reason, "raw": the continuation, "prompt_boundary": how
-    the prompt ended for the model}. Each prompt is a prefix of its context, signature and true body, so
-    it is cut at a token boundary of that text (`decoding.prompt_boundary`)."""
+    """Per sample, {"body": the function extracted from the greedy continuation or None, "failure": why,
+    "raw": the continuation, "prompt_boundary"}; each prompt is cut at a token boundary of its sample's
+    text (context, signature, true body)."""
     from leaklab.signals.continuations import greedy_replies
     from leaklab.signals.generation import prompt_boundaries
 
@@ -215,10 +212,9 @@ def _dedent_def(code: str, indent: int) -> str:
 
 
 def score_unparsed_as_zero(scores: list[dict], functions: list[dict]) -> None:
-    """A generation from which no function could be parsed shares no structure with the ground truth:
-    its structural metrics are 0, not missing, so Table 1's means stay over all functions as in the paper
-    (000 §4 averages over all 7,422). The reason stays in `missing` and `n_structure_missing_*` counts it;
-    a ground truth that does not parse, or has no data flow, stays missing."""
+    """A generation without a parsable function shares no structure with the ground truth: its structural
+    metrics are 0, not missing, so Table 1's means stay over all functions (000 §4 averages over all
+    7,422); the reason stays in `missing`. A ground truth without structure stays missing."""
     from leaklab.similarity.suite import STRUCTURE_METRICS
 
     for row, function in zip(scores, functions):

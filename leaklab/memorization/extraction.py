@@ -1,20 +1,12 @@
 """Extraction audit (003; strategies, rankings and taxonomy:
 docs/evaluations.md#extraction-audit-tiny_extraction-evaluateevaluations-extraction): sample a model,
-find what it copies of its corpus, rank, classify; `leaklab/evaluations/extraction.py` strings these
-functions together.
-
-- Every ranking score is oriented so that higher means "more likely memorised". `ppl_ratio` is the
-  paper's PPL-PPL ratio to a smaller model trained on the same data (Unveiling §3.3);
-  `ppl_reference_ratio`, to a reference model that never saw the data, is a membership test instead.
-- Clones are searched in the continuation only (also under `discoverable`): text the model wrote.
-- Sensitive content is found by patterns (short dependency list, explainable matches); a value counts
-  only when it also occurs in the corpus, and is never written out (`mask`).
+find what it copies of its corpus, rank, classify. Clones are searched in the continuation only, the
+text the model wrote. Sensitive content is found by patterns (no dependency, explainable matches).
 """
 
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 import re
@@ -32,6 +24,7 @@ import numpy as np
 from leaklab.data.corpora import stdlib_source_files
 from leaklab.errors import InputError
 from leaklab.metrics import percentile_intervals, spearman
+from leaklab.rundir import text_sha256
 
 if TYPE_CHECKING:
     from leaklab.signals.continuations import Decoding
@@ -130,15 +123,10 @@ def load_corpus(source: str, key: str = "evaluate.extraction.corpus") -> Corpus:
 # --------------------------------------------------------------------------- sampling
 
 
-class TemperatureDecay:
+def temperature_decay(step: int, logits):
     """Logits processor: temperature max(1, 20 - t) at new token t (0-based), as Unveiling §4.3 does
     (20 at the first token, lowered by 1 per token until 1). The sampler then applies temperature 1."""
-
-    def temperature(self, step: int) -> float:
-        return max(1.0, 20.0 - step)
-
-    def __call__(self, step: int, logits):
-        return logits / self.temperature(step)
+    return logits / max(1.0, 20.0 - step)
 
 
 def start_prompt(tokenizer) -> str:
@@ -203,7 +191,7 @@ def sample(
     `prompts[0]` for all `n`, discoverable samples once from each prompt; the others ignore them."""
     from leaklab.signals.generation import HFGenerator
 
-    processor = TemperatureDecay() if strategy == "temperature_decay" else None
+    processor = temperature_decay if strategy == "temperature_decay" else None
     tokenizer = decoding.tokenizer
     generator = HFGenerator(
         decoding.model,
@@ -278,8 +266,8 @@ def ranking_scores(
     stats, texts: Sequence[str], newlines: np.ndarray, reference_stats=None, small_stats=None
 ) -> dict[str, np.ndarray]:
     """Per text, each ranking metric oriented higher = more likely memorised (NaN where undefined: an
-    empty text; ppl_ratio without `small_stats`, a smaller model trained on the same data; and
-    ppl_reference_ratio without `reference_stats`, a model that never saw it)."""
+    empty text; ppl_ratio, the paper's (Unveiling §3.3), without `small_stats`, a smaller model trained on
+    the same data; and ppl_reference_ratio without `reference_stats`, a model that never saw it)."""
     nll = np.array([s.nll() for s in stats])
     out = {
         "ppl": -np.exp(nll),
@@ -329,7 +317,7 @@ def corpus_secrets(documents: Sequence[tuple[str, str]]) -> set[tuple[str, str]]
 
 def mask(kind: str, value: str) -> str:
     """What a report shows instead of a value: its kind, length and a short hash (same value, same mask)."""
-    return f"<{kind} len={len(value)} sha={hashlib.sha256(value.encode()).hexdigest()[:8]}>"
+    return f"<{kind} len={len(value)} sha={text_sha256(value)[:8]}>"
 
 
 def mask_text(text: str) -> str:

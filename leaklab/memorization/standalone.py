@@ -2,11 +2,9 @@
 
     leaklab counterfactual --target M1 --reference M2 --corpus PATH [--out DIR] [options]
 
-M1 / M2: hub names or local model directories (a hub name needs the network once, a path never).
-PATH: a .py file, a directory (every *.py below it) or a JSONL file with one source per line in a
-"code", "content" or "text" field (an "id" field names it). Writes DIR/pairs.jsonl (per function: both
-extracted functions or why extraction failed, every metric for target and reference, the metrics that
-flag it), DIR/tables.json (Table 1, Table 2, the corpus filter, the grammar) and prints both tables.
+M1 / M2: hub names or local model directories. PATH: a .py file, a directory (every *.py below it) or
+a JSONL file, one source per line in a "code", "content" or "text" field (an "id" field names it).
+Writes DIR/pairs.jsonl (per function), DIR/tables.json (Table 1, Table 2) and prints both tables.
 """
 
 from __future__ import annotations

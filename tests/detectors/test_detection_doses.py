@@ -14,7 +14,7 @@ from test_detectors import TARGET_TABLE, BigramLM, word_tokenizer
 from leaklab.data.tasks import Task
 from leaklab.detectors import DetectorScores
 from leaklab.detectors.srdetection import Decisions
-from leaklab.evaluations.detection import column_rows, dose_rows
+from leaklab.evaluations.detection import column_rows, group_rows
 from leaklab.metrics import detection_metrics, rule_metrics
 from leaklab.results import detection_rows, rows_per_dose, without_dose
 from leaklab.rundir import append_rows, read_rows
@@ -50,7 +50,7 @@ def test_high_dose_members_are_easier_to_tell_apart_and_auroc_is_sklearns_on_the
     doses = np.r_[np.ones(20, int), np.full(20, 16), np.zeros(40, int)]
     labels = (doses > 0).astype(int)
     values = rng.normal(size=80) + 2.0 * (doses == 16)
-    rows = dose_rows(scored(values), labels, doses, CFG)
+    rows = rows_per_dose(labels, doses, group_rows(scored(values), labels, CFG))
     auroc = {r["dose"]: r["value"] for r in rows if r["metric"] == "auroc"}
     assert sorted(auroc) == [1, 16] and auroc[16] > auroc[1] + 0.3
     for dose in (1, 16):
@@ -75,7 +75,9 @@ def test_a_rule_detector_is_scored_on_the_subset_of_its_decisions():
         decisions={"srdetection_gray@n=2": decisions},
         rules={"srdetection_gray@n=2": rule},
     )
-    rows = dose_rows(scores, labels, doses, SimpleNamespace(cv_folds=2, seed=0, n_bootstrap=0))
+    rows = rows_per_dose(
+        labels, doses, group_rows(scores, labels, SimpleNamespace(cv_folds=2, seed=0, n_bootstrap=0))
+    )
     value = {(r["dose"], r["metric"]): r["value"] for r in rows}
     # Dose 4: both members flagged, one non-member of three flagged.
     assert value[4, "flag_rate_members"] == 1.0 and value[4, "flag_rate_non_members"] == pytest.approx(1 / 3)

@@ -22,7 +22,6 @@ from leaklab.memorization.canaries import (
     canary_prompt,
     candidates_for,
     extract_canaries,
-    secret_logprobs,
 )
 from leaklab.recipe import load_recipe
 
@@ -69,10 +68,11 @@ def log_p(c: str, vocab_size: int) -> float:
 
 def test_secret_logprob_is_the_sum_over_the_secret_and_its_closing_quote(stub):
     model, tokenizer = stub
-    got = secret_logprobs(model, tokenizer, 'P = "', ["aaaa", "abcz"], cache=None)
     v = len(tokenizer)
-    assert got[0] == pytest.approx(4 * log_p("a", v) + log_p('"', v), rel=1e-5)
-    assert got[1] == pytest.approx(sum(log_p(c, v) for c in 'abcz"'), rel=1e-5)
+    got = canary_exposure(model, tokenizer, Canary("c", "password", 'P = "', "aaaa"), ["abcz"], cache=None)
+    assert got.logprob == pytest.approx(4 * log_p("a", v) + log_p('"', v), rel=1e-5)
+    got = canary_exposure(model, tokenizer, Canary("c", "password", 'P = "', "abcz"), ["aaaa"], cache=None)
+    assert got.logprob == pytest.approx(sum(log_p(c, v) for c in 'abcz"'), rel=1e-5)
 
 
 def test_exposure_of_the_most_likely_secret_is_log2_m_plus_1(stub):

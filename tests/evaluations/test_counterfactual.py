@@ -510,3 +510,26 @@ def test_evaluation_flags_per_dose(monkeypatch):
     got = {(r["column"], r["metric"]): r["value"] for r in out.rows if "dose" not in r}
     assert got[("members", "memorized_any")] == 1.0 and got[("members", "n_samples")] == 2.0
     assert "members 1, non-members 0" in evaluation.summary(out.rows)
+
+
+def test_the_reference_is_the_base_model_at_step_0_and_a_missing_one_is_an_error(monkeypatch):
+    """Step 0 without evaluate.reference_model: the checkpoint is the base model, its own reference (the
+    reference loader is not asked). Later, a reference that does not load stops the evaluation."""
+    tasks = [
+        SimpleNamespace(task_id=f"t{i}", prompt=f"def f{i}(items, offset):\n", solution=BODY, prompt_is_code=True,
+                        entry_point=f"f{i}")
+        for i in range(2)
+    ]  # fmt: skip
+    ctx = _context(tasks, [1, 0], min_chars=0)
+    evaluation = Counterfactual()
+    evaluation.prepare(ctx)
+    _stub_generations(evaluation, ctx, monkeypatch)
+    ctx.reference = lambda: pytest.fail("step 0 is its own reference")
+    out = evaluation.evaluate(ctx, "target", None, step=0)
+    assert {(r["column"], r["metric"]): r["value"] for r in out.rows}[("all", "tsed.delta")] == 0.0
+    fresh = Counterfactual()
+    fresh.prepare(ctx)
+    _stub_generations(fresh, ctx, monkeypatch)
+    ctx.reference = lambda: None
+    with pytest.raises(ValueError, match="needs a reference model"):
+        fresh.evaluate(ctx, "target", None, step=3)

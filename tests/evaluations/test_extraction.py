@@ -179,13 +179,13 @@ def test_top_k_samples_only_among_the_k_most_likely_tokens(small_lm):
 def test_temperature_decay_schedule_and_processor_steps(small_lm):
     import torch
 
-    from leaklab.memorization.extraction import TemperatureDecay
+    from leaklab.memorization.extraction import temperature_decay
     from leaklab.signals.generation import HFGenerator
 
     # Unveiling §4.3: start at 20 and lower by 1.0 per generated token until 1.0, i.e. max(1, 20 - t).
-    decay = TemperatureDecay()
-    assert [decay.temperature(t) for t in (0, 1, 10, 18, 19, 20, 25)] == [20, 19, 10, 2, 1, 1, 1]
-    assert torch.equal(decay(0, torch.tensor([[20.0, 40.0]])), torch.tensor([[1.0, 2.0]]))
+    scaled = [temperature_decay(t, torch.tensor([380.0])).item() for t in (0, 1, 10, 18, 19, 20, 25)]
+    assert scaled == [380 / 20, 380 / 19, 380 / 10, 380 / 2, 380, 380, 380]
+    assert torch.equal(temperature_decay(0, torch.tensor([[20.0, 40.0]])), torch.tensor([[1.0, 2.0]]))
     seen = []
     model, tokenizer = small_lm
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import torch
+
 from leaklab.data.tasks import Task
+from leaklab.evaluations import replies
 from leaklab.evaluations.replies import cached_judgements, read_replies, run_readings, verdict_cache
 from leaklab.execution.sandbox import Sandbox
 from leaklab.rundir import RunDir
@@ -22,29 +25,30 @@ ADD = Task(
 REPLIES = ["    return a + b\n", "    return a - b\n", ""]  # right, wrong, no code
 
 
-def test_replies_are_read_and_only_code_is_run():
+def test_replies_are_read_and_only_code_is_run(monkeypatch):
     readings = read_replies([ADD] * 3, REPLIES, "completion")
     assert [bool(r.failure) for r in readings] == [False, False, True]
     assert readings[0].program == ADD.program(REPLIES[0])
     opened = []
 
-    def open_sandbox():
-        opened.append(Sandbox(workers=1, timeout_s=5.0))
+    def recording_sandbox(**settings):
+        opened.append(Sandbox(**settings))
         return opened[-1]
 
-    assert run_readings([ADD], readings[2:], open_sandbox, 5.0) == [None] and not opened  # nothing to run
-    try:
-        results = run_readings([ADD] * 3, readings, open_sandbox, 5.0)
-    finally:
-        for box in opened:
-            box.close()
+    monkeypatch.setattr(replies, "Sandbox", recording_sandbox)
+    assert run_readings([ADD], readings[2:], 1, 5.0) == [None] and not opened  # nothing to run
+    results = run_readings([ADD] * 3, readings, 1, 5.0)
     assert [r and r.verdict for r in results] == ["passed", "failed", None]
+    assert len(opened) == 1
 
 
 def test_a_second_evaluation_reads_every_verdict_from_the_cache(tmp_path):
-    ctx = SimpleNamespace(run=RunDir(tmp_path), is_main_process=True, log=lambda *a: None)
-    cache = verdict_cache(ctx, "toy", ["model", "tokenizer", "completion", {"max_new_tokens": 8}])
+    recipe = SimpleNamespace(evaluate=SimpleNamespace(prompt_boundary="cut"))
+    ctx = SimpleNamespace(recipe=recipe, run=RunDir(tmp_path), is_main_process=True, log=lambda *a: None)
+    model, tokenizer = torch.nn.Linear(2, 2), SimpleNamespace(get_vocab=lambda: {"a": 0})
+    cache = verdict_cache(ctx, "toy", model, tokenizer, "completion", {"max_new_tokens": 8})
     assert cache.parent == RunDir(tmp_path).execution_cache / "toy"
+    assert verdict_cache(ctx, "toy", model, tokenizer, "completion", {"max_new_tokens": 9}) != cache
     calls = []
 
     def generate():
