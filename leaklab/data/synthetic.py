@@ -166,11 +166,6 @@ def _op_k(ops: Sequence[str], lo: int, hi: int) -> Callable[[random.Random], dic
     return lambda rng: {"op": rng.choice(tuple(ops)), "k": rng.randint(lo, hi)}
 
 
-def _draw_mod(rng):
-    m = rng.randint(2, 7)
-    return {"m": m, "r": rng.randrange(m)}
-
-
 LABEL_WORDS = (("big", "small"), ("high", "low"), ("yes", "no"), ("hot", "cold"), ("up", "down"))
 
 
@@ -180,23 +175,6 @@ def _draw_label(rng):
         "k": rng.randint(2, 20),
         "words": list(rng.choice(LABEL_WORDS)),  # JSON keeps lists, not tuples
     }
-
-
-def _draw_two_letters(rng):
-    a, b = rng.sample(string.ascii_lowercase[:12], 2)
-    return {"a": a, "b": b}
-
-
-def _draw_pad(rng):
-    return {"k": rng.randint(3, 10), "ch": rng.choice("*-.#+=")}
-
-
-def _draw_starting(rng):
-    return {"method": rng.choice(("startswith", "endswith")), "ch": rng.choice(string.ascii_lowercase[:12])}
-
-
-def _draw_digit(rng):
-    return {"d": rng.randint(0, 9), "k": rng.randint(2, 13)}
 
 
 _CMP_K = _op_k(CMP_OPS, 1, 20)  # the comparison families' logic: an operator and a constant
@@ -303,7 +281,7 @@ FAMILIES: tuple[Family, ...] = (
     family(
         "count_mod",
         ("count_remainder", "mod_count", "residue_count"),
-        _draw_mod,
+        lambda r: {"m": (m := r.randint(2, 7)), "r": r.randrange(m)},
         "sum(1 for {x} in {arg} if {x} % {m} == {r})",
         "Count the numbers in {arg} whose remainder when divided by {m} is {r}.",
         "How many items of {arg} leave remainder {r} modulo {m}?",
@@ -446,7 +424,7 @@ FAMILIES: tuple[Family, ...] = (
     family(
         "replace_char",
         ("replace_letter", "swap_letter", "substitute"),
-        _draw_two_letters,
+        lambda r: dict(zip("ab", r.sample(string.ascii_lowercase[:12], 2))),
         "{arg}.replace('{a}', '{b}')",
         "Replace every '{a}' in {arg} by '{b}'.",
         "Return {arg} with each letter '{a}' changed to '{b}'.",
@@ -464,7 +442,7 @@ FAMILIES: tuple[Family, ...] = (
     family(
         "pad",
         ("pad_right", "fill", "justify"),
-        _draw_pad,
+        lambda r: {"k": r.randint(3, 10), "ch": r.choice("*-.#+=")},
         "{arg}.ljust({k}, '{ch}')",
         "Pad {arg} on the right with '{ch}' up to length {k}.",
         "Return {arg} left-justified in {k} characters, filled with '{ch}'.",
@@ -491,7 +469,10 @@ FAMILIES: tuple[Family, ...] = (
     family(
         "words_starting",
         ("with_letter", "letter_filter", "matching_words"),
-        _draw_starting,
+        lambda r: {
+            "method": r.choice(("startswith", "endswith")),
+            "ch": r.choice(string.ascii_lowercase[:12]),
+        },
         "[{w} for {w} in {arg} if {w}.{method}('{ch}')]",
         "Keep the words of {arg} that {where} with '{ch}'.",
         "Return the strings in {arg} that {where} with the letter '{ch}'.",
@@ -528,7 +509,7 @@ FAMILIES: tuple[Family, ...] = (
     family(
         "digit_count",
         ("digit_count", "count_digit", "digits_of"),
-        _draw_digit,
+        lambda r: {"d": r.randint(0, 9), "k": r.randint(2, 13)},
         "str({arg} * {k}).count('{d}')",
         "Count the digits equal to {d} in {arg} times {k}.",
         "Multiply {arg} by {k} and return how many of its digits are {d}.",
