@@ -84,17 +84,6 @@ FN_SUFFIXES = ("_all", "_list", "_each", "_items", "_vals", "_new", "_out", "_of
 SUFFIX_AFTER = 20
 
 
-def draw_surface(rng: random.Random, fn_names: Sequence[str], suffix: bool = False) -> Surface:
-    return Surface(
-        fn=rng.choice(fn_names) + (rng.choice(FN_SUFFIXES) if suffix else ""),
-        args=dict(ARG_NAMES),
-        var=LOOP_VAR,
-        word_var=WORD_LOOP_VAR,
-        wording=rng.randrange(6),
-        phrase=rng.randrange(6),
-    )
-
-
 # --------------------------------------------------------------------------- inputs
 
 
@@ -566,7 +555,14 @@ def draft(seed: int, index: int, attempt: int = 0) -> Draft:
     family = FAMILIES[index % len(FAMILIES)]
     rng = random.Random(f"synthetic:{seed}:{index}:{attempt}")
     logic = family.draw(rng)
-    surface = draw_surface(rng, family.fn_names, suffix=attempt >= SUFFIX_AFTER)
+    surface = Surface(
+        fn=rng.choice(family.fn_names) + (rng.choice(FN_SUFFIXES) if attempt >= SUFFIX_AFTER else ""),
+        args=dict(ARG_NAMES),
+        var=LOOP_VAR,
+        word_var=WORD_LOOP_VAR,
+        wording=rng.randrange(6),
+        phrase=rng.randrange(6),
+    )
     inputs = family.inputs(logic, random.Random(f"synthetic-inputs:{seed}:{index}"))
     return render(f"synthetic/{index}", family, logic, surface, inputs)
 
@@ -591,14 +587,10 @@ def drafts(seed: int, size: int) -> list[Draft]:
     return out
 
 
-def _call(fn: str, args: list) -> str:
-    return f"{fn}({', '.join(repr(a) for a in args)})"
-
-
 def finish(d: Draft, outputs: list[Any], metadata: dict[str, Any] | None = None) -> Task:
     """The Task of a draft, with the canonical solution's outputs (from the sandbox) as the truth."""
     examples = "".join(
-        f"    >>> {_call(d.surface.fn, args)}\n    {out!r}\n"
+        f"    >>> {d.surface.fn}({', '.join(repr(a) for a in args)})\n    {out!r}\n"
         for args, out in zip(d.inputs[:N_EXAMPLES], outputs[:N_EXAMPLES])
     )
     # The description comes last, after the examples: its constants are then the last numbers the model
@@ -630,10 +622,6 @@ def finish(d: Draft, outputs: list[Any], metadata: dict[str, Any] | None = None)
     )
 
 
-class SyntheticBuildError(RuntimeError):
-    """A family whose canonical solution did not run (a bug in this module, never in user data)."""
-
-
 def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
     """The canonical solutions' outputs on their inputs, computed in the sandbox (one job per draft)."""
     from leaklab.execution.sandbox import FunctionCalls, Sandbox
@@ -646,7 +634,7 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
         calls = r.calls or []
         if not r.passed or len(calls) != len(d.inputs) or not all(c.ok for c in calls):
             errors = [c.error for c in calls if not c.ok]
-            raise SyntheticBuildError(
+            raise RuntimeError(  # a bug in a family of this module, never in user data
                 f"{d.task_id} ({d.family}): the canonical solution failed in the sandbox: "
                 f"{r.reason or (errors[0] if errors else r.verdict)}"
             )
@@ -655,11 +643,6 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
 
 
 # --------------------------------------------------------------------------- the benchmark, cached
-
-
-def cache_file(seed: int, size: int) -> Path:
-    code_version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    return cache_root() / "synthetic" / f"seed{seed}-n{size}-{code_version}.jsonl"
 
 
 def build_synthetic(seed: int = 0, size: int = DEFAULT_SIZE, sandbox=None) -> list[Task]:
@@ -685,7 +668,8 @@ def load_synthetic(
     size = DEFAULT_SIZE if max_samples is None else int(max_samples)
     if size < 1:
         raise ValueError(f"the synthetic benchmark needs at least one task, got max_samples={size}")
-    file = cache_file(seed, size)
+    code_version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    file = cache_root() / "synthetic" / f"seed{seed}-n{size}-{code_version}.jsonl"
     if file.exists():
         return [task_from_dict(row) for row in read_rows(file)]
     tasks = build_synthetic(seed, size)
