@@ -57,7 +57,8 @@ ARITH_WORDS = {"+": ("add {k} to", "increase by {k}"), "-": ("subtract {k} from"
 
 @dataclass
 class Surface:
-    """What a task says and names, drawn per task; `pick` chooses among wordings deterministically."""
+    """What a task says and names, drawn per task; `pick` chooses among a family's wordings and
+    `phrasing` among an operator's words, deterministically."""
 
     fn: str
     args: dict[str, str]  # kind of argument -> its name
@@ -69,13 +70,8 @@ class Surface:
     def pick(self, *options: str) -> str:
         return options[self.wording % len(options)]
 
-    def cmp(self, op: str) -> str:
-        words = CMP_WORDS[op]
+    def phrasing(self, words: Sequence[str]) -> str:
         return words[self.phrase % len(words)]
-
-    def arith(self, op: str, k: int) -> str:
-        words = ARITH_WORDS[op]
-        return words[self.phrase % len(words)].format(k=k)
 
 
 # With argument names fixed, a family with few constants (power, rotate, join, ...) runs out of distinct
@@ -539,9 +535,9 @@ def render(
     arg = surface.args[family.kind]
     names = {"arg": arg, "x": surface.var, "w": surface.word_var, **logic}
     if logic.get("op") in CMP_WORDS:
-        names["cmp"] = surface.cmp(logic["op"])
+        names["cmp"] = surface.phrasing(CMP_WORDS[logic["op"]])
     if logic.get("op") in ARITH_WORDS:
-        names["arith"] = surface.arith(logic["op"], logic["k"])
+        names["arith"] = surface.phrasing(ARITH_WORDS[logic["op"]]).format(k=logic["k"])
     if family.words:
         names |= family.words(logic)
     description = surface.pick(*family.wordings).format_map(names)
