@@ -45,7 +45,7 @@ def test_codec_context_is_other_samples_and_never_scored():
     assert all(sorted(o) == sorted(texts[:i] + texts[i + 1 :]) for i, o in enumerate(order))
     shots = [o[:2] for o in order]  # everything fits the bigram's 32 tokens: the first k = 2 are taken
     model, tok = bigram()
-    plain, context = context_nlls(model, tok, texts, k=2, seed=3, cache=SignalCache())
+    plain, context = context_nlls(ModelInputs(model, tok, texts, None, cache=SignalCache()), k=2, seed=3)
     for i, text in enumerate(texts):
         words = len(text.split())
         assert plain[i] == pytest.approx(-np.mean(np.log(word_probs(text))), abs=1e-6)
@@ -119,7 +119,7 @@ def test_codec_and_pacost_detectors_on_the_bigram():
     )
     gap = scores.columns["pacost_gap"]
     assert gap[0] == pytest.approx(2**-1.5 - 2**-1.25, abs=1e-6) and np.isnan(gap[1])
-    plain, context = context_nlls(model, tok, texts, k=2, seed=3, cache=SignalCache())
+    plain, context = context_nlls(ModelInputs(model, tok, texts, None, cache=SignalCache()), k=2, seed=3)
     np.testing.assert_allclose(scores.columns["codec_drop"], context - plain, atol=1e-9)
 
 

@@ -433,16 +433,10 @@ def load_bigcodebench(
     path: str | Path | None = None,
     hub_name: str | None = None,
     split: str = "test",
-    skip_missing_libs: bool = True,
-    skipped: list[dict[str, str]] | None = None,
     **_: Any,
 ) -> list[Task]:
-    """BigCodeBench (complete split) from local JSONL in the hub's schema or the hub.
-
-    Tasks that import libraries this environment lacks cannot pass whatever the model writes, so they
-    are skipped: each is logged and, when `skipped` is a list, appended to it as
-    {"task_id": ..., "reason": "missing libraries: ..."}.
-    """
+    """BigCodeBench (complete split) from local JSONL in the hub's schema or the hub. Tasks that import
+    libraries this environment lacks cannot pass whatever the model writes, so they are skipped (logged)."""
     split = BIGCODEBENCH_SPLIT if split == "test" else split
     rows = _local_rows(path) if path else _hub_rows(hub_name or BIGCODEBENCH_HUB_NAME, split, "data.path")
     tasks, dropped = [], []
@@ -450,7 +444,7 @@ def load_bigcodebench(
         fields = ("task_id", "complete_prompt", "canonical_solution", "test")
         _require(row, fields, "BigCodeBench", texts=fields[1:])
         libs = _libs(row.get("libs"))
-        missing = missing_libraries(libs) if skip_missing_libs else []
+        missing = missing_libraries(libs)
         if missing:
             dropped.append({"task_id": row["task_id"], "reason": f"missing libraries: {', '.join(missing)}"})
             continue
@@ -474,8 +468,6 @@ def load_bigcodebench(
         log.warning(
             "bigcodebench: skipped %d task(s) with missing libraries, e.g. %s", len(dropped), dropped[0]
         )
-    if skipped is not None:
-        skipped.extend(dropped)
     return tasks
 
 

@@ -1,13 +1,7 @@
-"""What one member copy is in the training stream (`inject.form`), and the ground truth of each form.
-
-document   each member its own document (the default).
-file       the members as the benchmark's own JSONL file, one document in the benchmark's order: one
-           copy is one exposure of every member (what the sharded likelihood test, Oren et al. 2023,
-           is built to find; leaklab/dataset_tests/).
-rephrased  half of each dose group (seeded) trained as one verified variant of itself
-           (leaklab/perturb/variants.py), the other half verbatim: a paired comparison in one run. A
-           member with no verified variant is trained verbatim and counted (`rephrased_fallback`).
-See docs/testbeds.md#injection-forms-injectform.
+"""What one member copy is in the training stream (`inject.form`: document, the default; file, the
+benchmark's own JSONL file, which the sharded likelihood test of Oren et al. 2023 looks for; rephrased,
+half of each dose group as a verified variant), and the ground truth of each form. See
+docs/testbeds.md#injection-forms-injectform.
 """
 
 from __future__ import annotations

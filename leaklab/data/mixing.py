@@ -1,11 +1,6 @@
-"""The training mixture: member texts mixed with general text at a code:web ratio by tokens, packed.
-
-One epoch of the stream holds every member once and `web/code` times as many corpus tokens; the
-trainer repeats the stream each epoch. Blocks are `max_seq_len` tokens. Each member is placed whole in
-one block (members longer than a block are split across consecutive blocks and counted), and the rest
-of every block is filled with consecutive corpus text, so the achieved ratio is exact up to rounding and
-no member is cut in half by the packing.
-"""
+"""The training mixture: member texts and corpus text at a code:web ratio by tokens, packed into blocks
+of `max_seq_len` tokens. One epoch holds every member once, whole in one block (a longer one split into
+blocks and counted), and `web/code` times as many corpus tokens, filling the rest of every block."""
 
 from __future__ import annotations
 

@@ -57,7 +57,8 @@ ARITH_WORDS = {"+": ("add {k} to", "increase by {k}"), "-": ("subtract {k} from"
 
 @dataclass
 class Surface:
-    """What a task says and names, drawn per task; `pick` chooses among wordings deterministically."""
+    """What a task says and names, drawn per task; `pick` chooses among a family's wordings and
+    `phrasing` among an operator's words, deterministically."""
 
     fn: str
     args: dict[str, str]  # kind of argument -> its name
@@ -69,30 +70,14 @@ class Surface:
     def pick(self, *options: str) -> str:
         return options[self.wording % len(options)]
 
-    def cmp(self, op: str) -> str:
-        words = CMP_WORDS[op]
+    def phrasing(self, words: Sequence[str]) -> str:
         return words[self.phrase % len(words)]
-
-    def arith(self, op: str, k: int) -> str:
-        words = ARITH_WORDS[op]
-        return words[self.phrase % len(words)].format(k=k)
 
 
 # With argument names fixed, a family with few constants (power, rotate, join, ...) runs out of distinct
 # programs long before 2000 tasks; after SUFFIX_AFTER failed attempts the function name takes a suffix.
 FN_SUFFIXES = ("_all", "_list", "_each", "_items", "_vals", "_new", "_out", "_of", "_fn", "_v2")
 SUFFIX_AFTER = 20
-
-
-def draw_surface(rng: random.Random, fn_names: Sequence[str], suffix: bool = False) -> Surface:
-    return Surface(
-        fn=rng.choice(fn_names) + (rng.choice(FN_SUFFIXES) if suffix else ""),
-        args=dict(ARG_NAMES),
-        var=LOOP_VAR,
-        word_var=WORD_LOOP_VAR,
-        wording=rng.randrange(6),
-        phrase=rng.randrange(6),
-    )
 
 
 # --------------------------------------------------------------------------- inputs
@@ -132,21 +117,30 @@ def int_inputs(logic: dict, rng: random.Random) -> list[list]:
 
 # --------------------------------------------------------------------------- families
 
+INPUTS = {"list": int_list_inputs, "str": str_inputs, "words": words_inputs, "int": int_inputs}
+
 
 @dataclass(frozen=True)
 class Family:
-    """One kind of function.
-
-    draw(rng) -> logic              the constants and operators of one task (what `rewrite` changes)
-    make(logic, surface) -> (arg kinds, one-sentence description, the body's return expression)
-    inputs(logic, rng) -> [[args], ...]   N_TESTS argument lists for the examples and the tests
-    """
+    """One kind of function. `draw(rng)` gives one task's logic (its constants and operators: what
+    `rewrite` changes). `expression` (the body's return value) and `wordings` (docstring sentences, one
+    picked per task) are str.format templates over the logic's keys, `arg` (the argument's name), `x` and
+    `w` (the loop variables), `cmp` and `arith` (the surface's words for the logic's `op`) and the keys
+    `words(logic)` adds. `inputs(logic, rng)` gives N_TESTS argument lists (examples and tests)."""
 
     name: str
     fn_names: tuple[str, ...]
     draw: Callable[[random.Random], dict[str, Any]]
-    make: Callable[[dict[str, Any], Surface], tuple[list[str], str, str]]
-    inputs: Callable[[dict[str, Any], random.Random], list[list]] = int_list_inputs
+    expression: str
+    wordings: tuple[str, ...]
+    kind: str  # of the one argument: a key of ARG_NAMES
+    inputs: Callable[[dict[str, Any], random.Random], list[list]]
+    words: Callable[[dict[str, Any]], dict[str, str]] | None
+
+
+def family(name, fn_names, draw, expression, *wordings, kind="list", inputs=None, words=None) -> Family:
+    """A Family, its wordings given one after another and its inputs, unless given, those of its kind."""
+    return Family(name, fn_names, draw, expression, wordings, kind, inputs or INPUTS[kind], words)
 
 
 def _k(lo: int, hi: int) -> Callable[[random.Random], dict[str, Any]]:
@@ -155,251 +149,6 @@ def _k(lo: int, hi: int) -> Callable[[random.Random], dict[str, Any]]:
 
 def _op_k(ops: Sequence[str], lo: int, hi: int) -> Callable[[random.Random], dict[str, Any]]:
     return lambda rng: {"op": rng.choice(tuple(ops)), "k": rng.randint(lo, hi)}
-
-
-def _count_cmp(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Count the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
-        f"Return how many items of {xs} are {s.cmp(c['op'])} {c['k']}.",
-        f"How many elements of {xs} are {s.cmp(c['op'])} {c['k']}?",
-    )
-    return ["list"], desc, f"sum(1 for {x} in {xs} if {x} {c['op']} {c['k']})"
-
-
-def _filter_cmp(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Keep only the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}, in order.",
-        f"Return the items of {xs} that are {s.cmp(c['op'])} {c['k']}.",
-        f"Filter {xs}: the elements {s.cmp(c['op'])} {c['k']}, in their original order.",
-    )
-    return ["list"], desc, f"[{x} for {x} in {xs} if {x} {c['op']} {c['k']}]"
-
-
-def _sum_cmp(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Add up the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
-        f"Return the sum of the items of {xs} that are {s.cmp(c['op'])} {c['k']}.",
-    )
-    return ["list"], desc, f"sum({x} for {x} in {xs} if {x} {c['op']} {c['k']})"
-
-
-def _any_cmp(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Return True if some number in {xs} is {s.cmp(c['op'])} {c['k']}, else False.",
-        f"Is any item of {xs} {s.cmp(c['op'])} {c['k']}?",
-    )
-    return ["list"], desc, f"any({x} {c['op']} {c['k']} for {x} in {xs})"
-
-
-def _all_cmp(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Return True if every number in {xs} is {s.cmp(c['op'])} {c['k']}, else False.",
-        f"Are all items of {xs} {s.cmp(c['op'])} {c['k']}?",
-    )
-    return ["list"], desc, f"all({x} {c['op']} {c['k']} for {x} in {xs})"
-
-
-def _first_cmp(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Return the first number in {xs} that is {s.cmp(c['op'])} {c['k']}, or -1 if there is none.",
-        f"Find the first item of {xs} {s.cmp(c['op'])} {c['k']}; -1 when no item is.",
-    )
-    return ["list"], desc, f"next(({x} for {x} in {xs} if {x} {c['op']} {c['k']}), -1)"
-
-
-def _indices_cmp(c, s):
-    xs = s.args["list"]
-    desc = s.pick(
-        f"Return the positions of the numbers in {xs} that are {s.cmp(c['op'])} {c['k']}.",
-        f"List the indices i where {xs}[i] is {s.cmp(c['op'])} {c['k']}.",
-    )
-    return ["list"], desc, f"[i for i in range(len({xs})) if {xs}[i] {c['op']} {c['k']}]"
-
-
-def _map_arith(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Return a new list: {s.arith(c['op'], c['k'])} each number of {xs}.",
-        f"Apply this to every item of {xs} and return the results: {s.arith(c['op'], c['k'])}.",
-    )
-    return ["list"], desc, f"[{x} {c['op']} {c['k']} for {x} in {xs}]"
-
-
-def _clip(c, s):
-    xs, x = s.args["list"], s.var
-    lo, hi = c["lo"], c["hi"]
-    desc = s.pick(
-        f"Clip every number of {xs} into the range from {lo} to {hi}.",
-        f"Return {xs} with each item limited to at least {lo} and at most {hi}.",
-    )
-    return ["list"], desc, f"[min(max({x}, {lo}), {hi}) for {x} in {xs}]"
-
-
-def _cap(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Replace every number of {xs} above {c['k']} by {c['k']}.",
-        f"Return {xs} with each item capped at {c['k']}.",
-    )
-    return ["list"], desc, f"[min({x}, {c['k']}) for {x} in {xs}]"
-
-
-def _floor_to(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Replace every number of {xs} below {c['k']} by {c['k']}.",
-        f"Return {xs} with each item raised to at least {c['k']}.",
-    )
-    return ["list"], desc, f"[max({x}, {c['k']}) for {x} in {xs}]"
-
-
-def _count_range(c, s):
-    xs, x = s.args["list"], s.var
-    lo, hi = c["lo"], c["hi"]
-    desc = s.pick(
-        f"Count the numbers in {xs} between {lo} and {hi}, both included.",
-        f"How many items of {xs} lie from {lo} to {hi} inclusive?",
-    )
-    return ["list"], desc, f"sum(1 for {x} in {xs} if {lo} <= {x} <= {hi})"
-
-
-def _count_mod(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Count the numbers in {xs} whose remainder when divided by {c['m']} is {c['r']}.",
-        f"How many items of {xs} leave remainder {c['r']} modulo {c['m']}?",
-    )
-    return ["list"], desc, f"sum(1 for {x} in {xs} if {x} % {c['m']} == {c['r']})"
-
-
-def _draw_mod(rng):
-    m = rng.randint(2, 7)
-    return {"m": m, "r": rng.randrange(m)}
-
-
-def _filter_divisible(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Keep the numbers of {xs} that are divisible by {c['k']}.",
-        f"Return the multiples of {c['k']} found in {xs}, in order.",
-    )
-    return ["list"], desc, f"[{x} for {x} in {xs} if {x} % {c['k']} == 0]"
-
-
-def _multiples_upto(c, s):
-    n = s.args["int"]
-    desc = s.pick(
-        f"Return the multiples of {c['k']} from 1 to {n}, inclusive.",
-        f"List every number from 1 up to {n} that is divisible by {c['k']}.",
-    )
-    return ["int"], desc, f"[i for i in range(1, {n} + 1) if i % {c['k']} == 0]"
-
-
-def _sum_multiples(c, s):
-    n = s.args["int"]
-    desc = s.pick(
-        f"Return the sum of the multiples of {c['k']} from 1 to {n}, inclusive.",
-        f"Add up every number from 1 up to {n} that is divisible by {c['k']}.",
-    )
-    return ["int"], desc, f"sum(i for i in range(1, {n} + 1) if i % {c['k']} == 0)"
-
-
-def _running_sum(c, s):
-    xs = s.args["list"]
-    desc = s.pick(
-        f"Return the running totals of {xs}, starting from {c['k']}.",
-        f"Each output is {c['k']} plus the sum of {xs} up to and including that position.",
-    )
-    return ["list"], desc, f"[{c['k']} + sum({xs}[:i + 1]) for i in range(len({xs}))]"
-
-
-def _running_max(c, s):
-    xs = s.args["list"]
-    desc = s.pick(
-        f"Return the running maximum of {xs}, never below {c['k']}.",
-        f"For each position, the largest of {c['k']} and the items of {xs} so far.",
-    )
-    return ["list"], desc, f"[max([{c['k']}] + {xs}[:i + 1]) for i in range(len({xs}))]"
-
-
-def _pair_op(c, s):
-    xs = s.args["list"]
-    word = {"-": "difference", "+": "sum", "*": "product"}[c["op"]]
-    desc = s.pick(
-        f"Return the {word} of each pair of neighbours in {xs} (later one {c['op']} earlier one), plus {c['k']}.",
-        f"For neighbours a, b of {xs}, return b {c['op']} a + {c['k']}.",
-    )
-    return ["list"], desc, f"[b {c['op']} a + {c['k']} for a, b in zip({xs}, {xs}[1:])]"
-
-
-def _chunk_sums(c, s):
-    xs = s.args["list"]
-    desc = s.pick(
-        f"Split {xs} into groups of {c['k']} and return the sum of each group.",
-        f"Sum {xs} in consecutive blocks of {c['k']} items (the last may be shorter).",
-    )
-    return ["list"], desc, f"[sum({xs}[i:i + {c['k']}]) for i in range(0, len({xs}), {c['k']})]"
-
-
-def _every_kth(c, s):
-    xs = s.args["list"]
-    desc = s.pick(
-        f"Return every {c['step']}th item of {xs}, starting at index {c['start']}.",
-        f"Take the items of {xs} at index {c['start']}, then every {c['step']} positions.",
-    )
-    return ["list"], desc, f"{xs}[{c['start']}::{c['step']}]"
-
-
-def _rotate(c, s):
-    xs = s.args["list"]
-    desc = s.pick(
-        f"Move the first {c['k']} items of {xs} to its end.",
-        f"Rotate {xs} left by {c['k']} positions (when it is that long).",
-    )
-    return ["list"], desc, f"{xs}[{c['k']}:] + {xs}[:{c['k']}]"
-
-
-def _affine(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Return each number of {xs} times {c['a']}, plus {c['b']}.",
-        f"Map every item of {xs} to {c['a']} * item + {c['b']}.",
-    )
-    return ["list"], desc, f"[{x} * {c['a']} + {c['b']} for {x} in {xs}]"
-
-
-def _abs_diff(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Return how far each number of {xs} is from {c['k']}.",
-        f"The absolute difference between every item of {xs} and {c['k']}.",
-    )
-    return ["list"], desc, f"[abs({x} - {c['k']}) for {x} in {xs}]"
-
-
-def _power(c, s):
-    xs, x = s.args["list"], s.var
-    desc = s.pick(
-        f"Raise every number of {xs} to the power {c['k']}.",
-        f"Return each item of {xs} to the {c['k']}th power.",
-    )
-    return ["list"], desc, f"[{x} ** {c['k']} for {x} in {xs}]"
-
-
-def _label(c, s):
-    xs, x = s.args["list"], s.var
-    yes, no = c["words"]
-    desc = s.pick(
-        f"Label each number of {xs}: '{yes}' if it is {s.cmp(c['op'])} {c['k']}, otherwise '{no}'.",
-        f"Return '{yes}' for items of {xs} {s.cmp(c['op'])} {c['k']} and '{no}' for the rest.",
-    )
-    return ["list"], desc, f"['{yes}' if {x} {c['op']} {c['k']} else '{no}' for {x} in {xs}]"
 
 
 LABEL_WORDS = (("big", "small"), ("high", "low"), ("yes", "no"), ("hot", "cold"), ("up", "down"))
@@ -413,272 +162,344 @@ def _draw_label(rng):
     }
 
 
-def _max_offset(c, s):
-    xs = s.args["list"]
-    word = {"max": "largest", "min": "smallest"}[c["agg"]]
-    desc = s.pick(
-        f"Return the {word} number in {xs} plus {c['k']}.",
-        f"Find the {word} item of {xs} and add {c['k']} to it.",
-    )
-    return ["list"], desc, f"{c['agg']}({xs}) + {c['k']}"
-
-
-def _shift_letters(c, s):
-    t, ch = s.args["str"], "c"
-    desc = s.pick(
-        f"Shift every letter of {t} forward by {c['k']} places in the alphabet, wrapping from z to a.",
-        f"Return {t} with each lowercase letter moved {c['k']} positions along the alphabet (cyclic).",
-    )
-    return (
-        ["str"],
-        desc,
-        f"''.join(chr((ord({ch}) - 97 + {c['k']}) % 26 + 97) for {ch} in {t})",
-    )
-
-
-def _count_char(c, s):
-    t = s.args["str"]
-    desc = s.pick(
-        f"Count how many times the letter '{c['ch']}' occurs in {t}.",
-        f"Return the number of '{c['ch']}' characters in {t}.",
-    )
-    return ["str"], desc, f"{t}.count('{c['ch']}')"
-
-
-def _replace_char(c, s):
-    t = s.args["str"]
-    desc = s.pick(
-        f"Replace every '{c['a']}' in {t} by '{c['b']}'.",
-        f"Return {t} with each letter '{c['a']}' changed to '{c['b']}'.",
-    )
-    return ["str"], desc, f"{t}.replace('{c['a']}', '{c['b']}')"
-
-
-def _draw_two_letters(rng):
-    a, b = rng.sample(string.ascii_lowercase[:12], 2)
-    return {"a": a, "b": b}
-
-
-def _repeat(c, s):
-    t = s.args["str"]
-    desc = s.pick(f"Return {t} repeated {c['k']} times.", f"Concatenate {c['k']} copies of {t}.")
-    return ["str"], desc, f"{t} * {c['k']}"
-
-
-def _pad(c, s):
-    t = s.args["str"]
-    desc = s.pick(
-        f"Pad {t} on the right with '{c['ch']}' up to length {c['k']}.",
-        f"Return {t} left-justified in {c['k']} characters, filled with '{c['ch']}'.",
-    )
-    return ["str"], desc, f"{t}.ljust({c['k']}, '{c['ch']}')"
-
-
-def _draw_pad(rng):
-    return {"k": rng.randint(3, 10), "ch": rng.choice("*-.#+=")}
-
-
-def _truncate_words(c, s):
-    ws, w = s.args["words"], s.word_var
-    desc = s.pick(
-        f"Cut every word of {ws} to its first {c['k']} letters.",
-        f"Return the first {c['k']} characters of each string in {ws}.",
-    )
-    return ["words"], desc, f"[{w}[:{c['k']}] for {w} in {ws}]"
-
-
-def _words_by_length(c, s):
-    ws, w = s.args["words"], s.word_var
-    desc = s.pick(
-        f"Keep the words of {ws} whose length is {s.cmp(c['op'])} {c['k']}.",
-        f"Return the strings in {ws} with {s.cmp(c['op'])} {c['k']} characters.",
-    )
-    return ["words"], desc, f"[{w} for {w} in {ws} if len({w}) {c['op']} {c['k']}]"
-
-
-def _words_starting(c, s):
-    ws, w = s.args["words"], s.word_var
-    where = {"startswith": "start", "endswith": "end"}[c["method"]]
-    desc = s.pick(
-        f"Keep the words of {ws} that {where} with '{c['ch']}'.",
-        f"Return the strings in {ws} that {where} with the letter '{c['ch']}'.",
-    )
-    return ["words"], desc, f"[{w} for {w} in {ws} if {w}.{c['method']}('{c['ch']}')]"
-
-
-def _draw_starting(rng):
-    return {"method": rng.choice(("startswith", "endswith")), "ch": rng.choice(string.ascii_lowercase[:12])}
-
-
-def _join(c, s):
-    ws = s.args["words"]
-    desc = s.pick(
-        f"Join the words of {ws} with {c['sep']!r} between them.",
-        f"Return the strings of {ws} glued together by {c['sep']!r}.",
-    )
-    return ["words"], desc, f"{c['sep']!r}.join({ws})"
-
-
-def _prefix_words(c, s):
-    ws, w = s.args["words"], s.word_var
-    desc = s.pick(
-        f"Put {c['p']!r} in front of every word of {ws}.",
-        f"Return each string of {ws} with the prefix {c['p']!r}.",
-    )
-    return ["words"], desc, f"[{c['p']!r} + {w} for {w} in {ws}]"
-
-
-def _count_long(c, s):
-    ws, w = s.args["words"], s.word_var
-    desc = s.pick(
-        f"Count the words of {ws} with {s.cmp(c['op'])} {c['k']} letters.",
-        f"How many strings of {ws} have a length {s.cmp(c['op'])} {c['k']}?",
-    )
-    return ["words"], desc, f"sum(1 for {w} in {ws} if len({w}) {c['op']} {c['k']})"
-
-
-def _digit_count(c, s):
-    n = s.args["int"]
-    desc = s.pick(
-        f"Count the digits equal to {c['d']} in {n} times {c['k']}.",
-        f"Multiply {n} by {c['k']} and return how many of its digits are {c['d']}.",
-    )
-    return ["int"], desc, f"str({n} * {c['k']}).count('{c['d']}')"
-
-
-def _draw_digit(rng):
-    return {"d": rng.randint(0, 9), "k": rng.randint(2, 13)}
-
-
 _CMP_K = _op_k(CMP_OPS, 1, 20)  # the comparison families' logic: an operator and a constant
 
 FAMILIES: tuple[Family, ...] = (
-    Family("count_cmp", ("count_matching", "how_many", "tally", "count_items"), _CMP_K, _count_cmp),
-    Family("filter_cmp", ("keep_matching", "select", "filter_values", "pick"), _CMP_K, _filter_cmp),
-    Family("sum_cmp", ("sum_matching", "partial_total", "add_selected"), _CMP_K, _sum_cmp),
-    Family("any_cmp", ("has_any", "some_match", "exists"), _CMP_K, _any_cmp),
-    Family("all_cmp", ("all_match", "every_item", "check_all"), _CMP_K, _all_cmp),
-    Family("first_cmp", ("first_match", "find_first", "earliest"), _CMP_K, _first_cmp),
-    Family("indices_cmp", ("positions", "where", "find_indices"), _CMP_K, _indices_cmp),
-    Family(
+    family(
+        "count_cmp",
+        ("count_matching", "how_many", "tally", "count_items"),
+        _CMP_K,
+        "sum(1 for {x} in {arg} if {x} {op} {k})",
+        "Count the numbers in {arg} that are {cmp} {k}.",
+        "Return how many items of {arg} are {cmp} {k}.",
+        "How many elements of {arg} are {cmp} {k}?",
+    ),
+    family(
+        "filter_cmp",
+        ("keep_matching", "select", "filter_values", "pick"),
+        _CMP_K,
+        "[{x} for {x} in {arg} if {x} {op} {k}]",
+        "Keep only the numbers in {arg} that are {cmp} {k}, in order.",
+        "Return the items of {arg} that are {cmp} {k}.",
+        "Filter {arg}: the elements {cmp} {k}, in their original order.",
+    ),
+    family(
+        "sum_cmp",
+        ("sum_matching", "partial_total", "add_selected"),
+        _CMP_K,
+        "sum({x} for {x} in {arg} if {x} {op} {k})",
+        "Add up the numbers in {arg} that are {cmp} {k}.",
+        "Return the sum of the items of {arg} that are {cmp} {k}.",
+    ),
+    family(
+        "any_cmp",
+        ("has_any", "some_match", "exists"),
+        _CMP_K,
+        "any({x} {op} {k} for {x} in {arg})",
+        "Return True if some number in {arg} is {cmp} {k}, else False.",
+        "Is any item of {arg} {cmp} {k}?",
+    ),
+    family(
+        "all_cmp",
+        ("all_match", "every_item", "check_all"),
+        _CMP_K,
+        "all({x} {op} {k} for {x} in {arg})",
+        "Return True if every number in {arg} is {cmp} {k}, else False.",
+        "Are all items of {arg} {cmp} {k}?",
+    ),
+    family(
+        "first_cmp",
+        ("first_match", "find_first", "earliest"),
+        _CMP_K,
+        "next(({x} for {x} in {arg} if {x} {op} {k}), -1)",
+        "Return the first number in {arg} that is {cmp} {k}, or -1 if there is none.",
+        "Find the first item of {arg} {cmp} {k}; -1 when no item is.",
+    ),
+    family(
+        "indices_cmp",
+        ("positions", "where", "find_indices"),
+        _CMP_K,
+        "[i for i in range(len({arg})) if {arg}[i] {op} {k}]",
+        "Return the positions of the numbers in {arg} that are {cmp} {k}.",
+        "List the indices i where {arg}[i] is {cmp} {k}.",
+    ),
+    family(
         "map_arith",
         ("adjust", "transform", "apply_all", "shift_values"),
         _op_k(("+", "-", "*"), 1, 12),
-        _map_arith,
-    ),  # fmt: skip
-    Family(
+        "[{x} {op} {k} for {x} in {arg}]",
+        "Return a new list: {arith} each number of {arg}.",
+        "Apply this to every item of {arg} and return the results: {arith}.",
+    ),
+    family(
         "clip",
         ("clip", "clamp", "bound"),
         lambda r: {"lo": (lo := r.randint(0, 8)), "hi": lo + r.randint(2, 12)},
-        _clip,
-    ),  # fmt: skip
-    Family("cap", ("cap", "limit_values", "ceiling"), _k(2, 25), _cap),
-    Family("floor_to", ("raise_low", "floor_values", "at_least"), _k(2, 25), _floor_to),
-    Family(
+        "[min(max({x}, {lo}), {hi}) for {x} in {arg}]",
+        "Clip every number of {arg} into the range from {lo} to {hi}.",
+        "Return {arg} with each item limited to at least {lo} and at most {hi}.",
+    ),
+    family(
+        "cap",
+        ("cap", "limit_values", "ceiling"),
+        _k(2, 25),
+        "[min({x}, {k}) for {x} in {arg}]",
+        "Replace every number of {arg} above {k} by {k}.",
+        "Return {arg} with each item capped at {k}.",
+    ),
+    family(
+        "floor_to",
+        ("raise_low", "floor_values", "at_least"),
+        _k(2, 25),
+        "[max({x}, {k}) for {x} in {arg}]",
+        "Replace every number of {arg} below {k} by {k}.",
+        "Return {arg} with each item raised to at least {k}.",
+    ),
+    family(
         "count_range",
         ("count_between", "in_range", "count_window"),
         lambda r: {"lo": (lo := r.randint(0, 10)), "hi": lo + r.randint(1, 10)},
-        _count_range,
-    ),  # fmt: skip
-    Family("count_mod", ("count_remainder", "mod_count", "residue_count"), _draw_mod, _count_mod),
-    Family("filter_divisible", ("multiples_in", "divisible", "keep_multiples"), _k(2, 9), _filter_divisible),
-    Family(
+        "sum(1 for {x} in {arg} if {lo} <= {x} <= {hi})",
+        "Count the numbers in {arg} between {lo} and {hi}, both included.",
+        "How many items of {arg} lie from {lo} to {hi} inclusive?",
+    ),
+    family(
+        "count_mod",
+        ("count_remainder", "mod_count", "residue_count"),
+        lambda r: {"m": (m := r.randint(2, 7)), "r": r.randrange(m)},
+        "sum(1 for {x} in {arg} if {x} % {m} == {r})",
+        "Count the numbers in {arg} whose remainder when divided by {m} is {r}.",
+        "How many items of {arg} leave remainder {r} modulo {m}?",
+    ),
+    family(
+        "filter_divisible",
+        ("multiples_in", "divisible", "keep_multiples"),
+        _k(2, 9),
+        "[{x} for {x} in {arg} if {x} % {k} == 0]",
+        "Keep the numbers of {arg} that are divisible by {k}.",
+        "Return the multiples of {k} found in {arg}, in order.",
+    ),
+    family(
         "multiples_upto",
         ("multiples", "list_multiples", "divisible_upto"),
         _k(2, 9),
-        _multiples_upto,
-        int_inputs,
-    ),  # fmt: skip
-    Family(
+        "[i for i in range(1, {arg} + 1) if i % {k} == 0]",
+        "Return the multiples of {k} from 1 to {arg}, inclusive.",
+        "List every number from 1 up to {arg} that is divisible by {k}.",
+        kind="int",
+    ),
+    family(
         "sum_multiples",
         ("sum_multiples", "multiple_total", "add_multiples"),
         _k(2, 9),
-        _sum_multiples,
-        int_inputs,
-    ),  # fmt: skip
-    Family("running_sum", ("running_total", "prefix_sums", "cumulative"), _k(0, 20), _running_sum),
-    Family("running_max", ("running_max", "prefix_max", "high_water"), _k(0, 20), _running_max),
-    Family("pair_op", ("neighbours", "pairwise", "adjacent"), _op_k(("+", "-", "*"), 0, 9), _pair_op),
-    Family("chunk_sums", ("chunk_sums", "block_totals", "group_sums"), _k(2, 5), _chunk_sums),
-    Family(
+        "sum(i for i in range(1, {arg} + 1) if i % {k} == 0)",
+        "Return the sum of the multiples of {k} from 1 to {arg}, inclusive.",
+        "Add up every number from 1 up to {arg} that is divisible by {k}.",
+        kind="int",
+    ),
+    family(
+        "running_sum",
+        ("running_total", "prefix_sums", "cumulative"),
+        _k(0, 20),
+        "[{k} + sum({arg}[:i + 1]) for i in range(len({arg}))]",
+        "Return the running totals of {arg}, starting from {k}.",
+        "Each output is {k} plus the sum of {arg} up to and including that position.",
+    ),
+    family(
+        "running_max",
+        ("running_max", "prefix_max", "high_water"),
+        _k(0, 20),
+        "[max([{k}] + {arg}[:i + 1]) for i in range(len({arg}))]",
+        "Return the running maximum of {arg}, never below {k}.",
+        "For each position, the largest of {k} and the items of {arg} so far.",
+    ),
+    family(
+        "pair_op",
+        ("neighbours", "pairwise", "adjacent"),
+        _op_k(("+", "-", "*"), 0, 9),
+        "[b {op} a + {k} for a, b in zip({arg}, {arg}[1:])]",
+        "Return the {noun} of each pair of neighbours in {arg} (later one {op} earlier one), plus {k}.",
+        "For neighbours a, b of {arg}, return b {op} a + {k}.",
+        words=lambda c: {"noun": {"-": "difference", "+": "sum", "*": "product"}[c["op"]]},
+    ),
+    family(
+        "chunk_sums",
+        ("chunk_sums", "block_totals", "group_sums"),
+        _k(2, 5),
+        "[sum({arg}[i:i + {k}]) for i in range(0, len({arg}), {k})]",
+        "Split {arg} into groups of {k} and return the sum of each group.",
+        "Sum {arg} in consecutive blocks of {k} items (the last may be shorter).",
+    ),
+    family(
         "every_kth",
         ("every_kth", "stride", "sample_items"),
         lambda r: {"start": r.randint(0, 3), "step": r.randint(2, 4)},
-        _every_kth,
-    ),  # fmt: skip
-    Family("rotate", ("rotate", "rotate_left", "cycle"), _k(1, 4), _rotate),
-    Family(
+        "{arg}[{start}::{step}]",
+        "Return every {step}th item of {arg}, starting at index {start}.",
+        "Take the items of {arg} at index {start}, then every {step} positions.",
+    ),
+    family(
+        "rotate",
+        ("rotate", "rotate_left", "cycle"),
+        _k(1, 4),
+        "{arg}[{k}:] + {arg}[:{k}]",
+        "Move the first {k} items of {arg} to its end.",
+        "Rotate {arg} left by {k} positions (when it is that long).",
+    ),
+    family(
         "affine",
         ("affine", "scale_shift", "linear_map"),
         lambda r: {"a": r.randint(2, 9), "b": r.randint(1, 20)},
-        _affine,
-    ),  # fmt: skip
-    Family("abs_diff", ("distances", "abs_diff", "how_far"), _k(1, 25), _abs_diff),
-    Family("power", ("powers", "raise_all", "power_each"), _k(2, 4), _power),
-    Family("label", ("label", "classify", "tag_values"), _draw_label, _label),
-    Family(
+        "[{x} * {a} + {b} for {x} in {arg}]",
+        "Return each number of {arg} times {a}, plus {b}.",
+        "Map every item of {arg} to {a} * item + {b}.",
+    ),
+    family(
+        "abs_diff",
+        ("distances", "abs_diff", "how_far"),
+        _k(1, 25),
+        "[abs({x} - {k}) for {x} in {arg}]",
+        "Return how far each number of {arg} is from {k}.",
+        "The absolute difference between every item of {arg} and {k}.",
+    ),
+    family(
+        "power",
+        ("powers", "raise_all", "power_each"),
+        _k(2, 4),
+        "[{x} ** {k} for {x} in {arg}]",
+        "Raise every number of {arg} to the power {k}.",
+        "Return each item of {arg} to the {k}th power.",
+    ),
+    family(
+        "label",
+        ("label", "classify", "tag_values"),
+        _draw_label,
+        "['{words[0]}' if {x} {op} {k} else '{words[1]}' for {x} in {arg}]",
+        "Label each number of {arg}: '{words[0]}' if it is {cmp} {k}, otherwise '{words[1]}'.",
+        "Return '{words[0]}' for items of {arg} {cmp} {k} and '{words[1]}' for the rest.",
+    ),
+    family(
         "max_offset",
         ("extreme_plus", "peak_offset", "bound_plus"),
         lambda r: {"agg": r.choice(("max", "min")), "k": r.randint(1, 20)},
-        _max_offset,
-        functools.partial(int_list_inputs, min_len=1),
-    ),  # fmt: skip
-    Family("shift_letters", ("shift", "caesar", "rotate_letters"), _k(1, 25), _shift_letters, str_inputs),
-    Family(
+        "{agg}({arg}) + {k}",
+        "Return the {extreme} number in {arg} plus {k}.",
+        "Find the {extreme} item of {arg} and add {k} to it.",
+        inputs=functools.partial(int_list_inputs, min_len=1),
+        words=lambda c: {"extreme": {"max": "largest", "min": "smallest"}[c["agg"]]},
+    ),
+    family(
+        "shift_letters",
+        ("shift", "caesar", "rotate_letters"),
+        _k(1, 25),
+        "''.join(chr((ord(c) - 97 + {k}) % 26 + 97) for c in {arg})",
+        "Shift every letter of {arg} forward by {k} places in the alphabet, wrapping from z to a.",
+        "Return {arg} with each lowercase letter moved {k} positions along the alphabet (cyclic).",
+        kind="str",
+    ),
+    family(
         "count_char",
         ("count_letter", "occurrences", "letter_count"),
         lambda r: {"ch": r.choice(string.ascii_lowercase[:12])},
-        _count_char,
-        str_inputs,
-    ),  # fmt: skip
-    Family(
+        "{arg}.count('{ch}')",
+        "Count how many times the letter '{ch}' occurs in {arg}.",
+        "Return the number of '{ch}' characters in {arg}.",
+        kind="str",
+    ),
+    family(
         "replace_char",
         ("replace_letter", "swap_letter", "substitute"),
-        _draw_two_letters,
-        _replace_char,
-        str_inputs,
-    ),  # fmt: skip
-    Family("repeat", ("repeat", "copies", "duplicate"), _k(2, 9), _repeat, str_inputs),
-    Family("pad", ("pad_right", "fill", "justify"), _draw_pad, _pad, str_inputs),
-    Family("truncate_words", ("truncate", "shorten", "heads"), _k(1, 5), _truncate_words, words_inputs),
-    Family(
+        lambda r: dict(zip("ab", r.sample(string.ascii_lowercase[:12], 2))),
+        "{arg}.replace('{a}', '{b}')",
+        "Replace every '{a}' in {arg} by '{b}'.",
+        "Return {arg} with each letter '{a}' changed to '{b}'.",
+        kind="str",
+    ),
+    family(
+        "repeat",
+        ("repeat", "copies", "duplicate"),
+        _k(2, 9),
+        "{arg} * {k}",
+        "Return {arg} repeated {k} times.",
+        "Concatenate {k} copies of {arg}.",
+        kind="str",
+    ),
+    family(
+        "pad",
+        ("pad_right", "fill", "justify"),
+        lambda r: {"k": r.randint(3, 10), "ch": r.choice("*-.#+=")},
+        "{arg}.ljust({k}, '{ch}')",
+        "Pad {arg} on the right with '{ch}' up to length {k}.",
+        "Return {arg} left-justified in {k} characters, filled with '{ch}'.",
+        kind="str",
+    ),
+    family(
+        "truncate_words",
+        ("truncate", "shorten", "heads"),
+        _k(1, 5),
+        "[{w}[:{k}] for {w} in {arg}]",
+        "Cut every word of {arg} to its first {k} letters.",
+        "Return the first {k} characters of each string in {arg}.",
+        kind="words",
+    ),
+    family(
         "words_by_length",
         ("by_length", "length_filter", "keep_words"),
         _op_k(CMP_OPS, 1, 6),
-        _words_by_length,
-        words_inputs,
-    ),  # fmt: skip
-    Family(
+        "[{w} for {w} in {arg} if len({w}) {op} {k}]",
+        "Keep the words of {arg} whose length is {cmp} {k}.",
+        "Return the strings in {arg} with {cmp} {k} characters.",
+        kind="words",
+    ),
+    family(
         "words_starting",
         ("with_letter", "letter_filter", "matching_words"),
-        _draw_starting,
-        _words_starting,
-        words_inputs,
-    ),  # fmt: skip
-    Family(
+        lambda r: {
+            "method": r.choice(("startswith", "endswith")),
+            "ch": r.choice(string.ascii_lowercase[:12]),
+        },
+        "[{w} for {w} in {arg} if {w}.{method}('{ch}')]",
+        "Keep the words of {arg} that {where} with '{ch}'.",
+        "Return the strings in {arg} that {where} with the letter '{ch}'.",
+        kind="words",
+        words=lambda c: {"where": {"startswith": "start", "endswith": "end"}[c["method"]]},
+    ),
+    family(
         "join",
         ("join_words", "glue", "combine"),
         lambda r: {"sep": r.choice(("-", ", ", "_", " ", "/", "+", ":"))},
-        _join,
-        words_inputs,
-    ),  # fmt: skip
-    Family(
+        "{sep!r}.join({arg})",
+        "Join the words of {arg} with {sep!r} between them.",
+        "Return the strings of {arg} glued together by {sep!r}.",
+        kind="words",
+    ),
+    family(
         "prefix_words",
         ("prefix", "prepend", "tag_words"),
         lambda r: {"p": r.choice(("x", "re", "un", "pre", "my", "a_", "z-"))},
-        _prefix_words,
-        words_inputs,
-    ),  # fmt: skip
-    Family(
+        "[{p!r} + {w} for {w} in {arg}]",
+        "Put {p!r} in front of every word of {arg}.",
+        "Return each string of {arg} with the prefix {p!r}.",
+        kind="words",
+    ),
+    family(
         "count_long",
         ("count_words", "long_words", "count_by_length"),
         _op_k(CMP_OPS, 1, 6),
-        _count_long,
-        words_inputs,
-    ),  # fmt: skip
-    Family(
-        "digit_count", ("digit_count", "count_digit", "digits_of"), _draw_digit, _digit_count, int_inputs
-    ),  # fmt: skip
+        "sum(1 for {w} in {arg} if len({w}) {op} {k})",
+        "Count the words of {arg} with {cmp} {k} letters.",
+        "How many strings of {arg} have a length {cmp} {k}?",
+        kind="words",
+    ),
+    family(
+        "digit_count",
+        ("digit_count", "count_digit", "digits_of"),
+        lambda r: {"d": r.randint(0, 9), "k": r.randint(2, 13)},
+        "str({arg} * {k}).count('{d}')",
+        "Count the digits equal to {d} in {arg} times {k}.",
+        "Multiply {arg} by {k} and return how many of its digits are {d}.",
+        kind="int",
+    ),
 )
 FAMILY_BY_NAME = {f.name: f for f in FAMILIES}
 
@@ -711,9 +532,17 @@ class Draft:
 def render(
     task_id: str, family: Family, logic: dict[str, Any], surface: Surface, inputs: list[list]
 ) -> Draft:
-    kinds, description, expression = family.make(logic, surface)
-    params = [surface.args[kind] for kind in kinds]
-    return Draft(task_id, family.name, logic, surface, inputs, params, description, expression)
+    arg = surface.args[family.kind]
+    names = {"arg": arg, "x": surface.var, "w": surface.word_var, **logic}
+    if logic.get("op") in CMP_WORDS:
+        names["cmp"] = surface.phrasing(CMP_WORDS[logic["op"]])
+    if logic.get("op") in ARITH_WORDS:
+        names["arith"] = surface.phrasing(ARITH_WORDS[logic["op"]]).format(k=logic["k"])
+    if family.words:
+        names |= family.words(logic)
+    description = surface.pick(*family.wordings).format_map(names)
+    expression = family.expression.format_map(names)
+    return Draft(task_id, family.name, logic, surface, inputs, [arg], description, expression)
 
 
 def draft(seed: int, index: int, attempt: int = 0) -> Draft:
@@ -722,7 +551,14 @@ def draft(seed: int, index: int, attempt: int = 0) -> Draft:
     family = FAMILIES[index % len(FAMILIES)]
     rng = random.Random(f"synthetic:{seed}:{index}:{attempt}")
     logic = family.draw(rng)
-    surface = draw_surface(rng, family.fn_names, suffix=attempt >= SUFFIX_AFTER)
+    surface = Surface(
+        fn=rng.choice(family.fn_names) + (rng.choice(FN_SUFFIXES) if attempt >= SUFFIX_AFTER else ""),
+        args=dict(ARG_NAMES),
+        var=LOOP_VAR,
+        word_var=WORD_LOOP_VAR,
+        wording=rng.randrange(6),
+        phrase=rng.randrange(6),
+    )
     inputs = family.inputs(logic, random.Random(f"synthetic-inputs:{seed}:{index}"))
     return render(f"synthetic/{index}", family, logic, surface, inputs)
 
@@ -747,14 +583,10 @@ def drafts(seed: int, size: int) -> list[Draft]:
     return out
 
 
-def _call(fn: str, args: list) -> str:
-    return f"{fn}({', '.join(repr(a) for a in args)})"
-
-
 def finish(d: Draft, outputs: list[Any], metadata: dict[str, Any] | None = None) -> Task:
     """The Task of a draft, with the canonical solution's outputs (from the sandbox) as the truth."""
     examples = "".join(
-        f"    >>> {_call(d.surface.fn, args)}\n    {out!r}\n"
+        f"    >>> {d.surface.fn}({', '.join(repr(a) for a in args)})\n    {out!r}\n"
         for args, out in zip(d.inputs[:N_EXAMPLES], outputs[:N_EXAMPLES])
     )
     # The description comes last, after the examples: its constants are then the last numbers the model
@@ -786,10 +618,6 @@ def finish(d: Draft, outputs: list[Any], metadata: dict[str, Any] | None = None)
     )
 
 
-class SyntheticBuildError(RuntimeError):
-    """A family whose canonical solution did not run (a bug in this module, never in user data)."""
-
-
 def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
     """The canonical solutions' outputs on their inputs, computed in the sandbox (one job per draft)."""
     from leaklab.execution.sandbox import FunctionCalls, Sandbox
@@ -802,7 +630,7 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
         calls = r.calls or []
         if not r.passed or len(calls) != len(d.inputs) or not all(c.ok for c in calls):
             errors = [c.error for c in calls if not c.ok]
-            raise SyntheticBuildError(
+            raise RuntimeError(  # a bug in a family of this module, never in user data
                 f"{d.task_id} ({d.family}): the canonical solution failed in the sandbox: "
                 f"{r.reason or (errors[0] if errors else r.verdict)}"
             )
@@ -811,11 +639,6 @@ def run_drafts(drafts: Sequence[Draft], sandbox=None) -> list[list[Any]]:
 
 
 # --------------------------------------------------------------------------- the benchmark, cached
-
-
-def cache_file(seed: int, size: int) -> Path:
-    code_version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
-    return cache_root() / "synthetic" / f"seed{seed}-n{size}-{code_version}.jsonl"
 
 
 def build_synthetic(seed: int = 0, size: int = DEFAULT_SIZE, sandbox=None) -> list[Task]:
@@ -841,7 +664,8 @@ def load_synthetic(
     size = DEFAULT_SIZE if max_samples is None else int(max_samples)
     if size < 1:
         raise ValueError(f"the synthetic benchmark needs at least one task, got max_samples={size}")
-    file = cache_file(seed, size)
+    code_version = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    file = cache_root() / "synthetic" / f"seed{seed}-n{size}-{code_version}.jsonl"
     if file.exists():
         return [task_from_dict(row) for row in read_rows(file)]
     tasks = build_synthetic(seed, size)

@@ -57,28 +57,23 @@ def context_shots(texts: list[str], seed: int) -> list[list[str]]:
     return out
 
 
-def context_nlls(model, tokenizer, texts: list[str], *, k: int = 3, seed: int = 0, settings=None, **engine):
-    """(NLL(x), NLL(x | C_x)) per sample, the context never scored; NaN where not one shot fits."""
-    from leaklab.signals.logprobs import ScoringSettings, compute_token_stats, forward_length
+def context_nlls(inputs, *, k: int = 3, seed: int = 0):
+    """(NLL(x), NLL(x | C_x)) per sample of `inputs` (ModelInputs), the context never scored; NaN where
+    not one shot fits."""
+    from leaklab.signals.logprobs import ScoringSettings, forward_length
 
-    scoring = dataclasses.replace(ScoringSettings.from_config(settings), scoring_span="text")
-    max_length = forward_length(scoring, model)
-
-    def nlls(items, prompts, span_settings):
-        stats = compute_token_stats(
-            model, tokenizer, items, prompts=prompts, settings=span_settings, distribution=False, **engine
-        )
-        return np.array([s.nll() for s in stats], dtype=np.float64)
-
-    plain = nlls(texts, None, scoring)
+    texts = list(inputs.texts)
+    scoring = dataclasses.replace(ScoringSettings.from_config(inputs.settings), scoring_span="text")
+    max_length = forward_length(scoring, inputs.model)
+    plain = inputs.nlls(texts, None, scoring)
     fitted, heads = [], []
     for i, candidates in enumerate(context_shots(texts, seed)):
-        shots = fitting_shots(tokenizer, candidates, "", texts[i], max_length, k)
+        shots = fitting_shots(inputs.tokenizer, candidates, "", texts[i], max_length, k)
         if shots:
             fitted.append(i)
             heads.append(join_prefix(shots))
     context = np.full(len(texts), np.nan)
-    context[fitted] = nlls(
+    context[fitted] = inputs.nlls(
         [h + texts[i] for h, i in zip(heads, fitted)],
         heads,
         dataclasses.replace(scoring, scoring_span="solution"),
@@ -106,15 +101,6 @@ class Codec:
         return {"codec_drop": {"k": self.k, "seed": self.seed}}
 
     def run(self, inputs) -> dict[str, np.ndarray]:
-        plain, context = context_nlls(
-            inputs.model,
-            inputs.tokenizer,
-            list(inputs.texts),
-            k=self.k,
-            seed=self.seed,
-            settings=inputs.settings,
-            accelerator=inputs.accelerator,
-            cache=inputs.cache,
-        )
+        plain, context = context_nlls(inputs, k=self.k, seed=self.seed)
         inputs.info[self.name] = {"no_room": int(np.isnan(context).sum())}
         return {"codec_drop": context - plain}

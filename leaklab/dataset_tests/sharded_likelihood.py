@@ -11,6 +11,7 @@ themselves. Rows, defaults (r 10, m 20) and choices: docs/detectors.md#dataset-l
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -23,12 +24,8 @@ def shard_bounds(n: int, shards: int) -> list[tuple[int, int]]:
     n % shards shards one longer); fewer shards when n < shards."""
     shards = max(1, min(shards, n))
     size, extra = divmod(n, shards)
-    out, start = [], 0
-    for k in range(shards):
-        end = start + size + (1 if k < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
+    ends = list(itertools.accumulate(size + (k < extra) for k in range(shards)))
+    return list(zip([0, *ends[:-1]], ends))
 
 
 def shard_permutations(bounds: list[tuple[int, int]], m: int, seed: int) -> list[list[np.ndarray]]:

@@ -122,16 +122,12 @@ def load_model(
         )
     except (OSError, ValueError) as err:
         raise _unavailable(path, "model", err, key) from err
-    declare_tied_weights(model)
-    return model
-
-
-def declare_tied_weights(model) -> None:
-    """List the tied weights (e.g. lm_head.weight, saved once as the input embedding) as not saved, so a
-    Trainer resuming from a checkpoint re-ties them instead of warning that they are missing."""
+    # The tied weights (e.g. lm_head.weight, saved once as the input embedding) listed as not saved, so
+    # a Trainer resuming from a checkpoint re-ties them instead of warning that they are missing.
     tied = getattr(model, "all_tied_weights_keys", None) or {}
     if tied:
         model._keys_to_ignore_on_save = set(model._keys_to_ignore_on_save or ()) | set(tied)
+    return model
 
 
 def load_model_and_tokenizer(cfg: ModelConfig, log=print):

@@ -171,14 +171,6 @@ def make_reward(recipe: Recipe) -> CodeReward:
     return reward
 
 
-def use_vllm(setting: str) -> bool:
-    import torch
-
-    if setting == "auto":
-        return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
-    return setting == "true"
-
-
 def reward_callback(reward: CodeReward):
     """Adds the reasons counted since the last log (passed, failed, no_code, ...) to each training log,
     so they become `evaluation: training` rows next to TRL's mean reward."""
@@ -202,6 +194,7 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
         # veRL trains out of process from the model's directory (the in-process model is not used).
         model_path = getattr(model, "name_or_path", None) or model.config._name_or_path
         return VerlRun(recipe, dataset, output_dir, model_path)
+    import torch
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     from leaklab.training.cpt import training_arguments
@@ -209,7 +202,9 @@ def build_trainer(model, tokenizer, dataset, recipe: Recipe, output_dir: Path, c
     config_cls, trainer_cls = (
         (GRPOConfig, GRPOTrainer) if rl.algorithm == "grpo" else (RLOOConfig, RLOOTrainer)
     )
-    vllm = use_vllm(rl.use_vllm)
+    vllm = rl.use_vllm == "true" or (
+        rl.use_vllm == "auto" and importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+    )
     args = training_arguments(
         recipe,
         output_dir,
