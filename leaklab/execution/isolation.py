@@ -853,14 +853,13 @@ def build_guards() -> list[tuple[Any, str, Any]]:
     ):  # fmt: skip
         if hasattr(os, name):
             guards.append((os, name, _denied(f"os.{name}")))
-    for name in ("remove", "unlink", "rmdir", "removedirs", "truncate", "chmod", "chown", "lchown"):
-        if hasattr(os, name):
-            guards.append((os, name, _inside_workdir(f"os.{name}", getattr(os, name))))
-    for name in ("rename", "renames", "replace", "link", "symlink"):
-        guards.append((os, name, _inside_workdir(f"os.{name}", getattr(os, name), n_paths=2)))
-    guards.append((shutil, "rmtree", _inside_workdir("shutil.rmtree", shutil.rmtree)))
-    guards.append((shutil, "move", _inside_workdir("shutil.move", shutil.move, n_paths=2)))
-    guards.append((shutil, "chown", _inside_workdir("shutil.chown", shutil.chown)))
+    one_path = ("remove", "unlink", "rmdir", "removedirs", "truncate", "chmod", "chown", "lchown")
+    wrapped = [(os, name, 1) for name in one_path if hasattr(os, name)]
+    wrapped += [(os, name, 2) for name in ("rename", "renames", "replace", "link", "symlink")]
+    wrapped += [(shutil, "rmtree", 1), (shutil, "move", 2), (shutil, "chown", 1)]
+    for owner, name, n_paths in wrapped:
+        func = _inside_workdir(f"{owner.__name__}.{name}", getattr(owner, name), n_paths)
+        guards.append((owner, name, func))
 
     class Popen(subprocess.Popen):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
