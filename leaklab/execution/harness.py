@@ -532,8 +532,8 @@ def _serve_request(obj: Any, op: str, request: dict[str, Any], decode: Any) -> A
         return obj[decode(request["key"])]
     if op == "contains":
         return decode(request["key"]) in obj
-    if op == "len":
-        return len(obj)
+    if op in ("len", "str", "repr", "bool"):
+        return getattr(builtins, op)(obj)
     if op == "iter":
         out = []
         for item in obj:
@@ -541,10 +541,6 @@ def _serve_request(obj: Any, op: str, request: dict[str, Any], decode: Any) -> A
             if len(out) > MAX_ITEMS:
                 raise ValueError(f"more than {MAX_ITEMS} items")
         return out
-    if op in ("str", "repr"):
-        return (str if op == "str" else repr)(obj)
-    if op == "bool":
-        return bool(obj)
     if op == "type":
         return [type(obj).__module__, type(obj).__qualname__]
     raise ValueError(f"unknown request {op!r}")
