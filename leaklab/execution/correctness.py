@@ -54,10 +54,6 @@ class SampleResult:
 # --------------------------------------------------------------------------- comparing outputs
 
 
-def _poly(xs: Sequence[float], x: float) -> float:
-    return sum(c * math.pow(x, i) for i, c in enumerate(xs))
-
-
 def _is_floats(value: Any) -> bool:
     floats = isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, float) for v in value)
     return isinstance(value, float) or floats
@@ -86,7 +82,8 @@ def outputs_match(
         if compare == "not_none":
             return out == expected if isinstance(out, bool) else (out is not None) == expected
         if compare == "poly_root":
-            return isinstance(out, (int, float)) and abs(_poly(args[0], out)) <= (atol or 1e-6)
+            value = sum(c * math.pow(out, i) for i, c in enumerate(args[0]))  # args[0]: the coefficients
+            return isinstance(out, (int, float)) and abs(value) <= (atol or 1e-6)
         if compare == "apps":
             out, expected = _as_lists(out), _as_lists(expected)
             return out == expected or (

@@ -1,8 +1,5 @@
 """HyClone-style functional similarity (000 App. C.2): an optional LLM screen (stage 1), then the
 ground-truth function A and a generated one B run on the same inputs in the sandbox (stage 2).
-
-    results = cross_execute(pairs, sandbox, llm=LLMStages(generator, n_inputs=10), generated=10)
-
 S_a, S_b, the clone rule, the inputs, the screen and the repair: docs/sandbox.md#hyclone-cross-execution.
 """
 

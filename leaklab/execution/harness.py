@@ -319,9 +319,8 @@ class _Reference:
 
 
 class JudgeObject(_Reference):
-    """In the candidate: a mock of the judge's (what a test's `unittest.mock.patch` put in place), by
-    reference. Using it asks the judge, where the mock records the call and answers as the test
-    configured it."""
+    """In the candidate: a mock of the judge's (one a test's `mock.patch` put in place), by reference;
+    using it asks the judge, where the mock records the call and answers as the test configured it."""
 
     __slots__ = ("_jref",)
 
@@ -533,8 +532,8 @@ def _serve_request(obj: Any, op: str, request: dict[str, Any], decode: Any) -> A
         return obj[decode(request["key"])]
     if op == "contains":
         return decode(request["key"]) in obj
-    if op == "len":
-        return len(obj)
+    if op in ("len", "str", "repr", "bool"):
+        return getattr(builtins, op)(obj)
     if op == "iter":
         out = []
         for item in obj:
@@ -542,10 +541,6 @@ def _serve_request(obj: Any, op: str, request: dict[str, Any], decode: Any) -> A
             if len(out) > MAX_ITEMS:
                 raise ValueError(f"more than {MAX_ITEMS} items")
         return out
-    if op in ("str", "repr"):
-        return (str if op == "str" else repr)(obj)
-    if op == "bool":
-        return bool(obj)
     if op == "type":
         return [type(obj).__module__, type(obj).__qualname__]
     raise ValueError(f"unknown request {op!r}")
@@ -740,8 +735,7 @@ def _unittest_problem(test: Any, trace: str) -> str:
 
 
 def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
-    """Run the trusted unittest class against the candidate's module behind references (see
-    `serve_module`); the verdict, as a dict."""
+    """The trusted unittest class run against the candidate's module behind references; the verdict."""
     link = CandidateLink(requests_fd, replies_fd)
     namespace = _fresh_main()
     try:
@@ -767,16 +761,6 @@ def judge_unittest(tests: str, test_class: str, requests_fd: int, replies_fd: in
         return _run_test_class(tests, test_class, namespace)
 
 
-def _patch_target(owner: Any) -> list[str] | None:
-    """Where a patch applies, as the candidate can find it: a module by name, a class by its module
-    and qualified name (the judge's __main__ is the tests', the candidate's is the program)."""
-    if isinstance(owner, types.ModuleType):
-        return ["module", owner.__name__]
-    if isinstance(owner, type):
-        return ["class", owner.__module__, owner.__qualname__]
-    return None
-
-
 @contextlib.contextmanager
 def _forwarded_patches(link: CandidateLink):
     """Each patch a test applies (`@patch('requests.get')`, `patch.dict(os.environ, ...)`) is applied
@@ -788,10 +772,14 @@ def _forwarded_patches(link: CandidateLink):
     forwarded: set[int] = set()
 
     def patch_enter(self: Any) -> Any:
-        new = enter(self)
-        where = _patch_target(self.getter())
+        new, owner = enter(self), self.getter()
+        # Where the candidate finds the patched object: a module by name, a class by its module and
+        # qualified name (the judge's __main__ is the tests', the candidate's is the program).
+        where = ["module", owner.__name__] if isinstance(owner, types.ModuleType) else None
+        if isinstance(owner, type):
+            where = ["class", owner.__module__, owner.__qualname__]
         try:
-            value = link.encode(getattr(self.getter(), self.attribute))
+            value = link.encode(getattr(owner, self.attribute))
         except values.UnsupportedValue:
             return new
         if where is not None:
@@ -905,16 +893,6 @@ def judge_check(fields: Any, entry_point: str, requests_fd: int, replies_fd: int
     return {"passed": True}
 
 
-def _judge_one(payload: bytes, entry_point: str, requests_fd: int, replies_fd: int) -> dict[str, Any]:
-    fields = json.loads(payload)  # Sandbox._message's JSON, read whole by serve_judge
-    if "test_class" in fields:
-        try:
-            return judge_unittest(fields["tests"], fields["test_class"], requests_fd, replies_fd)
-        except BaseException as err:  # never without a verdict; the worker reads one record per check
-            return {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
-    return judge_check(fields, entry_point, requests_fd, replies_fd)
-
-
 def serve_judge(control_fd: int) -> int:
     """Serve the worker's checks over a SOCK_SEQPACKET socket: per check a header with the candidate's
     pipe ends, the test code, and one verdict back. See docs/sandbox.md#judged-checks."""
@@ -933,7 +911,14 @@ def serve_judge(control_fd: int) -> int:
             return 0
         replies_fd, requests_fd = fds
         try:
-            verdict = _judge_one(payload, meta["entry_point"], requests_fd, replies_fd)
+            fields = json.loads(payload)  # Sandbox._message's JSON
+            if "test_class" not in fields:
+                verdict = judge_check(fields, meta["entry_point"], requests_fd, replies_fd)
+            else:
+                try:
+                    verdict = judge_unittest(fields["tests"], fields["test_class"], requests_fd, replies_fd)
+                except BaseException as err:  # never without a verdict; the worker reads one record per check
+                    verdict = {"failed": f"the check broke off: {type(err).__name__}: {str(err)[:300]}"}
         finally:
             os.close(replies_fd)
             os.close(requests_fd)

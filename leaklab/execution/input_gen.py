@@ -1,9 +1,5 @@
-"""Inputs for HyClone's stage 2 read from a function's signature with `ast` (never imported or run).
-
-    found = generate_inputs(source, "f", task_inputs=[[1, "a"]], n=10, seed=0)
-    found.inputs, found.sources   # up to n new argument lists; how many came from each source
-
-The sources, taken in turn: docs/sandbox.md#hyclone-cross-execution.
+"""Inputs for HyClone's stage 2 read from a function's signature with `ast` (never imported or run):
+`generate_inputs`. Its sources, taken in turn: docs/sandbox.md#hyclone-cross-execution.
 """
 
 from __future__ import annotations
@@ -13,6 +9,8 @@ import json
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+from leaklab.perturb.examples import mutate_value
 
 COMMON = (0, 1, -2, 7, "", "abc", [], [1, 2, 3])  # values of common types for an unknown parameter
 _MISSING = object()  # a parameter without a default (or one `literal_eval` cannot read)
@@ -205,8 +203,6 @@ def _containers(name: str, inner: list, rng: random.Random) -> list:
 
 def _near(value: Any, rng: random.Random) -> list:
     """A value next to a default, of the same type (none for None)."""
-    from leaklab.perturb.examples import mutate_value
-
     if value is None:
         return []
     if isinstance(value, bool):
@@ -247,8 +243,6 @@ def _default_calls(params: list[_Param], pools: list[tuple[str, list]], rng: ran
 
 def _mutated(task: list[list], rng: random.Random, n: int) -> list[list]:
     """Each task input with its values changed a little (same types), twice over when there are few."""
-    from leaklab.perturb.examples import mutate_value
-
     rounds = 1 if len(task) >= n else 2
     return [[mutate_value(v, rng) for v in args] for _ in range(rounds) for args in task]
 

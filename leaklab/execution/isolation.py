@@ -1,8 +1,6 @@
 """Operating-system isolation for sandboxed programs (Linux): the layers uid, network, minimal_root,
-run_scratch and seccomp, and the Python-level guards on top. See docs/sandbox.md#layers.
-
-A worker calls in once at start (`setup_worker`) and around each run (`mount_scratch`, `drop_scratch`,
-`clear_ipc`); each run's child calls `enter_child` right after fork.
+run_scratch and seccomp, and the Python-level guards on top. See docs/sandbox.md#layers, and
+docs/sandbox.md#workers-and-runs for when a worker and its children call in.
 """
 
 from __future__ import annotations
@@ -194,8 +192,7 @@ def _isolate_mounts(info: dict[str, Any], disable, tmp_size_mb: int, memory_mb: 
 
 
 def _user_network_namespace(info: dict[str, Any]) -> None:
-    """Not root: an unprivileged user namespace (where the kernel allows one) still gets a network
-    namespace."""
+    """Not root: a network namespace inside an unprivileged user namespace, where the kernel allows one."""
     uid, gid = os.getuid(), os.getgid()
     try:
         _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare")
@@ -265,20 +262,24 @@ def _private_mounts(keep: list[str], tmp_size_mb: int) -> MountPlan:
     # Nothing mounted from here on may propagate back to the machine's own mount namespace.
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     plan = plan_mounts(keep)
-    # Hold each kept directory by a descriptor: once covered, its path leads to the new tmpfs, but a
-    # bind mount from /proc/self/fd/N still reaches the directory itself.
-    fds = [os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p, _ in plan.kept]
+    tmpfs = [(d, f"size={tmp_size_mb}m,mode=1777") for d in plan.private]
+    _cover(tmpfs + [(d, "size=1m,mode=0755") for d in plan.closed], [p for p, _ in plan.kept])
+    return plan
+
+
+def _cover(tmpfs: list[tuple[str, str]], rebind: list[str]) -> None:
+    """A tmpfs at each (directory, options) of `tmpfs`, then the directories of `rebind` bound back
+    read-only. Each is held by a descriptor first: once covered, its path leads to the new tmpfs, but a
+    bind mount from /proc/self/fd/N still reaches the directory itself."""
+    fds = [os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in rebind]
     try:
-        for d in plan.private:
-            _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_size_mb}m,mode=1777")
-        for d in plan.closed:
-            _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-        for (p, _), fd in zip(plan.kept, fds):
-            _bind_read_only(f"/proc/self/fd/{fd}", p)
+        for directory, options in tmpfs:
+            _mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
+        for path, fd in zip(rebind, fds):
+            _bind_read_only(f"{PROC}/self/fd/{fd}", path)
     finally:
         for fd in fds:
             os.close(fd)
-    return plan
 
 
 def _make_way(path: str, cover: str) -> None:
@@ -348,8 +349,7 @@ def site_dirs(paths: list[str]) -> list[str]:
 
 
 def answer_keys(paths: list[str]) -> list[str]:
-    """Data files of the benchmark packages (`BENCHMARK_PACKAGES`) installed in the site directories
-    inside `paths`."""
+    """The data files of the `BENCHMARK_PACKAGES` installed in the site directories inside `paths`."""
     found: set[str] = set()
     for site_dir in site_dirs(paths):
         for package in BENCHMARK_PACKAGES:
@@ -547,19 +547,11 @@ def _reap_forever() -> None:
 def mount_scratch(size_mb: int, rebind: list[str] = ()) -> None:
     """A fresh tmpfs of `size_mb` at /tmp (in the minimal root /var/tmp, /dev/shm and /run/lock lead
     there too: one cap for all). Paths of `rebind` under /tmp (a virtualenv) come back read-only."""
-    fds = [(p, os.open(p, os.O_PATH | os.O_CLOEXEC)) for p in rebind]
-    try:
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={size_mb}m,mode=1777")
-        for path, fd in fds:
-            _bind_read_only(f"{PROC}/self/fd/{fd}", path)
-    finally:
-        for _, fd in fds:
-            os.close(fd)
+    _cover([("/tmp", f"size={size_mb}m,mode=1777")], rebind)
 
 
 def drop_scratch() -> None:
-    """Detach the run's /tmp: its files go with it (once the run's processes are dead, nothing holds
-    them), and the next run gets a fresh one from `mount_scratch`."""
+    """Detach the run's /tmp, and its files with it once its processes are dead (see `mount_scratch`)."""
     _check(_libc.umount2(b"/tmp", MNT_DETACH), "umount /tmp")
 
 
@@ -680,8 +672,7 @@ def become(uid: int) -> None:
 
 
 def kill_uid(uid: int) -> None:
-    """Kill every process running as `uid` (root only): a child takes the uid and signals -1, which
-    reaches exactly the processes of that uid and nothing else."""
+    """Kill every process of `uid` (root only): a child becomes `uid` and signals -1, reaching just those."""
     pid = os.fork()
     if pid == 0:
         with contextlib.suppress(BaseException):
@@ -729,8 +720,7 @@ def _reap_dead() -> None:
 
 
 def reap_everything(keep: tuple[int, ...] = (), timeout_s: float = 2.0) -> int:
-    """Kill and reap every child of the calling subreaper (orphans of runs included) except `keep`;
-    how many were still alive."""
+    """Kill and reap every child of this subreaper (runs' orphans too) but `keep`; how many were alive."""
     alive_found = 0
     deadline = time.monotonic() + timeout_s
     seen: set[int] = set()
@@ -863,14 +853,13 @@ def build_guards() -> list[tuple[Any, str, Any]]:
     ):  # fmt: skip
         if hasattr(os, name):
             guards.append((os, name, _denied(f"os.{name}")))
-    for name in ("remove", "unlink", "rmdir", "removedirs", "truncate", "chmod", "chown", "lchown"):
-        if hasattr(os, name):
-            guards.append((os, name, _inside_workdir(f"os.{name}", getattr(os, name))))
-    for name in ("rename", "renames", "replace", "link", "symlink"):
-        guards.append((os, name, _inside_workdir(f"os.{name}", getattr(os, name), n_paths=2)))
-    guards.append((shutil, "rmtree", _inside_workdir("shutil.rmtree", shutil.rmtree)))
-    guards.append((shutil, "move", _inside_workdir("shutil.move", shutil.move, n_paths=2)))
-    guards.append((shutil, "chown", _inside_workdir("shutil.chown", shutil.chown)))
+    one_path = ("remove", "unlink", "rmdir", "removedirs", "truncate", "chmod", "chown", "lchown")
+    wrapped = [(os, name, 1) for name in one_path if hasattr(os, name)]
+    wrapped += [(os, name, 2) for name in ("rename", "renames", "replace", "link", "symlink")]
+    wrapped += [(shutil, "rmtree", 1), (shutil, "move", 2), (shutil, "chown", 1)]
+    for owner, name, n_paths in wrapped:
+        func = _inside_workdir(f"{owner.__name__}.{name}", getattr(owner, name), n_paths)
+        guards.append((owner, name, func))
 
     class Popen(subprocess.Popen):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -1,12 +1,5 @@
-"""The RL reward: a completion earns 1 when its program passes all of its task's tests in the sandbox.
-
-    reward = CodeReward(allow_weaker_sandbox=False)           # the sandbox pool starts on first use
-    reward(prompts, completions, task=[task_json, ...])         # TRL's reward-function signature
-    reward.counts                                               # Counter of reasons over all calls
-    reward.close()
-
-Each task comes in a `task` column (`task_to_json`). Nothing a completion does stops training: it
-scores 0 and is counted by reason; a sandbox without every layer is refused (`config.require_layers`).
+"""The RL reward: a completion earns 1 when its program passes all of its task's tests in the sandbox;
+nothing a completion does stops training. See docs/sandbox.md#the-rl-reward.
 """
 
 from __future__ import annotations
@@ -27,8 +20,6 @@ from leaklab.execution.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-MODES = ("binary", "fraction")
-
 
 @dataclass
 class Scored:
@@ -47,7 +38,8 @@ def task_from_json(text: str) -> Task:
 
 
 class CodeReward:
-    """A TRL-compatible reward function over a lazily started, reused sandbox pool."""
+    """A TRL-compatible reward function over a lazily started, reused sandbox pool. `mode` is the
+    recipe's `train.rl.reward`, which the recipe checks."""
 
     def __init__(
         self,
@@ -55,21 +47,16 @@ class CodeReward:
         mode: str = "binary",
         workers: int | None = None,
         timeout_s: float = 3.0,
-        memory_mb: int = 1024,
-        max_output_bytes: int = 1 << 16,
         allow_weaker_sandbox: bool = False,
     ) -> None:
-        if mode not in MODES:
-            raise ValueError(f"reward mode {mode!r}: use one of {', '.join(MODES)}")
         self.__name__ = f"tests_{mode}"  # TRL names the logged reward after the function
         self.mode = mode
         self.allow_weaker_sandbox = allow_weaker_sandbox
         # Twice the cores: a run spends part of its time in fork and namespace set-up, not on a CPU
         # (measured on 2 cores: 4 workers score ~1.4x what 2 do).
         workers = workers or min(16, 2 * (os.cpu_count() or 1))
-        self._sandbox_args = dict(
-            workers=workers, timeout_s=timeout_s, memory_mb=memory_mb, max_output_bytes=max_output_bytes
-        )
+        # 64 KiB of output is plenty for a program that passes; more fails it (`output_limit`).
+        self._sandbox_args = dict(workers=workers, timeout_s=timeout_s, max_output_bytes=1 << 16)
         self._sandbox: Sandbox | None = None
         self._checked = False
         self._parsed: dict[str, Task] = {}

@@ -343,7 +343,16 @@ class Sandbox:
             w.kill()  # replaced before the next job
             why = reply["internal_error"] if reply else "the sandbox worker died or hung"
             return ExecResult("error", reason=f"sandbox failure: {why}")
-        return _interpret(job, message, reply)
+        try:
+            return _read_reply(job, message, reply)
+        except Exception as err:  # the program's doing: `failed`, never `error`, which it may not choose
+            return ExecResult(
+                "failed",
+                reason=f"the run's report is malformed ({type(err).__name__}: {str(err)[:200]})",
+                stdout=_text(reply.get("stdout") or b""),
+                stderr=_text(reply.get("stderr") or b""),
+                duration_s=reply.get("duration_s") or 0.0,
+            )
 
     def _message(self, job: Job) -> tuple[dict[str, Any], bytes]:
         """The job for the worker, and the test code it reads only after forking the candidate."""
@@ -369,11 +378,9 @@ class Sandbox:
         elif isinstance(job, UnitTests) and job.judged:
             secret = json.dumps({"tests": job.tests, "test_class": job.test_class}).encode()
             message |= {"kind": "check", "entry_point": "", "module": True, "secret_len": len(secret)}
-        elif isinstance(job, UnitTests):
+        else:  # UnitTests(judged=False)
             message |= {"kind": "unittest", "tests": job.tests, "test_class": job.test_class}
             message["nonce"] = secrets.token_hex(16)
-        else:
-            raise ValueError(f"not a sandbox job: {job!r}")
         return message, secret
 
 
@@ -403,21 +410,6 @@ def _ended(reply: dict[str, Any]) -> str:
     if reply["signal"]:
         return f"killed by {reply['signal']}"
     return f"exited with code {reply['exit_code']}"
-
-
-def _interpret(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> ExecResult:
-    """The verdict. Should reading what the program wrote still raise, the program is the cause:
-    `failed` with the reason, never `error` (which it must not be able to choose)."""
-    try:
-        return _read_reply(job, message, reply)
-    except Exception as err:
-        return ExecResult(
-            "failed",
-            reason=f"the run's report is malformed ({type(err).__name__}: {str(err)[:200]})",
-            stdout=_text(reply.get("stdout") or b""),
-            stderr=_text(reply.get("stderr") or b""),
-            duration_s=reply.get("duration_s") or 0.0,
-        )
 
 
 def _read_reply(job: Job, message: dict[str, Any], reply: dict[str, Any]) -> ExecResult:

@@ -521,8 +521,7 @@ class Worker:
                 reply["candidate"] = {"exit_code": None, "signal": "SIGKILL", "killed_by_worker": True}
         stray = isolation.reap_everything(keep) + isolation.live_descendants(list(self.init))
         if stray and self.uids:
-            # Every process of the run's uid descends from it and was re-parented here or to the
-            # init, so the sweep above found them all; this is a second net, cast only on a catch.
+            # A second net: every process of the run's uid descends from it, so the sweep found them all.
             isolation.kill_uid(self.uids[0])
             isolation.reap_everything(keep)
         # The init reaps what died under it; wait until it has, so that the next run starts without
