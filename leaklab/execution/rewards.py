@@ -17,6 +17,7 @@ from leaklab.execution.config import require_layers
 from leaklab.execution.correctness import check_many
 from leaklab.execution.extract import candidate
 from leaklab.execution.sandbox import Sandbox
+from leaklab.training.rl_config import REWARD_MODES
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def task_from_json(text: str) -> Task:
 
 class CodeReward:
     """A TRL-compatible reward function over a lazily started, reused sandbox pool. `mode` is the
-    recipe's `train.rl.reward`, which the recipe checks."""
+    recipe's `train.rl.reward`."""
 
     def __init__(
         self,
@@ -49,6 +50,8 @@ class CodeReward:
         timeout_s: float = 3.0,
         allow_weaker_sandbox: bool = False,
     ) -> None:
+        if mode not in REWARD_MODES:  # veRL and direct callers arrive without the recipe's check
+            raise ValueError(f"reward mode {mode!r}: use one of {', '.join(REWARD_MODES)}")
         self.__name__ = f"tests_{mode}"  # TRL names the logged reward after the function
         self.mode = mode
         self.allow_weaker_sandbox = allow_weaker_sandbox

@@ -198,3 +198,9 @@ def test_repeated_completions_of_a_group_run_once_and_share_the_verdict(humaneva
         assert r([t.prompt] * 6, group, task=[task_to_json(t)] * 6) == [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
         assert r.take_counts() == {"passed": 3, "failed": 2, "no_code": 1}  # counted per completion
     assert seen == [2]  # two distinct programs reached the sandbox
+
+
+def test_an_unknown_reward_mode_is_refused_not_scored_as_binary():
+    # A typo must not silently train on the binary reward.
+    with pytest.raises(ValueError, match="'fractoin': use one of binary, fraction"):
+        CodeReward(mode="fractoin")
