@@ -38,15 +38,6 @@ LEAK = ":leak"
 # --------------------------------------------------------------------------- cells from the runs
 
 
-def scored_steps(run_dir: str | Path) -> dict[int, Path]:
-    """step -> the file of the run's per-sample detection scores at that step."""
-    paths = {
-        p.parent.name.removeprefix("step-"): p
-        for p in (Path(run_dir) / "scores").glob("step-*/detection.jsonl")
-    }
-    return {int(step): path for step, path in paths.items() if step.isdigit()}
-
-
 def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
     """task ids, labels, score columns (NaN for a missing score) and rule flags of some records."""
     names = sorted({k for r in records for k in r if k not in ("task_id", "label")})
@@ -67,7 +58,10 @@ def make_cell(records: list[dict[str, Any]]) -> dict[str, Any]:
 def run_cells(name: str, run_dir: str | Path) -> dict[str, dict[str, Any]]:
     """The run's cell, one per dose (`dose@16`), form (`rephrased@verbatim`) or window (`timing@early`) of
     its members against every non-member, and `<run>@base`, its starting model, when step 0 was scored."""
-    steps = scored_steps(run_dir)
+    scores = {
+        p.parent.name.removeprefix("step-"): p for p in Path(run_dir).glob("scores/step-*/detection.jsonl")
+    }
+    steps = {int(step): path for step, path in scores.items() if step.isdigit()}
     if not steps:
         return {}
     step = max(steps)

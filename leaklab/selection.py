@@ -14,7 +14,6 @@ from leaklab.results import of_all_members
 from leaklab.rundir import RunDir, write_json
 
 SIDES = ("non_members", "members", "all")
-SELECTION_FILE = "selection.json"
 
 
 @dataclass
@@ -215,5 +214,5 @@ def select_run(run_dir: str | Path, side: str = "non_members", tolerance: float 
     stage = run_stage(run.training_root)
     sel = select(checkpoint_points(run.results_rows(), side), tolerance, side, stage)
     if sel.recommended is not None:
-        write_json(run.root / SELECTION_FILE, asdict(sel))
+        write_json(run.root / "selection.json", asdict(sel))
     return sel

@@ -18,7 +18,6 @@ from leaklab.recipe import RecipeError, load_recipe, run_dir_of, yaml_load
 from leaklab.rundir import read_json, text_sha256, write_json
 from leaklab.side_by_side import Job, default_slots, run_jobs
 
-STUDY_DIRS = ("recipes/studies",)
 SECTIONS = ("description", "evaluate", "control", "nominal_levels", "conditions", "smoke", "findings")
 CONDITION_KEYS = ("recipe", "overrides", "runs", "after", "evaluate")
 
@@ -54,7 +53,7 @@ def study_path(name: str) -> Path:
 def available_studies() -> dict[str, Path]:
     package = Path(__file__).resolve().parent / "recipes" / "studies"
     found: dict[str, Path] = {}
-    for folder in [*(Path.cwd() / d for d in STUDY_DIRS), package]:
+    for folder in [Path.cwd() / "recipes" / "studies", package]:
         for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
             found.setdefault(path.stem, path)
     return found
@@ -117,13 +116,6 @@ def check_findings(study: dict[str, Any], path: Path) -> None:
                 raise InputError(f"{where}: {key}: {finding[key]!r} names no condition of the study")
 
 
-def condition_runs(cond: dict[str, Any]) -> dict[str, list[str]]:
-    """run name -> its own overrides: `runs` (several), else one run `main` with `overrides`."""
-    common = list(cond.get("overrides") or [])
-    runs = cond.get("runs") or {"main": []}
-    return {str(name): [*common, *(own or [])] for name, own in runs.items()}
-
-
 def study_id(study: dict[str, Any], fixed: list[str], smoke: bool) -> str:
     """A hash of what is trained and scored only: editing a finding keeps the folder and its runs."""
     trained = {k: study.get(k) for k in ("conditions", "evaluate", "smoke")}
@@ -152,7 +144,9 @@ def plan_study(study: dict[str, Any], fixed: list[str], smoke: bool, out: str | 
     for cname in _ordered(study):
         cond = study["conditions"][cname]
         runs = []
-        for rname, own in condition_runs(cond).items():
+        # `runs`: several runs, each with its own overrides after the condition's; else one run, `main`.
+        for rname, extra in (cond.get("runs") or {"main": []}).items():
+            own = [*(cond.get("overrides") or []), *(extra or [])]
             label = cname if rname == "main" else f"{cname}/{rname}"
             overrides = [_fill(o, run_dirs, label) for o in run_overrides(study, cname, own, fixed, smoke)]
             shared = not own and not smoke
@@ -210,8 +204,7 @@ def _load(recipe: str, overrides: list[str], label: str):
     try:
         return load_recipe(recipe, overrides)
     except RecipeError as err:
-        where = f"{label}: " if label else ""
-        raise InputError(f"study: {where}{err.problems[0]}") from None
+        raise InputError(f"study: {label}: {err.problems[0]}") from None
 
 
 def claim_folder(plan: dict[str, Any]) -> Path:
@@ -301,8 +294,7 @@ def run_local(plan: dict[str, Any], jobs: int, log=print) -> dict[str, dict[str,
         Job(c, run_condition, conditions[c], (conditions[c]["after"],) if conditions[c]["after"] else ())
         for c in run_order(conditions)
     ]
-    run_jobs(order, jobs, started, ended)
-    write_json(Path(plan["root"]) / "status.json", status)
+    run_jobs(order, jobs, started, ended)  # `ended` has written status.json once per condition
     return status
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from leaklab.report.figures import file_stem, plot_histograms, plot_metric, plot_training_loss
+from leaklab.report.figures import plot_histograms, plot_metric, plot_training_loss
 from leaklab.report.html import write_page
-from leaklab.report.rundata import load_run
+from leaklab.report.rundata import RunData, load_run
 from leaklab.report.sections import build_sections, headline, is_mia
 from leaklab.report.tables import (
     console_table,
@@ -27,19 +27,18 @@ HEADLINE_METRICS = ("auroc", "f1", "accuracy", "precision", "recall", "f1_oracle
 FIGURE_METRICS = ("auroc", "tpr@1%fpr", "f1")
 
 
-def _markdown(
-    name: str, rows: list[dict], problems: list[str], figures: list[Path], lead: str = "", mia: bool = False
-) -> str:
-    det = detection_rows(rows)
-    parts = [f"# leaklab report: {name}\n", "Interactive version: [index.html](index.html)\n"]
+def _markdown(data: RunData, figures: list[Path]) -> str:
+    det = detection_rows(data.rows)
+    lead = headline(data.rows_of("detection"), data)
+    parts = [f"# leaklab report: {data.name}\n", "Interactive version: [index.html](index.html)\n"]
     parts += [f"{lead}\n"] if lead else []
-    parts += [f"- missing: {p}\n" for p in problems]
+    parts += [f"- missing: {p}\n" for p in data.problems]
     what = (
         "members vs non-members as labelled, scored once with the model as given (step 0; nothing trained)"
-        if mia
+        if is_mia(data)
         else "injected (member) vs held-out (non-member) samples"
     )
-    rows_are = "step 0" if mia else "checkpoint (step 0 is the untrained model)"
+    rows_are = "step 0" if is_mia(data) else "checkpoint (step 0 is the untrained model)"
     parts.append(
         f"Detection of {what}, one table per metric: a row per "
         f"{rows_are}, a column per detector. AUROC and TPR@FPR need no "
@@ -78,12 +77,11 @@ def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> Path
     figures: list[Path] = []
     n_pos, n_neg = data.sample_counts()
     caption = f"n = {n_pos} members + {n_neg} non-members; bands: bootstrap 95% intervals" if n_pos else ""
-    mia = is_mia(data)
-    for metric in [] if mia else FIGURE_METRICS:  # one scoring: a per-epoch figure would be one dot
-        figures += plot_metric(rows, metric, out / f"detection_{file_stem(metric)}.png", caption=caption)
+    for metric in [] if is_mia(data) else FIGURE_METRICS:  # one scoring: a per-epoch figure would be one dot
+        stem = metric.replace("%", "pct").replace("@", "_at_")
+        figures += plot_metric(rows, metric, out / f"detection_{stem}.png", caption=caption)
     figures += plot_training_loss(rows, out / "training_loss.png")
-    lead = headline(data.rows_of("detection"), data)
-    write_atomic(out / "report.md", _markdown(data.name, rows, data.problems, figures, lead, mia))
+    write_atomic(out / "report.md", _markdown(data, figures))
     write_atomic(out / "results.csv", rows_csv(rows))
     links = " · ".join(
         f'<a href="{p.name}">{p.name}</a>' for p in [out / "report.md", out / "results.csv", *figures]

@@ -77,9 +77,7 @@ def series_styles(columns) -> dict[str, Style]:
         for i, c in enumerate(members):
             t = 1.0 if len(members) == 1 else 0.25 + 0.75 * i / (len(members) - 1)
             styles[c] = Style(_mix(light, dark, t), tuple(DASHES[1]), SHAPES[1 + f_index % 4], group_of(c))
-    for c in columns:
-        if group_of(c) == BLIND:
-            styles[c] = Style("#7f7f7f", (4, 4), "cross", BLIND)
+    styles |= {c: Style("#7f7f7f", (4, 4), "cross", BLIND) for c in columns if group_of(c) == BLIND}
     return styles
 
 
@@ -176,15 +174,11 @@ def metric_panel_spec(
     ]
     enc = _scale(styles, contenders)
     main = [p for p in values if p["column"] in contenders]
-    layers: list[dict[str, Any]] = []
     # The band's series sits in its own field, so its scale (and absent legend) stay apart from the lines'.
-    bands = [
-        {**p, "band": p["series"]} for p in main if p.get("low") is not None and p.get("high") is not None
-    ]
-    if bands:
-        # Faint until a detector is picked in the legend; then only its band shows.
-        opacity = {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04}
-        layers.append(_band_layer(bands, x_enc, y, {**enc["color"], "field": "band"}, {}, opacity=opacity))
+    bands = [{**p, "band": p["series"]} for p in main]
+    # Faint until a detector is picked in the legend; then only its band shows.
+    opacity = {"condition": {"param": "pick", "empty": False, "value": 0.25}, "value": 0.04}
+    layers = _band_layers(bands, x_enc, y, {**enc["color"], "field": "band"}, {}, opacity=opacity)
     # Lines and points fade together while another detector is picked in the legend.
     shared = {"x": x_enc, "y": y, "color": enc["color"]}
     opacity = {"condition": {"param": "pick", "empty": True, "value": 1}, "value": 0.12}
@@ -216,11 +210,15 @@ def metric_panel_spec(
     }
 
 
-def _band_layer(
-    bands: list[dict[str, Any]], x_enc: dict, y: dict, fill: dict, mark: dict, **encoding
-) -> dict:
-    """Bands from each point's `low` to its `high`, filled by `fill` (no legend: it shows lines only)."""
-    return {
+def _band_layers(
+    points: list[dict[str, Any]], x_enc: dict, y: dict, fill: dict, mark: dict, **encoding
+) -> list[dict]:
+    """Bands from each point's `low` to its `high` where it has both, filled by `fill` (no legend: it shows
+    lines only); none when no point has both."""
+    bands = [p for p in points if p.get("low") is not None and p.get("high") is not None]
+    if not bands:
+        return []
+    band = {
         "data": {"values": bands},
         "mark": {"type": "area", **mark},
         "encoding": {
@@ -231,6 +229,7 @@ def _band_layer(
             **encoding,
         },
     }
+    return [band]
 
 
 def _blind_layers(points: list[dict], blind: list[str], x_enc: dict, y: dict, tooltip: list) -> list[dict]:
@@ -270,14 +269,11 @@ def _chance_layer(chance: float) -> dict[str, Any]:
     }
 
 
-FLAG_SIDES = (("flag_rate_members", "members"), ("flag_rate_non_members", "non-members"))
-
-
 def flag_rate_spec(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Rule detectors' two flag rates per checkpoint, a view per rule family (see `_flag_rate_layers`);
     None when no rule column has flag-rate rows."""
     values = []
-    for metric, side in FLAG_SIDES:
+    for metric, side in (("flag_rate_members", "members"), ("flag_rate_non_members", "non-members")):
         values += [{**p, "side": side} for p in metric_values(rows, metric) if is_rule(p["column"])]
     if not values:
         return None
@@ -320,10 +316,7 @@ def _flag_rate_layers(
     columns = ordered(p["column"] for p in mine)
     styles = series_styles(columns)
     color = _scale(styles, columns)["color"]
-    bands = [p for p in mine if p.get("low") is not None and p.get("high") is not None]
-    layers: list[dict[str, Any]] = []
-    if bands:
-        layers.append(_band_layer(bands, x_enc, y, color, {"opacity": 0.08}, detail={"field": "side"}))
+    layers = _band_layers(mine, x_enc, y, color, {"opacity": 0.08}, detail={"field": "side"})
     layers.append(
         {
             "data": {"values": mine},

@@ -83,49 +83,6 @@ def ratio_table(points: dict[str, dict[str, float]]) -> str:
     return markdown_table(["Method", *ratios], body).rstrip("\n")
 
 
-def _ratio_panel(points: dict[str, dict[str, float]], what: str) -> Panel | None:
-    ratios = sorted(points, key=web_share)
-    values = [
-        {"ratio": r, "column": c, "series": display_name(c), "value": v}
-        for r in ratios
-        for c, v in points[r].items()
-    ]
-    if not values:
-        return None
-    columns = ordered(v["column"] for v in values)
-    styles = charts.series_styles(columns)
-    enc = charts._scale(styles, columns)
-    x = {"field": "ratio", "type": "ordinal", "sort": ratios, "title": "code : web mixing ratio"}
-    y = {"field": "value", "type": "quantitative", "scale": {"domain": [0, 1]}, "title": "macro-F1"}
-    spec = {
-        "$schema": charts.SCHEMA,
-        "width": 380,
-        "height": 260,
-        "data": {"values": values},
-        "layer": [
-            {"mark": {"type": "line", "point": True}, "encoding": {"x": x, "y": y, **enc, "tooltip": [
-                {"field": "series", "title": "detector"}, {"field": "ratio"}, {"field": "value", "format": ".3f"}]}},
-            {"data": {"values": [{"y": 0.5}]}, "mark": {"type": "rule", "strokeDash": [3, 3], "color": "#999"},
-             "encoding": {"y": {"field": "y", "type": "quantitative"}}},
-        ],
-    }  # fmt: skip
-    return Panel("macro-F1 vs mixing ratio (SrDetection Fig. 3)", spec, what + "; dashed: chance")
-
-
-def _names(runs: list[RunData]) -> list[str]:
-    names = [r.name for r in runs]
-    if len(set(names)) < len(names):  # same run name in different output dirs
-        names = [f"{r.run.root.parent.name}/{r.name}" for r in runs]
-    return names
-
-
-def _chosen_step(run: RunData, step: str) -> int | None:
-    steps = run.steps()
-    if step == "last":
-        return steps[-1] if steps else None
-    return int(step) if int(step) in steps else None
-
-
 def _overlay_spec(runs: list[RunData], names: list[str], metric: str) -> dict[str, Any] | None:
     values = []
     for run, name in zip(runs, names):
@@ -175,7 +132,9 @@ def compare_runs(
     """(markdown tables, path of the page). Runs without results are named in the page, not dropped silently."""
 
     runs = [load_run(d) for d in run_dirs]
-    names = _names(runs)
+    names = [r.name for r in runs]
+    if len(set(names)) < len(names):  # same run name in different output dirs
+        names = [f"{r.run.root.parent.name}/{r.name}" for r in runs]
     section, chosen = _overview_section(runs, names, step)
     markdown = []
     # Columns with a compared metric: dataset inference (a p-value) would be a row of dashes.
@@ -219,8 +178,8 @@ def _overview_section(runs: list, names: list[str], step: str) -> tuple[Section,
     """The runs compared (model, mixture, seed, sizes, checkpoint) and each run's chosen step."""
     overview, notes, chosen = [], [], {}
     for run, name in zip(runs, names):
-        s = _chosen_step(run, step)
-        chosen[name] = s
+        wanted = run.steps()[-1:] if step == "last" else [int(step)]
+        s = chosen[name] = next((w for w in wanted if w in run.steps()), None)
         n_pos, n_neg = run.sample_counts()
         model = (run.recipe.get("model") or {}).get("name_or_path", "?")
         ratio = (run.recipe.get("mix") or {}).get("ratio", "?")
@@ -241,8 +200,8 @@ def _overview_section(runs: list, names: list[str], step: str) -> tuple[Section,
 
 def _ratio_section(runs: list, step: str, out_dir, notes: list[str], markdown: list[str]) -> Section | None:
     """macro-F1 against the code:web ratio (panel, ratio_f1.png, markdown); None unless a ratio sweep."""
-    ratios = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
-    if len(runs) < 2 or len(ratios) < len(runs) or not all(":" in x for x in ratios):
+    given = {str((r.recipe.get("mix") or {}).get("ratio")) for r in runs}
+    if len(runs) < 2 or len(given) < len(runs) or not all(":" in x for x in given):
         return None
     epoch = "last" if step == "last" else str(runs[0].epoch_of(int(step)))
     try:
@@ -250,15 +209,36 @@ def _ratio_section(runs: list, step: str, out_dir, notes: list[str], markdown: l
     except (ValueError, FileNotFoundError) as err:
         notes.append(f"no F1-vs-ratio figure: {err}")
         return None
-    panel = _ratio_panel(
-        points, "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n"
-    )
-    if panel is None:
+    ratios = sorted(points, key=web_share)
+    values = [
+        {"ratio": r, "column": c, "series": display_name(c), "value": v}
+        for r in ratios
+        for c, v in points[r].items()
+    ]
+    if not values:
         return None
+    columns = ordered(v["column"] for v in values)
+    enc = charts._scale(charts.series_styles(columns), columns)
+    x = {"field": "ratio", "type": "ordinal", "sort": ratios, "title": "code : web mixing ratio"}
+    y = {"field": "value", "type": "quantitative", "scale": {"domain": [0, 1]}, "title": "macro-F1"}
+    spec = {
+        "$schema": charts.SCHEMA,
+        "width": 380,
+        "height": 260,
+        "data": {"values": values},
+        "layer": [
+            {"mark": {"type": "line", "point": True}, "encoding": {"x": x, "y": y, **enc, "tooltip": [
+                {"field": "series", "title": "detector"}, {"field": "ratio"}, {"field": "value", "format": ".3f"}]}},
+            {"data": {"values": [{"y": 0.5}]}, "mark": {"type": "rule", "strokeDash": [3, 3], "color": "#999"},
+             "encoding": {"y": {"field": "y", "type": "quantitative"}}},
+        ],
+    }  # fmt: skip
     from leaklab.report.figures import plot_ratio
 
-    plot_ratio(points, sorted(points, key=web_share), Path(out_dir) / "ratio_f1.png", "F1 vs mixing ratio")
+    plot_ratio(points, ratios, Path(out_dir) / "ratio_f1.png", "F1 vs mixing ratio")
     markdown += ["## macro-F1 (%) by code:web ratio", "", ratio_table(points), ""]
+    what = "at each run's chosen checkpoint; baselines at the CV threshold, SrDetection at its largest n"
+    panel = Panel("macro-F1 vs mixing ratio (SrDetection Fig. 3)", spec, what + "; dashed: chance")
     return Section("ratio", "Mixing-ratio sweep", items=[panel])
 
 

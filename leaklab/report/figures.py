@@ -29,10 +29,6 @@ def _save(plt, fig, path: Path) -> list[Path]:
     return [path, path.with_suffix(".pdf")]
 
 
-def file_stem(metric: str) -> str:
-    return metric.replace("%", "pct").replace("@", "_at_")
-
-
 def plot_metric(rows: list[dict[str, Any]], metric: str, path: Path, caption: str = "") -> list[Path]:
     """One line per detector against epoch, with its band, as PNG + PDF; [] when there is nothing to plot."""
     values = charts.metric_values([r for r in rows if r.get("evaluation") == "detection"], metric)

@@ -72,18 +72,6 @@ def _read_file(path: Path, problems: list[str], what: str, parse=json.loads) -> 
     return data if isinstance(data, dict) else {}
 
 
-def _import_run_plugins(modules: Any, problems: list[str]) -> None:
-    """The run's plug-ins, so their columns get their names; one that cannot be imported is a problem."""
-    import leaklab.recipe  # noqa: F401  (the registries a plug-in module registers into)
-    from leaklab.plugins import import_plugins
-
-    for module in modules if isinstance(modules, list) else []:
-        try:
-            import_plugins([module])
-        except Exception as err:  # the report never fails on what the run's recipe names
-            problems.append(f"plug-in {module!r} not importable here ({err}); its columns shown by name")
-
-
 def load_run(run_dir: str | Path) -> RunData:
     run = RunDir(run_dir)
     problems: list[str] = []
@@ -91,10 +79,16 @@ def load_run(run_dir: str | Path) -> RunData:
         problems.append("no results.jsonl yet: nothing has been evaluated")
     every = [r for r in run.results_rows() if isinstance(r, dict) and "step" in r and "metric" in r]
     rows, per_dose = without_dose(every), dose_rows(every)
-    from leaklab.recipe import yaml_load
+    from leaklab.plugins import import_plugins
+    from leaklab.recipe import yaml_load  # also the registries a plug-in module registers into
 
     recipe = _read_file(run.recipe, problems, "model and stage", parse=yaml_load)
-    _import_run_plugins(recipe.get("plugins"), problems)
+    # The run's plug-ins, so that their columns get their names; one that cannot be imported is a problem.
+    for module in recipe["plugins"] if isinstance(recipe.get("plugins"), list) else []:
+        try:
+            import_plugins([module])
+        except Exception as err:  # the report never fails on what the run's recipe names
+            problems.append(f"plug-in {module!r} not importable here ({err}); its columns shown by name")
     manifest = _read_file(run.manifest, problems, "members and non-members")
     # `leaklab mia` trains nothing (its labels came with the data), so it has no mixture to miss.
     trained = manifest.get("mode") != "mia"

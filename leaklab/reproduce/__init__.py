@@ -360,12 +360,6 @@ def leaderboard_rows(board: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def results_of(spec: RunSpec, root: Path) -> list[dict[str, Any]]:
-    if spec.study:
-        return leaderboard_rows(read_json(root / "leaderboard.json"))
-    return read_rows(root / "results.jsonl")
-
-
 def generated_page(spec: RunSpec, root: Path, rows: list[dict], measured: list[Measured], smoke: bool) -> str:
     command = "leaklab " + " ".join(spec.command(smoke, "OUT")).replace(" output_dir=OUT", "")
     where = "study folder" if spec.study else "run directory"
@@ -393,7 +387,10 @@ def reproduce(args: argparse.Namespace, log=say) -> int:
     everything: list[Measured] = []
     for spec in chosen:
         root = run_dir(spec, args.smoke, args.output_dir)
-        rows = results_of(spec, root)
+        if spec.study:
+            rows = leaderboard_rows(read_json(root / "leaderboard.json"))
+        else:
+            rows = read_rows(root / "results.jsonl")
         mine = [c for c in claims if c.run == spec.name]
         measured = [measure(at_smoke_steps(c) if args.smoke else c, rows) for c in mine]
         everything += measured
