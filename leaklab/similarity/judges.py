@@ -73,17 +73,18 @@ class Verdict:
 def make_backend(backend: str, model: str, base_url: str | None = None):
     """(generator, render) for an LLM that leaklab asks its own prompts: "openai" (a server at
     `base_url`, key from $OPENAI_API_KEY) or "hf" (a local directory or hub name, loaded here; a chat
-    model's prompts are wrapped in its chat template)."""
+    model's prompts are wrapped in its chat template; other prompts are read as they are)."""
     from leaklab.signals.generation import make_generator
 
     if backend == "openai":
-        return make_generator("openai", base_url, model, api_key=os.environ.get("OPENAI_API_KEY")), None
+        api_key = os.environ.get("OPENAI_API_KEY")
+        return make_generator("openai", base_url, model, api_key=api_key), lambda text: text
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     generator = make_generator("hf", AutoModelForCausalLM.from_pretrained(model, dtype="auto"), tokenizer)
     if not getattr(tokenizer, "chat_template", None):
-        return generator, None
+        return generator, lambda text: text
 
     def render(text: str) -> str:
         return tokenizer.apply_chat_template(chat_messages(text), tokenize=False, add_generation_prompt=True)
