@@ -1,12 +1,7 @@
 """MRI's perturbed task sets (rewrite, mutation, paraphrase): built once per benchmark, cached by
-`set_store`, reused by every checkpoint and run.
-
-    sets = perturbed_sets_for(tasks, SetSettings(seed=0))  # from the cache; builds what is missing
-    info = summary(sets)                                   # acceptance per logic type, reasons
-    write_run_sets(run.root, sets)                         # <run>/perturbed.jsonl + its summary
-
-Paraphrase, LLM rewriting and the LLM judge need an `LlmBackend` (`mri_llm.py`); without one the sets
-carry no paraphrase. See docs/perturbations.md#mri-rewriting.
+`set_store`, reused by every checkpoint and run. Paraphrase, LLM rewriting and the LLM judge need an
+`LlmBackend` (`mri_llm.py`); without one the sets carry no paraphrase.
+See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -21,8 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from leaklab.data.tasks import Task, task_from_dict, task_to_dict
+from leaklab.execution.sandbox import Sandbox
 from leaklab.perturb import set_store
+from leaklab.perturb.mri_llm import llm_judge_rewrites, llm_paraphrases, llm_rewrites
+from leaklab.perturb.mutation import mutate_task
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
+from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
 
 STORE_VERSION = 1
 SET_MODULES = ("rewriting", "unittest_rewrite", "mutation", "examples", "identifiers", "mri_sets", "mri_llm")
@@ -98,21 +97,15 @@ def build_perturbed_sets(
     log=print,
 ) -> list[PerturbedSet]:
     """Rewrite (validated in the sandbox), mutate and (with an LLM) paraphrase every task; no cache."""
-    from leaklab.perturb.mutation import mutate_task
-
     if not tasks:
         return []
     started = time.perf_counter()
     if sandbox is None:
-        from leaklab.execution.sandbox import Sandbox
-
         with Sandbox(workers=settings.workers, timeout_s=settings.timeout_s) as sb:
             return build_perturbed_sets(tasks, settings, sandbox=sb, llm=llm, log=log)
     paraphrases: list[Task | None] = [None] * len(tasks)
     reasons = [NO_PARAPHRASE] * len(tasks)
     if llm is not None:
-        from leaklab.perturb.mri_llm import llm_paraphrases, llm_rewrites
-
         paraphrases, failures = llm_paraphrases(tasks, llm.generator, llm.render, llm.max_new_tokens)
         reasons = ["" if p is not None else "the LLM's paraphrase was refused" for p in paraphrases]
         log(
@@ -142,8 +135,6 @@ def build_perturbed_sets(
 def rule_rewrites(tasks: Sequence[Task], sandbox, settings: SetSettings) -> list[Rewrite]:
     """The rule-based rewrites of `tasks` in their order: `unittest_rewrite` for unittest tasks
     (BigCodeBench), `rewriting` for every other task."""
-    from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
-
     out: list[Rewrite | None] = [None] * len(tasks)
     options = {"seed": settings.seed, "per_type": settings.per_type, "timeout_s": settings.timeout_s}
     for unittest, rewrite in ((False, rewrite_tasks), (True, rewrite_unittest_tasks)):
@@ -157,8 +148,6 @@ def rule_rewrites(tasks: Sequence[Task], sandbox, settings: SetSettings) -> list
 def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmBackend, log=print) -> None:
     """Ask the LLM judge about every accepted rewrite; record its verdict on the Rewrite and, with
     llm.judge == "filter", drop the rewrites it does not pass (the reason joins the rejections)."""
-    from leaklab.perturb.mri_llm import llm_judge_rewrites
-
     chosen = [(task, rw) for task, rw in zip(tasks, rewrites) if rw.task is not None]
     pairs = [(task, rw.task) for task, rw in chosen]
     verdicts, failures = llm_judge_rewrites(pairs, llm.generator, llm.render)

@@ -123,24 +123,18 @@ def _unit(value) -> float | None:
     return number if 0.0 <= number <= 1.0 else None
 
 
-def last_json_object(text: str) -> dict | None:
-    """The last JSON object in `text` (fenced or bare); None when there is none."""
-    decoder = json.JSONDecoder()
-    found = None
-    for start in [m.start() for m in re.finditer(r"\{", text)]:
-        try:
-            obj, _ = decoder.raw_decode(text[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            found = obj
-    return found
-
-
 def reply_fields(reply: str, keys: Sequence[str]) -> dict | None:
     """The reply's last JSON object with lower-cased keys or, when it has none, the `keys` read one by
     one from loose `key: value` text (models drop braces or quote oddly); None when neither is there."""
-    obj = last_json_object(reply)
+    decoder = json.JSONDecoder()
+    obj = None
+    for brace in re.finditer(r"\{", reply):  # fenced or bare
+        try:
+            found, _ = decoder.raw_decode(reply[brace.start() :])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(found, dict):
+            obj = found
     if obj is None:
         obj = {}
         for key in keys:

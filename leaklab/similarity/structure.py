@@ -98,13 +98,10 @@ def ordered_tree(root, children, label) -> OrderedTree:
         stack.append((node, True))
         for child in reversed(children(node)):
             stack.append((child, False))
-    left = np.asarray(leftmost, dtype=np.int64)
     # A keyroot is the highest node with a given leftmost leaf: the root, and every node with a left sibling.
-    last_with_leaf: dict[int, int] = {}
-    for i, value in enumerate(leftmost):
-        last_with_leaf[value] = i
+    last_with_leaf = {value: i for i, value in enumerate(leftmost)}
     keyroots = np.asarray(sorted(last_with_leaf.values()), dtype=np.int64)
-    return OrderedTree(np.asarray(labels, dtype=np.int64), left, keyroots)
+    return OrderedTree(np.asarray(labels, dtype=np.int64), np.asarray(leftmost, dtype=np.int64), keyroots)
 
 
 @jit
