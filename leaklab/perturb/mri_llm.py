@@ -1,10 +1,6 @@
 """The optional LLM backend of MRI's perturbations: leaklab's prompts for paraphrase, rewriting and
 judging a rewrite, tolerant reading of the replies (an unreadable or rule-breaking reply is a counted
 rejection, never raised), and the rule-based rewriter's execution checks.
-
-    paraphrases, failures = llm_paraphrases(tasks, generator)
-    rewrites = llm_rewrites(tasks, generator, sandbox)        # list[Rewrite], as rewrite_tasks returns
-
 See docs/perturbations.md#mri-rewriting.
 """
 

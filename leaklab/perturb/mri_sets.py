@@ -1,12 +1,7 @@
 """MRI's perturbed task sets (rewrite, mutation, paraphrase): built once per benchmark, cached by
-`set_store`, reused by every checkpoint and run.
-
-    sets = perturbed_sets_for(tasks, SetSettings(seed=0))  # from the cache; builds what is missing
-    info = summary(sets)                                   # acceptance per logic type, reasons
-    write_run_sets(run.root, sets)                         # <run>/perturbed.jsonl + its summary
-
-Paraphrase, LLM rewriting and the LLM judge need an `LlmBackend` (`mri_llm.py`); without one the sets
-carry no paraphrase. See docs/perturbations.md#mri-rewriting.
+`set_store`, reused by every checkpoint and run. Paraphrase, LLM rewriting and the LLM judge need an
+`LlmBackend` (`mri_llm.py`); without one the sets carry no paraphrase.
+See docs/perturbations.md#mri-rewriting.
 """
 
 from __future__ import annotations
@@ -15,14 +10,18 @@ import dataclasses
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from leaklab.data.tasks import Task, task_from_dict, task_to_dict
+from leaklab.execution.sandbox import Sandbox
 from leaklab.perturb import set_store
+from leaklab.perturb.mri_llm import llm_judge_rewrites, llm_paraphrases, llm_rewrites
+from leaklab.perturb.mutation import mutate_task
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
+from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
 
 STORE_VERSION = 1
 SET_MODULES = ("rewriting", "unittest_rewrite", "mutation", "examples", "identifiers", "mri_sets", "mri_llm")
@@ -69,7 +68,7 @@ class LlmBackend:
     generator: Any
     identity: str
     rewrite: bool = False
-    render: Any = None  # prompt -> text the model reads (a chat template); None: as is
+    render: Callable[[str], str] = lambda text: text  # prompt -> what the model reads (a chat template)
     max_new_tokens: int = 2048
     judge: str = "off"  # off | record | filter: the LLM judges each rewrite (alignment, difficulty)
 
@@ -98,34 +97,25 @@ def build_perturbed_sets(
     log=print,
 ) -> list[PerturbedSet]:
     """Rewrite (validated in the sandbox), mutate and (with an LLM) paraphrase every task; no cache."""
-    from leaklab.perturb.mutation import mutate_task
-
     if not tasks:
         return []
     started = time.perf_counter()
     if sandbox is None:
-        from leaklab.execution.sandbox import Sandbox
-
         with Sandbox(workers=settings.workers, timeout_s=settings.timeout_s) as sb:
             return build_perturbed_sets(tasks, settings, sandbox=sb, llm=llm, log=log)
     paraphrases: list[Task | None] = [None] * len(tasks)
     reasons = [NO_PARAPHRASE] * len(tasks)
     if llm is not None:
-        from leaklab.perturb.mri_llm import llm_paraphrases, llm_rewrites
-
-        render = llm.render or (lambda text: text)
-        paraphrases, failures = llm_paraphrases(tasks, llm.generator, render, llm.max_new_tokens)
+        paraphrases, failures = llm_paraphrases(tasks, llm.generator, llm.render, llm.max_new_tokens)
         reasons = ["" if p is not None else "the LLM's paraphrase was refused" for p in paraphrases]
         log(
             f"[leaklab] LLM paraphrases: {sum(p is not None for p in paraphrases)}/{len(tasks)}; refused: {dict(failures)}"
         )
     if llm is not None and llm.rewrite:
-        options = dict(render=render, max_new_tokens=llm.max_new_tokens, timeout_s=settings.timeout_s)
+        options = dict(render=llm.render, max_new_tokens=llm.max_new_tokens, timeout_s=settings.timeout_s)
         rewrites: list[Rewrite] = llm_rewrites(tasks, llm.generator, sandbox, **options)
     else:
-        rewrites = rule_rewrites(
-            tasks, sandbox, seed=settings.seed, per_type=settings.per_type, timeout_s=settings.timeout_s
-        )
+        rewrites = rule_rewrites(tasks, sandbox, settings)
     if llm is not None and llm.judge != "off":
         judge_rewrites(tasks, rewrites, llm, log)
     sets = []
@@ -142,19 +132,15 @@ def build_perturbed_sets(
     return sets
 
 
-def rule_rewrites(
-    tasks: Sequence[Task], sandbox, *, seed: int, per_type: int, timeout_s: float
-) -> list[Rewrite]:
+def rule_rewrites(tasks: Sequence[Task], sandbox, settings: SetSettings) -> list[Rewrite]:
     """The rule-based rewrites of `tasks` in their order: `unittest_rewrite` for unittest tasks
     (BigCodeBench), `rewriting` for every other task."""
-    from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
-
     out: list[Rewrite | None] = [None] * len(tasks)
-    settings = {"seed": seed, "per_type": per_type, "timeout_s": timeout_s}
+    options = {"seed": settings.seed, "per_type": settings.per_type, "timeout_s": settings.timeout_s}
     for unittest, rewrite in ((False, rewrite_tasks), (True, rewrite_unittest_tasks)):
         chosen = [i for i, t in enumerate(tasks) if (t.test_type == "unittest") == unittest]
         if chosen:
-            for i, rw in zip(chosen, rewrite([tasks[i] for i in chosen], sandbox, **settings)):
+            for i, rw in zip(chosen, rewrite([tasks[i] for i in chosen], sandbox, **options)):
                 out[i] = rw
     return out
 
@@ -162,12 +148,9 @@ def rule_rewrites(
 def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmBackend, log=print) -> None:
     """Ask the LLM judge about every accepted rewrite; record its verdict on the Rewrite and, with
     llm.judge == "filter", drop the rewrites it does not pass (the reason joins the rejections)."""
-    from leaklab.perturb.mri_llm import llm_judge_rewrites
-
     chosen = [(task, rw) for task, rw in zip(tasks, rewrites) if rw.task is not None]
-    verdicts, failures = llm_judge_rewrites(
-        [(task, rw.task) for task, rw in chosen], llm.generator, llm.render or (lambda text: text)
-    )
+    pairs = [(task, rw.task) for task, rw in chosen]
+    verdicts, failures = llm_judge_rewrites(pairs, llm.generator, llm.render)
     dropped = 0
     for (_, rw), verdict in zip(chosen, verdicts):
         rw.judge = dataclasses.asdict(verdict) | {"mode": llm.judge}

@@ -1,9 +1,6 @@
 """Mutation for MRI (Memorize or generalize?, §3.2, App. B): seeded, rule-based, semantics-preserving
 noise on the prose of a task's description (scramble, capitalise, character noise; about RATE operations
 per word, each kind at least once); identifiers, signature and examples stay.
-
-    task_mut, counts = mutate_task(task, random.Random(0))
-
 See docs/perturbations.md#mri-mutation.
 """
 
@@ -154,10 +151,8 @@ def mutate_task(task: Task, rng: random.Random, max_tries: int = 5) -> tuple[Tas
                         break
                 if new is None:
                     new, kind = _capitalise(current, rng), "capitalise"
-            elif kind == "capitalise":
-                new = _capitalise(current, rng)
             else:
-                new = _noise(current, rng)
+                new = {"capitalise": _capitalise, "noise": _noise}[kind](current, rng)
             edits[w] = new
             counts[kind] += 1
         prompt = apply_edits(task.prompt, [(*words[w], new) for w, new in edits.items()])

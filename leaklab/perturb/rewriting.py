@@ -1,10 +1,6 @@
 """Rule-based code rewriting for MRI (Memorize or generalize?, §3.1, App. G): change ONE core logic of a
 task's canonical solution with an AST operator (one per type in LOGIC_TYPES), keep its signature, and
 rebuild the task around it; candidates are validated in the sandbox (App. B.5), rejections kept per type.
-
-    sites = candidate_edits(task, rng)                # every place each operator can change, shuffled
-    results = rewrite_tasks(tasks, sandbox, seed=0)   # validated in the sandbox, one rewrite per task
-
 See docs/perturbations.md#mri-rewriting.
 """
 

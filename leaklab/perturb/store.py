@@ -1,12 +1,6 @@
 """SrDetection's variant sets for the pipeline: built with sandboxed executors, cached per benchmark
-(`set_store`), the run's own copy, read back.
-
-    sets = variant_sets_for(tasks, recipe.evaluate.srdetection)        # cached; builds what is missing
-    write_run_variants(run.root, sets, min_variants=2)                 # <run>/variants.jsonl + summary
-    sets = read_run_variants(run.root, tasks)                          # what every checkpoint reuses
-
-A variant is stored as the Task fields that differ from its original plus its metadata.
-See docs/perturbations.md#caches-of-perturbed-sets.
+(`set_store`), the run's own copy, read back. A variant is stored as the Task fields that differ from its
+original plus its metadata. See docs/perturbations.md#caches-of-perturbed-sets.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ from typing import Any
 from leaklab.data.tasks import Task
 from leaklab.errors import UnavailableError
 from leaklab.execution.correctness import check_solution, reference_outputs
-from leaklab.execution.sandbox import Program
+from leaklab.execution.sandbox import Program, Sandbox
 from leaklab.perturb import set_store
 from leaklab.perturb.examples import RunError
 from leaklab.perturb.variants import Variant, VariantSet, Verification, alpha_equivalent, make_variants
@@ -95,8 +89,6 @@ def build_variant_sets(tasks: Sequence[Task], cfg, log=print, rename: bool = Tru
     with contextlib.ExitStack() as stack:
         run_solution = run_tests = None
         if cfg.verify == "tests" or cfg.replace_examples:
-            from leaklab.execution.sandbox import Sandbox
-
             try:
                 sandbox = Sandbox(workers=cfg.sandbox_workers, timeout_s=cfg.sandbox_timeout_s)
             except RuntimeError as err:

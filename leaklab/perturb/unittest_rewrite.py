@@ -1,9 +1,6 @@
 """Rule-based MRI rewriting of tasks whose tests are a unittest class (BigCodeBench): no input/output
 pairs to recompute, so the literals the tests assert are regenerated in the sandbox instead, and the real
 judge confirms the rewrite passes them while the original fails them.
-
-    results = rewrite_unittest_tasks(tasks, sandbox, seed=0, per_type=2)   # list[Rewrite]
-
 See docs/perturbations.md#mri-rewriting.
 """
 

@@ -73,17 +73,18 @@ class Verdict:
 def make_backend(backend: str, model: str, base_url: str | None = None):
     """(generator, render) for an LLM that leaklab asks its own prompts: "openai" (a server at
     `base_url`, key from $OPENAI_API_KEY) or "hf" (a local directory or hub name, loaded here; a chat
-    model's prompts are wrapped in its chat template)."""
+    model's prompts are wrapped in its chat template; other prompts are read as they are)."""
     from leaklab.signals.generation import make_generator
 
     if backend == "openai":
-        return make_generator("openai", base_url, model, api_key=os.environ.get("OPENAI_API_KEY")), None
+        api_key = os.environ.get("OPENAI_API_KEY")
+        return make_generator("openai", base_url, model, api_key=api_key), lambda text: text
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     generator = make_generator("hf", AutoModelForCausalLM.from_pretrained(model, dtype="auto"), tokenizer)
     if not getattr(tokenizer, "chat_template", None):
-        return generator, None
+        return generator, lambda text: text
 
     def render(text: str) -> str:
         return tokenizer.apply_chat_template(chat_messages(text), tokenize=False, add_generation_prompt=True)
@@ -122,24 +123,18 @@ def _unit(value) -> float | None:
     return number if 0.0 <= number <= 1.0 else None
 
 
-def last_json_object(text: str) -> dict | None:
-    """The last JSON object in `text` (fenced or bare); None when there is none."""
-    decoder = json.JSONDecoder()
-    found = None
-    for start in [m.start() for m in re.finditer(r"\{", text)]:
-        try:
-            obj, _ = decoder.raw_decode(text[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            found = obj
-    return found
-
-
 def reply_fields(reply: str, keys: Sequence[str]) -> dict | None:
     """The reply's last JSON object with lower-cased keys or, when it has none, the `keys` read one by
     one from loose `key: value` text (models drop braces or quote oddly); None when neither is there."""
-    obj = last_json_object(reply)
+    decoder = json.JSONDecoder()
+    obj = None
+    for brace in re.finditer(r"\{", reply):  # fenced or bare
+        try:
+            found, _ = decoder.raw_decode(reply[brace.start() :])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(found, dict):
+            obj = found
     if obj is None:
         obj = {}
         for key in keys:

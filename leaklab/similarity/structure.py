@@ -98,13 +98,10 @@ def ordered_tree(root, children, label) -> OrderedTree:
         stack.append((node, True))
         for child in reversed(children(node)):
             stack.append((child, False))
-    left = np.asarray(leftmost, dtype=np.int64)
     # A keyroot is the highest node with a given leftmost leaf: the root, and every node with a left sibling.
-    last_with_leaf: dict[int, int] = {}
-    for i, value in enumerate(leftmost):
-        last_with_leaf[value] = i
+    last_with_leaf = {value: i for i, value in enumerate(leftmost)}
     keyroots = np.asarray(sorted(last_with_leaf.values()), dtype=np.int64)
-    return OrderedTree(np.asarray(labels, dtype=np.int64), left, keyroots)
+    return OrderedTree(np.asarray(labels, dtype=np.int64), np.asarray(leftmost, dtype=np.int64), keyroots)
 
 
 @jit
@@ -515,18 +512,6 @@ class Structure:
     words: list[Counter] = field(default_factory=list)
 
 
-def _python_tree(text: str) -> tuple[ast.Module | None, str | None]:
-    """(Python's tree of `text`, None), or (None, why it does not parse)."""
-    if not text.strip():
-        return None, "empty"
-    try:
-        return ast.parse(text), None
-    except SyntaxError as err:
-        return None, f"SyntaxError: {err.msg}" + (f" (line {err.lineno})" if err.lineno else "")
-    except (ValueError, RecursionError, MemoryError) as err:
-        return None, f"{type(err).__name__}: {err}"
-
-
 STRUCTURE_PARTS = ("tsed", "ast", "codebleu")
 _TREE_SITTER_ERROR = "tree-sitter could not parse it (ERROR or MISSING node)"
 
@@ -535,9 +520,14 @@ def structure(text: str, parts: tuple[str, ...] = STRUCTURE_PARTS) -> Structure:
     """Parse `text` once into the structural representations `parts` need (all by default); a snippet
     that Python or tree-sitter cannot parse carries the reason in `error` and nothing else. CodeBLEU alone
     parses the raw text only when the stripped text's tree is broken."""
-    python_tree, error = _python_tree(text)
-    if error is not None:
-        return Structure(error=error)
+    if not text.strip():
+        return Structure(error="empty")
+    try:
+        python_tree = ast.parse(text)
+    except SyntaxError as err:
+        return Structure(error=f"SyntaxError: {err.msg}" + (f" (line {err.lineno})" if err.lineno else ""))
+    except (ValueError, RecursionError, MemoryError) as err:
+        return Structure(error=f"{type(err).__name__}: {err}")
     parser = python_parser()
     stripped_text = strip_comments_and_docstrings(text) if "codebleu" in parts else text
     tree = stripped_tree = None

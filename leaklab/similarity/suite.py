@@ -93,11 +93,9 @@ def compare(reference: Document, candidate: Document) -> dict:
         parts = st.codebleu_parts(ref, cand)
         row["codebleu_equal"] = parts["equal"]
         row["codebleu_syntax"] = parts["syntax"]
+        row["codebleu_dataflow"] = math.nan if parts["dataflow"] is None else parts["dataflow"]
         if parts["dataflow"] is None:
-            row["codebleu_dataflow"] = math.nan
             missing["codebleu_dataflow"] = "reference has no data-flow edge"
-        else:
-            row["codebleu_dataflow"] = parts["dataflow"]
         row["tsed"] = st.tsed(ref, cand)
         row["ast_similarity"] = st.ast_similarity(ref, cand)
         row["mri_similarity"] = st.mri_similarity(ref, cand)
