@@ -262,11 +262,9 @@ class Counterfactual:
                                  generated=cfg.hyclone_generated_inputs)  # fmt: skip
 
     def _judge_backend(self, cfg) -> tuple:
-        """(generator, render) of the judge back-end, loaded on first use; render is the identity when
-        the back-end has none."""
+        """(generator, render) of the judge back-end, loaded on first use."""
         if self._judge is None:
-            generator, render = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
-            self._judge = generator, render or (lambda text: text)
+            self._judge = make_backend(cfg.judge_backend, cfg.judge_model, cfg.judge_base_url)
         return self._judge
 
     def _ask_judges(self, ctx: EvalContext, functions: list[dict]) -> dict[str, list[float]]:
