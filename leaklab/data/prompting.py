@@ -9,7 +9,7 @@ prefilled up to an opened ```python fence) and `auto` (chat when the tokenizer h
     fmt = resolve_format(tokenizer, "auto")
     prompt, answer = training_pair(task, tokenizer, fmt)          # the sft stage's example
     prompt = model_prompt(task, tokenizer, fmt)                    # what generation is asked
-    ext = extract_code(task, reply, fmt)  # Extracted(code, full_program, failure)
+    ext = extract_code(task, reply, fmt)  # Extracted(code, failure)
 """
 
 from __future__ import annotations
@@ -121,12 +121,10 @@ def training_pair(task: Task, tokenizer, fmt: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Extracted:
     """The code to test: it continues the task's prompt (`task.program(code)`; a whole function in the
-    reply is appended after the prompt and redefines the entry point). `full_program` is always False
-    (callers pass it on to `check_many`). `failure` names why no code could be read ("" when some was):
-    no_code, syntax_error or too_long, counted, never raised."""
+    reply is appended after the prompt and redefines the entry point). `failure` names why no code
+    could be read ("" when some was): no_code, syntax_error or too_long, counted, never raised."""
 
     code: str
-    full_program: bool
     failure: str = ""
 
 
@@ -139,5 +137,5 @@ def extract_code(task: Task, reply: str, fmt: str) -> Extracted:
         reply = OPEN_FENCE + reply  # the prompt opened the fence the reply's code sits in
     found = candidate(task.prompt, reply, task.entry_point, task.prompt_is_code)
     if found.code is None:
-        return Extracted("", False, found.problem or "no_code")
-    return Extracted(found.code, False)
+        return Extracted("", found.problem or "no_code")
+    return Extracted(found.code)

@@ -128,7 +128,7 @@ class Accuracy:
         results = run_readings(asked, readings, cfg.sandbox_workers, cfg.timeout_s)
         judged: list[list[dict]] = [[] for _ in tasks]
         for (i, _), reading, result in zip(where, readings, results):
-            entry = {"reply": reading.reply, "code": reading.code, "full_program": reading.full_program}
+            entry = {"reply": reading.reply, "code": reading.code, "full_program": False}
             if reading.failure == "syntax_error":  # code was there but does not parse: a syntax error
                 entry |= {"verdict": "failed", "reason": "syntax_error", "extraction": "", "syntax_ok": False}
             elif failure := reading.failure:

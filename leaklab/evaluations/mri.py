@@ -214,7 +214,7 @@ class Mri:
             if reading.failure:
                 entry |= {"verdict": "failed", "reason": f"extraction: {reading.failure}", "sim": None}
             else:
-                entry["full_program"] = reading.full_program
+                entry["full_program"] = False  # the code always continues the prompt (Extracted)
                 if key.startswith("rew:"):
                     entry["sim"] = similarity(reading.program, original.program())
                 entry |= {"verdict": result.verdict, "reason": result.reason}

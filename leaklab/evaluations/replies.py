@@ -27,7 +27,6 @@ class Reading:
 
     reply: str
     code: str
-    full_program: bool
     failure: str  # "" when code was read, else no_code | syntax_error | too_long
     program: str | None  # the runnable program (the task's prompt continued by the code); None on failure
 
@@ -37,8 +36,8 @@ def read_replies(asked: Sequence[Task], replies: Sequence[str], fmt: str) -> lis
     readings = []
     for task, reply in zip(asked, replies):
         ext = extract_code(task, reply, fmt)
-        program = None if ext.failure else task.program(ext.code)  # ext.full_program is always False
-        readings.append(Reading(reply, ext.code, ext.full_program, ext.failure, program))
+        program = None if ext.failure else task.program(ext.code)
+        readings.append(Reading(reply, ext.code, ext.failure, program))
     return readings
 
 

@@ -97,7 +97,7 @@ def test_completion_replies_are_cut_at_the_next_top_level_statement():
     body = "    return [x + 3 for x in xs]\n"
     got = extract_code(TASK, body + "\n\ndef other():\n    pass\n", "completion")
     assert got == extract_code(TASK, body, "completion")
-    assert got.code == body and not got.full_program and not got.failure
+    assert got.code == body and not got.failure
     assert extract_code(TASK, body + "\nprint(add_k([1]))\n", "completion").code == body
     assert extract_code(TASK, "\n\n  \n", "completion").failure == "no_code"
     # A body cut mid-line by the generation limit loses its broken last line.
