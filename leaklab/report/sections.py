@@ -18,7 +18,7 @@ from leaklab.plugins import ReportsSection, resolve
 from leaklab.report.rundata import RunData
 from leaklab.report.section import Panel, Section, Table, fmt_interval, panel_values
 from leaklab.report.section import fmt as _fmt
-from leaklab.report.tables import dataset_inference_cells, shift_warnings
+from leaklab.report.tables import THRESHOLD_FREE, dataset_inference_cells, shift_warnings
 from leaklab.results import (
     DELAY_LEVELS,
     column_of,
@@ -33,7 +33,6 @@ from leaklab.results import (
 )
 
 HEADLINE = ("auroc", "tpr@1%fpr", "f1")
-THRESHOLD_FREE = ("auroc", "tpr@1%fpr", "tpr@5%fpr")
 HIST_BINS = 20
 
 

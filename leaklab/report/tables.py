@@ -10,6 +10,8 @@ import json
 from leaklab.report.section import fmt_interval
 from leaklab.results import column_of, is_margin, ordered
 
+THRESHOLD_FREE = ("auroc", "tpr@1%fpr", "tpr@5%fpr")
+
 
 def metric_cells(rows: list[dict], metric: str, keep=None) -> tuple[dict, dict]:
     """(step, column) -> [value, ci_low, ci_high] of one metric (columns `keep` accepts), step -> epoch."""
@@ -40,7 +42,7 @@ def metric_table(rows: list[dict], metric: str) -> str:
 def console_table(rows: list[dict], metric: str) -> str:
     """`metric_table` turned for a terminal (a row per detector: there are more detectors than
     checkpoints), without a rule's margin column for a threshold-free metric (the rule's own line)."""
-    threshold_free = metric in ("auroc", "tpr@1%fpr", "tpr@5%fpr")
+    threshold_free = metric in THRESHOLD_FREE
     cells, _ = metric_cells(rows, metric, keep=lambda column: not (threshold_free and is_margin(column)))
     cells = {key: cell for key, cell in cells.items() if isinstance(cell[0], (int, float))}
     columns, steps = ordered(c for _, c in cells), sorted({s for s, _ in cells})
