@@ -72,10 +72,9 @@ PROMPT_BOUNDARY_SETTINGS = ("auto", *PROMPT_BOUNDARIES)
 
 
 def resolve_prompt_boundary(setting: str, learned: str | None = None) -> str:
-    """The boundary a generation uses: `setting` itself unless it is "auto"; under "auto", `learned` (how
-    the model saw prompts in its training, `training.stages.learned_prompt_boundary`), and "heal" when
-    that is unknown: a model whose training we did not run (a base or released model) is taken to have
-    learned packed text, where a prompt's last newline was always merged with the next line's indent."""
+    """`setting`, or under "auto" how the model learned its prompts (`learned`, from
+    `training.stages.learned_prompt_boundary`), "heal" when unknown: see
+    docs/evaluations.md#where-a-prompt-ends."""
     if setting not in PROMPT_BOUNDARY_SETTINGS:
         raise ValueError(
             f"unknown prompt_boundary {setting!r}; choose one of {', '.join(PROMPT_BOUNDARY_SETTINGS)}"
@@ -544,10 +543,6 @@ class OpenAIGenerator:
     timeout: float = 300.0
     max_retries: int = 3
 
-    @property
-    def url(self) -> str:
-        return self.base_url.rstrip("/") + "/completions"
-
     def generate(
         self,
         prompts: Sequence[str],
@@ -582,12 +577,13 @@ class OpenAIGenerator:
         return results
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.base_url.rstrip("/") + "/completions"
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode()
         for attempt in range(self.max_retries + 1):
-            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            request = urllib.request.Request(url, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
@@ -595,11 +591,11 @@ class OpenAIGenerator:
                 retry = err.code == 429 or err.code >= 500
                 if not retry or attempt == self.max_retries:
                     detail = err.read().decode(errors="replace")[:500]
-                    raise RuntimeError(f"{self.url} answered HTTP {err.code}: {detail}") from err
+                    raise RuntimeError(f"{url} answered HTTP {err.code}: {detail}") from err
             except urllib.error.URLError as err:
                 if attempt == self.max_retries:
                     raise RuntimeError(
-                        f"cannot reach {self.url}: {err.reason}. Is the server running? The recipe key "
+                        f"cannot reach {url}: {err.reason}. Is the server running? The recipe key "
                         "for the endpoint takes its base URL (e.g. http://127.0.0.1:8000/v1)."
                     ) from err
             time.sleep(min(2**attempt, 30))
