@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -286,10 +286,9 @@ class HFGenerator:
         """The prompt as the model reads it (`prepare_prompt`, special tokens included); prompts too long
         for the model's context keep their last tokens."""
         prepared = prepare_prompt(self.tokenizer, prompt, self.prompt_boundary, source)
-        ids = prepared.ids
-        if self.max_length and len(ids) + max_new_tokens > self.max_length:
-            ids = ids[-max(1, self.max_length - max_new_tokens) :]
-        return PreparedPrompt(tuple(ids), prepared.healed, prepared.boundary)
+        if self.max_length and len(prepared.ids) + max_new_tokens > self.max_length:
+            return replace(prepared, ids=prepared.ids[-max(1, self.max_length - max_new_tokens) :])
+        return prepared
 
     @torch.inference_mode()
     def generate(
@@ -470,14 +469,12 @@ class HFGenerator:
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return []
-    return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+    """The EOS id(s) of the first that sets one: the generation config, the model config, the tokenizer."""
+    for owner in (getattr(model, "generation_config", None), model.config, tokenizer):
+        eos = getattr(owner, "eos_token_id", None)
+        if eos is not None:
+            return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+    return []
 
 
 # --------------------------------------------------------------------------- vLLM (optional extra)

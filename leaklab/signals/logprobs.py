@@ -439,14 +439,6 @@ def _head_stats(
     return _blockwise(targets, rows, distribution, fold)
 
 
-def _logit_stats(
-    logits: torch.Tensor, targets: torch.Tensor, settings: ScoringSettings, distribution: bool
-) -> list[torch.Tensor | None]:
-    """The same statistics from already computed logits [N, V] (models whose head is not a plain Linear)."""
-    rows = max(1, settings.blocks(logits.device)[1] // logits.shape[1])
-    return _blockwise(targets, rows, distribution, lambda m, r0, r1: m.add(0, logits[r0:r1].float()))
-
-
 def _out_features(head: torch.nn.Module) -> int:
     weight = getattr(head, "weight", None)
     return int(weight.shape[0]) if weight is not None and weight.dim() == 2 else 1
@@ -522,7 +514,11 @@ def _forward_batch(
         else:
             logits = model(input_ids=ids_t, use_cache=False).logits
             logits = logits.reshape(-1, logits.shape[-1])[flat - 1]
-            values = _logit_stats(logits, targets, settings, distribution)
+            # No head/body split (`_split_model`): the same statistics from the full logits, in row blocks.
+            rows = max(1, settings.blocks(device)[1] // logits.shape[1])
+            values = _blockwise(
+                targets, rows, distribution, lambda m, r0, r1: m.add(0, logits[r0:r1].float())
+            )
     return [None if v is None else v.float().cpu().numpy() for v in values]
 
 
