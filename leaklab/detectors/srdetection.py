@@ -203,15 +203,7 @@ def clean_null_decisions(
     decided = base.decided & np.isfinite(t)
     with np.errstate(invalid="ignore"):
         leak = decided & (base.margin > t)
-    return Decisions(
-        n=base.n,
-        leak=leak,
-        decided=decided,
-        variants_used=base.variants_used,
-        margin=base.margin,  # the raw margin, even without a threshold: an audit thresholds it later
-        threshold=t,
-        level=alpha,
-    )
+    return dataclasses.replace(base, leak=leak, decided=decided, threshold=t, level=alpha)
 
 
 def clean_null_against_set(
