@@ -157,12 +157,9 @@ def parse_spec(spec: str) -> tuple[str, dict[str, list[str]]]:
 
 
 def regroup_specs(items: Sequence[Any]) -> list[str]:
-    """A spec list as a comma-split command line or YAML flow list gives it, put back together:
-    `[ppl,srdetection_gray:n=1,3,5,10]` arrives as "ppl", "srdetection_gray:n=1", 3, 5, 10 and means
-    ["ppl", "srdetection_gray:n=1,3,5,10"]. An item joins the spec before it when that spec has
-    parameters and the item does not start a spec of its own: it is not a detector name, has no ':',
-    and is a number, a `key=value`, or a word close to no detector name (so `ref:forms=ratio,diff` keeps
-    "diff", while `srdetection_gray:n=1,3,zlibb` rejects "zlibb" with its closest name)."""
+    """A spec list as a comma-split command line or YAML flow list gives it ("ppl", "srdetection_gray:n=1",
+    3, 5, 10), put back together (["ppl", "srdetection_gray:n=1,3,5,10"]). Which item joins the spec
+    before it: see docs/detectors.md#detector-specs."""
     out: list[str] = []
     for item in items:
         text = str(item).strip()

@@ -108,10 +108,8 @@ def _labels(texts: list[str], labels) -> np.ndarray:
 
 
 def blind_scores(texts: list[str], labels, *, folds: int = 5, seed: int = 0) -> np.ndarray:
-    """Out-of-fold member probability of every text from a text-only classifier (see the module doc).
-
-    All NaN when a class has fewer than 2 samples (no fold could hold both classes out).
-    """
+    """Out-of-fold member probability of every text from the text-only classifier; all NaN when a class
+    has fewer than 2 samples (no fold could hold both classes out)."""
     y = _labels(texts, labels)
     return _out_of_fold(blind_features(texts), y, folds, seed)
 

@@ -47,30 +47,24 @@ class SignalPass:
     cache: SignalCache
     counts: dict[str, Any] = field(default_factory=dict)  # per signal: the engine's counts (`info`)
 
-    def token_stats(self, name: str, model, tokenizer, texts, prompts, distribution: bool = False):
-        """Token statistics of `texts` under `model` (`ModelInputs.token_stats`), counted under `name`."""
+    def token_stats(self, name: str, texts, prompts, distribution: bool = False, model=None):
+        """`ModelInputs.token_stats` of `texts` (under the target model, or `model`), counted under `name`."""
         self.counts[name] = {}
-        return self.inputs.token_stats(
-            texts, prompts, self.scoring, self.counts[name], distribution, model=(model, tokenizer)
-        )
+        return self.inputs.token_stats(texts, prompts, self.scoring, self.counts[name], distribution, model)
 
 
 def _target(run: SignalPass) -> list[TokenStats]:
-    inputs = run.inputs
-    return run.token_stats(
-        "target", inputs.model, inputs.tokenizer, run.texts, run.prompts, DISTRIBUTION in run.needs
-    )
+    return run.token_stats("target", run.texts, run.prompts, DISTRIBUTION in run.needs)
 
 
 def _lowercase(run: SignalPass) -> list[TokenStats]:
     from leaklab.signals.logprobs import lowercase_inputs
 
-    lower = lowercase_inputs(run.texts, run.prompts)
-    return run.token_stats("lowercase", run.inputs.model, run.inputs.tokenizer, *lower)
+    return run.token_stats("lowercase", *lowercase_inputs(run.texts, run.prompts))
 
 
 def _reference(run: SignalPass) -> list[TokenStats]:
-    return run.token_stats("reference", *run.inputs.reference, run.texts, run.prompts)
+    return run.token_stats("reference", run.texts, run.prompts, model=run.inputs.reference)
 
 
 def _frequencies(run: SignalPass):
@@ -131,8 +125,8 @@ def compute_signals(inputs: ModelInputs, needs: set[str], info: dict[str, Any] |
     scoring = inputs.scoring()
     texts = list(inputs.texts)
     # Under the solution span the engine checks the prompts (one prefix per text), before any other signal.
-    given = inputs.prompts if scoring.scoring_span == "solution" else None
-    prompts = None if given is None else list(given)
+    conditioned = scoring.scoring_span == "solution" and inputs.prompts is not None
+    prompts = list(inputs.prompts) if conditioned else None
     run = SignalPass(inputs, texts, prompts, needs, scoring, as_cache(inputs.cache))
     spans = [t[len(p) :] for t, p in zip(texts, prompts)] if prompts is not None else texts
     signals = Signals(spans=spans)

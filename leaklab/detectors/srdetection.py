@@ -159,11 +159,9 @@ def calibrated_decisions(
 
 
 def null_threshold(null_margins: np.ndarray | Sequence[float], alpha: float) -> float:
-    """The (1 - alpha) quantile of margins measured on clean samples, in its finite-sample form: the
-    ceil((1 - alpha)(m + 1))-th smallest of the m finite margins. A new clean sample exchangeable with
-    them exceeds it with probability at most alpha (its rank among the m + 1 is uniform), so "leak iff
-    margin > threshold" flags at most alpha of clean samples. NaN when m is too small for that
-    (ceil((1 - alpha)(m + 1)) > m): no threshold at level alpha exists, the samples stay undecided."""
+    """The ceil((1 - alpha)(m + 1))-th smallest of the m finite clean margins, which a new exchangeable
+    clean sample exceeds with probability at most alpha (docs/detectors.md#srdetection-001-31); NaN
+    when that rank exceeds m (no threshold at level alpha: the samples stay undecided)."""
     values = np.sort(np.asarray(null_margins, dtype=float))
     values = values[np.isfinite(values)]
     rank = math.ceil((1.0 - alpha) * (len(values) + 1) - 1e-9)
@@ -178,10 +176,8 @@ def cross_fitted_thresholds(
     folds: int = 5,
     seed: int = 0,
 ) -> np.ndarray:
-    """Per sample, the threshold its margin is compared with, from the margins of the samples known to be
-    clean (a run's non-members). A clean sample gets the `null_threshold` of the clean margins of the
-    other seeded folds, never its own, so the clean flag rate is an honest false-positive rate; every
-    other sample gets that of all clean margins. Clean samples without a margin stay undecided."""
+    """Per sample, the `null_threshold` its margin is compared with: of the other seeded folds' clean
+    margins for a known-clean sample (never its own), of all clean margins for every other sample."""
     m = np.asarray(margin, dtype=float)
     clean = np.asarray(known_clean).astype(bool)
     pool = np.flatnonzero(clean & np.isfinite(m))
@@ -207,15 +203,7 @@ def clean_null_decisions(
     decided = base.decided & np.isfinite(t)
     with np.errstate(invalid="ignore"):
         leak = decided & (base.margin > t)
-    return Decisions(
-        n=base.n,
-        leak=leak,
-        decided=decided,
-        variants_used=base.variants_used,
-        margin=base.margin,  # the raw margin, even without a threshold: an audit thresholds it later
-        threshold=t,
-        level=alpha,
-    )
+    return dataclasses.replace(base, leak=leak, decided=decided, threshold=t, level=alpha)
 
 
 def clean_null_against_set(
@@ -243,21 +231,15 @@ class SrDetectionConfig:
 
     n_variants: int = 10  # variants built per task; the detector spec's n values must not exceed it
     seed: int = 0  # seeds the names and example inputs of the variants
-    # A decision at n needs n verified variants (0: the paper's rule); k > 0 accepts min(n, k), which mixes
-    # comparisons with fewer variants (and a higher null) into a column. Fewer: undecided (not a leak).
-    min_variants: int = 0
-    # How each variant is checked before it is kept: "tests" runs the benchmark's own tests on it (in the
-    # sandbox); "alpha" checks, without running anything, that its program is the original's under the
-    # renaming (for benchmarks without tests); "none" only parses it. Failures are dropped.
-    verify: str = "tests"
+    min_variants: int = 0  # 0: a decision at n needs n verified variants (the paper); k > 0: min(n, k)
+    verify: str = "tests"  # how a variant is checked before it is kept (docs/detectors.md#the-detectors)
     replace_examples: bool = True  # tau_t: new example inputs, outputs from the canonical solution
     sandbox_workers: int = 2  # sandbox processes that verify variants in parallel
     sandbox_timeout_s: float = 10.0  # per test run
-    # Black box: the greedy continuation of a prefix is compared with the true suffix. The cut is at
-    # `prefix_fraction` of the tokens of the solution (`split: solution`, the prompt always stays in the
-    # prefix) or of the whole text (`split: text`); the paper does not say where it cut.
+    # The black box cuts at `prefix_fraction` of the solution's tokens (the prompt stays in the prefix)
+    # or, with split "text", of the whole text's: the paper does not say where it cut.
     split: str = "solution"
-    prefix_fraction: float = 0.5  # where the black box cuts prefix from suffix (see split)
+    prefix_fraction: float = 0.5
     ngram: int = 7  # N of the N-gram overlap, in tokens (App. A.1)
     max_new_tokens: int = 128  # suffixes longer than this are compared on their first max_new_tokens
     generation_batch_size: int = 64  # rows decoded together
@@ -397,11 +379,9 @@ class SrDetectionBlack(SrRule):
 
 @dataclass
 class SrDetectionCleanNull(SrRule):
-    """Leak iff the raw rule's margin (gray or black box, `base`) exceeds the (1 - alpha) quantile of the
-    margins of samples known to be clean under the same model (`null_threshold`): the null is measured,
-    not assumed. In a run the clean samples are the non-members, cross-fitted (`cross_fitted_thresholds`:
-    a non-member is never decided by a threshold its own margin entered); in an audit, the `clean=` set
-    (`clean_null_against_set`, called by `leaklab.audit`). Without known-clean samples nothing is decided."""
+    """Leak iff the raw rule's margin (gray or black box, `base`) exceeds the `null_threshold` of the
+    margins of samples known to be clean: a run's non-members, cross-fitted (`cross_fitted_thresholds`),
+    or an audit's `clean=` set (`clean_null_against_set`). Without them nothing is decided."""
 
     name: ClassVar[str] = "srdetection_clean_null"
     mode: ClassVar[str] = "clean_null"
@@ -453,10 +433,6 @@ class SrInputs:
     contexts: list[str]
     variant_texts: list[list[str]]
     variant_contexts: list[list[str]]
-
-    def __post_init__(self) -> None:
-        if not len(self.texts) == len(self.contexts) == len(self.variant_texts) == len(self.variant_contexts):
-            raise ValueError("SrInputs: texts, contexts and variant rows must have one entry per sample")
 
     @property
     def width(self) -> int:

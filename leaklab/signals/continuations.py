@@ -185,11 +185,9 @@ def greedy_continuations(
     info: dict[str, Any] | None = None,
     sources: Sequence[str | None] | None = None,
 ) -> list[tuple[int, ...]]:
-    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached. Where a prompt
-    was healed, the first id also covers its last characters; callers that compare ids with a text's own
-    tokens pass the text as the source. Missing rows are decoded in groups of similar length, spread
-    over the ranks under several processes (call it on every rank).
-    """
+    """The greedy continuation (token ids, at most lengths[i]) of every prompt, cached; callers that
+    compare ids with a text's own tokens pass the text as the source. Missing rows are decoded in groups
+    of similar length, spread over the ranks (call it on every rank)."""
     model, model_fp, cache, boundary = decoding.unpacked()
     tokenizer, batch_size = decoding.tokenizer, decoding.batch_size
     tok_fp = tokenizer_fingerprint(tokenizer)
@@ -216,9 +214,8 @@ def greedy_continuations(
             )
             for i, (completion, *_) in zip(group, completions):
                 fresh[i] = _ids(tokenizer, completion, lengths[i])
-        if n_ranks > 1:
-            for part in all_gather(fresh, decoding.accelerator):
-                fresh.update(part)
+        for part in all_gather(fresh, decoding.accelerator):  # [fresh] alone in a single process
+            fresh.update(part)
         cache.put_many(model_fp, {keys[i]: ids for i, ids in fresh.items()}, write=rank == 0)
         for i, ids in fresh.items():
             out[i] = ids
@@ -236,11 +233,9 @@ def greedy_replies(
     info: dict[str, Any] | None = None,
     sources: Sequence[str | None] | None = None,
 ) -> list[str]:
-    """The greedy reply (text, cut at the first `stop`) to every prompt, cached: the accuracy and MRI
-    evaluations ask a checkpoint the same tasks and share one decoding. The cache holds the reply's
-    token ids under the prompt and the stop sequences, read back as the generator wrote them (decoded,
-    healed characters dropped, cut at the stop); a back-end without ids is not cached. `model_fp`: the
-    caller's fingerprint of the weights (default `model_fingerprint`). Call it on every rank.
+    """The greedy reply (text, cut at the first `stop`) to every prompt, cached by its token ids (a
+    back-end without ids is not cached), so the accuracy and MRI evaluations share one decoding.
+    `model_fp`: the caller's fingerprint of the weights (default `model_fingerprint`). Call it on every rank.
     """
     model, own_fp, cache, boundary = decoding.unpacked()
     model_fp, tokenizer = model_fp or own_fp, decoding.tokenizer

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import torch
@@ -72,10 +72,9 @@ PROMPT_BOUNDARY_SETTINGS = ("auto", *PROMPT_BOUNDARIES)
 
 
 def resolve_prompt_boundary(setting: str, learned: str | None = None) -> str:
-    """The boundary a generation uses: `setting` itself unless it is "auto"; under "auto", `learned` (how
-    the model saw prompts in its training, `training.stages.learned_prompt_boundary`), and "heal" when
-    that is unknown: a model whose training we did not run (a base or released model) is taken to have
-    learned packed text, where a prompt's last newline was always merged with the next line's indent."""
+    """`setting`, or under "auto" how the model learned its prompts (`learned`, from
+    `training.stages.learned_prompt_boundary`), "heal" when unknown: see
+    docs/evaluations.md#where-a-prompt-ends."""
     if setting not in PROMPT_BOUNDARY_SETTINGS:
         raise ValueError(
             f"unknown prompt_boundary {setting!r}; choose one of {', '.join(PROMPT_BOUNDARY_SETTINGS)}"
@@ -287,10 +286,9 @@ class HFGenerator:
         """The prompt as the model reads it (`prepare_prompt`, special tokens included); prompts too long
         for the model's context keep their last tokens."""
         prepared = prepare_prompt(self.tokenizer, prompt, self.prompt_boundary, source)
-        ids = prepared.ids
-        if self.max_length and len(ids) + max_new_tokens > self.max_length:
-            ids = ids[-max(1, self.max_length - max_new_tokens) :]
-        return PreparedPrompt(tuple(ids), prepared.healed, prepared.boundary)
+        if self.max_length and len(prepared.ids) + max_new_tokens > self.max_length:
+            return replace(prepared, ids=prepared.ids[-max(1, self.max_length - max_new_tokens) :])
+        return prepared
 
     @torch.inference_mode()
     def generate(
@@ -471,14 +469,12 @@ class HFGenerator:
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return []
-    return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+    """The EOS id(s) of the first that sets one: the generation config, the model config, the tokenizer."""
+    for owner in (getattr(model, "generation_config", None), model.config, tokenizer):
+        eos = getattr(owner, "eos_token_id", None)
+        if eos is not None:
+            return list(eos) if isinstance(eos, (list, tuple)) else [int(eos)]
+    return []
 
 
 # --------------------------------------------------------------------------- vLLM (optional extra)
@@ -544,10 +540,6 @@ class OpenAIGenerator:
     timeout: float = 300.0
     max_retries: int = 3
 
-    @property
-    def url(self) -> str:
-        return self.base_url.rstrip("/") + "/completions"
-
     def generate(
         self,
         prompts: Sequence[str],
@@ -582,12 +574,13 @@ class OpenAIGenerator:
         return results
 
     def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.base_url.rstrip("/") + "/completions"
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         data = json.dumps(body).encode()
         for attempt in range(self.max_retries + 1):
-            request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
+            request = urllib.request.Request(url, data=data, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     return json.loads(response.read())
@@ -595,11 +588,11 @@ class OpenAIGenerator:
                 retry = err.code == 429 or err.code >= 500
                 if not retry or attempt == self.max_retries:
                     detail = err.read().decode(errors="replace")[:500]
-                    raise RuntimeError(f"{self.url} answered HTTP {err.code}: {detail}") from err
+                    raise RuntimeError(f"{url} answered HTTP {err.code}: {detail}") from err
             except urllib.error.URLError as err:
                 if attempt == self.max_retries:
                     raise RuntimeError(
-                        f"cannot reach {self.url}: {err.reason}. Is the server running? The recipe key "
+                        f"cannot reach {url}: {err.reason}. Is the server running? The recipe key "
                         "for the endpoint takes its base URL (e.g. http://127.0.0.1:8000/v1)."
                     ) from err
             time.sleep(min(2**attempt, 30))

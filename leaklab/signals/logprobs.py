@@ -51,8 +51,6 @@ class ScoringSettings:
     @classmethod
     def from_config(cls, config: Any = None) -> ScoringSettings:
         """Settings from an `EvaluateConfig` (or any object with same-named attributes); None = defaults."""
-        if config is None:
-            return cls()
         values = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls) if hasattr(config, f.name)}
         return cls(**values)
 
@@ -134,10 +132,9 @@ OUTPUT_NEUTRAL_CONFIG = frozenset(
 
 
 def model_fingerprint(model: torch.nn.Module, sample: int = 4096) -> str:
-    """A content fingerprint of a model (not a cryptographic hash), the key of the signal, generation and
-    verdict caches (docs/detectors.md#the-signal-engine). Without `OUTPUT_NEUTRAL_CONFIG`, so a model in
-    training and its reloaded checkpoint share it; `sample` evenly spaced values per parameter keep it
-    cheap. Unmaterialised (sharded) parameters give a fresh random value: no reuse."""
+    """The key of the signal, generation and verdict caches (docs/detectors.md#the-signal-engine): a
+    model in training and its reloaded checkpoint share it. Unmaterialised (sharded) parameters give a
+    fresh random value: no reuse."""
     if hasattr(model, "module"):  # a DDP / DeepSpeed wrapper
         model = model.module
     h = hashlib.sha256(type(model).__name__.encode())
@@ -442,14 +439,6 @@ def _head_stats(
     return _blockwise(targets, rows, distribution, fold)
 
 
-def _logit_stats(
-    logits: torch.Tensor, targets: torch.Tensor, settings: ScoringSettings, distribution: bool
-) -> list[torch.Tensor | None]:
-    """The same statistics from already computed logits [N, V] (models whose head is not a plain Linear)."""
-    rows = max(1, settings.blocks(logits.device)[1] // logits.shape[1])
-    return _blockwise(targets, rows, distribution, lambda m, r0, r1: m.add(0, logits[r0:r1].float()))
-
-
 def _out_features(head: torch.nn.Module) -> int:
     weight = getattr(head, "weight", None)
     return int(weight.shape[0]) if weight is not None and weight.dim() == 2 else 1
@@ -525,7 +514,11 @@ def _forward_batch(
         else:
             logits = model(input_ids=ids_t, use_cache=False).logits
             logits = logits.reshape(-1, logits.shape[-1])[flat - 1]
-            values = _logit_stats(logits, targets, settings, distribution)
+            # No head/body split (`_split_model`): the same statistics from the full logits, in row blocks.
+            rows = max(1, settings.blocks(device)[1] // logits.shape[1])
+            values = _blockwise(
+                targets, rows, distribution, lambda m, r0, r1: m.add(0, logits[r0:r1].float())
+            )
     return [None if v is None else v.float().cpu().numpy() for v in values]
 
 
@@ -680,7 +673,6 @@ def _run_segments(
         with torch.inference_mode():
             split = _split_model(model, device)
             total = sum(len(s.ids) for s in segments)
-            # A bar on a terminal; in a log file a line every 30 s or 10% (`progress: false`: silent).
             enabled = settings.progress is not False
             with Progress(total, "token statistics", unit="tok", enabled=enabled, leave=False) as bar:
                 for batch in _batches(segments, settings.batch_tokens):
@@ -754,11 +746,7 @@ _FREQUENCY_CACHE: dict[str, TokenFrequencies] = {}
 
 
 def token_frequencies(
-    tokenizer,
-    texts: Iterable[str] | None = None,
-    *,
-    cache_dir: str | Path | None = None,
-    batch_size: int = 256,
+    tokenizer, texts: Iterable[str] | None = None, *, cache_dir: str | Path | None = None
 ) -> TokenFrequencies:
     """Token counts of `texts` (None: the builtin corpus) under `tokenizer`, no special tokens, kept as
     `freq-<key>.npy` in `cache_dir` (None: `<leaklab cache>/frequencies`). The key is the tokenizer's and
@@ -781,8 +769,8 @@ def token_frequencies(
         table = TokenFrequencies(np.load(path))
     else:
         counts = np.zeros(len(tokenizer), dtype=np.int64)
-        for start in range(0, len(texts), batch_size):
-            enc = tokenizer(texts[start : start + batch_size], add_special_tokens=False, verbose=False)
+        for start in range(0, len(texts), 256):
+            enc = tokenizer(texts[start : start + 256], add_special_tokens=False, verbose=False)
             ids = np.concatenate(
                 [np.asarray(x, dtype=np.int64) for x in enc["input_ids"]] + [np.zeros(0, np.int64)]
             )
