@@ -70,7 +70,7 @@ def main() -> None:
     import torch
 
     from leaklab.data.prompting import model_prompt, resolve_format
-    from leaklab.evaluations.base import EvalContext
+    from leaklab.evaluations.base import EvalContext, first_per_side
     from leaklab.evaluations.mri import Mri
     from leaklab.execution.extract import STOP_SEQUENCES
     from leaklab.rundir import RunDir
@@ -96,7 +96,7 @@ def main() -> None:
         t0 = time.perf_counter()
         out = mri.evaluate(ctx, model, tokenizer, step)
         evaluate_s = time.perf_counter() - t0
-        chosen, _ = mri.tasks(ctx)
+        chosen, _ = first_per_side(ctx.eval_set, recipe.evaluate.mri.max_tasks)
         items = mri.items(chosen, recipe.evaluate.mri)
 
     # One at a time: the same engine, batch size 1, on the first --naive prompts.

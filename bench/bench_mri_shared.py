@@ -26,7 +26,7 @@ def main() -> None:
     from bench_mri import checkpoint  # the same checkpoint loading as bench_mri.py
 
     from leaklab.evaluations.accuracy import Accuracy
-    from leaklab.evaluations.base import EvalContext
+    from leaklab.evaluations.base import EvalContext, first_per_side
     from leaklab.evaluations.mri import Mri
     from leaklab.rundir import RunDir
     from leaklab.signals.continuations import GenerationCache
@@ -62,7 +62,7 @@ def main() -> None:
         t0 = time.perf_counter()
         alone = mri.evaluate(alone_ctx, model, tokenizer, step)
         alone_s = time.perf_counter() - t0
-        chosen, _ = mri.tasks(shared_ctx)
+        chosen, _ = first_per_side(shared_ctx.eval_set, recipe.evaluate.mri.max_tasks)
         n_prompts = len(mri.items(chosen, recipe.evaluate.mri))
 
     same_rows = [r["value"] for r in shared.rows] == [r["value"] for r in alone.rows]

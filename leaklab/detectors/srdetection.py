@@ -231,15 +231,20 @@ class SrDetectionConfig:
 
     n_variants: int = 10  # variants built per task; the detector spec's n values must not exceed it
     seed: int = 0  # seeds the names and example inputs of the variants
-    min_variants: int = 0  # 0: a decision at n needs n verified variants (the paper); k > 0: min(n, k)
-    verify: str = "tests"  # how a variant is checked before it is kept (docs/detectors.md#the-detectors)
+    # A decision at n needs n verified variants (0: the paper's rule); k > 0 accepts min(n, k), which mixes
+    # comparisons with fewer variants (and a higher null) into a column. Fewer: undecided (not a leak).
+    min_variants: int = 0
+    # How each variant is checked before it is kept: "tests" runs the benchmark's own tests on it (in the
+    # sandbox); "alpha" checks, without running anything, that its program is the original's under the
+    # renaming (for benchmarks without tests); "none" only parses it. Failures are dropped.
+    verify: str = "tests"
     replace_examples: bool = True  # tau_t: new example inputs, outputs from the canonical solution
     sandbox_workers: int = 2  # sandbox processes that verify variants in parallel
     sandbox_timeout_s: float = 10.0  # per test run
     # The black box cuts at `prefix_fraction` of the solution's tokens (the prompt stays in the prefix)
     # or, with split "text", of the whole text's: the paper does not say where it cut.
     split: str = "solution"
-    prefix_fraction: float = 0.5
+    prefix_fraction: float = 0.5  # where the black box cuts prefix from suffix (see split)
     ngram: int = 7  # N of the N-gram overlap, in tokens (App. A.1)
     max_new_tokens: int = 128  # suffixes longer than this are compared on their first max_new_tokens
     generation_batch_size: int = 64  # rows decoded together
