@@ -187,14 +187,25 @@ def test_the_graph_reader_sees_every_kind_of_import(tmp_path):
     assert find_cycles(graph) == [["leaklab.a", "leaklab.sub.b", "leaklab.a"]]
 
 
-def _imports_torch(module: str) -> bool:
-    code = f"import sys, {module}; print('torch' in sys.modules)"
+def _loaded_by(module: str, names: list[str]) -> list[str]:
+    """Which of `names` a fresh interpreter has loaded after importing `module`."""
+    code = f"import sys, {module}; print(*[n for n in {names!r} if n in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return out.stdout.strip() == "True"
+    return out.stdout.split()
+
+
+def _imports_torch(module: str) -> bool:
+    return bool(_loaded_by(module, ["torch"]))
 
 
 def test_recipe_validation_does_not_import_torch():
     assert not _imports_torch("leaklab.recipe")
+
+
+def test_recipe_validation_does_not_load_the_mri_set_builders():
+    # Every command loads the recipe; these only build MRI sets or compare texts, so they load when used.
+    builders = ["leaklab.perturb.mri_llm", "leaklab.perturb.mutation", "leaklab.perturb.unittest_rewrite"]
+    assert _loaded_by("leaklab.recipe", [*builders, "rapidfuzz"]) == []
 
 
 def test_the_stage_registry_does_not_import_torch():

@@ -18,10 +18,7 @@ from typing import Any
 from leaklab.data.tasks import Task, task_from_dict, task_to_dict
 from leaklab.execution.sandbox import Sandbox
 from leaklab.perturb import set_store
-from leaklab.perturb.mri_llm import llm_judge_rewrites, llm_paraphrases, llm_rewrites
-from leaklab.perturb.mutation import mutate_task
 from leaklab.perturb.rewriting import LOGIC_TYPES, Rewrite, rewrite_tasks
-from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
 
 STORE_VERSION = 1
 SET_MODULES = ("rewriting", "unittest_rewrite", "mutation", "examples", "identifiers", "mri_sets", "mri_llm")
@@ -97,6 +94,10 @@ def build_perturbed_sets(
     log=print,
 ) -> list[PerturbedSet]:
     """Rewrite (validated in the sandbox), mutate and (with an LLM) paraphrase every task; no cache."""
+    # The builders load here, not with the recipe that every command reads.
+    from leaklab.perturb.mri_llm import llm_paraphrases, llm_rewrites
+    from leaklab.perturb.mutation import mutate_task
+
     if not tasks:
         return []
     started = time.perf_counter()
@@ -135,6 +136,8 @@ def build_perturbed_sets(
 def rule_rewrites(tasks: Sequence[Task], sandbox, settings: SetSettings) -> list[Rewrite]:
     """The rule-based rewrites of `tasks` in their order: `unittest_rewrite` for unittest tasks
     (BigCodeBench), `rewriting` for every other task."""
+    from leaklab.perturb.unittest_rewrite import rewrite_unittest_tasks
+
     out: list[Rewrite | None] = [None] * len(tasks)
     options = {"seed": settings.seed, "per_type": settings.per_type, "timeout_s": settings.timeout_s}
     for unittest, rewrite in ((False, rewrite_tasks), (True, rewrite_unittest_tasks)):
@@ -148,6 +151,8 @@ def rule_rewrites(tasks: Sequence[Task], sandbox, settings: SetSettings) -> list
 def judge_rewrites(tasks: Sequence[Task], rewrites: Sequence[Rewrite], llm: LlmBackend, log=print) -> None:
     """Ask the LLM judge about every accepted rewrite; record its verdict on the Rewrite and, with
     llm.judge == "filter", drop the rewrites it does not pass (the reason joins the rejections)."""
+    from leaklab.perturb.mri_llm import llm_judge_rewrites
+
     chosen = [(task, rw) for task, rw in zip(tasks, rewrites) if rw.task is not None]
     pairs = [(task, rw.task) for task, rw in chosen]
     verdicts, failures = llm_judge_rewrites(pairs, llm.generator, llm.render)

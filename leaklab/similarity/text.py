@@ -17,7 +17,6 @@ from collections.abc import Hashable, Sequence
 from itertools import repeat
 
 import numpy as np
-from rapidfuzz.distance import Levenshtein
 
 NGO_N = 7  # SrDetection App. A.1
 
@@ -121,6 +120,8 @@ def clipped_matches(first: Counter, second: Counter) -> int:
 def edit_similarity_max_len(candidate: str, reference: str) -> float:
     """MRI's edit similarity (004, §3.1.1): 1 - Levenshtein(candidate, reference) / max(len of the two),
     over characters with unit costs; two empty strings -> 1."""
+    from rapidfuzz.distance import Levenshtein  # here: the recipe every command reads loads this module
+
     return float(Levenshtein.normalized_similarity(candidate, reference))
 
 
@@ -129,6 +130,8 @@ def edit_similarity_truth_len(candidate: str, reference: str) -> float:
     1 - Levenshtein(candidate, reference) / |reference|, floored at 0: a long generation is not forgiven
     by its own length. The floor and an empty reference (1 when the candidate is empty too, else 0) are
     our choices; the paper's ground truths are never empty."""
+    from rapidfuzz.distance import Levenshtein
+
     if not reference:
         return 1.0 if not candidate else 0.0
     return max(0.0, 1.0 - Levenshtein.distance(candidate, reference) / len(reference))
