@@ -204,7 +204,7 @@ def test_recipe_validation_does_not_import_torch():
 
 def test_recipe_validation_does_not_load_the_mri_set_builders():
     # Every command loads the recipe; these only build MRI sets or compare texts, so they load when used.
-    builders = ["leaklab.perturb.mri_llm", "leaklab.perturb.mutation", "leaklab.perturb.unittest_rewrite"]
+    builders = [f"leaklab.perturb.{m}" for m in ("mri_llm", "mutation", "unittest_rewrite", "examples")]
     assert _loaded_by("leaklab.recipe", [*builders, "rapidfuzz"]) == []
 
 

@@ -10,8 +10,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from leaklab.perturb.examples import mutate_value
-
 COMMON = (0, 1, -2, 7, "", "abc", [], [1, 2, 3])  # values of common types for an unknown parameter
 _MISSING = object()  # a parameter without a default (or one `literal_eval` cannot read)
 _SEQUENCES = {"list", "List", "Sequence", "MutableSequence", "Iterable", "Collection", "Iterator"}
@@ -203,6 +201,9 @@ def _containers(name: str, inner: list, rng: random.Random) -> list:
 
 def _near(value: Any, rng: random.Random) -> list:
     """A value next to a default, of the same type (none for None)."""
+    # examples.py (and the renaming it loads) only when inputs are made: the recipe loads this module.
+    from leaklab.perturb.examples import mutate_value
+
     if value is None:
         return []
     if isinstance(value, bool):
@@ -243,6 +244,8 @@ def _default_calls(params: list[_Param], pools: list[tuple[str, list]], rng: ran
 
 def _mutated(task: list[list], rng: random.Random, n: int) -> list[list]:
     """Each task input with its values changed a little (same types), twice over when there are few."""
+    from leaklab.perturb.examples import mutate_value
+
     rounds = 1 if len(task) >= n else 2
     return [[mutate_value(v, rng) for v in args] for _ in range(rounds) for args in task]
 

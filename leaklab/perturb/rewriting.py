@@ -22,7 +22,6 @@ from leaklab.data.synthetic import rewrite as synthetic_rewrite
 from leaklab.data.tasks import Task
 from leaklab.execution.correctness import outputs_match
 from leaklab.execution.sandbox import FunctionCalls
-from leaklab.perturb.examples import find_examples, literal, replace_examples
 from leaklab.perturb.identifiers import docstring_statement
 
 MAX_TEST_INPUTS = 200  # test inputs run per candidate (the first ones, in the tests' order)
@@ -500,6 +499,9 @@ def edited_task(task: Task, edit: Edit) -> tuple[str, str]:
 def call_inputs(task: Task) -> list[list]:
     """The argument lists the task's tests call its entry point with: the "call" cases' inputs, or the
     literal arguments of every `candidate(...)` in a HumanEval-style `check`. Raises NotRewritable."""
+    # examples.py (and the renaming it loads) only when rewriting runs: the recipe loads this module.
+    from leaklab.perturb.examples import literal
+
     if task.test_type == "call":
         inputs = [list(c["input"]) for c in task.test_cases]
     elif task.test_type == "function":
@@ -659,6 +661,8 @@ def entry_params(program: str, entry_point: str | None) -> list[str] | None:
 def probe_inputs(task: Task, prompt: str) -> tuple[list[list], list, list[list]]:
     """(the tests' call inputs, the examples of calls that `prompt` (the task's, or its rewrite's) shows,
     MBPP+'s asserts included, and both inputs together: what a program is run on). Raises NotRewritable."""
+    from leaklab.perturb.examples import find_examples
+
     inputs = call_inputs(task)
     params = entry_params(task.program(), task.entry_point)
     found = find_examples(dataclasses.replace(task, prompt=prompt), params, asserts=True)
@@ -668,6 +672,8 @@ def probe_inputs(task: Task, prompt: str) -> tuple[list[list], list, list[list]]
 
 def with_outputs(task: Task, prompt: str, examples: list, outputs: list) -> str:
     """`prompt` (the task's, or its rewrite's) with each of its `examples` showing the rewrite's output."""
+    from leaklab.perturb.examples import replace_examples
+
     base = dataclasses.replace(task, prompt=prompt)
     return replace_examples(base, examples, [ex.args for ex in examples], outputs)[0].prompt
 
